@@ -1,0 +1,8 @@
+//! raygate: a quota gate for KubeRay RayService upgrades on fixed capacity.
+//!
+//! The decisions live in pure modules ([`quantity`], [`podsets`]); IO layers call them.
+
+pub mod podsets;
+pub mod quantity;
+
+pub use raygate_types as types;

@@ -1,0 +1,227 @@
+//! PodSets of one RayCluster spec.
+
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+use super::{PodSet, PodSetError, dns_label_error, pod::pod_requests};
+use crate::types::ray::RayClusterSpec;
+
+/// Name of the head PodSet.
+pub const HEAD_PODSET: &str = "head";
+/// KubeRay's `ray.io/group` value for the head.
+pub const HEAD_GROUP: &str = "headgroup";
+/// Kueue's limit on PodSets in one Workload.
+pub const MAX_PODSETS: usize = 18;
+/// Worker groups allowed next to the head.
+pub const MAX_WORKER_GROUPS: usize = MAX_PODSETS - 1;
+/// Name of the container KubeRay adds to the head when in-tree autoscaling is on.
+pub const AUTOSCALER_CONTAINER_NAME: &str = "autoscaler";
+
+/// KubeRay's default autoscaler container resources (requests = limits).
+fn default_autoscaler_resources() -> ResourceRequirements {
+    let list = [
+        ("cpu".to_string(), K8sQuantity("500m".into())),
+        ("memory".to_string(), K8sQuantity("512Mi".into())),
+    ]
+    .into_iter()
+    .collect::<std::collections::BTreeMap<_, _>>();
+    ResourceRequirements { limits: Some(list.clone()), requests: Some(list), ..Default::default() }
+}
+
+/// The head template as KubeRay runs it: with the autoscaler sidecar when autoscaling is on.
+fn head_template(spec: &RayClusterSpec) -> PodTemplateSpec {
+    let mut template = spec.head_group_spec.template.clone();
+    if spec.enable_in_tree_autoscaling == Some(true) {
+        let resources = spec
+            .autoscaler_options
+            .as_ref()
+            .and_then(|o| o.resources.clone())
+            .unwrap_or_else(default_autoscaler_resources);
+        let pod = template.spec.get_or_insert_with(Default::default);
+        if !pod.containers.iter().any(|c| c.name == AUTOSCALER_CONTAINER_NAME) {
+            pod.containers.push(Container {
+                name: AUTOSCALER_CONTAINER_NAME.to_string(),
+                resources: Some(resources),
+                ..Default::default()
+            });
+        }
+    }
+    template
+}
+
+/// The PodSets of a RayCluster spec: `head` (count 1) and one per worker group.
+///
+/// Counts are the pods KubeRay v1.7 creates: `clamp(replicas ?? minReplicas, min, max) × numOfHosts`,
+/// 0 for a suspended group. `object` names the object and `field` the path of `spec` in it
+/// (`spec` for a RayCluster, `spec.rayClusterConfig` for a RayService), for error messages.
+pub fn of_cluster(spec: &RayClusterSpec, object: &str, field: &str) -> Result<Vec<PodSet>, PodSetError> {
+    let groups = spec.worker_group_specs.as_deref().unwrap_or_default();
+    if groups.len() > MAX_WORKER_GROUPS {
+        return Err(PodSetError::TooManyWorkerGroups {
+            object: object.to_string(),
+            field: format!("{field}.workerGroupSpecs"),
+            count: groups.len(),
+            max: MAX_WORKER_GROUPS,
+        });
+    }
+    let mut out = Vec::with_capacity(groups.len() + 1);
+    let head = head_template(spec);
+    let head_requests = match &head.spec {
+        Some(pod) => pod_requests(pod, &format!("{field}.headGroupSpec.template.spec"), object)?,
+        None => Default::default(),
+    };
+    out.push(PodSet {
+        name: HEAD_PODSET.to_string(),
+        group: HEAD_GROUP.to_string(),
+        count: 1,
+        requests: head_requests,
+        template: head,
+    });
+    for (i, g) in groups.iter().enumerate() {
+        let gfield = format!("{field}.workerGroupSpecs[{i}]");
+        let err_field = |leaf: &str| format!("{gfield}.{leaf}");
+        let name = g.group_name.to_lowercase();
+        if name == HEAD_PODSET {
+            return Err(PodSetError::ReservedGroupName {
+                object: object.to_string(),
+                field: err_field("groupName"),
+                name: g.group_name.clone(),
+            });
+        }
+        if let Some(reason) = dns_label_error(&name) {
+            return Err(PodSetError::InvalidGroupName {
+                object: object.to_string(),
+                field: err_field("groupName"),
+                name: g.group_name.clone(),
+                reason: reason.to_string(),
+            });
+        }
+        if out.iter().any(|p| p.name == name) {
+            return Err(PodSetError::DuplicateGroupName {
+                object: object.to_string(),
+                field: err_field("groupName"),
+                name: g.group_name.clone(),
+            });
+        }
+        let non_negative = |leaf: &str, v: Option<i32>| -> Result<Option<i32>, PodSetError> {
+            match v {
+                Some(v) if v < 0 => Err(PodSetError::Negative { object: object.to_string(), field: err_field(leaf), value: v }),
+                v => Ok(v),
+            }
+        };
+        let min = non_negative("minReplicas", g.min_replicas)?.unwrap_or(0);
+        let max = non_negative("maxReplicas", g.max_replicas)?.unwrap_or(i32::MAX);
+        let replicas = non_negative("replicas", g.replicas)?.unwrap_or(min);
+        if min > max {
+            return Err(PodSetError::MinAboveMax { object: object.to_string(), field: gfield.clone(), min, max });
+        }
+        let hosts = g.num_of_hosts.unwrap_or(1);
+        if hosts < 1 {
+            return Err(PodSetError::NotPositive { object: object.to_string(), field: err_field("numOfHosts"), value: hosts });
+        }
+        let count = if g.suspend == Some(true) {
+            0
+        } else {
+            replicas
+                .clamp(min, max)
+                .checked_mul(hosts)
+                .ok_or_else(|| PodSetError::CountOverflow { object: object.to_string(), field: gfield.clone() })?
+        };
+        let requests = match &g.template.spec {
+            Some(pod) => pod_requests(pod, &format!("{gfield}.template.spec"), object)?,
+            None => Default::default(),
+        };
+        out.push(PodSet { name, group: g.group_name.clone(), count, requests, template: g.template.clone() });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Quantity;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> RayClusterSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pod(cpu: &str) -> serde_json::Value {
+        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}})
+    }
+
+    fn group(name: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut g = json!({"groupName": name, "template": pod("1")});
+        for (k, v) in extra.as_object().unwrap() {
+            g[k] = v.clone();
+        }
+        g
+    }
+
+    fn counts(s: &RayClusterSpec) -> Vec<(String, i32)> {
+        of_cluster(s, "RayCluster ns/rc", "spec").unwrap().into_iter().map(|p| (p.name, p.count)).collect()
+    }
+
+    #[test]
+    fn head_then_worker_groups_lower_cased_with_kuberay_counts() {
+        let s = spec(json!({"headGroupSpec": {"template": pod("2")}, "workerGroupSpecs": [
+            group("Small", json!({"replicas": 3, "minReplicas": 1, "maxReplicas": 5})),
+            group("big", json!({"replicas": 9, "minReplicas": 1, "maxReplicas": 4})),
+            group("low", json!({"replicas": 0, "minReplicas": 2, "maxReplicas": 4})),
+            group("unset", json!({"minReplicas": 2})),
+            group("multi", json!({"replicas": 2, "numOfHosts": 4})),
+            group("paused", json!({"replicas": 2, "suspend": true}))
+        ]}));
+        assert_eq!(
+            counts(&s),
+            vec![
+                ("head".into(), 1),
+                ("small".into(), 3),
+                ("big".into(), 4),
+                ("low".into(), 2),
+                ("unset".into(), 2),
+                ("multi".into(), 8),
+                ("paused".into(), 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn autoscaler_container_is_added_to_the_head() {
+        let mut s = spec(json!({"enableInTreeAutoscaling": true, "headGroupSpec": {"template": pod("1")}}));
+        let head = &of_cluster(&s, "o", "spec").unwrap()[0];
+        assert_eq!(head.requests.get("cpu"), Quantity::parse("1500m").unwrap());
+        assert_eq!(head.requests.get("memory"), Quantity::parse("512Mi").unwrap());
+        s.autoscaler_options = Some(serde_json::from_value(json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}})).unwrap());
+        let head = &of_cluster(&s, "o", "spec").unwrap()[0];
+        assert_eq!(head.requests.get("cpu"), Quantity::parse("2").unwrap());
+        assert_eq!(head.requests.get("memory"), Quantity::parse("1Gi").unwrap());
+    }
+
+    #[test]
+    fn rejects_what_kueue_rejects() {
+        let too_many: Vec<_> = (0..18).map(|i| group(&format!("g{i}"), json!({}))).collect();
+        let cases = [
+            (json!([group("Head", json!({}))]), "reserved"),
+            (json!(too_many), "at most 17"),
+            (json!([group("under_score", json!({}))]), "DNS label"),
+            (json!([group("a", json!({})), group("A", json!({}))]), "used twice"),
+            (json!([group("a", json!({"replicas": -1}))]), "workerGroupSpecs[0].replicas: must not be negative"),
+            (json!([group("a", json!({"minReplicas": 3, "maxReplicas": 2}))]), "greater than maxReplicas"),
+            (json!([group("a", json!({"numOfHosts": 0}))]), "numOfHosts: must be at least 1"),
+            (json!([group("a", json!({"replicas": 2147483647, "numOfHosts": 2}))]), "overflows"),
+        ];
+        for (groups, want) in cases {
+            let s = spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
+            let err = of_cluster(&s, "RayCluster ns/rc", "spec").unwrap_err().to_string();
+            assert!(err.contains(want) && err.contains("RayCluster ns/rc"), "{err} should contain {want}");
+        }
+    }
+
+    #[test]
+    fn seventeen_worker_groups_are_allowed() {
+        let groups: Vec<_> = (0..17).map(|i| group(&format!("g{i}"), json!({}))).collect();
+        let s = spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
+        assert_eq!(of_cluster(&s, "o", "spec").unwrap().len(), 18);
+    }
+}

@@ -1,0 +1,298 @@
+//! PodSets of a RayService: the union of its live children.
+
+use sha2::{Digest, Sha256};
+
+use super::{MAX_PODSETS, PodSet, PodSetError, of_cluster};
+use crate::types::ray::{
+    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
+};
+
+/// Where a RayService's PodSets came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Its live child RayClusters.
+    Children,
+    /// `spec.rayClusterConfig`: no child exists yet (bootstrap).
+    Template,
+}
+
+/// The PodSets of one RayService and what they were computed from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServicePodSets {
+    pub source: Source,
+    /// Child names, oldest first.
+    pub children: Vec<String>,
+    pub podsets: Vec<PodSet>,
+}
+
+/// The children of `service` among `clusters`: same namespace, labelled
+/// `ray.io/originated-from-cr-name=<name>` and `ray.io/originated-from-crd=RayService`.
+/// Oldest first (creation time, then the active child, then name).
+pub fn children_of<'a>(service: &RayService, clusters: impl IntoIterator<Item = &'a RayCluster>) -> Vec<&'a RayCluster> {
+    let ns = service.metadata.namespace.as_deref();
+    let name = service.metadata.name.as_deref().unwrap_or_default();
+    let active = service
+        .status
+        .as_ref()
+        .and_then(|s| s.active_service_status.as_ref())
+        .and_then(|a| a.ray_cluster_name.as_deref());
+    let mut out: Vec<&RayCluster> = clusters
+        .into_iter()
+        .filter(|c| {
+            let labels = c.metadata.labels.as_ref();
+            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+            c.metadata.namespace.as_deref() == ns
+                && label(ORIGINATED_FROM_CR_NAME_LABEL) == Some(name)
+                && label(ORIGINATED_FROM_CRD_LABEL) == Some(ORIGINATED_FROM_RAYSERVICE)
+        })
+        .collect();
+    out.sort_by_key(|c| {
+        let n = c.metadata.name.as_deref().unwrap_or_default();
+        (c.metadata.creation_timestamp.as_ref().map(|t| t.0), Some(n) != active, n.to_string())
+    });
+    out
+}
+
+fn object_name(kind: &str, meta: &kube::api::ObjectMeta) -> String {
+    format!(
+        "{kind} {}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A deterministic DNS-safe name for a PodSet whose per-pod requests differ from the plain one's.
+fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String {
+    let mut h = Sha256::new();
+    for (k, v) in podset.requests.iter() {
+        h.update(k.as_bytes());
+        h.update(b"=");
+        h.update(v.nanos().to_string().as_bytes());
+        h.update(b";");
+    }
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let suffix = &hex[..hex_len];
+    let keep = 63 - 1 - hex_len;
+    let stem = if base.len() > keep { base[..keep].trim_end_matches('-') } else { base };
+    format!("{stem}-{suffix}")
+}
+
+/// The PodSets a RayService needs now, from its `children` (see [`children_of`]).
+///
+/// No child: the PodSets of `spec.rayClusterConfig`. Otherwise the union by PodSet name with
+/// counts summed; when children give one name different per-pod requests (a resource-changing
+/// upgrade), each distinct shape gets its own PodSet: the oldest child's keeps the plain name,
+/// others get a suffix from a hash of their requests. Order: head, the oldest child's groups, then
+/// new ones in order of appearance. A child being deleted still counts.
+pub fn of_service(service: &RayService, children: &[&RayCluster]) -> Result<ServicePodSets, PodSetError> {
+    let svc = object_name("RayService", &service.metadata);
+    if children.is_empty() {
+        let podsets = of_cluster(&service.spec.ray_cluster_config, &svc, "spec.rayClusterConfig")?;
+        return Ok(ServicePodSets { source: Source::Template, children: vec![], podsets });
+    }
+    let mut out: Vec<PodSet> = Vec::new();
+    for child in children {
+        let obj = object_name("RayCluster", &child.metadata);
+        for p in of_cluster(&child.spec, &obj, "spec")? {
+            let mut name = p.name.clone();
+            for hex_len in [8, 16, 64] {
+                match out.iter().find(|o| o.name == name) {
+                    Some(o) if o.requests != p.requests => name = shape_name(&p.name, &p, hex_len),
+                    _ => break,
+                }
+            }
+            match out.iter_mut().find(|o| o.name == name) {
+                Some(o) if o.requests == p.requests => {
+                    o.count = o
+                        .count
+                        .checked_add(p.count)
+                        .ok_or_else(|| PodSetError::CountOverflow { object: svc.clone(), field: format!("podSets[{name}].count") })?;
+                }
+                Some(_) => {
+                    return Err(PodSetError::InvalidGroupName {
+                        object: obj,
+                        field: "spec.workerGroupSpecs".into(),
+                        name: p.group,
+                        reason: "its shape-suffixed PodSet name collides with another group".into(),
+                    });
+                }
+                None => out.push(PodSet { name, ..p }),
+            }
+        }
+    }
+    if out.len() > MAX_PODSETS {
+        return Err(PodSetError::TooManyPodSets { object: svc, count: out.len(), max: MAX_PODSETS });
+    }
+    Ok(ServicePodSets {
+        source: Source::Children,
+        children: children.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect(),
+        podsets: out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::podsets::total;
+    use crate::quantity::{Quantity, Resources};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn pod(cpu: &str, mem: &str) -> serde_json::Value {
+        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}})
+    }
+
+    fn service() -> RayService {
+        serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "namespace": "ns"},
+            "spec": {"rayClusterConfig": {"headGroupSpec": {"template": pod("1", "1Gi")},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4, "template": pod("4", "8Gi")}]}}
+        }))
+        .unwrap()
+    }
+
+    fn child(name: &str, created: &str, head_cpu: &str, groups: serde_json::Value) -> RayCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created,
+                "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
+            "spec": {"headGroupSpec": {"template": pod(head_cpu, "1Gi")}, "workerGroupSpecs": groups}
+        }))
+        .unwrap()
+    }
+
+    fn g(name: &str, replicas: i32, cpu: &str) -> serde_json::Value {
+        json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 100, "template": pod(cpu, "8Gi")})
+    }
+
+    #[test]
+    fn no_child_bootstraps_from_the_template() {
+        let s = of_service(&service(), &[]).unwrap();
+        assert_eq!(s.source, Source::Template);
+        assert_eq!(s.podsets.iter().map(|p| (p.name.as_str(), p.count)).collect::<Vec<_>>(), [("head", 1), ("gpu", 2)]);
+    }
+
+    #[test]
+    fn only_labelled_children_in_the_namespace_count() {
+        let mine = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([]));
+        let mut other_ns = mine.clone();
+        other_ns.metadata.namespace = Some("elsewhere".into());
+        let mut other_svc = mine.clone();
+        other_svc.metadata.labels.as_mut().unwrap().insert(ORIGINATED_FROM_CR_NAME_LABEL.into(), "svc2".into());
+        let mut rayjob = mine.clone();
+        rayjob.metadata.labels.as_mut().unwrap().insert(ORIGINATED_FROM_CRD_LABEL.into(), "RayJob".into());
+        let mut unlabelled = mine.clone();
+        unlabelled.metadata.labels = None;
+        let all = [other_ns, mine, other_svc, rayjob, unlabelled];
+        let kids = children_of(&service(), &all);
+        assert_eq!(kids.len(), 1);
+        assert_eq!(kids[0].metadata.namespace.as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn two_children_sum_counts_by_name_oldest_first() {
+        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!([g("gpu", 2, "4"), g("extra", 1, "1")]));
+        let old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g("gpu", 3, "4")]));
+        let all = [new, old];
+        let kids = children_of(&service(), &all);
+        let s = of_service(&service(), &kids).unwrap();
+        assert_eq!(s.source, Source::Children);
+        assert_eq!(s.children, ["svc-aaaaa", "svc-bbbbb"]);
+        assert_eq!(
+            s.podsets.iter().map(|p| (p.name.as_str(), p.count)).collect::<Vec<_>>(),
+            [("head", 2), ("gpu", 5), ("extra", 1)]
+        );
+        assert_eq!(total(&s.podsets).get("cpu"), Quantity::parse("23").unwrap());
+    }
+
+    #[test]
+    fn a_resource_changing_upgrade_keeps_exact_shapes() {
+        let old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g("gpu", 2, "4")]));
+        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "2", json!([g("gpu", 2, "8")]));
+        let all = [old, new];
+        let kids = children_of(&service(), &all);
+        let s = of_service(&service(), &kids).unwrap();
+        let names: Vec<_> = s.podsets.iter().map(|p| p.name.clone()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(names[0], "head");
+        assert_eq!(names[1], "gpu");
+        assert!(names[2].starts_with("head-") && names[3].starts_with("gpu-"), "{names:?}");
+        assert_eq!(s.podsets[3].group, "gpu");
+        // 1 + 2×4 + 2 + 2×8 = 27 CPU, exactly
+        assert_eq!(total(&s.podsets).get("cpu"), Quantity::parse("27").unwrap());
+        // deterministic
+        assert_eq!(of_service(&service(), &kids).unwrap(), s);
+    }
+
+    #[test]
+    fn a_long_group_name_gets_a_dns_safe_suffix() {
+        let long = "g".repeat(63);
+        let old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g(&long, 1, "4")]));
+        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!([g(&long, 1, "8")]));
+        let all = [old, new];
+        let s = of_service(&service(), &children_of(&service(), &all)).unwrap();
+        let suffixed = &s.podsets[2].name;
+        assert!(suffixed.len() <= 63 && crate::podsets::dns_label_error(suffixed).is_none(), "{suffixed}");
+    }
+
+    #[test]
+    fn a_child_being_deleted_still_counts() {
+        let mut old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g("gpu", 2, "4")]));
+        old.metadata.deletion_timestamp = old.metadata.creation_timestamp.clone();
+        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!([g("gpu", 2, "4")]));
+        let all = [old, new];
+        let s = of_service(&service(), &children_of(&service(), &all)).unwrap();
+        assert_eq!(s.podsets[1].count, 4);
+    }
+
+    #[test]
+    fn too_many_distinct_podsets_are_rejected() {
+        let old_groups: Vec<_> = (0..10).map(|i| g(&format!("g{i}"), 1, "1")).collect();
+        let new_groups: Vec<_> = (0..10).map(|i| g(&format!("g{i}"), 1, "2")).collect();
+        let all = [
+            child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!(old_groups)),
+            child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!(new_groups)),
+        ];
+        let err = of_service(&service(), &children_of(&service(), &all)).unwrap_err();
+        assert!(matches!(err, PodSetError::TooManyPodSets { count: 21, .. }), "{err}");
+    }
+
+    fn exact_total(c: &RayCluster) -> Resources {
+        total(&of_cluster(&c.spec, "c", "spec").unwrap())
+    }
+
+    proptest! {
+        #[test]
+        fn totals_are_exact_for_any_children(
+            kids in prop::collection::vec(
+                (1u32..4000, prop::collection::vec((0usize..4, 0i32..5, 1u32..9000, 1i32..3), 0..4)),
+                1..4)
+        ) {
+            let clusters: Vec<RayCluster> = kids.iter().enumerate().map(|(i, (head_milli, groups))| {
+                let mut seen = std::collections::BTreeSet::new();
+                let groups: Vec<_> = groups.iter().filter(|(gi, ..)| seen.insert(*gi)).map(|(gi, r, milli, hosts)| {
+                    let mut v = g(&format!("grp{gi}"), *r, &format!("{milli}m"));
+                    v["numOfHosts"] = json!(hosts);
+                    v
+                }).collect();
+                child(&format!("svc-{i:05}"), &format!("2026-01-0{}T00:00:00Z", i + 1), &format!("{head_milli}m"), json!(groups))
+            }).collect();
+            let refs = children_of(&service(), &clusters);
+            let s = of_service(&service(), &refs).unwrap();
+            let mut want = Resources::new();
+            for c in &clusters { want.add(&exact_total(c)); }
+            let got = total(&s.podsets);
+            for name in ["cpu", "memory"] {
+                prop_assert_eq!(got.get(name), want.get(name));
+            }
+            // every PodSet name is unique and a DNS label
+            let mut names = std::collections::BTreeSet::new();
+            for p in &s.podsets {
+                prop_assert!(names.insert(p.name.clone()));
+                prop_assert!(crate::podsets::dns_label_error(&p.name).is_none());
+            }
+        }
+    }
+}
