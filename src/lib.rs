@@ -2,6 +2,9 @@
 //!
 //! The decisions live in pure modules ([`quantity`], [`podsets`]); IO layers call them.
 
+pub mod cli;
+pub mod crdgen;
+pub mod manifest;
 pub mod podsets;
 pub mod quantity;
 

@@ -39,28 +39,42 @@ pub struct Quantity {
 pub enum QuantityError {
     #[error("empty quantity")]
     Empty,
-    #[error("quantity {0:?} does not match <number><suffix> (suffixes: n u m k M G T P E Ki Mi Gi Ti Pi Ei e<exp>)")]
+    #[error(
+        "quantity {0:?} does not match <number><suffix> (suffixes: n u m k M G T P E Ki Mi Gi Ti Pi Ei e<exp>)"
+    )]
     Syntax(String),
     #[error("quantity {0:?} is too large")]
     Overflow(String),
 }
 
 impl Quantity {
-    pub const ZERO: Quantity = Quantity { nanos: 0, format: Format::DecimalSI };
+    pub const ZERO: Quantity = Quantity {
+        nanos: 0,
+        format: Format::DecimalSI,
+    };
 
     /// A whole number of units (e.g. CPUs, bytes, GPUs).
     pub fn from_units(units: i64) -> Self {
-        Quantity { nanos: i128::from(units) * NANO, format: Format::DecimalSI }
+        Quantity {
+            nanos: i128::from(units) * NANO,
+            format: Format::DecimalSI,
+        }
     }
 
     /// Thousandths of a unit (`500` → `500m`).
     pub fn from_millis(millis: i64) -> Self {
-        Quantity { nanos: i128::from(millis) * 1_000_000, format: Format::DecimalSI }
+        Quantity {
+            nanos: i128::from(millis) * 1_000_000,
+            format: Format::DecimalSI,
+        }
     }
 
     /// Whole units in binary format (bytes: `1073741824` prints `1Gi`).
     pub fn from_bytes(bytes: i64) -> Self {
-        Quantity { nanos: i128::from(bytes) * NANO, format: Format::BinarySI }
+        Quantity {
+            nanos: i128::from(bytes) * NANO,
+            format: Format::BinarySI,
+        }
     }
 
     pub fn nanos(&self) -> i128 {
@@ -172,12 +186,18 @@ impl Quantity {
         if nanos > i128::from(i64::MAX) * NANO {
             return Err(overflow());
         }
-        Ok(Quantity { nanos: if negative { -nanos } else { nanos }, format })
+        Ok(Quantity {
+            nanos: if negative { -nanos } else { nanos },
+            format,
+        })
     }
 
     /// Multiplies by a pod count.
     pub fn times(self, n: i64) -> Self {
-        Quantity { nanos: self.nanos * i128::from(n), format: self.format }
+        Quantity {
+            nanos: self.nanos * i128::from(n),
+            format: self.format,
+        }
     }
 
     /// The canonical Kubernetes quantity.
@@ -186,7 +206,11 @@ impl Quantity {
     }
 
     fn with_format_of(self, other: &Quantity) -> Format {
-        if self.nanos == 0 { other.format } else { self.format }
+        if self.nanos == 0 {
+            other.format
+        } else {
+            self.format
+        }
     }
 }
 
@@ -239,7 +263,10 @@ impl Ord for Quantity {
 impl std::ops::Add for Quantity {
     type Output = Quantity;
     fn add(self, rhs: Quantity) -> Quantity {
-        Quantity { nanos: self.nanos + rhs.nanos, format: self.with_format_of(&rhs) }
+        Quantity {
+            nanos: self.nanos + rhs.nanos,
+            format: self.with_format_of(&rhs),
+        }
     }
 }
 impl std::ops::AddAssign for Quantity {
@@ -250,7 +277,10 @@ impl std::ops::AddAssign for Quantity {
 impl std::ops::Sub for Quantity {
     type Output = Quantity;
     fn sub(self, rhs: Quantity) -> Quantity {
-        Quantity { nanos: self.nanos - rhs.nanos, format: self.with_format_of(&rhs) }
+        Quantity {
+            nanos: self.nanos - rhs.nanos,
+            format: self.with_format_of(&rhs),
+        }
     }
 }
 impl std::ops::SubAssign for Quantity {
@@ -290,7 +320,11 @@ impl fmt::Display for Quantity {
             e += 3;
         }
         if self.format == Format::DecimalExponent {
-            return if e == 0 { write!(f, "{mantissa}") } else { write!(f, "{mantissa}e{e}") };
+            return if e == 0 {
+                write!(f, "{mantissa}")
+            } else {
+                write!(f, "{mantissa}e{e}")
+            };
         }
         let suffix = match e {
             -9 => "n",
@@ -368,14 +402,22 @@ impl Resources {
         for (k, v) in &other.0 {
             let e = self.0.entry(k.clone()).or_insert(Quantity::ZERO);
             if *v > *e {
-                *e = Quantity { nanos: v.nanos, format: e.with_format_of(v) };
+                *e = Quantity {
+                    nanos: v.nanos,
+                    format: e.with_format_of(v),
+                };
             }
         }
     }
 
     /// Every entry multiplied by `n` (pods of one shape).
     pub fn times(&self, n: i64) -> Resources {
-        Resources(self.0.iter().map(|(k, v)| (k.clone(), v.times(n))).collect())
+        Resources(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.times(n)))
+                .collect(),
+        )
     }
 
     /// Entries clamped at zero from below.
@@ -383,7 +425,19 @@ impl Resources {
         Resources(
             self.0
                 .iter()
-                .map(|(k, v)| (k.clone(), if v.is_negative() { Quantity { nanos: 0, format: v.format } } else { *v }))
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        if v.is_negative() {
+                            Quantity {
+                                nanos: 0,
+                                format: v.format,
+                            }
+                        } else {
+                            *v
+                        },
+                    )
+                })
                 .collect(),
         )
     }
@@ -395,14 +449,22 @@ impl Resources {
 
     /// Kubernetes `ResourceList` with canonical quantities.
     pub fn to_k8s(&self) -> BTreeMap<String, K8sQuantity> {
-        self.0.iter().map(|(k, v)| (k.clone(), v.to_k8s())).collect()
+        self.0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_k8s()))
+            .collect()
     }
 
     /// Parses a Kubernetes `ResourceList`, reporting the first bad entry's name.
-    pub fn from_k8s(list: &BTreeMap<String, K8sQuantity>) -> Result<Resources, (String, QuantityError)> {
+    pub fn from_k8s(
+        list: &BTreeMap<String, K8sQuantity>,
+    ) -> Result<Resources, (String, QuantityError)> {
         let mut out = Resources::new();
         for (k, v) in list {
-            out.set(k.clone(), Quantity::try_from(v).map_err(|e| (k.clone(), e))?);
+            out.set(
+                k.clone(),
+                Quantity::try_from(v).map_err(|e| (k.clone(), e))?,
+            );
         }
         Ok(out)
     }
@@ -450,10 +512,15 @@ mod tests {
 
     #[test]
     fn rejects_malformed_text() {
-        for bad in ["", "abc", "1.2.3", "1Kb", "1ki", "m", "1e", "1e1.5", "--1", "1 Gi", "1e99999"] {
+        for bad in [
+            "", "abc", "1.2.3", "1Kb", "1ki", "m", "1e", "1e1.5", "--1", "1 Gi", "1e99999",
+        ] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should be rejected");
         }
-        assert!(matches!(Quantity::parse("99999999999999999999999999999999"), Err(QuantityError::Overflow(_))));
+        assert!(matches!(
+            Quantity::parse("99999999999999999999999999999999"),
+            Err(QuantityError::Overflow(_))
+        ));
     }
 
     #[test]
@@ -480,8 +547,18 @@ mod tests {
 
     #[test]
     fn resource_vectors_add_subtract_and_compare() {
-        let mut a: Resources = [("cpu".to_string(), q("1")), ("memory".to_string(), q("1Gi"))].into_iter().collect();
-        let b: Resources = [("cpu".to_string(), q("500m")), ("nvidia.com/gpu".to_string(), q("1"))].into_iter().collect();
+        let mut a: Resources = [
+            ("cpu".to_string(), q("1")),
+            ("memory".to_string(), q("1Gi")),
+        ]
+        .into_iter()
+        .collect();
+        let b: Resources = [
+            ("cpu".to_string(), q("500m")),
+            ("nvidia.com/gpu".to_string(), q("1")),
+        ]
+        .into_iter()
+        .collect();
         a.add(&b);
         assert_eq!(a.get("cpu"), q("1500m"));
         assert_eq!(a.get("nvidia.com/gpu"), q("1"));

@@ -25,7 +25,11 @@ fn default_autoscaler_resources() -> ResourceRequirements {
     ]
     .into_iter()
     .collect::<std::collections::BTreeMap<_, _>>();
-    ResourceRequirements { limits: Some(list.clone()), requests: Some(list), ..Default::default() }
+    ResourceRequirements {
+        limits: Some(list.clone()),
+        requests: Some(list),
+        ..Default::default()
+    }
 }
 
 /// The head template as KubeRay runs it: with the autoscaler sidecar when autoscaling is on.
@@ -38,7 +42,11 @@ fn head_template(spec: &RayClusterSpec) -> PodTemplateSpec {
             .and_then(|o| o.resources.clone())
             .unwrap_or_else(default_autoscaler_resources);
         let pod = template.spec.get_or_insert_with(Default::default);
-        if !pod.containers.iter().any(|c| c.name == AUTOSCALER_CONTAINER_NAME) {
+        if !pod
+            .containers
+            .iter()
+            .any(|c| c.name == AUTOSCALER_CONTAINER_NAME)
+        {
             pod.containers.push(Container {
                 name: AUTOSCALER_CONTAINER_NAME.to_string(),
                 resources: Some(resources),
@@ -54,7 +62,11 @@ fn head_template(spec: &RayClusterSpec) -> PodTemplateSpec {
 /// Counts are the pods KubeRay v1.7 creates: `clamp(replicas ?? minReplicas, min, max) × numOfHosts`,
 /// 0 for a suspended group. `object` names the object and `field` the path of `spec` in it
 /// (`spec` for a RayCluster, `spec.rayClusterConfig` for a RayService), for error messages.
-pub fn of_cluster(spec: &RayClusterSpec, object: &str, field: &str) -> Result<Vec<PodSet>, PodSetError> {
+pub fn of_cluster(
+    spec: &RayClusterSpec,
+    object: &str,
+    field: &str,
+) -> Result<Vec<PodSet>, PodSetError> {
     let groups = spec.worker_group_specs.as_deref().unwrap_or_default();
     if groups.len() > MAX_WORKER_GROUPS {
         return Err(PodSetError::TooManyWorkerGroups {
@@ -105,7 +117,11 @@ pub fn of_cluster(spec: &RayClusterSpec, object: &str, field: &str) -> Result<Ve
         }
         let non_negative = |leaf: &str, v: Option<i32>| -> Result<Option<i32>, PodSetError> {
             match v {
-                Some(v) if v < 0 => Err(PodSetError::Negative { object: object.to_string(), field: err_field(leaf), value: v }),
+                Some(v) if v < 0 => Err(PodSetError::Negative {
+                    object: object.to_string(),
+                    field: err_field(leaf),
+                    value: v,
+                }),
                 v => Ok(v),
             }
         };
@@ -113,25 +129,42 @@ pub fn of_cluster(spec: &RayClusterSpec, object: &str, field: &str) -> Result<Ve
         let max = non_negative("maxReplicas", g.max_replicas)?.unwrap_or(i32::MAX);
         let replicas = non_negative("replicas", g.replicas)?.unwrap_or(min);
         if min > max {
-            return Err(PodSetError::MinAboveMax { object: object.to_string(), field: gfield.clone(), min, max });
+            return Err(PodSetError::MinAboveMax {
+                object: object.to_string(),
+                field: gfield.clone(),
+                min,
+                max,
+            });
         }
         let hosts = g.num_of_hosts.unwrap_or(1);
         if hosts < 1 {
-            return Err(PodSetError::NotPositive { object: object.to_string(), field: err_field("numOfHosts"), value: hosts });
+            return Err(PodSetError::NotPositive {
+                object: object.to_string(),
+                field: err_field("numOfHosts"),
+                value: hosts,
+            });
         }
         let count = if g.suspend == Some(true) {
             0
         } else {
-            replicas
-                .clamp(min, max)
-                .checked_mul(hosts)
-                .ok_or_else(|| PodSetError::CountOverflow { object: object.to_string(), field: gfield.clone() })?
+            replicas.clamp(min, max).checked_mul(hosts).ok_or_else(|| {
+                PodSetError::CountOverflow {
+                    object: object.to_string(),
+                    field: gfield.clone(),
+                }
+            })?
         };
         let requests = match &g.template.spec {
             Some(pod) => pod_requests(pod, &format!("{gfield}.template.spec"), object)?,
             None => Default::default(),
         };
-        out.push(PodSet { name, group: g.group_name.clone(), count, requests, template: g.template.clone() });
+        out.push(PodSet {
+            name,
+            group: g.group_name.clone(),
+            count,
+            requests,
+            template: g.template.clone(),
+        });
     }
     Ok(out)
 }
@@ -159,19 +192,25 @@ mod tests {
     }
 
     fn counts(s: &RayClusterSpec) -> Vec<(String, i32)> {
-        of_cluster(s, "RayCluster ns/rc", "spec").unwrap().into_iter().map(|p| (p.name, p.count)).collect()
+        of_cluster(s, "RayCluster ns/rc", "spec")
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.name, p.count))
+            .collect()
     }
 
     #[test]
     fn head_then_worker_groups_lower_cased_with_kuberay_counts() {
-        let s = spec(json!({"headGroupSpec": {"template": pod("2")}, "workerGroupSpecs": [
-            group("Small", json!({"replicas": 3, "minReplicas": 1, "maxReplicas": 5})),
-            group("big", json!({"replicas": 9, "minReplicas": 1, "maxReplicas": 4})),
-            group("low", json!({"replicas": 0, "minReplicas": 2, "maxReplicas": 4})),
-            group("unset", json!({"minReplicas": 2})),
-            group("multi", json!({"replicas": 2, "numOfHosts": 4})),
-            group("paused", json!({"replicas": 2, "suspend": true}))
-        ]}));
+        let s = spec(
+            json!({"headGroupSpec": {"template": pod("2")}, "workerGroupSpecs": [
+                group("Small", json!({"replicas": 3, "minReplicas": 1, "maxReplicas": 5})),
+                group("big", json!({"replicas": 9, "minReplicas": 1, "maxReplicas": 4})),
+                group("low", json!({"replicas": 0, "minReplicas": 2, "maxReplicas": 4})),
+                group("unset", json!({"minReplicas": 2})),
+                group("multi", json!({"replicas": 2, "numOfHosts": 4})),
+                group("paused", json!({"replicas": 2, "suspend": true}))
+            ]}),
+        );
         assert_eq!(
             counts(&s),
             vec![
@@ -188,11 +227,18 @@ mod tests {
 
     #[test]
     fn autoscaler_container_is_added_to_the_head() {
-        let mut s = spec(json!({"enableInTreeAutoscaling": true, "headGroupSpec": {"template": pod("1")}}));
+        let mut s =
+            spec(json!({"enableInTreeAutoscaling": true, "headGroupSpec": {"template": pod("1")}}));
         let head = &of_cluster(&s, "o", "spec").unwrap()[0];
         assert_eq!(head.requests.get("cpu"), Quantity::parse("1500m").unwrap());
-        assert_eq!(head.requests.get("memory"), Quantity::parse("512Mi").unwrap());
-        s.autoscaler_options = Some(serde_json::from_value(json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}})).unwrap());
+        assert_eq!(
+            head.requests.get("memory"),
+            Quantity::parse("512Mi").unwrap()
+        );
+        s.autoscaler_options = Some(
+            serde_json::from_value(json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}))
+                .unwrap(),
+        );
         let head = &of_cluster(&s, "o", "spec").unwrap()[0];
         assert_eq!(head.requests.get("cpu"), Quantity::parse("2").unwrap());
         assert_eq!(head.requests.get("memory"), Quantity::parse("1Gi").unwrap());
@@ -200,27 +246,52 @@ mod tests {
 
     #[test]
     fn rejects_what_kueue_rejects() {
-        let too_many: Vec<_> = (0..18).map(|i| group(&format!("g{i}"), json!({}))).collect();
+        let too_many: Vec<_> = (0..18)
+            .map(|i| group(&format!("g{i}"), json!({})))
+            .collect();
         let cases = [
             (json!([group("Head", json!({}))]), "reserved"),
             (json!(too_many), "at most 17"),
             (json!([group("under_score", json!({}))]), "DNS label"),
-            (json!([group("a", json!({})), group("A", json!({}))]), "used twice"),
-            (json!([group("a", json!({"replicas": -1}))]), "workerGroupSpecs[0].replicas: must not be negative"),
-            (json!([group("a", json!({"minReplicas": 3, "maxReplicas": 2}))]), "greater than maxReplicas"),
-            (json!([group("a", json!({"numOfHosts": 0}))]), "numOfHosts: must be at least 1"),
-            (json!([group("a", json!({"replicas": 2147483647, "numOfHosts": 2}))]), "overflows"),
+            (
+                json!([group("a", json!({})), group("A", json!({}))]),
+                "used twice",
+            ),
+            (
+                json!([group("a", json!({"replicas": -1}))]),
+                "workerGroupSpecs[0].replicas: must not be negative",
+            ),
+            (
+                json!([group("a", json!({"minReplicas": 3, "maxReplicas": 2}))]),
+                "greater than maxReplicas",
+            ),
+            (
+                json!([group("a", json!({"numOfHosts": 0}))]),
+                "numOfHosts: must be at least 1",
+            ),
+            (
+                json!([group("a", json!({"replicas": 2147483647, "numOfHosts": 2}))]),
+                "overflows",
+            ),
         ];
         for (groups, want) in cases {
-            let s = spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
-            let err = of_cluster(&s, "RayCluster ns/rc", "spec").unwrap_err().to_string();
-            assert!(err.contains(want) && err.contains("RayCluster ns/rc"), "{err} should contain {want}");
+            let s =
+                spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
+            let err = of_cluster(&s, "RayCluster ns/rc", "spec")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(want) && err.contains("RayCluster ns/rc"),
+                "{err} should contain {want}"
+            );
         }
     }
 
     #[test]
     fn seventeen_worker_groups_are_allowed() {
-        let groups: Vec<_> = (0..17).map(|i| group(&format!("g{i}"), json!({}))).collect();
+        let groups: Vec<_> = (0..17)
+            .map(|i| group(&format!("g{i}"), json!({})))
+            .collect();
         let s = spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
         assert_eq!(of_cluster(&s, "o", "spec").unwrap().len(), 18);
     }

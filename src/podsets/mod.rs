@@ -8,7 +8,9 @@ mod cluster;
 mod pod;
 mod service;
 
-pub use cluster::{AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS, of_cluster};
+pub use cluster::{
+    AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS, of_cluster,
+};
 pub use pod::{container_requests, pod_requests};
 pub use service::{ServicePodSets, Source, children_of, of_service};
 
@@ -51,25 +53,70 @@ pub fn total(podsets: &[PodSet]) -> Resources {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PodSetError {
     #[error("{object}: {field}: invalid quantity: {reason}")]
-    InvalidQuantity { object: String, field: String, reason: String },
+    InvalidQuantity {
+        object: String,
+        field: String,
+        reason: String,
+    },
     #[error("{object}: {field}: must not be negative (got {value})")]
-    Negative { object: String, field: String, value: i32 },
+    Negative {
+        object: String,
+        field: String,
+        value: i32,
+    },
     #[error("{object}: {field}: must be at least 1 (got {value})")]
-    NotPositive { object: String, field: String, value: i32 },
+    NotPositive {
+        object: String,
+        field: String,
+        value: i32,
+    },
     #[error("{object}: {field}: minReplicas {min} is greater than maxReplicas {max}")]
-    MinAboveMax { object: String, field: String, min: i32, max: i32 },
+    MinAboveMax {
+        object: String,
+        field: String,
+        min: i32,
+        max: i32,
+    },
     #[error("{object}: {field}: pod count overflows int32")]
     CountOverflow { object: String, field: String },
     #[error("{object}: {field}: worker group name {name:?} is reserved for the head PodSet")]
-    ReservedGroupName { object: String, field: String, name: String },
-    #[error("{object}: {field}: worker group name {name:?} is not a DNS label after lower-casing ({reason})")]
-    InvalidGroupName { object: String, field: String, name: String, reason: String },
-    #[error("{object}: {field}: worker group name {name:?} is used twice (PodSet names are case-insensitive)")]
-    DuplicateGroupName { object: String, field: String, name: String },
-    #[error("{object}: {field}: {count} worker groups; Kueue allows at most {max} (18 PodSets with the head)")]
-    TooManyWorkerGroups { object: String, field: String, count: usize, max: usize },
+    ReservedGroupName {
+        object: String,
+        field: String,
+        name: String,
+    },
+    #[error(
+        "{object}: {field}: worker group name {name:?} is not a DNS label after lower-casing ({reason})"
+    )]
+    InvalidGroupName {
+        object: String,
+        field: String,
+        name: String,
+        reason: String,
+    },
+    #[error(
+        "{object}: {field}: worker group name {name:?} is used twice (PodSet names are case-insensitive)"
+    )]
+    DuplicateGroupName {
+        object: String,
+        field: String,
+        name: String,
+    },
+    #[error(
+        "{object}: {field}: {count} worker groups; Kueue allows at most {max} (18 PodSets with the head)"
+    )]
+    TooManyWorkerGroups {
+        object: String,
+        field: String,
+        count: usize,
+        max: usize,
+    },
     #[error("{object}: its children need {count} distinct PodSets; a Workload holds at most {max}")]
-    TooManyPodSets { object: String, count: usize, max: usize },
+    TooManyPodSets {
+        object: String,
+        count: usize,
+        max: usize,
+    },
 }
 
 /// Checks a name is an RFC 1123 DNS label (what Kueue's PodSet names must be).
@@ -80,7 +127,10 @@ pub fn dns_label_error(name: &str) -> Option<&'static str> {
     if name.len() > 63 {
         return Some("longer than 63 characters");
     }
-    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
         return Some("only a-z, 0-9 and '-' are allowed");
     }
     if name.starts_with('-') || name.ends_with('-') {

@@ -11,16 +11,21 @@ use super::PodSetError;
 use crate::quantity::{Quantity, Resources};
 
 /// Requests of one container, limits standing in for unset requests.
-pub fn container_requests(res: Option<&ResourceRequirements>, field: &str, object: &str) -> Result<Resources, PodSetError> {
+pub fn container_requests(
+    res: Option<&ResourceRequirements>,
+    field: &str,
+    object: &str,
+) -> Result<Resources, PodSetError> {
     let mut out = Resources::new();
     let Some(res) = res else { return Ok(out) };
-    let parse = |kind: &str, name: &str, q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
-        Quantity::try_from(q).map_err(|e| PodSetError::InvalidQuantity {
-            object: object.to_string(),
-            field: format!("{field}.resources.{kind}[{name}]"),
-            reason: e.to_string(),
-        })
-    };
+    let parse =
+        |kind: &str, name: &str, q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+            Quantity::try_from(q).map_err(|e| PodSetError::InvalidQuantity {
+                object: object.to_string(),
+                field: format!("{field}.resources.{kind}[{name}]"),
+                reason: e.to_string(),
+            })
+        };
     if let Some(limits) = &res.limits {
         for (name, q) in limits {
             out.set(name.clone(), parse("limits", name, q)?);
@@ -42,12 +47,20 @@ fn is_sidecar(c: &Container) -> bool {
 pub fn pod_requests(spec: &PodSpec, field: &str, object: &str) -> Result<Resources, PodSetError> {
     let mut total = Resources::new();
     for (i, c) in spec.containers.iter().enumerate() {
-        total.add(&container_requests(c.resources.as_ref(), &format!("{field}.containers[{i}]"), object)?);
+        total.add(&container_requests(
+            c.resources.as_ref(),
+            &format!("{field}.containers[{i}]"),
+            object,
+        )?);
     }
     let mut sidecars = Resources::new();
     let mut init_peak = Resources::new();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let r = container_requests(c.resources.as_ref(), &format!("{field}.initContainers[{i}]"), object)?;
+        let r = container_requests(
+            c.resources.as_ref(),
+            &format!("{field}.initContainers[{i}]"),
+            object,
+        )?;
         let mut during = if is_sidecar(c) {
             total.add(&r);
             sidecars.add(&r);
@@ -62,11 +75,12 @@ pub fn pod_requests(spec: &PodSpec, field: &str, object: &str) -> Result<Resourc
     }
     total.max_with(&init_peak);
     if let Some(overhead) = &spec.overhead {
-        let o = Resources::from_k8s(overhead).map_err(|(name, e)| PodSetError::InvalidQuantity {
-            object: object.to_string(),
-            field: format!("{field}.overhead[{name}]"),
-            reason: e.to_string(),
-        })?;
+        let o =
+            Resources::from_k8s(overhead).map_err(|(name, e)| PodSetError::InvalidQuantity {
+                object: object.to_string(),
+                field: format!("{field}.overhead[{name}]"),
+                reason: e.to_string(),
+            })?;
         total.add(&o);
     }
     Ok(total)
@@ -149,10 +163,15 @@ mod tests {
 
     #[test]
     fn a_bad_quantity_names_the_field() {
-        let s = spec(json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}));
+        let s = spec(
+            json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}),
+        );
         let e = pod_requests(&s, "spec.template.spec", "RayCluster ns/x").unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("RayCluster ns/x"), "{msg}");
-        assert!(msg.contains("spec.template.spec.containers[0].resources.requests[cpu]"), "{msg}");
+        assert!(
+            msg.contains("spec.template.spec.containers[0].resources.requests[cpu]"),
+            "{msg}"
+        );
     }
 }

@@ -4,7 +4,8 @@ use sha2::{Digest, Sha256};
 
 use super::{MAX_PODSETS, PodSet, PodSetError, of_cluster};
 use crate::types::ray::{
-    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
+    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
+    RayCluster, RayService,
 };
 
 /// Where a RayService's PodSets came from.
@@ -15,6 +16,15 @@ pub enum Source {
     Children,
     /// `spec.rayClusterConfig`: no child exists yet (bootstrap).
     Template,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Source::Children => "children",
+            Source::Template => "template",
+        })
+    }
 }
 
 /// The PodSets of one RayService and what they were computed from.
@@ -29,7 +39,10 @@ pub struct ServicePodSets {
 /// The children of `service` among `clusters`: same namespace, labelled
 /// `ray.io/originated-from-cr-name=<name>` and `ray.io/originated-from-crd=RayService`.
 /// Oldest first (creation time, then the active child, then name).
-pub fn children_of<'a>(service: &RayService, clusters: impl IntoIterator<Item = &'a RayCluster>) -> Vec<&'a RayCluster> {
+pub fn children_of<'a>(
+    service: &RayService,
+    clusters: impl IntoIterator<Item = &'a RayCluster>,
+) -> Vec<&'a RayCluster> {
     let ns = service.metadata.namespace.as_deref();
     let name = service.metadata.name.as_deref().unwrap_or_default();
     let active = service
@@ -49,7 +62,11 @@ pub fn children_of<'a>(service: &RayService, clusters: impl IntoIterator<Item = 
         .collect();
     out.sort_by_key(|c| {
         let n = c.metadata.name.as_deref().unwrap_or_default();
-        (c.metadata.creation_timestamp.as_ref().map(|t| t.0), Some(n) != active, n.to_string())
+        (
+            c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            Some(n) != active,
+            n.to_string(),
+        )
     });
     out
 }
@@ -74,7 +91,11 @@ fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String {
     let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let suffix = &hex[..hex_len];
     let keep = 63 - 1 - hex_len;
-    let stem = if base.len() > keep { base[..keep].trim_end_matches('-') } else { base };
+    let stem = if base.len() > keep {
+        base[..keep].trim_end_matches('-')
+    } else {
+        base
+    };
     format!("{stem}-{suffix}")
 }
 
@@ -85,11 +106,22 @@ fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String {
 /// upgrade), each distinct shape gets its own PodSet: the oldest child's keeps the plain name,
 /// others get a suffix from a hash of their requests. Order: head, the oldest child's groups, then
 /// new ones in order of appearance. A child being deleted still counts.
-pub fn of_service(service: &RayService, children: &[&RayCluster]) -> Result<ServicePodSets, PodSetError> {
+pub fn of_service(
+    service: &RayService,
+    children: &[&RayCluster],
+) -> Result<ServicePodSets, PodSetError> {
     let svc = object_name("RayService", &service.metadata);
     if children.is_empty() {
-        let podsets = of_cluster(&service.spec.ray_cluster_config, &svc, "spec.rayClusterConfig")?;
-        return Ok(ServicePodSets { source: Source::Template, children: vec![], podsets });
+        let podsets = of_cluster(
+            &service.spec.ray_cluster_config,
+            &svc,
+            "spec.rayClusterConfig",
+        )?;
+        return Ok(ServicePodSets {
+            source: Source::Template,
+            children: vec![],
+            podsets,
+        });
     }
     let mut out: Vec<PodSet> = Vec::new();
     for child in children {
@@ -104,10 +136,13 @@ pub fn of_service(service: &RayService, children: &[&RayCluster]) -> Result<Serv
             }
             match out.iter_mut().find(|o| o.name == name) {
                 Some(o) if o.requests == p.requests => {
-                    o.count = o
-                        .count
-                        .checked_add(p.count)
-                        .ok_or_else(|| PodSetError::CountOverflow { object: svc.clone(), field: format!("podSets[{name}].count") })?;
+                    o.count =
+                        o.count
+                            .checked_add(p.count)
+                            .ok_or_else(|| PodSetError::CountOverflow {
+                                object: svc.clone(),
+                                field: format!("podSets[{name}].count"),
+                            })?;
                 }
                 Some(_) => {
                     return Err(PodSetError::InvalidGroupName {
@@ -122,11 +157,18 @@ pub fn of_service(service: &RayService, children: &[&RayCluster]) -> Result<Serv
         }
     }
     if out.len() > MAX_PODSETS {
-        return Err(PodSetError::TooManyPodSets { object: svc, count: out.len(), max: MAX_PODSETS });
+        return Err(PodSetError::TooManyPodSets {
+            object: svc,
+            count: out.len(),
+            max: MAX_PODSETS,
+        });
     }
     Ok(ServicePodSets {
         source: Source::Children,
-        children: children.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect(),
+        children: children
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect(),
         podsets: out,
     })
 }
@@ -171,7 +213,13 @@ mod tests {
     fn no_child_bootstraps_from_the_template() {
         let s = of_service(&service(), &[]).unwrap();
         assert_eq!(s.source, Source::Template);
-        assert_eq!(s.podsets.iter().map(|p| (p.name.as_str(), p.count)).collect::<Vec<_>>(), [("head", 1), ("gpu", 2)]);
+        assert_eq!(
+            s.podsets
+                .iter()
+                .map(|p| (p.name.as_str(), p.count))
+                .collect::<Vec<_>>(),
+            [("head", 1), ("gpu", 2)]
+        );
     }
 
     #[test]
@@ -180,9 +228,19 @@ mod tests {
         let mut other_ns = mine.clone();
         other_ns.metadata.namespace = Some("elsewhere".into());
         let mut other_svc = mine.clone();
-        other_svc.metadata.labels.as_mut().unwrap().insert(ORIGINATED_FROM_CR_NAME_LABEL.into(), "svc2".into());
+        other_svc
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(ORIGINATED_FROM_CR_NAME_LABEL.into(), "svc2".into());
         let mut rayjob = mine.clone();
-        rayjob.metadata.labels.as_mut().unwrap().insert(ORIGINATED_FROM_CRD_LABEL.into(), "RayJob".into());
+        rayjob
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(ORIGINATED_FROM_CRD_LABEL.into(), "RayJob".into());
         let mut unlabelled = mine.clone();
         unlabelled.metadata.labels = None;
         let all = [other_ns, mine, other_svc, rayjob, unlabelled];
@@ -193,15 +251,28 @@ mod tests {
 
     #[test]
     fn two_children_sum_counts_by_name_oldest_first() {
-        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!([g("gpu", 2, "4"), g("extra", 1, "1")]));
-        let old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g("gpu", 3, "4")]));
+        let new = child(
+            "svc-bbbbb",
+            "2026-01-02T00:00:00Z",
+            "1",
+            json!([g("gpu", 2, "4"), g("extra", 1, "1")]),
+        );
+        let old = child(
+            "svc-aaaaa",
+            "2026-01-01T00:00:00Z",
+            "1",
+            json!([g("gpu", 3, "4")]),
+        );
         let all = [new, old];
         let kids = children_of(&service(), &all);
         let s = of_service(&service(), &kids).unwrap();
         assert_eq!(s.source, Source::Children);
         assert_eq!(s.children, ["svc-aaaaa", "svc-bbbbb"]);
         assert_eq!(
-            s.podsets.iter().map(|p| (p.name.as_str(), p.count)).collect::<Vec<_>>(),
+            s.podsets
+                .iter()
+                .map(|p| (p.name.as_str(), p.count))
+                .collect::<Vec<_>>(),
             [("head", 2), ("gpu", 5), ("extra", 1)]
         );
         assert_eq!(total(&s.podsets).get("cpu"), Quantity::parse("23").unwrap());
@@ -209,8 +280,18 @@ mod tests {
 
     #[test]
     fn a_resource_changing_upgrade_keeps_exact_shapes() {
-        let old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g("gpu", 2, "4")]));
-        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "2", json!([g("gpu", 2, "8")]));
+        let old = child(
+            "svc-aaaaa",
+            "2026-01-01T00:00:00Z",
+            "1",
+            json!([g("gpu", 2, "4")]),
+        );
+        let new = child(
+            "svc-bbbbb",
+            "2026-01-02T00:00:00Z",
+            "2",
+            json!([g("gpu", 2, "8")]),
+        );
         let all = [old, new];
         let kids = children_of(&service(), &all);
         let s = of_service(&service(), &kids).unwrap();
@@ -218,7 +299,10 @@ mod tests {
         assert_eq!(names.len(), 4, "{names:?}");
         assert_eq!(names[0], "head");
         assert_eq!(names[1], "gpu");
-        assert!(names[2].starts_with("head-") && names[3].starts_with("gpu-"), "{names:?}");
+        assert!(
+            names[2].starts_with("head-") && names[3].starts_with("gpu-"),
+            "{names:?}"
+        );
         assert_eq!(s.podsets[3].group, "gpu");
         // 1 + 2×4 + 2 + 2×8 = 27 CPU, exactly
         assert_eq!(total(&s.podsets).get("cpu"), Quantity::parse("27").unwrap());
@@ -229,19 +313,42 @@ mod tests {
     #[test]
     fn a_long_group_name_gets_a_dns_safe_suffix() {
         let long = "g".repeat(63);
-        let old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g(&long, 1, "4")]));
-        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!([g(&long, 1, "8")]));
+        let old = child(
+            "svc-aaaaa",
+            "2026-01-01T00:00:00Z",
+            "1",
+            json!([g(&long, 1, "4")]),
+        );
+        let new = child(
+            "svc-bbbbb",
+            "2026-01-02T00:00:00Z",
+            "1",
+            json!([g(&long, 1, "8")]),
+        );
         let all = [old, new];
         let s = of_service(&service(), &children_of(&service(), &all)).unwrap();
         let suffixed = &s.podsets[2].name;
-        assert!(suffixed.len() <= 63 && crate::podsets::dns_label_error(suffixed).is_none(), "{suffixed}");
+        assert!(
+            suffixed.len() <= 63 && crate::podsets::dns_label_error(suffixed).is_none(),
+            "{suffixed}"
+        );
     }
 
     #[test]
     fn a_child_being_deleted_still_counts() {
-        let mut old = child("svc-aaaaa", "2026-01-01T00:00:00Z", "1", json!([g("gpu", 2, "4")]));
+        let mut old = child(
+            "svc-aaaaa",
+            "2026-01-01T00:00:00Z",
+            "1",
+            json!([g("gpu", 2, "4")]),
+        );
         old.metadata.deletion_timestamp = old.metadata.creation_timestamp.clone();
-        let new = child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!([g("gpu", 2, "4")]));
+        let new = child(
+            "svc-bbbbb",
+            "2026-01-02T00:00:00Z",
+            "1",
+            json!([g("gpu", 2, "4")]),
+        );
         let all = [old, new];
         let s = of_service(&service(), &children_of(&service(), &all)).unwrap();
         assert_eq!(s.podsets[1].count, 4);
@@ -256,7 +363,10 @@ mod tests {
             child("svc-bbbbb", "2026-01-02T00:00:00Z", "1", json!(new_groups)),
         ];
         let err = of_service(&service(), &children_of(&service(), &all)).unwrap_err();
-        assert!(matches!(err, PodSetError::TooManyPodSets { count: 21, .. }), "{err}");
+        assert!(
+            matches!(err, PodSetError::TooManyPodSets { count: 21, .. }),
+            "{err}"
+        );
     }
 
     fn exact_total(c: &RayCluster) -> Resources {

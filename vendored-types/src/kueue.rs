@@ -18,7 +18,8 @@ pub const ELASTIC_JOB_ANNOTATION: &str = "kueue.x-k8s.io/elastic-job";
 /// Annotation holding the name of the root slice of a chain.
 pub const WORKLOAD_SLICE_NAME_ANNOTATION: &str = "kueue.x-k8s.io/workload-slice-name";
 /// Annotation on a replacement slice naming `<namespace>/<name>` of the slice it replaces.
-pub const WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION: &str = "kueue.x-k8s.io/workload-slice-replacement-for";
+pub const WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION: &str =
+    "kueue.x-k8s.io/workload-slice-replacement-for";
 
 /// Workload condition types.
 pub mod condition {
@@ -87,6 +88,7 @@ pub struct ResourceFlavorSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterQueueSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub resource_groups: Vec<ResourceGroup>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cohort_name: Option<String>,
@@ -127,8 +129,10 @@ pub enum StopPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceGroup {
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub covered_resources: Vec<String>,
     /// Ordered: the first flavor that fits wins.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors: Vec<FlavorQuotas>,
 }
 
@@ -137,6 +141,7 @@ pub struct ResourceGroup {
 #[serde(rename_all = "camelCase")]
 pub struct FlavorQuotas {
     pub name: String,
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub resources: Vec<ResourceQuota>,
 }
 
@@ -210,10 +215,13 @@ pub struct FlavorFungibility {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterQueueStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors_reservation: Vec<FlavorUsage>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors_usage: Vec<FlavorUsage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_workloads: Option<i32>,
@@ -228,6 +236,7 @@ pub struct ClusterQueueStatus {
 #[serde(rename_all = "camelCase")]
 pub struct FlavorUsage {
     pub name: String,
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub resources: Vec<ResourceUsage>,
 }
 
@@ -251,6 +260,7 @@ pub struct CohortSpec {
     pub parent_name: Option<String>,
     /// Quota the cohort itself holds and lends to its members.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub resource_groups: Vec<ResourceGroup>,
 }
 
@@ -280,10 +290,13 @@ pub struct LocalQueueSpec {
 #[serde(rename_all = "camelCase")]
 pub struct LocalQueueStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors_reservation: Vec<LocalQueueFlavorUsage>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors_usage: Vec<LocalQueueFlavorUsage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_workloads: Option<i32>,
@@ -298,6 +311,7 @@ pub struct LocalQueueStatus {
 #[serde(rename_all = "camelCase")]
 pub struct LocalQueueFlavorUsage {
     pub name: String,
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub resources: Vec<LocalQueueResourceUsage>,
 }
 
@@ -363,6 +377,7 @@ impl kube::Resource for WorkloadPriorityClass {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadSpec {
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub pod_sets: Vec<PodSet>,
     /// The LocalQueue, in the Workload's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -404,10 +419,12 @@ pub struct PriorityClassRef {
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Admission>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub reclaimable_pods: Vec<ReclaimablePod>,
 }
 
@@ -416,6 +433,7 @@ pub struct WorkloadStatus {
 #[serde(rename_all = "camelCase")]
 pub struct Admission {
     pub cluster_queue: String,
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub pod_set_assignments: Vec<PodSetAssignment>,
 }
 

@@ -19,7 +19,8 @@ pub const ORIGINATED_FROM_CRD_LABEL: &str = "ray.io/originated-from-crd";
 /// Value of [`ORIGINATED_FROM_CRD_LABEL`] on RayService children.
 pub const ORIGINATED_FROM_RAYSERVICE: &str = "RayService";
 /// Annotation holding KubeRay's hash of `rayClusterConfig` without replicas.
-pub const HASH_WITHOUT_REPLICAS_ANNOTATION: &str = "ray.io/hash-without-replicas-and-workers-to-delete";
+pub const HASH_WITHOUT_REPLICAS_ANNOTATION: &str =
+    "ray.io/hash-without-replicas-and-workers-to-delete";
 /// Annotation holding the number of worker groups a child was created with.
 pub const NUM_WORKER_GROUPS_ANNOTATION: &str = "ray.io/num-worker-groups";
 /// Annotation holding the KubeRay version that created a child.
@@ -225,13 +226,25 @@ pub struct RayClusterStatus {
     pub min_worker_replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_worker_replicas: Option<i32>,
-    #[serde(default, rename = "desiredCPU", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "desiredCPU",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub desired_cpu: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_memory: Option<Quantity>,
-    #[serde(default, rename = "desiredGPU", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "desiredGPU",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub desired_gpu: Option<Quantity>,
-    #[serde(default, rename = "desiredTPU", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "desiredTPU",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub desired_tpu: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

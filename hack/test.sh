@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The one command that runs every raygate test: unit, property and integration tests.
+# Integration tests need the test API server; it is installed first (seconds when cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -x hack/install-test-apiserver.sh ]; then
+  hack/install-test-apiserver.sh
+fi
+exec cargo test --workspace --all-targets "$@"
