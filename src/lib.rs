@@ -2,10 +2,12 @@
 //!
 //! The decisions live in pure modules ([`quantity`], [`podsets`]); IO layers call them.
 
+pub mod admission;
 pub mod cli;
 pub mod crdgen;
 pub mod manifest;
 pub mod podsets;
 pub mod quantity;
+pub mod slices;
 
 pub use raygate_types as types;

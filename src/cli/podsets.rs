@@ -1,34 +1,15 @@
-//! The pure parts of raygate's command line: each command takes file text and returns output text
-//! or an error line. `main.rs` only parses flags, reads files and prints.
+//! `raygate podsets`: the PodSets a RayService needs now.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::InputError;
 use crate::manifest::{self, Doc, ManifestError};
-use crate::podsets::{self, PodSetError, ServicePodSets, Source};
+use crate::podsets::{self, ServicePodSets, Source};
 use crate::quantity::Resources;
 use crate::types::ray::{RayCluster, RayService};
-
-/// Output formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    Json,
-    Yaml,
-    Table,
-}
-
-/// Why a command failed on its input (exit code 2).
-#[derive(Debug, thiserror::Error)]
-pub enum InputError {
-    #[error(transparent)]
-    Manifest(#[from] ManifestError),
-    #[error("document {index}: {source}")]
-    PodSets { index: usize, source: PodSetError },
-    #[error("output: {0}")]
-    Render(String),
-}
 
 /// `raygate podsets` output.
 #[derive(Serialize, Debug)]
@@ -137,21 +118,6 @@ pub fn podsets(text: &str) -> Result<PodSetsReport, InputError> {
         InputError::PodSets { index, source }
     })?;
     Ok(PodSetsReport::new(&service, result))
-}
-
-/// Renders a report in the chosen format.
-pub fn render<T: Serialize>(
-    value: &T,
-    output: Output,
-    table: impl FnOnce(&T) -> String,
-) -> Result<String, InputError> {
-    match output {
-        Output::Json => serde_json::to_string_pretty(value)
-            .map(|s| s + "\n")
-            .map_err(|e| InputError::Render(e.to_string())),
-        Output::Yaml => serde_yaml::to_string(value).map_err(|e| InputError::Render(e.to_string())),
-        Output::Table => Ok(table(value)),
-    }
 }
 
 fn fmt_resources(r: &Resources) -> String {

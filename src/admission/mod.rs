@@ -1,0 +1,1 @@
+//! Admission: ClusterQueue quota decisions on a snapshot (pure).

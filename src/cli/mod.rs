@@ -1,0 +1,45 @@
+//! The pure parts of raygate's command line: each command takes file text and returns output text
+//! or an error line. `main.rs` only parses flags, reads files and prints.
+
+mod podsets;
+
+pub use podsets::{PodSetRow, PodSetsReport, podsets, podsets_table};
+
+use serde::Serialize;
+
+use crate::manifest::ManifestError;
+use crate::podsets::PodSetError;
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Json,
+    Yaml,
+    Table,
+}
+
+/// Why a command failed on its input (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("document {index}: {source}")]
+    PodSets { index: usize, source: PodSetError },
+    #[error("output: {0}")]
+    Render(String),
+}
+
+/// Renders a report in the chosen format.
+pub fn render<T: Serialize>(
+    value: &T,
+    output: Output,
+    table: impl FnOnce(&T) -> String,
+) -> Result<String, InputError> {
+    match output {
+        Output::Json => serde_json::to_string_pretty(value)
+            .map(|s| s + "\n")
+            .map_err(|e| InputError::Render(e.to_string())),
+        Output::Yaml => serde_yaml::to_string(value).map_err(|e| InputError::Render(e.to_string())),
+        Output::Table => Ok(table(value)),
+    }
+}

@@ -1,0 +1,1 @@
+//! Workload slice chains (pure).
