@@ -12,6 +12,7 @@ pub use cluster::{
     AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS, of_cluster,
 };
 pub use pod::{container_requests, pod_requests};
+pub(crate) use service::shape_name;
 pub use service::{ServicePodSets, Source, children_of, of_service};
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;

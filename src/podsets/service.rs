@@ -80,7 +80,7 @@ fn object_name(kind: &str, meta: &kube::api::ObjectMeta) -> String {
 }
 
 /// A deterministic DNS-safe name for a PodSet whose per-pod requests differ from the plain one's.
-fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String {
+pub(crate) fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String {
     let mut h = Sha256::new();
     for (k, v) in podset.requests.iter() {
         h.update(k.as_bytes());

@@ -63,7 +63,12 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 /// `ResourceFlavorSpec`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "ResourceFlavor")]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "ResourceFlavor",
+    derive = "PartialEq"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceFlavorSpec {
     /// Labels of the nodes this flavor stands for; a PodSet's nodeSelector must not contradict them.
@@ -83,6 +88,7 @@ pub struct ResourceFlavorSpec {
     group = "kueue.x-k8s.io",
     version = "v1beta2",
     kind = "ClusterQueue",
+    derive = "PartialEq",
     status = "ClusterQueueStatus"
 )]
 #[serde(rename_all = "camelCase")]
@@ -253,7 +259,12 @@ pub struct ResourceUsage {
 
 /// `CohortSpec` (a cohort tree through `parentName`).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "Cohort")]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "Cohort",
+    derive = "PartialEq"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct CohortSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -274,6 +285,7 @@ pub struct CohortSpec {
     group = "kueue.x-k8s.io",
     version = "v1beta2",
     kind = "LocalQueue",
+    derive = "PartialEq",
     namespaced,
     status = "LocalQueueStatus"
 )]
@@ -372,6 +384,7 @@ impl kube::Resource for WorkloadPriorityClass {
     group = "kueue.x-k8s.io",
     version = "v1beta2",
     kind = "Workload",
+    derive = "PartialEq",
     namespaced,
     status = "WorkloadStatus"
 )]

@@ -32,6 +32,7 @@ pub const KUBERAY_VERSION_ANNOTATION: &str = "ray.io/kuberay-version";
     group = "ray.io",
     version = "v1",
     kind = "RayService",
+    derive = "PartialEq",
     namespaced,
     status = "RayServiceStatus",
     schema = "disabled"
@@ -123,6 +124,7 @@ pub struct RayServiceClusterStatus {
     group = "ray.io",
     version = "v1",
     kind = "RayCluster",
+    derive = "PartialEq",
     namespaced,
     status = "RayClusterStatus",
     schema = "disabled"

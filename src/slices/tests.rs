@@ -1,0 +1,615 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+use crate::podsets::{self, PodSet};
+use crate::quantity::Quantity;
+use crate::types::kueue::{Admission, PodSetAssignment, WorkloadStatus};
+
+fn ctx(mode: ChainMode) -> SliceContext {
+    SliceContext {
+        owner: SliceOwner {
+            namespace: "ns".into(),
+            name: "svc".into(),
+            uid: "uid-1".into(),
+        },
+        queue_name: "team-a".into(),
+        priority_class_ref: None,
+        priority: None,
+        mode,
+        children_exist: true,
+    }
+}
+
+fn ps(name: &str, group: &str, count: i32, cpu: &str) -> PodSet {
+    let template: k8s_openapi::api::core::v1::PodTemplateSpec = serde_json::from_value(json!({
+        "spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}
+    }))
+    .unwrap();
+    let requests = podsets::pod_requests(template.spec.as_ref().unwrap(), "t", "t").unwrap();
+    PodSet {
+        name: name.into(),
+        group: group.into(),
+        count,
+        requests,
+        template,
+    }
+}
+
+fn head(count: i32) -> PodSet {
+    ps("head", "headgroup", count, "1")
+}
+
+fn workers(count: i32) -> PodSet {
+    ps("workers", "workers", count, "1")
+}
+
+/// Applies a plan the way the controller does, stamping creation times in order.
+fn apply(ws: &mut Vec<Workload>, plan: &SlicePlan, clock: &mut i64) {
+    for a in &plan.actions {
+        match a {
+            SliceAction::Create { workload, .. } => {
+                let mut w = (**workload).clone();
+                *clock += 1;
+                w.metadata.creation_timestamp = Some(Time(Timestamp::from_second(*clock).unwrap()));
+                ws.push(w);
+            }
+            SliceAction::SetPodSets { name, pod_sets, .. } => {
+                let w = ws
+                    .iter_mut()
+                    .find(|w| w.metadata.name.as_deref() == Some(name))
+                    .unwrap();
+                w.spec.pod_sets = pod_sets.clone();
+            }
+            SliceAction::Finish { name, reason, .. } => {
+                let w = ws
+                    .iter_mut()
+                    .find(|w| w.metadata.name.as_deref() == Some(name))
+                    .unwrap();
+                set(w, condition::FINISHED, reason);
+            }
+        }
+    }
+}
+
+fn step(
+    ws: &mut Vec<Workload>,
+    c: &SliceContext,
+    desired: &[PodSet],
+    clock: &mut i64,
+) -> SlicePlan {
+    let p = plan(c, desired, ws);
+    apply(ws, &p, clock);
+    p
+}
+
+fn set(w: &mut Workload, type_: &str, reason: &str) {
+    let st = w.status.get_or_insert_with(WorkloadStatus::default);
+    st.conditions.retain(|c| c.type_ != type_);
+    st.conditions.push(Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: String::new(),
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    });
+}
+
+/// Marks a slice admitted with its current counts.
+fn admit(w: &mut Workload) {
+    let assignments = w
+        .spec
+        .pod_sets
+        .iter()
+        .map(|p| PodSetAssignment {
+            name: p.name.clone(),
+            count: Some(p.count),
+            ..Default::default()
+        })
+        .collect();
+    w.status
+        .get_or_insert_with(WorkloadStatus::default)
+        .admission = Some(Admission {
+        cluster_queue: "cq".into(),
+        pod_set_assignments: assignments,
+    });
+    set(w, condition::QUOTA_RESERVED, reason::QUOTA_RESERVED);
+    set(w, condition::ADMITTED, reason::ADMITTED);
+}
+
+fn by_name<'a>(ws: &'a [Workload], n: &str) -> &'a Workload {
+    ws.iter()
+        .find(|w| w.metadata.name.as_deref() == Some(n))
+        .unwrap()
+}
+
+fn live(ws: &[Workload]) -> Vec<&Workload> {
+    ws.iter().filter(|w| !is_finished(w)).collect()
+}
+
+fn count_of(w: &Workload, podset: &str) -> i32 {
+    w.spec
+        .pod_sets
+        .iter()
+        .find(|p| p.name == podset)
+        .map(|p| p.count)
+        .unwrap_or(-1)
+}
+
+#[test]
+fn no_slice_creates_a_root_with_kueue_annotations_and_owner() {
+    let p = plan(&ctx(ChainMode::Builtin), &[head(1), workers(2)], &[]);
+    let [
+        SliceAction::Create {
+            workload,
+            replaces: None,
+        },
+    ] = p.actions.as_slice()
+    else {
+        panic!("{p:?}")
+    };
+    let n = workload.metadata.name.clone().unwrap();
+    assert_eq!(p.target.as_deref(), Some(n.as_str()));
+    assert!(n.starts_with("rayservice-svc-") && n.len() <= 63);
+    let ann = workload.metadata.annotations.as_ref().unwrap();
+    assert_eq!(ann[ELASTIC_JOB_ANNOTATION], "true");
+    assert_eq!(ann[WORKLOAD_SLICE_NAME_ANNOTATION], n);
+    assert!(!ann.contains_key(WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION));
+    assert_eq!(workload.spec.queue_name.as_deref(), Some("team-a"));
+    let owner = &workload.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("RayService", "uid-1", Some(true))
+    );
+    assert_eq!(
+        counts(&workload.spec.pod_sets),
+        [("head", 1), ("workers", 2)]
+    );
+    let group = &workload.spec.pod_sets[1]
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()[GROUP_ANNOTATION];
+    assert_eq!(group, "workers");
+}
+
+#[test]
+fn equal_counts_keep_the_slice_and_planning_is_idempotent() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    let p = plan(&c, &[head(1), workers(2)], &ws);
+    assert_eq!(
+        plan(&c, &[head(1), workers(2)], &ws),
+        p,
+        "same input, same plan (and name)"
+    );
+    apply(&mut ws, &p, &mut clock);
+    assert_eq!(plan(&c, &[head(1), workers(2)], &ws).actions, []);
+    admit(&mut ws[0]);
+    assert_eq!(plan(&c, &[head(1), workers(2)], &ws).actions, []);
+}
+
+#[test]
+fn a_pending_slice_is_updated_in_place() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    let p = plan(&c, &[head(1), workers(5)], &ws);
+    assert!(
+        matches!(&p.actions[..], [SliceAction::SetPodSets { .. }]),
+        "{p:?}"
+    );
+    apply(&mut ws, &p, &mut clock);
+    assert_eq!(ws.len(), 1);
+    assert_eq!(count_of(&ws[0], "workers"), 5);
+}
+
+#[test]
+fn a_scale_down_of_a_reserved_slice_is_in_place_and_keeps_the_podset_list() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(4)], &mut clock);
+    admit(&mut ws[0]);
+    let p = plan(&c, &[head(1)], &ws);
+    apply(&mut ws, &p, &mut clock);
+    assert_eq!(ws.len(), 1);
+    assert_eq!(counts(&ws[0].spec.pod_sets), [("head", 1), ("workers", 0)]);
+}
+
+#[test]
+fn a_scale_up_of_a_reserved_slice_is_a_replacement_charged_by_delta() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
+    admit(&mut ws[0]);
+    let root = ws[0].metadata.name.clone().unwrap();
+    // a zero-downtime upgrade: a second child with the same shapes
+    let p = plan(&c, &[head(2), workers(2)], &ws);
+    let [
+        SliceAction::Create {
+            workload,
+            replaces: Some(old),
+        },
+    ] = p.actions.as_slice()
+    else {
+        panic!("{p:?}")
+    };
+    assert_eq!(old, &root);
+    let ann = workload.metadata.annotations.as_ref().unwrap();
+    assert_eq!(
+        ann[WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION],
+        format!("ns/{root}")
+    );
+    assert_eq!(ann[WORKLOAD_SLICE_NAME_ANNOTATION], root);
+    assert_eq!(
+        counts(&workload.spec.pod_sets),
+        [("head", 2), ("workers", 2)]
+    );
+    apply(&mut ws, &p, &mut clock);
+    // while it is pending the old slice stays and the plan is stable
+    assert_eq!(plan(&c, &[head(2), workers(2)], &ws).actions, []);
+    assert!(!is_finished(by_name(&ws, &root)));
+    assert!(!covers(&ws[0], &[head(2), workers(2)]));
+}
+
+#[test]
+fn a_pending_replacement_follows_further_changes_and_is_dropped_when_not_needed() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
+    admit(&mut ws[0]);
+    step(&mut ws, &c, &[head(2), workers(2)], &mut clock);
+    let p = plan(&c, &[head(2), workers(3)], &ws);
+    assert!(
+        matches!(
+            &p.actions[..],
+            [SliceAction::SetPodSets {
+                why: "pending replacement follows the PodSets",
+                ..
+            }]
+        ),
+        "{p:?}"
+    );
+    apply(&mut ws, &p, &mut clock);
+    // the upgrade was abandoned: back within the head
+    let p = plan(&c, &[head(1), workers(1)], &ws);
+    assert!(
+        matches!(
+            &p.actions[..],
+            [SliceAction::Finish {
+                reason: "OutOfSync",
+                ..
+            }]
+        ),
+        "{p:?}"
+    );
+    apply(&mut ws, &p, &mut clock);
+    assert_eq!(live(&ws).len(), 1);
+}
+
+#[test]
+fn the_replaced_slice_is_finished_once_its_replacement_holds_quota() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
+    admit(&mut ws[0]);
+    step(&mut ws, &c, &[head(2), workers(2)], &mut clock);
+    admit(&mut ws[1]);
+    let p = plan(&c, &[head(2), workers(2)], &ws);
+    assert!(
+        matches!(
+            &p.actions[..],
+            [SliceAction::Finish {
+                reason: "WorkloadSliceReplaced",
+                ..
+            }]
+        ),
+        "{p:?}"
+    );
+    apply(&mut ws, &p, &mut clock);
+    assert!(is_finished(&ws[0]));
+    assert!(covers(&ws[1], &[head(2), workers(2)]));
+}
+
+#[test]
+fn consecutive_scale_ups_get_distinct_names() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    let mut names = BTreeSet::new();
+    for n in 1..=4 {
+        step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
+        let newest = ws.last_mut().unwrap();
+        names.insert(newest.metadata.name.clone().unwrap());
+        admit(newest);
+        step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
+        // scale back down then up again: the same counts must not reuse a finished name
+        step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
+    }
+    assert_eq!(names.len(), 4, "{names:?}");
+    let all: BTreeSet<_> = ws
+        .iter()
+        .map(|w| w.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(all.len(), ws.len(), "no name reused");
+}
+
+#[test]
+fn stray_slices_are_finished_out_of_sync() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1)], &mut clock);
+    let mut stray = ws[0].clone();
+    stray.metadata.name = Some("stray".into());
+    ws.push(stray);
+    let p = plan(&c, &[head(1)], &ws);
+    assert!(
+        p.actions.iter().any(|a| matches!(
+            a,
+            SliceAction::Finish {
+                reason: "OutOfSync",
+                ..
+            }
+        )),
+        "{p:?}"
+    );
+    apply(&mut ws, &p, &mut clock);
+    assert_eq!(live(&ws).len(), 1);
+}
+
+#[test]
+fn an_evicted_slice_keeps_its_quota_until_the_pods_are_gone() {
+    let mut c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    admit(&mut ws[0]);
+    set(&mut ws[0], condition::EVICTED, reason::PREEMPTED);
+    assert_eq!(
+        plan(&c, &[head(1), workers(2)], &ws),
+        SlicePlan {
+            actions: vec![],
+            target: None
+        }
+    );
+    c.children_exist = false;
+    let p = plan(&c, &[head(1), workers(2)], &ws);
+    assert!(
+        matches!(
+            &p.actions[..],
+            [
+                SliceAction::Finish { .. },
+                SliceAction::Create { replaces: None, .. }
+            ]
+        ),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn a_deactivated_slice_is_kept() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1)], &mut clock);
+    ws[0].spec.active = Some(false);
+    set(&mut ws[0], condition::EVICTED, reason::DEACTIVATED);
+    assert_eq!(plan(&c, &[head(1)], &ws).actions, []);
+}
+
+#[test]
+fn beyond_kueue_a_new_worker_group_is_still_a_delta_replacement() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    admit(&mut ws[0]);
+    let gpu = ps("gpu", "gpu", 2, "8");
+    let p = plan(&c, &[head(2), workers(2), gpu.clone()], &ws);
+    let [
+        SliceAction::Create {
+            workload,
+            replaces: Some(_),
+        },
+    ] = p.actions.as_slice()
+    else {
+        panic!("{p:?}")
+    };
+    assert_eq!(
+        counts(&workload.spec.pod_sets),
+        [("head", 2), ("workers", 2), ("gpu", 2)]
+    );
+    assert!(
+        workload
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key(WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION)
+    );
+}
+
+#[test]
+fn kueue_compatible_replacements_keep_the_podset_list_identical() {
+    let c = ctx(ChainMode::KueueCompatible);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(
+        &mut ws,
+        &c,
+        &[head(1), workers(2), ps("gpu", "gpu", 1, "8")],
+        &mut clock,
+    );
+    admit(&mut ws[0]);
+    // gpu group removed, workers scaled up: same list, gpu count 0
+    let p = plan(&c, &[head(1), workers(4)], &ws);
+    let [SliceAction::Create { workload, .. }] = p.actions.as_slice() else {
+        panic!("{p:?}")
+    };
+    assert_eq!(
+        counts(&workload.spec.pod_sets),
+        [("head", 1), ("workers", 4), ("gpu", 0)]
+    );
+    // a group new to the chain starts a new chain instead
+    let p = plan(
+        &c,
+        &[
+            head(1),
+            workers(2),
+            ps("gpu", "gpu", 1, "8"),
+            ps("tpu", "tpu", 1, "2"),
+        ],
+        &ws,
+    );
+    let [
+        SliceAction::Create {
+            workload,
+            replaces: Some(_),
+        },
+    ] = p.actions.as_slice()
+    else {
+        panic!("{p:?}")
+    };
+    let ann = workload.metadata.annotations.as_ref().unwrap();
+    assert!(ann.contains_key(SUPERSEDES_ANNOTATION));
+    assert!(!ann.contains_key(WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION));
+    assert_eq!(
+        ann[WORKLOAD_SLICE_NAME_ANNOTATION],
+        workload.metadata.name.clone().unwrap()
+    );
+}
+
+#[test]
+fn after_a_resource_changing_upgrade_the_slice_shrinks_onto_the_right_shape() {
+    // chain admitted during the upgrade: old workers (1 cpu) and new workers (2 cpu) side by side
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    let big = |n: i32, name: &str| ps(name, "workers", n, "2");
+    step(
+        &mut ws,
+        &c,
+        &[head(2), workers(2), big(2, "workers-abc")],
+        &mut clock,
+    );
+    admit(&mut ws[0]);
+    // the old child is gone: of_service now names the big shape plainly "workers"
+    let p = plan(&c, &[head(1), big(2, "workers")], &ws);
+    let [
+        SliceAction::SetPodSets {
+            pod_sets,
+            why: "scale-down in place",
+            ..
+        },
+    ] = p.actions.as_slice()
+    else {
+        panic!("{p:?}")
+    };
+    // the 2-cpu pods stay charged under their chain name, the 1-cpu PodSet drops to 0
+    assert_eq!(
+        counts(pod_sets),
+        [("head", 1), ("workers", 0), ("workers-abc", 2)]
+    );
+    apply(&mut ws, &p, &mut clock);
+    assert!(covers(&ws[0], &[head(1), big(2, "workers")]));
+    assert!(!covers(&ws[0], &[head(1), big(3, "workers")]));
+}
+
+#[test]
+fn covers_is_shape_exact() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    admit(&mut ws[0]);
+    assert!(covers(&ws[0], &[head(1), workers(2)]));
+    assert!(covers(&ws[0], &[head(1), workers(1)]));
+    assert!(!covers(&ws[0], &[head(2), workers(2)]));
+    assert!(
+        !covers(&ws[0], &[head(1), ps("workers", "workers", 2, "2")]),
+        "same name, bigger pods"
+    );
+    assert_eq!(
+        Quantity::parse("1").unwrap(),
+        ws[0]
+            .spec
+            .pod_sets
+            .iter()
+            .map(|p| shape(p).unwrap().1.get("cpu"))
+            .next()
+            .unwrap()
+    );
+}
+
+/// Random sequences of desired PodSets and admissions.
+#[derive(Debug, Clone)]
+enum Event {
+    Desire(Vec<(usize, i32, u8)>), // (group index, count, cpu)
+    AdmitNewest,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        3 => prop::collection::vec((0usize..4, 0i32..5, 1u8..3), 0..4).prop_map(Event::Desire),
+        2 => Just(Event::AdmitNewest),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn chains_stay_normal_under_random_events(events in prop::collection::vec(event(), 1..25), kueue in any::<bool>()) {
+        let c = ctx(if kueue { ChainMode::KueueCompatible } else { ChainMode::Builtin });
+        let (mut ws, mut clock) = (vec![], 0i64);
+        let mut desired = vec![head(1)];
+        for e in events {
+            match e {
+                Event::Desire(groups) => {
+                    desired = vec![head(1)];
+                    let mut seen = BTreeSet::new();
+                    for (g, n, cpu) in groups {
+                        if seen.insert(g) {
+                            desired.push(ps(&format!("g{g}"), &format!("g{g}"), n, &cpu.to_string()));
+                        }
+                    }
+                }
+                Event::AdmitNewest => {
+                    if let Some(w) = ws.iter_mut().rev().find(|w| !is_finished(w) && !is_reserved(w)) {
+                        admit(w);
+                    }
+                }
+            }
+            let p = plan(&c, &desired, &ws);
+            apply(&mut ws, &p, &mut clock);
+            // after applying: planning again changes nothing (idempotent)
+            let again = plan(&c, &desired, &ws);
+            prop_assert_eq!(&again.actions, &vec![], "not idempotent");
+            let live = live(&ws);
+            let reserved = live.iter().filter(|w| is_reserved(w)).count();
+            prop_assert!(reserved <= 1, "{} reserved", reserved);
+            prop_assert!(live.len() - reserved <= 1, "more than one pending");
+            // the target, once admitted, covers the desired PodSets exactly
+            let target = by_name(&ws, p.target.as_deref().unwrap());
+            let mut t = target.clone();
+            admit(&mut t);
+            prop_assert!(covers(&t, &desired));
+            // every PodSet list fits a Workload and names are unique
+            for w in &live {
+                prop_assert!(w.spec.pod_sets.len() <= podsets::MAX_PODSETS);
+                let names: BTreeSet<_> = w.spec.pod_sets.iter().map(|p| &p.name).collect();
+                prop_assert_eq!(names.len(), w.spec.pod_sets.len());
+            }
+            // Kueue-compatible: a replacement's list equals its old slice's
+            if kueue {
+                for w in &live {
+                    if let Some(old) = annotation(w, WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION) {
+                        let old = ws.iter().find(|o| key(o) == old).unwrap();
+                        let a: Vec<_> = w.spec.pod_sets.iter().map(|p| &p.name).collect();
+                        let b: Vec<_> = old.spec.pod_sets.iter().map(|p| &p.name).collect();
+                        prop_assert_eq!(a, b);
+                    }
+                }
+            }
+        }
+        let names: BTreeSet<_> = ws.iter().map(|w| w.metadata.name.clone()).collect();
+        prop_assert_eq!(names.len(), ws.len(), "a slice name was reused");
+    }
+}
