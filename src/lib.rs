@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod cli;
 pub mod crdgen;
+pub mod gate;
 pub mod manifest;
 pub mod podsets;
 pub mod quantity;

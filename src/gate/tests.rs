@@ -1,0 +1,315 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+use super::*;
+use crate::types::kueue::{Admission, PodSetAssignment, WorkloadStatus};
+
+fn service(annotations: serde_json::Value, suspend: Option<bool>) -> RayService {
+    let mut s: RayService = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "svc", "namespace": "ns", "uid": "u1",
+            "labels": {"kueue.x-k8s.io/queue-name": "team-a"}, "annotations": annotations},
+        "spec": {"rayClusterConfig": {"suspend": true, "headGroupSpec": {"template": pod("1")},
+            "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 5, "template": pod("1")}]}}
+    }))
+    .unwrap();
+    s.spec.suspend = suspend;
+    s
+}
+
+fn pod(cpu: &str) -> serde_json::Value {
+    json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}})
+}
+
+fn child(name: &str, second: i64, suspend: bool, replicas: i32) -> RayCluster {
+    let mut c: RayCluster = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": "ns",
+            "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
+        "spec": {"suspend": suspend, "headGroupSpec": {"template": pod("1")},
+            "workerGroupSpecs": [{"groupName": "w", "replicas": replicas, "minReplicas": 0, "maxReplicas": 5, "template": pod("1")}]}
+    }))
+    .unwrap();
+    c.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap()));
+    c
+}
+
+fn cond(w: &mut Workload, type_: &str, reason: &str, message: &str, status: &str) {
+    let st = w.status.get_or_insert_with(WorkloadStatus::default);
+    st.conditions.retain(|c| c.type_ != type_);
+    st.conditions.push(Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: Time(Timestamp::from_second(100).unwrap()),
+        observed_generation: None,
+    });
+}
+
+fn admit(w: &mut Workload) {
+    let a = w
+        .spec
+        .pod_sets
+        .iter()
+        .map(|p| PodSetAssignment {
+            name: p.name.clone(),
+            count: Some(p.count),
+            ..Default::default()
+        })
+        .collect();
+    w.status
+        .get_or_insert_with(WorkloadStatus::default)
+        .admission = Some(Admission {
+        cluster_queue: "cq".into(),
+        pod_set_assignments: a,
+    });
+    cond(w, condition::QUOTA_RESERVED, "QuotaReserved", "", "True");
+    cond(w, condition::ADMITTED, "Admitted", "", "True");
+}
+
+/// Applies the slice actions of a decision to the Workload list.
+fn apply_slices(ws: &mut Vec<Workload>, d: &GateDecision, second: &mut i64) {
+    for a in &d.actions {
+        match a {
+            GateAction::Slice(SliceAction::Create { workload, .. }) => {
+                let mut w = (**workload).clone();
+                *second += 1;
+                w.metadata.creation_timestamp =
+                    Some(Time(Timestamp::from_second(*second).unwrap()));
+                ws.push(w);
+            }
+            GateAction::Slice(SliceAction::SetPodSets { name, pod_sets, .. }) => {
+                ws.iter_mut()
+                    .find(|w| w.metadata.name.as_deref() == Some(name))
+                    .unwrap()
+                    .spec
+                    .pod_sets = pod_sets.clone();
+            }
+            GateAction::Slice(SliceAction::Finish { name, reason, .. }) => {
+                let w = ws
+                    .iter_mut()
+                    .find(|w| w.metadata.name.as_deref() == Some(name))
+                    .unwrap();
+                cond(w, condition::FINISHED, reason, "", "True");
+            }
+            _ => {}
+        }
+    }
+}
+
+fn gated(released: &str) -> serde_json::Value {
+    json!({ RELEASED_ANNOTATION: released })
+}
+
+fn kinds(d: &GateDecision) -> Vec<String> {
+    d.actions
+        .iter()
+        .map(|a| match a {
+            GateAction::GateTemplate { .. } => "GateTemplate".to_string(),
+            GateAction::Slice(SliceAction::Create { .. }) => "Create".into(),
+            GateAction::Slice(SliceAction::SetPodSets { .. }) => "SetPodSets".into(),
+            GateAction::Slice(SliceAction::Finish { .. }) => "Finish".into(),
+            GateAction::Release { child, .. } => format!("Release {child}"),
+            GateAction::Hold { child } => format!("Hold {child}"),
+            GateAction::SuspendService { reason } => format!("SuspendService {reason}"),
+            GateAction::ResumeService => "ResumeService".into(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_service_without_the_queue_label_is_left_alone() {
+    let mut s = service(json!({}), None);
+    s.metadata.labels = None;
+    assert_eq!(
+        decide(&s, &[], &[], &GateOptions::default()),
+        GateDecision::default()
+    );
+}
+
+#[test]
+fn opting_in_gates_the_template_and_grandfathers_running_children() {
+    let mut s = service(json!({}), None);
+    s.spec.ray_cluster_config.suspend = None;
+    let running = child("svc-a", 1, false, 1);
+    let d = decide(&s, &[&running], &[], &GateOptions::default());
+    assert_eq!(
+        d.actions[0],
+        GateAction::GateTemplate {
+            released: vec!["svc-a".into()]
+        }
+    );
+    assert!(kinds(&d).contains(&"Create".to_string()));
+    assert!(
+        !kinds(&d).iter().any(|k| k.starts_with("Hold")),
+        "a running service is not stopped by opting in"
+    );
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "TemplateGated" && e.message.contains("svc-a"))
+    );
+}
+
+#[test]
+fn the_upgrade_waits_for_the_replacement_slice_then_releases_the_pending_child() {
+    let s = service(gated("svc-a"), None);
+    let (mut ws, mut t) = (vec![], 10);
+    let active = child("svc-a", 1, false, 1);
+    // steady state: one child, one admitted slice
+    {
+        let d = decide(&s, &[&active], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    assert_eq!(
+        kinds(&decide(&s, &[&active], &ws, &GateOptions::default())),
+        Vec::<String>::new()
+    );
+    // KubeRay creates the pending child, born suspended
+    let pending = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Create"]);
+    apply_slices(&mut ws, &d, &mut t);
+    cond(
+        &mut ws[1],
+        condition::QUOTA_RESERVED,
+        "Pending",
+        "insufficient unused quota for cpu in flavor default",
+        "False",
+    );
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    assert_eq!(
+        kinds(&d),
+        Vec::<String>::new(),
+        "held: the old slice does not cover both children"
+    );
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "Holding" && e.message.contains("insufficient unused quota"))
+    );
+    // quota arrives
+    admit(&mut ws[1]);
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Finish", "Release svc-b"]);
+    let GateAction::Release {
+        released, slice, ..
+    } = &d.actions[1]
+    else {
+        unreachable!()
+    };
+    assert_eq!(released, &["svc-a", "svc-b"]);
+    assert_eq!(slice, ws[1].metadata.name.as_ref().unwrap());
+}
+
+#[test]
+fn a_child_unsuspended_without_a_covering_slice_is_suspended_again() {
+    let s = service(gated(""), None);
+    let rogue = child("svc-a", 1, false, 1);
+    let d = decide(&s, &[&rogue], &[], &GateOptions::default());
+    assert!(
+        kinds(&d).contains(&"Hold svc-a".to_string()),
+        "{:?}",
+        kinds(&d)
+    );
+    assert!(d.events.iter().any(|e| e.type_ == EventType::Warning
+        && e.reason == "Tampered"
+        && e.child.as_deref() == Some("svc-a")));
+}
+
+#[test]
+fn a_released_child_that_grows_is_not_stopped() {
+    let s = service(gated("svc-a"), None);
+    let (mut ws, mut t) = (vec![], 10);
+    let small = child("svc-a", 1, false, 1);
+    {
+        let d = decide(&s, &[&small], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    let grown = child("svc-a", 1, false, 3);
+    let d = decide(&s, &[&grown], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Create"], "a replacement slice, no Hold");
+}
+
+#[test]
+fn an_evicted_slice_stops_the_service_and_readmission_resumes_it() {
+    let (mut ws, mut t) = (vec![], 10);
+    let s = service(gated("svc-a"), None);
+    let running = child("svc-a", 1, false, 1);
+    {
+        let d = decide(&s, &[&running], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    cond(
+        &mut ws[0],
+        condition::EVICTED,
+        reason::PREEMPTED,
+        "preempted",
+        "True",
+    );
+    let d = decide(&s, &[&running], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["SuspendService Preempted"]);
+    // KubeRay suspended it and deleted the children: the evicted slice finishes, a new one queues
+    let s = service(
+        json!({ RELEASED_ANNOTATION: "svc-a", SUSPENDED_BY_ANNOTATION: "Preempted" }),
+        Some(true),
+    );
+    let d = decide(&s, &[], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Finish", "Create"]);
+    apply_slices(&mut ws, &d, &mut t);
+    assert_eq!(
+        kinds(&decide(&s, &[], &ws, &GateOptions::default())),
+        Vec::<String>::new()
+    );
+    admit(&mut ws[1]);
+    assert_eq!(
+        kinds(&decide(&s, &[], &ws, &GateOptions::default())),
+        ["ResumeService"]
+    );
+}
+
+#[test]
+fn a_suspend_set_by_the_owner_is_never_cleared_and_frees_quota_once_pods_are_gone() {
+    let (mut ws, mut t) = (vec![], 10);
+    let s = service(gated("svc-a"), None);
+    let running = child("svc-a", 1, false, 1);
+    {
+        let d = decide(&s, &[&running], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    let s = service(gated("svc-a"), Some(true));
+    assert_eq!(
+        kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        kinds(&decide(&s, &[], &ws, &GateOptions::default())),
+        ["Finish"]
+    );
+}
+
+#[test]
+fn invalid_podsets_raise_a_warning_and_touch_nothing() {
+    let s = service(gated(""), None);
+    let bad = child("svc-a", 1, true, -3);
+    let d = decide(&s, &[&bad], &[], &GateOptions::default());
+    assert!(d.actions.is_empty());
+    let e = d
+        .events
+        .iter()
+        .find(|e| e.reason == "InvalidPodSets")
+        .unwrap();
+    assert!(
+        e.message
+            .contains("RayCluster ns/svc-a: spec.workerGroupSpecs[0].replicas"),
+        "{}",
+        e.message
+    );
+    assert!(d.error.is_some());
+}
