@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod cli;
+pub mod controller;
 pub mod crdgen;
 pub mod gate;
 pub mod manifest;

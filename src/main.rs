@@ -29,11 +29,100 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
         output: Output,
     },
+    /// Run the controller: gate opted-in RayServices' children on admitted workload slices.
+    Controller(ControllerArgs),
     /// Write the kueue.x-k8s.io CRDs raygate installs (when Kueue is absent) into a directory.
     Crdgen {
         #[arg(long, default_value = "crds")]
         out: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct ControllerArgs {
+    /// Who admits Workloads: raygate's built-in loop, or a real Kueue (raygate only reads).
+    #[arg(long, value_enum, default_value = "builtin")]
+    admission: raygate::controller::AdmissionMode,
+    /// Contend for a Lease; only the holder writes (every replica keeps its caches warm).
+    #[arg(long)]
+    leader_elect: bool,
+    #[arg(long, default_value = "raygate")]
+    lease_name: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else raygate-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "raygate-system")]
+    lease_namespace: String,
+    /// Serve /metrics, /healthz and /readyz here ("" to disable).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: String,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format);
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let metrics_addr = match args.metrics_addr.as_str() {
+        "" => None,
+        a => Some(a.parse().with_context(|| format!("--metrics-addr {a}"))?),
+    };
+    let identity =
+        std::env::var("POD_NAME").unwrap_or_else(|_| format!("raygate-{}", std::process::id()));
+    let config = raygate::controller::Config {
+        admission: args.admission,
+        leader_elect: args.leader_elect,
+        lease_name: args.lease_name,
+        lease_namespace: args.lease_namespace,
+        identity,
+        metrics_addr,
+        ..Default::default()
+    };
+    raygate::controller::run(client, config, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutdown signal received");
 }
 
 fn read_input(path: &PathBuf) -> anyhow::Result<String> {
@@ -62,6 +151,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             let result =
                 cli::podsets(&text).and_then(|r| cli::render(&r, output, cli::podsets_table));
             Ok(print_or_exit2(result))
+        }
+        Command::Controller(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(run_controller(args))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Crdgen { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;

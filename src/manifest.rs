@@ -25,14 +25,82 @@ impl Doc {
     }
 
     /// Deserializes into `T`, reporting the failing field's path.
+    ///
+    /// Kubernetes reads manifests as YAML 1.1, where a plain `0777` is octal (511); serde_yaml
+    /// keeps it as the string `"0777"`. Where `T` wants an integer and finds such a string (as in
+    /// `defaultMode: 0777` in KubeRay's samples), it is read as octal, as `kubectl` would.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ManifestError> {
-        serde_path_to_error::deserialize(&self.value).map_err(|e| ManifestError::Field {
+        let mut value = std::borrow::Cow::Borrowed(&self.value);
+        for _ in 0..64 {
+            let err = match serde_path_to_error::deserialize::<_, T>(value.as_ref()) {
+                Ok(t) => return Ok(t),
+                Err(err) => err,
+            };
+            let octal = err.inner().to_string().contains("expected i")
+                && at_path(value.as_ref(), err.path())
+                    .and_then(Value::as_str)
+                    .and_then(yaml11_octal)
+                    .is_some();
+            if !octal {
+                return Err(ManifestError::Field {
+                    index: self.index,
+                    object: self.object(),
+                    path: err.path().to_string(),
+                    reason: err.into_inner().to_string(),
+                });
+            }
+            let slot = at_path_mut(value.to_mut(), err.path());
+            if let Some(slot) = slot {
+                let n = slot.as_str().and_then(yaml11_octal).unwrap_or_default();
+                *slot = Value::from(n);
+            }
+        }
+        Err(ManifestError::Field {
             index: self.index,
             object: self.object(),
-            path: e.path().to_string(),
-            reason: e.into_inner().to_string(),
+            path: String::new(),
+            reason: "too many YAML 1.1 octal values".into(),
         })
     }
+}
+
+/// A YAML 1.1 octal integer (`0777`, `-010`), as Kubernetes' YAML reader takes it.
+fn yaml11_octal(s: &str) -> Option<i64> {
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let rest = digits.strip_prefix('0')?;
+    if rest.is_empty() || !rest.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    let n = i64::from_str_radix(rest, 8).ok()?;
+    Some(if neg { -n } else { n })
+}
+
+fn at_path<'a>(mut v: &'a Value, path: &serde_path_to_error::Path) -> Option<&'a Value> {
+    for seg in path.iter() {
+        v = match seg {
+            serde_path_to_error::Segment::Seq { index } => v.get(*index)?,
+            serde_path_to_error::Segment::Map { key } => v.get(key.as_str())?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}
+
+fn at_path_mut<'a>(
+    mut v: &'a mut Value,
+    path: &serde_path_to_error::Path,
+) -> Option<&'a mut Value> {
+    for seg in path.iter() {
+        v = match seg {
+            serde_path_to_error::Segment::Seq { index } => v.get_mut(*index)?,
+            serde_path_to_error::Segment::Map { key } => v.get_mut(key.as_str())?,
+            _ => return None,
+        };
+    }
+    Some(v)
 }
 
 /// Why a manifest could not be read.
@@ -136,6 +204,43 @@ mod tests {
                 .starts_with("document 2: not a Kubernetes object"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn yaml_1_1_octal_integers_read_as_kubernetes_reads_them() {
+        let docs = read_documents(
+            "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c}\nspec:\n  headGroupSpec:\n    template:\n      spec:\n        containers: [{name: h}]\n        volumes: [{name: v, configMap: {name: m, defaultMode: 0777}}, {name: w, configMap: {name: m, defaultMode: 0644}}]\n",
+        )
+        .unwrap();
+        let c = docs[0].parse::<crate::types::ray::RayCluster>().unwrap();
+        let vols = c
+            .spec
+            .head_group_spec
+            .template
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap();
+        assert_eq!(
+            vols[0].config_map.as_ref().unwrap().default_mode,
+            Some(0o777)
+        );
+        assert_eq!(
+            vols[1].config_map.as_ref().unwrap().default_mode,
+            Some(0o644)
+        );
+        // a string that is not octal stays an error naming the field
+        let docs = read_documents(
+            "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c}\nspec:\n  headGroupSpec:\n    template:\n      spec:\n        containers: [{name: h}]\n        volumes: [{name: v, configMap: {name: m, defaultMode: '0789'}}]\n",
+        )
+        .unwrap();
+        let e = docs[0]
+            .parse::<crate::types::ray::RayCluster>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("volumes[0].configMap.defaultMode"), "{e}");
+        assert_eq!(yaml11_octal("0"), None);
+        assert_eq!(yaml11_octal("-010"), Some(-8));
     }
 
     #[test]

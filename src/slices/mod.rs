@@ -294,8 +294,17 @@ impl Aligned {
     }
 }
 
+#[cfg(test)]
 fn counts(list: &[kueue::PodSet]) -> Vec<(&str, i32)> {
     list.iter().map(|p| (p.name.as_str(), p.count)).collect()
+}
+
+/// Same names, counts and shapes (group and per-pod requests), in order.
+fn same_podsets(a: &[kueue::PodSet], b: &[kueue::PodSet]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.name == y.name && x.count == y.count && shape(x) == shape(y))
 }
 
 /// Whether `w`, once admitted, grants every desired pod: each desired PodSet matches one of its
@@ -477,7 +486,7 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
         return match candidate {
             Some(p) => {
                 let aligned = align(desired, &p.spec.pod_sets).without_leftovers();
-                if counts(&aligned) != counts(&p.spec.pod_sets) {
+                if !same_podsets(&aligned, &p.spec.pod_sets) {
                     actions.push(SliceAction::SetPodSets {
                         name: name(p),
                         pod_sets: aligned,
@@ -513,7 +522,7 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
             .all(|(a, h)| a.count <= h.count);
     if within_head {
         // Equal or a scale-down: the head covers it; shrink in place, drop any pending replacement.
-        if counts(&aligned.list) != counts(&head.spec.pod_sets) {
+        if !same_podsets(&aligned.list, &head.spec.pod_sets) {
             actions.push(SliceAction::SetPodSets {
                 name: name(head),
                 pod_sets: aligned.list,
@@ -548,7 +557,7 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
     };
     if let Some(p) = candidate {
         let same_kind = annotation(p, link).is_some();
-        if same_kind && counts(&p.spec.pod_sets) == counts(&pod_sets) {
+        if same_kind && same_podsets(&p.spec.pod_sets, &pod_sets) {
             return SlicePlan {
                 actions,
                 target: Some(name(p)),

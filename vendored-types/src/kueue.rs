@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -62,13 +61,7 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 // ---------------------------------------------------------------------------------------------
 
 /// `ResourceFlavorSpec`.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "kueue.x-k8s.io",
-    version = "v1beta2",
-    kind = "ResourceFlavor",
-    derive = "PartialEq"
-)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceFlavorSpec {
     /// Labels of the nodes this flavor stands for; a PodSet's nodeSelector must not contradict them.
@@ -83,14 +76,7 @@ pub struct ResourceFlavorSpec {
 // ---------------------------------------------------------------------------------------------
 
 /// `ClusterQueueSpec`.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "kueue.x-k8s.io",
-    version = "v1beta2",
-    kind = "ClusterQueue",
-    derive = "PartialEq",
-    status = "ClusterQueueStatus"
-)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterQueueSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -258,13 +244,7 @@ pub struct ResourceUsage {
 }
 
 /// `CohortSpec` (a cohort tree through `parentName`).
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "kueue.x-k8s.io",
-    version = "v1beta2",
-    kind = "Cohort",
-    derive = "PartialEq"
-)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CohortSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -280,15 +260,7 @@ pub struct CohortSpec {
 // ---------------------------------------------------------------------------------------------
 
 /// `LocalQueueSpec`.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "kueue.x-k8s.io",
-    version = "v1beta2",
-    kind = "LocalQueue",
-    derive = "PartialEq",
-    namespaced,
-    status = "LocalQueueStatus"
-)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -340,38 +312,14 @@ pub struct LocalQueueResourceUsage {
 // WorkloadPriorityClass
 // ---------------------------------------------------------------------------------------------
 
-/// `WorkloadPriorityClass`: a top-level `value`, no spec.
+/// `WorkloadPriorityClass` fields: `value` and `description` sit at the top level (no spec).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkloadPriorityClass {
-    pub metadata: kube::api::ObjectMeta,
+pub struct WorkloadPriorityClassFields {
+    /// The priority of Workloads that refer to this class.
     pub value: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-}
-
-impl kube::Resource for WorkloadPriorityClass {
-    type DynamicType = ();
-    type Scope = kube::core::ClusterResourceScope;
-
-    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-        "WorkloadPriorityClass".into()
-    }
-    fn group(_: &()) -> std::borrow::Cow<'_, str> {
-        "kueue.x-k8s.io".into()
-    }
-    fn version(_: &()) -> std::borrow::Cow<'_, str> {
-        "v1beta2".into()
-    }
-    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-        "workloadpriorityclasses".into()
-    }
-    fn meta(&self) -> &kube::api::ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
-        &mut self.metadata
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -379,15 +327,7 @@ impl kube::Resource for WorkloadPriorityClass {
 // ---------------------------------------------------------------------------------------------
 
 /// `WorkloadSpec`.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "kueue.x-k8s.io",
-    version = "v1beta2",
-    kind = "Workload",
-    derive = "PartialEq",
-    namespaced,
-    status = "WorkloadStatus"
-)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
@@ -472,3 +412,32 @@ pub struct ReclaimablePod {
     pub name: String,
     pub count: i32,
 }
+
+// ---------------------------------------------------------------------------------------------
+// Root objects
+// ---------------------------------------------------------------------------------------------
+
+crate::kueue_object!(
+    /// `ResourceFlavor`: a kind of node quota is counted in.
+    ResourceFlavor, ResourceFlavorSpec, no_status, "resourceflavors", Cluster
+);
+crate::kueue_object!(
+    /// `ClusterQueue`: a pool of quota.
+    ClusterQueue, ClusterQueueSpec, ClusterQueueStatus, "clusterqueues", Cluster
+);
+crate::kueue_object!(
+    /// `Cohort`: ClusterQueues (and child cohorts) that borrow from each other.
+    Cohort, CohortSpec, no_status, "cohorts", Cluster
+);
+crate::kueue_object!(
+    /// `LocalQueue`: a namespace's entry into a ClusterQueue.
+    LocalQueue, LocalQueueSpec, LocalQueueStatus, "localqueues", Namespaced
+);
+crate::kueue_object!(
+    /// `Workload`: PodSets asking for quota.
+    Workload, WorkloadSpec, WorkloadStatus, "workloads", Namespaced
+);
+crate::kueue_object!(
+    /// `WorkloadPriorityClass`: a named priority value.
+    WorkloadPriorityClass, WorkloadPriorityClassFields, flat, "workloadpriorityclasses", Cluster
+);

@@ -11,6 +11,8 @@
 //! This crate holds types only: no logic.
 
 pub mod kueue;
+#[doc(hidden)]
+pub mod object;
 pub mod ray;
 
 pub use k8s_openapi;

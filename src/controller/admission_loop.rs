@@ -1,0 +1,382 @@
+//! The built-in admission loop: on any change to Workloads or queues (and on a resync tick) it
+//! snapshots the stores, runs one [`crate::admission::cycle`], and writes what changed: Workload
+//! conditions and `status.admission`, ClusterQueue and LocalQueue status, each with the
+//! `raygate-admission` field manager.
+//!
+//! The stores lag the loop's own writes by a watch round trip, so statuses it wrote are kept as
+//! *assumed* until the store shows that resourceVersion: a cycle never re-spends quota that the
+//! previous cycle handed out (Kueue's cache assumes workloads the same way).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+
+use super::metrics::UsageLabels;
+use super::{ADMISSION_MANAGER, Context, Error};
+use crate::admission::{self, ClusterQueueUsage, Decision, LocalQueueUsage, Options, Snapshot};
+use crate::types::kueue::{ClusterQueue, LocalQueue, Workload, WorkloadStatus, condition};
+
+/// Condition types the admission loop owns on a Workload.
+const OWNED: [&str; 5] = [
+    condition::QUOTA_RESERVED,
+    condition::ADMITTED,
+    condition::EVICTED,
+    condition::PREEMPTED,
+    condition::REQUEUED,
+];
+
+struct Assumed {
+    resource_version: u64,
+    status: WorkloadStatus,
+}
+
+fn key(w: &Workload) -> String {
+    format!(
+        "{}/{}",
+        w.metadata.namespace.as_deref().unwrap_or_default(),
+        w.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn rv(w: &Workload) -> u64 {
+    w.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
+    if !ctx.stores.wait_until_ready().await {
+        return;
+    }
+    let mut assumed: HashMap<String, Assumed> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = trigger.notified() => {}
+            _ = tokio::time::sleep(ctx.config.admission_resync) => {}
+            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
+        }
+        if !ctx.is_leader() {
+            continue;
+        }
+        let snapshot = snapshot(&ctx, &mut assumed);
+        let result = admission::cycle(
+            &snapshot,
+            &Options {
+                release_evicted_immediately: false,
+            },
+        );
+        ctx.metrics.admission_cycles.inc();
+        let now = Timestamp::now();
+        let mut pending = 0;
+        for d in &result.decisions {
+            if matches!(d, Decision::Pending { .. }) {
+                pending += 1;
+            }
+            if let Err(e) = write_decision(&ctx, &snapshot, d, now, &mut assumed).await {
+                tracing::warn!(error = %e, "admission write failed; the next cycle retries");
+                ctx.metrics
+                    .errors
+                    .get_or_create(&super::metrics::StepLabels {
+                        step: e.metric_label().into(),
+                    })
+                    .inc();
+            }
+        }
+        ctx.metrics.pending_slices.set(pending);
+        for cq in &result.cluster_queues {
+            if let Err(e) = write_cluster_queue(&ctx, cq, now).await {
+                tracing::warn!(error = %e, "ClusterQueue status write failed");
+            }
+        }
+        for lq in &result.local_queues {
+            if let Err(e) = write_local_queue(&ctx, lq).await {
+                tracing::warn!(error = %e, "LocalQueue status write failed");
+            }
+        }
+    }
+}
+
+/// Everything admission reads, with the loop's own not-yet-watched writes laid over the stores.
+fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
+    let s = &ctx.stores;
+    let workloads = s
+        .workloads
+        .state()
+        .iter()
+        .map(|w| {
+            let mut w = w.as_ref().clone();
+            let k = key(&w);
+            match assumed.get(&k) {
+                Some(a) if rv(&w) < a.resource_version => w.status = Some(a.status.clone()),
+                Some(_) => {
+                    assumed.remove(&k);
+                }
+                None => {}
+            }
+            w
+        })
+        .collect();
+    let namespace_labels = s
+        .namespaces
+        .as_ref()
+        .map(|ns| {
+            ns.state()
+                .iter()
+                .filter_map(|n| {
+                    Some((
+                        n.metadata.name.clone()?,
+                        n.metadata.labels.clone().unwrap_or_default(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Snapshot {
+        flavors: s
+            .flavors
+            .state()
+            .iter()
+            .map(|x| x.as_ref().clone())
+            .collect(),
+        cohorts: s
+            .cohorts
+            .state()
+            .iter()
+            .map(|x| x.as_ref().clone())
+            .collect(),
+        cluster_queues: s
+            .cluster_queues
+            .state()
+            .iter()
+            .map(|x| x.as_ref().clone())
+            .collect(),
+        local_queues: s
+            .local_queues
+            .state()
+            .iter()
+            .map(|x| x.as_ref().clone())
+            .collect(),
+        priority_classes: s
+            .priority_classes
+            .state()
+            .iter()
+            .map(|x| x.as_ref().clone())
+            .collect(),
+        workloads,
+        namespace_labels,
+    }
+}
+
+/// The part of a status the admission loop owns.
+fn owned(status: &WorkloadStatus, finished: bool) -> serde_json::Value {
+    let conditions: Vec<&Condition> = status
+        .conditions
+        .iter()
+        .filter(|c| {
+            OWNED.contains(&c.type_.as_str()) || (finished && c.type_ == condition::FINISHED)
+        })
+        .collect();
+    json!({"conditions": conditions, "admission": status.admission})
+}
+
+async fn write_decision(
+    ctx: &Context,
+    snapshot: &Snapshot,
+    d: &Decision,
+    now: Timestamp,
+    assumed: &mut HashMap<String, Assumed>,
+) -> Result<(), Error> {
+    let k = d.workload();
+    let Some(w) = snapshot.workloads.iter().find(|w| key(w) == k) else {
+        return Ok(());
+    };
+    let current = w.status.clone().unwrap_or_default();
+    let next = admission::apply_decision(w.status.as_ref(), w.metadata.generation, d, now);
+    let finished = matches!(d, Decision::FinishReplaced { .. });
+    if owned(&current, finished) == owned(&next, finished) {
+        return Ok(());
+    }
+    let (ns, name) = k.split_once('/').unwrap_or_default();
+    let body = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "status": owned(&next, finished),
+    });
+    let updated = Api::<Workload>::namespaced(ctx.client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| Error::WorkloadStatus {
+            name: k.to_string(),
+            source,
+        })?;
+    if let Decision::Admit { .. } = d {
+        tracing::info!(workload = k, "admitted");
+        if let Ok(mut m) = ctx.admitted_at.lock() {
+            m.insert(k.to_string(), Instant::now());
+        }
+    }
+    assumed.insert(
+        k.to_string(),
+        Assumed {
+            resource_version: rv(&updated),
+            status: updated.status.unwrap_or_default(),
+        },
+    );
+    Ok(())
+}
+
+fn active_condition(
+    usage: &ClusterQueueUsage,
+    previous: Option<&Condition>,
+    now: Timestamp,
+) -> Condition {
+    let reason = if usage.active_reason.is_empty() {
+        "Ready"
+    } else {
+        usage.active_reason.as_str()
+    };
+    let (status, message) = match &usage.active {
+        Ok(()) => ("True", "Can admit new workloads".to_string()),
+        Err(why) => ("False", why.clone()),
+    };
+    let unchanged =
+        previous.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
+    Condition {
+        type_: "Active".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: match previous {
+            Some(p) if unchanged => p.last_transition_time.clone(),
+            _ => Time(now),
+        },
+        observed_generation: None,
+    }
+}
+
+async fn write_cluster_queue(
+    ctx: &Context,
+    usage: &ClusterQueueUsage,
+    now: Timestamp,
+) -> Result<(), Error> {
+    for f in &usage.reservation {
+        for r in &f.resources {
+            let total = r
+                .total
+                .as_ref()
+                .and_then(|q| crate::quantity::Quantity::try_from(q).ok())
+                .unwrap_or_default();
+            let labels = UsageLabels {
+                cluster_queue: usage.name.clone(),
+                flavor: f.name.clone(),
+                resource: r.name.clone(),
+            };
+            // display only: decisions never read this back
+            ctx.metrics
+                .cluster_queue_usage
+                .get_or_create(&labels)
+                .set(total.nanos() as f64 / 1e9);
+        }
+    }
+    let existing = ctx
+        .stores
+        .cluster_queues
+        .state()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(usage.name.as_str()));
+    let previous = existing.as_ref().and_then(|c| c.status.as_ref());
+    let prev_active = previous.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
+    let status = json!({
+        "flavorsReservation": usage.reservation,
+        "flavorsUsage": usage.reservation,
+        "pendingWorkloads": usage.pending,
+        "reservingWorkloads": usage.reserving,
+        "admittedWorkloads": usage.admitted,
+        "conditions": [active_condition(usage, prev_active, now)],
+    });
+    if let Some(prev) = previous {
+        let same = serde_json::to_value(&prev.flavors_reservation).ok()
+            == Some(status["flavorsReservation"].clone())
+            && prev.pending_workloads == Some(usage.pending)
+            && prev.reserving_workloads == Some(usage.reserving)
+            && prev.admitted_workloads == Some(usage.admitted)
+            && prev_active.map(|c| (c.status.as_str(), c.message.as_str()))
+                == Some((
+                    status["conditions"][0]["status"]
+                        .as_str()
+                        .unwrap_or_default(),
+                    status["conditions"][0]["message"]
+                        .as_str()
+                        .unwrap_or_default(),
+                ));
+        if same {
+            return Ok(());
+        }
+    }
+    let body =
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": status});
+    Api::<ClusterQueue>::all(ctx.client.clone())
+        .patch_status(
+            &usage.name,
+            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::ClusterQueueStatus {
+            name: usage.name.clone(),
+            source,
+        })
+}
+
+async fn write_local_queue(ctx: &Context, usage: &LocalQueueUsage) -> Result<(), Error> {
+    let existing = ctx.stores.local_queues.state().into_iter().find(|q| {
+        q.metadata.name.as_deref() == Some(usage.name.as_str())
+            && q.metadata.namespace.as_deref() == Some(usage.namespace.as_str())
+    });
+    if let Some(prev) = existing.as_ref().and_then(|q| q.status.as_ref()) {
+        let same = serde_json::to_value(&prev.flavors_reservation).ok()
+            == serde_json::to_value(&usage.reservation).ok()
+            && prev.pending_workloads == Some(usage.pending)
+            && prev.reserving_workloads == Some(usage.reserving)
+            && prev.admitted_workloads == Some(usage.admitted);
+        if same {
+            return Ok(());
+        }
+    }
+    let body = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "status": {
+            "flavorsReservation": usage.reservation,
+            "flavorsUsage": usage.reservation,
+            "pendingWorkloads": usage.pending,
+            "reservingWorkloads": usage.reserving,
+            "admittedWorkloads": usage.admitted,
+        },
+    });
+    Api::<LocalQueue>::namespaced(ctx.client.clone(), &usage.namespace)
+        .patch_status(
+            &usage.name,
+            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::LocalQueueStatus {
+            name: format!("{}/{}", usage.namespace, usage.name),
+            source,
+        })
+}

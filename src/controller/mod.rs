@@ -1,0 +1,238 @@
+//! Runtime wiring for `raygate controller`: shared watches feeding reflector stores, the gate
+//! reconciler per RayService, the admission loop, events, metrics, health and leader election.
+//!
+//! Everything that decides lives in the pure modules ([`crate::gate`], [`crate::slices`],
+//! [`crate::admission`]); this module observes, calls them, and applies their results with
+//! narrow merge patches or server-side apply, one field manager per writer.
+
+mod admission_loop;
+mod apply;
+mod events;
+mod http;
+mod leader;
+mod metrics;
+mod reconcile;
+mod stores;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::runtime::Controller;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+pub use events::EventSink;
+pub use metrics::Metrics;
+pub use stores::Stores;
+
+use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, RayCluster, RayService};
+
+/// Field manager of the gate's RayService/RayCluster patches.
+pub const GATE_MANAGER: &str = "raygate-gate";
+/// Field manager of Workload objects (metadata and spec).
+pub const SLICES_MANAGER: &str = "raygate";
+/// Field manager of the slice planner's status writes (`Finished`).
+pub const SLICES_STATUS_MANAGER: &str = "raygate-slices";
+/// Field manager of admission's status writes (Workload, ClusterQueue, LocalQueue).
+pub const ADMISSION_MANAGER: &str = "raygate-admission";
+
+/// Who admits Workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum AdmissionMode {
+    /// raygate's own admission loop reserves ClusterQueue quota.
+    #[default]
+    Builtin,
+    /// A real Kueue admits (its RayService integration disabled); raygate only reads conditions.
+    Kueue,
+}
+
+/// Controller settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub admission: AdmissionMode,
+    pub leader_elect: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    pub identity: String,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; `None` serves nothing.
+    pub metrics_addr: Option<SocketAddr>,
+    /// How often the admission loop runs without a trigger.
+    pub admission_resync: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            admission: AdmissionMode::Builtin,
+            leader_elect: false,
+            lease_name: "raygate".into(),
+            lease_namespace: "raygate-system".into(),
+            identity: "raygate".into(),
+            metrics_addr: None,
+            admission_resync: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A failing step, naming the object.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("patching RayService {name} ({what}): {source}")]
+    PatchService {
+        name: String,
+        what: &'static str,
+        source: kube::Error,
+    },
+    #[error("patching RayCluster {name} spec.suspend={suspend}: {source}")]
+    PatchChildSuspend {
+        name: String,
+        suspend: bool,
+        source: kube::Error,
+    },
+    #[error("applying Workload {name}: {source}")]
+    ApplyWorkload { name: String, source: kube::Error },
+    #[error("patching Workload {name} spec.podSets: {source}")]
+    PatchPodSets { name: String, source: kube::Error },
+    #[error("writing Workload {name} status: {source}")]
+    WorkloadStatus { name: String, source: kube::Error },
+    #[error("writing ClusterQueue {name} status: {source}")]
+    ClusterQueueStatus { name: String, source: kube::Error },
+    #[error("writing LocalQueue {name} status: {source}")]
+    LocalQueueStatus { name: String, source: kube::Error },
+    #[error("serving metrics on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("leader election on Lease {name}: {reason}")]
+    Lease { name: String, reason: String },
+}
+
+impl Error {
+    /// The failing step, as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::PatchService { .. } => "patch_rayservice",
+            Error::PatchChildSuspend { .. } => "patch_child_suspend",
+            Error::ApplyWorkload { .. } => "apply_workload",
+            Error::PatchPodSets { .. } => "patch_podsets",
+            Error::WorkloadStatus { .. } => "workload_status",
+            Error::ClusterQueueStatus { .. } => "clusterqueue_status",
+            Error::LocalQueueStatus { .. } => "localqueue_status",
+            Error::Serve { .. } => "serve",
+            Error::Lease { .. } => "lease",
+        }
+    }
+}
+
+/// Shared by the reconciler and the admission loop.
+pub struct Context {
+    pub client: Client,
+    pub config: Config,
+    pub stores: Stores,
+    pub metrics: Arc<Metrics>,
+    pub events: EventSink,
+    /// True while this replica may write (always, without leader election).
+    pub leader: watch::Receiver<bool>,
+    /// When the admission loop admitted a Workload (key `ns/name`), for the gate-latency metric.
+    pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl Context {
+    fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let metrics = Arc::new(Metrics::default());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (stores, streams) = stores::start(client.clone(), config.admission).await;
+    let leader = if config.leader_elect {
+        leader::elect(client.clone(), &config).await?
+    } else {
+        watch::channel(true).1
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        events: EventSink::new(client.clone()),
+        config: config.clone(),
+        stores,
+        metrics: metrics.clone(),
+        leader,
+        admitted_at: Default::default(),
+    });
+
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = shutdown_tx.send(true);
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(addr) = config.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Serve { addr, source })?;
+        tasks.spawn(http::serve(listener, ctx.clone(), shutdown_rx.clone()));
+    }
+    if config.admission == AdmissionMode::Builtin {
+        tasks.spawn(admission_loop::run(
+            ctx.clone(),
+            streams.admission_trigger.clone(),
+            shutdown_rx.clone(),
+        ));
+    }
+    for s in streams.drivers {
+        tasks.spawn(s);
+    }
+
+    let controller = Controller::for_shared_stream(streams.services, ctx.stores.services.clone())
+        .watches_shared_stream(streams.clusters, |c: Arc<RayCluster>| {
+            let owner = c
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ORIGINATED_FROM_CR_NAME_LABEL))
+                .cloned();
+            let ns = c.metadata.namespace.clone();
+            owner
+                .map(|o| ObjectRef::<RayService>::new(&o).within(ns.as_deref().unwrap_or_default()))
+        })
+        .owns_shared_stream(streams.workloads)
+        .with_config(kube::runtime::controller::Config::default().concurrency(8))
+        .graceful_shutdown_on({
+            let mut stop = shutdown_rx.clone();
+            async move { while stop.changed().await.is_ok() && !*stop.borrow() {} }
+        })
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile loop event");
+            }
+        });
+    tracing::info!(admission = ?config.admission, "raygate controller started");
+    controller.await;
+    tasks.abort_all();
+    tracing::info!("raygate controller stopped");
+    Ok(())
+}
+
+/// Requeue interval for a healthy RayService: a safety resync, not the driver.
+pub(crate) fn resync() -> Action {
+    Action::requeue(Duration::from_secs(300))
+}
+
+/// Watch configuration shared by all watches.
+pub(crate) fn watch_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
+}

@@ -1,0 +1,204 @@
+//! One watch per kind, feeding reflector stores (and, for the gate's kinds, the controller).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use super::{AdmissionMode, watch_config};
+use crate::slices::MANAGED_BY;
+use crate::types::kueue::{
+    ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload, WorkloadPriorityClass,
+};
+use crate::types::ray::{
+    ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
+};
+
+/// Read handles on everything raygate watches.
+#[derive(Clone)]
+pub struct Stores {
+    pub services: Store<RayService>,
+    pub clusters: Store<RayCluster>,
+    pub workloads: Store<Workload>,
+    pub cluster_queues: Store<ClusterQueue>,
+    pub local_queues: Store<LocalQueue>,
+    pub flavors: Store<ResourceFlavor>,
+    pub cohorts: Store<Cohort>,
+    pub priority_classes: Store<WorkloadPriorityClass>,
+    /// `None` when the server serves no core/v1 Namespaces (then no namespace has labels).
+    pub namespaces: Option<Store<Namespace>>,
+}
+
+impl Stores {
+    /// Waits until every store has seen its first complete list.
+    pub async fn wait_until_ready(&self) -> bool {
+        let mut ok = self.services.wait_until_ready().await.is_ok()
+            && self.clusters.wait_until_ready().await.is_ok()
+            && self.workloads.wait_until_ready().await.is_ok()
+            && self.cluster_queues.wait_until_ready().await.is_ok()
+            && self.local_queues.wait_until_ready().await.is_ok()
+            && self.flavors.wait_until_ready().await.is_ok()
+            && self.cohorts.wait_until_ready().await.is_ok()
+            && self.priority_classes.wait_until_ready().await.is_ok();
+        if let Some(ns) = &self.namespaces {
+            ok &= ns.wait_until_ready().await.is_ok();
+        }
+        ok
+    }
+}
+
+/// Streams the controller consumes and the tasks that drive the watches.
+pub struct Streams {
+    pub services: BoxStream<'static, Arc<RayService>>,
+    pub clusters: BoxStream<'static, Arc<RayCluster>>,
+    pub workloads: BoxStream<'static, Arc<Workload>>,
+    /// Notified on any change the admission loop cares about.
+    pub admission_trigger: Arc<Notify>,
+    pub drivers: Vec<BoxFuture<'static, ()>>,
+}
+
+const BUFFER: usize = 1024;
+
+fn shared<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    notify: Option<Arc<Notify>>,
+) -> (Store<K>, BoxStream<'static, Arc<K>>, BoxFuture<'static, ()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store_shared(BUFFER);
+    // infallible: a shared writer always has a subscriber handle
+    let subscriber = writer
+        .subscribe()
+        .map(StreamExt::boxed)
+        .unwrap_or_else(|| futures::stream::empty().boxed());
+    let kind = K::kind(&()).to_string();
+    let driver = watcher(api, config)
+        .default_backoff()
+        .reflect_shared(writer)
+        .for_each(move |ev| {
+            if let Some(n) = &notify {
+                n.notify_one();
+            }
+            if let Err(e) = ev {
+                tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (reader, subscriber, driver)
+}
+
+fn plain<K>(api: Api<K>, notify: Arc<Notify>) -> (Store<K>, BoxFuture<'static, ()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&()).to_string();
+    let driver = watcher(api, watch_config())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(move |ev| {
+            notify.notify_one();
+            if let Err(e) = ev {
+                tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (reader, driver)
+}
+
+/// Whether the server serves core/v1 Namespaces (the test API server does not).
+async fn serves_namespaces(client: &Client) -> bool {
+    match Api::<Namespace>::all(client.clone())
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::info!(error = %e, "namespaces are not readable; ClusterQueue namespaceSelectors see no labels");
+            false
+        }
+    }
+}
+
+/// Starts every watch.
+pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
+    let trigger = Arc::new(Notify::new());
+    let (services, services_stream, d1) =
+        shared(Api::<RayService>::all(client.clone()), watch_config(), None);
+    let children = watch_config().labels(&format!(
+        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
+    ));
+    let (clusters, clusters_stream, d2) =
+        shared(Api::<RayCluster>::all(client.clone()), children, None);
+    // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
+    let workload_cfg = match mode {
+        AdmissionMode::Builtin => watch_config(),
+        AdmissionMode::Kueue => {
+            watch_config().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
+        }
+    };
+    let (workloads, workloads_stream, d3) = shared(
+        Api::<Workload>::all(client.clone()),
+        workload_cfg,
+        Some(trigger.clone()),
+    );
+    let (cluster_queues, d4) = plain(Api::<ClusterQueue>::all(client.clone()), trigger.clone());
+    let (local_queues, d5) = plain(Api::<LocalQueue>::all(client.clone()), trigger.clone());
+    let (flavors, d6) = plain(Api::<ResourceFlavor>::all(client.clone()), trigger.clone());
+    let (cohorts, d7) = plain(Api::<Cohort>::all(client.clone()), trigger.clone());
+    let (priority_classes, d8) = plain(
+        Api::<WorkloadPriorityClass>::all(client.clone()),
+        trigger.clone(),
+    );
+    let mut drivers = vec![d1, d2, d3, d4, d5, d6, d7, d8];
+    let namespaces = if serves_namespaces(&client).await {
+        let (ns, d9) = plain(Api::<Namespace>::all(client.clone()), trigger.clone());
+        drivers.push(d9);
+        Some(ns)
+    } else {
+        None
+    };
+    let stores = Stores {
+        services,
+        clusters,
+        workloads,
+        cluster_queues,
+        local_queues,
+        flavors,
+        cohorts,
+        priority_classes,
+        namespaces,
+    };
+    let streams = Streams {
+        services: services_stream,
+        clusters: clusters_stream,
+        workloads: workloads_stream,
+        admission_trigger: trigger,
+        drivers: drivers.into_iter().map(|d| d.boxed()).collect(),
+    };
+    (stores, streams)
+}
