@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Fails when crds/ differs from what `raygate crdgen` generates from vendored-types.
+# Fails when crds/ or its copy config/crd/bases/ (what `kubectl apply -k config/default`
+# installs; kustomize cannot load ../../crds) differs from what `raygate crdgen` generates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cargo run --quiet --bin raygate -- crdgen --out "$tmp" >/dev/null
-if ! diff -ru crds "$tmp" >"$tmp.diff" 2>&1; then
-  echo "crds/ is stale: run 'cargo run -- crdgen' and commit the result. Difference:" >&2
-  head -50 "$tmp.diff" >&2
-  rm -f "$tmp.diff"
-  exit 1
-fi
-rm -f "$tmp.diff"
-echo "crds/ is up to date ($(ls crds | wc -l) CRDs)"
+cargo run --quiet --bin raygate -- crdgen --out "$tmp/gen" >/dev/null
+stale=0
+for dir in crds config/crd/bases; do
+  if ! diff -ru "$dir" "$tmp/gen" >"$tmp/diff" 2>&1; then
+    echo "$dir/ is stale: run 'cargo run -- crdgen --out $dir' and commit the result. Difference:" >&2
+    head -50 "$tmp/diff" >&2
+    stale=1
+  fi
+done
+[ "$stale" = 0 ] || exit 1
+echo "crds/ and config/crd/bases/ are up to date ($(ls crds | wc -l) CRDs)"
