@@ -76,6 +76,17 @@ pub async fn suspend_service(
     patch_service(client, ns, name, "spec.suspend", body).await
 }
 
+/// Sets or clears the error annotation.
+pub async fn report_error(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    message: Option<&str>,
+) -> Result<(), Error> {
+    let body = json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}});
+    patch_service(client, ns, name, "error annotation", body).await
+}
+
 /// A child's `spec.suspend`.
 pub async fn child_suspend(
     client: &Client,

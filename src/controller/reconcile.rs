@@ -174,6 +174,9 @@ async fn apply_actions(
             GateAction::ResumeService => {
                 apply::suspend_service(&ctx.client, ns, name, None).await?
             }
+            GateAction::ReportError { message } => {
+                apply::report_error(&ctx.client, ns, name, message.as_deref()).await?
+            }
         }
     }
     Ok(())

@@ -34,6 +34,8 @@ use crate::types::ray::{RayCluster, RayService};
 pub const RELEASED_ANNOTATION: &str = "raygate.io/released-children";
 /// RayService annotation: set while raygate holds `spec.suspend=true`, with the reason.
 pub const SUSPENDED_BY_ANNOTATION: &str = "raygate.io/suspended-by-raygate";
+/// RayService annotation: why raygate cannot gate it (e.g. invalid PodSets); removed once fixed.
+pub const ERROR_ANNOTATION: &str = "raygate.io/error";
 
 /// What the controller must do for one RayService, in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +57,8 @@ pub enum GateAction {
     SuspendService { reason: String },
     /// Clear the RayService's `spec.suspend` that raygate set.
     ResumeService,
+    /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
+    ReportError { message: Option<String> },
 }
 
 /// Normal or Warning.
@@ -208,10 +212,18 @@ pub fn decide(
                 format!("cannot compute the PodSets of {svc}: {e}"),
                 None,
             );
+            if annotation(service, ERROR_ANNOTATION) != Some(e.to_string().as_str()) {
+                d.actions.push(GateAction::ReportError {
+                    message: Some(e.to_string()),
+                });
+            }
             d.error = Some(e.to_string());
             return d;
         }
     };
+    if annotation(service, ERROR_ANNOTATION).is_some() {
+        d.actions.push(GateAction::ReportError { message: None });
+    }
 
     let suspended = service.spec.suspend == Some(true);
     let raygate_suspended = suspended && annotation(service, SUSPENDED_BY_ANNOTATION).is_some();

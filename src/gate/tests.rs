@@ -115,6 +115,7 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::Hold { child } => format!("Hold {child}"),
             GateAction::SuspendService { reason } => format!("SuspendService {reason}"),
             GateAction::ResumeService => "ResumeService".into(),
+            GateAction::ReportError { message } => format!("ReportError {}", message.is_some()),
         })
         .collect()
 }
@@ -299,7 +300,35 @@ fn invalid_podsets_raise_a_warning_and_touch_nothing() {
     let s = service(gated(""), None);
     let bad = child("svc-a", 1, true, -3);
     let d = decide(&s, &[&bad], &[], &GateOptions::default());
-    assert!(d.actions.is_empty());
+    assert_eq!(
+        kinds(&d),
+        ["ReportError true"],
+        "only the error is recorded"
+    );
+    let GateAction::ReportError { message: Some(m) } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert!(m.contains("must not be negative"), "{m}");
+    // recorded once; cleared when fixed
+    let mut recorded = service(
+        json!({ RELEASED_ANNOTATION: "", ERROR_ANNOTATION: m }),
+        None,
+    );
+    assert_eq!(
+        kinds(&decide(&recorded, &[&bad], &[], &GateOptions::default())),
+        Vec::<String>::new()
+    );
+    let good = child("svc-a", 1, true, 1);
+    recorded
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ERROR_ANNOTATION.into(), m.clone());
+    assert_eq!(
+        kinds(&decide(&recorded, &[&good], &[], &GateOptions::default()))[0],
+        "ReportError false"
+    );
     let e = d
         .events
         .iter()
