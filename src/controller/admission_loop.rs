@@ -54,8 +54,10 @@ fn rv(w: &Workload) -> u64 {
 
 pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
     if !ctx.stores.wait_until_ready().await {
+        tracing::error!("the stores never synced: the admission loop does not run");
         return;
     }
+    tracing::info!("admission loop running");
     let mut assumed: HashMap<String, Assumed> = HashMap::new();
     loop {
         tokio::select! {
@@ -74,6 +76,12 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             },
         );
         ctx.metrics.admission_cycles.inc();
+        tracing::debug!(
+            workloads = snapshot.workloads.len(),
+            cluster_queues = snapshot.cluster_queues.len(),
+            decisions = ?result.decisions,
+            "admission cycle"
+        );
         let now = Timestamp::now();
         let mut pending = 0;
         for d in &result.decisions {

@@ -35,23 +35,52 @@ pub struct Stores {
     pub priority_classes: Store<WorkloadPriorityClass>,
     /// `None` when the server serves no core/v1 Namespaces (then no namespace has labels).
     pub namespaces: Option<Store<Namespace>>,
+    pub ready: Arc<Readiness>,
 }
 
 impl Stores {
-    /// Waits until every store has seen its first complete list.
+    /// Waits until every watch has delivered its first complete list.
     pub async fn wait_until_ready(&self) -> bool {
-        let mut ok = self.services.wait_until_ready().await.is_ok()
-            && self.clusters.wait_until_ready().await.is_ok()
-            && self.workloads.wait_until_ready().await.is_ok()
-            && self.cluster_queues.wait_until_ready().await.is_ok()
-            && self.local_queues.wait_until_ready().await.is_ok()
-            && self.flavors.wait_until_ready().await.is_ok()
-            && self.cohorts.wait_until_ready().await.is_ok()
-            && self.priority_classes.wait_until_ready().await.is_ok();
-        if let Some(ns) = &self.namespaces {
-            ok &= ns.wait_until_ready().await.is_ok();
+        loop {
+            let notified = self.ready.changed.notified();
+            let pending: Vec<&'static str> = self.ready.pending();
+            if pending.is_empty() {
+                return true;
+            }
+            tracing::debug!(?pending, "waiting for caches");
+            notified.await;
         }
-        ok
+    }
+}
+
+/// Which watches have delivered their first complete list.
+#[derive(Default)]
+pub struct Readiness {
+    kinds: std::sync::Mutex<std::collections::BTreeMap<&'static str, bool>>,
+    changed: Notify,
+}
+
+impl Readiness {
+    fn expect(&self, kind: &'static str) {
+        if let Ok(mut k) = self.kinds.lock() {
+            k.entry(kind).or_insert(false);
+        }
+    }
+
+    fn mark(&self, kind: &'static str) {
+        if let Ok(mut k) = self.kinds.lock() {
+            if k.insert(kind, true) != Some(true) {
+                tracing::debug!(kind, "cache synced");
+                self.changed.notify_waiters();
+            }
+        }
+    }
+
+    fn pending(&self) -> Vec<&'static str> {
+        self.kinds
+            .lock()
+            .map(|k| k.iter().filter(|(_, r)| !**r).map(|(n, _)| *n).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -71,6 +100,7 @@ fn shared<K>(
     api: Api<K>,
     config: watcher::Config,
     notify: Option<Arc<Notify>>,
+    ready: Arc<Readiness>,
 ) -> (Store<K>, BoxStream<'static, Arc<K>>, BoxFuture<'static, ()>)
 where
     K: Resource<DynamicType = ()>
@@ -88,12 +118,17 @@ where
         .map(StreamExt::boxed)
         .unwrap_or_else(|| futures::stream::empty().boxed());
     let kind = K::kind(&()).to_string();
+    let label: &'static str = Box::leak(kind.clone().into_boxed_str());
+    ready.expect(label);
     let driver = watcher(api, config)
         .default_backoff()
         .reflect_shared(writer)
         .for_each(move |ev| {
             if let Some(n) = &notify {
                 n.notify_one();
+            }
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                ready.mark(label);
             }
             if let Err(e) = ev {
                 tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
@@ -104,7 +139,11 @@ where
     (reader, subscriber, driver)
 }
 
-fn plain<K>(api: Api<K>, notify: Arc<Notify>) -> (Store<K>, BoxFuture<'static, ()>)
+fn plain<K>(
+    api: Api<K>,
+    notify: Arc<Notify>,
+    ready: Arc<Readiness>,
+) -> (Store<K>, BoxFuture<'static, ()>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -116,11 +155,16 @@ where
 {
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
+    let label: &'static str = Box::leak(kind.clone().into_boxed_str());
+    ready.expect(label);
     let driver = watcher(api, watch_config())
         .default_backoff()
         .reflect(writer)
         .for_each(move |ev| {
             notify.notify_one();
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                ready.mark(label);
+            }
             if let Err(e) = ev {
                 tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
             }
@@ -147,13 +191,22 @@ async fn serves_namespaces(client: &Client) -> bool {
 /// Starts every watch.
 pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
     let trigger = Arc::new(Notify::new());
-    let (services, services_stream, d1) =
-        shared(Api::<RayService>::all(client.clone()), watch_config(), None);
+    let ready = Arc::new(Readiness::default());
+    let (services, services_stream, d1) = shared(
+        Api::<RayService>::all(client.clone()),
+        watch_config(),
+        None,
+        ready.clone(),
+    );
     let children = watch_config().labels(&format!(
         "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
     ));
-    let (clusters, clusters_stream, d2) =
-        shared(Api::<RayCluster>::all(client.clone()), children, None);
+    let (clusters, clusters_stream, d2) = shared(
+        Api::<RayCluster>::all(client.clone()),
+        children,
+        None,
+        ready.clone(),
+    );
     // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
     let workload_cfg = match mode {
         AdmissionMode::Builtin => watch_config(),
@@ -165,18 +218,40 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         Api::<Workload>::all(client.clone()),
         workload_cfg,
         Some(trigger.clone()),
+        ready.clone(),
     );
-    let (cluster_queues, d4) = plain(Api::<ClusterQueue>::all(client.clone()), trigger.clone());
-    let (local_queues, d5) = plain(Api::<LocalQueue>::all(client.clone()), trigger.clone());
-    let (flavors, d6) = plain(Api::<ResourceFlavor>::all(client.clone()), trigger.clone());
-    let (cohorts, d7) = plain(Api::<Cohort>::all(client.clone()), trigger.clone());
+    let (cluster_queues, d4) = plain(
+        Api::<ClusterQueue>::all(client.clone()),
+        trigger.clone(),
+        ready.clone(),
+    );
+    let (local_queues, d5) = plain(
+        Api::<LocalQueue>::all(client.clone()),
+        trigger.clone(),
+        ready.clone(),
+    );
+    let (flavors, d6) = plain(
+        Api::<ResourceFlavor>::all(client.clone()),
+        trigger.clone(),
+        ready.clone(),
+    );
+    let (cohorts, d7) = plain(
+        Api::<Cohort>::all(client.clone()),
+        trigger.clone(),
+        ready.clone(),
+    );
     let (priority_classes, d8) = plain(
         Api::<WorkloadPriorityClass>::all(client.clone()),
         trigger.clone(),
+        ready.clone(),
     );
     let mut drivers = vec![d1, d2, d3, d4, d5, d6, d7, d8];
     let namespaces = if serves_namespaces(&client).await {
-        let (ns, d9) = plain(Api::<Namespace>::all(client.clone()), trigger.clone());
+        let (ns, d9) = plain(
+            Api::<Namespace>::all(client.clone()),
+            trigger.clone(),
+            ready.clone(),
+        );
         drivers.push(d9);
         Some(ns)
     } else {
@@ -192,6 +267,7 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         cohorts,
         priority_classes,
         namespaces,
+        ready,
     };
     let streams = Streams {
         services: services_stream,
