@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 if [ -x hack/install-test-apiserver.sh ]; then
   hack/install-test-apiserver.sh
 fi
-exec cargo test --workspace --all-targets "$@"
+exec cargo test --workspace "$@"
