@@ -3,7 +3,5 @@
 # Integration tests need the test API server; it is installed first (seconds when cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -x hack/install-test-apiserver.sh ]; then
-  hack/install-test-apiserver.sh
-fi
+hack/install-test-apiserver.sh
 exec cargo test --workspace "$@"
