@@ -161,9 +161,12 @@ async fn apply_actions(
                 slice,
                 admitted_at,
             } => {
-                apply::record_released(&ctx.client, ns, name, released).await?;
                 apply::child_suspend(&ctx.client, ns, child, false).await?;
                 observe_gate_latency(ctx, &format!("{ns}/{slice}"), *admitted_at, now);
+                apply::record_released(&ctx.client, ns, name, released).await?;
+            }
+            GateAction::RecordReleased { released } => {
+                apply::record_released(&ctx.client, ns, name, released).await?
             }
             GateAction::Hold { child } => {
                 apply::child_suspend(&ctx.client, ns, child, true).await?

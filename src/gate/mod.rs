@@ -44,13 +44,16 @@ pub enum GateAction {
     GateTemplate { released: Vec<String> },
     /// A change to the slice chain.
     Slice(SliceAction),
-    /// Record `child` in [`RELEASED_ANNOTATION`], then merge-patch its `spec.suspend=false`.
+    /// Merge-patch the child's `spec.suspend=false`, then record it in [`RELEASED_ANNOTATION`].
+    /// (A crash in between is healed by [`GateAction::RecordReleased`].)
     Release {
         child: String,
         released: Vec<String>,
         slice: String,
         admitted_at: Option<Timestamp>,
     },
+    /// Record running, covered children in [`RELEASED_ANNOTATION`].
+    RecordReleased { released: Vec<String> },
     /// Merge-patch `spec.suspend=true` on a child that runs without quota.
     Hold { child: String },
     /// Set the RayService's `spec.suspend=true` (KubeRay deletes every child).
@@ -375,6 +378,12 @@ pub fn decide(
                     format!("holding {name} suspended until an admitted slice covers it: {why}"),
                     None,
                 );
+            }
+            (false, Some(_)) if !released.contains(&name) => {
+                released.insert(name);
+                d.actions.push(GateAction::RecordReleased {
+                    released: released.iter().cloned().collect(),
+                });
             }
             (false, None) if !released.contains(&name) => {
                 d.actions.push(GateAction::Hold {

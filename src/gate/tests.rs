@@ -113,6 +113,9 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::Slice(SliceAction::Finish { .. }) => "Finish".into(),
             GateAction::Release { child, .. } => format!("Release {child}"),
             GateAction::Hold { child } => format!("Hold {child}"),
+            GateAction::RecordReleased { released } => {
+                format!("RecordReleased {}", released.join(","))
+            }
             GateAction::SuspendService { reason } => format!("SuspendService {reason}"),
             GateAction::ResumeService => "ResumeService".into(),
             GateAction::ReportError { message } => format!("ReportError {}", message.is_some()),
@@ -219,6 +222,24 @@ fn a_child_unsuspended_without_a_covering_slice_is_suspended_again() {
     assert!(d.events.iter().any(|e| e.type_ == EventType::Warning
         && e.reason == "Tampered"
         && e.child.as_deref() == Some("svc-a")));
+}
+
+#[test]
+fn a_covered_running_child_missing_from_the_record_is_recorded() {
+    // a crash between the unsuspend patch and the record
+    let s = service(gated(""), None);
+    let (mut ws, mut t) = (vec![], 10);
+    let held = child("svc-a", 1, true, 1);
+    {
+        let d = decide(&s, &[&held], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    let running = child("svc-a", 1, false, 1);
+    assert_eq!(
+        kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
+        ["RecordReleased svc-a"]
+    );
 }
 
 #[test]
