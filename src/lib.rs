@@ -6,6 +6,7 @@ pub mod admission;
 pub mod cli;
 pub mod controller;
 pub mod crdgen;
+pub mod dev;
 pub mod gate;
 pub mod manifest;
 pub mod podsets;

@@ -29,6 +29,16 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
         output: Output,
     },
+    /// Run admission cycles on a file of Kueue objects (ResourceFlavor, Cohort, ClusterQueue,
+    /// LocalQueue, WorkloadPriorityClass, Workload) until nothing changes; print each Workload's
+    /// outcome and each ClusterQueue's usage.
+    Admit {
+        /// Multi-document YAML file ("-" for standard input).
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
+        output: Output,
+    },
     /// Run the controller: gate opted-in RayServices' children on admitted workload slices.
     Controller(ControllerArgs),
     /// Write the kueue.x-k8s.io CRDs raygate installs (when Kueue is absent) into a directory.
@@ -36,6 +46,9 @@ enum Command {
         #[arg(long, default_value = "crds")]
         out: PathBuf,
     },
+    /// Development helpers for the dev cluster (hack/dev-cluster.sh): the KubeRay v1.7
+    /// emulator, and apply/get without API discovery.
+    Dev(raygate::dev::cli::DevArgs),
 }
 
 #[derive(clap::Args)]
@@ -152,6 +165,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 cli::podsets(&text).and_then(|r| cli::render(&r, output, cli::podsets_table));
             Ok(print_or_exit2(result))
         }
+        Command::Admit { file, output } => {
+            let text = read_input(&file)?;
+            let result = cli::admit(&text).and_then(|r| cli::render(&r, output, cli::admit_table));
+            Ok(print_or_exit2(result))
+        }
         Command::Controller(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run_controller(args))?;
@@ -167,6 +185,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Dev(args) => raygate::dev::cli::run(args),
     }
 }
 

@@ -203,3 +203,67 @@ async fn label_selected_lists_and_watches_through_kube_runtime() {
         .unwrap();
     assert_eq!(listed.items.len(), 1);
 }
+
+#[tokio::test]
+async fn a_slice_built_by_the_planner_is_accepted_by_kueues_workload_crd() {
+    use raygate::podsets::{children_of, of_service};
+    use raygate::slices::{SliceAction, SliceContext, SliceOwner, plan};
+    let client = TestServer::get().client().await;
+    let ns = namespace("slice-ssa");
+    let svc: raygate::types::ray::RayService = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "svc", "namespace": ns, "uid": "u-1"},
+        "spec": {"rayClusterConfig": {"enableInTreeAutoscaling": true, "headGroupSpec": {"template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray", "resources": {"requests": {"cpu": "1"}}}]}}},
+            "workerGroupSpecs": [{"groupName": "W", "replicas": 2, "minReplicas": 0, "maxReplicas": 3, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray", "resources": {"limits": {"cpu": "2"}}}]}}}]}}
+    }))
+    .unwrap();
+    let none: Vec<raygate::types::ray::RayCluster> = vec![];
+    let podsets = of_service(&svc, &children_of(&svc, &none)).unwrap().podsets;
+    let ctx = SliceContext {
+        owner: SliceOwner {
+            namespace: ns.clone(),
+            name: "svc".into(),
+            uid: "u-1".into(),
+        },
+        queue_name: "lq".into(),
+        ..Default::default()
+    };
+    let p = plan(&ctx, &podsets, &[]);
+    let SliceAction::Create { workload, .. } = &p.actions[0] else {
+        panic!("{p:?}")
+    };
+    let api: Api<Workload> = Api::namespaced(client, &ns);
+    let name = workload.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("raygate").force(),
+        &Patch::Apply(workload.as_ref()),
+    )
+    .await
+    .unwrap();
+    let got = api.get(&name).await.unwrap();
+    assert_eq!(
+        got.spec
+            .pod_sets
+            .iter()
+            .map(|p| (p.name.as_str(), p.count))
+            .collect::<Vec<_>>(),
+        [("head", 1), ("w", 2)]
+    );
+    assert_eq!(
+        got.spec.pod_sets[0]
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .len(),
+        2,
+        "the autoscaler container is kept"
+    );
+    let listed = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        listed.items.len(),
+        1,
+        "readable through a LIST (what the watch does)"
+    );
+}

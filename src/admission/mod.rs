@@ -1,1 +1,301 @@
-//! Admission: ClusterQueue quota decisions on a snapshot (pure).
+//! Admission: ClusterQueue quota decisions on a snapshot (pure: no IO, no clock).
+//!
+//! Given the Kueue objects of a cluster ([`Snapshot`]), [`cycle`] decides for every Workload what
+//! should happen now, Kueue v0.19-compatible on the wire:
+//!
+//! * **queues**: `spec.queueName` → LocalQueue (same namespace) → ClusterQueue, whose
+//!   `namespaceSelector` must select the namespace; a stopped queue (`stopPolicy`) admits nothing
+//!   and `HoldAndDrain` evicts what it holds; a deactivated Workload (`spec.active: false`) is
+//!   evicted;
+//! * **quota**: `resourceGroups` with ordered flavors (first fit wins, honouring `nodeSelector`
+//!   against flavor `nodeLabels`), `nominalQuota`, `borrowingLimit`, `lendingLimit`, and a cohort
+//!   tree (Cohort objects with `parentName` and their own quota) with Kueue's resource-node
+//!   arithmetic ([`quota`]);
+//! * **order**: every pending Workload of every ClusterQueue in one pass, by priority
+//!   (WorkloadPriorityClass or `spec.priority`) then creation or last eviction time, each against
+//!   the usage the ones before it left; `StrictFIFO` queues stop at the first that does not fit;
+//! * **workload slices**: a replacement slice (`kueue.x-k8s.io/workload-slice-replacement-for`)
+//!   is charged only its delta over the slice it replaces, per (flavor, resource) over the whole
+//!   Workload — so PodSets may be added, removed or renamed — keeps that slice's flavors, and the
+//!   old slice is finished in the same pass, after the replacement is admitted, never before;
+//! * **preemption**: `withinClusterQueue` and `reclaimWithinCohort`, minimal victim sets chosen
+//!   as Kueue does; the replaced slice is never a victim of its replacement.
+//!
+//! Usage of an admitted Workload comes from `status.admission`, scaled to
+//! `min(spec count, admitted count) − reclaimable pods`, so an in-place scale-down releases at
+//! once. Bad objects become per-object reasons (an inactive ClusterQueue, an inadmissible
+//! Workload), never an error for the others. Output is deterministic: the same snapshot gives the
+//! same [`CycleResult`], whatever the order of its objects.
+//!
+//! [`Scheduler`] keeps the indexed snapshot between passes (the controller's loop, the CLI, the
+//! benchmark); [`run_until_stable`] runs passes until nothing changes.
+
+mod cycle;
+mod flavors;
+mod preemption;
+mod quota;
+mod snapshot;
+mod status;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+
+pub use status::{
+    PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT, apply_decision, cluster_queue_status,
+    condition_true, finish, is_admitted, is_evicted, is_finished, local_queue_status,
+    release_quota,
+};
+
+use crate::types::kueue::{
+    Admission, ClusterQueue, Cohort, FlavorUsage, LocalQueue, LocalQueueFlavorUsage,
+    ResourceFlavor, Workload, WorkloadPriorityClass, WorkloadStatus,
+};
+use snapshot::Index;
+
+/// The objects admission decides on.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub flavors: Vec<ResourceFlavor>,
+    pub cohorts: Vec<Cohort>,
+    pub cluster_queues: Vec<ClusterQueue>,
+    pub local_queues: Vec<LocalQueue>,
+    pub priority_classes: Vec<WorkloadPriorityClass>,
+    pub workloads: Vec<Workload>,
+    /// namespace name -> labels, for ClusterQueue namespaceSelector; a namespace not listed has no labels.
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// How decisions play out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// true (CLI): an evicted workload's quota is released at once. false (controller): an evicted
+    /// workload keeps its reservation until its owner clears `status.admission` (pods gone).
+    pub release_evicted_immediately: bool,
+}
+
+/// What should happen to one Workload, keyed by `<namespace>/<name>`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Reserve quota: set `status.admission` and `QuotaReserved=True`.
+    Admit {
+        workload: String,
+        admission: Admission,
+    },
+    /// Stay pending: `QuotaReserved=False` with `reason` (`Pending` or `Inadmissible`).
+    Pending {
+        workload: String,
+        reason: String,
+        message: String,
+    },
+    /// Evict (`Preempted`, `ClusterQueueStopped`, `LocalQueueStopped` or `Deactivated`).
+    Evict {
+        workload: String,
+        reason: String,
+        message: String,
+    },
+    /// Finish an old slice (`Finished=True`, `WorkloadSliceReplaced`): its replacement was just
+    /// admitted in the same cycle.
+    FinishReplaced {
+        workload: String,
+        replaced_by: String,
+    },
+}
+
+impl Decision {
+    /// The `<namespace>/<name>` of the Workload it is about.
+    pub fn workload(&self) -> &str {
+        match self {
+            Decision::Admit { workload, .. }
+            | Decision::Pending { workload, .. }
+            | Decision::Evict { workload, .. }
+            | Decision::FinishReplaced { workload, .. } => workload,
+        }
+    }
+}
+
+/// Usage of a ClusterQueue once a cycle's decisions are applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterQueueUsage {
+    pub name: String,
+    /// Per flavor (spec order): per resource `total` and `borrowed` (`max(0, total − nominal)`).
+    pub reservation: Vec<FlavorUsage>,
+    pub pending: i32,
+    pub reserving: i32,
+    pub admitted: i32,
+    /// Err: why it admits nothing (a missing flavor, a bad quota, a cohort cycle, stopped).
+    pub active: Result<(), String>,
+    /// Reason of the `Active` condition: `Ready`, `Stopped`, `FlavorNotFound`, `InvalidSpec`,
+    /// `CohortCycle`.
+    pub active_reason: String,
+}
+
+/// Usage of a LocalQueue once a cycle's decisions are applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalQueueUsage {
+    pub namespace: String,
+    pub name: String,
+    pub reservation: Vec<LocalQueueFlavorUsage>,
+    pub pending: i32,
+    pub reserving: i32,
+    pub admitted: i32,
+    /// Err: why Workloads submitted to it cannot be admitted.
+    pub active: Result<(), String>,
+}
+
+/// One admission pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CycleResult {
+    /// In the order they were decided: quota-independent evictions, then queue order (a
+    /// preemptor's victims just before it, an old slice's finish just after its replacement).
+    pub decisions: Vec<Decision>,
+    /// By name.
+    pub cluster_queues: Vec<ClusterQueueUsage>,
+    /// By namespace, name.
+    pub local_queues: Vec<LocalQueueUsage>,
+}
+
+/// One admission pass over a snapshot.
+pub fn cycle(snapshot: &Snapshot, options: &Options) -> CycleResult {
+    cycle::run(&Index::build(snapshot, options), options)
+}
+
+/// Runs passes, applying each pass's decisions to the Workloads (with `now` as the time of every
+/// change), until a pass changes nothing or `max_cycles` passes ran.
+pub fn run_until_stable(
+    snapshot: Snapshot,
+    options: &Options,
+    now: Timestamp,
+    max_cycles: usize,
+) -> (Snapshot, Vec<CycleResult>) {
+    let mut scheduler = Scheduler::new(snapshot, options);
+    let mut results = Vec::new();
+    for _ in 0..max_cycles {
+        let result = scheduler.cycle();
+        let changed = scheduler.apply(&result, now);
+        results.push(result);
+        if !changed {
+            break;
+        }
+    }
+    (scheduler.into_snapshot(), results)
+}
+
+/// A snapshot with its index kept between passes: requests and quotas are parsed once, and
+/// applying decisions updates only the Workloads they name.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    snapshot: Snapshot,
+    index: Index,
+    options: Options,
+}
+
+impl Scheduler {
+    pub fn new(snapshot: Snapshot, options: &Options) -> Self {
+        let index = Index::build(&snapshot, options);
+        Scheduler {
+            snapshot,
+            index,
+            options: *options,
+        }
+    }
+
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    pub fn into_snapshot(self) -> Snapshot {
+        self.snapshot
+    }
+
+    /// One admission pass on the current state.
+    pub fn cycle(&self) -> CycleResult {
+        cycle::run(&self.index, &self.options)
+    }
+
+    /// Applies a pass's decisions to the Workloads' status (releasing evicted Workloads at once
+    /// when the options say so). Returns whether any status changed.
+    pub fn apply(&mut self, result: &CycleResult, now: Timestamp) -> bool {
+        let mut changed = false;
+        for d in &result.decisions {
+            let Some(&i) = self.index.by_key.get(d.workload()) else {
+                continue;
+            };
+            let w = &mut self.snapshot.workloads[i];
+            let generation = w.metadata.generation;
+            if let Decision::Pending {
+                reason, message, ..
+            } = d
+            {
+                // only QuotaReserved=False changes: nothing admission reads, no refresh
+                let s = w.status.get_or_insert_with(WorkloadStatus::default);
+                changed |= status::apply_pending_in_place(s, generation, reason, message, now);
+                continue;
+            }
+            let mut s = apply_decision(w.status.as_ref(), generation, d, now);
+            if matches!(d, Decision::Evict { .. }) && self.options.release_evicted_immediately {
+                s = release_quota(Some(&s), generation, now);
+            }
+            if w.status.as_ref() == Some(&s) {
+                continue;
+            }
+            w.status = Some(s);
+            changed = true;
+            self.refresh(i);
+        }
+        changed
+    }
+
+    /// Changes one Workload (e.g. a finished run, a scale-down); false if there is no such key.
+    pub fn update_workload(&mut self, key: &str, change: impl FnOnce(&mut Workload)) -> bool {
+        let Some(&i) = self.index.by_key.get(key) else {
+            return false;
+        };
+        change(&mut self.snapshot.workloads[i]);
+        self.refresh(i);
+        true
+    }
+
+    /// Marks a Workload finished (`Finished=True` with `reason`): it releases its quota.
+    pub fn finish(&mut self, key: &str, reason: &str, message: &str, now: Timestamp) -> bool {
+        self.update_workload(key, |w| {
+            let s = finish(
+                w.status.as_ref(),
+                w.metadata.generation,
+                reason,
+                message,
+                now,
+            );
+            w.status = Some(s);
+        })
+    }
+
+    fn refresh(&mut self, i: usize) {
+        let old_key = std::mem::take(&mut self.index.workloads[i].key);
+        let info = self.index.q.derive(&self.snapshot.workloads[i]);
+        let rekey = info.key != old_key;
+        let duplicate = self.index.workloads[i].duplicate;
+        self.index.workloads[i] = snapshot::WlInfo { duplicate, ..info };
+        if rekey {
+            self.index.reindex_keys();
+        }
+    }
+}
+
+/// The status a Workload has after `decision` (see [`apply_decision`]), for callers holding a
+/// Workload object.
+pub fn status_after(workload: &Workload, decision: &Decision, now: Timestamp) -> WorkloadStatus {
+    apply_decision(
+        workload.status.as_ref(),
+        workload.metadata.generation,
+        decision,
+        now,
+    )
+}

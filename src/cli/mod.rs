@@ -1,6 +1,8 @@
 //! The pure parts of raygate's command line: each command takes file text and returns output text
 //! or an error line. `main.rs` only parses flags, reads files and prints.
 
+mod admit;
+pub use admit::{AdmitReport, ClusterQueueRow, WorkloadRow, admit, admit_table, read_snapshot};
 mod podsets;
 
 pub use podsets::{PodSetRow, PodSetsReport, podsets, podsets_table};

@@ -192,7 +192,12 @@ fn owned(status: &WorkloadStatus, finished: bool) -> serde_json::Value {
             OWNED.contains(&c.type_.as_str()) || (finished && c.type_ == condition::FINISHED)
         })
         .collect();
-    json!({"conditions": conditions, "admission": status.admission})
+    // an unset admission is omitted (Kueue's schema rejects null; under server-side apply an
+    // omitted field we owned is removed)
+    match &status.admission {
+        Some(a) => json!({"conditions": conditions, "admission": a}),
+        None => json!({"conditions": conditions}),
+    }
 }
 
 async fn write_decision(

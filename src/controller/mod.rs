@@ -209,6 +209,7 @@ pub async fn run(
                 .map(|o| ObjectRef::<RayService>::new(&o).within(ns.as_deref().unwrap_or_default()))
         })
         .owns_shared_stream(streams.workloads)
+        .reconcile_on(streams.deleted)
         .with_config(kube::runtime::controller::Config::default().concurrency(8))
         .graceful_shutdown_on({
             let mut stop = shutdown_rx.clone();

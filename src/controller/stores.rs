@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -19,7 +19,8 @@ use crate::types::kueue::{
     ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload, WorkloadPriorityClass,
 };
 use crate::types::ray::{
-    ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
+    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
+    RayCluster, RayService,
 };
 
 /// Read handles on everything raygate watches.
@@ -68,11 +69,11 @@ impl Readiness {
     }
 
     fn mark(&self, kind: &'static str) {
-        if let Ok(mut k) = self.kinds.lock() {
-            if k.insert(kind, true) != Some(true) {
-                tracing::debug!(kind, "cache synced");
-                self.changed.notify_waiters();
-            }
+        if let Ok(mut k) = self.kinds.lock()
+            && k.insert(kind, true) != Some(true)
+        {
+            tracing::debug!(kind, "cache synced");
+            self.changed.notify_waiters();
         }
     }
 
@@ -89,6 +90,8 @@ pub struct Streams {
     pub services: BoxStream<'static, Arc<RayService>>,
     pub clusters: BoxStream<'static, Arc<RayCluster>>,
     pub workloads: BoxStream<'static, Arc<Workload>>,
+    /// RayServices to reconcile because one of their children or Workloads was deleted.
+    pub deleted: futures::channel::mpsc::UnboundedReceiver<ObjectRef<RayService>>,
     /// Notified on any change the admission loop cares about.
     pub admission_trigger: Arc<Notify>,
     pub drivers: Vec<BoxFuture<'static, ()>>,
@@ -101,6 +104,7 @@ fn shared<K>(
     config: watcher::Config,
     notify: Option<Arc<Notify>>,
     ready: Arc<Readiness>,
+    on_delete: impl Fn(&K) + Send + 'static,
 ) -> (Store<K>, BoxStream<'static, Arc<K>>, BoxFuture<'static, ()>)
 where
     K: Resource<DynamicType = ()>
@@ -129,6 +133,10 @@ where
             }
             if matches!(ev, Ok(watcher::Event::InitDone)) {
                 ready.mark(label);
+            }
+            // kube's shared dispatcher forwards applies only: deletions are passed on here
+            if let Ok(watcher::Event::Delete(obj)) = &ev {
+                on_delete(obj);
             }
             if let Err(e) = ev {
                 tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
@@ -192,11 +200,39 @@ async fn serves_namespaces(client: &Client) -> bool {
 pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
     let trigger = Arc::new(Notify::new());
     let ready = Arc::new(Readiness::default());
+    let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
+    let child_owner = {
+        let tx = deleted_tx.clone();
+        move |c: &RayCluster| {
+            let owner = c
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ORIGINATED_FROM_CR_NAME_LABEL));
+            if let (Some(owner), Some(ns)) = (owner, c.metadata.namespace.as_deref()) {
+                let _ = tx.unbounded_send(ObjectRef::new(owner).within(ns));
+            }
+        }
+    };
+    let workload_owner = move |w: &Workload| {
+        for o in w
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.kind == "RayService")
+        {
+            if let Some(ns) = w.metadata.namespace.as_deref() {
+                let _ = deleted_tx.unbounded_send(ObjectRef::new(&o.name).within(ns));
+            }
+        }
+    };
     let (services, services_stream, d1) = shared(
         Api::<RayService>::all(client.clone()),
         watch_config(),
         None,
         ready.clone(),
+        |_: &RayService| {},
     );
     let children = watch_config().labels(&format!(
         "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
@@ -206,6 +242,7 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         children,
         None,
         ready.clone(),
+        child_owner,
     );
     // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
     let workload_cfg = match mode {
@@ -219,6 +256,7 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         workload_cfg,
         Some(trigger.clone()),
         ready.clone(),
+        workload_owner,
     );
     let (cluster_queues, d4) = plain(
         Api::<ClusterQueue>::all(client.clone()),
@@ -273,6 +311,7 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         services: services_stream,
         clusters: clusters_stream,
         workloads: workloads_stream,
+        deleted,
         admission_trigger: trigger,
         drivers: drivers.into_iter().map(|d| d.boxed()).collect(),
     };

@@ -41,7 +41,7 @@ pub struct TestServer {
 }
 
 static SERVER: OnceLock<TestServer> = OnceLock::new();
-static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 static TMP: Mutex<Option<PathBuf>> = Mutex::new(None);
 static NAMESPACE: AtomicUsize = AtomicUsize::new(0);
 
@@ -78,12 +78,10 @@ fn free_port() -> u16 {
 }
 
 extern "C" fn cleanup() {
-    if let Ok(children) = CHILDREN.lock() {
-        for pid in children.iter() {
-            // SAFETY: kill(2) on a pid we started; at worst ESRCH.
-            unsafe {
-                libc::kill(*pid as i32, libc::SIGKILL);
-            }
+    if let Ok(mut children) = CHILDREN.lock() {
+        for child in children.iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
     if let Ok(Some(dir)) = TMP.lock().map(|t| t.clone()) {
@@ -91,7 +89,7 @@ extern "C" fn cleanup() {
     }
 }
 
-fn spawn(cmd: &mut Command, log: &Path) -> Child {
+fn spawn(cmd: &mut Command, log: &Path) {
     let out = std::fs::File::create(log).expect("log file");
     let err = out.try_clone().expect("log file");
     // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the child when this
@@ -107,8 +105,7 @@ fn spawn(cmd: &mut Command, log: &Path) -> Child {
         .stderr(Stdio::from(err))
         .spawn()
         .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-    CHILDREN.lock().expect("children").push(child.id());
-    child
+    CHILDREN.lock().expect("children").push(child);
 }
 
 fn openssl(dir: &Path, args: &[&str]) {

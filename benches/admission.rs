@@ -1,0 +1,296 @@
+//! Admission throughput on the shape of Kueue's scheduler performance test
+//! (`test/performance/scheduler`): cohorts of ClusterQueues (nominal 20 CPU each, borrowing limit
+//! 100, `reclaimWithinCohort: Any`, `withinClusterQueue: LowerPriority`) and Workloads of 1, 5 and
+//! 20 CPU (priorities 50, 100, 200; 70/20/10 % of the count). Runtime is simulated in cycles: after
+//! each cycle, every Workload admitted in the previous cycle finishes, until all have run.
+//!
+//! Prints decisions per second (Admit + Pending decisions evaluated), admissions per second, wall
+//! time, cycles and peak memory (VmHWM). Never asserts a time.
+//!
+//!   cargo bench --bench admission            # both shapes
+//!   cargo bench --bench admission -- small   # only the 30-ClusterQueue shape
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use raygate::admission::{Decision, Options, Scheduler, Snapshot, is_admitted};
+use raygate::types::kueue::*;
+
+struct Shape {
+    name: &'static str,
+    cohorts: usize,
+    queues_per_cohort: usize,
+    /// Workloads per ClusterQueue: (small 1 CPU, medium 5 CPU, large 20 CPU).
+    per_queue: (usize, usize, usize),
+}
+
+const SHAPES: [Shape; 2] = [
+    Shape {
+        name: "small: 5 cohorts x 6 ClusterQueues, 15,000 Workloads",
+        cohorts: 5,
+        queues_per_cohort: 6,
+        per_queue: (350, 100, 50),
+    },
+    Shape {
+        name: "large: 10 cohorts x 100 ClusterQueues, 50,000 Workloads",
+        cohorts: 10,
+        queues_per_cohort: 100,
+        per_queue: (35, 10, 5),
+    },
+];
+
+fn q(s: &str) -> Quantity {
+    Quantity(s.to_string())
+}
+
+fn start() -> Timestamp {
+    Timestamp::from_second(1_780_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn snapshot(shape: &Shape) -> Snapshot {
+    let mut s = Snapshot {
+        flavors: vec![ResourceFlavor::new(
+            "default",
+            ResourceFlavorSpec::default(),
+        )],
+        ..Snapshot::default()
+    };
+    let mut created = 0i64;
+    for c in 0..shape.cohorts {
+        for k in 0..shape.queues_per_cohort {
+            let name = format!("cohort-{c}-cq-{k}");
+            s.cluster_queues.push(ClusterQueue::new(
+                &name,
+                ClusterQueueSpec {
+                    cohort_name: Some(format!("cohort-{c}")),
+                    namespace_selector: Some(Default::default()),
+                    resource_groups: vec![ResourceGroup {
+                        covered_resources: vec!["cpu".into()],
+                        flavors: vec![FlavorQuotas {
+                            name: "default".into(),
+                            resources: vec![ResourceQuota {
+                                name: "cpu".into(),
+                                nominal_quota: Some(q("20")),
+                                borrowing_limit: Some(q("100")),
+                                lending_limit: None,
+                            }],
+                        }],
+                    }],
+                    preemption: Some(ClusterQueuePreemption {
+                        reclaim_within_cohort: Some(ReclaimWithinCohort::Any),
+                        within_cluster_queue: Some(WithinClusterQueue::LowerPriority),
+                        borrow_within_cohort: None,
+                    }),
+                    ..ClusterQueueSpec::default()
+                },
+            ));
+            let mut lq = LocalQueue::new(
+                &name,
+                LocalQueueSpec {
+                    cluster_queue: Some(name.clone()),
+                    stop_policy: None,
+                },
+            );
+            lq.metadata.namespace = Some("default".into());
+            s.local_queues.push(lq);
+            let (small, medium, large) = shape.per_queue;
+            let classes = [
+                ("small", small, "1", 50),
+                ("medium", medium, "5", 100),
+                ("large", large, "20", 200),
+            ];
+            for (class, count, cpu, priority) in classes {
+                for i in 0..count {
+                    created += 100; // ms: Kueue's creationIntervalMs
+                    s.workloads.push(workload(
+                        &format!("{name}-{class}-{i}"),
+                        &name,
+                        cpu,
+                        priority,
+                        created,
+                    ));
+                }
+            }
+        }
+    }
+    s
+}
+
+fn workload(name: &str, queue: &str, cpu: &str, priority: i32, created_ms: i64) -> Workload {
+    let mut w = Workload::new(
+        name,
+        WorkloadSpec {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: 1,
+                min_count: None,
+                template: PodTemplateSpec {
+                    metadata: None,
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "c".into(),
+                            resources: Some(ResourceRequirements {
+                                requests: Some([("cpu".to_string(), q(cpu))].into()),
+                                ..ResourceRequirements::default()
+                            }),
+                            ..Container::default()
+                        }],
+                        ..PodSpec::default()
+                    }),
+                },
+            }],
+            queue_name: Some(queue.into()),
+            priority: Some(priority),
+            ..WorkloadSpec::default()
+        },
+    );
+    w.metadata.namespace = Some("default".into());
+    w.metadata.generation = Some(1);
+    w.metadata.creation_timestamp = Some(Time(start() + SignedDuration::from_millis(created_ms)));
+    w
+}
+
+/// Peak resident memory of this process in MiB (VmHWM).
+fn peak_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Resets VmHWM so each shape reports its own peak (Linux `clear_refs` value 5).
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    format!("{cpus} CPUs ({model}); one thread used")
+}
+
+fn run(shape: &Shape) {
+    let peak_reset = reset_peak();
+    let build = Instant::now();
+    let s = snapshot(shape);
+    let total = s.workloads.len();
+    let options = Options {
+        release_evicted_immediately: true,
+    };
+    let mut sched = Scheduler::new(s, &options);
+    let build = build.elapsed();
+
+    let (mut decisions, mut admits, mut evictions, mut cycles) = (0usize, 0usize, 0usize, 0usize);
+    let (mut in_cycle, mut in_apply) = (Duration::ZERO, Duration::ZERO);
+    let mut running: Vec<String> = Vec::new();
+    let wall = Instant::now();
+    let mut now = start() + SignedDuration::from_secs(3600);
+    loop {
+        cycles += 1;
+        now += SignedDuration::from_secs(1);
+        let t = Instant::now();
+        let r = sched.cycle();
+        in_cycle += t.elapsed();
+        let t = Instant::now();
+        sched.apply(&r, now);
+        // the ones admitted a cycle ago have run: they finish
+        for k in running.drain(..) {
+            sched.update_workload(&k, |w| {
+                if is_admitted(w.status.as_ref()) {
+                    w.status = Some(raygate::admission::finish(
+                        w.status.as_ref(),
+                        w.metadata.generation,
+                        "Succeeded",
+                        "done",
+                        now,
+                    ));
+                }
+            });
+        }
+        in_apply += t.elapsed();
+        let mut pending = 0;
+        for d in &r.decisions {
+            match d {
+                Decision::Admit { workload, .. } => {
+                    admits += 1;
+                    running.push(workload.clone());
+                }
+                Decision::Pending { .. } => pending += 1,
+                Decision::Evict { .. } => evictions += 1,
+                Decision::FinishReplaced { .. } => {}
+            }
+        }
+        decisions += pending;
+        if pending == 0 && running.is_empty() {
+            break;
+        }
+        if cycles > 100_000 {
+            println!("  gave up after {cycles} cycles");
+            break;
+        }
+    }
+    decisions += admits;
+    let wall = wall.elapsed();
+    let finished = sched
+        .snapshot()
+        .workloads
+        .iter()
+        .filter(|w| raygate::admission::is_finished(w.status.as_ref()))
+        .count();
+    let secs = wall.as_secs_f64();
+    println!("{}", shape.name);
+    println!("  snapshot + index build   {:>10.3} s", build.as_secs_f64());
+    println!(
+        "  admission loop wall time {:>10.3} s  (cycles {:.3} s, applying decisions + finishing {:.3} s)",
+        secs,
+        in_cycle.as_secs_f64(),
+        in_apply.as_secs_f64()
+    );
+    println!("  cycles                   {cycles:>10}");
+    println!(
+        "  decisions (admit+pending){decisions:>10}  -> {:>10.0} decisions/s",
+        decisions as f64 / secs
+    );
+    println!(
+        "  admissions               {admits:>10}  -> {:>10.0} admitted/s",
+        admits as f64 / secs
+    );
+    println!("  preemptions              {evictions:>10}");
+    println!("  finished / total         {finished:>10} / {total}");
+    match peak_mib() {
+        Some(mib) => println!(
+            "  peak memory (VmHWM)      {mib:>10.1} MiB{}",
+            if peak_reset {
+                ""
+            } else {
+                " (process peak; clear_refs unavailable)"
+            }
+        ),
+        None => println!("  peak memory              unavailable"),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; anything else filters shapes by name
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    println!("raygate admission benchmark on {}", machine());
+    for shape in &SHAPES {
+        if filters.is_empty() || filters.iter().any(|f| shape.name.contains(f.as_str())) {
+            run(shape);
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! Flavor assignment: which ResourceFlavor each PodSet's resources get in a ClusterQueue, and
+//! whether the Workload fits now, fits only if something is preempted, or cannot fit at all.
+//!
+//! Per PodSet and resource group the flavors are tried in order; a flavor whose `nodeLabels`
+//! contradict the PodSet's `nodeSelector` is skipped; the first flavor where every resource of the
+//! group fits wins (Kueue's default `whenCanBorrow: MayStopSearch`); if none fits, the first one
+//! that would fit after preemption is kept. A replacement slice is checked for its delta over the
+//! slice it replaces, per (flavor, resource) over the whole Workload, and keeps that slice's
+//! flavor for every PodSet name the slice had (sticky flavors).
+
+use std::fmt::Write as _;
+
+use super::quota::Usage;
+use super::snapshot::{Held, PodSetReq, Queues};
+use crate::quantity::Quantity;
+
+/// How well a Workload fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Mode {
+    Fit,
+    Preempt,
+    NoFit,
+}
+
+/// The admitted slice a replacement is charged against.
+pub(crate) struct Replacing<'a> {
+    pub key: &'a str,
+    pub held: &'a Held,
+}
+
+impl Replacing<'_> {
+    fn credit(&self, fr: usize) -> Quantity {
+        match self.held.usage.binary_search_by_key(&fr, |(f, _)| *f) {
+            Ok(i) => self.held.usage[i].1,
+            Err(_) => Quantity::ZERO,
+        }
+    }
+}
+
+/// Result of flavor assignment.
+#[derive(Debug)]
+pub(crate) struct Assignment {
+    pub mode: Mode,
+    /// Per PodSet: (request index, flavor id).
+    pub flavors: Vec<Vec<(usize, usize)>>,
+    /// The Workload's full usage per (flavor, resource) once admitted.
+    pub totals: Vec<(usize, Quantity)>,
+    /// What must fit: `totals` minus what the replaced slice holds, positive entries only.
+    pub need: Vec<(usize, Quantity)>,
+    /// Pairs where `need` exceeds what is available now.
+    pub short: Vec<usize>,
+    /// Why it does not fit (the first PodSet that does not).
+    pub failure: Option<Failure>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub podset: String,
+    pub reasons: Vec<Reason>,
+}
+
+/// Why one flavor did not fit.
+#[derive(Debug)]
+pub(crate) enum Reason {
+    Uncovered {
+        resource: String,
+    },
+    Selector {
+        flavor: usize,
+        key: String,
+        wanted: String,
+        has: String,
+    },
+    Sticky {
+        flavor: usize,
+        resource: String,
+    },
+    Quota {
+        fr: usize,
+        need: Quantity,
+        total: Quantity,
+        credit: Quantity,
+        available: Quantity,
+        potential: Quantity,
+        exceeds_max: bool,
+    },
+}
+
+fn max0(q: Quantity) -> Quantity {
+    if q.is_negative() { Quantity::ZERO } else { q }
+}
+
+fn get(totals: &[(usize, Quantity)], fr: usize) -> Quantity {
+    totals
+        .iter()
+        .find(|(f, _)| *f == fr)
+        .map_or(Quantity::ZERO, |(_, q)| *q)
+}
+
+fn add(totals: &mut Vec<(usize, Quantity)>, fr: usize, q: Quantity) {
+    match totals.iter_mut().find(|(f, _)| *f == fr) {
+        Some((_, t)) => *t += q,
+        None => totals.push((fr, q)),
+    }
+}
+
+fn no_fit(podset: &str, reasons: Vec<Reason>) -> Assignment {
+    Assignment {
+        mode: Mode::NoFit,
+        flavors: Vec::new(),
+        totals: Vec::new(),
+        need: Vec::new(),
+        short: Vec::new(),
+        failure: Some(Failure {
+            podset: podset.to_string(),
+            reasons,
+        }),
+    }
+}
+
+/// Assigns flavors to every PodSet of a Workload in ClusterQueue `cq` against `usage`.
+pub(crate) fn assign(
+    q: &Queues,
+    usage: &Usage,
+    cq: usize,
+    podsets: &[PodSetReq],
+    replacing: Option<&Replacing>,
+) -> Assignment {
+    let info = &q.cqs[cq];
+    let credit = |fr: usize| replacing.map_or(Quantity::ZERO, |r| r.credit(fr));
+    let mut totals: Vec<(usize, Quantity)> = Vec::new();
+    let mut flavors = Vec::with_capacity(podsets.len());
+    let mut mode = Mode::Fit;
+    let mut failure = None;
+    for ps in podsets {
+        let mut chosen = Vec::new();
+        if ps.count == 0 || ps.requests.is_empty() {
+            flavors.push(chosen);
+            continue;
+        }
+        let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(ps.requests.len());
+        for (ri, r) in ps.requests.iter().enumerate() {
+            match r
+                .res
+                .and_then(|id| info.group_of.get(id).copied().flatten())
+            {
+                Some((g, pos)) => placed.push((g, pos, ri)),
+                None => {
+                    return no_fit(
+                        &ps.name,
+                        vec![Reason::Uncovered {
+                            resource: r.name.clone(),
+                        }],
+                    );
+                }
+            }
+        }
+        placed.sort_unstable();
+        let mut start = 0;
+        while start < placed.len() {
+            let g = placed[start].0;
+            let end = placed[start..]
+                .iter()
+                .position(|p| p.0 != g)
+                .map_or(placed.len(), |n| start + n);
+            let reqs = &placed[start..end];
+            start = end;
+            let group = &info.groups[g];
+            let sticky = replacing
+                .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
+                .and_then(|(_, fl)| {
+                    reqs.iter().find_map(|&(_, _, ri)| {
+                        fl.iter()
+                            .find(|(res, _)| *res == ps.requests[ri].name)
+                            .map(|(_, f)| *f)
+                    })
+                });
+            let candidates = match sticky {
+                Some(f) => match group.flavors.iter().position(|x| *x == f) {
+                    Some(p) => p..p + 1,
+                    None => {
+                        return no_fit(
+                            &ps.name,
+                            vec![Reason::Sticky {
+                                flavor: f,
+                                resource: ps.requests[reqs[0].2].name.clone(),
+                            }],
+                        );
+                    }
+                },
+                None => 0..group.flavors.len(),
+            };
+            let mut reasons = Vec::new();
+            let mut fit = None;
+            let mut preempt = None;
+            for fp in candidates {
+                let fid = group.flavors[fp];
+                if let Some((key, wanted, has)) =
+                    conflict(&q.flavors[fid].node_labels, &ps.node_selector)
+                {
+                    reasons.push(Reason::Selector {
+                        flavor: fid,
+                        key,
+                        wanted,
+                        has,
+                    });
+                    continue;
+                }
+                let mut m = Mode::Fit;
+                for &(_, pos, ri) in reqs {
+                    let fr = group.fr[fp][pos];
+                    let total = get(&totals, fr) + ps.requests[ri].total;
+                    let credit = credit(fr);
+                    let need = max0(total - credit);
+                    let potential = q.tree.potential(cq, fr);
+                    let available = q.tree.available(usage, cq, fr);
+                    let exceeds_max = need > potential;
+                    if exceeds_max || need > available {
+                        reasons.push(Reason::Quota {
+                            fr,
+                            need,
+                            total,
+                            credit,
+                            available,
+                            potential,
+                            exceeds_max,
+                        });
+                        m = m.max(if exceeds_max {
+                            Mode::NoFit
+                        } else {
+                            Mode::Preempt
+                        });
+                        if exceeds_max {
+                            break;
+                        }
+                    }
+                }
+                match m {
+                    Mode::Fit => {
+                        fit = Some(fp);
+                        break;
+                    }
+                    Mode::Preempt => {
+                        preempt.get_or_insert(fp);
+                    }
+                    Mode::NoFit => {}
+                }
+            }
+            let (fp, m) = match (fit, preempt) {
+                (Some(fp), _) => (fp, Mode::Fit),
+                (None, Some(fp)) => (fp, Mode::Preempt),
+                (None, None) => return no_fit(&ps.name, reasons),
+            };
+            if m == Mode::Preempt && failure.is_none() {
+                failure = Some(Failure {
+                    podset: ps.name.clone(),
+                    reasons,
+                });
+            }
+            mode = mode.max(m);
+            for &(_, pos, ri) in reqs {
+                add(&mut totals, group.fr[fp][pos], ps.requests[ri].total);
+                chosen.push((ri, group.flavors[fp]));
+            }
+        }
+        chosen.sort_unstable();
+        flavors.push(chosen);
+    }
+    totals.sort_unstable_by_key(|(fr, _)| *fr);
+    let need: Vec<(usize, Quantity)> = totals
+        .iter()
+        .map(|&(fr, t)| (fr, max0(t - credit(fr))))
+        .filter(|(_, n)| !n.is_zero())
+        .collect();
+    let short = need
+        .iter()
+        .filter(|&&(fr, n)| n > q.tree.available(usage, cq, fr))
+        .map(|(fr, _)| *fr)
+        .collect();
+    Assignment {
+        mode,
+        flavors,
+        totals,
+        need,
+        short,
+        failure,
+    }
+}
+
+/// The first label where a flavor's `nodeLabels` contradict a PodSet's `nodeSelector`.
+fn conflict(
+    labels: &std::collections::BTreeMap<String, String>,
+    selector: &std::collections::BTreeMap<String, String>,
+) -> Option<(String, String, String)> {
+    if labels.is_empty() || selector.is_empty() {
+        return None;
+    }
+    selector.iter().find_map(|(k, want)| {
+        labels
+            .get(k)
+            .filter(|has| *has != want)
+            .map(|has| (k.clone(), want.clone(), has.clone()))
+    })
+}
+
+/// The user-facing message for a Workload that does not fit.
+pub(crate) fn message(q: &Queues, cq: usize, failure: &Failure, replacing: Option<&str>) -> String {
+    let cq_name = &q.cqs[cq].name;
+    let mut s = String::with_capacity(200);
+    let _ = write!(s, "couldn't assign flavors to pod set {}: ", failure.podset);
+    for (i, r) in failure.reasons.iter().enumerate() {
+        if i > 0 {
+            s.push_str("; ");
+        }
+        let _ = match r {
+            Reason::Uncovered { resource } => {
+                write!(
+                    s,
+                    "resource {resource} is not covered by ClusterQueue {cq_name}"
+                )
+            }
+            Reason::Selector {
+                flavor,
+                key,
+                wanted,
+                has,
+            } => write!(
+                s,
+                "flavor {} doesn't match the node selector {key}={wanted} (its nodeLabels have {key}={has})",
+                q.flavors[*flavor].name
+            ),
+            Reason::Sticky { flavor, resource } => write!(
+                s,
+                "flavor {} that the replaced slice {} holds for {resource} is not in ClusterQueue {cq_name}",
+                q.flavors[*flavor].name,
+                replacing.unwrap_or("?")
+            ),
+            Reason::Quota {
+                fr,
+                need,
+                total,
+                credit,
+                available,
+                potential,
+                exceeds_max,
+            } => {
+                let (res, flavor) = (q.resource_name(*fr), q.flavor_name(*fr));
+                let delta = match replacing {
+                    Some(old) if !credit.is_zero() => {
+                        format!(" ({total} for this slice minus {credit} held by {old})")
+                    }
+                    _ => String::new(),
+                };
+                let nominal = q.tree.nodes[cq].quota[*fr].nominal;
+                let available = max0(*available);
+                if *exceeds_max {
+                    let limit = match (
+                        q.tree.nodes[cq].parent,
+                        q.tree.nodes[cq].quota[*fr].borrowing_limit,
+                    ) {
+                        (None, _) => String::new(),
+                        (Some(_), Some(bl)) => format!(" with borrowing limit {bl}"),
+                        (Some(_), None) => " with all the cohort can lend".to_string(),
+                    };
+                    write!(
+                        s,
+                        "insufficient quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal}; the maximum is {potential}{limit}, so it can never fit"
+                    )
+                } else {
+                    write!(
+                        s,
+                        "insufficient unused quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal} ({} more needed)",
+                        *need - available
+                    )
+                }
+            }
+        };
+    }
+    s
+}

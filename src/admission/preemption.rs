@@ -1,0 +1,228 @@
+//! Preemption (Kueue's classical preemption, `pkg/scheduler/preemption`): which admitted
+//! Workloads to evict so that a pending one fits.
+//!
+//! Candidates are admitted Workloads that use a (flavor, resource) the preemptor is short of:
+//! in its own ClusterQueue per `withinClusterQueue` (`LowerPriority`, or
+//! `LowerOrNewerEqualPriority`), and in other ClusterQueues of its cohort tree that are borrowing
+//! there per `reclaimWithinCohort` (`LowerPriority` or `Any`). They are tried in Kueue's order
+//! (already being evicted first, other ClusterQueues first, lower priority first, most recently
+//! admitted first), added until the preemptor fits, then every one that is not needed is dropped
+//! again walking back: a minimal set.
+
+use super::quota::Usage;
+use super::snapshot::Index;
+use crate::quantity::Quantity;
+use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue};
+
+/// A Workload to evict.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Victim {
+    pub workload: usize,
+    /// In the preemptor's own ClusterQueue (else reclaimed from another one in the cohort).
+    pub same_queue: bool,
+}
+
+/// The preemptor.
+pub(crate) struct Preemptor<'a> {
+    pub workload: usize,
+    pub cq: usize,
+    /// What must fit, per (flavor, resource).
+    pub need: &'a [(usize, Quantity)],
+    /// Pairs where it does not fit now.
+    pub short: &'a [usize],
+    /// A Workload that must not be chosen (the slice a replacement replaces).
+    pub spare: Option<usize>,
+}
+
+/// Per-cycle facts about Workloads the search must respect.
+pub(crate) struct Exclusions<'a> {
+    /// Gone this cycle (finished): hold nothing.
+    pub gone: &'a [bool],
+    /// Already being evicted (status or earlier this cycle): preferred, not evicted twice.
+    pub evicting: &'a [bool],
+}
+
+struct Candidate {
+    workload: usize,
+    cq: usize,
+    same_queue: bool,
+    evicting: bool,
+}
+
+fn uses_any(ix: &Index, w: usize, frs: &[usize]) -> bool {
+    ix.workloads[w].held.as_ref().is_some_and(|h| {
+        h.usage
+            .iter()
+            .any(|(fr, q)| !q.is_zero() && frs.contains(fr))
+    })
+}
+
+fn borrowing(ix: &Index, usage: &Usage, cq: usize, frs: &[usize]) -> bool {
+    frs.iter()
+        .any(|&fr| usage.get(cq, fr) > ix.q.tree.nodes[cq].subtree[fr])
+}
+
+fn charge(ix: &Index, usage: &mut Usage, w: usize, add: bool) {
+    let Some(held) = &ix.workloads[w].held else {
+        return;
+    };
+    let Some(cq) = held.cq else { return };
+    for &(fr, v) in &held.usage {
+        if add {
+            ix.q.tree.add_usage(usage, cq, fr, v);
+        } else {
+            ix.q.tree.remove_usage(usage, cq, fr, v);
+        }
+    }
+}
+
+fn fits(ix: &Index, usage: &Usage, p: &Preemptor, allow_borrowing: bool) -> bool {
+    let tree = &ix.q.tree;
+    p.need.iter().all(|&(fr, need)| {
+        need <= tree.available(usage, p.cq, fr)
+            && (allow_borrowing || usage.get(p.cq, fr) + need <= tree.nodes[p.cq].subtree[fr])
+    })
+}
+
+/// Kueue's `minimalPreemptions`: `usage` is restored before returning.
+fn minimal(
+    ix: &Index,
+    usage: &mut Usage,
+    p: &Preemptor,
+    candidates: &[&Candidate],
+    allow_borrowing: bool,
+) -> Vec<Victim> {
+    let mut removed: Vec<&Candidate> = Vec::new();
+    let mut found = false;
+    for c in candidates {
+        if !c.same_queue && !borrowing(ix, usage, c.cq, p.short) {
+            continue;
+        }
+        charge(ix, usage, c.workload, false);
+        removed.push(c);
+        if fits(ix, usage, p, allow_borrowing) {
+            found = true;
+            break;
+        }
+    }
+    if !found {
+        for c in removed.iter().rev() {
+            charge(ix, usage, c.workload, true);
+        }
+        return Vec::new();
+    }
+    // walk back: put each earlier victim back if the preemptor still fits without evicting it
+    let mut i = removed.len().saturating_sub(1);
+    while i > 0 {
+        i -= 1;
+        charge(ix, usage, removed[i].workload, true);
+        if fits(ix, usage, p, allow_borrowing) {
+            removed.remove(i);
+        } else {
+            charge(ix, usage, removed[i].workload, false);
+        }
+    }
+    for c in removed.iter().rev() {
+        charge(ix, usage, c.workload, true);
+    }
+    removed
+        .iter()
+        .map(|c| Victim {
+            workload: c.workload,
+            same_queue: c.same_queue,
+        })
+        .collect()
+}
+
+/// Victims that make `p` fit, or none. `admitted_by_cq` lists holders per ClusterQueue.
+pub(crate) fn targets(
+    ix: &Index,
+    usage: &mut Usage,
+    admitted_by_cq: &[Vec<usize>],
+    p: &Preemptor,
+    ex: &Exclusions,
+) -> Vec<Victim> {
+    let cq = &ix.q.cqs[p.cq];
+    let me = &ix.workloads[p.workload];
+    let eligible = |w: usize| !ex.gone[w] && Some(w) != p.spare && w != p.workload;
+    let mut candidates = Vec::new();
+    if cq.within != WithinClusterQueue::Never {
+        for &w in &admitted_by_cq[p.cq] {
+            let v = &ix.workloads[w];
+            let allowed = v.priority < me.priority
+                || (cq.within == WithinClusterQueue::LowerOrNewerEqualPriority
+                    && v.priority == me.priority
+                    && (v.created, &v.key) > (me.created, &me.key));
+            if eligible(w) && allowed && uses_any(ix, w, p.short) {
+                candidates.push(Candidate {
+                    workload: w,
+                    cq: p.cq,
+                    same_queue: true,
+                    evicting: ex.evicting[w],
+                });
+            }
+        }
+    }
+    // Candidates from other ClusterQueues are only ever tried while the preemptor's is under its
+    // nominal quota where it is short (see below): otherwise do not collect them.
+    let under_nominal = p
+        .short
+        .iter()
+        .all(|&fr| usage.get(p.cq, fr) < ix.q.tree.nodes[p.cq].subtree[fr]);
+    if under_nominal
+        && cq.reclaim != ReclaimWithinCohort::Never
+        && ix.q.tree.nodes[p.cq].parent.is_some()
+    {
+        for &other in ix.q.tree_cqs.get(&cq.root).into_iter().flatten() {
+            if other == p.cq || !borrowing(ix, usage, other, p.short) {
+                continue;
+            }
+            for &w in &admitted_by_cq[other] {
+                let v = &ix.workloads[w];
+                let allowed = cq.reclaim == ReclaimWithinCohort::Any || v.priority < me.priority;
+                if eligible(w) && allowed && uses_any(ix, w, p.short) {
+                    candidates.push(Candidate {
+                        workload: w,
+                        cq: other,
+                        same_queue: false,
+                        evicting: ex.evicting[w],
+                    });
+                }
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    // Kueue's order: being evicted already, other ClusterQueues, lower priority, most recently
+    // admitted first; then the key
+    let mut keyed: Vec<_> = candidates
+        .into_iter()
+        .map(|c| {
+            let w = &ix.workloads[c.workload];
+            let key = (
+                !c.evicting,
+                c.same_queue,
+                w.priority,
+                std::cmp::Reverse(w.held.as_ref().map(|h| h.admitted_at)),
+                ix.rank[c.workload],
+            );
+            (key, c)
+        })
+        .collect();
+    keyed.sort_unstable_by_key(|(k, _)| *k);
+    let candidates: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
+    let all: Vec<&Candidate> = candidates.iter().collect();
+    if all.iter().all(|c| c.same_queue) {
+        return minimal(ix, usage, p, &all, true);
+    }
+    // reclaim from the cohort only while under nominal quota where it is short
+    if under_nominal {
+        let t = minimal(ix, usage, p, &all, false);
+        if !t.is_empty() {
+            return t;
+        }
+    }
+    let own: Vec<&Candidate> = candidates.iter().filter(|c| c.same_queue).collect();
+    minimal(ix, usage, p, &own, true)
+}

@@ -1,0 +1,573 @@
+//! Property tests over random snapshots and random event sequences (admission cycles interleaved
+//! with Workloads finishing, scaling down and releasing their quota):
+//!
+//! 1. no ClusterQueue/flavor/resource uses more than its nominal quota plus permitted borrowing,
+//!    and no cohort more than its subtree can hold (checked against a separate model of the
+//!    quotas, not the admission code's tree);
+//! 2. the usage reported equals the sum over the Workloads that hold quota, so an unchanged PodSet
+//!    is never charged twice across a slice chain (a replacement holds exactly its full usage, its
+//!    old slice nothing);
+//! 3. an old slice is finished only in a cycle that admits its replacement, after the admission;
+//! 4. a cycle is deterministic, and the incrementally kept index agrees with a fresh one.
+//!
+//! Everything is generated from one seed (printed on failure) so a case can be replayed.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::testing::*;
+use super::*;
+use crate::quantity::Quantity;
+use crate::types::kueue::*;
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const RESOURCES: [&str; 2] = ["cpu", "memory"];
+
+fn unit(resource: &str) -> &'static str {
+    if resource == "memory" { "Gi" } else { "" }
+}
+
+/// A node's quota for one (flavor, resource), in whole units of the resource.
+#[derive(Clone, Copy, Debug, Default)]
+struct Limits {
+    nominal: i64,
+    borrowing: Option<i64>,
+    lending: Option<i64>,
+}
+
+/// Quota per (flavor, resource).
+type Quota = BTreeMap<(String, String), Limits>;
+
+/// The quota model the invariants are checked against.
+#[derive(Debug, Default)]
+struct Model {
+    /// Per ClusterQueue: cohort index and quota per (flavor, resource).
+    cqs: BTreeMap<String, (Option<usize>, Quota)>,
+    /// Per cohort: parent index and quota.
+    cohorts: Vec<(Option<usize>, Quota)>,
+}
+
+fn quota_groups(
+    flavors: &[String],
+    quota: &BTreeMap<(String, String), Limits>,
+) -> Vec<ResourceGroup> {
+    if flavors.is_empty() {
+        return vec![];
+    }
+    vec![group(
+        &RESOURCES,
+        flavors
+            .iter()
+            .map(|f| {
+                let rs = RESOURCES
+                    .iter()
+                    .map(|r| {
+                        let l = quota[&(f.clone(), r.to_string())];
+                        let u = unit(r);
+                        rq(
+                            r,
+                            &format!("{}{u}", l.nominal),
+                            l.borrowing.map(|b| format!("{b}{u}")).as_deref(),
+                            l.lending.map(|b| format!("{b}{u}")).as_deref(),
+                        )
+                    })
+                    .collect();
+                (f.as_str(), rs)
+            })
+            .collect(),
+    )]
+}
+
+fn random_snapshot(rng: &mut Rng) -> (Snapshot, Model) {
+    let flavors: Vec<String> = (0..rng.int(1, 3)).map(|i| format!("f{i}")).collect();
+    let mut model = Model::default();
+    let mut s = Snapshot {
+        flavors: flavors.iter().map(|f| flavor(f)).collect(),
+        ..Snapshot::default()
+    };
+    let n_cohorts = rng.int(1, 3) as usize;
+    for i in 0..n_cohorts {
+        let parent = (i > 0 && rng.chance(50)).then(|| rng.below(i as u64) as usize);
+        let mut quota = BTreeMap::new();
+        let mut own = Vec::new();
+        if rng.chance(30) {
+            for f in &flavors {
+                for r in RESOURCES {
+                    quota.insert(
+                        (f.clone(), r.to_string()),
+                        Limits {
+                            nominal: rng.int(0, 6),
+                            borrowing: (parent.is_some() && rng.chance(40)).then(|| rng.int(0, 4)),
+                            lending: None,
+                        },
+                    );
+                }
+            }
+            own = flavors.clone();
+        }
+        s.cohorts.push(cohort(
+            &format!("co{i}"),
+            parent.map(|p| format!("co{p}")).as_deref(),
+            quota_groups(&own, &quota),
+        ));
+        model.cohorts.push((parent, quota));
+    }
+    let n_cqs = rng.int(1, 6);
+    for i in 0..n_cqs {
+        let name = format!("cq{i}");
+        let cohort_ix = rng.chance(80).then(|| rng.below(n_cohorts as u64) as usize);
+        // a random non-empty ordered subset of the flavors
+        let mut fl = flavors.clone();
+        for k in (1..fl.len()).rev() {
+            fl.swap(k, rng.below(k as u64 + 1) as usize);
+        }
+        fl.truncate(rng.int(1, fl.len() as i64) as usize);
+        let mut quota = BTreeMap::new();
+        for f in &fl {
+            for r in RESOURCES {
+                let nominal = rng.int(0, 10);
+                quota.insert(
+                    (f.clone(), r.to_string()),
+                    Limits {
+                        nominal,
+                        borrowing: (cohort_ix.is_some() && rng.chance(40)).then(|| rng.int(0, 5)),
+                        lending: (cohort_ix.is_some() && rng.chance(30))
+                            .then(|| rng.int(0, nominal)),
+                    },
+                );
+            }
+        }
+        let mut c = cq_groups(
+            &name,
+            cohort_ix.map(|x| format!("co{x}")).as_deref(),
+            quota_groups(&fl, &quota),
+        );
+        c.spec.queueing_strategy = Some(if rng.chance(30) {
+            QueueingStrategy::StrictFIFO
+        } else {
+            QueueingStrategy::BestEffortFIFO
+        });
+        c.spec.preemption = Some(ClusterQueuePreemption {
+            within_cluster_queue: Some(
+                [
+                    WithinClusterQueue::Never,
+                    WithinClusterQueue::LowerPriority,
+                    WithinClusterQueue::LowerOrNewerEqualPriority,
+                ][rng.below(3) as usize],
+            ),
+            reclaim_within_cohort: Some(
+                [
+                    ReclaimWithinCohort::Never,
+                    ReclaimWithinCohort::LowerPriority,
+                    ReclaimWithinCohort::Any,
+                ][rng.below(3) as usize],
+            ),
+            borrow_within_cohort: None,
+        });
+        s.cluster_queues.push(c);
+        s.local_queues.push(lq(&name, &name));
+        model.cqs.insert(name, (cohort_ix, quota));
+    }
+    for i in 0..rng.int(0, 40) {
+        let cq = format!("cq{}", rng.below(n_cqs as u64));
+        let mut podsets = Vec::new();
+        for ps in ["head", "worker", "extra"] {
+            if podsets.is_empty() || rng.chance(50) {
+                podsets.push(random_podset(rng, ps));
+            }
+        }
+        let mut w = wl(&format!("w{i:02}"), &cq, &[]);
+        w.spec.pod_sets = podsets;
+        w.spec.priority = Some(rng.int(0, 3) as i32);
+        s.workloads.push(created(w, rng.int(0, 20)));
+    }
+    (s, model)
+}
+
+fn random_podset(rng: &mut Rng, name: &str) -> PodSet {
+    let cpu = rng.int(1, 3).to_string();
+    let memory = format!("{}Gi", rng.int(0, 2));
+    PodSet {
+        name: name.to_string(),
+        template: template_with(&[("cpu", &cpu), ("memory", &memory)]),
+        count: rng.int(0, 4) as i32,
+        min_count: None,
+    }
+}
+
+/// Replacement slices for some admitted Workloads: counts grow, a PodSet may be renamed or added.
+fn add_replacements(rng: &mut Rng, s: &mut Snapshot) {
+    let holders: Vec<Workload> = s
+        .workloads
+        .iter()
+        .filter(|w| is_admitted(w.status.as_ref()) && !is_evicted(w.status.as_ref()))
+        .cloned()
+        .collect();
+    if holders.is_empty() {
+        return;
+    }
+    for k in 0..rng.int(0, 5) {
+        let old = &holders[rng.below(holders.len() as u64) as usize];
+        let old_name = old.metadata.name.clone().unwrap_or_default();
+        let mut new = wl(
+            &format!("r{k}"),
+            old.spec.queue_name.as_deref().unwrap_or(""),
+            &[],
+        );
+        new.spec = old.spec.clone();
+        for ps in &mut new.spec.pod_sets {
+            ps.count += rng.int(0, 2) as i32;
+        }
+        if rng.chance(30) {
+            let i = rng.below(new.spec.pod_sets.len() as u64) as usize;
+            new.spec.pod_sets[i].name.push_str("-v2");
+        }
+        if rng.chance(30) {
+            new.spec.pod_sets.push(random_podset(rng, "added"));
+        }
+        s.workloads.push(replacing(created(new, 30 + k), &old_name));
+    }
+}
+
+fn units(q: &K8sQuantityRef) -> Quantity {
+    Quantity::try_from(q).unwrap_or_default()
+}
+type K8sQuantityRef = k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Usage per (ClusterQueue, flavor, resource) from a cycle's rows.
+fn reported(r: &CycleResult) -> BTreeMap<(String, String, String), Quantity> {
+    let mut out = BTreeMap::new();
+    for c in &r.cluster_queues {
+        for f in &c.reservation {
+            for x in &f.resources {
+                let v = x.total.as_ref().map(units).unwrap_or_default();
+                if !v.is_zero() {
+                    out.insert((c.name.clone(), f.name.clone(), x.name.clone()), v);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Usage per (ClusterQueue, flavor, resource) from the Workloads' status, independently.
+fn held(s: &Snapshot) -> BTreeMap<(String, String, String), Quantity> {
+    let mut out: BTreeMap<(String, String, String), Quantity> = BTreeMap::new();
+    for w in &s.workloads {
+        if !is_admitted(w.status.as_ref()) {
+            continue;
+        }
+        let Some(adm) = w.status.as_ref().and_then(|s| s.admission.as_ref()) else {
+            continue;
+        };
+        for psa in &adm.pod_set_assignments {
+            let admitted = i128::from(psa.count.unwrap_or(0));
+            let spec = w
+                .spec
+                .pod_sets
+                .iter()
+                .find(|p| p.name == psa.name)
+                .map_or(admitted, |p| i128::from(p.count));
+            let charged = spec.min(admitted);
+            for (res, q) in &psa.resource_usage {
+                let total = units(q);
+                if admitted == 0 || total.is_zero() {
+                    continue;
+                }
+                let nanos = total.nanos() / admitted * charged;
+                let key = (
+                    adm.cluster_queue.clone(),
+                    psa.flavors[res].clone(),
+                    res.clone(),
+                );
+                let e = out.entry(key).or_default();
+                *e += Quantity::parse(&format!("{nanos}n")).unwrap();
+            }
+        }
+    }
+    out.retain(|_, v| !v.is_zero());
+    out
+}
+
+fn scaled(n: i64, resource: &str) -> Quantity {
+    Quantity::parse(&format!("{n}{}", unit(resource))).unwrap()
+}
+
+/// Invariant 1 against the model: Kueue's quota tree written out separately.
+fn check_capacity(
+    model: &Model,
+    usage: &BTreeMap<(String, String, String), Quantity>,
+) -> Result<(), String> {
+    let mut frs: Vec<(String, String)> = model
+        .cqs
+        .values()
+        .flat_map(|(_, q)| q.keys().cloned())
+        .chain(model.cohorts.iter().flat_map(|(_, q)| q.keys().cloned()))
+        .collect();
+    frs.sort();
+    frs.dedup();
+    for (f, r) in &frs {
+        let limits = |q: &BTreeMap<(String, String), Limits>| {
+            q.get(&(f.clone(), r.clone())).copied().unwrap_or_default()
+        };
+        let q = |n: i64| scaled(n, r);
+        let guaranteed = |subtree: Quantity, l: Limits| match l.lending {
+            Some(x) if subtree > q(x) => subtree - q(x),
+            _ => Quantity::ZERO,
+        };
+        // per cohort: (subtree quota, usage stored in it)
+        let n = model.cohorts.len();
+        let mut subtree: Vec<Quantity> = model
+            .cohorts
+            .iter()
+            .map(|(_, c)| q(limits(c).nominal))
+            .collect();
+        let mut stored = vec![Quantity::ZERO; n];
+        for (name, (cohort, quota)) in &model.cqs {
+            let l = limits(quota);
+            let used = usage
+                .get(&(name.clone(), f.clone(), r.clone()))
+                .copied()
+                .unwrap_or_default();
+            let cap = match (cohort, l.borrowing) {
+                (None, _) => Some(q(l.nominal)),
+                (Some(_), Some(b)) => Some(q(l.nominal + b)),
+                (Some(_), None) => None,
+            };
+            if let Some(cap) = cap
+                && used > cap
+            {
+                return Err(format!("{name} uses {used} of {f}/{r}, more than {cap}"));
+            }
+            if let Some(c) = cohort {
+                let g = guaranteed(q(l.nominal), l);
+                subtree[*c] += q(l.nominal) - g;
+                if used > g {
+                    stored[*c] += used - g;
+                }
+            }
+        }
+        // children have higher indexes than their parents: fold bottom-up
+        for c in (0..n).rev() {
+            let (parent, quota) = &model.cohorts[c];
+            let l = limits(quota);
+            let cap = match (parent, l.borrowing) {
+                (None, _) => Some(subtree[c]),
+                (Some(_), Some(b)) => Some(subtree[c] + q(b)),
+                (Some(_), None) => None,
+            };
+            if let Some(cap) = cap
+                && stored[c] > cap
+            {
+                return Err(format!(
+                    "cohort co{c} holds {} of {f}/{r}, more than {cap}",
+                    stored[c]
+                ));
+            }
+            if let Some(p) = parent {
+                let (s, u) = (subtree[c], stored[c]);
+                subtree[*p] += s;
+                stored[*p] += u;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Invariants 2 and 3 for one applied cycle.
+fn check_slices(r: &CycleResult, after: &Snapshot) -> Result<(), String> {
+    for (j, d) in r.decisions.iter().enumerate() {
+        let Decision::FinishReplaced {
+            workload,
+            replaced_by,
+        } = d
+        else {
+            continue;
+        };
+        let admitted_before = r.decisions[..j]
+            .iter()
+            .any(|x| matches!(x, Decision::Admit { workload: w, .. } if w == replaced_by));
+        if !admitted_before {
+            return Err(format!(
+                "{workload} finished without {replaced_by} admitted before it"
+            ));
+        }
+        let find = |key: &str| {
+            after
+                .workloads
+                .iter()
+                .find(|w| format!("default/{}", w.metadata.name.as_deref().unwrap_or("")) == key)
+        };
+        let (Some(old), Some(new)) = (find(workload), find(replaced_by)) else {
+            return Err("missing slice".into());
+        };
+        if !is_finished(old.status.as_ref()) || !is_admitted(new.status.as_ref()) {
+            return Err(format!("{workload}/{replaced_by} not finished/admitted"));
+        }
+        // the replacement holds its full usage, not a delta
+        let adm = new
+            .status
+            .as_ref()
+            .and_then(|s| s.admission.as_ref())
+            .ok_or("no admission")?;
+        for ps in &new.spec.pod_sets {
+            let psa = adm
+                .pod_set_assignments
+                .iter()
+                .find(|a| a.name == ps.name)
+                .ok_or("no assignment")?;
+            let per_pod =
+                crate::podsets::pod_requests(ps.template.spec.as_ref().unwrap(), "", "").unwrap();
+            for (res, q) in per_pod.iter() {
+                let want = q.times(i64::from(ps.count));
+                let got = psa.resource_usage.get(res).map(units).unwrap_or_default();
+                if want != got {
+                    return Err(format!("{replaced_by} {}: {res} {got} != {want}", ps.name));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_case(seed: u64) -> Result<(), String> {
+    let mut rng = Rng(seed);
+    let (base, model) = random_snapshot(&mut rng);
+    let (mut s, _) = run_until_stable(
+        base,
+        &Options {
+            release_evicted_immediately: true,
+        },
+        ts(100),
+        50,
+    );
+    add_replacements(&mut rng, &mut s);
+    let options = Options {
+        release_evicted_immediately: rng.chance(50),
+    };
+    let mut sched = Scheduler::new(s, &options);
+    for step in 0..rng.int(1, 14) {
+        let now = ts(200 + step);
+        let holders: Vec<String> = sched
+            .snapshot()
+            .workloads
+            .iter()
+            .filter(|w| is_admitted(w.status.as_ref()))
+            .map(|w| format!("default/{}", w.metadata.name.as_deref().unwrap_or("")))
+            .collect();
+        let pick = |rng: &mut Rng| {
+            holders
+                .get(rng.below(holders.len() as u64) as usize)
+                .cloned()
+        };
+        match rng.below(10) {
+            0 | 1 => {
+                if let Some(k) = pick(&mut rng) {
+                    sched.finish(&k, "Succeeded", "done", now);
+                }
+            }
+            2 | 3 => {
+                if let Some(k) = pick(&mut rng) {
+                    let (i, by) = (rng.below(3) as usize, rng.int(1, 2) as i32);
+                    sched.update_workload(&k, |w| {
+                        let n = w.spec.pod_sets.len().max(1);
+                        if let Some(ps) = w.spec.pod_sets.get_mut(i % n) {
+                            ps.count = (ps.count - by).max(0);
+                        }
+                    });
+                }
+            }
+            4 => {
+                for w in holders {
+                    let s = sched
+                        .snapshot()
+                        .workloads
+                        .iter()
+                        .find(|x| {
+                            format!("default/{}", x.metadata.name.as_deref().unwrap_or("")) == w
+                        })
+                        .and_then(|x| x.status.clone());
+                    if is_evicted(s.as_ref()) {
+                        sched.update_workload(&w, |x| {
+                            x.status = Some(release_quota(x.status.as_ref(), None, now))
+                        });
+                    }
+                }
+            }
+            _ => {
+                let r = sched.cycle();
+                if r != sched.cycle() {
+                    return Err("cycle is not deterministic".into());
+                }
+                if r != cycle(sched.snapshot(), &options) {
+                    return Err("the kept index disagrees with a fresh one".into());
+                }
+                sched.apply(&r, now);
+                let rows = reported(&r);
+                check_capacity(&model, &rows)?;
+                let held = held(sched.snapshot());
+                if rows != held {
+                    return Err(format!("reported usage {rows:?} != held usage {held:?}"));
+                }
+                check_slices(&r, sched.snapshot())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    // 400 cases unless PROPTEST_CASES says otherwise
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn admission_invariants_hold_over_random_histories(seed in any::<u64>()) {
+        if let Err(e) = run_case(seed) {
+            prop_assert!(false, "seed {seed}: {e}");
+        }
+    }
+}
+
+#[test]
+fn the_initial_stable_state_respects_capacity_for_many_seeds() {
+    for seed in 0..200u64 {
+        let mut rng = Rng(seed);
+        let (base, model) = random_snapshot(&mut rng);
+        let (_, results) = run_until_stable(
+            base,
+            &Options {
+                release_evicted_immediately: true,
+            },
+            ts(100),
+            50,
+        );
+        for r in &results {
+            check_capacity(&model, &reported(r)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        }
+    }
+}

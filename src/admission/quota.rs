@@ -1,0 +1,224 @@
+//! The cohort tree as Kueue's resource nodes (`pkg/cache/scheduler/resource_node.go`): what a
+//! ClusterQueue or Cohort can use now (`available`) and at most (`potential`), and how usage
+//! climbs the tree.
+//!
+//! Every node (ClusterQueue or Cohort) has, per (flavor, resource): its own quota, a `subtree`
+//! quota (own nominal plus what its children lend up) and a `guaranteed` part that it never lends
+//! (`subtree − lendingLimit`). Usage beyond `guaranteed` is stored in the parent, so a parent's
+//! usage is exactly what its children borrowed from it.
+
+use crate::quantity::Quantity;
+
+/// Quota of one node for one (flavor, resource).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct FrQuota {
+    pub nominal: Quantity,
+    /// `None`: may borrow without limit.
+    pub borrowing_limit: Option<Quantity>,
+    /// `None`: lends all of its subtree quota.
+    pub lending_limit: Option<Quantity>,
+}
+
+/// One ClusterQueue or Cohort.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    pub parent: Option<usize>,
+    pub quota: Vec<FrQuota>,
+    pub subtree: Vec<Quantity>,
+    pub guaranteed: Vec<Quantity>,
+}
+
+/// All nodes of all cohort trees; indexes are node ids, `n_fr` (flavor, resource) pairs each.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tree {
+    pub n_fr: usize,
+    pub nodes: Vec<Node>,
+}
+
+/// Usage per node and (flavor, resource), node-major.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Usage {
+    n_fr: usize,
+    values: Vec<Quantity>,
+}
+
+impl Usage {
+    pub fn new(tree: &Tree) -> Self {
+        Usage {
+            n_fr: tree.n_fr,
+            values: vec![Quantity::ZERO; tree.n_fr * tree.nodes.len()],
+        }
+    }
+
+    pub fn get(&self, node: usize, fr: usize) -> Quantity {
+        self.values[node * self.n_fr + fr]
+    }
+
+    fn slot(&mut self, node: usize, fr: usize) -> &mut Quantity {
+        &mut self.values[node * self.n_fr + fr]
+    }
+}
+
+fn max0(q: Quantity) -> Quantity {
+    if q.is_negative() { Quantity::ZERO } else { q }
+}
+
+impl Tree {
+    pub fn new(n_fr: usize) -> Self {
+        Tree {
+            n_fr,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// Adds a node with its own quota (dense, `n_fr` long); parents are linked later.
+    pub fn push(&mut self, quota: Vec<FrQuota>) -> usize {
+        debug_assert_eq!(quota.len(), self.n_fr);
+        self.nodes.push(Node {
+            parent: None,
+            subtree: quota.iter().map(|q| q.nominal).collect(),
+            guaranteed: vec![Quantity::ZERO; self.n_fr],
+            quota,
+        });
+        self.nodes.len() - 1
+    }
+
+    /// Computes subtree and guaranteed quotas bottom-up. Parents must form a forest.
+    pub fn finalize(&mut self) {
+        let n = self.nodes.len();
+        let mut depth = vec![0usize; n];
+        for (i, d) in depth.iter_mut().enumerate() {
+            let mut p = self.nodes[i].parent;
+            while let Some(x) = p {
+                *d += 1;
+                p = self.nodes[x].parent;
+                if *d > n {
+                    break; // not reachable: the builder cuts cycles
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(depth[i]));
+        for i in order {
+            for fr in 0..self.n_fr {
+                let node = &mut self.nodes[i];
+                node.guaranteed[fr] = match node.quota[fr].lending_limit {
+                    Some(l) => max0(node.subtree[fr] - l),
+                    None => Quantity::ZERO,
+                };
+                let lent = node.subtree[fr] - node.guaranteed[fr];
+                if let Some(p) = node.parent {
+                    self.nodes[p].subtree[fr] += lent;
+                }
+            }
+        }
+    }
+
+    /// What `node` can still use of `fr`, borrowing included (may be negative when over-committed).
+    pub fn available(&self, usage: &Usage, node: usize, fr: usize) -> Quantity {
+        let n = &self.nodes[node];
+        let used = usage.get(node, fr);
+        let Some(parent) = n.parent else {
+            return n.subtree[fr] - used;
+        };
+        let local = max0(n.guaranteed[fr] - used);
+        let mut from_parent = self.available(usage, parent, fr);
+        if let Some(bl) = n.quota[fr].borrowing_limit {
+            let stored_in_parent = n.subtree[fr] - n.guaranteed[fr];
+            let used_in_parent = max0(used - n.guaranteed[fr]);
+            from_parent = from_parent.min(stored_in_parent - used_in_parent + bl);
+        }
+        local + from_parent
+    }
+
+    /// What `node` could use of `fr` if nothing were in use.
+    pub fn potential(&self, node: usize, fr: usize) -> Quantity {
+        let n = &self.nodes[node];
+        let Some(parent) = n.parent else {
+            return n.subtree[fr];
+        };
+        let mut available = n.guaranteed[fr] + self.potential(parent, fr);
+        if let Some(bl) = n.quota[fr].borrowing_limit {
+            available = available.min(n.subtree[fr] + bl);
+        }
+        available
+    }
+
+    /// Charges `value` to `node`; the part beyond its guaranteed quota climbs to the parent.
+    pub fn add_usage(&self, usage: &mut Usage, node: usize, fr: usize, value: Quantity) {
+        let n = &self.nodes[node];
+        let local = max0(n.guaranteed[fr] - usage.get(node, fr));
+        *usage.slot(node, fr) += value;
+        if let Some(parent) = n.parent
+            && value > local
+        {
+            self.add_usage(usage, parent, fr, value - local);
+        }
+    }
+
+    /// Releases `value` from `node`, the exact inverse of [`Tree::add_usage`].
+    pub fn remove_usage(&self, usage: &mut Usage, node: usize, fr: usize, value: Quantity) {
+        let n = &self.nodes[node];
+        let stored_in_parent = usage.get(node, fr) - n.guaranteed[fr];
+        *usage.slot(node, fr) -= value;
+        if let Some(parent) = n.parent
+            && stored_in_parent > Quantity::ZERO
+        {
+            self.remove_usage(usage, parent, fr, value.min(stored_in_parent));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(n: i64) -> Quantity {
+        Quantity::from_units(n)
+    }
+
+    fn fq(nominal: i64, bl: Option<i64>, ll: Option<i64>) -> Vec<FrQuota> {
+        vec![FrQuota {
+            nominal: q(nominal),
+            borrowing_limit: bl.map(q),
+            lending_limit: ll.map(q),
+        }]
+    }
+
+    /// cohort(root, own 0) ← a (nominal 10, lendingLimit 4), b (nominal 6, borrowingLimit 3)
+    fn flat() -> Tree {
+        let mut t = Tree::new(1);
+        let a = t.push(fq(10, None, Some(4)));
+        let b = t.push(fq(6, Some(3), None));
+        let c = t.push(fq(0, None, None));
+        t.nodes[a].parent = Some(c);
+        t.nodes[b].parent = Some(c);
+        t.finalize();
+        t
+    }
+
+    #[test]
+    fn subtree_counts_only_lendable_quota() {
+        let t = flat();
+        assert_eq!(t.nodes[2].subtree[0], q(10)); // 4 from a + 6 from b
+        assert_eq!(t.nodes[0].guaranteed[0], q(6));
+        assert_eq!(t.potential(0, 0), q(16)); // a: 6 guaranteed + all 10 of the cohort
+        assert_eq!(t.potential(1, 0), q(9)); // b: 6 + borrowingLimit 3
+    }
+
+    #[test]
+    fn borrowing_is_bounded_by_limits_and_usage_climbs() {
+        let t = flat();
+        let mut u = Usage::new(&t);
+        assert_eq!(t.available(&u, 1, 0), q(9));
+        t.add_usage(&mut u, 1, 0, q(8)); // b borrows 2 of a's lendable 4
+        assert_eq!(u.get(2, 0), q(8));
+        assert_eq!(t.available(&u, 1, 0), q(1));
+        assert_eq!(t.available(&u, 0, 0), q(8)); // 6 guaranteed + 2 left in the cohort
+        t.add_usage(&mut u, 0, 0, q(7)); // 6 from guaranteed, 1 from cohort
+        assert_eq!(u.get(2, 0), q(9));
+        t.remove_usage(&mut u, 0, 0, q(7));
+        t.remove_usage(&mut u, 1, 0, q(8));
+        assert_eq!(u, Usage::new(&t));
+    }
+}

@@ -1,0 +1,468 @@
+//! Status values from admission decisions, as Kueue writes them: Workload conditions
+//! (`QuotaReserved`, `Admitted`, `Evicted`, `Preempted`, `Requeued`, `Finished`) and
+//! `status.admission`, and ClusterQueue / LocalQueue usage status. Pure: the caller applies them.
+//!
+//! Conditions follow `meta.SetStatusCondition`: `lastTransitionTime` moves only when the status
+//! flips; reason, message and `observedGeneration` are always refreshed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{ClusterQueueUsage, Decision, LocalQueueUsage};
+use crate::types::kueue::{
+    ClusterQueueStatus, LocalQueueFlavorUsage, LocalQueueResourceUsage, LocalQueueStatus,
+    WorkloadStatus, condition, reason,
+};
+
+/// Message of a preemption inside the preemptor's ClusterQueue (Kueue's wording).
+pub const PREEMPTED_IN_CLUSTER_QUEUE: &str = "due to prioritization in the ClusterQueue";
+/// Message of a preemption that reclaims quota lent to the cohort.
+pub const PREEMPTED_IN_COHORT: &str = "due to reclamation within the cohort";
+
+fn find<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conds.iter().find(|c| c.type_ == type_)
+}
+
+/// True when the condition `type_` is `True`.
+pub fn condition_true(status: Option<&WorkloadStatus>, type_: &str) -> bool {
+    status.is_some_and(|s| find(&s.conditions, type_).is_some_and(|c| c.status == "True"))
+}
+
+/// `Finished=True`.
+pub fn is_finished(status: Option<&WorkloadStatus>) -> bool {
+    condition_true(status, condition::FINISHED)
+}
+
+/// Holds quota: `QuotaReserved=True` with `status.admission`, not finished.
+pub fn is_admitted(status: Option<&WorkloadStatus>) -> bool {
+    !is_finished(status)
+        && condition_true(status, condition::QUOTA_RESERVED)
+        && status.is_some_and(|s| s.admission.is_some())
+}
+
+/// `Evicted=True`.
+pub fn is_evicted(status: Option<&WorkloadStatus>) -> bool {
+    condition_true(status, condition::EVICTED)
+}
+
+/// `meta.SetStatusCondition`.
+fn set(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" };
+    match conds.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.status = status.to_string();
+                c.last_transition_time = Time(now);
+            }
+            if c.reason != reason {
+                c.reason = reason.to_string();
+            }
+            if c.message != message {
+                c.message = message.to_string();
+            }
+            c.observed_generation = generation;
+        }
+        None => conds.push(Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            observed_generation: generation,
+            last_transition_time: Time(now),
+        }),
+    }
+}
+
+/// Sets a True condition to False with `reason` and "Previously: <message>" (Kueue's reset of
+/// `Evicted`/`Preempted` on a new reservation).
+fn reset(
+    conds: &mut [Condition],
+    type_: &str,
+    reason: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    if let Some(c) = conds
+        .iter_mut()
+        .find(|c| c.type_ == type_ && c.status == "True")
+    {
+        c.status = "False".to_string();
+        c.reason = reason.to_string();
+        c.message = format!("Previously: {}", c.message);
+        c.observed_generation = generation;
+        c.last_transition_time = Time(now);
+    }
+}
+
+/// Applies a Pending decision in place (the hot path of a busy queue: no clone of the status).
+/// Returns whether anything changed.
+pub(crate) fn apply_pending_in_place(
+    status: &mut WorkloadStatus,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> bool {
+    if pending_unchanged(Some(status), generation, reason, message) {
+        return false;
+    }
+    set(
+        &mut status.conditions,
+        condition::QUOTA_RESERVED,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    true
+}
+
+/// True when applying a Pending decision would change nothing (the common case, checked cheaply).
+pub(crate) fn pending_unchanged(
+    status: Option<&WorkloadStatus>,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+) -> bool {
+    status
+        .and_then(|s| find(&s.conditions, condition::QUOTA_RESERVED))
+        .is_some_and(|c| {
+            c.status == "False"
+                && c.reason == reason
+                && c.message == message
+                && c.observed_generation == generation
+        })
+}
+
+/// The Workload status after `decision`. An eviction keeps `status.admission` and
+/// `QuotaReserved=True` (the quota is held until the Workload's pods are gone; see
+/// [`release_quota`]), as Kueue does.
+pub fn apply_decision(
+    status: Option<&WorkloadStatus>,
+    generation: Option<i64>,
+    decision: &Decision,
+    now: Timestamp,
+) -> WorkloadStatus {
+    let mut s = status.cloned().unwrap_or_default();
+    let c = &mut s.conditions;
+    match decision {
+        Decision::Admit { admission, .. } => {
+            let message = format!("Quota reserved in ClusterQueue {}", admission.cluster_queue);
+            set(
+                c,
+                condition::QUOTA_RESERVED,
+                true,
+                reason::QUOTA_RESERVED,
+                &message,
+                generation,
+                now,
+            );
+            set(
+                c,
+                condition::ADMITTED,
+                true,
+                reason::ADMITTED,
+                "The workload is admitted",
+                generation,
+                now,
+            );
+            reset(
+                c,
+                condition::EVICTED,
+                reason::QUOTA_RESERVED,
+                generation,
+                now,
+            );
+            reset(
+                c,
+                condition::PREEMPTED,
+                reason::QUOTA_RESERVED,
+                generation,
+                now,
+            );
+            s.admission = Some(admission.clone());
+        }
+        Decision::Pending {
+            reason, message, ..
+        } => {
+            set(
+                c,
+                condition::QUOTA_RESERVED,
+                false,
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+        Decision::Evict {
+            reason: why,
+            message,
+            ..
+        } => {
+            set(c, condition::EVICTED, true, why, message, generation, now);
+            if why == reason::PREEMPTED {
+                let kind = if message.contains(PREEMPTED_IN_COHORT) {
+                    "InCohortReclamation"
+                } else {
+                    "InClusterQueue"
+                };
+                set(
+                    c,
+                    condition::PREEMPTED,
+                    true,
+                    kind,
+                    message,
+                    generation,
+                    now,
+                );
+            }
+        }
+        Decision::FinishReplaced { replaced_by, .. } => {
+            set(
+                c,
+                condition::FINISHED,
+                true,
+                reason::WORKLOAD_SLICE_REPLACED,
+                &format!("Replaced by workload slice {replaced_by}"),
+                generation,
+                now,
+            );
+        }
+    }
+    s
+}
+
+/// The status once an evicted Workload's pods are gone: the reservation is released and the
+/// Workload is requeued (`QuotaReserved=False`, `Admitted=False`, `Requeued=True`, no admission).
+pub fn release_quota(
+    status: Option<&WorkloadStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> WorkloadStatus {
+    let mut s = status.cloned().unwrap_or_default();
+    let (why, message) = find(&s.conditions, condition::EVICTED)
+        .filter(|c| c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+        .unwrap_or_else(|| (reason::PENDING.to_string(), "Quota released".to_string()));
+    let c = &mut s.conditions;
+    set(
+        c,
+        condition::QUOTA_RESERVED,
+        false,
+        reason::PENDING,
+        &message,
+        generation,
+        now,
+    );
+    if find(c, condition::ADMITTED).is_some() {
+        set(
+            c,
+            condition::ADMITTED,
+            false,
+            "NoReservation",
+            "The workload has no reservation",
+            generation,
+            now,
+        );
+    }
+    set(
+        c,
+        condition::REQUEUED,
+        true,
+        &why,
+        &message,
+        generation,
+        now,
+    );
+    s.admission = None;
+    s
+}
+
+/// The status of a Workload that finished (`Finished=True` with `reason`); it holds no quota.
+pub fn finish(
+    status: Option<&WorkloadStatus>,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> WorkloadStatus {
+    let mut s = status.cloned().unwrap_or_default();
+    set(
+        &mut s.conditions,
+        condition::FINISHED,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    s
+}
+
+/// A ClusterQueue's status from its usage row (`flavorsUsage` equals `flavorsReservation`:
+/// raygate has no admission checks).
+pub fn cluster_queue_status(
+    usage: &ClusterQueueUsage,
+    previous: Option<&ClusterQueueStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ClusterQueueStatus {
+    let mut s = previous.cloned().unwrap_or_default();
+    let (active, message) = match &usage.active {
+        Ok(()) => (true, "Can admit new workloads"),
+        Err(m) => (false, m.as_str()),
+    };
+    set(
+        &mut s.conditions,
+        "Active",
+        active,
+        &usage.active_reason,
+        message,
+        generation,
+        now,
+    );
+    s.flavors_reservation = usage.reservation.clone();
+    s.flavors_usage = usage.reservation.clone();
+    s.pending_workloads = Some(usage.pending);
+    s.reserving_workloads = Some(usage.reserving);
+    s.admitted_workloads = Some(usage.admitted);
+    s
+}
+
+/// A LocalQueue's status from its usage row.
+pub fn local_queue_status(
+    usage: &LocalQueueUsage,
+    previous: Option<&LocalQueueStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> LocalQueueStatus {
+    let mut s = previous.cloned().unwrap_or_default();
+    let (active, reason, message) = match &usage.active {
+        Ok(()) => (true, "Ready", "Can submit new workloads to localQueue"),
+        Err(m) => (false, "Inactive", m.as_str()),
+    };
+    set(
+        &mut s.conditions,
+        "Active",
+        active,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    s.flavors_reservation = usage.reservation.clone();
+    s.flavors_usage = usage
+        .reservation
+        .iter()
+        .map(|f| LocalQueueFlavorUsage {
+            name: f.name.clone(),
+            resources: f
+                .resources
+                .iter()
+                .map(|r| LocalQueueResourceUsage {
+                    name: r.name.clone(),
+                    total: r.total.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    s.pending_workloads = Some(usage.pending);
+    s.reserving_workloads = Some(usage.reserving);
+    s.admitted_workloads = Some(usage.admitted);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::kueue::Admission;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn cond<'a>(s: &'a WorkloadStatus, type_: &str) -> &'a Condition {
+        find(&s.conditions, type_).unwrap()
+    }
+
+    #[test]
+    fn pending_then_admitted_then_preempted_then_released() {
+        let pending = Decision::Pending {
+            workload: "ns/w".into(),
+            reason: "Pending".into(),
+            message: "couldn't assign flavors".into(),
+        };
+        let s1 = apply_decision(None, Some(1), &pending, t(10));
+        assert_eq!(cond(&s1, "QuotaReserved").status, "False");
+        // the same decision again: nothing moves, not even the time
+        let s2 = apply_decision(Some(&s1), Some(1), &pending, t(20));
+        assert_eq!(s1, s2);
+        assert!(pending_unchanged(
+            Some(&s1),
+            Some(1),
+            "Pending",
+            "couldn't assign flavors"
+        ));
+
+        let admit = Decision::Admit {
+            workload: "ns/w".into(),
+            admission: Admission {
+                cluster_queue: "cq".into(),
+                pod_set_assignments: vec![],
+            },
+        };
+        let s3 = apply_decision(Some(&s2), Some(1), &admit, t(30));
+        assert!(is_admitted(Some(&s3)));
+        assert_eq!(cond(&s3, "QuotaReserved").last_transition_time, Time(t(30)));
+        assert_eq!(cond(&s3, "Admitted").reason, "Admitted");
+
+        let evict = Decision::Evict {
+            workload: "ns/w".into(),
+            reason: "Preempted".into(),
+            message: format!("Preempted to accommodate a workload (ns/x) {PREEMPTED_IN_COHORT}"),
+        };
+        let s4 = apply_decision(Some(&s3), Some(2), &evict, t(40));
+        assert!(is_evicted(Some(&s4)));
+        assert!(
+            is_admitted(Some(&s4)),
+            "quota is held until the pods are gone"
+        );
+        assert_eq!(cond(&s4, "Preempted").reason, "InCohortReclamation");
+        assert_eq!(cond(&s4, "Evicted").observed_generation, Some(2));
+
+        let s5 = release_quota(Some(&s4), Some(2), t(50));
+        assert!(!is_admitted(Some(&s5)));
+        assert_eq!(cond(&s5, "Requeued").reason, "Preempted");
+        assert_eq!(cond(&s5, "Admitted").status, "False");
+
+        let s6 = apply_decision(Some(&s5), Some(2), &admit, t(60));
+        assert_eq!(cond(&s6, "Evicted").status, "False");
+        assert!(cond(&s6, "Evicted").message.starts_with("Previously: "));
+        assert_eq!(cond(&s6, "Preempted").status, "False");
+    }
+
+    #[test]
+    fn replaced_slice_is_finished_with_the_kueue_reason() {
+        let d = Decision::FinishReplaced {
+            workload: "ns/old".into(),
+            replaced_by: "ns/new".into(),
+        };
+        let s = apply_decision(None, None, &d, t(1));
+        assert!(is_finished(Some(&s)));
+        assert_eq!(cond(&s, "Finished").reason, "WorkloadSliceReplaced");
+        assert_eq!(
+            cond(&s, "Finished").message,
+            "Replaced by workload slice ns/new"
+        );
+    }
+}

@@ -1,0 +1,1171 @@
+//! Scenario tests: one rule each, with the numbers in the body.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::testing::*;
+use super::*;
+use crate::types::kueue::*;
+
+const RELEASE: Options = Options {
+    release_evicted_immediately: true,
+};
+const HOLD: Options = Options {
+    release_evicted_immediately: false,
+};
+
+/// Flavors `default`, one LocalQueue per ClusterQueue with the ClusterQueue's name.
+fn snap(cqs: Vec<ClusterQueue>, workloads: Vec<Workload>) -> Snapshot {
+    let local_queues = cqs
+        .iter()
+        .map(|c| {
+            let n = c.metadata.name.clone().unwrap();
+            lq(&n, &n)
+        })
+        .collect();
+    Snapshot {
+        flavors: vec![flavor("default")],
+        cluster_queues: cqs,
+        local_queues,
+        workloads,
+        ..Snapshot::default()
+    }
+}
+
+fn with_preemption(
+    mut c: ClusterQueue,
+    within: WithinClusterQueue,
+    reclaim: ReclaimWithinCohort,
+) -> ClusterQueue {
+    c.spec.preemption = Some(ClusterQueuePreemption {
+        within_cluster_queue: Some(within),
+        reclaim_within_cohort: Some(reclaim),
+        borrow_within_cohort: None,
+    });
+    c
+}
+
+fn set_quota(c: &mut ClusterQueue, nominal: &str, borrowing: Option<&str>, lending: Option<&str>) {
+    let r = &mut c.spec.resource_groups[0].flavors[0].resources[0];
+    *r = rq(&r.name, nominal, borrowing, lending);
+}
+
+fn final_state(s: Snapshot, options: &Options) -> (Snapshot, Vec<CycleResult>) {
+    run_until_stable(s, options, ts(1000), 100)
+}
+
+fn status_of<'a>(s: &'a Snapshot, name: &str) -> Option<&'a WorkloadStatus> {
+    s.workloads
+        .iter()
+        .find(|w| w.metadata.name.as_deref() == Some(name))
+        .and_then(|w| w.status.as_ref())
+}
+
+// ---------------------------------------------------------------------------------------------
+// fit, messages and usage
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_workload_that_does_not_fit_gets_a_message_naming_queue_flavor_resource_and_shortfall() {
+    let s = snap(
+        vec![cq("team-a", None, &[("default", "cpu", "3")])],
+        vec![
+            admitted_wl(
+                "running",
+                "team-a",
+                "team-a",
+                &[("main", 1, "1")],
+                "default",
+            ),
+            wl("big", "team-a", &[("main", 3, "1")]),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        decision(&r, "big"),
+        Some(&Decision::Pending {
+            workload: "default/big".into(),
+            reason: "Pending".into(),
+            message: "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default of ClusterQueue team-a: requested 3, 2 available of nominal 3 (1 more needed)".into(),
+        })
+    );
+    assert_eq!(r.cluster_queues[0].pending, 1);
+    assert_eq!(r.cluster_queues[0].admitted, 1);
+    assert_eq!(r.cluster_queues[0].active, Ok(()));
+}
+
+#[test]
+fn a_workload_above_the_maximum_is_told_it_can_never_fit() {
+    let s = snap(
+        vec![cq("team-a", None, &[("default", "cpu", "3")])],
+        vec![wl("big", "team-a", &[("main", 2, "2")])],
+    );
+    assert_eq!(
+        message(&cycle(&s, &RELEASE), "big"),
+        "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor default of ClusterQueue team-a: requested 4, 3 available of nominal 3; the maximum is 3, so it can never fit"
+    );
+}
+
+#[test]
+fn admission_records_flavors_and_total_usage_per_podset() {
+    let s = snap(
+        vec![cq(
+            "team-a",
+            None,
+            &[("default", "cpu", "10"), ("default", "memory", "64Gi")],
+        )],
+        vec![{
+            let mut w = wl("w", "team-a", &[("head", 1, "1"), ("worker", 3, "1500m")]);
+            w.spec.pod_sets[1].template = template_with(&[("cpu", "1500m"), ("memory", "4Gi")]);
+            w
+        }],
+    );
+    let r = cycle(&s, &RELEASE);
+    let Some(Decision::Admit { admission, .. }) = decision(&r, "w") else {
+        panic!("{:?}", r.decisions)
+    };
+    assert_eq!(admission.cluster_queue, "team-a");
+    let worker = &admission.pod_set_assignments[1];
+    assert_eq!(worker.count, Some(3));
+    assert_eq!(worker.flavors["memory"], "default");
+    assert_eq!(worker.resource_usage["cpu"].0, "4500m");
+    assert_eq!(worker.resource_usage["memory"].0, "12Gi");
+    assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("5500m"));
+    assert_eq!(
+        usage(&r, "team-a", "default", "memory").0.to_string(),
+        "12Gi"
+    );
+    assert_eq!(r.cluster_queues[0].admitted, 1);
+    assert_eq!(r.local_queues[0].admitted, 1);
+    assert_eq!(
+        r.local_queues[0].reservation[0].resources[0].total,
+        Some(kq("5500m"))
+    );
+}
+
+#[test]
+fn later_workloads_see_the_usage_left_by_earlier_ones_in_the_same_cycle() {
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "5")])],
+        vec![
+            created(wl("a", "cq", &[("main", 1, "3")]), 1),
+            created(wl("b", "cq", &[("main", 1, "3")]), 2),
+            created(wl("c", "cq", &[("main", 1, "2")]), 3),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(admitted_names(&r), ["a", "c"]);
+    assert!(message(&r, "b").contains("requested 3, 2 available of nominal 5 (1 more needed)"));
+}
+
+#[test]
+fn in_place_scale_down_releases_quota_at_once() {
+    // admitted with 4 × 1 cpu, scaled down in place to 2: 2 cpu are free for the next one
+    let mut big = admitted_wl("big", "cq", "cq", &[("worker", 4, "1")], "default");
+    big.spec.pod_sets[0].count = 2;
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![big, wl("next", "cq", &[("main", 2, "1")])],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(admitted_names(&r), ["next"]);
+    assert_eq!(usage(&r, "cq", "default", "cpu").0, q("4"));
+}
+
+#[test]
+fn zero_count_podsets_need_nothing() {
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "1")])],
+        vec![wl("w", "cq", &[("head", 1, "1"), ("idle", 0, "64")])],
+    );
+    let r = cycle(&s, &RELEASE);
+    let Some(Decision::Admit { admission, .. }) = decision(&r, "w") else {
+        panic!("{:?}", r.decisions)
+    };
+    assert!(admission.pod_set_assignments[1].flavors.is_empty());
+    assert_eq!(admission.pod_set_assignments[1].count, Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// workload slices
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn replacement_slice_is_charged_only_the_delta() {
+    // old slice: head 1 + worker 1 = 2 cpu, admitted; replacement: head 1 + worker 3 = 4 cpu
+    let old = admitted_wl(
+        "old",
+        "team-a",
+        "team-a",
+        &[("head", 1, "1"), ("worker", 1, "1")],
+        "default",
+    );
+    let new = replacing(
+        created(
+            wl("new", "team-a", &[("head", 1, "1"), ("worker", 3, "1")]),
+            10,
+        ),
+        "old",
+    );
+    let s = snap(
+        vec![cq("team-a", None, &[("default", "cpu", "3")])],
+        vec![old, new],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        message(&r, "new"),
+        "couldn't assign flavors to pod set worker: insufficient unused quota for cpu in flavor default of ClusterQueue team-a: requested 2 (4 for this slice minus 2 held by default/old), 1 available of nominal 3 (1 more needed)"
+    );
+    assert!(decision(&r, "old").is_none(), "the old slice is untouched");
+    assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
+
+    // nominal 4: the delta of 2 fits
+    let mut s = s;
+    set_quota(&mut s.cluster_queues[0], "4", None, None);
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        matches!(r.decisions[0], Decision::Admit { ref workload, .. } if workload == "default/new")
+    );
+    assert_eq!(
+        r.decisions[1],
+        Decision::FinishReplaced {
+            workload: "default/old".into(),
+            replaced_by: "default/new".into()
+        }
+    );
+    assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("4"));
+    let (s, _) = final_state(s, &RELEASE);
+    assert!(is_finished(status_of(&s, "old")));
+    assert!(is_admitted(status_of(&s, "new")));
+}
+
+#[test]
+fn unchanged_podset_is_not_charged_twice() {
+    // Kueue's "8, not 12": A holds a=4; its replacement has a=4 and a new b=4 → 8 in use, and a
+    // later 3-cpu Workload waits on 10 − 8 = 2
+    let a = admitted_wl("a", "cq", "cq", &[("a", 1, "4")], "default");
+    let b = replacing(
+        created(wl("b", "cq", &[("a", 1, "4"), ("b", 1, "4")]), 1),
+        "a",
+    );
+    let later = created(wl("later", "cq", &[("main", 1, "3")]), 2);
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "10")])],
+        vec![a, b, later],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(admitted_names(&r), ["b"]);
+    assert_eq!(usage(&r, "cq", "default", "cpu").0, q("8"));
+    assert!(message(&r, "later").contains("requested 3, 2 available of nominal 10"));
+    // and it stays 8 once the old slice is gone
+    let (_, results) = final_state(s, &RELEASE);
+    assert_eq!(
+        usage(results.last().unwrap(), "cq", "default", "cpu").0,
+        q("8")
+    );
+}
+
+#[test]
+fn podset_names_may_change_between_slices() {
+    // worker group renamed and another added: the delta is per (flavor, resource) over the whole
+    // Workload, never "incompatible"
+    let old = admitted_wl(
+        "old",
+        "cq",
+        "cq",
+        &[("head", 1, "1"), ("workers-v1", 2, "1")],
+        "default",
+    );
+    let new = replacing(
+        created(
+            wl(
+                "new",
+                "cq",
+                &[("head", 1, "1"), ("workers-v2", 2, "1"), ("extra", 1, "1")],
+            ),
+            1,
+        ),
+        "old",
+    );
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![old, new],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(admitted_names(&r), ["new"]);
+    assert_eq!(usage(&r, "cq", "default", "cpu").0, q("4"));
+}
+
+#[test]
+fn replacement_keeps_the_old_slices_flavor_but_new_podsets_choose_freely() {
+    let two_flavors = || cq("cq", None, &[("small", "cpu", "2"), ("large", "cpu", "10")]);
+    let mut s = snap(
+        vec![two_flavors()],
+        vec![
+            admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "small"),
+            replacing(created(wl("new", "cq", &[("worker", 4, "1")]), 1), "old"),
+        ],
+    );
+    s.flavors.push(flavor("small"));
+    s.flavors.push(flavor("large"));
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "new").contains("in flavor small of ClusterQueue cq: requested 2"),
+        "{}",
+        message(&r, "new")
+    );
+    // a podset the old slice did not have may go to the flavor with room
+    s.workloads[1] = replacing(
+        created(
+            wl("new", "cq", &[("worker", 2, "1"), ("gpu-free", 3, "1")]),
+            1,
+        ),
+        "old",
+    );
+    let r = cycle(&s, &RELEASE);
+    let Some(Decision::Admit { admission, .. }) = decision(&r, "new") else {
+        panic!("{:?}", r.decisions)
+    };
+    assert_eq!(admission.pod_set_assignments[0].flavors["cpu"], "small");
+    assert_eq!(admission.pod_set_assignments[1].flavors["cpu"], "large");
+}
+
+#[test]
+fn a_replacement_of_a_slice_that_holds_nothing_is_charged_in_full() {
+    let old = created(wl("old", "cq", &[("worker", 2, "1")]), 5); // pending, holds nothing
+    let new = replacing(created(wl("new", "cq", &[("worker", 4, "1")]), 1), "old");
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "5")])],
+        vec![
+            admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default"),
+            old,
+            new,
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "new").contains("requested 4, 3 available"),
+        "{}",
+        message(&r, "new")
+    );
+    assert!(
+        !r.decisions
+            .iter()
+            .any(|d| matches!(d, Decision::FinishReplaced { .. }))
+    );
+}
+
+#[test]
+fn replacement_in_another_namespace_is_ignored() {
+    let old = admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "default");
+    let mut new = created(wl("new", "cq", &[("worker", 3, "1")]), 1);
+    new.metadata.annotations = Some(
+        [(
+            WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION.to_string(),
+            "other/old".to_string(),
+        )]
+        .into(),
+    );
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![old, new],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(message(&r, "new").contains("requested 3, 2 available"));
+}
+
+#[test]
+fn old_slice_is_never_a_victim_of_its_own_replacement() {
+    // cq 4: old (prio 5) 2 cpu + other (prio 0) 2 cpu; replacement (prio 5) needs 4 → delta 2:
+    // it preempts `other`, never `old`
+    let cq4 = with_preemption(
+        cq("cq", None, &[("default", "cpu", "4")]),
+        WithinClusterQueue::LowerPriority,
+        ReclaimWithinCohort::Never,
+    );
+    let old = priority(
+        admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "default"),
+        5,
+    );
+    let other = priority(
+        admitted_wl("other", "cq", "cq", &[("main", 2, "1")], "default"),
+        0,
+    );
+    let new = priority(
+        replacing(created(wl("new", "cq", &[("worker", 4, "1")]), 1), "old"),
+        5,
+    );
+    let s = snap(vec![cq4], vec![old, other, new]);
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        matches!(decision(&r, "other"), Some(Decision::Evict { reason, .. }) if reason == "Preempted")
+    );
+    assert!(decision(&r, "old").is_none());
+    assert!(message(&r, "new").ends_with(". Pending the preemption of 1 workload(s)"));
+    let (s, results) = final_state(s, &RELEASE);
+    assert!(is_admitted(status_of(&s, "new")));
+    assert!(is_finished(status_of(&s, "old")));
+    assert!(!is_admitted(status_of(&s, "other")));
+    assert_eq!(
+        usage(results.last().unwrap(), "cq", "default", "cpu").0,
+        q("4")
+    );
+}
+
+#[test]
+fn old_slice_is_finished_only_with_its_replacements_admission() {
+    // the replacement does not fit: the old slice keeps running, not finished
+    let old = admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "default");
+    let new = replacing(created(wl("new", "cq", &[("worker", 9, "1")]), 1), "old");
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![old, new],
+    );
+    let (s, results) = final_state(s, &RELEASE);
+    assert!(results.iter().all(|r| {
+        r.decisions
+            .iter()
+            .all(|d| !matches!(d, Decision::FinishReplaced { .. }))
+    }));
+    assert!(is_admitted(status_of(&s, "old")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// flavors
+// ---------------------------------------------------------------------------------------------
+
+fn spot_and_on_demand() -> Snapshot {
+    Snapshot {
+        flavors: vec![
+            flavor_with_labels("spot", &[("type", "spot")]),
+            flavor_with_labels("on-demand", &[("type", "on-demand")]),
+        ],
+        cluster_queues: vec![cq(
+            "cq",
+            None,
+            &[("spot", "cpu", "2"), ("on-demand", "cpu", "10")],
+        )],
+        local_queues: vec![lq("cq", "cq")],
+        ..Snapshot::default()
+    }
+}
+
+fn with_selector(mut w: Workload, key: &str, value: &str) -> Workload {
+    for ps in &mut w.spec.pod_sets {
+        ps.template.spec.as_mut().unwrap().node_selector =
+            Some([(key.to_string(), value.to_string())].into());
+    }
+    w
+}
+
+#[test]
+fn flavors_are_tried_in_order_and_node_selectors_narrow_them() {
+    let mut s = spot_and_on_demand();
+    s.workloads = vec![
+        created(wl("a-big", "cq", &[("main", 3, "1")]), 1), // spot has 2: on-demand
+        created(wl("b-small", "cq", &[("main", 1, "1")]), 2), // spot fits
+        with_selector(
+            created(wl("c-pinned", "cq", &[("main", 1, "1")]), 3),
+            "type",
+            "on-demand",
+        ),
+        with_selector(
+            created(wl("d-gpu", "cq", &[("main", 1, "1")]), 4),
+            "type",
+            "gpu",
+        ),
+    ];
+    let r = cycle(&s, &RELEASE);
+    let flavor_of = |name: &str| match decision(&r, name) {
+        Some(Decision::Admit { admission, .. }) => {
+            admission.pod_set_assignments[0].flavors["cpu"].clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(flavor_of("a-big"), "on-demand");
+    assert_eq!(flavor_of("b-small"), "spot");
+    assert_eq!(flavor_of("c-pinned"), "on-demand");
+    assert_eq!(
+        message(&r, "d-gpu"),
+        "couldn't assign flavors to pod set main: flavor spot doesn't match the node selector type=gpu (its nodeLabels have type=spot); flavor on-demand doesn't match the node selector type=gpu (its nodeLabels have type=on-demand)"
+    );
+}
+
+#[test]
+fn all_resources_of_a_group_share_one_flavor() {
+    // flavor a has cpu room but no memory room: both go to b
+    let c = cq_groups(
+        "cq",
+        None,
+        vec![group(
+            &["cpu", "memory"],
+            vec![
+                (
+                    "a",
+                    vec![rq("cpu", "10", None, None), rq("memory", "1Gi", None, None)],
+                ),
+                (
+                    "b",
+                    vec![
+                        rq("cpu", "10", None, None),
+                        rq("memory", "10Gi", None, None),
+                    ],
+                ),
+            ],
+        )],
+    );
+    let mut s = snap(vec![c], vec![]);
+    s.flavors = vec![flavor("a"), flavor("b")];
+    let mut w = wl("w", "cq", &[("main", 1, "1")]);
+    w.spec.pod_sets[0].template = template_with(&[("cpu", "1"), ("memory", "2Gi")]);
+    s.workloads = vec![w];
+    let r = cycle(&s, &RELEASE);
+    let Some(Decision::Admit { admission, .. }) = decision(&r, "w") else {
+        panic!("{:?}", r.decisions)
+    };
+    assert_eq!(admission.pod_set_assignments[0].flavors["cpu"], "b");
+    assert_eq!(admission.pod_set_assignments[0].flavors["memory"], "b");
+}
+
+#[test]
+fn a_resource_no_group_covers_is_named() {
+    let mut w = wl("w", "cq", &[("main", 1, "1")]);
+    w.spec.pod_sets[0].template = template_with(&[("cpu", "1"), ("nvidia.com/gpu", "1")]);
+    let s = snap(vec![cq("cq", None, &[("default", "cpu", "4")])], vec![w]);
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        message(&r, "w"),
+        "couldn't assign flavors to pod set main: resource nvidia.com/gpu is not covered by ClusterQueue cq"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// cohorts
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn borrowing_is_bounded_by_the_borrowing_limit() {
+    let mut a = cq("a", Some("pool"), &[("default", "cpu", "4")]);
+    set_quota(&mut a, "4", Some("2"), None);
+    let b = cq("b", Some("pool"), &[("default", "cpu", "6")]);
+    let s = snap(
+        vec![a.clone(), b.clone()],
+        vec![
+            created(wl("too-big", "a", &[("main", 7, "1")]), 1),
+            created(wl("ok", "a", &[("main", 6, "1")]), 2),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        message(&r, "too-big"),
+        "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor default of ClusterQueue a: requested 7, 6 available of nominal 4; the maximum is 6 with borrowing limit 2, so it can never fit"
+    );
+    assert_eq!(admitted_names(&r), ["ok"]);
+    assert_eq!(usage(&r, "a", "default", "cpu"), (q("6"), q("2")));
+}
+
+#[test]
+fn lending_limit_keeps_part_of_the_quota_home() {
+    // a lends at most 3 of its 10: b (nominal 2) reaches 5, and a keeps 7 for itself
+    let mut a = cq("a", Some("pool"), &[("default", "cpu", "10")]);
+    set_quota(&mut a, "10", None, Some("3"));
+    let b = cq("b", Some("pool"), &[("default", "cpu", "2")]);
+    let s = snap(
+        vec![a, b],
+        vec![
+            created(wl("b-6", "b", &[("main", 6, "1")]), 1),
+            created(wl("b-5", "b", &[("main", 5, "1")]), 2),
+            created(wl("a-7", "a", &[("main", 7, "1")]), 3),
+            created(wl("a-1", "a", &[("main", 1, "1")]), 4),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "b-6").contains("the maximum is 5 with all the cohort can lend"),
+        "{}",
+        message(&r, "b-6")
+    );
+    assert_eq!(admitted_names(&r), ["b-5", "a-7"]);
+    assert!(
+        message(&r, "a-1").contains("0 available of nominal 10"),
+        "{}",
+        message(&r, "a-1")
+    );
+}
+
+#[test]
+fn a_cohort_tree_lends_its_own_quota_down() {
+    // org (own 10 cpu) ← team (cohort, no quota) ← x (nominal 2); y sits in org with nominal 0
+    let org = cohort(
+        "org",
+        None,
+        vec![group(
+            &["cpu"],
+            vec![("default", vec![rq("cpu", "10", None, None)])],
+        )],
+    );
+    let team = cohort("team", Some("org"), vec![]);
+    let x = cq("x", Some("team"), &[("default", "cpu", "2")]);
+    let y = cq("y", Some("org"), &[("default", "cpu", "0")]);
+    let mut s = snap(
+        vec![x, y],
+        vec![
+            created(wl("x-12", "x", &[("main", 12, "1")]), 1),
+            created(wl("y-1", "y", &[("main", 1, "1")]), 2),
+        ],
+    );
+    s.cohorts = vec![org, team];
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(admitted_names(&r), ["x-12"]);
+    assert_eq!(usage(&r, "x", "default", "cpu"), (q("12"), q("10")));
+    assert!(message(&r, "y-1").contains("0 available of nominal 0"));
+    // a borrowing limit on the child cohort caps what reaches x
+    s.cohorts[1] = cohort(
+        "team",
+        Some("org"),
+        vec![group(
+            &["cpu"],
+            vec![("default", vec![rq("cpu", "0", Some("4"), None)])],
+        )],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "x-12").contains("the maximum is 6"),
+        "{}",
+        message(&r, "x-12")
+    );
+    assert_eq!(admitted_names(&r), ["y-1"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// order and queueing strategy
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn higher_priority_goes_first_then_older() {
+    let mut s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "2")])],
+        vec![created(wl("early-low", "cq", &[("main", 2, "1")]), 1), {
+            let mut w = created(wl("late-high", "cq", &[("main", 2, "1")]), 9);
+            w.spec.priority_class_ref = Some(PriorityClassRef {
+                group: "kueue.x-k8s.io".into(),
+                kind: "WorkloadPriorityClass".into(),
+                name: "high".into(),
+            });
+            w
+        }],
+    );
+    s.priority_classes = vec![priority_class("high", 100)];
+    assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["late-high"]);
+    // a missing class falls back to spec.priority (unset: 0): creation order decides
+    s.priority_classes.clear();
+    assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["early-low"]);
+}
+
+#[test]
+fn a_requeued_workload_queues_by_its_eviction_time() {
+    let mut evicted = created(wl("evicted", "cq", &[("main", 2, "1")]), 1);
+    evicted.status = Some(WorkloadStatus {
+        conditions: vec![condition("Evicted", "True", "Preempted", ts(100))],
+        ..WorkloadStatus::default()
+    });
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "2")])],
+        vec![evicted, created(wl("fresh", "cq", &[("main", 2, "1")]), 50)],
+    );
+    assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["fresh"]);
+}
+
+fn fifo(strategy: QueueingStrategy) -> CycleResult {
+    let mut c = cq("cq", None, &[("default", "cpu", "4")]);
+    c.spec.queueing_strategy = Some(strategy);
+    let s = snap(
+        vec![c],
+        vec![
+            admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default"),
+            created(wl("head", "cq", &[("main", 3, "1")]), 1),
+            created(wl("next", "cq", &[("main", 1, "1")]), 2),
+        ],
+    );
+    cycle(&s, &RELEASE)
+}
+
+#[test]
+fn best_effort_fifo_lets_smaller_workloads_past_a_blocked_head() {
+    assert_eq!(
+        admitted_names(&fifo(QueueingStrategy::BestEffortFIFO)),
+        ["next"]
+    );
+}
+
+#[test]
+fn strict_fifo_keeps_later_workloads_behind_the_head() {
+    let r = fifo(QueueingStrategy::StrictFIFO);
+    assert!(admitted_names(&r).is_empty());
+    assert_eq!(
+        message(&r, "next"),
+        "waiting behind workload default/head in StrictFIFO ClusterQueue cq"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// stop policies and deactivation
+// ---------------------------------------------------------------------------------------------
+
+fn stopped(policy: StopPolicy, on_local_queue: bool) -> CycleResult {
+    let mut s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![
+            admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default"),
+            wl("waiting", "cq", &[("main", 1, "1")]),
+        ],
+    );
+    if on_local_queue {
+        s.local_queues[0].spec.stop_policy = Some(policy);
+    } else {
+        s.cluster_queues[0].spec.stop_policy = Some(policy);
+    }
+    cycle(&s, &HOLD)
+}
+
+#[test]
+fn hold_admits_nothing_new_and_keeps_what_runs() {
+    let r = stopped(StopPolicy::Hold, false);
+    assert!(decision(&r, "running").is_none());
+    assert_eq!(
+        decision(&r, "waiting"),
+        Some(&Decision::Pending {
+            workload: "default/waiting".into(),
+            reason: "Inadmissible".into(),
+            message: "ClusterQueue cq is stopped".into()
+        })
+    );
+    assert_eq!(r.cluster_queues[0].active_reason, "Stopped");
+    let r = stopped(StopPolicy::Hold, true);
+    assert_eq!(message(&r, "waiting"), "LocalQueue default/cq is stopped");
+}
+
+#[test]
+fn hold_and_drain_evicts_what_runs() {
+    let r = stopped(StopPolicy::HoldAndDrain, false);
+    assert!(
+        matches!(decision(&r, "running"), Some(Decision::Evict { reason, .. }) if reason == "ClusterQueueStopped")
+    );
+    // held until its pods are gone (controller mode)
+    assert_eq!(r.cluster_queues[0].admitted, 1);
+    let r = stopped(StopPolicy::HoldAndDrain, true);
+    assert!(
+        matches!(decision(&r, "running"), Some(Decision::Evict { reason, .. }) if reason == "LocalQueueStopped")
+    );
+}
+
+#[test]
+fn deactivated_workloads_are_evicted_or_kept_out() {
+    let mut running = admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default");
+    running.spec.active = Some(false);
+    let mut waiting = wl("waiting", "cq", &[("main", 1, "1")]);
+    waiting.spec.active = Some(false);
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![running, waiting],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        matches!(decision(&r, "running"), Some(Decision::Evict { reason, .. }) if reason == "Deactivated")
+    );
+    assert_eq!(
+        decision(&r, "waiting"),
+        Some(&Decision::Pending {
+            workload: "default/waiting".into(),
+            reason: "Inadmissible".into(),
+            message: "the workload is deactivated".into()
+        })
+    );
+    assert_eq!(
+        usage(&r, "cq", "default", "cpu").0,
+        q("0"),
+        "released at once"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// preemption
+// ---------------------------------------------------------------------------------------------
+
+fn preempting(within: WithinClusterQueue, workloads: Vec<Workload>) -> CycleResult {
+    let c = with_preemption(
+        cq("cq", None, &[("default", "cpu", "4")]),
+        within,
+        ReclaimWithinCohort::Never,
+    );
+    cycle(&snap(vec![c], workloads), &RELEASE)
+}
+
+fn admitted_at(name: &str, cpu: i32, prio: i32, at: i64) -> Workload {
+    priority(
+        admit(
+            created(wl(name, "cq", &[("main", cpu, "1")]), at),
+            "cq",
+            "default",
+            ts(at),
+        ),
+        prio,
+    )
+}
+
+fn evicted(r: &CycleResult) -> Vec<String> {
+    r.decisions
+        .iter()
+        .filter(|d| matches!(d, Decision::Evict { .. }))
+        .map(|d| d.workload().trim_start_matches("default/").to_string())
+        .collect()
+}
+
+#[test]
+fn never_does_not_preempt() {
+    let r = preempting(
+        WithinClusterQueue::Never,
+        vec![
+            admitted_at("low", 4, 0, 1),
+            priority(created(wl("high", "cq", &[("main", 2, "1")]), 5), 10),
+        ],
+    );
+    assert!(evicted(&r).is_empty());
+    assert!(message(&r, "high").contains("0 available of nominal 4"));
+}
+
+#[test]
+fn lower_priority_preempts_the_most_recently_admitted_first() {
+    let r = preempting(
+        WithinClusterQueue::LowerPriority,
+        vec![
+            admitted_at("low-old", 2, 0, 1),
+            admitted_at("low-new", 2, 0, 2),
+            priority(created(wl("high", "cq", &[("main", 2, "1")]), 5), 10),
+        ],
+    );
+    assert_eq!(evicted(&r), ["low-new"]);
+    assert_eq!(
+        message(&r, "low-new"),
+        "Preempted to accommodate a workload (default/high) due to prioritization in the ClusterQueue"
+    );
+    assert!(message(&r, "high").ends_with("Pending the preemption of 1 workload(s)"));
+    // equal priority is not lower
+    let r = preempting(
+        WithinClusterQueue::LowerPriority,
+        vec![
+            admitted_at("peer", 4, 10, 9),
+            priority(created(wl("high", "cq", &[("main", 2, "1")]), 5), 10),
+        ],
+    );
+    assert!(evicted(&r).is_empty());
+}
+
+#[test]
+fn lower_or_newer_equal_priority_preempts_newer_peers() {
+    let make = |within| {
+        preempting(
+            within,
+            vec![
+                admitted_at("newer-peer", 4, 0, 9),
+                created(wl("older", "cq", &[("main", 2, "1")]), 5),
+            ],
+        )
+    };
+    assert_eq!(
+        evicted(&make(WithinClusterQueue::LowerOrNewerEqualPriority)),
+        ["newer-peer"]
+    );
+    assert!(evicted(&make(WithinClusterQueue::LowerPriority)).is_empty());
+}
+
+#[test]
+fn victims_are_a_minimal_set() {
+    // cq 6 full: a (prio 0, 1 cpu, newest), b (prio 0, 4 cpu), c (prio 1, 1 cpu). The preemptor
+    // needs 4: a then b are taken in order, then a is given back (b alone frees 4).
+    let mut c = with_preemption(
+        cq("cq", None, &[("default", "cpu", "6")]),
+        WithinClusterQueue::LowerPriority,
+        ReclaimWithinCohort::Never,
+    );
+    set_quota(&mut c, "6", None, None);
+    let r = cycle(
+        &snap(
+            vec![c],
+            vec![
+                admitted_at("a", 1, 0, 3),
+                admitted_at("b", 4, 0, 2),
+                admitted_at("c", 1, 1, 1),
+                priority(created(wl("p", "cq", &[("main", 4, "1")]), 5), 10),
+            ],
+        ),
+        &RELEASE,
+    );
+    assert_eq!(evicted(&r), ["b"]);
+}
+
+fn reclaim(policy: ReclaimWithinCohort, preemptor_priority: i32) -> CycleResult {
+    // a and b have 4 each; b runs 6 (borrowing 2 of a's); a's Workload needs 4 of its own
+    let a = with_preemption(
+        cq("a", Some("pool"), &[("default", "cpu", "4")]),
+        WithinClusterQueue::Never,
+        policy,
+    );
+    let b = cq("b", Some("pool"), &[("default", "cpu", "4")]);
+    let in_b = |name: &str, cpu: i32, at: i64| {
+        priority(
+            admit(
+                created(wl(name, "b", &[("main", cpu, "1")]), at),
+                "b",
+                "default",
+                ts(at),
+            ),
+            10,
+        )
+    };
+    cycle(
+        &snap(
+            vec![a, b],
+            vec![
+                in_b("b-first", 4, 1),
+                in_b("b-borrowing", 2, 2),
+                priority(
+                    created(wl("a-own", "a", &[("main", 4, "1")]), 5),
+                    preemptor_priority,
+                ),
+            ],
+        ),
+        &RELEASE,
+    )
+}
+
+#[test]
+fn reclaim_within_cohort_takes_back_lent_quota() {
+    let r = reclaim(ReclaimWithinCohort::Any, 0);
+    assert_eq!(evicted(&r), ["b-borrowing"]);
+    assert_eq!(
+        message(&r, "b-borrowing"),
+        "Preempted to accommodate a workload (default/a-own) due to reclamation within the cohort"
+    );
+    assert!(evicted(&reclaim(ReclaimWithinCohort::LowerPriority, 0)).is_empty());
+    assert_eq!(
+        evicted(&reclaim(ReclaimWithinCohort::LowerPriority, 20)),
+        ["b-borrowing"]
+    );
+    assert!(evicted(&reclaim(ReclaimWithinCohort::Never, 20)).is_empty());
+}
+
+#[test]
+fn preempted_quota_is_held_until_released_in_controller_mode() {
+    let c = with_preemption(
+        cq("cq", None, &[("default", "cpu", "4")]),
+        WithinClusterQueue::LowerPriority,
+        ReclaimWithinCohort::Never,
+    );
+    let s = snap(
+        vec![c],
+        vec![
+            admitted_at("low", 4, 0, 1),
+            priority(created(wl("high", "cq", &[("main", 4, "1")]), 5), 10),
+        ],
+    );
+    let mut sched = Scheduler::new(s, &HOLD);
+    let r1 = sched.cycle();
+    assert_eq!(evicted(&r1), ["low"]);
+    sched.apply(&r1, ts(10));
+    // the victim still holds its quota: no new eviction, the preemptor keeps waiting
+    let r2 = sched.cycle();
+    assert!(evicted(&r2).is_empty());
+    assert!(admitted_names(&r2).is_empty());
+    assert!(message(&r2, "high").ends_with("Pending the preemption of 1 workload(s)"));
+    // its owner reports the pods gone
+    sched.update_workload("default/low", |w| {
+        w.status = Some(release_quota(w.status.as_ref(), None, ts(20)));
+    });
+    assert_eq!(admitted_names(&sched.cycle()), ["high"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bad input
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn missing_queues_are_named() {
+    let mut s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![
+            wl("no-lq", "nope", &[("main", 1, "1")]),
+            wl("no-cq", "dangling", &[("main", 1, "1")]),
+        ],
+    );
+    s.local_queues.push(lq("dangling", "gone"));
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        message(&r, "no-lq"),
+        "LocalQueue default/nope doesn't exist"
+    );
+    assert_eq!(message(&r, "no-cq"), "ClusterQueue gone doesn't exist");
+    assert!(
+        matches!(decision(&r, "no-cq"), Some(Decision::Pending { reason, .. }) if reason == "Inadmissible")
+    );
+    assert_eq!(
+        r.local_queues
+            .iter()
+            .find(|l| l.name == "dangling")
+            .unwrap()
+            .active,
+        Err("ClusterQueue gone doesn't exist".to_string())
+    );
+}
+
+#[test]
+fn a_missing_flavor_makes_the_cluster_queue_inactive() {
+    let s = snap(
+        vec![
+            cq("team-a", None, &[("gpu-a100", "cpu", "4")]),
+            cq("team-b", None, &[("default", "cpu", "4")]),
+        ],
+        vec![
+            wl("a", "team-a", &[("main", 1, "1")]),
+            wl("b", "team-b", &[("main", 1, "1")]),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    let want = r#"ClusterQueue team-a is inactive: flavor "gpu-a100" not found"#;
+    assert_eq!(message(&r, "a"), want);
+    assert_eq!(r.cluster_queues[0].active, Err(want.to_string()));
+    assert_eq!(r.cluster_queues[0].active_reason, "FlavorNotFound");
+    assert_eq!(admitted_names(&r), ["b"]);
+}
+
+#[test]
+fn an_invalid_quota_names_the_cluster_queue_and_field() {
+    let mut bad = cq("bad", None, &[("default", "cpu", "4")]);
+    bad.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(kq("four"));
+    let s = snap(vec![bad], vec![wl("w", "bad", &[("main", 1, "1")])]);
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "w").starts_with(
+            "ClusterQueue bad is inactive: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: invalid quantity"
+        ),
+        "{}",
+        message(&r, "w")
+    );
+}
+
+#[test]
+fn a_cohort_cycle_makes_its_cluster_queues_inactive() {
+    let mut s = snap(
+        vec![
+            cq("in-cycle", Some("a"), &[("default", "cpu", "4")]),
+            cq("fine", Some("c"), &[("default", "cpu", "4")]),
+        ],
+        vec![
+            wl("x", "in-cycle", &[("main", 1, "1")]),
+            wl("y", "fine", &[("main", 1, "1")]),
+        ],
+    );
+    s.cohorts = vec![
+        cohort("a", Some("b"), vec![]),
+        cohort("b", Some("a"), vec![]),
+    ];
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        message(&r, "x"),
+        "ClusterQueue in-cycle is inactive: cohort a is part of a cycle (a -> b -> a)"
+    );
+    assert_eq!(admitted_names(&r), ["y"]);
+}
+
+#[test]
+fn a_bad_workload_template_is_inadmissible_and_others_go_on() {
+    let mut bad = wl("bad", "cq", &[("main", 1, "1")]);
+    bad.spec.pod_sets[0].template = template_with(&[("cpu", "lots")]);
+    let mut negative = wl("negative", "cq", &[("main", 1, "1")]);
+    negative.spec.pod_sets[0].count = -1;
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![bad, negative, wl("good", "cq", &[("main", 1, "1")])],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "bad").starts_with(
+            "Workload default/bad: spec.podSets[0].template.spec.containers[0].resources.requests[cpu]: invalid quantity"
+        ),
+        "{}",
+        message(&r, "bad")
+    );
+    assert_eq!(
+        message(&r, "negative"),
+        "Workload default/negative: spec.podSets[0].count: must not be negative (got -1)"
+    );
+    assert_eq!(admitted_names(&r), ["good"]);
+}
+
+#[test]
+fn namespace_selector_must_select_the_namespace() {
+    let mut c = cq("cq", None, &[("default", "cpu", "4")]);
+    c.spec.namespace_selector = Some(LabelSelector {
+        match_labels: Some([("team".to_string(), "a".to_string())].into()),
+        match_expressions: None,
+    });
+    let mut s = snap(vec![c], vec![wl("w", "cq", &[("main", 1, "1")])]);
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        message(&r, "w"),
+        "namespace default doesn't match the namespaceSelector of ClusterQueue cq"
+    );
+    s.namespace_labels.insert(
+        "default".into(),
+        [("team".to_string(), "a".to_string())].into(),
+    );
+    assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["w"]);
+    // no selector: every namespace (lenient; Kueue would select none)
+    s.namespace_labels.clear();
+    s.cluster_queues[0].spec.namespace_selector = None;
+    assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["w"]);
+}
+
+#[test]
+fn the_result_does_not_depend_on_input_order() {
+    let s = snap(
+        vec![
+            cq("a", Some("pool"), &[("default", "cpu", "4")]),
+            cq("b", Some("pool"), &[("default", "cpu", "4")]),
+        ],
+        (0..12)
+            .map(|i| {
+                created(
+                    wl(
+                        &format!("w{i}"),
+                        if i % 2 == 0 { "a" } else { "b" },
+                        &[("main", 1 + i % 3, "1")],
+                    ),
+                    i64::from(i % 4),
+                )
+            })
+            .collect(),
+    );
+    let mut reversed = s.clone();
+    reversed.workloads.reverse();
+    reversed.cluster_queues.reverse();
+    reversed.local_queues.reverse();
+    assert_eq!(cycle(&s, &RELEASE), cycle(&reversed, &RELEASE));
+}
+
+#[test]
+fn a_request_too_large_to_account_is_inadmissible() {
+    let s = snap(
+        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![
+            wl("huge", "cq", &[("main", i32::MAX, "9223372036854775807")]),
+            wl("ok", "cq", &[("main", 1, "1")]),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(
+        message(&r, "huge").contains("is too large to account"),
+        "{}",
+        message(&r, "huge")
+    );
+    assert_eq!(admitted_names(&r), ["ok"]);
+}

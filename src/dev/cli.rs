@@ -1,0 +1,159 @@
+//! `raygate dev …`: the command line of the development helpers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::kuberay::{EmulatorConfig, run as run_emulator};
+
+/// `raygate dev`.
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    #[command(subcommand)]
+    pub command: DevCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum DevCommand {
+    /// Run the KubeRay v1.7 emulator (RayService and RayCluster controllers without pods) until
+    /// SIGTERM or Ctrl-C.
+    KuberayEmulator {
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// How long an unsuspended RayCluster takes to become ready (emulated pod start).
+        #[arg(long, default_value_t = 2000)]
+        start_delay_ms: u64,
+        /// Watch only this namespace (default: all).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// KubeRay version written to the ray.io/kuberay-version annotation.
+        #[arg(long, default_value = "v1.7.0")]
+        kuberay_version: String,
+    },
+    /// Create or server-side apply (field manager raygate-dev, forced) every document of a
+    /// multi-document YAML file. Works without API discovery, unlike kubectl.
+    Apply {
+        /// YAML file ("-" for standard input); repeatable.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+        /// Namespace for namespaced objects that name none (default "default").
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Print objects of a kind as YAML (rayservices, rayclusters, workloads, clusterqueues,
+    /// localqueues, resourceflavors, cohorts, workloadpriorityclasses, crds; singular and short
+    /// names work too).
+    Get {
+        kind: String,
+        name: Option<String>,
+        /// Namespace of namespaced kinds (default "default").
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// All namespaces.
+        #[arg(short = 'A', long, conflicts_with = "namespace")]
+        all_namespaces: bool,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            tracing::info!("shutdown signal received");
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!("shutdown signal received");
+}
+
+fn read(path: &PathBuf) -> anyhow::Result<(String, String)> {
+    if path.as_os_str() == "-" {
+        let text = std::io::read_to_string(std::io::stdin()).context("reading standard input")?;
+        Ok((text, "<stdin>".into()))
+    } else {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok((text, path.display().to_string()))
+    }
+}
+
+async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        DevCommand::KuberayEmulator {
+            kubeconfig,
+            start_delay_ms,
+            namespace,
+            kuberay_version,
+        } => {
+            init_tracing();
+            let client = super::client(kubeconfig.as_deref()).await?;
+            let config = EmulatorConfig {
+                start_delay: Duration::from_millis(start_delay_ms),
+                version: kuberay_version,
+                namespace,
+            };
+            run_emulator(client, config, shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        DevCommand::Apply {
+            files,
+            namespace,
+            kubeconfig,
+        } => {
+            let client = super::client(kubeconfig.as_deref()).await?;
+            for file in &files {
+                let (text, source) = read(file)?;
+                for a in super::apply(&client, &text, &source, namespace.as_deref()).await? {
+                    println!("{} {}", a.object, a.outcome);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DevCommand::Get {
+            kind,
+            name,
+            namespace,
+            all_namespaces,
+            kubeconfig,
+        } => {
+            let kind = super::kind_by_name(&kind)?;
+            let client = super::client(kubeconfig.as_deref()).await?;
+            let ns = if all_namespaces && name.is_none() {
+                None
+            } else {
+                Some(namespace.unwrap_or_else(|| "default".into()))
+            };
+            let text = super::get(&client, kind, name.as_deref(), ns.as_deref()).await?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Runs a `raygate dev` command.
+pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(run_async(args))
+}

@@ -1,0 +1,302 @@
+//! A KubeRay v1.7 emulator: the RayService and RayCluster controllers of KubeRay v1.7.0 as far as
+//! the API objects go, with no pods, Services or Ray dashboard.
+//!
+//! It exists so raygate's integration tests and the dev cluster (`raygate dev kuberay-emulator`)
+//! run against objects that change as KubeRay changes them: child RayClusters named
+//! `<rayservice>-<5 chars>`, the originated-from labels, the hash annotation, pending/active names
+//! in status, promotion, delayed deletion of old children, the top-level suspend state machine and
+//! the RayCluster status (`state`, conditions, desired replicas and resources).
+//!
+//! Pods are emulated by time: a RayCluster whose `spec.suspend` is not true "has pods" from the
+//! first reconcile that sees it so, and they are "ready" once [`EmulatorConfig::start_delay`] has
+//! passed. A ready cluster is what KubeRay calls a cluster whose head Pod is ready and whose Serve
+//! applications run, so it is promoted and serves.
+//!
+//! Two `kube::runtime::Controller`s run side by side: one for RayServices (owning RayClusters) in
+//! [`service`], one for every RayCluster's status in [`cluster`]. They share in-memory timers, as
+//! KubeRay keeps its deletion timestamps in memory.
+
+mod cluster;
+mod hash;
+mod service;
+mod status;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::watch;
+
+pub use hash::cluster_spec_hash;
+
+use crate::types::ray::{
+    ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
+};
+
+/// KubeRay's finalizer on RayServices (children are deleted before the RayService goes).
+pub const RAYSERVICE_FINALIZER: &str = "ray.io/rayservice-finalizer";
+/// The value of `spec.managedBy` meaning KubeRay itself.
+pub const KUBERAY_CONTROLLER: &str = "ray.io/kuberay-operator";
+/// KubeRay's periodic requeue of a RayService (`ServiceDefaultRequeueDuration`).
+pub const SERVICE_REQUEUE: Duration = Duration::from_secs(2);
+/// Default `spec.rayClusterDeletionDelaySeconds`.
+pub const DEFAULT_DELETION_DELAY: Duration = Duration::from_secs(60);
+
+/// Emulator settings.
+#[derive(Clone, Debug)]
+pub struct EmulatorConfig {
+    /// How long a child must be unsuspended before it counts as ready (emulates pods starting).
+    /// Default 2 s.
+    pub start_delay: Duration,
+    /// KubeRay version written to the `ray.io/kuberay-version` annotation. Default "v1.7.0".
+    pub version: String,
+    /// Watch and reconcile only this namespace (KubeRay's `-watch-namespace`); `None`: all.
+    pub namespace: Option<String>,
+}
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        EmulatorConfig {
+            start_delay: Duration::from_secs(2),
+            version: "v1.7.0".to_string(),
+            namespace: None,
+        }
+    }
+}
+
+/// A failing step of the emulator, naming the object.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    #[error("reading RayService {name}: {source}")]
+    GetService { name: String, source: kube::Error },
+    #[error("listing the RayClusters of RayService {name}: {source}")]
+    ListChildren { name: String, source: kube::Error },
+    #[error("reading RayCluster {name}: {source}")]
+    GetCluster { name: String, source: kube::Error },
+    #[error("creating RayCluster {name}: {source}")]
+    CreateCluster { name: String, source: kube::Error },
+    #[error("updating RayCluster {name} in place: {source}")]
+    UpdateCluster { name: String, source: kube::Error },
+    #[error("deleting RayCluster {name}: {source}")]
+    DeleteCluster { name: String, source: kube::Error },
+    #[error("writing the finalizers of RayService {name}: {source}")]
+    Finalizer { name: String, source: kube::Error },
+    #[error("writing the status of RayService {name}: {source}")]
+    ServiceStatus { name: String, source: kube::Error },
+    #[error("writing the status of RayCluster {name}: {source}")]
+    ClusterStatus { name: String, source: kube::Error },
+    #[error("hashing rayClusterConfig of RayService {name}: {source}")]
+    Hash {
+        name: String,
+        source: serde_json::Error,
+    },
+    #[error("building RayCluster {name}: {reason}")]
+    Construct { name: String, reason: String },
+}
+
+impl EmulatorError {
+    /// True for an HTTP 409 (a stale resourceVersion or a name already taken): retry soon.
+    pub fn is_conflict(&self) -> bool {
+        let source = match self {
+            EmulatorError::GetService { source, .. }
+            | EmulatorError::ListChildren { source, .. }
+            | EmulatorError::GetCluster { source, .. }
+            | EmulatorError::CreateCluster { source, .. }
+            | EmulatorError::UpdateCluster { source, .. }
+            | EmulatorError::DeleteCluster { source, .. }
+            | EmulatorError::Finalizer { source, .. }
+            | EmulatorError::ServiceStatus { source, .. }
+            | EmulatorError::ClusterStatus { source, .. } => source,
+            EmulatorError::Hash { .. } | EmulatorError::Construct { .. } => return false,
+        };
+        matches!(source, kube::Error::Api(s) if s.code == 409)
+    }
+}
+
+/// State shared by both reconcilers.
+pub(crate) struct Shared {
+    pub client: Client,
+    pub config: EmulatorConfig,
+    /// `ns/name` of a RayCluster → (uid, when its emulated pods were created).
+    pods_since: Mutex<HashMap<String, (String, Instant)>>,
+    /// `ns/name` of a dangling RayCluster → when it is deleted (`RayClusterDeletionTimestamps`).
+    deletion_at: Mutex<HashMap<String, Instant>>,
+}
+
+pub(crate) fn key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+impl Shared {
+    fn new(client: Client, config: EmulatorConfig) -> Self {
+        Shared {
+            client,
+            config,
+            pods_since: Mutex::new(HashMap::new()),
+            deletion_at: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        // a panic while holding the lock leaves plain data behind: keep using it
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that the cluster's emulated pods exist since `at`, unless already recorded.
+    pub(crate) fn pods_created(&self, c: &RayCluster, at: Instant) -> Instant {
+        let uid = c.metadata.uid.clone().unwrap_or_default();
+        let mut map = Self::lock(&self.pods_since);
+        let entry = map
+            .entry(key(&c.namespace().unwrap_or_default(), &c.name_any()))
+            .or_insert_with(|| (uid.clone(), at));
+        if entry.0 != uid {
+            *entry = (uid, at);
+        }
+        entry.1
+    }
+
+    /// When the cluster's emulated pods were created, if they exist.
+    pub(crate) fn pods_since(&self, c: &RayCluster) -> Option<Instant> {
+        let uid = c.metadata.uid.clone().unwrap_or_default();
+        Self::lock(&self.pods_since)
+            .get(&key(&c.namespace().unwrap_or_default(), &c.name_any()))
+            .filter(|(u, _)| *u == uid)
+            .map(|(_, t)| *t)
+    }
+
+    pub(crate) fn pods_deleted(&self, ns: &str, name: &str) {
+        Self::lock(&self.pods_since).remove(&key(ns, name));
+    }
+
+    /// When the cluster's pods are (or were) ready: `start_delay` after they were created.
+    pub(crate) fn ready_at(&self, c: &RayCluster) -> Option<Instant> {
+        self.pods_since(c).map(|t| t + self.config.start_delay)
+    }
+
+    /// KubeRay's readiness of a cluster for serving (`reconcileServe`): not suspended, its pods
+    /// ready, and its status saying so (`HeadPodReady=True`, written by the RayCluster side), so
+    /// the status the RayService copies at promotion is the ready one.
+    pub(crate) fn is_ready(&self, c: &RayCluster) -> bool {
+        let head_ready = c.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|x| x.type_ == "HeadPodReady" && x.status == "True")
+        });
+        c.spec.suspend != Some(true)
+            && head_ready
+            && self.ready_at(c).is_some_and(|t| t <= Instant::now())
+    }
+
+    pub(crate) fn deletion_time(&self, key: &str) -> Option<Instant> {
+        Self::lock(&self.deletion_at).get(key).copied()
+    }
+
+    pub(crate) fn schedule_deletion(&self, key: &str, at: Instant) {
+        Self::lock(&self.deletion_at).insert(key.to_string(), at);
+    }
+
+    pub(crate) fn forget_deletion(&self, key: &str) {
+        Self::lock(&self.deletion_at).remove(key);
+    }
+}
+
+/// `utils.ManagedByExternalController`: the other controller's name, if any.
+pub(crate) fn managed_externally(managed_by: Option<&str>) -> Option<&str> {
+    managed_by.filter(|m| *m != KUBERAY_CONTROLLER)
+}
+
+/// The requeue for `at` (now or later), capped at `cap`.
+pub(crate) fn requeue_at(at: Option<Instant>, cap: Duration) -> Action {
+    let now = Instant::now();
+    let wait = at
+        .map(|t| t.saturating_duration_since(now))
+        .map_or(cap, |d| d.min(cap));
+    // a zero requeue would spin when a timer is due on the same instant: wait a little
+    Action::requeue(wait.max(Duration::from_millis(10)))
+}
+
+fn error_policy<K>(obj: Arc<K>, err: &EmulatorError, _ctx: Arc<Shared>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    if err.is_conflict() {
+        tracing::debug!(kind = %K::kind(&()), %name, error = %err, "conflict; retrying");
+        Action::requeue(Duration::from_millis(100))
+    } else {
+        tracing::warn!(kind = %K::kind(&()), %name, error = %err, "reconcile failed; retrying");
+        Action::requeue(SERVICE_REQUEUE)
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the emulator until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: EmulatorConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), EmulatorError> {
+    let ns = config.namespace.clone();
+    let ctx = Arc::new(Shared::new(client.clone(), config));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        while !*rx.borrow() {
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+
+    let services: Api<RayService> = api(&client, ns.as_deref());
+    let clusters: Api<RayCluster> = api(&client, ns.as_deref());
+    let wc = watcher::Config::default().any_semantic();
+    let children = wc.clone().labels(&format!(
+        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
+    ));
+
+    let service_controller = Controller::new(services, wc.clone())
+        .owns(clusters.clone(), children)
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(service::reconcile, error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "RayService controller event");
+            }
+        });
+    let cluster_controller = Controller::new(clusters, wc)
+        .graceful_shutdown_on(stopped(stop_rx))
+        .run(cluster::reconcile, error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "RayCluster controller event");
+            }
+        });
+    tracing::info!(
+        namespace = ns.as_deref().unwrap_or("<all>"),
+        start_delay = ?ctx.config.start_delay,
+        version = %ctx.config.version,
+        "KubeRay v1.7 emulator started"
+    );
+    futures::join!(service_controller, cluster_controller);
+    tracing::info!("KubeRay v1.7 emulator stopped");
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! Condition helpers (`meta.SetStatusCondition` semantics) and minimal status patches.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Map, Value};
+
+/// `meta.SetStatusCondition`: adds the condition, or updates reason, message and
+/// observedGeneration in place; `lastTransitionTime` moves only when the status changes.
+pub(crate) fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    observed_generation: Option<i64>,
+) {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.status = status.to_string();
+                c.last_transition_time = Time(Timestamp::now());
+            }
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+            c.observed_generation = observed_generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            observed_generation,
+            last_transition_time: Time(Timestamp::now()),
+        }),
+    }
+}
+
+pub(crate) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
+pub(crate) fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+pub(crate) fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
+pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = Map::new();
+            for (k, ov) in o {
+                match n.get(k) {
+                    None => {
+                        patch.insert(k.clone(), Value::Null);
+                    }
+                    Some(nv) => {
+                        if let Some(d) = merge_diff(ov, nv) {
+                            patch.insert(k.clone(), d);
+                        }
+                    }
+                }
+            }
+            for (k, nv) in n {
+                if !o.contains_key(k) {
+                    patch.insert(k.clone(), nv.clone());
+                }
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        _ if old == new => None,
+        _ => Some(new.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_diff_nulls_removed_keys_and_keeps_equal_ones_out() {
+        let old = json!({"a": 1, "b": {"c": 2, "d": 3}, "l": [1]});
+        let new = json!({"b": {"c": 2, "d": 4, "e": 5}, "l": [1, 2]});
+        assert_eq!(
+            merge_diff(&old, &new),
+            Some(json!({"a": null, "b": {"d": 4, "e": 5}, "l": [1, 2]}))
+        );
+        assert_eq!(merge_diff(&new, &new), None);
+    }
+
+    #[test]
+    fn set_condition_moves_the_transition_time_only_on_a_status_change() {
+        let mut cs = Vec::new();
+        set_condition(&mut cs, "Ready", "False", "Initializing", "m", Some(1));
+        let t0 = cs[0].last_transition_time.clone();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        set_condition(&mut cs, "Ready", "False", "Other", "m2", Some(2));
+        assert_eq!(cs[0].last_transition_time, t0);
+        assert_eq!(cs[0].reason, "Other");
+        set_condition(&mut cs, "Ready", "True", "Ok", "", Some(2));
+        assert_ne!(cs[0].last_transition_time, t0);
+        assert!(is_true(&cs, "Ready"));
+        remove_condition(&mut cs, "Ready");
+        assert!(cs.is_empty());
+    }
+}

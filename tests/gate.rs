@@ -1,0 +1,643 @@
+//! The gate end to end on a real API server: raygate's controller (built-in admission) and the
+//! KubeRay v1.7 emulator run in-process against the test server, and every assertion reads the
+//! objects in the server.
+//!
+//! Tests in this binary run one at a time: ClusterQueues are cluster-scoped and each test starts
+//! its own controller, which watches every namespace.
+
+mod support;
+
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use raygate::controller::{Config, run};
+use raygate::dev::kuberay::EmulatorConfig;
+use raygate::gate::ERROR_ANNOTATION;
+use raygate::types::kueue::{ClusterQueue, Workload};
+use raygate::types::ray::{RayCluster, RayService};
+use serde_json::{Value, json};
+use support::{TestServer, eventually, namespace};
+use tokio::sync::oneshot;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A controller and an emulator running for one test.
+struct Env {
+    client: Client,
+    ns: String,
+    stops: Vec<oneshot::Sender<()>>,
+    controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+}
+
+impl Env {
+    async fn new(test: &str) -> Env {
+        support::init_logs();
+        let client = TestServer::get().client().await;
+        let ns = namespace(test);
+        let mut env = Env {
+            client,
+            ns,
+            stops: vec![],
+            controller: None,
+        };
+        let (tx, rx) = oneshot::channel::<()>();
+        let cfg = EmulatorConfig {
+            start_delay: Duration::from_millis(300),
+            namespace: Some(env.ns.clone()),
+            ..Default::default()
+        };
+        tokio::spawn(raygate::dev::kuberay::run(
+            env.client.clone(),
+            cfg,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        env.stops.push(tx);
+        env.start_controller();
+        env
+    }
+
+    fn start_controller(&mut self) {
+        let (tx, rx) = oneshot::channel::<()>();
+        let config = Config {
+            admission_resync: Duration::from_millis(500),
+            ..Default::default()
+        };
+        let client = self.client.clone();
+        let handle = tokio::spawn(async move {
+            run(client, config, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("controller runs");
+        });
+        self.controller = Some((tx, handle));
+    }
+
+    /// Kills the controller mid-flight (no graceful shutdown).
+    async fn kill_controller(&mut self) {
+        if let Some((_, handle)) = self.controller.take() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+
+    fn cq(&self) -> String {
+        format!("cq-{}", self.ns)
+    }
+
+    fn services(&self) -> Api<RayService> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn clusters(&self) -> Api<RayCluster> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn workloads(&self) -> Api<Workload> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// ResourceFlavor, a ClusterQueue with `cpu` nominal quota and extra spec, a LocalQueue `lq`.
+    async fn queues(&self, cpu: &str, extra: Value) {
+        let flavor = format!("f-{}", self.ns);
+        apply(&self.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}})).await;
+        let mut spec = json!({"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            spec[k] = v.clone();
+        }
+        apply(&self.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": self.cq()}, "spec": spec})).await;
+        apply(&self.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": self.ns}, "spec": {"clusterQueue": self.cq()}})).await;
+    }
+
+    async fn set_quota(&self, cpu: &str) {
+        let api: Api<ClusterQueue> = Api::all(self.client.clone());
+        let mut cq = api.get(&self.cq()).await.expect("ClusterQueue");
+        cq.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
+        );
+        api.replace(&self.cq(), &PostParams::default(), &cq)
+            .await
+            .expect("quota raised");
+    }
+
+    async fn create_service(&self, name: &str, labels: Value, workers: Value) {
+        let svc = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": name, "namespace": self.ns, "labels": labels},
+            "spec": {"rayClusterDeletionDelaySeconds": 1, "serveConfigV2": "applications: []",
+                "rayClusterConfig": {"rayVersion": "2.51.0", "suspend": true,
+                    "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
+                    "workerGroupSpecs": workers}}
+        });
+        self.services()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).expect("RayService"),
+            )
+            .await
+            .expect("RayService created");
+    }
+
+    async fn patch_service(&self, name: &str, patch: Value) {
+        self.services()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("RayService patched");
+    }
+
+    async fn children(&self, service: &str) -> Vec<RayCluster> {
+        let mut items = self
+            .clusters()
+            .list(
+                &ListParams::default().labels(&format!("ray.io/originated-from-cr-name={service}")),
+            )
+            .await
+            .expect("list children")
+            .items;
+        items.sort_by_key(|c| c.metadata.creation_timestamp.clone().map(|t| t.0));
+        items
+    }
+
+    async fn live_slices(&self, service: &str) -> Vec<Workload> {
+        let all = self
+            .workloads()
+            .list(&ListParams::default().labels(&format!("raygate.io/rayservice={service}")))
+            .await
+            .expect("list")
+            .items;
+        all.into_iter()
+            .filter(|w| !raygate::slices::is_finished(w))
+            .collect()
+    }
+
+    /// Reserved quota of the test's ClusterQueue for cpu, as the status reports it.
+    async fn cq_cpu(&self) -> Option<String> {
+        let cq = Api::<ClusterQueue>::all(self.client.clone())
+            .get(&self.cq())
+            .await
+            .ok()?;
+        let usage = cq.status?.flavors_reservation;
+        usage
+            .first()?
+            .resources
+            .iter()
+            .find(|r| r.name == "cpu")?
+            .total
+            .as_ref()
+            .map(|q| q.0.clone())
+    }
+
+    /// Waits for a steady single-child service: admitted, released, promoted.
+    async fn wait_running(&self, service: &str) -> String {
+        eventually(WAIT, "the first child runs and is active", || async {
+            let svc = self.services().get(service).await.ok()?;
+            let active = svc.status?.active_service_status?.ray_cluster_name?;
+            let child = self.clusters().get(&active).await.ok()?;
+            (child.spec.suspend != Some(true)).then_some(active)
+        })
+        .await
+    }
+
+    async fn stop(mut self) {
+        self.kill_controller().await;
+        for s in self.stops.drain(..) {
+            let _ = s.send(());
+        }
+    }
+}
+
+fn pod(cpu: &str) -> Value {
+    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.51.0", "resources": {"requests": {"cpu": cpu}}}]}})
+}
+
+fn group(name: &str, replicas: i32, cpu: &str) -> Value {
+    json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": pod(cpu)})
+}
+
+fn queue(q: &str) -> Value {
+    json!({"kueue.x-k8s.io/queue-name": q})
+}
+
+async fn apply(client: &Client, obj: Value) {
+    let ar = match obj["kind"].as_str() {
+        Some("ResourceFlavor") => {
+            kube::discovery::ApiResource::erase::<raygate::types::kueue::ResourceFlavor>(&())
+        }
+        Some("ClusterQueue") => kube::discovery::ApiResource::erase::<ClusterQueue>(&()),
+        Some("LocalQueue") => {
+            kube::discovery::ApiResource::erase::<raygate::types::kueue::LocalQueue>(&())
+        }
+        Some("WorkloadPriorityClass") => {
+            kube::discovery::ApiResource::erase::<raygate::types::kueue::WorkloadPriorityClass>(&())
+        }
+        k => panic!("unexpected kind {k:?}"),
+    };
+    let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+    let api: Api<kube::api::DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+}
+
+fn condition<'a>(
+    w: &'a Workload,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// One test at a time (a panicking test releases it too: tokio's mutex does not poison).
+async fn lock() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back() {
+    let _serial = lock().await;
+    let env = Env::new("upgrade-gate").await;
+    env.queues("3", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let first = env.wait_running("svc").await;
+    assert_eq!(env.live_slices("svc").await.len(), 1);
+    eventually(WAIT, "2 CPU reserved", || async {
+        (env.cq_cpu().await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+
+    // a rayVersion bump: KubeRay creates the pending child, born suspended
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+    )
+    .await;
+    let pending = eventually(WAIT, "a pending child", || async {
+        let kids = env.children("svc").await;
+        (kids.len() == 2).then(|| kids[1].clone())
+    })
+    .await;
+    assert_eq!(
+        pending.spec.suspend,
+        Some(true),
+        "born suspended through the template gate"
+    );
+    let message = eventually(
+        WAIT,
+        "a pending replacement slice naming the shortfall",
+        || async {
+            let live = env.live_slices("svc").await;
+            let replacement = live.iter().find(|w| {
+                w.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.contains_key("kueue.x-k8s.io/workload-slice-replacement-for")
+                })
+            })?;
+            let c = condition(replacement, "QuotaReserved")?;
+            (c.status == "False").then(|| c.message.clone())
+        },
+    )
+    .await;
+    assert!(
+        message.contains("cpu") && message.contains(&env.cq()),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held = env
+        .clusters()
+        .get(pending.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        held.spec.suspend,
+        Some(true),
+        "held while the slice is pending"
+    );
+
+    // quota arrives: the child runs, KubeRay promotes it and deletes the old one, the slice shrinks
+    env.set_quota("4").await;
+    let new_name = pending.metadata.name.clone().unwrap();
+    eventually(
+        WAIT,
+        "the pending child is released and promoted",
+        || async {
+            let svc = env.services().get("svc").await.ok()?;
+            (svc.status?.active_service_status?.ray_cluster_name? == new_name).then_some(())
+        },
+    )
+    .await;
+    eventually(WAIT, "the old child is deleted", || async {
+        env.clusters()
+            .get_opt(&first)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually(WAIT, "the chain settles on one slice of 2 CPU", || async {
+        let live = env.live_slices("svc").await;
+        let counts: Vec<i32> = live
+            .first()?
+            .spec
+            .pod_sets
+            .iter()
+            .map(|p| p.count)
+            .collect();
+        (live.len() == 1
+            && counts.iter().sum::<i32>() == 2
+            && env.cq_cpu().await.as_deref() == Some("2"))
+        .then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_child_is_suspended_again() {
+    let _serial = lock().await;
+    let env = Env::new("tamper").await;
+    env.queues("2", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    env.wait_running("svc").await;
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+    )
+    .await;
+    let pending = eventually(WAIT, "a held pending child", || async {
+        let kids = env.children("svc").await;
+        (kids.len() == 2 && kids[1].spec.suspend == Some(true))
+            .then(|| kids[1].metadata.name.clone().unwrap())
+    })
+    .await;
+    // someone unsuspends it without quota
+    env.clusters()
+        .patch(
+            &pending,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "raygate suspends it again", || async {
+        let c = env.clusters().get(&pending).await.ok()?;
+        (c.spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_reported_and_leaves_other_services_alone() {
+    let _serial = lock().await;
+    let env = Env::new("bad-input").await;
+    env.queues("10", json!({})).await;
+    // a queue label naming no LocalQueue
+    env.create_service("lost", queue("nope"), json!([group("w", 1, "1")]))
+        .await;
+    // 18 worker groups: more PodSets than a Workload holds
+    let groups: Vec<Value> = (0..18)
+        .map(|i| group(&format!("g{i}"), 1, "100m"))
+        .collect();
+    env.create_service("wide", queue("lq"), json!(groups)).await;
+    // a good one beside them
+    env.create_service("good", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    env.wait_running("good").await;
+    let message = eventually(WAIT, "the lost service's slice is inadmissible", || async {
+        let live = env.live_slices("lost").await;
+        let c = condition(live.first()?, "QuotaReserved")?;
+        (c.status == "False" && c.reason == "Inadmissible").then(|| c.message.clone())
+    })
+    .await;
+    assert!(message.contains("nope"), "{message}");
+    let error = eventually(WAIT, "the wide service carries an error", || async {
+        let svc = env.services().get("wide").await.ok()?;
+        svc.metadata.annotations?.get(ERROR_ANNOTATION).cloned()
+    })
+    .await;
+    assert!(error.contains("at most 17"), "{error}");
+    assert!(env.live_slices("wide").await.is_empty());
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autoscaler_scale_up_within_quota_gets_a_new_slice_and_suspends_nothing() {
+    let _serial = lock().await;
+    let env = Env::new("autoscale").await;
+    env.queues("4", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+    // the autoscaler raises replicas on the active child (KubeRay does not upgrade for that)
+    env.clusters()
+        .patch(
+            &active,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerGroupSpecs": [group("w", 2, "1")]}})),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "3 CPU reserved by a replacement slice", || async {
+        let live = env.live_slices("svc").await;
+        (live.len() == 1 && env.cq_cpu().await.as_deref() == Some("3")).then_some(())
+    })
+    .await;
+    let kids = env.children("svc").await;
+    assert_eq!(kids.len(), 1, "no upgrade");
+    assert_ne!(kids[0].spec.suspend, Some(true), "nothing suspended");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_new_spec() {
+    let _serial = lock().await;
+    let env = Env::new("suspend").await;
+    env.queues("2", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    env.wait_running("svc").await;
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+    )
+    .await;
+    eventually(WAIT, "a held pending child", || async {
+        (env.children("svc").await.len() == 2).then_some(())
+    })
+    .await;
+    env.patch_service("svc", json!({"spec": {"suspend": true}}))
+        .await;
+    eventually(
+        WAIT,
+        "both children gone and the quota released",
+        || async {
+            (env.children("svc").await.is_empty() && env.live_slices("svc").await.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    env.patch_service("svc", json!({"spec": {"suspend": false}}))
+        .await;
+    let active = env.wait_running("svc").await;
+    let child = env.clusters().get(&active).await.unwrap();
+    assert_eq!(
+        child.spec.ray_version.as_deref(),
+        Some("2.52.0"),
+        "the new spec runs"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_converges_without_duplicates_or_early_releases() {
+    let _serial = lock().await;
+    let mut env = Env::new("restart").await;
+    env.queues("2", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    env.wait_running("svc").await;
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+    )
+    .await;
+    eventually(WAIT, "a pending replacement slice", || async {
+        (env.live_slices("svc").await.len() == 2).then_some(())
+    })
+    .await;
+    env.kill_controller().await;
+    env.start_controller();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        env.live_slices("svc").await.len(),
+        2,
+        "no duplicate slice after the restart"
+    );
+    let kids = env.children("svc").await;
+    assert_eq!(
+        kids[1].spec.suspend,
+        Some(true),
+        "the uncovered child is still held"
+    );
+    env.kill_controller().await;
+    env.set_quota("4").await;
+    env.start_controller();
+    let new_name = kids[1].metadata.name.clone().unwrap();
+    eventually(WAIT, "promoted after quota arrives", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        (svc.status?.active_service_status?.ray_cluster_name? == new_name).then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_service_preempts_a_lower_one() {
+    let _serial = lock().await;
+    let env = Env::new("preempt").await;
+    env.queues(
+        "2",
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
+    )
+    .await;
+    for (name, value) in [("low", 10), ("high", 100)] {
+        apply(&env.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": format!("{name}-{}", env.ns)}, "value": value})).await;
+    }
+    let labels = |p: &str| json!({"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/priority-class": format!("{p}-{}", env.ns)});
+    env.create_service("low", labels("low"), json!([group("w", 1, "1")]))
+        .await;
+    env.wait_running("low").await;
+    env.create_service("high", labels("high"), json!([group("w", 1, "1")]))
+        .await;
+    eventually(WAIT, "the low service is stopped by raygate", || async {
+        let svc = env.services().get("low").await.ok()?;
+        (svc.spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    env.wait_running("high").await;
+    assert!(
+        env.children("low").await.is_empty()
+            || env
+                .children("low")
+                .await
+                .iter()
+                .all(|c| c.spec.suspend == Some(true))
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_changing_upgrade_with_an_added_group_is_charged_exactly() {
+    let _serial = lock().await;
+    let env = Env::new("reshape").await;
+    env.queues("5", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let first = env.wait_running("svc").await;
+    // old child: head 1 + w 1 = 2 CPU. The upgrade doubles worker size (head 1 + w 2 = 3 more):
+    // 5 > 4, held. While it is held a worker group is appended (KubeRay updates the pending child
+    // in place): 1 + 2 + 1 = 4 more, 6 in all.
+    env.set_quota("4").await;
+    env.patch_service("svc", json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0", "workerGroupSpecs": [group("w", 1, "2")]}}})).await;
+    eventually(WAIT, "the pending child is held", || async {
+        let kids = env.children("svc").await;
+        (kids.len() == 2 && kids[1].spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    env.patch_service("svc", json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [group("w", 1, "2"), group("extra", 1, "1")]}}})).await;
+    eventually(
+        WAIT,
+        "the pending slice follows the added group",
+        || async {
+            let live = env.live_slices("svc").await;
+            let replacement = live
+                .iter()
+                .find(|w| w.spec.pod_sets.iter().any(|p| p.name == "extra"))?;
+            (live.len() == 2).then(|| replacement.clone())
+        },
+    )
+    .await;
+    // old: head 1 + w 1 = 2; new: head 1 + w 2 + extra 1 = 4; together 6
+    env.set_quota("6").await;
+    eventually(
+        WAIT,
+        "both children counted exactly while both live",
+        || async { (env.cq_cpu().await.as_deref() == Some("6")).then_some(()) },
+    )
+    .await;
+    eventually(WAIT, "the old child is deleted", || async {
+        env.clusters()
+            .get_opt(&first)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually(
+        WAIT,
+        "the chain shrinks onto the new shape: 4 CPU",
+        || async {
+            let live = env.live_slices("svc").await;
+            (live.len() == 1 && env.cq_cpu().await.as_deref() == Some("4")).then_some(())
+        },
+    )
+    .await;
+    env.stop().await;
+}

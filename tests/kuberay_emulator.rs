@@ -1,0 +1,706 @@
+//! The KubeRay v1.7 emulator (`raygate::dev::kuberay`) against the real API server: one test per
+//! emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use raygate::dev::kuberay::{EmulatorConfig, cluster_spec_hash, run};
+use raygate::types::ray::{RayCluster, RayService, RayServiceStatus};
+use serde_json::{Value, json};
+use support::{TestServer, eventually, namespace};
+
+const START_DELAY: Duration = Duration::from_millis(300);
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// Long enough to prove something does not happen (≥ 3 × the start delay).
+const QUIET: Duration = Duration::from_millis(1200);
+
+struct Env {
+    services: Api<RayService>,
+    clusters: Api<RayCluster>,
+}
+
+/// A client, a fresh namespace, and an emulator watching only that namespace.
+async fn setup(test: &str) -> Env {
+    let client: Client = TestServer::get().client().await;
+    let ns = namespace(test);
+    let config = EmulatorConfig {
+        start_delay: START_DELAY,
+        namespace: Some(ns.clone()),
+        ..Default::default()
+    };
+    // stops when the test's runtime ends
+    tokio::spawn(run(client.clone(), config, futures::future::pending()));
+    Env {
+        services: Api::namespaced(client.clone(), &ns),
+        clusters: Api::namespaced(client, &ns),
+    }
+}
+
+fn container(name: &str, image: &str, cpu: &str) -> Value {
+    json!({"name": name, "image": image, "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}})
+}
+
+fn worker_group(name: &str, replicas: i32) -> Value {
+    json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 4, "rayStartParams": {},
+        "template": {"spec": {"containers": [container("ray-worker", "rayproject/ray:2.52.0", "1")]}}})
+}
+
+/// A RayService with one worker group; `child_suspend` is `rayClusterConfig.suspend`.
+fn rayservice(name: &str, child_suspend: bool) -> Value {
+    json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "team-a", "team": "a"},
+            "annotations": {"example.com/note": "kept"}},
+        "spec": {
+            "serveConfigV2": "applications: []\n",
+            "rayClusterConfig": {
+                "rayVersion": "2.52.0",
+                "suspend": child_suspend,
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                    container("ray-head", "rayproject/ray:2.52.0", "1")]}}},
+                "workerGroupSpecs": [worker_group("workers", 1)]
+            }
+        }
+    })
+}
+
+async fn create(env: &Env, obj: Value) -> RayService {
+    let rs: RayService = serde_json::from_value(obj).unwrap();
+    env.services
+        .create(&PostParams::default(), &rs)
+        .await
+        .unwrap()
+}
+
+async fn get(env: &Env, name: &str) -> RayService {
+    env.services.get(name).await.unwrap()
+}
+
+fn status(rs: &RayService) -> RayServiceStatus {
+    rs.status.clone().unwrap_or_default()
+}
+
+fn active(rs: &RayService) -> Option<String> {
+    status(rs)
+        .active_service_status
+        .and_then(|a| a.ray_cluster_name)
+        .filter(|n| !n.is_empty())
+}
+
+fn pending(rs: &RayService) -> Option<String> {
+    status(rs)
+        .pending_service_status
+        .and_then(|a| a.ray_cluster_name)
+        .filter(|n| !n.is_empty())
+}
+
+fn condition(rs: &RayService, type_: &str) -> Option<Condition> {
+    status(rs).conditions.into_iter().find(|c| c.type_ == type_)
+}
+
+/// `(status, reason)` of a condition, for compact assertions.
+fn cond(rs: &RayService, type_: &str) -> (String, String) {
+    condition(rs, type_)
+        .map(|c| (c.status, c.reason))
+        .unwrap_or_default()
+}
+
+fn is(rs: &RayService, type_: &str, status: &str, reason: &str) -> bool {
+    cond(rs, type_) == (status.to_string(), reason.to_string())
+}
+
+/// Polls the RayService until `check` returns `Some`.
+async fn wait_for<T>(
+    env: &Env,
+    name: &str,
+    what: &str,
+    check: impl Fn(&RayService) -> Option<T>,
+) -> T {
+    eventually(TIMEOUT, what, || async { check(&get(env, name).await) }).await
+}
+
+async fn children(env: &Env, service: &str) -> Vec<RayCluster> {
+    let selector =
+        format!("ray.io/originated-from-cr-name={service},ray.io/originated-from-crd=RayService");
+    env.clusters
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+}
+
+/// Merge-patches `spec.rayClusterConfig` after `edit` on its current JSON (arrays are replaced
+/// whole, so edits inside worker groups need the full list, which this gives).
+async fn edit_config(env: &Env, name: &str, edit: impl FnOnce(&mut Value)) {
+    let rs = get(env, name).await;
+    let mut config = serde_json::to_value(&rs.spec.ray_cluster_config).unwrap();
+    edit(&mut config);
+    patch_spec(env, name, json!({"rayClusterConfig": config})).await;
+}
+
+async fn patch_spec(env: &Env, name: &str, spec: Value) {
+    env.services
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": spec})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn patch_child_suspend(env: &Env, name: &str, suspend: bool) {
+    env.clusters
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": suspend}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Creates an unsuspended RayService and waits until its first child serves.
+async fn serving(env: &Env, name: &str, edit: impl FnOnce(&mut Value)) -> (RayService, String) {
+    let mut obj = rayservice(name, false);
+    edit(&mut obj);
+    create(env, obj).await;
+    let first = wait_for(env, name, "the first child to be active and Ready", |rs| {
+        is(rs, "Ready", "True", "NonZeroServeEndpoints")
+            .then(|| active(rs))
+            .flatten()
+    })
+    .await;
+    (get(env, name).await, first)
+}
+
+fn is_generated_name(service: &str, name: &str) -> bool {
+    name.strip_prefix(&format!("{service}-")).is_some_and(|s| {
+        s.len() == 5
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_child_is_created_from_the_cluster_config_with_labels_annotations_owner_and_suspend()
+{
+    let env = setup("first-child").await;
+    let created = create(&env, rayservice("svc", true)).await;
+    let name = wait_for(&env, "svc", "a pending cluster name", pending).await;
+    assert!(is_generated_name("svc", &name), "{name}");
+    let child = eventually(TIMEOUT, "the pending child", || async {
+        env.clusters.get_opt(&name).await.unwrap()
+    })
+    .await;
+
+    let labels = child.labels();
+    assert_eq!(labels["ray.io/originated-from-cr-name"], "svc");
+    assert_eq!(labels["ray.io/originated-from-crd"], "RayService");
+    assert_eq!(labels["kueue.x-k8s.io/queue-name"], "team-a");
+    assert_eq!(labels["team"], "a");
+    let annotations = child.annotations();
+    assert_eq!(annotations["example.com/note"], "kept");
+    assert_eq!(annotations["ray.io/num-worker-groups"], "1");
+    assert_eq!(annotations["ray.io/kuberay-version"], "v1.7.0");
+    let rs = get(&env, "svc").await;
+    assert_eq!(
+        annotations["ray.io/hash-without-replicas-and-workers-to-delete"],
+        cluster_spec_hash(&rs.spec.ray_cluster_config, None).unwrap()
+    );
+    let owners = child.owner_references();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].kind, "RayService");
+    assert_eq!(owners[0].api_version, "ray.io/v1");
+    assert_eq!(owners[0].name, "svc");
+    assert_eq!(Some(&owners[0].uid), created.metadata.uid.as_ref());
+    assert_eq!(owners[0].controller, Some(true));
+    assert_eq!(owners[0].block_owner_deletion, Some(true));
+    assert_eq!(child.spec.suspend, Some(true));
+    assert_eq!(
+        child.spec.head_group_spec.template,
+        rs.spec.ray_cluster_config.head_group_spec.template
+    );
+    assert!(
+        rs.finalizers()
+            .contains(&"ray.io/rayservice-finalizer".to_string())
+    );
+    assert!(
+        is(&rs, "Ready", "False", "Initializing"),
+        "{:?}",
+        status(&rs)
+    );
+    assert!(is(&rs, "UpgradeInProgress", "False", "Initializing"));
+    assert_eq!(active(&rs), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_is_copied_onto_the_child_only_at_creation() {
+    let env = setup("suspend-once").await;
+    create(&env, rayservice("svc", true)).await;
+    let name = wait_for(&env, "svc", "a pending cluster name", pending).await;
+    eventually(TIMEOUT, "the suspended child", || async {
+        env.clusters
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .filter(|c| c.spec.suspend == Some(true))
+    })
+    .await;
+
+    // rayClusterConfig.suspend=false is not copied onto the existing child, nor an upgrade
+    edit_config(&env, "svc", |c| c["suspend"] = json!(false)).await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        env.clusters.get(&name).await.unwrap().spec.suspend,
+        Some(true)
+    );
+    assert_eq!(pending(&get(&env, "svc").await), Some(name.clone()));
+    assert_eq!(children(&env, "svc").await.len(), 1);
+
+    // the child's own suspend is not reverted either way
+    patch_child_suspend(&env, &name, false).await;
+    edit_config(&env, "svc", |c| c["suspend"] = json!(true)).await;
+    wait_for(&env, "svc", "the unsuspended child to be promoted", |rs| {
+        (active(rs).as_deref() == Some(name.as_str())).then_some(())
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        env.clusters.get(&name).await.unwrap().spec.suspend,
+        Some(false)
+    );
+    let rs = get(&env, "svc").await;
+    assert_eq!(pending(&rs), None);
+    assert_eq!(children(&env, "svc").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_toleration_and_strategy_only_changes_prepare_no_pending_cluster() {
+    let env = setup("replicas-only").await;
+    let (_, first) = serving(&env, "svc", |_| {}).await;
+    let hash_before = env.clusters.get(&first).await.unwrap().annotations()
+        ["ray.io/hash-without-replicas-and-workers-to-delete"]
+        .clone();
+    edit_config(&env, "svc", |c| {
+        let w = &mut c["workerGroupSpecs"][0];
+        w["replicas"] = json!(3);
+        w["minReplicas"] = json!(1);
+        w["maxReplicas"] = json!(4);
+        w["scaleStrategy"] = json!({"workersToDelete": ["some-pod"]});
+        w["template"]["spec"]["tolerations"] = json!([{"key": "gpu", "operator": "Exists"}]);
+        w["template"]["spec"]["schedulingGates"] = json!([{"name": "example.com/gate"}]);
+        c["headGroupSpec"]["template"]["spec"]["tolerations"] =
+            json!([{"key": "gpu", "operator": "Exists"}]);
+        c["upgradeStrategy"] = json!({"type": "Recreate"});
+    })
+    .await;
+    // and an autoscaler edit of the child
+    env.clusters
+        .patch(
+            &first,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerGroupSpecs": [worker_group("workers", 2)]}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(QUIET).await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(pending(&rs), None);
+    assert_eq!(active(&rs), Some(first.clone()));
+    assert!(is(&rs, "UpgradeInProgress", "False", "NoPendingCluster"));
+    let kids = children(&env, "svc").await;
+    assert_eq!(kids.len(), 1);
+    assert_eq!(
+        kids[0].annotations()["ray.io/hash-without-replicas-and-workers-to-delete"],
+        hash_before
+    );
+    // the child keeps the autoscaler's replicas: replicas are never propagated
+    assert_eq!(
+        kids[0].spec.worker_group_specs.as_ref().unwrap()[0].replicas,
+        Some(2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ray_version_change_prepares_a_pending_cluster_and_upgrade_in_progress() {
+    let env = setup("upgrade").await;
+    let (_, first) = serving(&env, "svc", |_| {}).await;
+    edit_config(&env, "svc", |c| {
+        c["rayVersion"] = json!("2.53.0");
+        // held suspended so the upgrade stays in progress
+        c["suspend"] = json!(true);
+    })
+    .await;
+    let second = wait_for(&env, "svc", "a pending cluster during the upgrade", |rs| {
+        is(
+            rs,
+            "UpgradeInProgress",
+            "True",
+            "BothActivePendingClustersExist",
+        )
+        .then(|| pending(rs))
+        .flatten()
+    })
+    .await;
+    assert_ne!(second, first);
+    assert!(is_generated_name("svc", &second));
+    let child = eventually(TIMEOUT, "the pending child", || async {
+        env.clusters.get_opt(&second).await.unwrap()
+    })
+    .await;
+    assert_eq!(child.spec.ray_version.as_deref(), Some("2.53.0"));
+    assert_eq!(child.spec.suspend, Some(true));
+    let rs = get(&env, "svc").await;
+    assert_eq!(active(&rs), Some(first.clone()));
+    // the active cluster keeps serving and is not touched
+    assert!(is(&rs, "Ready", "True", "NonZeroServeEndpoints"));
+    let old = env.clusters.get(&first).await.unwrap();
+    assert_eq!(old.spec.ray_version.as_deref(), Some("2.52.0"));
+    assert_ne!(
+        old.annotations()["ray.io/hash-without-replicas-and-workers-to-delete"],
+        child.annotations()["ray.io/hash-without-replicas-and-workers-to-delete"]
+    );
+    // the suspended pending cluster's status is reported
+    let state = wait_for(&env, "svc", "the pending cluster's status copy", |rs| {
+        status(rs)
+            .pending_service_status
+            .and_then(|p| p.ray_cluster_status)
+            .and_then(|s| s.state)
+    })
+    .await;
+    assert_eq!(state, "suspended");
+
+    // a second change while pending replaces the pending cluster; the old pending one dangles
+    edit_config(&env, "svc", |c| c["rayVersion"] = json!("2.54.0")).await;
+    let third = wait_for(&env, "svc", "a new pending cluster", |rs| {
+        pending(rs).filter(|p| *p != second)
+    })
+    .await;
+    let child = eventually(TIMEOUT, "the newer pending child", || async {
+        env.clusters.get_opt(&third).await.unwrap()
+    })
+    .await;
+    assert_eq!(child.spec.ray_version.as_deref(), Some("2.54.0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_config_only_change_is_in_place() {
+    let env = setup("serve-config").await;
+    let (_, first) = serving(&env, "svc", |_| {}).await;
+    patch_spec(
+        &env,
+        "svc",
+        json!({"serveConfigV2": "applications:\n- name: a\n  import_path: a:app\n"}),
+    )
+    .await;
+    tokio::time::sleep(QUIET).await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(pending(&rs), None);
+    assert_eq!(active(&rs), Some(first));
+    assert_eq!(children(&env, "svc").await.len(), 1);
+    assert!(is(&rs, "UpgradeInProgress", "False", "NoPendingCluster"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appended_worker_group_updates_the_child_in_place_keeping_its_suspend() {
+    let env = setup("append-group").await;
+    let (_, first) = serving(&env, "svc", |_| {}).await;
+    let before = env.clusters.get(&first).await.unwrap();
+    assert_eq!(before.spec.suspend, Some(false));
+    edit_config(&env, "svc", |c| {
+        c["workerGroupSpecs"]
+            .as_array_mut()
+            .unwrap()
+            .push(worker_group("extra", 2));
+        // differs from the child's: must not reach it
+        c["suspend"] = json!(true);
+    })
+    .await;
+    let child = eventually(TIMEOUT, "the child updated in place", || async {
+        let c = env.clusters.get(&first).await.unwrap();
+        (c.annotations()
+            .get("ray.io/num-worker-groups")
+            .map(String::as_str)
+            == Some("2"))
+        .then_some(c)
+    })
+    .await;
+    let groups = child.spec.worker_group_specs.clone().unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[1].group_name, "extra");
+    assert_eq!(child.spec.suspend, Some(false), "suspend is kept in place");
+    let rs = get(&env, "svc").await;
+    assert_eq!(
+        child.annotations()["ray.io/hash-without-replicas-and-workers-to-delete"],
+        cluster_spec_hash(&rs.spec.ray_cluster_config, None).unwrap()
+    );
+    assert_eq!(child.owner_references().len(), 1);
+    tokio::time::sleep(QUIET).await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(pending(&rs), None);
+    assert_eq!(active(&rs), Some(first));
+    assert_eq!(children(&env, "svc").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_cluster_is_promoted_only_after_it_is_unsuspended_for_the_start_delay() {
+    let env = setup("promotion").await;
+    create(&env, rayservice("svc", true)).await;
+    let name = wait_for(&env, "svc", "a pending cluster name", pending).await;
+    eventually(TIMEOUT, "the pending child", || async {
+        env.clusters.get_opt(&name).await.unwrap()
+    })
+    .await;
+    // suspended: never ready, never promoted
+    tokio::time::sleep(QUIET).await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(active(&rs), None);
+    assert_eq!(pending(&rs), Some(name.clone()));
+    assert!(is(&rs, "Ready", "False", "Initializing"));
+
+    let unsuspended = Instant::now();
+    patch_child_suspend(&env, &name, false).await;
+    wait_for(&env, "svc", "promotion of the pending cluster", |rs| {
+        (active(rs).as_deref() == Some(name.as_str()) && pending(rs).is_none()).then_some(())
+    })
+    .await;
+    assert!(
+        unsuspended.elapsed() >= START_DELAY,
+        "promoted {:?} after unsuspending",
+        unsuspended.elapsed()
+    );
+    let rs = wait_for(&env, "svc", "Ready", |rs| {
+        is(rs, "Ready", "True", "NonZeroServeEndpoints").then(|| rs.clone())
+    })
+    .await;
+    assert!(is(&rs, "UpgradeInProgress", "False", "NoPendingCluster"));
+    let s = status(&rs);
+    assert_eq!(s.service_status.as_deref(), Some("Running"));
+    assert_eq!(s.num_serve_endpoints, Some(2), "head + 1 worker");
+    assert_eq!(s.observed_generation, rs.metadata.generation);
+    let copy = s
+        .active_service_status
+        .and_then(|a| a.ray_cluster_status)
+        .unwrap();
+    assert_eq!(copy.state.as_deref(), Some("ready"));
+    assert_eq!(copy.ready_worker_replicas, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_cluster_is_deleted_after_the_deletion_delay() {
+    let env = setup("deletion-delay").await;
+    let (_, first) = serving(&env, "svc", |rs| {
+        rs["spec"]["rayClusterDeletionDelaySeconds"] = json!(1)
+    })
+    .await;
+    edit_config(&env, "svc", |c| c["rayVersion"] = json!("2.53.0")).await;
+    let second = wait_for(&env, "svc", "promotion of the upgraded cluster", |rs| {
+        active(rs).filter(|a| *a != first)
+    })
+    .await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(pending(&rs), None);
+    assert!(is(&rs, "UpgradeInProgress", "False", "NoPendingCluster"));
+    // not deleted at once: the delay (1 s) runs from when the emulator first sees it dangling
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        env.clusters.get_opt(&first).await.unwrap().is_some(),
+        "the old cluster survives the promotion for the deletion delay"
+    );
+    eventually(TIMEOUT, "deletion of the old cluster", || async {
+        env.clusters
+            .get_opt(&first)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let kids = children(&env, "svc").await;
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].name_any(), second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_level_suspend_deletes_every_child_and_resume_recreates_from_the_current_spec() {
+    let env = setup("top-suspend").await;
+    serving(&env, "svc", |_| {}).await;
+    // an upgrade in progress: two children
+    edit_config(&env, "svc", |c| {
+        c["rayVersion"] = json!("2.53.0");
+        c["suspend"] = json!(true);
+    })
+    .await;
+    let second = wait_for(&env, "svc", "a pending cluster", pending).await;
+    eventually(TIMEOUT, "two children", || async {
+        (children(&env, "svc").await.len() == 2).then_some(())
+    })
+    .await;
+
+    patch_spec(&env, "svc", json!({"suspend": true})).await;
+    let rs = wait_for(&env, "svc", "Suspended", |rs| {
+        is(rs, "Suspended", "True", "SuspendComplete").then(|| rs.clone())
+    })
+    .await;
+    assert!(is(&rs, "Suspending", "False", "SuspendComplete"));
+    assert!(is(&rs, "Ready", "False", "SuspendComplete"));
+    assert!(is(&rs, "UpgradeInProgress", "False", "SuspendComplete"));
+    assert_eq!(active(&rs), None);
+    assert_eq!(pending(&rs), None);
+    assert!(children(&env, "svc").await.is_empty());
+    assert!(env.clusters.get_opt(&second).await.unwrap().is_none());
+
+    // while suspended nothing is created, whatever the spec says
+    edit_config(&env, "svc", |c| {
+        c["rayVersion"] = json!("2.54.0");
+        c["suspend"] = json!(false);
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    assert!(children(&env, "svc").await.is_empty());
+
+    patch_spec(&env, "svc", json!({"suspend": false})).await;
+    let rs = wait_for(&env, "svc", "resumed and serving again", |rs| {
+        is(rs, "Ready", "True", "NonZeroServeEndpoints").then(|| rs.clone())
+    })
+    .await;
+    assert!(is(&rs, "Suspended", "False", "RayServiceResumed"));
+    let kids = children(&env, "svc").await;
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].spec.ray_version.as_deref(), Some("2.54.0"));
+    assert_eq!(active(&rs), Some(kids[0].name_any()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raycluster_status_reports_suspended_then_ready_with_desired_replicas_and_resources() {
+    let env = setup("cluster-status").await;
+    let rc: RayCluster = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "standalone"},
+        "spec": {
+            "suspend": true,
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.52.0",
+                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}}]}}},
+            "workerGroupSpecs": [{
+                "groupName": "gpu", "replicas": 3, "minReplicas": 1, "maxReplicas": 4, "numOfHosts": 2, "rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.52.0",
+                    "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}}
+            }]
+        }
+    }))
+    .unwrap();
+    env.clusters
+        .create(&PostParams::default(), &rc)
+        .await
+        .unwrap();
+    let cond = |c: &RayCluster, t: &str| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|x| x.type_ == t))
+            .map(|x| x.status.clone())
+            .unwrap_or_default()
+    };
+    let s = eventually(TIMEOUT, "state=suspended", || async {
+        let c = env.clusters.get("standalone").await.unwrap();
+        (c.status.as_ref().and_then(|s| s.state.as_deref()) == Some("suspended")
+            && cond(&c, "RayClusterSuspended") == "True")
+            .then_some(c)
+    })
+    .await;
+    assert_eq!(cond(&s, "HeadPodReady"), "False");
+    let st = s.status.clone().unwrap();
+    assert_eq!(st.ready_worker_replicas, Some(0));
+    // 3 replicas × 2 hosts, computed while suspended
+    assert_eq!(st.desired_worker_replicas, Some(6));
+    assert_eq!(st.min_worker_replicas, Some(2));
+    assert_eq!(st.max_worker_replicas, Some(8));
+    // head 1 + 6 × 500m = 4 CPUs; 2Gi + 6 × 1Gi (limits stand in) = 8Gi; 6 GPUs
+    assert_eq!(st.desired_cpu.as_ref().map(|q| q.0.as_str()), Some("4"));
+    assert_eq!(
+        st.desired_memory.as_ref().map(|q| q.0.as_str()),
+        Some("8Gi")
+    );
+    assert_eq!(st.desired_gpu.as_ref().map(|q| q.0.as_str()), Some("6"));
+    assert_eq!(st.desired_tpu.as_ref().map(|q| q.0.as_str()), Some("0"));
+    assert_eq!(st.observed_generation, s.metadata.generation);
+
+    let unsuspended = Instant::now();
+    patch_child_suspend(&env, "standalone", false).await;
+    let c = eventually(TIMEOUT, "state=ready", || async {
+        let c = env.clusters.get("standalone").await.unwrap();
+        (c.status.as_ref().and_then(|s| s.state.as_deref()) == Some("ready")).then_some(c)
+    })
+    .await;
+    assert!(unsuspended.elapsed() >= START_DELAY);
+    let st = c.status.clone().unwrap();
+    assert_eq!(st.ready_worker_replicas, Some(6));
+    assert_eq!(st.available_worker_replicas, Some(6));
+    assert_eq!(st.desired_worker_replicas, Some(6));
+    assert_eq!(cond(&c, "HeadPodReady"), "True");
+    assert_eq!(cond(&c, "RayClusterProvisioned"), "True");
+    assert_eq!(cond(&c, "RayClusterSuspended"), "False");
+    assert_eq!(cond(&c, "RayClusterSuspending"), "False");
+
+    // suspending again: Suspending first, then suspended with no ready workers
+    patch_child_suspend(&env, "standalone", true).await;
+    let c = eventually(TIMEOUT, "suspended again", || async {
+        let c = env.clusters.get("standalone").await.unwrap();
+        (c.status.as_ref().and_then(|s| s.state.as_deref()) == Some("suspended")).then_some(c)
+    })
+    .await;
+    let st = c.status.clone().unwrap();
+    assert_eq!(st.ready_worker_replicas, Some(0));
+    assert_eq!(cond(&c, "RayClusterSuspended"), "True");
+    assert_eq!(cond(&c, "RayClusterProvisioned"), "False");
+    assert_eq!(cond(&c, "HeadPodReady"), "False");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_strategy_none_never_prepares_a_new_cluster() {
+    let env = setup("strategy-none").await;
+    let (_, first) = serving(&env, "svc", |rs| {
+        rs["spec"]["upgradeStrategy"] = json!({"type": "None"})
+    })
+    .await;
+    edit_config(&env, "svc", |c| c["rayVersion"] = json!("2.53.0")).await;
+    tokio::time::sleep(QUIET).await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(pending(&rs), None);
+    assert_eq!(active(&rs), Some(first));
+    assert_eq!(children(&env, "svc").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rayservice_managed_by_another_controller_is_skipped() {
+    let env = setup("managed-by").await;
+    let mut obj = rayservice("svc", false);
+    obj["spec"]["managedBy"] = json!("kueue.x-k8s.io/multikueue");
+    create(&env, obj).await;
+    tokio::time::sleep(QUIET).await;
+    let rs = get(&env, "svc").await;
+    assert_eq!(rs.status, None);
+    assert!(rs.finalizers().is_empty());
+    assert!(children(&env, "svc").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_rayservice_deletes_its_children_then_the_finalizer() {
+    let env = setup("delete-service").await;
+    let (_, first) = serving(&env, "svc", |_| {}).await;
+    env.services
+        .delete("svc", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "the RayService and its child gone", || async {
+        let rs = env.services.get_opt("svc").await.unwrap();
+        let child = env.clusters.get_opt(&first).await.unwrap();
+        (rs.is_none() && child.is_none()).then_some(())
+    })
+    .await;
+}
