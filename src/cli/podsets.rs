@@ -130,13 +130,12 @@ fn fmt_resources(r: &Resources) -> String {
 /// The table form of a PodSets report.
 pub fn podsets_table(r: &PodSetsReport) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "RayService {} (from {}: {})",
-        r.ray_service,
-        r.source,
-        r.children.join(", ")
-    );
+    let from = if r.children.is_empty() {
+        "spec.rayClusterConfig, no child yet".to_string()
+    } else {
+        format!("children: {}", r.children.join(", "))
+    };
+    let _ = writeln!(s, "RayService {} (from {from})", r.ray_service);
     let width = r
         .pod_sets
         .iter()
