@@ -50,16 +50,36 @@ async fn the_gate_runs_on_raygates_own_crds() {
         .unwrap();
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(run(
-        client.clone(),
-        Config {
-            admission_resync: Duration::from_millis(500),
-            ..Default::default()
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+    let config = Config {
+        admission_resync: Duration::from_millis(500),
+        metrics_addr,
+        ..Default::default()
+    };
+    let controller = tokio::spawn(run(client.clone(), config, async move {
+        let _ = stopped.await;
+    }));
+    eventually(Duration::from_secs(20), "/healthz answers", || async {
+        http_get(port, "/healthz")
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "/readyz once the caches synced",
+        || async {
+            http_get(port, "/readyz")
+                .await
+                .filter(|(code, _)| *code == 200)
         },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    )
+    .await;
 
     // raygate gates the template
     eventually(
@@ -163,6 +183,40 @@ async fn the_gate_runs_on_raygates_own_crds() {
         },
     )
     .await;
+    let (code, metrics) = http_get(port, "/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    for name in [
+        "raygate_reconciles_total",
+        "raygate_gate_latency_seconds_count",
+        "raygate_admission_cycles_total",
+        "raygate_cluster_queue_usage",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("raygate_gate_latency_seconds_count 1"),
+        "one release was timed:\n{metrics}"
+    );
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), controller).await;
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status, body).
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, out))
 }
