@@ -84,11 +84,16 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
         );
         let now = Timestamp::now();
         let mut pending = 0;
+        let by_key: HashMap<String, &Workload> =
+            snapshot.workloads.iter().map(|w| (key(w), w)).collect();
         for d in &result.decisions {
             if matches!(d, Decision::Pending { .. }) {
                 pending += 1;
             }
-            if let Err(e) = write_decision(&ctx, &snapshot, d, now, &mut assumed).await {
+            let Some(w) = by_key.get(d.workload()).copied() else {
+                continue;
+            };
+            if let Err(e) = write_decision(&ctx, w, d, now, &mut assumed).await {
                 tracing::warn!(error = %e, "admission write failed; the next cycle retries");
                 ctx.metrics
                     .errors
@@ -202,15 +207,12 @@ fn owned(status: &WorkloadStatus, finished: bool) -> serde_json::Value {
 
 async fn write_decision(
     ctx: &Context,
-    snapshot: &Snapshot,
+    w: &Workload,
     d: &Decision,
     now: Timestamp,
     assumed: &mut HashMap<String, Assumed>,
 ) -> Result<(), Error> {
     let k = d.workload();
-    let Some(w) = snapshot.workloads.iter().find(|w| key(w) == k) else {
-        return Ok(());
-    };
     let current = w.status.clone().unwrap_or_default();
     let next = admission::apply_decision(w.status.as_ref(), w.metadata.generation, d, now);
     let finished = matches!(d, Decision::FinishReplaced { .. });

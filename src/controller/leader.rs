@@ -6,28 +6,56 @@ use tokio::sync::watch;
 
 use super::{Config, Error};
 
-/// Starts contending for the Lease; the receiver says whether this replica holds it.
+/// Starts contending for the Lease; the receiver says whether this replica holds it. When the
+/// election itself fails (the Lease API is gone, RBAC is missing), it turns `false` for good:
+/// a replica that cannot prove it leads never writes.
 pub async fn elect(client: Client, config: &Config) -> Result<watch::Receiver<bool>, Error> {
+    let lease = format!("{}/{}", config.lease_namespace, config.lease_name);
     let err = |e: kube_lease_manager::LeaseManagerError| Error::Lease {
-        name: format!("{}/{}", config.lease_namespace, config.lease_name),
+        name: lease.clone(),
         reason: e.to_string(),
     };
     let manager = LeaseManagerBuilder::new(client, &config.lease_name)
         .with_namespace(&config.lease_namespace)
         .with_identity(&config.identity)
+        .with_duration(config.lease_duration_seconds.max(1))
+        .with_grace((config.lease_duration_seconds / 3).clamp(1, 5))
         .with_field_manager(super::GATE_MANAGER)
         .build()
         .await
         .map_err(err)?;
-    let (leader, task) = manager.watch().await;
+    let (mut held, task) = manager.watch().await;
+    let (tx, rx) = watch::channel(*held.borrow());
     tokio::spawn(async move {
-        match task.await {
-            Ok(Ok(_)) => tracing::info!("leader election stopped"),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "leader election failed; this replica stops writing")
+        loop {
+            tokio::select! {
+                changed = held.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let leads = *held.borrow();
+                    tracing::info!(lease = %lease, leads, "leadership changed");
+                    let _ = tx.send(leads);
+                }
+                // the controller stopped: drop our receiver so the manager releases the Lease
+                _ = tx.closed() => {
+                    drop(held);
+                    break;
+                }
             }
-            Err(e) => tracing::error!(error = %e, "leader election task panicked"),
+        }
+        let _ = tx.send(false);
+        match task.await {
+            Ok(Ok(_)) => {
+                tracing::info!(lease = %lease, "leader election stopped; this replica no longer writes")
+            }
+            Ok(Err(e)) => {
+                tracing::error!(lease = %lease, error = %e, "leader election failed; this replica no longer writes")
+            }
+            Err(e) => {
+                tracing::error!(lease = %lease, error = %e, "leader election task ended abnormally; this replica no longer writes")
+            }
         }
     });
-    Ok(leader)
+    Ok(rx)
 }

@@ -60,6 +60,8 @@ pub struct Config {
     pub lease_name: String,
     pub lease_namespace: String,
     pub identity: String,
+    /// How long a Lease holder keeps it without renewing.
+    pub lease_duration_seconds: u64,
     /// Where `/metrics`, `/healthz` and `/readyz` are served; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
     /// How often the admission loop runs without a trigger.
@@ -74,6 +76,7 @@ impl Default for Config {
             lease_name: "raygate".into(),
             lease_namespace: "raygate-system".into(),
             identity: "raygate".into(),
+            lease_duration_seconds: 15,
             metrics_addr: None,
             admission_resync: Duration::from_secs(10),
         }
