@@ -202,6 +202,33 @@ impl Env {
         .await
     }
 
+    /// A running service `svc` (one worker group of 1 CPU) whose `rayVersion` bump left a
+    /// pending child held suspended; returns the pending child's name.
+    async fn held_upgrade(&self) -> String {
+        self.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+            .await;
+        self.wait_running("svc").await;
+        self.patch_service(
+            "svc",
+            json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+        )
+        .await;
+        eventually(WAIT, "a held pending child", || async {
+            let child = self.pending_child("svc").await?;
+            (child.spec.suspend == Some(true))
+                .then(|| child.metadata.name.clone().unwrap_or_default())
+        })
+        .await
+    }
+
+    /// The child KubeRay names in `status.pendingServiceStatus`, once it exists. (Children's
+    /// creation times have one-second resolution, so their order cannot tell.)
+    async fn pending_child(&self, service: &str) -> Option<RayCluster> {
+        let svc = self.services().get(service).await.ok()?;
+        let name = svc.status?.pending_service_status?.ray_cluster_name?;
+        self.clusters().get_opt(&name).await.ok()?
+    }
+
     async fn stop(mut self) {
         self.kill_controller().await;
         for s in self.stops.drain(..) {
@@ -287,8 +314,7 @@ async fn an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back() {
     )
     .await;
     let pending = eventually(WAIT, "a pending child", || async {
-        let kids = env.children("svc").await;
-        (kids.len() == 2).then(|| kids[1].clone())
+        env.pending_child("svc").await
     })
     .await;
     assert_eq!(
@@ -371,20 +397,7 @@ async fn a_tampered_child_is_suspended_again() {
     let _serial = lock().await;
     let env = Env::new("tamper").await;
     env.queues("2", json!({})).await;
-    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
-        .await;
-    env.wait_running("svc").await;
-    env.patch_service(
-        "svc",
-        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
-    )
-    .await;
-    let pending = eventually(WAIT, "a held pending child", || async {
-        let kids = env.children("svc").await;
-        (kids.len() == 2 && kids[1].spec.suspend == Some(true))
-            .then(|| kids[1].metadata.name.clone().unwrap())
-    })
-    .await;
+    let pending = env.held_upgrade().await;
     // someone unsuspends it without quota
     env.clusters()
         .patch(
@@ -469,18 +482,7 @@ async fn suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_
     let _serial = lock().await;
     let env = Env::new("suspend").await;
     env.queues("2", json!({})).await;
-    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
-        .await;
-    env.wait_running("svc").await;
-    env.patch_service(
-        "svc",
-        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
-    )
-    .await;
-    eventually(WAIT, "a held pending child", || async {
-        (env.children("svc").await.len() == 2).then_some(())
-    })
-    .await;
+    env.held_upgrade().await;
     env.patch_service("svc", json!({"spec": {"suspend": true}}))
         .await;
     eventually(
@@ -509,14 +511,7 @@ async fn a_restarted_controller_converges_without_duplicates_or_early_releases()
     let _serial = lock().await;
     let mut env = Env::new("restart").await;
     env.queues("2", json!({})).await;
-    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
-        .await;
-    env.wait_running("svc").await;
-    env.patch_service(
-        "svc",
-        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
-    )
-    .await;
+    env.held_upgrade().await;
     eventually(WAIT, "a pending replacement slice", || async {
         (env.live_slices("svc").await.len() == 2).then_some(())
     })
@@ -529,16 +524,16 @@ async fn a_restarted_controller_converges_without_duplicates_or_early_releases()
         2,
         "no duplicate slice after the restart"
     );
-    let kids = env.children("svc").await;
+    let held = env.pending_child("svc").await.expect("the pending child");
     assert_eq!(
-        kids[1].spec.suspend,
+        held.spec.suspend,
         Some(true),
         "the uncovered child is still held"
     );
     env.kill_controller().await;
     env.set_quota("4").await;
     env.start_controller();
-    let new_name = kids[1].metadata.name.clone().unwrap();
+    let new_name = held.metadata.name.clone().unwrap();
     eventually(WAIT, "promoted after quota arrives", || async {
         let svc = env.services().get("svc").await.ok()?;
         (svc.status?.active_service_status?.ray_cluster_name? == new_name).then_some(())
@@ -596,8 +591,7 @@ async fn a_resource_changing_upgrade_with_an_added_group_is_charged_exactly() {
     env.set_quota("4").await;
     env.patch_service("svc", json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0", "workerGroupSpecs": [group("w", 1, "2")]}}})).await;
     eventually(WAIT, "the pending child is held", || async {
-        let kids = env.children("svc").await;
-        (kids.len() == 2 && kids[1].spec.suspend == Some(true)).then_some(())
+        (env.pending_child("svc").await?.spec.suspend == Some(true)).then_some(())
     })
     .await;
     env.patch_service("svc", json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [group("w", 1, "2"), group("extra", 1, "1")]}}})).await;
