@@ -50,7 +50,7 @@ use k8s_openapi::jiff::Timestamp;
 
 pub use status::{
     PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT, apply_decision, cluster_queue_status,
-    condition_true, finish, is_admitted, is_evicted, is_finished, local_queue_status,
+    condition_true, finish, holds_quota, is_evicted, is_finished, local_queue_status,
     release_quota,
 };
 

@@ -222,7 +222,7 @@ fn add_replacements(rng: &mut Rng, s: &mut Snapshot) {
     let holders: Vec<Workload> = s
         .workloads
         .iter()
-        .filter(|w| is_admitted(w.status.as_ref()) && !is_evicted(w.status.as_ref()))
+        .filter(|w| holds_quota(w.status.as_ref()) && !is_evicted(w.status.as_ref()))
         .cloned()
         .collect();
     if holders.is_empty() {
@@ -276,7 +276,7 @@ fn reported(r: &CycleResult) -> BTreeMap<(String, String, String), Quantity> {
 fn held(s: &Snapshot) -> BTreeMap<(String, String, String), Quantity> {
     let mut out: BTreeMap<(String, String, String), Quantity> = BTreeMap::new();
     for w in &s.workloads {
-        if !is_admitted(w.status.as_ref()) {
+        if !holds_quota(w.status.as_ref()) {
             continue;
         }
         let Some(adm) = w.status.as_ref().and_then(|s| s.admission.as_ref()) else {
@@ -423,7 +423,7 @@ fn check_slices(r: &CycleResult, after: &Snapshot) -> Result<(), String> {
         let (Some(old), Some(new)) = (find(workload), find(replaced_by)) else {
             return Err("missing slice".into());
         };
-        if !is_finished(old.status.as_ref()) || !is_admitted(new.status.as_ref()) {
+        if !is_finished(old.status.as_ref()) || !holds_quota(new.status.as_ref()) {
             return Err(format!("{workload}/{replaced_by} not finished/admitted"));
         }
         // the replacement holds its full usage, not a delta
@@ -474,7 +474,7 @@ fn run_case(seed: u64) -> Result<(), String> {
             .snapshot()
             .workloads
             .iter()
-            .filter(|w| is_admitted(w.status.as_ref()))
+            .filter(|w| holds_quota(w.status.as_ref()))
             .map(|w| format!("default/{}", w.metadata.name.as_deref().unwrap_or("")))
             .collect();
         let pick = |rng: &mut Rng| {

@@ -33,8 +33,9 @@ pub fn is_finished(status: Option<&WorkloadStatus>) -> bool {
     condition_true(status, condition::FINISHED)
 }
 
-/// Holds quota: `QuotaReserved=True` with `status.admission`, not finished.
-pub fn is_admitted(status: Option<&WorkloadStatus>) -> bool {
+/// Holds quota: `QuotaReserved=True` with `status.admission`, not finished (Kueue calls this
+/// "quota reserved"; `Admitted` also needs admission checks, which raygate has none of).
+pub fn holds_quota(status: Option<&WorkloadStatus>) -> bool {
     !is_finished(status)
         && condition_true(status, condition::QUOTA_RESERVED)
         && status.is_some_and(|s| s.admission.is_some())
@@ -422,7 +423,7 @@ mod tests {
             },
         };
         let s3 = apply_decision(Some(&s2), Some(1), &admit, t(30));
-        assert!(is_admitted(Some(&s3)));
+        assert!(holds_quota(Some(&s3)));
         assert_eq!(cond(&s3, "QuotaReserved").last_transition_time, Time(t(30)));
         assert_eq!(cond(&s3, "Admitted").reason, "Admitted");
 
@@ -434,14 +435,14 @@ mod tests {
         let s4 = apply_decision(Some(&s3), Some(2), &evict, t(40));
         assert!(is_evicted(Some(&s4)));
         assert!(
-            is_admitted(Some(&s4)),
+            holds_quota(Some(&s4)),
             "quota is held until the pods are gone"
         );
         assert_eq!(cond(&s4, "Preempted").reason, "InCohortReclamation");
         assert_eq!(cond(&s4, "Evicted").observed_generation, Some(2));
 
         let s5 = release_quota(Some(&s4), Some(2), t(50));
-        assert!(!is_admitted(Some(&s5)));
+        assert!(!holds_quota(Some(&s5)));
         assert_eq!(cond(&s5, "Requeued").reason, "Preempted");
         assert_eq!(cond(&s5, "Admitted").status, "False");
 

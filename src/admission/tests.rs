@@ -235,7 +235,7 @@ fn replacement_slice_is_charged_only_the_delta() {
     assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("4"));
     let (s, _) = final_state(s, &RELEASE);
     assert!(is_finished(status_of(&s, "old")));
-    assert!(is_admitted(status_of(&s, "new")));
+    assert!(holds_quota(status_of(&s, "new")));
 }
 
 #[test]
@@ -402,9 +402,9 @@ fn old_slice_is_never_a_victim_of_its_own_replacement() {
     assert!(decision(&r, "old").is_none());
     assert!(message(&r, "new").ends_with(". Pending the preemption of 1 workload(s)"));
     let (s, results) = final_state(s, &RELEASE);
-    assert!(is_admitted(status_of(&s, "new")));
+    assert!(holds_quota(status_of(&s, "new")));
     assert!(is_finished(status_of(&s, "old")));
-    assert!(!is_admitted(status_of(&s, "other")));
+    assert!(!holds_quota(status_of(&s, "other")));
     assert_eq!(
         usage(results.last().unwrap(), "cq", "default", "cpu").0,
         q("4")
@@ -426,7 +426,7 @@ fn old_slice_is_finished_only_with_its_replacements_admission() {
             .iter()
             .all(|d| !matches!(d, Decision::FinishReplaced { .. }))
     }));
-    assert!(is_admitted(status_of(&s, "old")));
+    assert!(holds_quota(status_of(&s, "old")));
 }
 
 // ---------------------------------------------------------------------------------------------

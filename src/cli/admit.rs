@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::InputError;
-use crate::admission::{self, Options, Snapshot, is_admitted};
+use crate::admission::{self, Options, Snapshot, holds_quota};
 use crate::manifest::{self, Doc, ManifestError};
 use crate::types::kueue::{WorkloadStatus, condition};
 
@@ -194,7 +194,7 @@ pub fn admit(text: &str) -> Result<AdmitReport, InputError> {
         .map(|w| {
             let ns = w.metadata.namespace.as_deref().unwrap_or("default");
             let status = w.status.as_ref();
-            let admitted = is_admitted(status);
+            let admitted = holds_quota(status);
             let admission = status
                 .and_then(|s| s.admission.as_ref())
                 .filter(|_| admitted);

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
+use crate::admission;
 use crate::podsets::{PodSet, pod_requests, shape_name};
 use crate::quantity::Resources;
 use crate::types::kueue::{
@@ -106,22 +107,16 @@ pub struct SlicePlan {
 
 /// Whether condition `type_` is `True`.
 pub fn condition_true(w: &Workload, type_: &str) -> bool {
-    w.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == "True")
-    })
+    admission::condition_true(w.status.as_ref(), type_)
 }
 
 pub fn is_finished(w: &Workload) -> bool {
-    condition_true(w, condition::FINISHED)
+    admission::is_finished(w.status.as_ref())
 }
 
 /// Holds quota: `QuotaReserved=True` with an admission, not finished.
 pub fn is_reserved(w: &Workload) -> bool {
-    !is_finished(w)
-        && condition_true(w, condition::QUOTA_RESERVED)
-        && w.status.as_ref().is_some_and(|s| s.admission.is_some())
+    admission::holds_quota(w.status.as_ref())
 }
 
 /// Reserved and `Admitted=True`: its pods may run.
@@ -130,7 +125,7 @@ pub fn is_admitted(w: &Workload) -> bool {
 }
 
 pub fn is_evicted(w: &Workload) -> bool {
-    condition_true(w, condition::EVICTED)
+    admission::is_evicted(w.status.as_ref())
 }
 
 fn annotation<'a>(w: &'a Workload, key: &str) -> Option<&'a str> {
