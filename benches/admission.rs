@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRe
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use raygate::admission::{Decision, Options, Scheduler, Snapshot, is_admitted};
+use raygate::admission::{Decision, Options, Scheduler, Snapshot, holds_quota};
 use raygate::types::kueue::*;
 
 struct Shape {
@@ -207,7 +207,7 @@ fn run(shape: &Shape) {
         // the ones admitted a cycle ago have run: they finish
         for k in running.drain(..) {
             sched.update_workload(&k, |w| {
-                if is_admitted(w.status.as_ref()) {
+                if holds_quota(w.status.as_ref()) {
                     w.status = Some(raygate::admission::finish(
                         w.status.as_ref(),
                         w.metadata.generation,
