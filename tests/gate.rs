@@ -249,32 +249,11 @@ fn queue(q: &str) -> Value {
     json!({"kueue.x-k8s.io/queue-name": q})
 }
 
+/// Server-side applies one object with raygate's dev client (the kind table lives there).
 async fn apply(client: &Client, obj: Value) {
-    let ar = match obj["kind"].as_str() {
-        Some("ResourceFlavor") => {
-            kube::discovery::ApiResource::erase::<raygate::types::kueue::ResourceFlavor>(&())
-        }
-        Some("ClusterQueue") => kube::discovery::ApiResource::erase::<ClusterQueue>(&()),
-        Some("LocalQueue") => {
-            kube::discovery::ApiResource::erase::<raygate::types::kueue::LocalQueue>(&())
-        }
-        Some("WorkloadPriorityClass") => {
-            kube::discovery::ApiResource::erase::<raygate::types::kueue::WorkloadPriorityClass>(&())
-        }
-        k => panic!("unexpected kind {k:?}"),
-    };
-    let name = obj["metadata"]["name"].as_str().expect("name").to_string();
-    let api: Api<kube::api::DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&obj),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+    raygate::dev::apply(client, &obj.to_string(), "test", None)
+        .await
+        .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
 }
 
 fn condition<'a>(

@@ -55,6 +55,10 @@ impl Stores {
 }
 
 /// Which watches have delivered their first complete list.
+///
+/// Tracked from each driver's own `InitDone` rather than `Store::wait_until_ready`: with the
+/// shared stores of kube-runtime 5 (`store_shared` + `reflect_shared`) that future never resolved
+/// in our tests, though the stores filled; the cause was not pinned down.
 #[derive(Default)]
 pub struct Readiness {
     kinds: std::sync::Mutex<std::collections::BTreeMap<&'static str, bool>>,

@@ -1,9 +1,9 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use crate::types::kueue::{Admission, PodSetAssignment, WorkloadStatus};
+use crate::slices::testing::{admit, set_condition};
 
 fn service(annotations: serde_json::Value, suspend: Option<bool>) -> RayService {
     let mut s: RayService = serde_json::from_value(json!({
@@ -36,37 +36,7 @@ fn child(name: &str, second: i64, suspend: bool, replicas: i32) -> RayCluster {
 }
 
 fn cond(w: &mut Workload, type_: &str, reason: &str, message: &str, status: &str) {
-    let st = w.status.get_or_insert_with(WorkloadStatus::default);
-    st.conditions.retain(|c| c.type_ != type_);
-    st.conditions.push(Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: Time(Timestamp::from_second(100).unwrap()),
-        observed_generation: None,
-    });
-}
-
-fn admit(w: &mut Workload) {
-    let a = w
-        .spec
-        .pod_sets
-        .iter()
-        .map(|p| PodSetAssignment {
-            name: p.name.clone(),
-            count: Some(p.count),
-            ..Default::default()
-        })
-        .collect();
-    w.status
-        .get_or_insert_with(WorkloadStatus::default)
-        .admission = Some(Admission {
-        cluster_queue: "cq".into(),
-        pod_set_assignments: a,
-    });
-    cond(w, condition::QUOTA_RESERVED, "QuotaReserved", "", "True");
-    cond(w, condition::ADMITTED, "Admitted", "", "True");
+    set_condition(w, type_, status, reason, message);
 }
 
 /// Applies the slice actions of a decision to the Workload list.

@@ -596,4 +596,6 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -1,12 +1,12 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::testing::{admit, set_condition};
 use super::*;
 use crate::podsets::{self, PodSet};
 use crate::quantity::Quantity;
-use crate::types::kueue::{Admission, PodSetAssignment, WorkloadStatus};
 
 fn ctx(mode: ChainMode) -> SliceContext {
     SliceContext {
@@ -86,38 +86,7 @@ fn step(
 }
 
 fn set(w: &mut Workload, type_: &str, reason: &str) {
-    let st = w.status.get_or_insert_with(WorkloadStatus::default);
-    st.conditions.retain(|c| c.type_ != type_);
-    st.conditions.push(Condition {
-        type_: type_.into(),
-        status: "True".into(),
-        reason: reason.into(),
-        message: String::new(),
-        last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        observed_generation: None,
-    });
-}
-
-/// Marks a slice admitted with its current counts.
-fn admit(w: &mut Workload) {
-    let assignments = w
-        .spec
-        .pod_sets
-        .iter()
-        .map(|p| PodSetAssignment {
-            name: p.name.clone(),
-            count: Some(p.count),
-            ..Default::default()
-        })
-        .collect();
-    w.status
-        .get_or_insert_with(WorkloadStatus::default)
-        .admission = Some(Admission {
-        cluster_queue: "cq".into(),
-        pod_set_assignments: assignments,
-    });
-    set(w, condition::QUOTA_RESERVED, reason::QUOTA_RESERVED);
-    set(w, condition::ADMITTED, reason::ADMITTED);
+    set_condition(w, type_, "True", reason, "");
 }
 
 fn by_name<'a>(ws: &'a [Workload], n: &str) -> &'a Workload {
