@@ -1,16 +1,37 @@
 //! raygate: a quota gate for KubeRay RayService upgrades on fixed capacity.
 //!
-//! The decisions live in pure modules ([`quantity`], [`podsets`]); IO layers call them.
+//! The decisions live in pure modules (no IO, no clock: time comes in as a value); the
+//! [`controller`] and [`cli`] call them and apply what they decide. The compiler checks the purity:
+//! the pure modules deny the wall clock and `kube::Client`/`kube::Api` (`clippy.toml`), and no
+//! non-test code may `unwrap`/`expect`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// Pure: ClusterQueue admission on a snapshot of Kueue objects, Kueue v0.19's model.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod admission;
+/// Pure: the commands' text → text parts (`podsets`, `admit`).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod cli;
+/// IO: watches, the gate reconciler, the admission loop, events, metrics, health, leader election.
 pub mod controller;
+/// The `kueue.x-k8s.io/v1beta2` CRDs raygate installs when Kueue is absent.
 pub mod crdgen;
+/// Development helpers: the KubeRay v1.7 emulator and `apply`/`get` for the dev cluster.
 pub mod dev;
+/// Pure: what to do about one opted-in RayService, its children and its slices.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod gate;
+/// Pure: multi-document YAML into typed objects, errors naming document, object and field.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;
+/// Pure: the PodSets (count × per-pod requests) a RayCluster or RayService needs now.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod podsets;
+/// Pure: exact Kubernetes quantities and resource vectors.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod quantity;
+/// Pure: Workload slice chains — which Workloads a RayService's current PodSets need.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod slices;
 
 pub use raygate_types as types;
