@@ -775,3 +775,45 @@ async fn a_child_with_invalid_podsets_is_still_held() {
     assert_ne!(active, pending, "the running child is left alone");
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts() {
+    let _serial = lock().await;
+    let env = Env::new("count-only").await;
+    env.queues("4", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 2, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+    eventually(WAIT, "3 CPU reserved", || async {
+        (env.cq_cpu().await.as_deref() == Some("3")).then_some(())
+    })
+    .await;
+    let before = env.live_slices("svc").await;
+    assert_eq!(before.len(), 1);
+    // one fewer worker on a new image (same per-pod requests): Kueue allows only the count to drop
+    let mut shrunk = group("w", 1, "1");
+    shrunk["template"]["spec"]["containers"][0]["image"] = json!("rayproject/ray:2.52.0");
+    env.clusters()
+        .patch(
+            &active,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerGroupSpecs": [shrunk]}})),
+        )
+        .await
+        .unwrap();
+    let after = eventually(WAIT, "the slice shrinks in place", || async {
+        let live = env.live_slices("svc").await;
+        let w = live.first()?.spec.pod_sets.iter().find(|p| p.name == "w")?;
+        (live.len() == 1 && w.count == 1).then(|| live[0].clone())
+    })
+    .await;
+    assert_eq!(after.metadata.name, before[0].metadata.name, "in place");
+    for (new, old) in after.spec.pod_sets.iter().zip(&before[0].spec.pod_sets) {
+        assert_eq!(
+            new.template, old.template,
+            "{}: only the count may change",
+            new.name
+        );
+    }
+    env.stop().await;
+}
