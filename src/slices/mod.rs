@@ -440,11 +440,15 @@ fn build(
     w
 }
 
-/// Whether a slice carries the owner's current queue and priority class.
+/// Whether a slice carries the owner's current queue and priority class. A class that does not
+/// resolve (label removed, or the WorkloadPriorityClass missing or not yet seen) changes nothing,
+/// so a transiently missing class never recreates a slice at priority 0.
 fn same_queue_and_priority(ctx: &SliceContext, w: &Workload) -> bool {
-    w.spec.queue_name.as_deref() == Some(ctx.queue_name.as_str())
-        && w.spec.priority_class_ref.as_ref().map(|r| &r.name)
-            == ctx.priority_class_ref.as_ref().map(|r| &r.name)
+    let same_class = match &ctx.priority_class_ref {
+        Some(want) => w.spec.priority_class_ref.as_ref().map(|r| &r.name) == Some(&want.name),
+        None => true,
+    };
+    w.spec.queue_name.as_deref() == Some(ctx.queue_name.as_str()) && same_class
 }
 
 /// Plans the owner's slices for `desired` PodSets, given its Workloads (any state; finished ones

@@ -709,6 +709,13 @@ fn a_pending_slice_follows_a_queue_or_priority_class_change() {
     assert_eq!(target.spec.priority, Some(1000));
     assert_eq!(live(&ws).len(), 1);
     assert_eq!(plan(&c, &[head(1)], &ws).actions, []);
+    // a class that does not resolve (missing, or not seen yet) does not recreate it at priority 0
+    let unresolved = SliceContext {
+        priority_class_ref: None,
+        priority: None,
+        ..c.clone()
+    };
+    assert_eq!(plan(&unresolved, &[head(1)], &ws).actions, []);
     // once it holds quota, its queue is Kueue's to keep: no change
     let n = p.target.clone().unwrap();
     admit(
