@@ -176,3 +176,56 @@ pub async fn slice(
         }
     }
 }
+
+/// Opt-out of one child: drop its queue label and, when `unsuspend`, release it.
+pub async fn opt_out_child(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    unsuspend: bool,
+) -> Result<(), Error> {
+    let mut body = json!({"metadata": {"labels": {crate::types::kueue::QUEUE_NAME_LABEL: null}}});
+    if unsuspend {
+        body["spec"] = json!({"suspend": false});
+    }
+    Api::<RayCluster>::namespaced(client.clone(), ns)
+        .patch(name, &merge(GATE_MANAGER), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::OptOutChild {
+            name: format!("{ns}/{name}"),
+            source,
+        })
+}
+
+/// Opt-out, last step: lifts the template gate (and raygate's `spec.suspend` when `resume`) and
+/// removes raygate's annotations.
+pub async fn opt_out(client: &Client, ns: &str, name: &str, resume: bool) -> Result<(), Error> {
+    let mut body = json!({
+        "metadata": {"annotations": {
+            RELEASED_ANNOTATION: null,
+            SUSPENDED_BY_ANNOTATION: null,
+            crate::gate::ERROR_ANNOTATION: null,
+        }},
+        "spec": {"rayClusterConfig": {"suspend": null}},
+    });
+    if resume {
+        body["spec"]["suspend"] = json!(false);
+    }
+    patch_service(client, ns, name, "opt-out", body).await
+}
+
+/// Deletes a finished slice past its retention (gone already is fine).
+pub async fn delete_slice(client: &Client, ns: &str, name: &str) -> Result<(), Error> {
+    match Api::<Workload>::namespaced(client.clone(), ns)
+        .delete(name, &Default::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::DeleteWorkload {
+            name: format!("{ns}/{name}"),
+            source,
+        }),
+    }
+}

@@ -66,6 +66,8 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     /// How often the admission loop runs without a trigger.
     pub admission_resync: Duration,
+    /// When finished slices are deleted; `None` keeps them (until their RayService is deleted).
+    pub finished_slice_retention: Option<crate::slices::Retention>,
 }
 
 impl Default for Config {
@@ -79,6 +81,7 @@ impl Default for Config {
             lease_duration_seconds: 15,
             metrics_addr: None,
             admission_resync: Duration::from_secs(10),
+            finished_slice_retention: Some(crate::slices::Retention::default()),
         }
     }
 }
@@ -115,6 +118,10 @@ pub enum Error {
     },
     #[error("leader election on Lease {name}: {reason}")]
     Lease { name: String, reason: String },
+    #[error("opting out RayCluster {name} (queue label, spec.suspend): {source}")]
+    OptOutChild { name: String, source: kube::Error },
+    #[error("deleting finished Workload {name}: {source}")]
+    DeleteWorkload { name: String, source: kube::Error },
 }
 
 impl Error {
@@ -130,6 +137,8 @@ impl Error {
             Error::LocalQueueStatus { .. } => "localqueue_status",
             Error::Serve { .. } => "serve",
             Error::Lease { .. } => "lease",
+            Error::OptOutChild { .. } => "opt_out_child",
+            Error::DeleteWorkload { .. } => "delete_workload",
         }
     }
 }

@@ -76,7 +76,9 @@ fn priority(
 
 pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let start = Instant::now();
-    if gate::queue_name(&service).is_none() || service.metadata.deletion_timestamp.is_some() {
+    // Without the queue label a service raygate still has state on is reconciled to opt it out.
+    let opted_in = gate::queue_name(&service).is_some() || gate::has_state(&service);
+    if !opted_in || service.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     if !ctx.is_leader() {
@@ -118,7 +120,10 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
 
     // apply, in order; events after (they never fail the reconcile)
     let now = Timestamp::now();
-    let result = apply_actions(&ctx, &ns, &name, &decision.actions, now).await;
+    let mut result = apply_actions(&ctx, &ns, &name, &decision.actions, now).await;
+    if result.is_ok() {
+        result = delete_expired_slices(&ctx, &ns, &name, &workloads, now).await;
+    }
     for ev in priority_event.iter().chain(&decision.events) {
         ctx.events
             .publish(&reference(&service, ev.child.as_deref()), ev)
@@ -180,7 +185,29 @@ async fn apply_actions(
             GateAction::ReportError { message } => {
                 apply::report_error(&ctx.client, ns, name, message.as_deref()).await?
             }
+            GateAction::OptOutChild { child, unsuspend } => {
+                apply::opt_out_child(&ctx.client, ns, child, *unsuspend).await?
+            }
+            GateAction::OptOut { resume } => apply::opt_out(&ctx.client, ns, name, *resume).await?,
         }
+    }
+    Ok(())
+}
+
+/// Deletes the owner's finished slices past the retention ([`slices::expired`]), one log line each.
+async fn delete_expired_slices(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    workloads: &[Workload],
+    now: Timestamp,
+) -> Result<(), Error> {
+    let Some(retention) = &ctx.config.finished_slice_retention else {
+        return Ok(());
+    };
+    for slice in slices::expired(workloads, now, retention) {
+        apply::delete_slice(&ctx.client, ns, &slice).await?;
+        tracing::info!(rayservice = %format!("{ns}/{name}"), slice = %slice, after_finished_seconds = retention.after_finished.as_secs(), "deleted finished slice past its retention");
     }
     Ok(())
 }

@@ -62,6 +62,12 @@ pub enum GateAction {
     ResumeService,
     /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
     ReportError { message: Option<String> },
+    /// Opt-out: drop the child's `kueue.x-k8s.io/queue-name` label (so the admission policy no
+    /// longer applies to it) and, when `unsuspend`, merge-patch its `spec.suspend=false`.
+    OptOutChild { child: String, unsuspend: bool },
+    /// Opt-out, last step: lift the template gate (`spec.rayClusterConfig.suspend`), clear the
+    /// `spec.suspend` raygate set when `resume`, and remove raygate's annotations.
+    OptOut { resume: bool },
 }
 
 /// Normal or Warning.
@@ -164,10 +170,10 @@ pub fn decide(
     workloads: &[Workload],
     opts: &GateOptions,
 ) -> GateDecision {
-    let mut d = GateDecision::default();
     let Some(queue) = queue_name(service) else {
-        return d;
+        return opt_out::decide(service, children, workloads);
     };
+    let mut d = GateDecision::default();
     let svc = format!(
         "{}/{}",
         service.metadata.namespace.as_deref().unwrap_or_default(),
@@ -206,8 +212,8 @@ pub fn decide(
         );
     }
 
-    let podsets = match podsets::of_service(service, children) {
-        Ok(p) => p.podsets,
+    let (podsets, invalid) = match podsets::of_service(service, children) {
+        Ok(p) => (p.podsets, false),
         Err(e) => {
             d.event(
                 EventType::Warning,
@@ -221,10 +227,12 @@ pub fn decide(
                 });
             }
             d.error = Some(e.to_string());
-            return d;
+            // No slice change and no release on PodSets that cannot be computed; the stop and
+            // tamper protections below still guard the children.
+            (Vec::new(), true)
         }
     };
-    if annotation(service, ERROR_ANNOTATION).is_some() {
+    if !invalid && annotation(service, ERROR_ANNOTATION).is_some() {
         d.actions.push(GateAction::ReportError { message: None });
     }
 
@@ -263,7 +271,11 @@ pub fn decide(
         mode: opts.mode,
         children_exist: !children.is_empty(),
     };
-    let plan = slices::plan(&ctx, &podsets, workloads);
+    let plan = if invalid {
+        slices::SlicePlan::default()
+    } else {
+        slices::plan(&ctx, &podsets, workloads)
+    };
     for a in &plan.actions {
         if let SliceAction::Create { workload, replaces } = a {
             let n = workload.metadata.name.as_deref().unwrap_or_default();
@@ -337,16 +349,11 @@ pub fn decide(
         .copied()
         .filter(|w| slices::is_admitted(w))
         .collect();
-    admitted.sort_by_key(|w| {
-        (
-            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            w.metadata.name.clone(),
-        )
-    });
+    slices::sort_chain_order(&mut admitted, workloads);
     let cover = admitted
         .last()
         .copied()
-        .filter(|w| slices::covers(w, &podsets));
+        .filter(|w| !invalid && slices::covers(w, &podsets));
     for child in children {
         let name = child_name(child);
         match (is_suspended(child), cover) {
@@ -369,9 +376,13 @@ pub fn decide(
                 });
             }
             (true, None) => {
-                let why = target
-                    .map(pending_message)
-                    .unwrap_or_else(|| "no slice yet".into());
+                let why = if invalid {
+                    "the RayService's PodSets are invalid (see the InvalidPodSets Event)".into()
+                } else {
+                    target
+                        .map(pending_message)
+                        .unwrap_or_else(|| "no slice yet".into())
+                };
                 d.event(
                     EventType::Normal,
                     "Holding",
@@ -428,6 +439,9 @@ fn pending_message(w: &Workload) -> String {
         .map(|c| format!("slice {name} is pending: {}", c.message))
         .unwrap_or_else(|| format!("slice {name} is not admitted yet"))
 }
+
+mod opt_out;
+pub use opt_out::has_state;
 
 #[cfg(test)]
 mod tests;
