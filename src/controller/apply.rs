@@ -6,7 +6,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::{Error, GATE_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER};
+use super::{Error, GATE_MANAGER, PODS_READY_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER};
+use crate::gate::pods_ready::PodsReady;
 use crate::gate::{RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, condition};
@@ -87,18 +88,27 @@ pub async fn report_error(
     patch_service(client, ns, name, "error annotation", body).await
 }
 
-/// A child's `spec.suspend`.
+/// `metadata.resourceVersion` as a precondition of a patch (`None`: unconditional).
+fn precondition(rv: Option<&str>) -> serde_json::Value {
+    match rv {
+        Some(rv) => json!({"resourceVersion": rv}),
+        None => json!({}),
+    }
+}
+
+/// A child's `spec.suspend`, on the version decided on (`rv`).
 pub async fn child_suspend(
     client: &Client,
     ns: &str,
     name: &str,
     suspend: bool,
+    rv: Option<&str>,
 ) -> Result<(), Error> {
     Api::<RayCluster>::namespaced(client.clone(), ns)
         .patch(
             name,
             &merge(GATE_MANAGER),
-            &Patch::Merge(&json!({"spec": {"suspend": suspend}})),
+            &Patch::Merge(&json!({"metadata": precondition(rv), "spec": {"suspend": suspend}})),
         )
         .await
         .map(|_| ())
@@ -109,11 +119,12 @@ pub async fn child_suspend(
         })
 }
 
-/// Applies one slice action.
+/// Applies one slice action; changes to an existing Workload carry `rv`, the version decided on.
 pub async fn slice(
     client: &Client,
     ns: &str,
     action: &SliceAction,
+    rv: Option<&str>,
     now: Timestamp,
 ) -> Result<(), Error> {
     let api = Api::<Workload>::namespaced(client.clone(), ns);
@@ -136,7 +147,9 @@ pub async fn slice(
             .patch(
                 name,
                 &merge(SLICES_MANAGER),
-                &Patch::Merge(&json!({"spec": {"podSets": pod_sets}})),
+                &Patch::Merge(
+                    &json!({"metadata": precondition(rv), "spec": {"podSets": pod_sets}}),
+                ),
             )
             .await
             .map(|_| ())
@@ -160,6 +173,7 @@ pub async fn slice(
             let body = json!({
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
                 "kind": "Workload",
+                "metadata": precondition(rv),
                 "status": {"conditions": [cond]},
             });
             api.patch_status(
@@ -175,4 +189,41 @@ pub async fn slice(
             })
         }
     }
+}
+
+/// The `PodsReady` condition on a covering slice (its own field manager), on the version
+/// decided on (`rv`).
+pub async fn pods_ready(
+    client: &Client,
+    ns: &str,
+    pr: &PodsReady,
+    rv: Option<&str>,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let cond = Condition {
+        type_: condition::PODS_READY.into(),
+        status: if pr.ready { "True" } else { "False" }.into(),
+        reason: pr.reason.to_string(),
+        message: pr.message.to_string(),
+        last_transition_time: Time(now),
+        observed_generation: None,
+    };
+    let body = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": precondition(rv),
+        "status": {"conditions": [cond]},
+    });
+    Api::<Workload>::namespaced(client.clone(), ns)
+        .patch_status(
+            &pr.slice,
+            &PatchParams::apply(PODS_READY_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::PodsReady {
+            name: format!("{ns}/{}", pr.slice),
+            source,
+        })
 }
