@@ -288,3 +288,138 @@ async fn installing_raygate_with_a_slow_raycluster_list_never_stops_a_serving_ch
     let _ = handle.await;
     let _ = emulator_stop.send(());
 }
+
+/// Runs `change` (to completion) just before the first PATCH whose path ends with
+/// `path_suffix` is sent: the object changes between the controller's decision and its write.
+#[derive(Clone)]
+struct ChangeBeforeFirstWrite {
+    path_suffix: String,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    change: std::sync::Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+}
+
+impl<S> tower::Layer<S> for ChangeBeforeFirstWrite {
+    type Service = ChangeBeforeFirstWriteService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ChangeBeforeFirstWriteService {
+            inner,
+            hook: self.clone(),
+        }
+    }
+}
+
+struct ChangeBeforeFirstWriteService<S> {
+    inner: S,
+    hook: ChangeBeforeFirstWrite,
+}
+
+impl<S> tower::Service<Request<Body>> for ChangeBeforeFirstWriteService<S>
+where
+    S: tower::Service<Request<Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        if req.method() == axum::http::Method::PATCH
+            && req.uri().path().ends_with(&self.hook.path_suffix)
+            && !self
+                .hook
+                .fired
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            // the change lands before this request is even built into the send path
+            let change = (self.hook.change)();
+            tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(change));
+        }
+        self.inner.call(req)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_decided_on_an_older_workload_is_not_written_over_its_new_spec() {
+    let _serial = SERIAL.lock().await;
+    support::init_logs();
+    let client = TestServer::get().client().await;
+    let ns = namespace("admission-409");
+    let flavor = format!("f-{ns}");
+    let cq = format!("cq-{ns}");
+    apply(&client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}})).await;
+    apply(&client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": "10"}]}]}]}})).await;
+    apply(&client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": cq}})).await;
+
+    // between the admission cycle's decision (1 pod) and its status write, the pending
+    // Workload grows to 3 pods
+    let workloads = Api::<Workload>::namespaced(client.clone(), &ns);
+    let hook = ChangeBeforeFirstWrite {
+        path_suffix: format!("/namespaces/{ns}/workloads/wl/status"),
+        fired: Default::default(),
+        change: std::sync::Arc::new({
+            let workloads = workloads.clone();
+            move || {
+                let workloads = workloads.clone();
+                Box::pin(async move {
+                    workloads
+                        .patch(
+                            "wl",
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(json!({"spec": {"podSets": [{"name": "main", "count": 3, "template": pod("1")}]}})),
+                        )
+                        .await
+                        .expect("the Workload grows");
+                })
+            }
+        }),
+    };
+    let text = std::fs::read_to_string(&TestServer::get().kubeconfig).expect("kubeconfig");
+    let kc = Kubeconfig::from_yaml(&text).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig loads");
+    let hooked = ClientBuilder::try_from(config)
+        .expect("client stack")
+        .with_layer(&hook)
+        .build();
+    let (stop, handle) = start_controller(hooked);
+
+    let wl: Workload = serde_json::from_value(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": ns},
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": pod("1")}]}
+    }))
+    .expect("Workload");
+    workloads
+        .create(&PostParams::default(), &wl)
+        .await
+        .expect("Workload created");
+
+    // the stale write is refused (409) and the next cycle admits what the Workload now asks
+    let (count, cpu) = eventually(WAIT, "wl admitted", || async {
+        let w = workloads.get("wl").await.ok()?;
+        let a = w.status?.admission?;
+        let p = a.pod_set_assignments.first()?.clone();
+        Some((p.count, p.resource_usage.get("cpu").map(|q| q.0.clone())))
+    })
+    .await;
+    assert!(
+        hook.fired.load(std::sync::atomic::Ordering::SeqCst),
+        "the change was injected"
+    );
+    // give a wrong admission time to show
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let w = workloads.get("wl").await.expect("wl");
+    let a = w.status.and_then(|s| s.admission).expect("admission");
+    assert_eq!(
+        (count, cpu.as_deref()),
+        (Some(3), Some("3")),
+        "admitted for the pods it asks now"
+    );
+    assert_eq!(a.pod_set_assignments[0].count, Some(3));
+    let _ = stop.send(());
+    let _ = handle.await;
+}
