@@ -423,3 +423,66 @@ async fn an_admission_decided_on_an_older_workload_is_not_written_over_its_new_s
     let _ = stop.send(());
     let _ = handle.await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_covering_slice_of_a_ready_service_carries_pods_ready_for_kueue() {
+    let _serial = SERIAL.lock().await;
+    support::init_logs();
+    let client = TestServer::get().client().await;
+    let ns = namespace("pods-ready");
+    let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
+    tokio::spawn(raygate::dev::kuberay::run(
+        client.clone(),
+        EmulatorConfig {
+            start_delay: Duration::from_millis(300),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        async move {
+            let _ = emulator_stopped.await;
+        },
+    ));
+    let flavor = format!("f-{ns}");
+    let cq = format!("cq-{ns}");
+    apply(&client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}})).await;
+    apply(&client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": "10"}]}]}]}})).await;
+    apply(&client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": cq}})).await;
+    serving_service(&client, &ns, "svc").await;
+    active_child(&client, &ns, "svc").await;
+    let (stop, handle) = start_controller(client.clone());
+
+    // Kueue's waitForPodsReady evicts an admitted Workload whose PodsReady never turns True
+    let workloads = Api::<Workload>::namespaced(client.clone(), &ns);
+    let (reason, manager) = eventually(WAIT, "PodsReady=True on the admitted slice", || async {
+        let live: Vec<Workload> = workloads
+            .list(&ListParams::default().labels("raygate.io/rayservice=svc"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|w| raygate::slices::is_admitted(w) && !raygate::slices::is_finished(w))
+            .collect();
+        let w = live.first()?;
+        let c = w
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "PodsReady" && c.status == "True")?;
+        let manager = w
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.subresource.as_deref() == Some("status"))
+            .filter_map(|m| m.manager.clone())
+            .find(|m| m == "raygate-pods-ready");
+        Some((c.reason.clone(), manager))
+    })
+    .await;
+    assert_eq!(reason, "Started");
+    assert_eq!(manager.as_deref(), Some("raygate-pods-ready"));
+    let _ = stop.send(());
+    let _ = handle.await;
+    let _ = emulator_stop.send(());
+}
