@@ -140,8 +140,15 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         apply_actions(&ctx, &ns, &name, &decision.actions, &decided, now).await;
     // Kueue's waitForPodsReady contract on the covering slice (after the actions: a Release
     // just applied shows next time)
+    let released_now: BTreeSet<String> = decision.actions[..applied]
+        .iter()
+        .filter_map(|a| match a {
+            GateAction::Release { child, .. } => Some(child.clone()),
+            _ => None,
+        })
+        .collect();
     if result.is_ok()
-        && let Some(pr) = gate::pods_ready::decide(&children, &workloads)
+        && let Some(pr) = gate::pods_ready::decide(&children, &released_now, &workloads)
         && !workloads
             .iter()
             .any(|w| w.metadata.name.as_deref() == Some(pr.slice.as_str()) && pr.is_set_on(w))

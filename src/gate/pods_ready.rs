@@ -5,6 +5,8 @@
 //! Workloads, so it writes it the way `jobframework.generatePodsReadyCondition` does, with
 //! Kueue's RayCluster integration's readiness (`status.state == ready`) for each released child.
 
+use std::collections::BTreeSet;
+
 use crate::slices;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::RayCluster;
@@ -83,15 +85,27 @@ fn is_ready(c: &RayCluster) -> bool {
     c.status.as_ref().and_then(|s| s.state.as_deref()) == Some("ready")
 }
 
-/// `PodsReady` for the covering slice of `workloads`, given the RayService's live children
-/// (`None` when no slice is admitted). `True` once every released (unsuspended, not deleting)
-/// child is ready and at least one is; else `False`, `WaitForStart` until it was first ready,
+/// `PodsReady` for the covering slice of `workloads`, given the RayService's live children and
+/// those just released (their unsuspend may not show in `children` yet); `None` when no slice is
+/// admitted. `True` once every released (unsuspended or just released, not deleting) child is
+/// ready and at least one is; else `False`, `WaitForStart` until it was first ready,
 /// `WaitForRecovery` after.
-pub fn decide(children: &[&RayCluster], workloads: &[Workload]) -> Option<PodsReady> {
+pub fn decide(
+    children: &[&RayCluster],
+    just_released: &BTreeSet<String>,
+    workloads: &[Workload],
+) -> Option<PodsReady> {
     let slice = covering_slice(workloads)?;
     let released: Vec<&&RayCluster> = children
         .iter()
-        .filter(|c| c.spec.suspend != Some(true) && c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            (c.spec.suspend != Some(true)
+                || c.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| just_released.contains(n)))
+                && c.metadata.deletion_timestamp.is_none()
+        })
         .collect();
     let ready = !released.is_empty() && released.iter().all(|c| is_ready(c));
     let previous = current(slice);
@@ -117,13 +131,20 @@ pub fn decide(children: &[&RayCluster], workloads: &[Workload]) -> Option<PodsRe
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use serde_json::json;
 
-    use super::{PodsReady, decide, reason};
+    use super::{PodsReady, reason};
     use crate::types::kueue::Workload;
     use crate::types::ray::RayCluster;
 
-    fn slice(name: &str, second: i64, admitted: bool, replaces: Option<&str>) -> Workload {
+    pub(super) fn slice(
+        name: &str,
+        second: i64,
+        admitted: bool,
+        replaces: Option<&str>,
+    ) -> Workload {
         let t = format!("2026-01-01T00:00:{second:02}Z");
         let status = if admitted { "True" } else { "False" };
         let mut annotations = json!({});
@@ -165,6 +186,10 @@ mod tests {
             c["status"] = json!({"state": s});
         }
         serde_json::from_value(c).expect("RayCluster")
+    }
+
+    fn decide(children: &[&RayCluster], workloads: &[Workload]) -> Option<PodsReady> {
+        super::decide(children, &BTreeSet::new(), workloads)
     }
 
     fn expect(slice: &str, ready: bool, reason: &'static str) -> Option<PodsReady> {
@@ -248,5 +273,19 @@ mod tests {
             slice("s-a", 5, true, Some("ns/s-b")),
         ];
         assert_eq!(decide(&[&ready], &ws), expect("s-a", true, reason::STARTED));
+    }
+
+    #[test]
+    fn a_child_released_in_this_reconcile_counts_as_not_ready_yet() {
+        // the upgrade's replacement slice was admitted; the pending child is released now
+        let s = [slice("s2", 2, true, Some("ns/s1"))];
+        let active = child("a", false, Some("ready"));
+        let pending = child("b", true, None);
+        let none = BTreeSet::new();
+        let just: BTreeSet<String> = ["b".to_string()].into();
+        assert!(super::decide(&[&active, &pending], &none, &s).is_some_and(|p| p.ready));
+        let p = super::decide(&[&active, &pending], &just, &s).expect("a condition");
+        assert!(!p.ready);
+        assert_eq!(p.reason, reason::WAIT_FOR_START);
     }
 }
