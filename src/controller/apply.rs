@@ -20,17 +20,23 @@ fn merge(manager: &str) -> PatchParams {
     }
 }
 
-async fn patch_service(
+/// A merge patch of the RayService on the version decided on (`rv`, `None`: unconditional);
+/// returns the new version, which the next patch of the same decision is conditioned on.
+async fn patch_service_at(
     client: &Client,
     ns: &str,
     name: &str,
     what: &'static str,
-    body: serde_json::Value,
-) -> Result<(), Error> {
+    mut body: serde_json::Value,
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
+    if let Some(rv) = rv {
+        body["metadata"]["resourceVersion"] = json!(rv);
+    }
     Api::<RayService>::namespaced(client.clone(), ns)
         .patch(name, &merge(GATE_MANAGER), &Patch::Merge(&body))
         .await
-        .map(|_| ())
+        .map(|s| s.metadata.resource_version)
         .map_err(|source| Error::PatchService {
             name: format!("{ns}/{name}"),
             what,
@@ -44,12 +50,13 @@ pub async fn gate_template(
     ns: &str,
     name: &str,
     released: &[String],
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({
         "metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}},
         "spec": {"rayClusterConfig": {"suspend": true}},
     });
-    patch_service(client, ns, name, "spec.rayClusterConfig.suspend", body).await
+    patch_service_at(client, ns, name, "spec.rayClusterConfig.suspend", body, rv).await
 }
 
 /// Records the released children on the RayService.
@@ -58,9 +65,10 @@ pub async fn record_released(
     ns: &str,
     name: &str,
     released: &[String],
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}}});
-    patch_service(client, ns, name, "released-children annotation", body).await
+    patch_service_at(client, ns, name, "released-children annotation", body, rv).await
 }
 
 /// Top-level `spec.suspend` with raygate's marker.
@@ -69,12 +77,13 @@ pub async fn suspend_service(
     ns: &str,
     name: &str,
     reason: Option<&str>,
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({
         "metadata": {"annotations": {SUSPENDED_BY_ANNOTATION: reason}},
         "spec": {"suspend": reason.is_some()},
     });
-    patch_service(client, ns, name, "spec.suspend", body).await
+    patch_service_at(client, ns, name, "spec.suspend", body, rv).await
 }
 
 /// Sets or clears the error annotation.
@@ -83,9 +92,10 @@ pub async fn report_error(
     ns: &str,
     name: &str,
     message: Option<&str>,
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}});
-    patch_service(client, ns, name, "error annotation", body).await
+    patch_service_at(client, ns, name, "error annotation", body, rv).await
 }
 
 /// `metadata.resourceVersion` as a precondition of a patch (`None`: unconditional).

@@ -132,12 +132,13 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
 
     // apply, in order; events after (they never fail the reconcile)
     let now = Timestamp::now();
-    let decided = Decided {
+    let mut decided = Decided {
         workloads: &workloads,
         children: &children,
+        service_rv: service.metadata.resource_version.clone(),
     };
     let (applied, mut result) =
-        apply_actions(&ctx, &ns, &name, &decision.actions, &decided, now).await;
+        apply_actions(&ctx, &ns, &name, &decision.actions, &mut decided, now).await;
     // Kueue's waitForPodsReady contract on the covering slice (after the actions: a Release
     // just applied shows next time)
     let released_now: BTreeSet<String> = decision.actions[..applied]
@@ -313,7 +314,7 @@ async fn apply_actions(
     ns: &str,
     name: &str,
     actions: &[GateAction],
-    decided: &Decided<'_>,
+    decided: &mut Decided<'_>,
     now: Timestamp,
 ) -> (usize, Result<(), Error>) {
     for (i, action) in actions.iter().enumerate() {
@@ -338,6 +339,8 @@ async fn apply_actions(
 struct Decided<'a> {
     workloads: &'a [Workload],
     children: &'a [&'a RayCluster],
+    /// The RayService's version: decided on, then the one each of its patches returned.
+    service_rv: Option<String>,
 }
 
 impl Decided<'_> {
@@ -361,13 +364,20 @@ async fn apply_action(
     ns: &str,
     name: &str,
     action: &GateAction,
-    decided: &Decided<'_>,
+    decided: &mut Decided<'_>,
     now: Timestamp,
 ) -> Result<(), Error> {
     {
         match action {
             GateAction::GateTemplate { released } => {
-                apply::gate_template(&ctx.client, ns, name, released).await?
+                decided.service_rv = apply::gate_template(
+                    &ctx.client,
+                    ns,
+                    name,
+                    released,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::Slice(a) => {
                 let rv = match a {
@@ -393,22 +403,57 @@ async fn apply_action(
                         .insert(child.clone());
                 }
                 observe_gate_latency(ctx, &format!("{ns}/{slice}"), *admitted_at, now);
-                apply::record_released(&ctx.client, ns, name, released).await?;
+                decided.service_rv = apply::record_released(
+                    &ctx.client,
+                    ns,
+                    name,
+                    released,
+                    decided.service_rv.as_deref(),
+                )
+                .await?;
             }
             GateAction::RecordReleased { released } => {
-                apply::record_released(&ctx.client, ns, name, released).await?
+                decided.service_rv = apply::record_released(
+                    &ctx.client,
+                    ns,
+                    name,
+                    released,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::Hold { child } => {
                 apply::child_suspend(&ctx.client, ns, child, true, decided.child_rv(child)).await?
             }
             GateAction::SuspendService { reason } => {
-                apply::suspend_service(&ctx.client, ns, name, Some(reason)).await?
+                decided.service_rv = apply::suspend_service(
+                    &ctx.client,
+                    ns,
+                    name,
+                    Some(reason),
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::ResumeService => {
-                apply::suspend_service(&ctx.client, ns, name, None).await?
+                decided.service_rv = apply::suspend_service(
+                    &ctx.client,
+                    ns,
+                    name,
+                    None,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::ReportError { message } => {
-                apply::report_error(&ctx.client, ns, name, message.as_deref()).await?
+                decided.service_rv = apply::report_error(
+                    &ctx.client,
+                    ns,
+                    name,
+                    message.as_deref(),
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
         }
     }
