@@ -20,6 +20,8 @@
 //!   a slice is admitted again. A suspend set by someone else is theirs: raygate never clears it,
 //!   and releases the chain's quota once the children are gone.
 
+pub mod pods_ready;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::Timestamp;
