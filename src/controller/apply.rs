@@ -176,3 +176,15 @@ pub async fn slice(
         }
     }
 }
+
+/// Sets (`Some`) or clears (`None`) one annotation on the RayService.
+pub async fn annotate_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    key: &'static str,
+    value: Option<&str>,
+) -> Result<(), Error> {
+    let body = json!({"metadata": {"annotations": {key: value}}});
+    patch_service(client, ns, name, key, body).await
+}

@@ -111,6 +111,7 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
         priority,
+        now: Some(Timestamp::now()),
     };
 
     // decide
@@ -179,6 +180,9 @@ async fn apply_actions(
             }
             GateAction::ReportError { message } => {
                 apply::report_error(&ctx.client, ns, name, message.as_deref()).await?
+            }
+            GateAction::Annotate { key, value } => {
+                apply::annotate_service(&ctx.client, ns, name, key, value.as_deref()).await?
             }
         }
     }

@@ -22,6 +22,8 @@
 
 use std::collections::BTreeSet;
 
+pub mod children;
+
 use k8s_openapi::jiff::Timestamp;
 
 use crate::podsets::{self, PodSet};
@@ -62,6 +64,11 @@ pub enum GateAction {
     ResumeService,
     /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
     ReportError { message: Option<String> },
+    /// Set (`Some`) or clear (`None`) an annotation on the RayService.
+    Annotate {
+        key: &'static str,
+        value: Option<String>,
+    },
 }
 
 /// Normal or Warning.
@@ -117,6 +124,8 @@ pub struct GateOptions {
     pub mode: ChainMode,
     /// Resolved from the `kueue.x-k8s.io/priority-class` label: the class and its value.
     pub priority: Option<(PriorityClassRef, i32)>,
+    /// The time of the decision (for deadlines shown to the user).
+    pub now: Option<Timestamp>,
 }
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
@@ -183,6 +192,9 @@ pub fn decide(
         .filter(|n| live_names.contains(*n))
         .map(str::to_string)
         .collect();
+    // Children KubeRay abandoned that never ran: neither released nor charged.
+    let kept = children::without_abandoned(service, children, &released, &mut d);
+    let children = &kept[..];
     if service.spec.ray_cluster_config.suspend != Some(true) || recorded.is_none() {
         if recorded.is_none() {
             released.extend(
@@ -247,6 +259,11 @@ pub fn decide(
                 }));
             }
         }
+        d.podsets = podsets;
+        return d;
+    }
+
+    if children::after_timeout(service, children, &live, &mut d) {
         d.podsets = podsets;
         return d;
     }
@@ -347,6 +364,7 @@ pub fn decide(
         .last()
         .copied()
         .filter(|w| slices::covers(w, &podsets));
+    let mut holding = false;
     for child in children {
         let name = child_name(child);
         match (is_suspended(child), cover) {
@@ -369,6 +387,7 @@ pub fn decide(
                 });
             }
             (true, None) => {
+                holding = true;
                 let why = target
                     .map(pending_message)
                     .unwrap_or_else(|| "no slice yet".into());
@@ -399,6 +418,7 @@ pub fn decide(
             _ => {}
         }
     }
+    children::warn_deadline(service, holding, opts.now, &mut d);
     d.podsets = podsets;
     d
 }
