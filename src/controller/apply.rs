@@ -188,3 +188,20 @@ pub async fn annotate_service(
     let body = json!({"metadata": {"annotations": {key: value}}});
     patch_service(client, ns, name, key, body).await
 }
+
+/// A merge patch of a child RayCluster (e.g. its flavors' node selector and tolerations).
+pub async fn patch_child(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), Error> {
+    Api::<RayCluster>::namespaced(client.clone(), ns)
+        .patch(name, &merge(GATE_MANAGER), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::PatchChildFlavors {
+            name: format!("{ns}/{name}"),
+            source,
+        })
+}

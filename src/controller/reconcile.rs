@@ -112,6 +112,13 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         },
         priority,
         now: Some(Timestamp::now()),
+        flavors: ctx
+            .stores
+            .flavors
+            .state()
+            .iter()
+            .filter_map(|f| Some((f.metadata.name.clone()?, f.spec.clone())))
+            .collect(),
     };
 
     // decide
@@ -180,6 +187,9 @@ async fn apply_actions(
             }
             GateAction::ReportError { message } => {
                 apply::report_error(&ctx.client, ns, name, message.as_deref()).await?
+            }
+            GateAction::PatchChild { child, patch } => {
+                apply::patch_child(&ctx.client, ns, child, patch).await?
             }
             GateAction::Annotate { key, value } => {
                 apply::annotate_service(&ctx.client, ns, name, key, value.as_deref()).await?

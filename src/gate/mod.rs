@@ -23,6 +23,7 @@
 use std::collections::BTreeSet;
 
 pub mod children;
+pub mod flavors;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -64,6 +65,12 @@ pub enum GateAction {
     ResumeService,
     /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
     ReportError { message: Option<String> },
+    /// Merge-patch a child RayCluster (its flavors' node selector and tolerations, before it is
+    /// released; carries the child's resourceVersion).
+    PatchChild {
+        child: String,
+        patch: serde_json::Value,
+    },
     /// Set (`Some`) or clear (`None`) an annotation on the RayService.
     Annotate {
         key: &'static str,
@@ -126,6 +133,8 @@ pub struct GateOptions {
     pub priority: Option<(PriorityClassRef, i32)>,
     /// The time of the decision (for deadlines shown to the user).
     pub now: Option<Timestamp>,
+    /// ResourceFlavors by name (their node labels and tolerations reach released children).
+    pub flavors: std::collections::BTreeMap<String, crate::types::kueue::ResourceFlavorSpec>,
 }
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
@@ -369,6 +378,9 @@ pub fn decide(
         let name = child_name(child);
         match (is_suspended(child), cover) {
             (true, Some(slice)) if child.metadata.deletion_timestamp.is_none() => {
+                if !flavors::before_release(child, slice, &opts.flavors, &mut d) {
+                    continue;
+                }
                 released.insert(name.clone());
                 let slice_name = slice.metadata.name.clone().unwrap_or_default();
                 d.event(

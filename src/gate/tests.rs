@@ -89,6 +89,7 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::SuspendService { reason } => format!("SuspendService {reason}"),
             GateAction::ResumeService => "ResumeService".into(),
             GateAction::ReportError { message } => format!("ReportError {}", message.is_some()),
+            GateAction::PatchChild { child, .. } => format!("PatchChild {child}"),
             GateAction::Annotate { key, value } => format!("Annotate {key} {}", value.is_some()),
         })
         .collect()
