@@ -734,3 +734,35 @@ async fn a_first_child_held_past_the_initializing_timeout_is_warned_then_its_sli
     );
     env.stop().await;
 }
+
+/// Issue #9 item 6: a child released against a slice admitted on a flavor with `nodeLabels` and
+/// `tolerations` gets them on its pod templates (as Kueue's `RunWithPodSetsInfo` does) before it
+/// is unsuspended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child() {
+    let _serial = lock().await;
+    let env = Env::new("flavor-pods").await;
+    env.queues("4", json!({})).await;
+    let flavor = format!("f-{}", env.ns);
+    let toleration = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
+    apply(&env.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": flavor},
+        "spec": {"nodeLabels": {"pool": "h100"},
+            "nodeTaints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+            "tolerations": [toleration.clone()]}})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let child = env.wait_running("svc").await;
+    let c = env.clusters().get(&child).await.unwrap();
+    let c = serde_json::to_value(&c).unwrap();
+    for template in [
+        &c["spec"]["headGroupSpec"]["template"],
+        &c["spec"]["workerGroupSpecs"][0]["template"],
+    ] {
+        assert_eq!(template["spec"]["nodeSelector"], json!({"pool": "h100"}));
+        assert_eq!(template["spec"]["tolerations"], json!([toleration]));
+    }
+    assert_eq!(c["spec"]["suspend"], json!(false));
+    env.stop().await;
+}
