@@ -745,11 +745,15 @@ async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_ch
     env.queues("4", json!({})).await;
     let flavor = format!("f-{}", env.ns);
     let toleration = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
-    apply(&env.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    apply(
+        &env.client,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
         "metadata": {"name": flavor},
         "spec": {"nodeLabels": {"pool": "h100"},
             "nodeTaints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-            "tolerations": [toleration.clone()]}})).await;
+            "tolerations": [toleration.clone()]}}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
         .await;
