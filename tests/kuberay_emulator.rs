@@ -718,7 +718,7 @@ async fn a_pending_child_replaced_by_a_second_change_is_deleted_after_the_deleti
         c["suspend"] = json!(true);
     })
     .await;
-    let p1 = wait_for(&env, "svc", "a first pending child", |rs| pending(rs)).await;
+    let p1 = wait_for(&env, "svc", "a first pending child", pending).await;
     eventually(TIMEOUT, "the first pending child to be created", || async {
         env.clusters.get_opt(&p1).await.unwrap().map(|_| ())
     })
@@ -765,7 +765,7 @@ async fn initializing_timeout_fails_the_rayservice_for_good_and_deletes_its_chil
     obj["metadata"]["annotations"]["ray.io/initializing-timeout"] = json!("3s");
     obj["spec"]["rayClusterDeletionDelaySeconds"] = json!(1);
     create(&env, obj).await;
-    let held = wait_for(&env, "svc", "the first (held) child", |rs| pending(rs)).await;
+    let held = wait_for(&env, "svc", "the first (held) child", pending).await;
     let rs = get(&env, "svc").await;
     assert!(is(&rs, "Ready", "False", "Initializing"));
     let failed = wait_for(&env, "svc", "Ready=False/InitializingTimeout", |rs| {

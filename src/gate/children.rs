@@ -683,9 +683,7 @@ mod tests {
         w.metadata.creation_timestamp = Some(Time(at(1001)));
         let wname = w.metadata.name.clone().unwrap();
         let mut s = initializing_service("InitializingTimeout", 1600, "10m");
-        for st in [s.status.as_mut().unwrap()] {
-            st.pending_service_status = None;
-        }
+        s.status.as_mut().unwrap().pending_service_status = None;
         // Admitted just too late: still not released, and finished.
         admit(&mut w);
         let d = decide(&s, &[&p], &[w.clone()], &GateOptions::default());
