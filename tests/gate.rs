@@ -817,3 +817,159 @@ async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts() 
     }
     env.stop().await;
 }
+
+/// Issue #9 item 5: a pending child replaced by a second spec change is dangling (KubeRay
+/// deletes it after `rayClusterDeletionDelaySeconds`): it is not charged, and the newest pending
+/// child runs as soon as the active one plus it fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits() {
+    let _serial = lock().await;
+    let env = Env::new("replaced-pending").await;
+    env.queues("3", json!({})).await;
+    let first_pending = env.held_upgrade().await;
+    // KubeRay's default delay: the replaced child lingers far longer than this test
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterDeletionDelaySeconds": 60}}),
+    )
+    .await;
+    // (KubeRay's status is written more than a clock margin after that child's creation)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}}),
+    )
+    .await;
+    let newest = eventually(WAIT, "a second held pending child", || async {
+        let child = env.pending_child("svc").await?;
+        let name = child.metadata.name.clone().unwrap_or_default();
+        (name != first_pending && child.spec.suspend == Some(true)).then_some(name)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let totals: Vec<i32> = env
+        .live_slices("svc")
+        .await
+        .iter()
+        .map(|w| w.spec.pod_sets.iter().map(|p| p.count).sum())
+        .collect();
+    assert!(
+        totals.iter().all(|t| *t <= 4),
+        "the replaced child is not charged: slices {totals:?}"
+    );
+    // quota for the active child plus the newest pending one: it runs and is promoted
+    env.set_quota("4").await;
+    eventually(
+        WAIT,
+        "the newest pending child runs and is promoted",
+        || async {
+            let svc = env.services().get("svc").await.ok()?;
+            (svc.status?.active_service_status?.ray_cluster_name? == newest).then_some(())
+        },
+    )
+    .await;
+    let replaced = env.clusters().get_opt(&first_pending).await.unwrap();
+    assert!(
+        replaced.is_none_or(|c| c.spec.suspend == Some(true)),
+        "the replaced child is never released"
+    );
+    env.stop().await;
+}
+
+/// Issue #9 item 5: a first child held past `ray.io/initializing-timeout` is warned about
+/// before KubeRay fails the RayService, and once KubeRay gave up raygate finishes its slices, so
+/// quota that arrives later is not spent on a dead RayService.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished() {
+    let _serial = lock().await;
+    let env = Env::new("init-timeout").await;
+    env.queues("1", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    env.patch_service(
+        "svc",
+        json!({"metadata": {"annotations": {"ray.io/initializing-timeout": "5s"}}}),
+    )
+    .await;
+    let warning = eventually(WAIT, "a deadline warning on the RayService", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        svc.metadata
+            .annotations?
+            .get(raygate::gate::children::INITIALIZING_DEADLINE_ANNOTATION)
+            .cloned()
+    })
+    .await;
+    assert!(warning.contains("fails this RayService"), "{warning}");
+    eventually(
+        WAIT,
+        "KubeRay gives up and raygate finishes the slice",
+        || async {
+            let svc = env.services().get("svc").await.ok()?;
+            let ready = svc
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            (ready.reason == "InitializingTimeout" && env.live_slices("svc").await.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(WAIT, "the annotation says KubeRay gave up", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        svc.metadata
+            .annotations?
+            .get(raygate::gate::children::INITIALIZING_DEADLINE_ANNOTATION)
+            .filter(|n| n.contains("gave up"))
+            .map(|_| ())
+    })
+    .await;
+    // quota arrives too late: nothing is admitted or released for the dead RayService
+    env.set_quota("4").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(env.live_slices("svc").await.is_empty());
+    assert!(env.cq_cpu().await.is_none_or(|c| c == "0"));
+    assert!(
+        env.children("svc")
+            .await
+            .iter()
+            .all(|c| c.spec.suspend == Some(true))
+    );
+    env.stop().await;
+}
+
+/// Issue #9 item 6: a child released against a slice admitted on a flavor with `nodeLabels` and
+/// `tolerations` gets them on its pod templates (as Kueue's `RunWithPodSetsInfo` does) before it
+/// is unsuspended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child() {
+    let _serial = lock().await;
+    let env = Env::new("flavor-pods").await;
+    env.queues("4", json!({})).await;
+    let flavor = format!("f-{}", env.ns);
+    let toleration = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
+    apply(
+        &env.client,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": flavor},
+        "spec": {"nodeLabels": {"pool": "h100"},
+            "nodeTaints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+            "tolerations": [toleration.clone()]}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let child = env.wait_running("svc").await;
+    let c = env.clusters().get(&child).await.unwrap();
+    let c = serde_json::to_value(&c).unwrap();
+    for template in [
+        &c["spec"]["headGroupSpec"]["template"],
+        &c["spec"]["workerGroupSpecs"][0]["template"],
+    ] {
+        assert_eq!(template["spec"]["nodeSelector"], json!({"pool": "h100"}));
+        assert_eq!(template["spec"]["tolerations"], json!([toleration]));
+    }
+    assert_eq!(c["spec"]["suspend"], json!(false));
+    env.stop().await;
+}

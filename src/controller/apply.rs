@@ -295,3 +295,34 @@ pub async fn pods_ready(
             source,
         })
 }
+
+/// Sets (`Some`) or clears (`None`) one annotation on the RayService.
+pub async fn annotate_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    key: &'static str,
+    value: Option<&str>,
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let body = json!({"metadata": {"annotations": {key: value}}});
+    patch_service_at(client, ns, name, key, body, rv).await
+}
+
+/// A merge patch of a child RayCluster (e.g. its flavors' node selector and tolerations); the
+/// patch carries the child's `resourceVersion`.
+pub async fn patch_child(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), Error> {
+    Api::<RayCluster>::namespaced(client.clone(), ns)
+        .patch(name, &merge(GATE_MANAGER), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::PatchChildFlavors {
+            name: format!("{ns}/{name}"),
+            source,
+        })
+}

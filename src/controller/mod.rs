@@ -103,6 +103,8 @@ pub enum Error {
         suspend: bool,
         source: kube::Error,
     },
+    #[error("patching RayCluster {name} pod templates with its flavors: {source}")]
+    PatchChildFlavors { name: String, source: kube::Error },
     #[error("applying Workload {name}: {source}")]
     ApplyWorkload { name: String, source: kube::Error },
     #[error("patching Workload {name} spec.podSets: {source}")]
@@ -152,6 +154,7 @@ impl Error {
         match self {
             Error::PatchService { .. } => "patch_rayservice",
             Error::PatchChildSuspend { .. } => "patch_child_suspend",
+            Error::PatchChildFlavors { .. } => "patch_child_flavors",
             Error::ApplyWorkload { .. } => "apply_workload",
             Error::PatchPodSets { .. } => "patch_podsets",
             Error::WorkloadStatus { .. } => "workload_status",

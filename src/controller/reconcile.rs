@@ -127,6 +127,14 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
         priority,
+        now: Some(Timestamp::now()),
+        flavors: ctx
+            .stores
+            .flavors
+            .state()
+            .iter()
+            .filter_map(|f| Some((f.metadata.name.clone()?, f.spec.clone())))
+            .collect(),
     };
 
     // decide
@@ -470,6 +478,20 @@ async fn apply_action(
                     ns,
                     name,
                     *resume,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
+            }
+            GateAction::PatchChild { child, patch } => {
+                apply::patch_child(&ctx.client, ns, child, patch).await?
+            }
+            GateAction::Annotate { key, value } => {
+                decided.service_rv = apply::annotate_service(
+                    &ctx.client,
+                    ns,
+                    name,
+                    key,
+                    value.as_deref(),
                     decided.service_rv.as_deref(),
                 )
                 .await?

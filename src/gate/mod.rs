@@ -24,6 +24,9 @@ pub mod pods_ready;
 
 use std::collections::BTreeSet;
 
+pub mod children;
+pub mod flavors;
+
 use k8s_openapi::jiff::Timestamp;
 
 use crate::podsets::{self, PodSet};
@@ -70,6 +73,17 @@ pub enum GateAction {
     /// Opt-out, last step: lift the template gate (`spec.rayClusterConfig.suspend`), clear the
     /// `spec.suspend` raygate set when `resume`, and remove raygate's annotations.
     OptOut { resume: bool },
+    /// Merge-patch a child RayCluster (its flavors' node selector and tolerations, before it is
+    /// released; carries the child's resourceVersion).
+    PatchChild {
+        child: String,
+        patch: serde_json::Value,
+    },
+    /// Set (`Some`) or clear (`None`) an annotation on the RayService.
+    Annotate {
+        key: &'static str,
+        value: Option<String>,
+    },
 }
 
 /// Normal or Warning.
@@ -125,6 +139,10 @@ pub struct GateOptions {
     pub mode: ChainMode,
     /// Resolved from the `kueue.x-k8s.io/priority-class` label: the class and its value.
     pub priority: Option<(PriorityClassRef, i32)>,
+    /// The time of the decision (for deadlines shown to the user).
+    pub now: Option<Timestamp>,
+    /// ResourceFlavors by name (their node labels and tolerations reach released children).
+    pub flavors: std::collections::BTreeMap<String, crate::types::kueue::ResourceFlavorSpec>,
 }
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
@@ -191,6 +209,9 @@ pub fn decide(
         .filter(|n| live_names.contains(*n))
         .map(str::to_string)
         .collect();
+    // Children KubeRay abandoned that never ran: neither released nor charged.
+    let kept = children::without_abandoned(service, children, &released, &mut d);
+    let children = &kept[..];
     if service.spec.ray_cluster_config.suspend != Some(true) || recorded.is_none() {
         if recorded.is_none() {
             released.extend(
@@ -257,6 +278,11 @@ pub fn decide(
                 }));
             }
         }
+        d.podsets = podsets;
+        return d;
+    }
+
+    if children::after_timeout(service, children, &live, &mut d) {
         d.podsets = podsets;
         return d;
     }
@@ -356,10 +382,14 @@ pub fn decide(
         .last()
         .copied()
         .filter(|w| !invalid && slices::covers(w, &podsets));
+    let mut holding = false;
     for child in children {
         let name = child_name(child);
         match (is_suspended(child), cover) {
             (true, Some(slice)) if child.metadata.deletion_timestamp.is_none() => {
+                if !flavors::before_release(child, slice, &opts.flavors, &mut d) {
+                    continue;
+                }
                 released.insert(name.clone());
                 let slice_name = slice.metadata.name.clone().unwrap_or_default();
                 d.event(
@@ -378,6 +408,7 @@ pub fn decide(
                 });
             }
             (true, None) => {
+                holding = true;
                 let why = if invalid {
                     "the RayService's PodSets are invalid (see the InvalidPodSets Event)".into()
                 } else {
@@ -412,6 +443,7 @@ pub fn decide(
             _ => {}
         }
     }
+    children::warn_deadline(service, holding, opts.now, &mut d);
     d.podsets = podsets;
     d
 }

@@ -93,6 +93,8 @@ fn kinds(d: &GateDecision) -> Vec<String> {
                 format!("OptOutChild {child} unsuspend={unsuspend}")
             }
             GateAction::OptOut { resume } => format!("OptOut resume={resume}"),
+            GateAction::PatchChild { child, .. } => format!("PatchChild {child}"),
+            GateAction::Annotate { key, value } => format!("Annotate {key} {}", value.is_some()),
         })
         .collect()
 }
