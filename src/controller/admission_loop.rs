@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::metrics::UsageLabels;
-use super::{ADMISSION_MANAGER, Context, Error};
+use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{self, ClusterQueueUsage, Decision, LocalQueueUsage, Options, Snapshot};
 use crate::types::kueue::{ClusterQueue, LocalQueue, Workload, WorkloadStatus, condition};
 
@@ -41,7 +41,7 @@ struct Assumed {
     status: WorkloadStatus,
     /// `Some` for a write whose outcome is unknown (it may have committed, then timed out): the
     /// assumption is dropped after this instant if the store never showed a newer version.
-    expires: Option<Instant>,
+    expires: Option<Monotonic>,
 }
 
 /// How long a write of unknown outcome is assumed to have committed.
@@ -54,7 +54,7 @@ enum Overlay {
     Forget,
 }
 
-fn overlay(store_rv: u64, a: &Assumed, now: Instant) -> Overlay {
+fn overlay(store_rv: u64, a: &Assumed, now: Monotonic) -> Overlay {
     if store_rv >= a.resource_version || a.expires.is_some_and(|e| now >= e) {
         Overlay::Forget
     } else {
@@ -121,7 +121,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             decisions = ?result.decisions,
             "admission cycle"
         );
-        let now = Timestamp::now();
+        let now = ctx.clock.now();
         let mut pending = 0;
         let by_key: HashMap<String, &Workload> =
             snapshot.workloads.iter().map(|w| (key(w), w)).collect();
@@ -187,7 +187,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
 /// Everything admission reads, with the loop's own not-yet-watched writes laid over the stores.
 fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
     let s = &ctx.stores;
-    let now = Instant::now();
+    let now = ctx.clock.monotonic();
     let workloads: Vec<Workload> = s
         .workloads
         .state()
@@ -322,7 +322,7 @@ async fn write_decision(
                         resource_version: rv(w).saturating_add(1),
                         decided_rv,
                         status: next,
-                        expires: Some(Instant::now() + UNCONFIRMED_FOR),
+                        expires: Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
                     },
                 );
             }
@@ -335,7 +335,7 @@ async fn write_decision(
     if let Decision::Admit { .. } = d {
         tracing::info!(workload = k, "admitted");
         if let Ok(mut m) = ctx.admitted_at.lock() {
-            m.insert(k.to_string(), Instant::now());
+            m.insert(k.to_string(), ctx.clock.monotonic());
         }
     }
     assumed.insert(
@@ -500,11 +500,11 @@ async fn write_local_queue(ctx: &Context, usage: &LocalQueueUsage) -> Result<(),
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
-    use super::{Assumed, Overlay, may_have_committed, overlay};
+    use super::{Assumed, Monotonic, Overlay, may_have_committed, overlay};
 
-    fn assumed(rv: u64, expires: Option<Instant>) -> Assumed {
+    fn assumed(rv: u64, expires: Option<Monotonic>) -> Assumed {
         Assumed {
             resource_version: rv,
             decided_rv: (rv - 1).to_string(),
@@ -515,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_confirmed_write_is_assumed_until_the_store_shows_its_version() {
-        let now = Instant::now();
+        let now = Monotonic::from_origin(Duration::from_secs(1000));
         let a = assumed(12, None);
         assert_eq!(overlay(11, &a, now), Overlay::Keep);
         assert_eq!(overlay(12, &a, now), Overlay::Forget);
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn a_write_of_unknown_outcome_is_assumed_until_a_newer_version_or_expiry() {
-        let now = Instant::now();
+        let now = Monotonic::from_origin(Duration::from_secs(1000));
         // decided on version 11: any newer version in the store settles it
         let a = assumed(12, Some(now + Duration::from_secs(30)));
         assert_eq!(overlay(11, &a, now), Overlay::Keep);

@@ -3,10 +3,13 @@
 //!
 //! Everything that decides lives in the pure modules ([`crate::gate`], [`crate::slices`],
 //! [`crate::admission`]); this module observes, calls them, and applies their results with
-//! narrow merge patches or server-side apply, one field manager per writer.
+//! narrow merge patches or server-side apply, one field manager per writer. Time comes from the
+//! one [`Clock`] in the [`Context`]: the wall clock is read nowhere else (checked by clippy).
+#![deny(clippy::disallowed_methods)]
 
 mod admission_loop;
 mod apply;
+mod clock;
 mod events;
 mod http;
 mod leader;
@@ -27,6 +30,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use events::EventSink;
 pub use metrics::Metrics;
 pub use stores::Stores;
@@ -192,6 +196,8 @@ impl Error {
 /// Shared by the reconciler and the admission loop.
 pub struct Context {
     pub client: Client,
+    /// Every time the controller needs (decisions, written times, latencies, expiries).
+    pub clock: Arc<dyn Clock>,
     pub config: Config,
     pub stores: Stores,
     pub metrics: Arc<Metrics>,
@@ -199,7 +205,7 @@ pub struct Context {
     /// True while this replica may write (always, without leader election).
     pub leader: watch::Receiver<bool>,
     /// When the admission loop admitted a Workload (key `ns/name`), for the gate-latency metric.
-    pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, Monotonic>>,
     /// Consecutive failed reconciles per RayService (`ns/name`), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Children this process released whose record the RayService in the store may not show yet
@@ -214,10 +220,21 @@ impl Context {
     }
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller on the system clock until `shutdown` resolves.
 pub async fn run(
     client: Client,
     config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    run_with(client, config, Arc::new(SystemClock::default()), shutdown).await
+}
+
+/// Runs the controller on `clock` (e.g. a simulated cluster's virtual clock) until `shutdown`
+/// resolves.
+pub async fn run_with(
+    client: Client,
+    config: Config,
+    clock: Arc<dyn Clock>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::default());
@@ -230,6 +247,7 @@ pub async fn run(
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
+        clock,
         events: EventSink::new(client.clone()),
         config: config.clone(),
         stores,

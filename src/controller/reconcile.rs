@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -76,7 +76,7 @@ fn priority(
 }
 
 pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = Instant::now();
+    let start = ctx.clock.monotonic();
     // Without the queue label a service raygate still has state on is reconciled to opt it out.
     let opted_in = gate::queue_name(&service).is_some() || gate::has_state(&service);
     if !opted_in || service.metadata.deletion_timestamp.is_some() {
@@ -121,13 +121,15 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         .map(|w| w.as_ref().clone())
         .collect();
     let (priority, priority_event) = priority(&service, &ctx);
+    // one time for the whole reconcile: the decision and the writes agree on it
+    let now = ctx.clock.now();
     let opts = GateOptions {
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
         priority,
-        now: Some(Timestamp::now()),
+        now: Some(now),
         flavors: ctx
             .stores
             .flavors
@@ -141,7 +143,6 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     let decision = gate::decide(&service, &children, &workloads, &opts);
 
     // apply, in order; events after (they never fail the reconcile)
-    let now = Timestamp::now();
     let mut decided = Decided {
         workloads: &workloads,
         children: &children,
@@ -190,7 +191,7 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     tracing::debug!(rayservice = %format!("{ns}/{name}"), children = children.len(), pending, actions = decision.actions.len(), "reconciled");
     ctx.metrics
         .reconcile_duration
-        .observe(start.elapsed().as_secs_f64());
+        .observe(ctx.clock.monotonic().saturating_since(start).as_secs_f64());
     let label = if result.is_ok() { "ok" } else { "error" };
     ctx.metrics
         .reconciles
@@ -538,7 +539,7 @@ fn observe_gate_latency(
         .ok()
         .and_then(|m| m.get(slice).copied());
     let seconds = match (local, admitted_at) {
-        (Some(at), _) => Some(at.elapsed().as_secs_f64()),
+        (Some(at), _) => Some(ctx.clock.monotonic().saturating_since(at).as_secs_f64()),
         (None, Some(at)) => Some(now.duration_since(at).as_secs_f64()),
         _ => None,
     };
