@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -30,6 +30,10 @@ const OWNED: [&str; 5] = [
     condition::PREEMPTED,
     condition::REQUEUED,
 ];
+
+/// The one condition the admission loop owns on a ClusterQueue and a LocalQueue (the status
+/// values come from [`admission::cluster_queue_status`] / [`admission::local_queue_status`]).
+const ACTIVE: &str = "Active";
 
 /// A status this loop wrote that the store may not show yet.
 #[derive(Clone, Debug)]
@@ -177,7 +181,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             if !ctx.is_leader() {
                 break;
             }
-            if let Err(e) = write_local_queue(&ctx, lq).await {
+            if let Err(e) = write_local_queue(&ctx, lq, now).await {
                 tracing::warn!(error = %e, "LocalQueue status write failed");
             }
         }
@@ -354,35 +358,6 @@ async fn write_decision(
     Ok(())
 }
 
-fn active_condition(
-    usage: &ClusterQueueUsage,
-    previous: Option<&Condition>,
-    now: Timestamp,
-) -> Condition {
-    let reason = if usage.active_reason.is_empty() {
-        "Ready"
-    } else {
-        usage.active_reason.as_str()
-    };
-    let (status, message) = match &usage.active {
-        Ok(()) => ("True", "Can admit new workloads".to_string()),
-        Err(why) => ("False", why.clone()),
-    };
-    let unchanged =
-        previous.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
-    Condition {
-        type_: "Active".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: match previous {
-            Some(p) if unchanged => p.last_transition_time.clone(),
-            _ => Time(now),
-        },
-        observed_generation: None,
-    }
-}
-
 async fn write_cluster_queue(
     ctx: &Context,
     usage: &ClusterQueueUsage,
@@ -414,36 +389,14 @@ async fn write_cluster_queue(
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some(usage.name.as_str()));
     let previous = existing.as_ref().and_then(|c| c.status.as_ref());
-    let prev_active = previous.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
-    let status = json!({
-        "flavorsReservation": usage.reservation,
-        "flavorsUsage": usage.reservation,
-        "pendingWorkloads": usage.pending,
-        "reservingWorkloads": usage.reserving,
-        "admittedWorkloads": usage.admitted,
-        "conditions": [active_condition(usage, prev_active, now)],
-    });
-    if let Some(prev) = previous {
-        let same = serde_json::to_value(&prev.flavors_reservation).ok()
-            == Some(status["flavorsReservation"].clone())
-            && prev.pending_workloads == Some(usage.pending)
-            && prev.reserving_workloads == Some(usage.reserving)
-            && prev.admitted_workloads == Some(usage.admitted)
-            && prev_active.map(|c| (c.status.as_str(), c.message.as_str()))
-                == Some((
-                    status["conditions"][0]["status"]
-                        .as_str()
-                        .unwrap_or_default(),
-                    status["conditions"][0]["message"]
-                        .as_str()
-                        .unwrap_or_default(),
-                ));
-        if same {
-            return Ok(());
-        }
+    let generation = existing.as_ref().and_then(|c| c.metadata.generation);
+    let mut next = admission::cluster_queue_status(usage, previous, generation, now);
+    if previous == Some(&next) {
+        return Ok(());
     }
+    next.conditions.retain(|c| c.type_ == ACTIVE);
     let body =
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": status});
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": next});
     Api::<ClusterQueue>::all(ctx.client.clone())
         .patch_status(
             &usage.name,
@@ -458,32 +411,24 @@ async fn write_cluster_queue(
         })
 }
 
-async fn write_local_queue(ctx: &Context, usage: &LocalQueueUsage) -> Result<(), Error> {
+async fn write_local_queue(
+    ctx: &Context,
+    usage: &LocalQueueUsage,
+    now: Timestamp,
+) -> Result<(), Error> {
     let existing = ctx.stores.local_queues.state().into_iter().find(|q| {
         q.metadata.name.as_deref() == Some(usage.name.as_str())
             && q.metadata.namespace.as_deref() == Some(usage.namespace.as_str())
     });
-    if let Some(prev) = existing.as_ref().and_then(|q| q.status.as_ref()) {
-        let same = serde_json::to_value(&prev.flavors_reservation).ok()
-            == serde_json::to_value(&usage.reservation).ok()
-            && prev.pending_workloads == Some(usage.pending)
-            && prev.reserving_workloads == Some(usage.reserving)
-            && prev.admitted_workloads == Some(usage.admitted);
-        if same {
-            return Ok(());
-        }
+    let previous = existing.as_ref().and_then(|q| q.status.as_ref());
+    let generation = existing.as_ref().and_then(|q| q.metadata.generation);
+    let mut next = admission::local_queue_status(usage, previous, generation, now);
+    if previous == Some(&next) {
+        return Ok(());
     }
-    let body = json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "LocalQueue",
-        "status": {
-            "flavorsReservation": usage.reservation,
-            "flavorsUsage": usage.reservation,
-            "pendingWorkloads": usage.pending,
-            "reservingWorkloads": usage.reserving,
-            "admittedWorkloads": usage.admitted,
-        },
-    });
+    next.conditions.retain(|c| c.type_ == ACTIVE);
+    let body =
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "status": next});
     Api::<LocalQueue>::namespaced(ctx.client.clone(), &usage.namespace)
         .patch_status(
             &usage.name,
