@@ -7,14 +7,13 @@
 //! one [`Clock`] in the [`Context`]: the wall clock is read nowhere else (checked by clippy).
 #![deny(clippy::disallowed_methods)]
 
-mod admission_loop;
-mod apply;
+mod admission;
 mod clock;
 mod events;
+mod gate;
 mod http;
 mod leader;
 mod metrics;
-mod reconcile;
 mod stores;
 
 use std::future::Future;
@@ -209,7 +208,7 @@ pub struct Context {
     /// Consecutive failed reconciles per RayService (`ns/name`), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Children this process released whose record the RayService in the store may not show yet
-    /// (key `ns/name` of the RayService), see [`reconcile::overlay_released`].
+    /// (key `ns/name` of the RayService), see [`gate::overlay_released`].
     pub just_released:
         std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<String>>>,
 }
@@ -275,7 +274,7 @@ pub async fn run_with(
     if config.admission == AdmissionMode::Builtin {
         tasks.spawn(
             "admission loop",
-            admission_loop::run(
+            admission::run(
                 ctx.clone(),
                 streams.admission_trigger.clone(),
                 shutdown_rx.clone(),
@@ -305,7 +304,7 @@ pub async fn run_with(
             let mut stop = shutdown_rx.clone();
             async move { while stop.changed().await.is_ok() && !*stop.borrow() {} }
         })
-        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .run(gate::reconcile, gate::error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "reconcile loop event");

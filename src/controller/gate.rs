@@ -1,4 +1,7 @@
-//! The gate reconciler: observe (stores) → decide ([`crate::gate::decide`]) → apply.
+//! The gate reconciler: observe (stores) → decide ([`crate::gate::decide`]) → apply
+//! ([`apply`]: one narrow write per action) → report (Events, metrics, one log line).
+
+mod apply;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -10,7 +13,7 @@ use kube::Resource;
 use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
-use super::{AdmissionMode, Context, Error, apply, backoff, not_synced, resync};
+use super::{AdmissionMode, Context, Error, backoff, not_synced, resync};
 use crate::gate::{self, EventType, GateAction, GateEvent, GateOptions};
 use crate::podsets;
 use crate::slices::{self, ChainMode, SliceAction};
