@@ -17,9 +17,11 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-use super::metrics::UsageLabels;
+use super::metrics::{StepLabels, UsageLabels};
 use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
-use crate::admission::{self, ClusterQueueUsage, Decision, LocalQueueUsage, Options, Snapshot};
+use crate::admission::{
+    self, ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, Snapshot,
+};
 use crate::types::kueue::{ClusterQueue, LocalQueue, Workload, WorkloadStatus, condition};
 
 /// Condition types the admission loop owns on a Workload.
@@ -111,80 +113,130 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        let snapshot = snapshot(&ctx, &mut assumed);
-        let result = admission::cycle(
-            &snapshot,
-            &Options {
-                release_evicted_immediately: false,
-            },
-        );
-        ctx.metrics.admission_cycles.inc();
-        tracing::debug!(
-            workloads = snapshot.workloads.len(),
-            cluster_queues = snapshot.cluster_queues.len(),
-            decisions = ?result.decisions,
-            "admission cycle"
-        );
-        let now = ctx.clock.now();
-        let mut pending = 0;
-        let by_key: HashMap<String, &Workload> =
-            snapshot.workloads.iter().map(|w| (key(w), w)).collect();
-        // admissions whose write succeeded: only these finish the slice they replace
-        let mut admitted: HashSet<&str> = HashSet::new();
-        for d in &result.decisions {
-            if matches!(d, Decision::Pending { .. }) {
-                pending += 1;
+        run_cycle(&ctx, &mut assumed).await;
+    }
+}
+
+/// One admission cycle: observe (the stores with the loop's assumptions laid over) → decide
+/// ([`admission::cycle`]) → apply (the statuses that changed) → report (metrics, logs).
+async fn run_cycle(ctx: &Context, assumed: &mut HashMap<String, Assumed>) {
+    let snapshot = snapshot(ctx, assumed);
+    let result = admission::cycle(
+        &snapshot,
+        &Options {
+            release_evicted_immediately: false,
+        },
+    );
+    let now = ctx.clock.now();
+    let failed = apply(ctx, &snapshot, &result, now, assumed).await;
+    report(ctx, &snapshot, &result, &failed);
+}
+
+/// Writes a cycle's decisions, then the queues' status; returns the writes that failed (the
+/// next cycle retries them).
+async fn apply(
+    ctx: &Context,
+    snapshot: &Snapshot,
+    result: &CycleResult,
+    now: Timestamp,
+    assumed: &mut HashMap<String, Assumed>,
+) -> Vec<Error> {
+    let mut failed = vec![];
+    let by_key: HashMap<String, &Workload> =
+        snapshot.workloads.iter().map(|w| (key(w), w)).collect();
+    // admissions whose write succeeded: only these finish the slice they replace
+    let mut admitted: HashSet<&str> = HashSet::new();
+    for d in &result.decisions {
+        let Some(w) = by_key.get(d.workload()).copied() else {
+            continue;
+        };
+        if let Decision::FinishReplaced { replaced_by, .. } = d
+            && !admitted.contains(replaced_by.as_str())
+        {
+            tracing::info!(
+                workload = d.workload(),
+                replaced_by,
+                "not finishing the replaced slice: its replacement's admission was not written"
+            );
+            continue;
+        }
+        if !ctx.is_leader() {
+            tracing::info!("leadership lost: the admission loop stops writing");
+            break;
+        }
+        match write_decision(ctx, w, d, now, assumed).await {
+            Ok(()) => {
+                if let Decision::Admit { workload, .. } = d {
+                    admitted.insert(workload.as_str());
+                }
             }
-            let Some(w) = by_key.get(d.workload()).copied() else {
-                continue;
-            };
-            if let Decision::FinishReplaced { replaced_by, .. } = d
-                && !admitted.contains(replaced_by.as_str())
-            {
-                tracing::info!(
-                    workload = d.workload(),
-                    replaced_by,
-                    "not finishing the replaced slice: its replacement's admission was not written"
-                );
-                continue;
-            }
-            if !ctx.is_leader() {
-                tracing::info!("leadership lost: the admission loop stops writing");
-                break;
-            }
-            let written = write_decision(&ctx, w, d, now, &mut assumed).await;
-            if written.is_ok()
-                && let Decision::Admit { workload, .. } = d
-            {
-                admitted.insert(workload.as_str());
-            }
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "admission write failed; the next cycle retries");
+            Err(e) => failed.push(e),
+        }
+    }
+    for cq in &result.cluster_queues {
+        if !ctx.is_leader() {
+            break;
+        }
+        if let Err(e) = write_cluster_queue(ctx, cq, now).await {
+            failed.push(e);
+        }
+    }
+    for lq in &result.local_queues {
+        if !ctx.is_leader() {
+            break;
+        }
+        if let Err(e) = write_local_queue(ctx, lq, now).await {
+            failed.push(e);
+        }
+    }
+    failed
+}
+
+/// Every trace a cycle leaves: the cycle and pending counts, each ClusterQueue's usage, the
+/// failed writes (log and error metric).
+fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Error]) {
+    ctx.metrics.admission_cycles.inc();
+    tracing::debug!(
+        workloads = snapshot.workloads.len(),
+        cluster_queues = snapshot.cluster_queues.len(),
+        decisions = ?result.decisions,
+        "admission cycle"
+    );
+    let pending = result
+        .decisions
+        .iter()
+        .filter(|d| matches!(d, Decision::Pending { .. }))
+        .count();
+    ctx.metrics.pending_slices.set(pending as i64);
+    for usage in &result.cluster_queues {
+        for f in &usage.reservation {
+            for r in &f.resources {
+                let total = r
+                    .total
+                    .as_ref()
+                    .and_then(|q| crate::quantity::Quantity::try_from(q).ok())
+                    .unwrap_or_default();
+                let labels = UsageLabels {
+                    cluster_queue: usage.name.clone(),
+                    flavor: f.name.clone(),
+                    resource: r.name.clone(),
+                };
+                // display only: decisions never read this back
                 ctx.metrics
-                    .errors
-                    .get_or_create(&super::metrics::StepLabels {
-                        step: e.metric_label().into(),
-                    })
-                    .inc();
+                    .cluster_queue_usage
+                    .get_or_create(&labels)
+                    .set(total.nanos() as f64 / 1e9);
             }
         }
-        ctx.metrics.pending_slices.set(pending);
-        for cq in &result.cluster_queues {
-            if !ctx.is_leader() {
-                break;
-            }
-            if let Err(e) = write_cluster_queue(&ctx, cq, now).await {
-                tracing::warn!(error = %e, "ClusterQueue status write failed");
-            }
-        }
-        for lq in &result.local_queues {
-            if !ctx.is_leader() {
-                break;
-            }
-            if let Err(e) = write_local_queue(&ctx, lq, now).await {
-                tracing::warn!(error = %e, "LocalQueue status write failed");
-            }
-        }
+    }
+    for e in failed {
+        tracing::warn!(error = %e, "admission write failed; the next cycle retries");
+        ctx.metrics
+            .errors
+            .get_or_create(&StepLabels {
+                step: e.metric_label().into(),
+            })
+            .inc();
     }
 }
 
@@ -363,25 +415,6 @@ async fn write_cluster_queue(
     usage: &ClusterQueueUsage,
     now: Timestamp,
 ) -> Result<(), Error> {
-    for f in &usage.reservation {
-        for r in &f.resources {
-            let total = r
-                .total
-                .as_ref()
-                .and_then(|q| crate::quantity::Quantity::try_from(q).ok())
-                .unwrap_or_default();
-            let labels = UsageLabels {
-                cluster_queue: usage.name.clone(),
-                flavor: f.name.clone(),
-                resource: r.name.clone(),
-            };
-            // display only: decisions never read this back
-            ctx.metrics
-                .cluster_queue_usage
-                .get_or_create(&labels)
-                .set(total.nanos() as f64 / 1e9);
-        }
-    }
     let existing = ctx
         .stores
         .cluster_queues
