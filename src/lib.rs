@@ -8,6 +8,7 @@ pub mod controller;
 pub mod crdgen;
 pub mod dev;
 pub mod gate;
+pub mod labels;
 pub mod manifest;
 pub mod podsets;
 pub mod quantity;
