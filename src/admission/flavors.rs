@@ -10,8 +10,9 @@
 
 use std::fmt::Write as _;
 
+use super::queues::Queues;
 use super::quota::Usage;
-use super::snapshot::{Held, PodSetReq, Queues};
+use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
 
 /// How well a Workload fits.
@@ -25,7 +26,7 @@ pub(crate) enum Mode {
 /// The admitted slice a replacement is charged against.
 pub(crate) struct Replacing<'a> {
     pub key: &'a str,
-    pub held: &'a Held,
+    pub held: &'a HeldQuota,
 }
 
 impl Replacing<'_> {
@@ -123,7 +124,7 @@ pub(crate) fn assign(
     q: &Queues,
     usage: &Usage,
     cq: usize,
-    podsets: &[PodSetReq],
+    podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
 ) -> Assignment {
     let info = &q.cqs[cq];

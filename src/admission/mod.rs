@@ -30,12 +30,15 @@
 //! [`Scheduler`] keeps the indexed snapshot between passes (the controller's loop, the CLI, the
 //! benchmark); [`run_until_stable`] runs passes until nothing changes.
 
+mod cohorts;
 mod cycle;
 mod flavors;
+mod index;
 mod preemption;
+mod queues;
 mod quota;
-mod snapshot;
 mod status;
+mod workloads;
 
 #[cfg(test)]
 mod proptests;
@@ -58,7 +61,7 @@ use crate::types::kueue::{
     Admission, ClusterQueue, Cohort, FlavorUsage, LocalQueue, LocalQueueFlavorUsage,
     ResourceFlavor, Workload, WorkloadPriorityClass, WorkloadStatus,
 };
-use snapshot::Index;
+use index::Index;
 
 /// The objects admission decides on.
 #[derive(Clone, Debug, Default)]
@@ -282,7 +285,7 @@ impl Scheduler {
         let info = self.index.q.derive(&self.snapshot.workloads[i]);
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
-        self.index.workloads[i] = snapshot::WlInfo { duplicate, ..info };
+        self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };
         if rekey {
             self.index.reindex_keys();
         }

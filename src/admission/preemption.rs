@@ -9,8 +9,8 @@
 //! admitted first), added until the preemptor fits, then every one that is not needed is dropped
 //! again walking back: a minimal set.
 
+use super::index::Index;
 use super::quota::Usage;
-use super::snapshot::Index;
 use crate::quantity::Quantity;
 use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue};
 
