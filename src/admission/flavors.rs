@@ -9,8 +9,9 @@
 //! flavor for every PodSet name the slice had (sticky flavors).
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
-use super::queues::Queues;
+use super::queues::{Queues, QuotaGroup};
 use super::quota::Usage;
 use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
@@ -127,8 +128,12 @@ pub(crate) fn assign(
     podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
 ) -> Assignment {
-    let info = &q.cqs[cq];
-    let credit = |fr: usize| replacing.map_or(Quantity::ZERO, |r| r.credit(fr));
+    let a = Assigner {
+        q,
+        usage,
+        cq,
+        replacing,
+    };
     let mut totals: Vec<(usize, Quantity)> = Vec::new();
     let mut flavors = Vec::with_capacity(podsets.len());
     let mut mode = Mode::Fit;
@@ -139,118 +144,15 @@ pub(crate) fn assign(
             flavors.push(chosen);
             continue;
         }
-        let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(ps.requests.len());
-        for (ri, r) in ps.requests.iter().enumerate() {
-            match r
-                .res
-                .and_then(|id| info.group_of.get(id).copied().flatten())
-            {
-                Some((g, pos)) => placed.push((g, pos, ri)),
-                None => {
-                    return no_fit(
-                        &ps.name,
-                        vec![Reason::Uncovered {
-                            resource: r.name.clone(),
-                        }],
-                    );
-                }
-            }
-        }
-        placed.sort_unstable();
-        let mut start = 0;
-        while start < placed.len() {
-            let g = placed[start].0;
-            let end = placed[start..]
-                .iter()
-                .position(|p| p.0 != g)
-                .map_or(placed.len(), |n| start + n);
-            let reqs = &placed[start..end];
-            start = end;
-            let group = &info.groups[g];
-            let sticky = replacing
-                .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
-                .and_then(|(_, fl)| {
-                    reqs.iter().find_map(|&(_, _, ri)| {
-                        fl.iter()
-                            .find(|(res, _)| *res == ps.requests[ri].name)
-                            .map(|(_, f)| *f)
-                    })
-                });
-            let candidates = match sticky {
-                Some(f) => match group.flavors.iter().position(|x| *x == f) {
-                    Some(p) => p..p + 1,
-                    None => {
-                        return no_fit(
-                            &ps.name,
-                            vec![Reason::Sticky {
-                                flavor: f,
-                                resource: ps.requests[reqs[0].2].name.clone(),
-                            }],
-                        );
-                    }
-                },
-                None => 0..group.flavors.len(),
-            };
-            let mut reasons = Vec::new();
-            let mut fit = None;
-            let mut preempt = None;
-            for fp in candidates {
-                let fid = group.flavors[fp];
-                if let Some((key, wanted, has)) =
-                    conflict(&q.flavors[fid].node_labels, &ps.node_selector)
-                {
-                    reasons.push(Reason::Selector {
-                        flavor: fid,
-                        key,
-                        wanted,
-                        has,
-                    });
-                    continue;
-                }
-                let mut m = Mode::Fit;
-                for &(_, pos, ri) in reqs {
-                    let fr = group.fr[fp][pos];
-                    let total = get(&totals, fr) + ps.requests[ri].total;
-                    let credit = credit(fr);
-                    let need = max0(total - credit);
-                    let potential = q.tree.potential(cq, fr);
-                    let available = q.tree.available(usage, cq, fr);
-                    let exceeds_max = need > potential;
-                    if exceeds_max || need > available {
-                        reasons.push(Reason::Quota {
-                            fr,
-                            need,
-                            total,
-                            credit,
-                            available,
-                            potential,
-                            exceeds_max,
-                        });
-                        m = m.max(if exceeds_max {
-                            Mode::NoFit
-                        } else {
-                            Mode::Preempt
-                        });
-                        if exceeds_max {
-                            break;
-                        }
-                    }
-                }
-                match m {
-                    Mode::Fit => {
-                        fit = Some(fp);
-                        break;
-                    }
-                    Mode::Preempt => {
-                        preempt.get_or_insert(fp);
-                    }
-                    Mode::NoFit => {}
-                }
-            }
-            let (fp, m) = match (fit, preempt) {
-                (Some(fp), _) => (fp, Mode::Fit),
-                (None, Some(fp)) => (fp, Mode::Preempt),
-                (None, None) => return no_fit(&ps.name, reasons),
+        let placed = match a.place(ps) {
+            Ok(placed) => placed,
+            Err(no) => return no,
+        };
+        for reqs in placed.chunk_by(|x, y| x.0 == y.0) {
+            let group = &q.cqs[cq].groups[reqs[0].0];
+            let (fp, m, reasons) = match a.choose_flavor(ps, group, reqs, &totals) {
+                Ok(chosen) => chosen,
+                Err(no) => return no,
             };
             if m == Mode::Preempt && failure.is_none() {
                 failure = Some(Failure {
@@ -267,24 +169,184 @@ pub(crate) fn assign(
         chosen.sort_unstable();
         flavors.push(chosen);
     }
-    totals.sort_unstable_by_key(|(fr, _)| *fr);
-    let need: Vec<(usize, Quantity)> = totals
-        .iter()
-        .map(|&(fr, t)| (fr, max0(t - credit(fr))))
-        .filter(|(_, n)| !n.is_zero())
-        .collect();
-    let short = need
-        .iter()
-        .filter(|&&(fr, n)| n > q.tree.available(usage, cq, fr))
-        .map(|(fr, _)| *fr)
-        .collect();
-    Assignment {
-        mode,
-        flavors,
-        totals,
-        need,
-        short,
-        failure,
+    a.finish(mode, flavors, totals, failure)
+}
+
+/// One flavor assignment in progress: a Workload in ClusterQueue `cq` against `usage`.
+struct Assigner<'a> {
+    q: &'a Queues,
+    usage: &'a Usage,
+    cq: usize,
+    replacing: Option<&'a Replacing<'a>>,
+}
+
+impl Assigner<'_> {
+    fn credit(&self, fr: usize) -> Quantity {
+        self.replacing.map_or(Quantity::ZERO, |r| r.credit(fr))
+    }
+
+    /// Each request of a PodSet as (group, position in the group, request index), by group; an
+    /// uncovered resource makes the Workload not fit.
+    fn place(&self, ps: &PodSetRequests) -> Result<Vec<(usize, usize, usize)>, Assignment> {
+        let info = &self.q.cqs[self.cq];
+        let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(ps.requests.len());
+        for (ri, r) in ps.requests.iter().enumerate() {
+            match r
+                .res
+                .and_then(|id| info.group_of.get(id).copied().flatten())
+            {
+                Some((g, pos)) => placed.push((g, pos, ri)),
+                None => {
+                    return Err(no_fit(
+                        &ps.name,
+                        vec![Reason::Uncovered {
+                            resource: r.name.clone(),
+                        }],
+                    ));
+                }
+            }
+        }
+        placed.sort_unstable();
+        Ok(placed)
+    }
+
+    /// The flavor positions to try for one group: the replaced slice's flavor for this PodSet
+    /// (sticky), else all in order.
+    fn candidates(
+        &self,
+        ps: &PodSetRequests,
+        group: &QuotaGroup,
+        reqs: &[(usize, usize, usize)],
+    ) -> Result<Range<usize>, Assignment> {
+        let sticky = self
+            .replacing
+            .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
+            .and_then(|(_, fl)| {
+                reqs.iter().find_map(|&(_, _, ri)| {
+                    fl.iter()
+                        .find(|(res, _)| *res == ps.requests[ri].name)
+                        .map(|(_, f)| *f)
+                })
+            });
+        let Some(f) = sticky else {
+            return Ok(0..group.flavors.len());
+        };
+        match group.flavors.iter().position(|x| *x == f) {
+            Some(p) => Ok(p..p + 1),
+            None => Err(no_fit(
+                &ps.name,
+                vec![Reason::Sticky {
+                    flavor: f,
+                    resource: ps.requests[reqs[0].2].name.clone(),
+                }],
+            )),
+        }
+    }
+
+    /// The first flavor where every request of the group fits, else the first that fits after
+    /// preemption, with the reasons the flavors tried before it did not fit.
+    fn choose_flavor(
+        &self,
+        ps: &PodSetRequests,
+        group: &QuotaGroup,
+        reqs: &[(usize, usize, usize)],
+        totals: &[(usize, Quantity)],
+    ) -> Result<(usize, Mode, Vec<Reason>), Assignment> {
+        let mut reasons = Vec::new();
+        let mut preempt = None;
+        for fp in self.candidates(ps, group, reqs)? {
+            let fid = group.flavors[fp];
+            if let Some((key, wanted, has)) =
+                conflict(&self.q.flavors[fid].node_labels, &ps.node_selector)
+            {
+                reasons.push(Reason::Selector {
+                    flavor: fid,
+                    key,
+                    wanted,
+                    has,
+                });
+                continue;
+            }
+            match self.try_flavor(ps, &group.fr[fp], reqs, totals, &mut reasons) {
+                Mode::Fit => return Ok((fp, Mode::Fit, reasons)),
+                Mode::Preempt => {
+                    preempt.get_or_insert(fp);
+                }
+                Mode::NoFit => {}
+            }
+        }
+        match preempt {
+            Some(fp) => Ok((fp, Mode::Preempt, reasons)),
+            None => Err(no_fit(&ps.name, reasons)),
+        }
+    }
+
+    /// How the group's requests fit in one flavor (`row`: its (flavor, resource) ids), adding
+    /// a reason per request that does not.
+    fn try_flavor(
+        &self,
+        ps: &PodSetRequests,
+        row: &[usize],
+        reqs: &[(usize, usize, usize)],
+        totals: &[(usize, Quantity)],
+        reasons: &mut Vec<Reason>,
+    ) -> Mode {
+        let tree = &self.q.tree;
+        let mut m = Mode::Fit;
+        for &(_, pos, ri) in reqs {
+            let fr = row[pos];
+            let total = get(totals, fr) + ps.requests[ri].total;
+            let credit = self.credit(fr);
+            let need = max0(total - credit);
+            let potential = tree.potential(self.cq, fr);
+            let available = tree.available(self.usage, self.cq, fr);
+            let exceeds_max = need > potential;
+            if exceeds_max || need > available {
+                reasons.push(Reason::Quota {
+                    fr,
+                    need,
+                    total,
+                    credit,
+                    available,
+                    potential,
+                    exceeds_max,
+                });
+                if exceeds_max {
+                    return Mode::NoFit;
+                }
+                m = Mode::Preempt;
+            }
+        }
+        m
+    }
+
+    /// What must fit (totals minus the replaced slice's credit) and where it is short now.
+    fn finish(
+        &self,
+        mode: Mode,
+        flavors: Vec<Vec<(usize, usize)>>,
+        mut totals: Vec<(usize, Quantity)>,
+        failure: Option<Failure>,
+    ) -> Assignment {
+        totals.sort_unstable_by_key(|(fr, _)| *fr);
+        let need: Vec<(usize, Quantity)> = totals
+            .iter()
+            .map(|&(fr, t)| (fr, max0(t - self.credit(fr))))
+            .filter(|(_, n)| !n.is_zero())
+            .collect();
+        let short = need
+            .iter()
+            .filter(|&&(fr, n)| n > self.q.tree.available(self.usage, self.cq, fr))
+            .map(|(fr, _)| *fr)
+            .collect();
+        Assignment {
+            mode,
+            flavors,
+            totals,
+            need,
+            short,
+            failure,
+        }
     }
 }
 
