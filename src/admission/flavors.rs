@@ -106,17 +106,21 @@ fn add(totals: &mut Vec<(usize, Quantity)>, fr: usize, q: Quantity) {
     }
 }
 
-fn no_fit(podset: &str, reasons: Vec<Reason>) -> Assignment {
+fn no_fit(failure: Failure) -> Assignment {
     Assignment {
         mode: Mode::NoFit,
         flavors: Vec::new(),
         totals: Vec::new(),
         need: Vec::new(),
         short: Vec::new(),
-        failure: Some(Failure {
-            podset: podset.to_string(),
-            reasons,
-        }),
+        failure: Some(failure),
+    }
+}
+
+fn failure(podset: &str, reasons: Vec<Reason>) -> Failure {
+    Failure {
+        podset: podset.to_string(),
+        reasons,
     }
 }
 
@@ -146,13 +150,13 @@ pub(crate) fn assign(
         }
         let placed = match a.place(ps) {
             Ok(placed) => placed,
-            Err(no) => return no,
+            Err(f) => return no_fit(f),
         };
         for reqs in placed.chunk_by(|x, y| x.0 == y.0) {
             let group = &q.cqs[cq].groups[reqs[0].0];
             let (fp, m, reasons) = match a.choose_flavor(ps, group, reqs, &totals) {
                 Ok(chosen) => chosen,
-                Err(no) => return no,
+                Err(f) => return no_fit(f),
             };
             if m == Mode::Preempt && failure.is_none() {
                 failure = Some(Failure {
@@ -187,7 +191,7 @@ impl Assigner<'_> {
 
     /// Each request of a PodSet as (group, position in the group, request index), by group; an
     /// uncovered resource makes the Workload not fit.
-    fn place(&self, ps: &PodSetRequests) -> Result<Vec<(usize, usize, usize)>, Assignment> {
+    fn place(&self, ps: &PodSetRequests) -> Result<Vec<(usize, usize, usize)>, Failure> {
         let info = &self.q.cqs[self.cq];
         let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(ps.requests.len());
         for (ri, r) in ps.requests.iter().enumerate() {
@@ -197,7 +201,7 @@ impl Assigner<'_> {
             {
                 Some((g, pos)) => placed.push((g, pos, ri)),
                 None => {
-                    return Err(no_fit(
+                    return Err(failure(
                         &ps.name,
                         vec![Reason::Uncovered {
                             resource: r.name.clone(),
@@ -217,7 +221,7 @@ impl Assigner<'_> {
         ps: &PodSetRequests,
         group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
-    ) -> Result<Range<usize>, Assignment> {
+    ) -> Result<Range<usize>, Failure> {
         let sticky = self
             .replacing
             .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
@@ -233,7 +237,7 @@ impl Assigner<'_> {
         };
         match group.flavors.iter().position(|x| *x == f) {
             Some(p) => Ok(p..p + 1),
-            None => Err(no_fit(
+            None => Err(failure(
                 &ps.name,
                 vec![Reason::Sticky {
                     flavor: f,
@@ -251,7 +255,7 @@ impl Assigner<'_> {
         group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
         totals: &[(usize, Quantity)],
-    ) -> Result<(usize, Mode, Vec<Reason>), Assignment> {
+    ) -> Result<(usize, Mode, Vec<Reason>), Failure> {
         let mut reasons = Vec::new();
         let mut preempt = None;
         for fp in self.candidates(ps, group, reqs)? {
@@ -277,7 +281,7 @@ impl Assigner<'_> {
         }
         match preempt {
             Some(fp) => Ok((fp, Mode::Preempt, reasons)),
-            None => Err(no_fit(&ps.name, reasons)),
+            None => Err(failure(&ps.name, reasons)),
         }
     }
 
@@ -398,46 +402,60 @@ pub(crate) fn message(q: &Queues, cq: usize, failure: &Failure, replacing: Optio
                 q.flavors[*flavor].name,
                 replacing.unwrap_or("?")
             ),
-            Reason::Quota {
-                fr,
-                need,
-                total,
-                credit,
-                available,
-                potential,
-                exceeds_max,
-            } => {
-                let (res, flavor) = (q.resource_name(*fr), q.flavor_name(*fr));
-                let delta = match replacing {
-                    Some(old) if !credit.is_zero() => {
-                        format!(" ({total} for this slice minus {credit} held by {old})")
-                    }
-                    _ => String::new(),
-                };
-                let nominal = q.tree.nodes[cq].quota[*fr].nominal;
-                let available = max0(*available);
-                if *exceeds_max {
-                    let limit = match (
-                        q.tree.nodes[cq].parent,
-                        q.tree.nodes[cq].quota[*fr].borrowing_limit,
-                    ) {
-                        (None, _) => String::new(),
-                        (Some(_), Some(bl)) => format!(" with borrowing limit {bl}"),
-                        (Some(_), None) => " with all the cohort can lend".to_string(),
-                    };
-                    write!(
-                        s,
-                        "insufficient quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal}; the maximum is {potential}{limit}, so it can never fit"
-                    )
-                } else {
-                    write!(
-                        s,
-                        "insufficient unused quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal} ({} more needed)",
-                        *need - available
-                    )
-                }
-            }
+            Reason::Quota { .. } => write_quota_reason(&mut s, q, cq, r, replacing),
         };
     }
     s
+}
+
+/// A [`Reason::Quota`]: what was requested (a replacement: its delta), what is available of the
+/// nominal quota, and whether it can ever fit.
+fn write_quota_reason(
+    s: &mut String,
+    q: &Queues,
+    cq: usize,
+    reason: &Reason,
+    replacing: Option<&str>,
+) -> std::fmt::Result {
+    let Reason::Quota {
+        fr,
+        need,
+        total,
+        credit,
+        available,
+        potential,
+        exceeds_max,
+    } = reason
+    else {
+        return Ok(());
+    };
+    let cq_name = &q.cqs[cq].name;
+    let (res, flavor) = (q.resource_name(*fr), q.flavor_name(*fr));
+    let delta = match replacing {
+        Some(old) if !credit.is_zero() => {
+            format!(" ({total} for this slice minus {credit} held by {old})")
+        }
+        _ => String::new(),
+    };
+    let nominal = q.tree.nodes[cq].quota[*fr].nominal;
+    let available = max0(*available);
+    if !*exceeds_max {
+        return write!(
+            s,
+            "insufficient unused quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal} ({} more needed)",
+            *need - available
+        );
+    }
+    let limit = match (
+        q.tree.nodes[cq].parent,
+        q.tree.nodes[cq].quota[*fr].borrowing_limit,
+    ) {
+        (None, _) => String::new(),
+        (Some(_), Some(bl)) => format!(" with borrowing limit {bl}"),
+        (Some(_), None) => " with all the cohort can lend".to_string(),
+    };
+    write!(
+        s,
+        "insufficient quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal}; the maximum is {potential}{limit}, so it can never fit"
+    )
 }
