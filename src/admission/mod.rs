@@ -29,6 +29,13 @@
 //!
 //! [`Scheduler`] keeps the indexed snapshot between passes (the controller's loop, the CLI, the
 //! benchmark); [`run_until_stable`] runs passes until nothing changes.
+//!
+//! Modules, in the order data flows through them: `index` builds the view once (`queues`:
+//! flavors, ClusterQueues, LocalQueues, priority classes; `cohorts`: quotas and the cohort tree;
+//! `workloads`: one entry per Workload with its requests and held quota); `cycle` runs a pass
+//! (`evict_without_quota`, `nominate`, `process_entry` → `flavors::assign` and
+//! `preemption::targets`, `report_usage`) over `quota`'s resource-node arithmetic; `status` turns
+//! decisions into Kueue status values.
 
 mod cohorts;
 mod cycle;
