@@ -935,3 +935,46 @@ fn the_sample_rayservice_is_opted_in_and_its_queue_chain_resolves() {
         "the mid-upgrade snapshot rayservice-upgrade.yaml is not applied"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// HA: one identity per replica
+// ---------------------------------------------------------------------------------------------
+
+/// The env var `name` of the controller container is the downward-API field `field_path`.
+fn assert_env_from_field(deployment: &Deployment, name: &str, field_path: &str, whose: &str) {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod template");
+    let env = pod.containers[0].env.clone().unwrap_or_default();
+    let var = env
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("{whose}: the controller has no {name} env var"));
+    assert_eq!(var.value, None, "{whose}: {name} is not a constant");
+    let field = var
+        .value_from
+        .as_ref()
+        .and_then(|v| v.field_ref.as_ref())
+        .unwrap_or_else(|| panic!("{whose}: {name} comes from a fieldRef"));
+    assert_eq!(field.field_path, field_path, "{whose}: {name}");
+}
+
+/// Leader election's identity is `$POD_NAME` (src/main.rs); without it every replica would be
+/// `raygate-<pid>`, the same pid 1 in every container, and two replicas would both lead.
+#[test]
+fn every_replica_has_its_own_identity_from_the_downward_api() {
+    let main_rs = std::fs::read_to_string(repo().join("src/main.rs")).expect("src/main.rs");
+    assert!(
+        main_rs.contains(r#"std::env::var("POD_NAME")"#),
+        "src/main.rs derives the leader identity from POD_NAME"
+    );
+    for dir in ["default", "kueue-mode"] {
+        let objects = build(&config().join(dir)).objects;
+        let deployment: Deployment = typed(one(&objects, "Deployment"));
+        let whose = format!("config/{dir}");
+        assert_env_from_field(&deployment, "POD_NAME", "metadata.name", &whose);
+        assert_env_from_field(&deployment, "POD_NAMESPACE", "metadata.namespace", &whose);
+    }
+}
