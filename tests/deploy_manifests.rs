@@ -978,3 +978,191 @@ fn every_replica_has_its_own_identity_from_the_downward_api() {
         assert_env_from_field(&deployment, "POD_NAMESPACE", "metadata.namespace", &whose);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The image (Dockerfile), checked statically: no docker daemon in CI
+// ---------------------------------------------------------------------------------------------
+
+/// One Dockerfile instruction: keyword (upper-cased) and its arguments, continuations joined.
+#[derive(Debug)]
+struct Instruction {
+    keyword: String,
+    args: String,
+}
+
+/// The Dockerfile's build stages, each a list of instructions starting with its FROM.
+fn dockerfile_stages() -> Vec<Vec<Instruction>> {
+    let path = repo().join("Dockerfile");
+    let text = std::fs::read_to_string(&path).expect("a Dockerfile at the repository root");
+    let mut logical = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        if let Some(head) = trimmed.strip_suffix('\\') {
+            current.push_str(head);
+            current.push(' ');
+        } else {
+            current.push_str(trimmed);
+            logical.push(std::mem::take(&mut current));
+        }
+    }
+    assert!(current.is_empty(), "Dockerfile ends in a line continuation");
+    let mut stages: Vec<Vec<Instruction>> = Vec::new();
+    for line in logical {
+        let (keyword, args) = line.split_once(char::is_whitespace).unwrap_or((&line, ""));
+        let instruction = Instruction {
+            keyword: keyword.to_ascii_uppercase(),
+            args: args.trim().to_string(),
+        };
+        if instruction.keyword == "FROM" {
+            stages.push(vec![instruction]);
+        } else {
+            stages
+                .last_mut()
+                .unwrap_or_else(|| panic!("Dockerfile: {line:?} before the first FROM"))
+                .push(instruction);
+        }
+    }
+    stages
+}
+
+fn instruction<'a>(stage: &'a [Instruction], keyword: &str) -> Option<&'a str> {
+    let found: Vec<&Instruction> = stage.iter().filter(|i| i.keyword == keyword).collect();
+    assert!(found.len() <= 1, "one {keyword} per stage: {found:?}");
+    found.first().map(|i| i.args.as_str())
+}
+
+/// The exec form (`["a", "b"]`) of an ENTRYPOINT or CMD.
+fn exec_form(args: &str) -> Vec<String> {
+    serde_json::from_str(args).unwrap_or_else(|e| panic!("{args} is not in exec form: {e}"))
+}
+
+/// What a Deployment's pod runs as, for comparison with the image.
+struct PodRuntime {
+    user: i64,
+    group: i64,
+    command: Option<Vec<String>>,
+    args: Vec<String>,
+    read_only_root: bool,
+}
+
+fn pod_runtime(deployment: &Deployment) -> PodRuntime {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod template");
+    let pod_sc = pod.security_context.clone().unwrap_or_default();
+    let c = &pod.containers[0];
+    let sc = c.security_context.clone().unwrap_or_default();
+    let user = sc.run_as_user.or(pod_sc.run_as_user).expect("runAsUser");
+    let group = sc.run_as_group.or(pod_sc.run_as_group).expect("runAsGroup");
+    PodRuntime {
+        user,
+        group,
+        command: c.command.clone(),
+        args: c.args.clone().unwrap_or_default(),
+        read_only_root: sc.read_only_root_filesystem == Some(true),
+    }
+}
+
+/// The image agrees with the Deployment `deployment` (from `whose`): the same unprivileged user,
+/// its ENTRYPOINT not overridden, its default command the one the Deployment runs.
+fn assert_image_fits(deployment: &Deployment, whose: &str) {
+    let stages = dockerfile_stages();
+    let runtime = stages.last().expect("a stage");
+    let user = instruction(runtime, "USER").expect("the runtime stage sets USER");
+    let cmd = exec_form(instruction(runtime, "CMD").expect("a CMD"));
+    let pod = pod_runtime(deployment);
+    assert_eq!(
+        user,
+        format!("{}:{}", pod.user, pod.group),
+        "{whose}: runAsUser/runAsGroup are the image's USER"
+    );
+    assert_eq!(
+        pod.command, None,
+        "{whose}: the container keeps the image's ENTRYPOINT"
+    );
+    assert_eq!(
+        pod.args.first(),
+        cmd.first(),
+        "{whose}: the Deployment runs the image's default subcommand"
+    );
+    assert!(pod.read_only_root, "{whose}: read-only root filesystem");
+}
+
+#[test]
+fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
+    let stages = dockerfile_stages();
+    assert!(stages.len() >= 2, "a multi-stage build: {stages:?}");
+
+    // The builder is the toolchain the crate asks for (Cargo.toml's rust-version).
+    let cargo_toml = std::fs::read_to_string(repo().join("Cargo.toml")).expect("Cargo.toml");
+    let rust_version = cargo_toml
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("a rust-version")
+        .trim_matches('"');
+    let builder = instruction(&stages[0], "FROM").expect("FROM");
+    assert!(
+        builder.starts_with(&format!("rust:{rust_version}-alpine ")),
+        "the builder is rust:{rust_version}-alpine (musl, static): {builder}"
+    );
+    let build_name = builder
+        .split_whitespace()
+        .last()
+        .expect("the builder stage is named");
+
+    let runtime = stages.last().expect("a runtime stage");
+    let base = instruction(runtime, "FROM").expect("FROM");
+    assert!(
+        base.starts_with("gcr.io/distroless/static") && base.ends_with(":nonroot"),
+        "the runtime is distroless/static (no libc, no shell): {base}"
+    );
+    // distroless has no shell: nothing can RUN in the runtime stage.
+    assert!(runtime.iter().all(|i| i.keyword != "RUN"), "{runtime:?}");
+    assert_eq!(instruction(runtime, "USER"), Some("65532:65532"));
+    let entrypoint = exec_form(instruction(runtime, "ENTRYPOINT").expect("an ENTRYPOINT"));
+    assert_eq!(entrypoint, ["/raygate"]);
+    assert_eq!(
+        instruction(runtime, "COPY"),
+        Some(format!("--from={build_name} /raygate /raygate").as_str()),
+        "the entrypoint is the binary built in the first stage"
+    );
+    assert_eq!(
+        exec_form(instruction(runtime, "CMD").expect("a CMD")),
+        ["controller"]
+    );
+
+    // The build context keeps what `cargo build --locked` reads (Cargo.toml declares the
+    // benches and tests too) and leaves out the large or irrelevant.
+    let ignore = std::fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
+    let patterns: BTreeSet<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/'))
+        .collect();
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src",
+        "vendored-types",
+        "benches",
+        "tests",
+    ] {
+        assert!(!patterns.contains(needed), ".dockerignore keeps {needed}");
+    }
+    for dropped in ["target", ".git"] {
+        assert!(patterns.contains(dropped), ".dockerignore drops {dropped}");
+    }
+
+    for dir in ["default", "kueue-mode"] {
+        let objects = build(&config().join(dir)).objects;
+        let deployment: Deployment = typed(one(&objects, "Deployment"));
+        assert_image_fits(&deployment, &format!("config/{dir}"));
+    }
+}
