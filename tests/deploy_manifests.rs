@@ -1166,3 +1166,123 @@ fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
         assert_image_fits(&deployment, &format!("config/{dir}"));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The release manifest (hack/release.sh)
+// ---------------------------------------------------------------------------------------------
+
+/// A fresh, empty directory under the system's temp dir.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("raygate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// `to` as a path relative to the directory `from` (both absolute).
+fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let from = from.canonicalize().expect("from resolves");
+    let to = to.canonicalize().expect("to resolves");
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in from.components().skip(common) {
+        out.push("..");
+    }
+    out.extend(to.components().skip(common));
+    out
+}
+
+fn release(version: &str, image: &str, dist: &Path) -> std::process::Output {
+    Command::new("bash")
+        .arg(repo().join("hack/release.sh"))
+        .arg(version)
+        .env("IMAGE", image)
+        .env("DIST_DIR", dist)
+        .output()
+        .expect("running bash hack/release.sh")
+}
+
+fn deployment_image(objects: &[Doc]) -> String {
+    let deployment: Deployment = typed(one(objects, "Deployment"));
+    let pod = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a pod template");
+    pod.containers[0].image.clone().expect("an image")
+}
+
+#[test]
+fn the_release_manifest_is_config_default_with_the_image_tag() {
+    let dist = scratch_dir("release");
+    let image = "registry.example.com/team/raygate";
+    let out = release("v9.8.7-rc.1", image, &dist);
+    assert!(
+        out.status.success(),
+        "hack/release.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let released = read_file(&dist.join("raygate.yaml"));
+
+    // Every object of config/default, each exactly as there, but for the image tag.
+    let default = default_build().objects;
+    assert_eq!(ids(&released), ids(&default));
+    assert_eq!(deployment_image(&released), format!("{image}:v9.8.7-rc.1"));
+    for doc in &released {
+        let original = default.iter().find(|d| id(d) == id(doc)).expect("listed");
+        let mut want = original.value.clone();
+        if doc.kind == "Deployment" {
+            want["spec"]["template"]["spec"]["containers"][0]["image"] =
+                json!(format!("{image}:v9.8.7-rc.1"));
+        }
+        assert_eq!(doc.value, want, "{}", doc.object());
+    }
+
+    // One `kubectl apply -f` pass: the Namespace, then the CRDs, before anything that needs them.
+    let kinds: Vec<&str> = released.iter().map(|d| d.kind.as_str()).collect();
+    assert_eq!(kinds[0], "Namespace");
+    let crds = kinds
+        .iter()
+        .filter(|k| **k == "CustomResourceDefinition")
+        .count();
+    assert_eq!(crds, 6);
+    assert!(kinds[1..=crds].iter().all(|k| *k == "CustomResourceDefinition"));
+
+    // The same objects, in the same order, as kustomize with the image overridden.
+    if let Some(kubectl) = kubectl() {
+        // kustomize takes no absolute path to a base: the overlay names it relative to itself.
+        let overlay = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("release-overlay-{}", std::process::id()));
+        std::fs::create_dir_all(&overlay).expect("creating the overlay");
+        std::fs::write(
+            overlay.join("kustomization.yaml"),
+            format!(
+                "resources:\n- {}\nimages:\n- name: ghcr.io/raygate/raygate\n  newName: {image}\n  newTag: v9.8.7-rc.1\n",
+                relative_path(&overlay, &config().join("default")).display()
+            ),
+        )
+        .expect("writing the overlay");
+        let built = kubectl_kustomize(&kubectl, &overlay);
+        let order = |docs: &[Doc]| docs.iter().map(id).collect::<Vec<_>>();
+        assert_eq!(order(&released), order(&built));
+        for (a, b) in released.iter().zip(&built) {
+            assert_eq!(a.value, b.value, "{}", a.object());
+        }
+        let _ = std::fs::remove_dir_all(&overlay);
+    } else {
+        eprintln!("kubectl is not on PATH: release.sh was not compared with kustomize");
+    }
+
+    // Nothing half-written on bad input.
+    for (version, image) in [("latest", image), ("v1.0.0", "registry.example.com/raygate:v1")] {
+        let bad = scratch_dir("release-bad");
+        let out = release(version, image, &bad);
+        assert!(!out.status.success(), "{version} {image} is refused");
+        assert!(!bad.join("raygate.yaml").exists());
+        let _ = std::fs::remove_dir_all(&bad);
+    }
+    let _ = std::fs::remove_dir_all(&dist);
+}
