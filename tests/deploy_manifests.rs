@@ -1,7 +1,9 @@
 //! The install in `config/`: kustomizations that build, least-privilege RBAC that still covers
 //! everything the controller does, a Deployment that runs non-root with a read-only root
 //! filesystem, the CRDs in sync with `crds/`, and samples that raygate and the real upstream
-//! CRDs both accept.
+//! CRDs both accept. Around it: the Dockerfile agrees with the Deployment, `hack/release.sh`
+//! renders exactly `config/default`, and the Helm chart renders the same objects (its defaults)
+//! or their documented variants (its values), each valid for its Kubernetes type.
 //!
 //! The kustomize tree is resolved here by a minimal reader (resources and patches must exist,
 //! nothing may point outside `config/`). When `kubectl` is on PATH, `kubectl kustomize` builds
