@@ -11,11 +11,12 @@ use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
 use super::{AdmissionMode, Context, Error, apply, backoff, not_synced, resync};
-use crate::gate::{self, EventType, GateAction, GateEvent, GateOptions};
+use crate::gate::{self, GateAction, GateEvent, GateOptions};
 use crate::podsets;
 use crate::slices::{self, ChainMode, SliceAction};
-use crate::types::kueue::{PRIORITY_CLASS_LABEL, PriorityClassRef, Workload};
+use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};
+use crate::workload;
 
 fn reference(service: &RayService, child: Option<&str>) -> ObjectReference {
     match child {
@@ -27,51 +28,6 @@ fn reference(service: &RayService, child: Option<&str>) -> ObjectReference {
             namespace: service.metadata.namespace.clone(),
             ..Default::default()
         },
-    }
-}
-
-/// Resolves the `kueue.x-k8s.io/priority-class` label to a WorkloadPriorityClass.
-fn priority(
-    service: &RayService,
-    ctx: &Context,
-) -> (Option<(PriorityClassRef, i32)>, Option<GateEvent>) {
-    let Some(class) = service
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(PRIORITY_CLASS_LABEL))
-    else {
-        return (None, None);
-    };
-    let found = ctx
-        .stores
-        .priority_classes
-        .state()
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(class.as_str()));
-    match found {
-        Some(p) => (
-            Some((
-                PriorityClassRef {
-                    group: "kueue.x-k8s.io".into(),
-                    kind: "WorkloadPriorityClass".into(),
-                    name: class.clone(),
-                },
-                p.spec.value,
-            )),
-            None,
-        ),
-        None => (
-            None,
-            Some(GateEvent {
-                type_: EventType::Warning,
-                reason: "PriorityClassNotFound",
-                message: format!(
-                    "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist; slices get priority 0"
-                ),
-                child: None,
-            }),
-        ),
     }
 }
 
@@ -120,13 +76,18 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         })
         .map(|w| w.as_ref().clone())
         .collect();
-    let (priority, priority_event) = priority(&service, &ctx);
     let opts = GateOptions {
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
-        priority,
+        priority_classes: ctx
+            .stores
+            .priority_classes
+            .state()
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.value)))
+            .collect(),
         now: Some(Timestamp::now()),
         flavors: ctx
             .stores
@@ -178,14 +139,16 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     }
     // an Event says a decision was applied only when it was
     let events = applied_events(&decision.events, &decision.actions, applied);
-    for ev in priority_event.iter().chain(events) {
+    for ev in events {
         ctx.events
             .publish(&reference(&service, ev.child.as_deref()), ev)
             .await;
     }
     let pending = workloads
         .iter()
-        .filter(|w| !slices::is_finished(w) && !slices::is_reserved(w))
+        .filter(|w| {
+            !workload::is_finished(w.status.as_ref()) && !workload::holds_quota(w.status.as_ref())
+        })
         .count();
     tracing::debug!(rayservice = %format!("{ns}/{name}"), children = children.len(), pending, actions = decision.actions.len(), "reconciled");
     ctx.metrics

@@ -10,9 +10,10 @@ use super::{
     ERROR_ANNOTATION, EventType, GateAction, GateDecision, RELEASED_ANNOTATION,
     SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended,
 };
-use crate::slices::{self, SliceAction};
+use crate::slices::SliceAction;
 use crate::types::kueue::{QUEUE_NAME_LABEL, Workload, reason};
 use crate::types::ray::{RayCluster, RayService};
+use crate::workload;
 
 /// Whether raygate has left state on `service` (gated it, suspended it, or reported an error).
 pub fn has_state(service: &RayService) -> bool {
@@ -48,7 +49,10 @@ pub(super) fn decide(
     let owner_suspended = service.spec.suspend == Some(true) && !raygate_suspended;
 
     let mut finished = Vec::new();
-    for w in workloads.iter().filter(|w| !slices::is_finished(w)) {
+    for w in workloads
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+    {
         let name = w.metadata.name.clone().unwrap_or_default();
         d.actions.push(GateAction::Slice(SliceAction::Finish {
             name: name.clone(),
