@@ -48,35 +48,8 @@ pub(super) fn decide(
     // The owner's own suspend stays: KubeRay deletes those children anyway.
     let owner_suspended = service.spec.suspend == Some(true) && !raygate_suspended;
 
-    let mut finished = Vec::new();
-    for w in workloads
-        .iter()
-        .filter(|w| !workload::is_finished(w.status.as_ref()))
-    {
-        let name = w.metadata.name.clone().unwrap_or_default();
-        d.actions.push(GateAction::Slice(SliceAction::Finish {
-            name: name.clone(),
-            reason: reason::OUT_OF_SYNC,
-            message: format!(
-                "the RayService opted out (label {QUEUE_NAME_LABEL} removed): quota released"
-            ),
-        }));
-        finished.push(name);
-    }
-    let mut released = Vec::new();
-    for c in children {
-        let unsuspend =
-            is_suspended(c) && !owner_suspended && c.metadata.deletion_timestamp.is_none();
-        if unsuspend || has_queue_label(c) {
-            if unsuspend {
-                released.push(child_name(c));
-            }
-            d.actions.push(GateAction::OptOutChild {
-                child: child_name(c),
-                unsuspend,
-            });
-        }
-    }
+    let finished = release_quota(workloads, &mut d);
+    let released = release_children(children, owner_suspended, &mut d);
     d.actions.push(GateAction::OptOut {
         resume: raygate_suspended,
     });
@@ -103,4 +76,48 @@ pub(super) fn decide(
         None,
     );
     d
+}
+
+/// Finishes every live slice (their quota is released); returns their names.
+fn release_quota(workloads: &[Workload], d: &mut GateDecision) -> Vec<String> {
+    let mut finished = Vec::new();
+    for w in workloads
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+    {
+        let name = w.metadata.name.clone().unwrap_or_default();
+        d.actions.push(GateAction::Slice(SliceAction::Finish {
+            name: name.clone(),
+            reason: reason::OUT_OF_SYNC,
+            message: format!(
+                "the RayService opted out (label {QUEUE_NAME_LABEL} removed): quota released"
+            ),
+        }));
+        finished.push(name);
+    }
+    finished
+}
+
+/// Drops the queue label from the children and unsuspends the held ones (unless the owner
+/// suspended the RayService); returns the names of those unsuspended.
+fn release_children(
+    children: &[&RayCluster],
+    owner_suspended: bool,
+    d: &mut GateDecision,
+) -> Vec<String> {
+    let mut released = Vec::new();
+    for c in children {
+        let unsuspend =
+            is_suspended(c) && !owner_suspended && c.metadata.deletion_timestamp.is_none();
+        if unsuspend || has_queue_label(c) {
+            if unsuspend {
+                released.push(child_name(c));
+            }
+            d.actions.push(GateAction::OptOutChild {
+                child: child_name(c),
+                unsuspend,
+            });
+        }
+    }
+    released
 }

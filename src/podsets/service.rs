@@ -127,33 +127,7 @@ pub fn of_service(
     for child in children {
         let obj = object_name("RayCluster", &child.metadata);
         for p in of_cluster(&child.spec, &obj, "spec")? {
-            let mut name = p.name.clone();
-            for hex_len in [8, 16, 64] {
-                match out.iter().find(|o| o.name == name) {
-                    Some(o) if o.requests != p.requests => name = shape_name(&p.name, &p, hex_len),
-                    _ => break,
-                }
-            }
-            match out.iter_mut().find(|o| o.name == name) {
-                Some(o) if o.requests == p.requests => {
-                    o.count =
-                        o.count
-                            .checked_add(p.count)
-                            .ok_or_else(|| PodSetError::CountOverflow {
-                                object: svc.clone(),
-                                field: format!("podSets[{name}].count"),
-                            })?;
-                }
-                Some(_) => {
-                    return Err(PodSetError::InvalidGroupName {
-                        object: obj,
-                        field: "spec.workerGroupSpecs".into(),
-                        name: p.group,
-                        reason: "its shape-suffixed PodSet name collides with another group".into(),
-                    });
-                }
-                None => out.push(PodSet { name, ..p }),
-            }
+            merge_podset(&mut out, p, &svc, &obj)?;
         }
     }
     if out.len() > MAX_PODSETS {
@@ -171,6 +145,39 @@ pub fn of_service(
             .collect(),
         podsets: out,
     })
+}
+
+/// Adds one child's PodSet `p` to the union `out`: summed into the PodSet of the same name and
+/// shape, or under a shape-suffixed name when the name's shape differs.
+fn merge_podset(out: &mut Vec<PodSet>, p: PodSet, svc: &str, obj: &str) -> Result<(), PodSetError> {
+    let mut name = p.name.clone();
+    for hex_len in [8, 16, 64] {
+        match out.iter().find(|o| o.name == name) {
+            Some(o) if o.requests != p.requests => name = shape_name(&p.name, &p, hex_len),
+            _ => break,
+        }
+    }
+    match out.iter_mut().find(|o| o.name == name) {
+        Some(o) if o.requests == p.requests => {
+            o.count = o
+                .count
+                .checked_add(p.count)
+                .ok_or_else(|| PodSetError::CountOverflow {
+                    object: svc.to_string(),
+                    field: format!("podSets[{name}].count"),
+                })?;
+        }
+        Some(_) => {
+            return Err(PodSetError::InvalidGroupName {
+                object: obj.to_string(),
+                field: "spec.workerGroupSpecs".into(),
+                name: p.group,
+                reason: "its shape-suffixed PodSet name collides with another group".into(),
+            });
+        }
+        None => out.push(PodSet { name, ..p }),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
