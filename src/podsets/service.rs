@@ -3,10 +3,8 @@
 use sha2::{Digest, Sha256};
 
 use super::{MAX_PODSETS, PodSet, PodSetError, of_cluster};
-use crate::types::ray::{
-    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
-    RayCluster, RayService,
-};
+use crate::meta;
+use crate::types::ray::{RayCluster, RayService};
 
 /// Where a RayService's PodSets came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -53,11 +51,8 @@ pub fn children_of<'a>(
     let mut out: Vec<&RayCluster> = clusters
         .into_iter()
         .filter(|c| {
-            let labels = c.metadata.labels.as_ref();
-            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
             c.metadata.namespace.as_deref() == ns
-                && label(ORIGINATED_FROM_CR_NAME_LABEL) == Some(name)
-                && label(ORIGINATED_FROM_CRD_LABEL) == Some(ORIGINATED_FROM_RAYSERVICE)
+                && meta::owning_rayservice(&c.metadata) == Some(name)
         })
         .collect();
     out.sort_by_key(|c| {
@@ -185,6 +180,7 @@ mod tests {
     use super::*;
     use crate::podsets::total;
     use crate::quantity::{Quantity, Resources};
+    use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL};
     use proptest::prelude::*;
     use serde_json::json;
 
