@@ -16,8 +16,9 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRe
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use raygate::admission::{Decision, Options, Scheduler, Snapshot, holds_quota};
+use raygate::admission::{Decision, Options, Scheduler, Snapshot};
 use raygate::types::kueue::*;
+use raygate::workload::holds_quota;
 
 struct Shape {
     name: &'static str,
@@ -246,7 +247,7 @@ fn run(shape: &Shape) {
         .snapshot()
         .workloads
         .iter()
-        .filter(|w| raygate::admission::is_finished(w.status.as_ref()))
+        .filter(|w| raygate::workload::is_finished(w.status.as_ref()))
         .count();
     let secs = wall.as_secs_f64();
     println!("{}", shape.name);

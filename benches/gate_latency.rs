@@ -79,7 +79,7 @@ async fn main() {
             .applied_objects()
             .for_each(move |w| {
                 if let Ok(w) = w
-                    && raygate::slices::is_admitted(&w)
+                    && raygate::workload::is_admitted(w.status.as_ref())
                 {
                     let owner = w
                         .metadata

@@ -12,6 +12,9 @@ pub mod admission;
 /// Pure: the commands' text → text parts (`podsets`, `admit`).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod cli;
+/// Pure: status conditions as apimachinery's `meta` package finds and sets them.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod conditions;
 /// IO: watches, the gate reconciler, the admission loop, events, metrics, health, leader election.
 pub mod controller;
 /// The `kueue.x-k8s.io/v1beta2` CRDs raygate installs when Kueue is absent.
@@ -27,6 +30,9 @@ pub mod labels;
 /// Pure: multi-document YAML into typed objects, errors naming document, object and field.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;
+/// Pure: small object-metadata helpers (annotations, labels, `ns/name` keys, owning RayService).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod meta;
 /// Pure: the PodSets (count × per-pod requests) a RayCluster or RayService needs now.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod podsets;
@@ -36,5 +42,8 @@ pub mod quantity;
 /// Pure: Workload slice chains — which Workloads a RayService's current PodSets need.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod slices;
+/// Pure: Workload state and Kueue's slice annotations (predicates, `replacement-for`, chain order).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod workload;
 
 pub use raygate_types as types;

@@ -170,7 +170,7 @@ impl Env {
             .expect("list")
             .items;
         all.into_iter()
-            .filter(|w| !raygate::slices::is_finished(w))
+            .filter(|w| !raygate::workload::is_finished(w.status.as_ref()))
             .collect()
     }
 
@@ -735,7 +735,7 @@ async fn finished_slices_are_deleted_after_the_retention() {
     eventually(WAIT, "only the live slice is left", || async {
         let all = env.all_slices("svc").await;
         (all.len() == 1
-            && !raygate::slices::is_finished(&all[0])
+            && !raygate::workload::is_finished(all[0].status.as_ref())
             && env.cq_cpu().await.as_deref() == Some("3"))
         .then_some(())
     })

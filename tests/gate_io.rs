@@ -170,7 +170,7 @@ async fn slices(client: &Client, ns: &str, name: &str) -> Vec<(String, Option<i6
             .expect("list slices")
             .items
             .into_iter()
-            .filter(|w| !raygate::slices::is_finished(w))
+            .filter(|w| !raygate::workload::is_finished(w.status.as_ref()))
             .map(|w| {
                 (
                     w.metadata.name.clone().unwrap_or_default(),
@@ -254,7 +254,10 @@ async fn installing_raygate_with_a_slow_raycluster_list_never_stops_a_serving_ch
                     .items;
                 let admitted = live
                     .iter()
-                    .filter(|w| !raygate::slices::is_finished(w) && raygate::slices::is_admitted(w))
+                    .filter(|w| {
+                        !raygate::workload::is_finished(w.status.as_ref())
+                            && raygate::workload::is_admitted(w.status.as_ref())
+                    })
                     .count();
                 (gated && recorded.split(',').any(|n| n == child) && admitted == 1).then_some(())
             },
@@ -460,7 +463,10 @@ async fn the_covering_slice_of_a_ready_service_carries_pods_ready_for_kueue() {
             .ok()?
             .items
             .into_iter()
-            .filter(|w| raygate::slices::is_admitted(w) && !raygate::slices::is_finished(w))
+            .filter(|w| {
+                raygate::workload::is_admitted(w.status.as_ref())
+                    && !raygate::workload::is_finished(w.status.as_ref())
+            })
             .collect();
         let w = live.first()?;
         let c = w

@@ -125,7 +125,7 @@ async fn the_gate_runs_on_raygates_own_crds() {
     let workloads: Api<Workload> = Api::namespaced(client.clone(), &ns);
     let wl = workloads.list(&Default::default()).await.unwrap().items;
     assert_eq!(wl.len(), 1);
-    assert!(raygate::slices::is_admitted(&wl[0]));
+    assert!(raygate::workload::is_admitted(wl[0].status.as_ref()));
     let admission = wl[0].status.as_ref().unwrap().admission.as_ref().unwrap();
     assert_eq!(admission.cluster_queue, "team");
     assert_eq!(admission.pod_set_assignments.len(), 2);

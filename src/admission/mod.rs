@@ -59,9 +59,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 
 pub use status::{
-    PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT, apply_decision, cluster_queue_status,
-    condition_true, finish, holds_quota, is_evicted, is_finished, local_queue_status,
-    release_quota,
+    PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT, apply_decision, cluster_queue_status, finish,
+    local_queue_status, release_quota,
 };
 
 use crate::types::kueue::{

@@ -20,6 +20,7 @@ use super::testing::*;
 use super::*;
 use crate::quantity::Quantity;
 use crate::types::kueue::*;
+use crate::workload::{holds_quota, is_evicted, is_finished};
 
 /// SplitMix64.
 struct Rng(u64);

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{ClusterQueueUsage, Decision, LocalQueueUsage};
+use crate::conditions;
 use crate::types::kueue::{
     ClusterQueueStatus, LocalQueueFlavorUsage, LocalQueueResourceUsage, LocalQueueStatus,
     WorkloadStatus, condition, reason,
@@ -18,69 +19,6 @@ use crate::types::kueue::{
 pub const PREEMPTED_IN_CLUSTER_QUEUE: &str = "due to prioritization in the ClusterQueue";
 /// Message of a preemption that reclaims quota lent to the cohort.
 pub const PREEMPTED_IN_COHORT: &str = "due to reclamation within the cohort";
-
-fn find<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conds.iter().find(|c| c.type_ == type_)
-}
-
-/// True when the condition `type_` is `True`.
-pub fn condition_true(status: Option<&WorkloadStatus>, type_: &str) -> bool {
-    status.is_some_and(|s| find(&s.conditions, type_).is_some_and(|c| c.status == "True"))
-}
-
-/// `Finished=True`.
-pub fn is_finished(status: Option<&WorkloadStatus>) -> bool {
-    condition_true(status, condition::FINISHED)
-}
-
-/// Holds quota: `QuotaReserved=True` with `status.admission`, not finished (Kueue calls this
-/// "quota reserved"; `Admitted` also needs admission checks, which raygate has none of).
-pub fn holds_quota(status: Option<&WorkloadStatus>) -> bool {
-    !is_finished(status)
-        && condition_true(status, condition::QUOTA_RESERVED)
-        && status.is_some_and(|s| s.admission.is_some())
-}
-
-/// `Evicted=True`.
-pub fn is_evicted(status: Option<&WorkloadStatus>) -> bool {
-    condition_true(status, condition::EVICTED)
-}
-
-/// `meta.SetStatusCondition`.
-fn set(
-    conds: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: Timestamp,
-) {
-    let status = if status { "True" } else { "False" };
-    match conds.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.status = status.to_string();
-                c.last_transition_time = Time(now);
-            }
-            if c.reason != reason {
-                c.reason = reason.to_string();
-            }
-            if c.message != message {
-                c.message = message.to_string();
-            }
-            c.observed_generation = generation;
-        }
-        None => conds.push(Condition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            reason: reason.to_string(),
-            message: message.to_string(),
-            observed_generation: generation,
-            last_transition_time: Time(now),
-        }),
-    }
-}
 
 /// Sets a True condition to False with `reason` and "Previously: <message>" (Kueue's reset of
 /// `Evicted`/`Preempted` on a new reservation).
@@ -115,10 +53,10 @@ pub(crate) fn apply_pending_in_place(
     if pending_unchanged(Some(status), generation, reason, message) {
         return false;
     }
-    set(
+    conditions::set(
         &mut status.conditions,
         condition::QUOTA_RESERVED,
-        false,
+        "False",
         reason,
         message,
         generation,
@@ -135,7 +73,7 @@ pub(crate) fn pending_unchanged(
     message: &str,
 ) -> bool {
     status
-        .and_then(|s| find(&s.conditions, condition::QUOTA_RESERVED))
+        .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
         .is_some_and(|c| {
             c.status == "False"
                 && c.reason == reason
@@ -163,10 +101,10 @@ pub fn apply_decision(
         Decision::Pending {
             reason, message, ..
         } => {
-            set(
+            conditions::set(
                 c,
                 condition::QUOTA_RESERVED,
-                false,
+                "False",
                 reason,
                 message,
                 generation,
@@ -179,10 +117,10 @@ pub fn apply_decision(
             ..
         } => set_evicted(c, why, message, generation, now),
         Decision::FinishReplaced { replaced_by, .. } => {
-            set(
+            conditions::set(
                 c,
                 condition::FINISHED,
-                true,
+                "True",
                 reason::WORKLOAD_SLICE_REPLACED,
                 &format!("Replaced by workload slice {replaced_by}"),
                 generation,
@@ -202,19 +140,19 @@ fn set_reserved(
     now: Timestamp,
 ) {
     let message = format!("Quota reserved in ClusterQueue {cluster_queue}");
-    set(
+    conditions::set(
         c,
         condition::QUOTA_RESERVED,
-        true,
+        "True",
         reason::QUOTA_RESERVED,
         &message,
         generation,
         now,
     );
-    set(
+    conditions::set(
         c,
         condition::ADMITTED,
-        true,
+        "True",
         reason::ADMITTED,
         "The workload is admitted",
         generation,
@@ -234,17 +172,17 @@ fn set_evicted(
     generation: Option<i64>,
     now: Timestamp,
 ) {
-    set(c, condition::EVICTED, true, why, message, generation, now);
+    conditions::set(c, condition::EVICTED, "True", why, message, generation, now);
     if why == reason::PREEMPTED {
         let kind = if message.contains(PREEMPTED_IN_COHORT) {
             "InCohortReclamation"
         } else {
             "InClusterQueue"
         };
-        set(
+        conditions::set(
             c,
             condition::PREEMPTED,
-            true,
+            "True",
             kind,
             message,
             generation,
@@ -261,35 +199,35 @@ pub fn release_quota(
     now: Timestamp,
 ) -> WorkloadStatus {
     let mut s = status.cloned().unwrap_or_default();
-    let (why, message) = find(&s.conditions, condition::EVICTED)
+    let (why, message) = conditions::find(&s.conditions, condition::EVICTED)
         .filter(|c| c.status == "True")
         .map(|c| (c.reason.clone(), c.message.clone()))
         .unwrap_or_else(|| (reason::PENDING.to_string(), "Quota released".to_string()));
     let c = &mut s.conditions;
-    set(
+    conditions::set(
         c,
         condition::QUOTA_RESERVED,
-        false,
+        "False",
         reason::PENDING,
         &message,
         generation,
         now,
     );
-    if find(c, condition::ADMITTED).is_some() {
-        set(
+    if conditions::find(c, condition::ADMITTED).is_some() {
+        conditions::set(
             c,
             condition::ADMITTED,
-            false,
+            "False",
             "NoReservation",
             "The workload has no reservation",
             generation,
             now,
         );
     }
-    set(
+    conditions::set(
         c,
         condition::REQUEUED,
-        true,
+        "True",
         &why,
         &message,
         generation,
@@ -308,10 +246,10 @@ pub fn finish(
     now: Timestamp,
 ) -> WorkloadStatus {
     let mut s = status.cloned().unwrap_or_default();
-    set(
+    conditions::set(
         &mut s.conditions,
         condition::FINISHED,
-        true,
+        "True",
         reason,
         message,
         generation,
@@ -338,10 +276,10 @@ pub fn cluster_queue_status(
         "" => "Ready",
         r => r,
     };
-    set(
+    conditions::set(
         &mut s.conditions,
         "Active",
-        active,
+        if active { "True" } else { "False" },
         reason,
         message,
         generation,
@@ -367,10 +305,10 @@ pub fn local_queue_status(
         Ok(()) => (true, "Ready", "Can submit new workloads to localQueue"),
         Err(m) => (false, "Inactive", m.as_str()),
     };
-    set(
+    conditions::set(
         &mut s.conditions,
         "Active",
-        active,
+        if active { "True" } else { "False" },
         reason,
         message,
         generation,
@@ -402,13 +340,15 @@ pub fn local_queue_status(
 mod tests {
     use super::*;
     use crate::types::kueue::Admission;
+    use crate::workload::{holds_quota, is_evicted, is_finished};
+    use crate::conditions::find;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(s).unwrap()
     }
 
     fn cond<'a>(s: &'a WorkloadStatus, type_: &str) -> &'a Condition {
-        find(&s.conditions, type_).unwrap()
+        conditions::find(&s.conditions, type_).unwrap()
     }
 
     #[test]

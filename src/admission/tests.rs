@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use super::testing::*;
 use super::*;
 use crate::types::kueue::*;
+use crate::workload::{holds_quota, is_finished};
 
 const RELEASE: Options = Options {
     release_evicted_immediately: true,

@@ -10,13 +10,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
 use super::queues::{Queues, Target};
 use crate::podsets::pod_requests;
 use crate::quantity::{Format, Quantity};
 use crate::types::kueue::{self, PodSetAssignment, Workload, WorkloadSpec, condition};
+use crate::{conditions, meta, workload};
 
 /// One request of a PodSet: the total over its pods (non-zero entries only).
 #[derive(Clone, Debug)]
@@ -78,12 +78,6 @@ impl WorkloadEntry {
     }
 }
 
-fn is_true<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conds
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-}
-
 /// A quantity of `nanos` nano-units printed in the family of `like`.
 pub(crate) fn quantity_from_nanos(nanos: i128, like: Quantity) -> Quantity {
     const NANO: i128 = 1_000_000_000;
@@ -104,26 +98,6 @@ pub(crate) fn quantity_from_nanos(nanos: i128, like: Quantity) -> Quantity {
 /// Largest request total accepted (2^100 nano-units, about 10^21 units): sums of many stay far
 /// from overflowing the 128-bit arithmetic.
 const MAX_REQUEST_NANOS: i128 = 1 << 100;
-
-pub(super) fn key_of(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
-/// The slice a Workload replaces (`workload-slice-replacement-for`, `ns/name` or a bare name);
-/// another namespace is ignored, as Kueue does.
-fn replaced_slice(w: &Workload, namespace: &str) -> Option<String> {
-    let v = w
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(kueue::WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION)?;
-    match v.split_once('/') {
-        Some((ns, n)) if ns == namespace && !n.is_empty() => Some(key_of(ns, n)),
-        Some(_) => None,
-        None if !v.is_empty() => Some(key_of(namespace, v)),
-        None => None,
-    }
-}
 
 /// Per pod, `resourceUsage` is for `admitted` pods; the Workload is charged for `charged` of them.
 struct PodCounts {
@@ -167,7 +141,7 @@ impl Queues {
     pub fn derive(&self, w: &Workload) -> WorkloadEntry {
         let namespace = w.metadata.namespace.as_deref().unwrap_or("default");
         let name = w.metadata.name.as_deref().unwrap_or_default();
-        let key = key_of(namespace, name);
+        let key = meta::key_of(namespace, name);
         let created = w
             .metadata
             .creation_timestamp
@@ -180,8 +154,8 @@ impl Queues {
             .as_ref()
             .map(|s| s.conditions.as_slice())
             .unwrap_or_default();
-        let finished = is_true(conds, condition::FINISHED).map(|c| c.reason.clone());
-        let evicted_cond = is_true(conds, condition::EVICTED);
+        let finished = conditions::find_true(conds, condition::FINISHED).map(|c| c.reason.clone());
+        let evicted_cond = conditions::find_true(conds, condition::EVICTED);
         let evicted = evicted_cond.is_some();
         let held = self.held_by(w, finished.is_none(), evicted);
         let order_time = match (evicted_cond, &held) {
@@ -197,7 +171,7 @@ impl Queues {
             active: w.spec.active != Some(false),
             target,
             lq,
-            replaces: replaced_slice(w, namespace),
+            replaces: workload::replacement_for(w, namespace),
             finished,
             held,
             evicted,
@@ -223,7 +197,7 @@ impl Queues {
     /// evicted when evicted Workloads release at once.
     fn held_by(&self, w: &Workload, unfinished: bool, evicted: bool) -> Option<HeldQuota> {
         let status = w.status.as_ref()?;
-        let reserved = is_true(&status.conditions, condition::QUOTA_RESERVED)?;
+        let reserved = conditions::find_true(&status.conditions, condition::QUOTA_RESERVED)?;
         let adm = status.admission.as_ref()?;
         (unfinished && !(evicted && self.release_evicted))
             .then(|| self.held(w, adm, reserved.last_transition_time.0))

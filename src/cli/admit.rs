@@ -10,9 +10,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::InputError;
-use crate::admission::{self, Options, Snapshot, holds_quota};
+use crate::admission::{self, Options, Snapshot};
+use crate::conditions;
 use crate::manifest::{self, Doc, ManifestError};
-use crate::types::kueue::{WorkloadStatus, condition};
+use crate::types::kueue::condition;
+use crate::workload::{self, holds_quota};
 
 /// At most this many cycles (a preemption ping-pong would otherwise never settle).
 pub const MAX_CYCLES: usize = 1000;
@@ -158,13 +160,6 @@ pub fn read_snapshot(text: &str) -> Result<(Snapshot, Timestamp), InputError> {
     Ok((s, now))
 }
 
-fn find_condition<'a>(
-    status: Option<&'a WorkloadStatus>,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-}
-
 /// `raygate admit`: runs admission on the objects in `text` until nothing changes.
 pub fn admit(text: &str) -> Result<AdmitReport, InputError> {
     let (snapshot, now) = read_snapshot(text)?;
@@ -198,10 +193,12 @@ pub fn admit(text: &str) -> Result<AdmitReport, InputError> {
             let admission = status
                 .and_then(|s| s.admission.as_ref())
                 .filter(|_| admitted);
-            let finished = find_condition(status, condition::FINISHED)
+            let finished = status
+                .and_then(|s| conditions::find(&s.conditions, condition::FINISHED))
                 .filter(|c| c.status == "True")
                 .map(|c| c.reason.clone());
-            let waiting = find_condition(status, condition::QUOTA_RESERVED)
+            let waiting = status
+                .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
                 .filter(|c| c.status == "False" && !admitted && finished.is_none());
             WorkloadRow {
                 name: format!("{ns}/{}", w.metadata.name.as_deref().unwrap_or_default()),
@@ -220,7 +217,7 @@ pub fn admit(text: &str) -> Result<AdmitReport, InputError> {
                     .unwrap_or_default(),
                 reason: waiting.map(|c| c.reason.clone()),
                 message: waiting.map(|c| c.message.clone()),
-                preempted: admission::condition_true(status, condition::PREEMPTED),
+                preempted: workload::condition_true(status, condition::PREEMPTED),
                 finished,
             }
         })

@@ -15,11 +15,12 @@ use kube::runtime::controller::Action;
 use super::metrics::{ResultLabels, StepLabels};
 use super::{AdmissionMode, Context, Error, Monotonic, backoff, not_synced, resync};
 use crate::gate::pods_ready::PodsReady;
-use crate::gate::{self, EventType, GateAction, GateDecision, GateEvent, GateOptions};
+use crate::gate::{self, GateAction, GateDecision, GateEvent, GateOptions};
 use crate::podsets;
 use crate::slices::{self, ChainMode, SliceAction};
-use crate::types::kueue::{PRIORITY_CLASS_LABEL, PriorityClassRef, Workload};
+use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};
+use crate::workload;
 
 fn reference(service: &RayService, child: Option<&str>) -> ObjectReference {
     match child {
@@ -31,51 +32,6 @@ fn reference(service: &RayService, child: Option<&str>) -> ObjectReference {
             namespace: service.metadata.namespace.clone(),
             ..Default::default()
         },
-    }
-}
-
-/// Resolves the `kueue.x-k8s.io/priority-class` label to a WorkloadPriorityClass.
-fn priority(
-    service: &RayService,
-    ctx: &Context,
-) -> (Option<(PriorityClassRef, i32)>, Option<GateEvent>) {
-    let Some(class) = service
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(PRIORITY_CLASS_LABEL))
-    else {
-        return (None, None);
-    };
-    let found = ctx
-        .stores
-        .priority_classes
-        .state()
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(class.as_str()));
-    match found {
-        Some(p) => (
-            Some((
-                PriorityClassRef {
-                    group: "kueue.x-k8s.io".into(),
-                    kind: "WorkloadPriorityClass".into(),
-                    name: class.clone(),
-                },
-                p.spec.value,
-            )),
-            None,
-        ),
-        None => (
-            None,
-            Some(GateEvent {
-                type_: EventType::Warning,
-                reason: "PriorityClassNotFound",
-                message: format!(
-                    "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist; slices get priority 0"
-                ),
-                child: None,
-            }),
-        ),
     }
 }
 
@@ -167,21 +123,24 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
 /// What the gate decided, and on which time.
 struct Plan {
     decision: GateDecision,
-    /// The priority-class label names no WorkloadPriorityClass.
-    priority_event: Option<GateEvent>,
     /// One time for the whole reconcile: the decision and the writes agree on it.
     now: Timestamp,
 }
 
 fn decide(ctx: &Context, seen: &Observed) -> Plan {
-    let (priority, priority_event) = priority(&seen.service, ctx);
     let now = ctx.clock.now();
     let opts = GateOptions {
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
-        priority,
+        priority_classes: ctx
+            .stores
+            .priority_classes
+            .state()
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.value)))
+            .collect(),
         now: Some(now),
         flavors: ctx
             .stores
@@ -194,7 +153,6 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
     let children: Vec<&RayCluster> = seen.children.iter().collect();
     Plan {
         decision: gate::decide(&seen.service, &children, &seen.workloads, &opts),
-        priority_event,
         now,
     }
 }
@@ -281,7 +239,7 @@ async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
 async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, start: Monotonic) {
     // an Event says a decision was applied only when it was
     let events = applied_events(&plan.decision, applied.actions);
-    for ev in plan.priority_event.iter().chain(events) {
+    for ev in events {
         ctx.events
             .publish(&reference(&seen.service, ev.child.as_deref()), ev)
             .await;
@@ -295,7 +253,9 @@ async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, 
     let pending = seen
         .workloads
         .iter()
-        .filter(|w| !slices::is_finished(w) && !slices::is_reserved(w))
+        .filter(|w| {
+            !workload::is_finished(w.status.as_ref()) && !workload::holds_quota(w.status.as_ref())
+        })
         .count();
     tracing::debug!(rayservice = %seen.key, children = seen.children.len(), pending, actions = plan.decision.actions.len(), "reconciled");
     ctx.metrics

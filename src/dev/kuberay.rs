@@ -130,11 +130,6 @@ pub(crate) struct Shared {
     /// `ns/name` of a dangling RayCluster → when it is deleted (`RayClusterDeletionTimestamps`).
     deletion_at: Mutex<HashMap<String, Instant>>,
 }
-
-pub(crate) fn key(ns: &str, name: &str) -> String {
-    format!("{ns}/{name}")
-}
-
 impl Shared {
     fn new(client: Client, config: EmulatorConfig) -> Self {
         Shared {
@@ -155,7 +150,10 @@ impl Shared {
         let uid = c.metadata.uid.clone().unwrap_or_default();
         let mut map = Self::lock(&self.pods_since);
         let entry = map
-            .entry(key(&c.namespace().unwrap_or_default(), &c.name_any()))
+            .entry(crate::meta::key_of(
+                &c.namespace().unwrap_or_default(),
+                &c.name_any(),
+            ))
             .or_insert_with(|| (uid.clone(), at));
         if entry.0 != uid {
             *entry = (uid, at);
@@ -167,13 +165,16 @@ impl Shared {
     pub(crate) fn pods_since(&self, c: &RayCluster) -> Option<Instant> {
         let uid = c.metadata.uid.clone().unwrap_or_default();
         Self::lock(&self.pods_since)
-            .get(&key(&c.namespace().unwrap_or_default(), &c.name_any()))
+            .get(&crate::meta::key_of(
+                &c.namespace().unwrap_or_default(),
+                &c.name_any(),
+            ))
             .filter(|(u, _)| *u == uid)
             .map(|(_, t)| *t)
     }
 
     pub(crate) fn pods_deleted(&self, ns: &str, name: &str) {
-        Self::lock(&self.pods_since).remove(&key(ns, name));
+        Self::lock(&self.pods_since).remove(&crate::meta::key_of(ns, name));
     }
 
     /// When the cluster's pods are (or were) ready: `start_delay` after they were created.

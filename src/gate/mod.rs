@@ -31,8 +31,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::podsets::{self, PodSet};
 use crate::slices::{self, ChainMode, SliceAction, SliceContext, SliceOwner};
-use crate::types::kueue::{PriorityClassRef, QUEUE_NAME_LABEL, Workload, condition, reason};
+use crate::types::kueue::{
+    PRIORITY_CLASS_LABEL, PriorityClassRef, QUEUE_NAME_LABEL, Workload, condition, reason,
+};
 use crate::types::ray::{RayCluster, RayService};
+use crate::{conditions, meta, workload};
 
 /// RayService annotation: comma-separated children raygate released (or found running at opt-in).
 /// Its presence also marks the RayService as gated.
@@ -118,6 +121,9 @@ pub struct GateDecision {
     pub error: Option<String>,
     /// The slice that must be admitted for the children to run.
     pub target: Option<String>,
+    /// The `kueue.x-k8s.io/priority-class` label resolved: the class and its value (`None`
+    /// without the label or when the class does not exist, with a Warning Event).
+    pub priority: Option<(PriorityClassRef, i32)>,
 }
 
 impl GateDecision {
@@ -163,8 +169,9 @@ impl GateDecision {
 #[derive(Clone, Debug, Default)]
 pub struct GateOptions {
     pub mode: ChainMode,
-    /// Resolved from the `kueue.x-k8s.io/priority-class` label: the class and its value.
-    pub priority: Option<(PriorityClassRef, i32)>,
+    /// WorkloadPriorityClasses: name → value (the `kueue.x-k8s.io/priority-class` label is
+    /// resolved against them).
+    pub priority_classes: std::collections::BTreeMap<String, i32>,
     /// The time of the decision (for deadlines shown to the user).
     pub now: Option<Timestamp>,
     /// ResourceFlavors by name (their node labels and tolerations reach released children).
@@ -173,26 +180,15 @@ pub struct GateOptions {
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
 pub fn queue_name(service: &RayService) -> Option<&str> {
-    service
-        .metadata
-        .labels
-        .as_ref()?
-        .get(QUEUE_NAME_LABEL)
-        .map(String::as_str)
-        .filter(|q| !q.is_empty())
+    meta::label(&service.metadata, QUEUE_NAME_LABEL).filter(|q| !q.is_empty())
 }
 
 fn annotation<'a>(service: &'a RayService, key: &str) -> Option<&'a str> {
-    service
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
+    meta::annotation(&service.metadata, key)
 }
 
 fn child_name(c: &RayCluster) -> String {
-    c.metadata.name.clone().unwrap_or_default()
+    meta::name(&c.metadata)
 }
 
 fn is_suspended(c: &RayCluster) -> bool {
@@ -200,12 +196,26 @@ fn is_suspended(c: &RayCluster) -> bool {
 }
 
 fn admitted_at(w: &Workload) -> Option<Timestamp> {
-    w.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::ADMITTED && c.status == "True")
+    conditions::find_true(&w.status.as_ref()?.conditions, condition::ADMITTED)
         .map(|c| c.last_transition_time.0)
+}
+
+/// What every rule reads: one gated RayService, its children that count and its Workloads.
+struct Facts<'a> {
+    service: &'a RayService,
+    queue: &'a str,
+    /// The live children, without those KubeRay abandoned before they ran.
+    children: &'a [&'a RayCluster],
+    workloads: &'a [Workload],
+    /// The Workloads not finished.
+    live: Vec<&'a Workload>,
+    /// The desired PodSets, `None` when they cannot be computed.
+    podsets: Option<&'a [PodSet]>,
+    /// `spec.suspend=true`, and whether raygate set it.
+    suspended: bool,
+    raygate_suspended: bool,
+    priority: Option<&'a (PriorityClassRef, i32)>,
+    opts: &'a GateOptions,
 }
 
 /// Decides what to do about `service`, given its live child RayClusters (see
@@ -216,119 +226,226 @@ pub fn decide(
     workloads: &[Workload],
     opts: &GateOptions,
 ) -> GateDecision {
-    let Some(queue) = queue_name(service) else {
-        return opt_out::decide(service, children, workloads);
+    let (priority, warning) = resolve_priority(service, &opts.priority_classes);
+    let mut d = match queue_name(service) {
+        None => opt_out::decide(service, children, workloads),
+        Some(queue) => {
+            decide_opted_in(service, queue, children, workloads, priority.as_ref(), opts)
+        }
     };
-    let mut d = GateDecision::default();
-    let svc = format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or_default(),
-        service.metadata.name.as_deref().unwrap_or_default()
-    );
-    let live_names: BTreeSet<String> = children.iter().map(|c| child_name(c)).collect();
+    // The unresolved class is told first, whatever else the decision says.
+    d.events.splice(0..0, warning);
+    d.priority = priority;
+    d
+}
 
-    // Template gate; the children running at opt-in are grandfathered.
-    let recorded = annotation(service, RELEASED_ANNOTATION);
-    let mut released: BTreeSet<String> = recorded
-        .unwrap_or_default()
-        .split(',')
-        .filter(|n| live_names.contains(*n))
-        .map(str::to_string)
-        .collect();
+/// The `kueue.x-k8s.io/priority-class` label resolved against `classes` (name → value): the class
+/// and its value, or a Warning when the class does not exist (slices then get priority 0).
+pub fn resolve_priority(
+    service: &RayService,
+    classes: &std::collections::BTreeMap<String, i32>,
+) -> (Option<(PriorityClassRef, i32)>, Option<GateEvent>) {
+    let Some(class) = meta::label(&service.metadata, PRIORITY_CLASS_LABEL) else {
+        return (None, None);
+    };
+    match classes.get(class) {
+        Some(value) => (
+            Some((
+                PriorityClassRef {
+                    group: "kueue.x-k8s.io".into(),
+                    kind: "WorkloadPriorityClass".into(),
+                    name: class.to_string(),
+                },
+                *value,
+            )),
+            None,
+        ),
+        None => (
+            None,
+            Some(GateEvent {
+                type_: EventType::Warning,
+                reason: "PriorityClassNotFound",
+                message: format!(
+                    "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist; slices get priority 0"
+                ),
+                child: None,
+            }),
+        ),
+    }
+}
+
+/// The decision for a RayService with a queue label.
+fn decide_opted_in(
+    service: &RayService,
+    queue: &str,
+    children: &[&RayCluster],
+    workloads: &[Workload],
+    priority: Option<&(PriorityClassRef, i32)>,
+    opts: &GateOptions,
+) -> GateDecision {
+    let mut d = GateDecision::default();
+    let mut released = recorded_released(service, children);
     // Children KubeRay abandoned that never ran: neither released nor charged.
     let kept = children::without_abandoned(service, children, &released, &mut d);
-    let children = &kept[..];
-    if service.spec.ray_cluster_config.suspend != Some(true) || recorded.is_none() {
-        if recorded.is_none() {
-            released.extend(
-                children
-                    .iter()
-                    .filter(|c| !is_suspended(c))
-                    .map(|c| child_name(c)),
-            );
-        }
-        d.announce(
-            GateAction::GateTemplate {
-                released: released.iter().cloned().collect(),
-            },
-            EventType::Normal,
-            "TemplateGated",
-            format!(
-                "set spec.rayClusterConfig.suspend=true: KubeRay now creates every child suspended until an admitted slice in LocalQueue {queue} covers it{}",
-                if released.is_empty() { String::new() } else { format!(" (already running, not stopped: {})", released.iter().cloned().collect::<Vec<_>>().join(", ")) }
-            ),
-            None,
+    template_gate(service, queue, &kept, &mut released, &mut d);
+    let podsets = desired_podsets(service, &kept, &mut d);
+    let suspended = service.spec.suspend == Some(true);
+    let facts = Facts {
+        service,
+        queue,
+        children: &kept,
+        workloads,
+        live: workloads
+            .iter()
+            .filter(|w| !workload::is_finished(w.status.as_ref()))
+            .collect(),
+        podsets: podsets.as_deref(),
+        suspended,
+        raygate_suspended: suspended && annotation(service, SUSPENDED_BY_ANNOTATION).is_some(),
+        priority,
+        opts,
+    };
+    decide_gated(&facts, released, &mut d);
+    d.podsets = podsets.unwrap_or_default();
+    d
+}
+
+/// The rules after the template gate, in order; each may end the decision.
+fn decide_gated(f: &Facts, mut released: BTreeSet<String>, d: &mut GateDecision) {
+    if owner_suspended(f, d) || children::after_timeout(f.service, f.children, &f.live, d) {
+        return;
+    }
+    let target = plan_slices(f, d);
+    if stop(f, d) || resume(f, target, d) {
+        return;
+    }
+    let holding = release_or_hold(f, target, &mut released, d);
+    children::warn_deadline(f.service, holding, f.opts.now, d);
+}
+
+/// The recorded released children that are still live.
+fn recorded_released(service: &RayService, children: &[&RayCluster]) -> BTreeSet<String> {
+    let live: BTreeSet<String> = children.iter().map(|c| child_name(c)).collect();
+    annotation(service, RELEASED_ANNOTATION)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|n| live.contains(*n))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Template gate: `spec.rayClusterConfig.suspend=true`; the children running at opt-in are
+/// grandfathered into `released`.
+fn template_gate(
+    service: &RayService,
+    queue: &str,
+    children: &[&RayCluster],
+    released: &mut BTreeSet<String>,
+    d: &mut GateDecision,
+) {
+    let recorded = annotation(service, RELEASED_ANNOTATION).is_some();
+    if service.spec.ray_cluster_config.suspend == Some(true) && recorded {
+        return;
+    }
+    if !recorded {
+        released.extend(
+            children
+                .iter()
+                .filter(|c| !is_suspended(c))
+                .map(|c| child_name(c)),
         );
     }
+    let action = GateAction::GateTemplate {
+        released: released.iter().cloned().collect(),
+    };
+    let running = if released.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = released.iter().map(String::as_str).collect();
+        format!(" (already running, not stopped: {})", names.join(", "))
+    };
+    d.announce(
+        action,
+        EventType::Normal,
+        "TemplateGated",
+        format!(
+            "set spec.rayClusterConfig.suspend=true: KubeRay now creates every child suspended until an admitted slice in LocalQueue {queue} covers it{running}"
+        ),
+        None,
+    );
+}
 
-    let (podsets, invalid) = match podsets::of_service(service, children) {
-        Ok(p) => (p.podsets, false),
+/// The desired PodSets, or `None` with a Warning and [`ERROR_ANNOTATION`] when they cannot be
+/// computed (then no slice changes and nothing is released; the stop and tamper protections
+/// still guard the children). A fixed error clears the annotation.
+fn desired_podsets(
+    service: &RayService,
+    children: &[&RayCluster],
+    d: &mut GateDecision,
+) -> Option<Vec<PodSet>> {
+    let recorded_error = annotation(service, ERROR_ANNOTATION);
+    match podsets::of_service(service, children) {
+        Ok(p) => {
+            if recorded_error.is_some() {
+                d.actions.push(GateAction::ReportError { message: None });
+            }
+            Some(p.podsets)
+        }
         Err(e) => {
+            let svc = meta::key(&service.metadata);
             d.event(
                 EventType::Warning,
                 "InvalidPodSets",
                 format!("cannot compute the PodSets of {svc}: {e}"),
                 None,
             );
-            if annotation(service, ERROR_ANNOTATION) != Some(e.to_string().as_str()) {
+            let message = e.to_string();
+            if recorded_error != Some(message.as_str()) {
                 d.actions.push(GateAction::ReportError {
-                    message: Some(e.to_string()),
+                    message: Some(message.clone()),
                 });
             }
-            d.error = Some(e.to_string());
-            // No slice change and no release on PodSets that cannot be computed; the stop and
-            // tamper protections below still guard the children.
-            (Vec::new(), true)
+            d.error = Some(message);
+            None
         }
-    };
-    if !invalid && annotation(service, ERROR_ANNOTATION).is_some() {
-        d.actions.push(GateAction::ReportError { message: None });
     }
+}
 
-    let suspended = service.spec.suspend == Some(true);
-    let raygate_suspended = suspended && annotation(service, SUSPENDED_BY_ANNOTATION).is_some();
-    let live: Vec<&Workload> = workloads
-        .iter()
-        .filter(|w| !slices::is_finished(w))
-        .collect();
-
-    // Suspended by its owner: release the chain's quota once the pods are gone, make no new slice.
-    if suspended && !raygate_suspended {
-        if children.is_empty() {
-            for w in &live {
-                d.actions.push(GateAction::Slice(SliceAction::Finish {
-                    name: w.metadata.name.clone().unwrap_or_default(),
-                    reason: reason::OUT_OF_SYNC,
-                    message: "the RayService is suspended by its owner and its pods are gone"
-                        .into(),
-                }));
-            }
+/// Suspended by its owner: release the chain's quota once the pods are gone, make no new slice.
+fn owner_suspended(f: &Facts, d: &mut GateDecision) -> bool {
+    if !f.suspended || f.raygate_suspended {
+        return false;
+    }
+    if f.children.is_empty() {
+        for w in &f.live {
+            d.actions.push(GateAction::Slice(SliceAction::Finish {
+                name: meta::name(&w.metadata),
+                reason: reason::OUT_OF_SYNC,
+                message: "the RayService is suspended by its owner and its pods are gone".into(),
+            }));
         }
-        d.podsets = podsets;
-        return d;
     }
+    true
+}
 
-    if children::after_timeout(service, children, &live, &mut d) {
-        d.podsets = podsets;
-        return d;
-    }
-
+/// The slice chain's changes for the desired PodSets (none while they are invalid); returns the
+/// slice that must be admitted for the children to run.
+fn plan_slices<'a>(f: &Facts<'a>, d: &mut GateDecision) -> Option<&'a Workload> {
     let ctx = SliceContext {
         owner: SliceOwner {
-            namespace: service.metadata.namespace.clone().unwrap_or_default(),
-            name: service.metadata.name.clone().unwrap_or_default(),
-            uid: service.metadata.uid.clone().unwrap_or_default(),
+            namespace: f.service.metadata.namespace.clone().unwrap_or_default(),
+            name: meta::name(&f.service.metadata),
+            uid: f.service.metadata.uid.clone().unwrap_or_default(),
         },
-        queue_name: queue.to_string(),
-        priority_class_ref: opts.priority.as_ref().map(|(r, _)| r.clone()),
-        priority: opts.priority.as_ref().map(|(_, v)| *v),
-        mode: opts.mode,
-        children_exist: !children.is_empty(),
+        queue_name: f.queue.to_string(),
+        priority_class_ref: f.priority.map(|(r, _)| r.clone()),
+        priority: f.priority.map(|(_, v)| *v),
+        mode: f.opts.mode,
+        children_exist: !f.children.is_empty(),
     };
-    let plan = if invalid {
-        slices::SlicePlan::default()
-    } else {
-        slices::plan(&ctx, &podsets, workloads)
+    let plan = match f.podsets {
+        Some(podsets) => slices::plan(&ctx, podsets, f.workloads),
+        None => slices::SlicePlan::default(),
     };
     for a in plan.actions {
         if let SliceAction::Create { workload, replaces } = &a {
@@ -337,7 +454,7 @@ pub fn decide(
                 Some(old) => format!(
                     "created slice {n} replacing {old}: charged only its delta once admitted"
                 ),
-                None => format!("created slice {n} in LocalQueue {queue}"),
+                None => format!("created slice {n} in LocalQueue {}", f.queue),
             };
             d.announce(
                 GateAction::Slice(a),
@@ -350,111 +467,101 @@ pub fn decide(
             d.actions.push(GateAction::Slice(a));
         }
     }
-    d.target = plan.target.clone();
-
-    // Stop: an evicted or deactivated slice stops the RayService.
-    let stopping = live
+    d.target = plan.target;
+    let target = d.target.as_deref()?;
+    f.workloads
         .iter()
-        .find(|w| slices::is_evicted(w) || w.spec.active == Some(false));
-    if let Some(w) = stopping {
-        if !suspended {
-            let why = if w.spec.active == Some(false) {
-                "Deactivated"
-            } else {
-                eviction_reason(w)
-            };
-            d.announce(
-                GateAction::SuspendService {
-                    reason: why.to_string(),
-                },
-                EventType::Warning,
-                "Stopped",
-                format!(
-                    "slice {} was {}: set spec.suspend=true (KubeRay deletes the children); raygate resumes it when a slice is admitted again",
-                    w.metadata.name.as_deref().unwrap_or_default(),
-                    if why == "Deactivated" { "deactivated".to_string() } else { format!("evicted ({why})") }
-                ),
-                None,
-            );
-        }
-        d.podsets = podsets;
-        return d;
-    }
+        .find(|w| w.metadata.name.as_deref() == Some(target))
+}
 
-    let target = plan.target.as_deref().and_then(|t| {
-        workloads
-            .iter()
-            .find(|w| w.metadata.name.as_deref() == Some(t))
-    });
-    if raygate_suspended {
-        if target.is_some_and(slices::is_admitted) {
-            d.announce(
-                GateAction::ResumeService,
-                EventType::Normal,
-                "Resumed",
-                format!(
-                    "slice {} is admitted: cleared spec.suspend",
-                    d.target.clone().unwrap_or_default()
-                ),
-                None,
-            );
-        }
-        d.podsets = podsets;
-        return d;
+/// Stop: an evicted or deactivated slice stops the RayService (`spec.suspend=true`).
+fn stop(f: &Facts, d: &mut GateDecision) -> bool {
+    let Some(w) = f
+        .live
+        .iter()
+        .find(|w| workload::is_evicted(w.status.as_ref()) || w.spec.active == Some(false))
+    else {
+        return false;
+    };
+    if f.suspended {
+        return true;
     }
+    let deactivated = w.spec.active == Some(false);
+    let why = if deactivated {
+        "Deactivated"
+    } else {
+        eviction_reason(w)
+    };
+    let action = GateAction::SuspendService {
+        reason: why.to_string(),
+    };
+    let what = if deactivated {
+        "deactivated".to_string()
+    } else {
+        format!("evicted ({why})")
+    };
+    d.announce(
+        action,
+        EventType::Warning,
+        "Stopped",
+        format!(
+            "slice {} was {what}: set spec.suspend=true (KubeRay deletes the children); raygate resumes it when a slice is admitted again",
+            meta::name(&w.metadata),
+        ),
+        None,
+    );
+    true
+}
 
-    // Release or hold children against the newest admitted slice.
-    let mut admitted: Vec<&Workload> = live
+/// Resume: while raygate holds `spec.suspend`, clear it once the target slice is admitted.
+fn resume(f: &Facts, target: Option<&Workload>, d: &mut GateDecision) -> bool {
+    if !f.raygate_suspended {
+        return false;
+    }
+    if target.is_some_and(|w| workload::is_admitted(w.status.as_ref())) {
+        d.announce(
+            GateAction::ResumeService,
+            EventType::Normal,
+            "Resumed",
+            format!(
+                "slice {} is admitted: cleared spec.suspend",
+                d.target.clone().unwrap_or_default()
+            ),
+            None,
+        );
+    }
+    true
+}
+
+/// Release or hold each child against the newest admitted slice, if it covers every child's
+/// PodSets; suspend again a child unsuspended without one. Returns whether a child is held.
+fn release_or_hold(
+    f: &Facts,
+    target: Option<&Workload>,
+    released: &mut BTreeSet<String>,
+    d: &mut GateDecision,
+) -> bool {
+    let mut admitted: Vec<&Workload> = f
+        .live
         .iter()
         .copied()
-        .filter(|w| slices::is_admitted(w))
+        .filter(|w| workload::is_admitted(w.status.as_ref()))
         .collect();
-    slices::sort_chain_order(&mut admitted, workloads);
+    workload::sort_chain_order(&mut admitted, f.workloads);
     let cover = admitted
         .last()
         .copied()
-        .filter(|w| !invalid && slices::covers(w, &podsets));
+        .filter(|w| f.podsets.is_some_and(|p| slices::covers(w, p)));
     let mut holding = false;
-    for child in children {
+    for child in f.children {
         let name = child_name(child);
         match (is_suspended(child), cover) {
             (true, Some(slice)) if child.metadata.deletion_timestamp.is_none() => {
-                if !flavors::before_release(child, slice, &opts.flavors, &mut d) {
-                    continue;
-                }
-                released.insert(name.clone());
-                let slice_name = slice.metadata.name.clone().unwrap_or_default();
-                let message = format!(
-                    "slice {slice_name} is admitted and covers every child: unsuspended {name}"
-                );
-                d.announce(
-                    GateAction::Release {
-                        child: name,
-                        released: released.iter().cloned().collect(),
-                        slice: slice_name,
-                        admitted_at: admitted_at(slice),
-                    },
-                    EventType::Normal,
-                    "Released",
-                    message,
-                    None,
-                );
+                release(f, child, slice, released, d);
             }
             (true, None) => {
                 holding = true;
-                let why = if invalid {
-                    "the RayService's PodSets are invalid (see the InvalidPodSets Event)".into()
-                } else {
-                    target
-                        .map(pending_message)
-                        .unwrap_or_else(|| "no slice yet".into())
-                };
-                d.event(
-                    EventType::Normal,
-                    "Holding",
-                    format!("holding {name} suspended until an admitted slice covers it: {why}"),
-                    None,
-                );
+                hold_suspended(f, &name, target, d);
             }
             (false, Some(_)) if !released.contains(&name) => {
                 released.insert(name);
@@ -476,19 +583,59 @@ pub fn decide(
             _ => {}
         }
     }
-    children::warn_deadline(service, holding, opts.now, &mut d);
-    d.podsets = podsets;
-    d
+    holding
+}
+
+/// Release a suspended child covered by admitted `slice` (after its flavors reach it).
+fn release(
+    f: &Facts,
+    child: &RayCluster,
+    slice: &Workload,
+    released: &mut BTreeSet<String>,
+    d: &mut GateDecision,
+) {
+    if !flavors::before_release(child, slice, &f.opts.flavors, d) {
+        return;
+    }
+    let name = child_name(child);
+    released.insert(name.clone());
+    let slice_name = meta::name(&slice.metadata);
+    let message = format!("slice {slice_name} is admitted and covers every child: unsuspended {name}");
+    d.announce(
+        GateAction::Release {
+            child: name,
+            released: released.iter().cloned().collect(),
+            slice: slice_name,
+            admitted_at: admitted_at(slice),
+        },
+        EventType::Normal,
+        "Released",
+        message,
+        None,
+    );
+}
+
+/// Tell why a suspended child stays suspended.
+fn hold_suspended(f: &Facts, name: &str, target: Option<&Workload>, d: &mut GateDecision) {
+    let why = if f.podsets.is_none() {
+        "the RayService's PodSets are invalid (see the InvalidPodSets Event)".into()
+    } else {
+        target
+            .map(pending_message)
+            .unwrap_or_else(|| "no slice yet".into())
+    };
+    d.event(
+        EventType::Normal,
+        "Holding",
+        format!("holding {name} suspended until an admitted slice covers it: {why}"),
+        None,
+    );
 }
 
 fn eviction_reason(w: &Workload) -> &str {
     w.status
         .as_ref()
-        .and_then(|s| {
-            s.conditions
-                .iter()
-                .find(|c| c.type_ == condition::EVICTED && c.status == "True")
-        })
+        .and_then(|s| conditions::find_true(&s.conditions, condition::EVICTED))
         .map(|c| c.reason.as_str())
         .unwrap_or("Evicted")
 }
@@ -498,11 +645,8 @@ fn pending_message(w: &Workload) -> String {
     let name = w.metadata.name.as_deref().unwrap_or_default();
     w.status
         .as_ref()
-        .and_then(|s| {
-            s.conditions
-                .iter()
-                .find(|c| c.type_ == condition::QUOTA_RESERVED && c.status != "True")
-        })
+        .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
+        .filter(|c| c.status != "True")
         .map(|c| format!("slice {name} is pending: {}", c.message))
         .unwrap_or_else(|| format!("slice {name} is not admitted yet"))
 }

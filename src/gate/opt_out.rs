@@ -10,9 +10,10 @@ use super::{
     ERROR_ANNOTATION, EventType, GateAction, GateDecision, RELEASED_ANNOTATION,
     SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended,
 };
-use crate::slices::{self, SliceAction};
+use crate::slices::SliceAction;
 use crate::types::kueue::{QUEUE_NAME_LABEL, Workload, reason};
 use crate::types::ray::{RayCluster, RayService};
+use crate::workload;
 
 /// Whether raygate has left state on `service` (gated it, suspended it, or reported an error).
 pub fn has_state(service: &RayService) -> bool {
@@ -47,32 +48,11 @@ pub(super) fn decide(
     // The owner's own suspend stays: KubeRay deletes those children anyway.
     let owner_suspended = service.spec.suspend == Some(true) && !raygate_suspended;
 
-    let mut finished = Vec::new();
-    for w in workloads.iter().filter(|w| !slices::is_finished(w)) {
-        let name = w.metadata.name.clone().unwrap_or_default();
-        d.actions.push(GateAction::Slice(SliceAction::Finish {
-            name: name.clone(),
-            reason: reason::OUT_OF_SYNC,
-            message: format!(
-                "the RayService opted out (label {QUEUE_NAME_LABEL} removed): quota released"
-            ),
-        }));
-        finished.push(name);
-    }
-    let mut released = Vec::new();
-    for c in children {
-        let unsuspend =
-            is_suspended(c) && !owner_suspended && c.metadata.deletion_timestamp.is_none();
-        if unsuspend || has_queue_label(c) {
-            if unsuspend {
-                released.push(child_name(c));
-            }
-            d.actions.push(GateAction::OptOutChild {
-                child: child_name(c),
-                unsuspend,
-            });
-        }
-    }
+    let finished = release_quota(workloads, &mut d);
+    let released = release_children(children, owner_suspended, &mut d);
+    let action = GateAction::OptOut {
+        resume: raygate_suspended,
+    };
     let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
@@ -81,9 +61,7 @@ pub(super) fn decide(
         }
     };
     d.announce(
-        GateAction::OptOut {
-            resume: raygate_suspended,
-        },
+        action,
         EventType::Normal,
         "OptedOut",
         format!(
@@ -99,4 +77,48 @@ pub(super) fn decide(
         None,
     );
     d
+}
+
+/// Finishes every live slice (their quota is released); returns their names.
+fn release_quota(workloads: &[Workload], d: &mut GateDecision) -> Vec<String> {
+    let mut finished = Vec::new();
+    for w in workloads
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+    {
+        let name = w.metadata.name.clone().unwrap_or_default();
+        d.actions.push(GateAction::Slice(SliceAction::Finish {
+            name: name.clone(),
+            reason: reason::OUT_OF_SYNC,
+            message: format!(
+                "the RayService opted out (label {QUEUE_NAME_LABEL} removed): quota released"
+            ),
+        }));
+        finished.push(name);
+    }
+    finished
+}
+
+/// Drops the queue label from the children and unsuspends the held ones (unless the owner
+/// suspended the RayService); returns the names of those unsuspended.
+fn release_children(
+    children: &[&RayCluster],
+    owner_suspended: bool,
+    d: &mut GateDecision,
+) -> Vec<String> {
+    let mut released = Vec::new();
+    for c in children {
+        let unsuspend =
+            is_suspended(c) && !owner_suspended && c.metadata.deletion_timestamp.is_none();
+        if unsuspend || has_queue_label(c) {
+            if unsuspend {
+                released.push(child_name(c));
+            }
+            d.actions.push(GateAction::OptOutChild {
+                child: child_name(c),
+                unsuspend,
+            });
+        }
+    }
+    released
 }

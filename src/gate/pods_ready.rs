@@ -7,9 +7,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::slices;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::RayCluster;
+use crate::{meta, workload};
 
 /// Kueue's reasons (`kueue.WorkloadStarted`, `WorkloadRecovered`, `WorkloadWaitForStart`,
 /// `WorkloadWaitForRecovery`) and messages.
@@ -55,23 +55,18 @@ fn current(w: &Workload) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::
 pub fn covering_slice(workloads: &[Workload]) -> Option<&Workload> {
     let admitted: Vec<&Workload> = workloads
         .iter()
-        .filter(|w| !slices::is_finished(w) && slices::is_admitted(w))
+        .filter(|w| {
+            !workload::is_finished(w.status.as_ref()) && workload::is_admitted(w.status.as_ref())
+        })
         .collect();
-    let key = |w: &Workload| {
-        format!(
-            "{}/{}",
-            w.metadata.namespace.as_deref().unwrap_or_default(),
-            w.metadata.name.as_deref().unwrap_or_default()
-        )
-    };
-    let replaced: Vec<&str> = admitted
+    let replaced: BTreeSet<String> = admitted
         .iter()
-        .filter_map(|w| slices::replaces(w))
+        .filter_map(|w| workload::predecessor(w))
         .collect();
     admitted
         .iter()
         .copied()
-        .filter(|w| !replaced.contains(&key(w).as_str()))
+        .filter(|w| !replaced.contains(&meta::key(&w.metadata)))
         .max_by_key(|w| {
             (
                 w.metadata.creation_timestamp.as_ref().map(|t| t.0),

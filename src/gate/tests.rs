@@ -502,3 +502,38 @@ fn each_announcing_event_is_paired_with_the_action_it_announces() {
         d.events
     );
 }
+
+#[test]
+fn the_priority_class_label_resolves_into_the_slice_and_a_missing_class_warns() {
+    let mut s = service(json!({}), None);
+    s.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(PRIORITY_CLASS_LABEL.into(), "high".into());
+    let missing = decide(&s, &[], &[], &GateOptions::default());
+    assert_eq!(missing.priority, None);
+    assert_eq!(missing.events[0].type_, EventType::Warning);
+    assert_eq!(missing.events[0].reason, "PriorityClassNotFound");
+    assert!(missing.events[0].message.contains("high"));
+
+    let opts = GateOptions {
+        priority_classes: [("high".to_string(), 1000)].into(),
+        ..GateOptions::default()
+    };
+    let d = decide(&s, &[], &[], &opts);
+    assert!(d.events.iter().all(|e| e.reason != "PriorityClassNotFound"));
+    let Some((class, 1000)) = &d.priority else {
+        panic!("not resolved: {:?}", d.priority);
+    };
+    assert_eq!(class.name, "high");
+    let created = d.actions.iter().find_map(|a| match a {
+        GateAction::Slice(SliceAction::Create { workload, .. }) => Some(workload),
+        _ => None,
+    });
+    let w = created.expect("a first slice");
+    assert_eq!(w.spec.priority, Some(1000));
+    assert_eq!(
+        w.spec.priority_class_ref.as_ref().map(|r| r.name.as_str()),
+        Some("high")
+    );
+}

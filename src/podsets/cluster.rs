@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirement
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use super::{PodSet, PodSetError, dns_label_error, pod::pod_requests};
-use crate::types::ray::RayClusterSpec;
+use crate::types::ray::{RayClusterSpec, WorkerGroupSpec};
 
 /// Name of the head PodSet.
 pub const HEAD_PODSET: &str = "head";
@@ -91,69 +91,8 @@ pub fn of_cluster(
     });
     for (i, g) in groups.iter().enumerate() {
         let gfield = format!("{field}.workerGroupSpecs[{i}]");
-        let err_field = |leaf: &str| format!("{gfield}.{leaf}");
-        let name = g.group_name.to_lowercase();
-        if name == HEAD_PODSET {
-            return Err(PodSetError::ReservedGroupName {
-                object: object.to_string(),
-                field: err_field("groupName"),
-                name: g.group_name.clone(),
-            });
-        }
-        if let Some(reason) = dns_label_error(&name) {
-            return Err(PodSetError::InvalidGroupName {
-                object: object.to_string(),
-                field: err_field("groupName"),
-                name: g.group_name.clone(),
-                reason: reason.to_string(),
-            });
-        }
-        if out.iter().any(|p| p.name == name) {
-            return Err(PodSetError::DuplicateGroupName {
-                object: object.to_string(),
-                field: err_field("groupName"),
-                name: g.group_name.clone(),
-            });
-        }
-        let non_negative = |leaf: &str, v: Option<i32>| -> Result<Option<i32>, PodSetError> {
-            match v {
-                Some(v) if v < 0 => Err(PodSetError::Negative {
-                    object: object.to_string(),
-                    field: err_field(leaf),
-                    value: v,
-                }),
-                v => Ok(v),
-            }
-        };
-        let min = non_negative("minReplicas", g.min_replicas)?.unwrap_or(0);
-        let max = non_negative("maxReplicas", g.max_replicas)?.unwrap_or(i32::MAX);
-        let replicas = non_negative("replicas", g.replicas)?.unwrap_or(min);
-        if min > max {
-            return Err(PodSetError::MinAboveMax {
-                object: object.to_string(),
-                field: gfield.clone(),
-                min,
-                max,
-            });
-        }
-        let hosts = g.num_of_hosts.unwrap_or(1);
-        if hosts < 1 {
-            return Err(PodSetError::NotPositive {
-                object: object.to_string(),
-                field: err_field("numOfHosts"),
-                value: hosts,
-            });
-        }
-        let count = if g.suspend == Some(true) {
-            0
-        } else {
-            replicas.clamp(min, max).checked_mul(hosts).ok_or_else(|| {
-                PodSetError::CountOverflow {
-                    object: object.to_string(),
-                    field: gfield.clone(),
-                }
-            })?
-        };
+        let name = worker_podset_name(g, &out, &gfield, object)?;
+        let count = worker_count(g, &gfield, object)?;
         let requests = match &g.template.spec {
             Some(pod) => pod_requests(pod, &format!("{gfield}.template.spec"), object)?,
             None => Default::default(),
@@ -167,6 +106,85 @@ pub fn of_cluster(
         });
     }
     Ok(out)
+}
+
+/// A worker group's PodSet name: its lowercased `groupName`, a DNS label that is neither `head`
+/// nor taken by an earlier PodSet in `out`.
+fn worker_podset_name(
+    g: &WorkerGroupSpec,
+    out: &[PodSet],
+    gfield: &str,
+    object: &str,
+) -> Result<String, PodSetError> {
+    let field = format!("{gfield}.groupName");
+    let name = g.group_name.to_lowercase();
+    if name == HEAD_PODSET {
+        return Err(PodSetError::ReservedGroupName {
+            object: object.to_string(),
+            field,
+            name: g.group_name.clone(),
+        });
+    }
+    if let Some(reason) = dns_label_error(&name) {
+        return Err(PodSetError::InvalidGroupName {
+            object: object.to_string(),
+            field,
+            name: g.group_name.clone(),
+            reason: reason.to_string(),
+        });
+    }
+    if out.iter().any(|p| p.name == name) {
+        return Err(PodSetError::DuplicateGroupName {
+            object: object.to_string(),
+            field,
+            name: g.group_name.clone(),
+        });
+    }
+    Ok(name)
+}
+
+/// The pods KubeRay v1.7 creates for a worker group:
+/// `clamp(replicas ?? minReplicas, min, max) × numOfHosts`, 0 when the group is suspended.
+fn worker_count(g: &WorkerGroupSpec, gfield: &str, object: &str) -> Result<i32, PodSetError> {
+    let non_negative = |leaf: &str, v: Option<i32>| -> Result<Option<i32>, PodSetError> {
+        match v {
+            Some(v) if v < 0 => Err(PodSetError::Negative {
+                object: object.to_string(),
+                field: format!("{gfield}.{leaf}"),
+                value: v,
+            }),
+            v => Ok(v),
+        }
+    };
+    let min = non_negative("minReplicas", g.min_replicas)?.unwrap_or(0);
+    let max = non_negative("maxReplicas", g.max_replicas)?.unwrap_or(i32::MAX);
+    let replicas = non_negative("replicas", g.replicas)?.unwrap_or(min);
+    if min > max {
+        return Err(PodSetError::MinAboveMax {
+            object: object.to_string(),
+            field: gfield.to_string(),
+            min,
+            max,
+        });
+    }
+    let hosts = g.num_of_hosts.unwrap_or(1);
+    if hosts < 1 {
+        return Err(PodSetError::NotPositive {
+            object: object.to_string(),
+            field: format!("{gfield}.numOfHosts"),
+            value: hosts,
+        });
+    }
+    if g.suspend == Some(true) {
+        return Ok(0);
+    }
+    replicas
+        .clamp(min, max)
+        .checked_mul(hosts)
+        .ok_or_else(|| PodSetError::CountOverflow {
+            object: object.to_string(),
+            field: gfield.to_string(),
+        })
 }
 
 #[cfg(test)]

@@ -3,10 +3,8 @@
 use sha2::{Digest, Sha256};
 
 use super::{MAX_PODSETS, PodSet, PodSetError, of_cluster};
-use crate::types::ray::{
-    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
-    RayCluster, RayService,
-};
+use crate::meta;
+use crate::types::ray::{RayCluster, RayService};
 
 /// Where a RayService's PodSets came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -53,11 +51,8 @@ pub fn children_of<'a>(
     let mut out: Vec<&RayCluster> = clusters
         .into_iter()
         .filter(|c| {
-            let labels = c.metadata.labels.as_ref();
-            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
             c.metadata.namespace.as_deref() == ns
-                && label(ORIGINATED_FROM_CR_NAME_LABEL) == Some(name)
-                && label(ORIGINATED_FROM_CRD_LABEL) == Some(ORIGINATED_FROM_RAYSERVICE)
+                && meta::owning_rayservice(&c.metadata) == Some(name)
         })
         .collect();
     out.sort_by_key(|c| {
@@ -127,33 +122,7 @@ pub fn of_service(
     for child in children {
         let obj = object_name("RayCluster", &child.metadata);
         for p in of_cluster(&child.spec, &obj, "spec")? {
-            let mut name = p.name.clone();
-            for hex_len in [8, 16, 64] {
-                match out.iter().find(|o| o.name == name) {
-                    Some(o) if o.requests != p.requests => name = shape_name(&p.name, &p, hex_len),
-                    _ => break,
-                }
-            }
-            match out.iter_mut().find(|o| o.name == name) {
-                Some(o) if o.requests == p.requests => {
-                    o.count =
-                        o.count
-                            .checked_add(p.count)
-                            .ok_or_else(|| PodSetError::CountOverflow {
-                                object: svc.clone(),
-                                field: format!("podSets[{name}].count"),
-                            })?;
-                }
-                Some(_) => {
-                    return Err(PodSetError::InvalidGroupName {
-                        object: obj,
-                        field: "spec.workerGroupSpecs".into(),
-                        name: p.group,
-                        reason: "its shape-suffixed PodSet name collides with another group".into(),
-                    });
-                }
-                None => out.push(PodSet { name, ..p }),
-            }
+            merge_podset(&mut out, p, &svc, &obj)?;
         }
     }
     if out.len() > MAX_PODSETS {
@@ -173,11 +142,45 @@ pub fn of_service(
     })
 }
 
+/// Adds one child's PodSet `p` to the union `out`: summed into the PodSet of the same name and
+/// shape, or under a shape-suffixed name when the name's shape differs.
+fn merge_podset(out: &mut Vec<PodSet>, p: PodSet, svc: &str, obj: &str) -> Result<(), PodSetError> {
+    let mut name = p.name.clone();
+    for hex_len in [8, 16, 64] {
+        match out.iter().find(|o| o.name == name) {
+            Some(o) if o.requests != p.requests => name = shape_name(&p.name, &p, hex_len),
+            _ => break,
+        }
+    }
+    match out.iter_mut().find(|o| o.name == name) {
+        Some(o) if o.requests == p.requests => {
+            o.count = o
+                .count
+                .checked_add(p.count)
+                .ok_or_else(|| PodSetError::CountOverflow {
+                    object: svc.to_string(),
+                    field: format!("podSets[{name}].count"),
+                })?;
+        }
+        Some(_) => {
+            return Err(PodSetError::InvalidGroupName {
+                object: obj.to_string(),
+                field: "spec.workerGroupSpecs".into(),
+                name: p.group,
+                reason: "its shape-suffixed PodSet name collides with another group".into(),
+            });
+        }
+        None => out.push(PodSet { name, ..p }),
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::podsets::total;
     use crate::quantity::{Quantity, Resources};
+    use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL};
     use proptest::prelude::*;
     use serde_json::json;
 

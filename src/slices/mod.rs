@@ -20,9 +20,9 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use sha2::{Digest, Sha256};
 
-use crate::admission;
+use crate::conditions;
+use crate::meta;
 use crate::podsets::{PodSet, pod_requests, shape_name};
 use crate::quantity::Resources;
 use crate::types::kueue::{
@@ -30,11 +30,10 @@ use crate::types::kueue::{
     WORKLOAD_SLICE_NAME_ANNOTATION, WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION, Workload,
     WorkloadSpec, condition, reason,
 };
+use crate::workload::{self, SUPERSEDES_ANNOTATION};
 
 /// Annotation on a Workload PodSet template naming the KubeRay worker group (`headgroup` for heads).
 pub const GROUP_ANNOTATION: &str = "raygate.io/worker-group";
-/// Annotation on the root of a new chain naming `<ns>/<slice>` it supersedes (Kueue-compatible mode).
-pub const SUPERSEDES_ANNOTATION: &str = "raygate.io/supersedes";
 /// Label on raygate's Workloads naming their RayService.
 pub const RAYSERVICE_LABEL: &str = "raygate.io/rayservice";
 /// `app.kubernetes.io/managed-by` value on raygate's Workloads.
@@ -99,88 +98,6 @@ pub struct SlicePlan {
     pub actions: Vec<SliceAction>,
     /// The slice that covers the desired PodSets once admitted (`None` while an eviction drains).
     pub target: Option<String>,
-}
-
-// ------------------------------------------------------------------------------------------------
-// Reading Workload state
-// ------------------------------------------------------------------------------------------------
-
-/// Whether condition `type_` is `True`.
-pub fn condition_true(w: &Workload, type_: &str) -> bool {
-    admission::condition_true(w.status.as_ref(), type_)
-}
-
-pub fn is_finished(w: &Workload) -> bool {
-    admission::is_finished(w.status.as_ref())
-}
-
-/// Holds quota: `QuotaReserved=True` with an admission, not finished.
-pub fn is_reserved(w: &Workload) -> bool {
-    admission::holds_quota(w.status.as_ref())
-}
-
-/// Reserved and `Admitted=True`: its pods may run.
-pub fn is_admitted(w: &Workload) -> bool {
-    is_reserved(w) && condition_true(w, condition::ADMITTED)
-}
-
-pub fn is_evicted(w: &Workload) -> bool {
-    admission::is_evicted(w.status.as_ref())
-}
-
-fn annotation<'a>(w: &'a Workload, key: &str) -> Option<&'a str> {
-    w.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-/// `<ns>/<name>` of the slice `w` replaces (Kueue's replacement or raygate's new chain).
-pub fn replaces(w: &Workload) -> Option<&str> {
-    annotation(w, WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION)
-        .or_else(|| annotation(w, SUPERSEDES_ANNOTATION))
-}
-
-fn key(w: &Workload) -> String {
-    format!(
-        "{}/{}",
-        w.metadata.namespace.as_deref().unwrap_or_default(),
-        w.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-fn name(w: &Workload) -> String {
-    w.metadata.name.clone().unwrap_or_default()
-}
-
-/// How many replacement links lead from `w` back to a slice with none, through `all`.
-fn chain_depth(w: &Workload, all: &[Workload]) -> usize {
-    let mut depth = 0;
-    let mut at = w;
-    // A link cycle cannot be written by raygate; the bound keeps a hand-made one finite.
-    while depth <= all.len() {
-        let Some(prev) = replaces(at).and_then(|k| all.iter().find(|o| key(o) == k)) else {
-            break;
-        };
-        depth += 1;
-        at = prev;
-    }
-    depth
-}
-
-/// Oldest first along the chain: a slice comes after every slice it (transitively) replaces,
-/// whatever their creation times (one-second resolution, so a replacement created in the same
-/// second as its predecessor would otherwise sort by name); unrelated slices by creation time,
-/// then name. `all` is every Workload of the owner, finished ones included (links pass through them).
-pub fn sort_chain_order(ws: &mut [&Workload], all: &[Workload]) {
-    ws.sort_by_cached_key(|w| {
-        (
-            chain_depth(w, all),
-            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            w.metadata.name.clone(),
-        )
-    });
 }
 
 /// Group and per-pod requests of a Workload PodSet (`None` when its template cannot be read).
@@ -353,42 +270,6 @@ pub fn covers(w: &Workload, desired: &[PodSet]) -> bool {
 // Planning
 // ------------------------------------------------------------------------------------------------
 
-/// Deterministic name of a new slice: `rayservice-<name>-<hash>` over the owner's UID, the slice
-/// it replaces and its PodSets, salted until it differs from every known Workload name.
-fn slice_name(
-    ctx: &SliceContext,
-    replaces: Option<&str>,
-    pod_sets: &[kueue::PodSet],
-    taken: &BTreeSet<String>,
-) -> String {
-    const HASH: usize = 10;
-    let prefix_max = 63 - HASH - 1;
-    let mut prefix = format!("rayservice-{}", ctx.owner.name);
-    prefix.truncate(prefix_max);
-    let prefix = prefix.trim_end_matches(['-', '.']).to_string();
-    for salt in 0u32.. {
-        let mut h = Sha256::new();
-        h.update(ctx.owner.uid.as_bytes());
-        h.update(b"|");
-        h.update(replaces.unwrap_or("root").as_bytes());
-        for p in pod_sets {
-            h.update(format!("|{}={}", p.name, p.count).as_bytes());
-        }
-        h.update(format!("|{salt}").as_bytes());
-        let hex: String = h
-            .finalize()
-            .iter()
-            .take(HASH / 2)
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let candidate = format!("{prefix}-{hex}");
-        if !taken.contains(&candidate) {
-            return candidate;
-        }
-    }
-    unreachable!("u32 salts exhausted") // 2^32 distinct hashes cannot all be taken
-}
-
 /// The Workload object of a new slice.
 fn build(
     ctx: &SliceContext,
@@ -454,59 +335,105 @@ fn same_queue_and_priority(ctx: &SliceContext, w: &Workload) -> bool {
 /// Plans the owner's slices for `desired` PodSets, given its Workloads (any state; finished ones
 /// only reserve their names).
 pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> SlicePlan {
-    let taken: BTreeSet<String> = workloads.iter().map(name).collect();
-    let mut live: Vec<&Workload> = workloads.iter().filter(|w| !is_finished(w)).collect();
-    sort_chain_order(&mut live, workloads);
+    let taken: BTreeSet<String> = workloads.iter().map(|w| meta::name(&w.metadata)).collect();
+    let mut live: Vec<&Workload> = workloads
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+        .collect();
+    workload::sort_chain_order(&mut live, workloads);
     let mut actions = Vec::new();
+    let Some(live) = finish_evicted(ctx, live, &mut actions) else {
+        return SlicePlan {
+            actions,
+            target: None,
+        };
+    };
+    let head = finish_older_reserved(&live, &mut actions);
+    let candidate = finish_stale_pending(&live, head, &mut actions);
+    let target = match head {
+        None => track_without_quota(ctx, desired, candidate, &taken, &mut actions),
+        Some(head) => follow_head(ctx, desired, head, candidate, &taken, &mut actions),
+    };
+    SlicePlan {
+        actions,
+        target: Some(target),
+    }
+}
 
-    // Evicted slices (preempted, queue stopped) keep their quota until the owner's pods are gone,
-    // then finish; a deactivated one (`spec.active=false`) is the user's stop and stays.
+/// Evicted slices (preempted, queue stopped) keep their quota until the owner's pods are gone,
+/// then finish; a deactivated one (`spec.active=false`) is the user's stop and stays. Returns the
+/// slices not evicted, or `None` while an eviction drains.
+fn finish_evicted<'a>(
+    ctx: &SliceContext,
+    live: Vec<&'a Workload>,
+    actions: &mut Vec<SliceAction>,
+) -> Option<Vec<&'a Workload>> {
     let (evicted, live): (Vec<&Workload>, Vec<&Workload>) = live
         .into_iter()
-        .partition(|w| is_evicted(w) && w.spec.active != Some(false));
-    if !evicted.is_empty() {
-        if ctx.children_exist {
-            return SlicePlan {
-                actions,
-                target: None,
-            };
-        }
-        for e in &evicted {
-            actions.push(SliceAction::Finish {
-                name: name(e),
-                reason: reason::OUT_OF_SYNC,
-                message: "evicted and the RayService's pods are gone; a new slice is queued".into(),
-            });
-        }
+        .partition(|w| workload::is_evicted(w.status.as_ref()) && w.spec.active != Some(false));
+    if !evicted.is_empty() && ctx.children_exist {
+        return None;
     }
+    for e in &evicted {
+        actions.push(SliceAction::Finish {
+            name: meta::name(&e.metadata),
+            reason: reason::OUT_OF_SYNC,
+            message: "evicted and the RayService's pods are gone; a new slice is queued".into(),
+        });
+    }
+    Some(live)
+}
 
-    // At most one reserved slice: the newest. Older ones were replaced (or are strays).
-    let reserved: Vec<&Workload> = live.iter().copied().filter(|w| is_reserved(w)).collect();
+/// At most one reserved slice: the newest (the head). Older ones were replaced (or are strays)
+/// and finish.
+fn finish_older_reserved<'a>(
+    live: &[&'a Workload],
+    actions: &mut Vec<SliceAction>,
+) -> Option<&'a Workload> {
+    let reserved: Vec<&Workload> = live
+        .iter()
+        .copied()
+        .filter(|w| workload::holds_quota(w.status.as_ref()))
+        .collect();
     let head = reserved.last().copied();
     for old in reserved.iter().rev().skip(1) {
-        let replaced = live.iter().any(|w| replaces(w) == Some(key(old).as_str()));
+        let replaced = live
+            .iter()
+            .any(|w| workload::predecessor(w) == Some(meta::key(&old.metadata)));
         actions.push(SliceAction::Finish {
-            name: name(old),
+            name: meta::name(&old.metadata),
             reason: if replaced {
                 reason::WORKLOAD_SLICE_REPLACED
             } else {
                 reason::OUT_OF_SYNC
             },
             message: match head {
-                Some(h) if replaced => format!("replaced by {}", name(h)),
-                Some(h) => format!("superseded by reserved slice {}", name(h)),
+                Some(h) if replaced => format!("replaced by {}", meta::name(&h.metadata)),
+                Some(h) => format!("superseded by reserved slice {}", meta::name(&h.metadata)),
                 None => String::new(),
             },
         });
     }
+    head
+}
 
-    // At most one pending slice: the newest that replaces the head (or, with no head, the newest).
-    let pending: Vec<&Workload> = live.iter().copied().filter(|w| !is_reserved(w)).collect();
+/// At most one pending slice: the newest that replaces the head (or, with no head, the newest);
+/// the other pending slices finish.
+fn finish_stale_pending<'a>(
+    live: &[&'a Workload],
+    head: Option<&Workload>,
+    actions: &mut Vec<SliceAction>,
+) -> Option<&'a Workload> {
+    let pending: Vec<&Workload> = live
+        .iter()
+        .copied()
+        .filter(|w| !workload::holds_quota(w.status.as_ref()))
+        .collect();
     let candidate = match head {
         Some(h) => pending
             .iter()
             .rev()
-            .find(|w| replaces(w) == Some(key(h).as_str()))
+            .find(|w| workload::predecessor(w) == Some(meta::key(&h.metadata)))
             .copied(),
         None => pending.last().copied(),
     };
@@ -515,65 +442,82 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
         .filter(|p| !candidate.is_some_and(|c| std::ptr::eq(c, **p)))
     {
         actions.push(SliceAction::Finish {
-            name: name(p),
+            name: meta::name(&p.metadata),
             reason: reason::OUT_OF_SYNC,
             message: "a stale pending slice; the chain moved on".into(),
         });
     }
+    candidate
+}
 
-    let Some(head) = head else {
-        // No quota held: one pending slice tracks the desired PodSets in place.
-        let requeued = candidate.filter(|p| !same_queue_and_priority(ctx, p));
-        let candidate = match requeued {
-            // Holds no quota: a slice in the wrong queue or at the wrong priority (a fixed queue
-            // label typo, a raised priority class) is recreated so it takes effect.
-            Some(p) => {
-                actions.push(SliceAction::Finish {
-                    name: name(p),
-                    reason: reason::OUT_OF_SYNC,
-                    message: format!(
-                        "the RayService's queue or priority class changed (LocalQueue {}, priority class {}): a new slice replaces it",
-                        ctx.queue_name,
-                        ctx.priority_class_ref
-                            .as_ref()
-                            .map(|r| r.name.as_str())
-                            .unwrap_or("none")
-                    ),
+/// No quota held: one pending slice tracks the desired PodSets in place (or a new one is
+/// created). Returns the target slice's name.
+fn track_without_quota(
+    ctx: &SliceContext,
+    desired: &[PodSet],
+    candidate: Option<&Workload>,
+    taken: &BTreeSet<String>,
+    actions: &mut Vec<SliceAction>,
+) -> String {
+    match candidate.filter(|p| requeue_unless_current(ctx, p, actions)) {
+        Some(p) => {
+            let aligned = align(desired, &p.spec.pod_sets).without_leftovers();
+            if !same_podsets(&aligned, &p.spec.pod_sets) {
+                actions.push(SliceAction::SetPodSets {
+                    name: meta::name(&p.metadata),
+                    pod_sets: aligned,
+                    why: "pending slice follows the PodSets",
                 });
-                None
             }
-            None => candidate,
-        };
-        return match candidate {
-            Some(p) => {
-                let aligned = align(desired, &p.spec.pod_sets).without_leftovers();
-                if !same_podsets(&aligned, &p.spec.pod_sets) {
-                    actions.push(SliceAction::SetPodSets {
-                        name: name(p),
-                        pod_sets: aligned,
-                        why: "pending slice follows the PodSets",
-                    });
-                }
-                SlicePlan {
-                    actions,
-                    target: Some(name(p)),
-                }
-            }
-            None => {
-                let pod_sets = align(desired, &[]).list;
-                let n = slice_name(ctx, None, &pod_sets, &taken);
-                actions.push(SliceAction::Create {
-                    workload: Box::new(build(ctx, &n, pod_sets, &n, None)),
-                    replaces: None,
-                });
-                SlicePlan {
-                    actions,
-                    target: Some(n),
-                }
-            }
-        };
-    };
+            meta::name(&p.metadata)
+        }
+        None => {
+            let pod_sets = align(desired, &[]).list;
+            let n = workload::slice_name(&ctx.owner.name, &ctx.owner.uid, None, &pod_sets, taken);
+            actions.push(SliceAction::Create {
+                workload: Box::new(build(ctx, &n, pod_sets, &n, None)),
+                replaces: None,
+            });
+            n
+        }
+    }
+}
 
+/// Whether pending slice `p` carries the current queue and priority; if not, it holds no quota
+/// and finishes, so a new slice (a fixed queue label typo, a raised priority class) takes effect.
+fn requeue_unless_current(
+    ctx: &SliceContext,
+    p: &Workload,
+    actions: &mut Vec<SliceAction>,
+) -> bool {
+    if same_queue_and_priority(ctx, p) {
+        return true;
+    }
+    actions.push(SliceAction::Finish {
+        name: meta::name(&p.metadata),
+        reason: reason::OUT_OF_SYNC,
+        message: format!(
+            "the RayService's queue or priority class changed (LocalQueue {}, priority class {}): a new slice replaces it",
+            ctx.queue_name,
+            ctx.priority_class_ref
+                .as_ref()
+                .map(|r| r.name.as_str())
+                .unwrap_or("none")
+        ),
+    });
+    false
+}
+
+/// The reserved head covers an equal or smaller need: shrink it in place, drop any pending
+/// replacement. Otherwise a scale-up. Returns the target slice's name.
+fn follow_head(
+    ctx: &SliceContext,
+    desired: &[PodSet],
+    head: &Workload,
+    candidate: Option<&Workload>,
+    taken: &BTreeSet<String>,
+    actions: &mut Vec<SliceAction>,
+) -> String {
     let aligned = align(desired, &head.spec.pod_sets);
     let within_head = aligned.new == 0
         && aligned
@@ -581,35 +525,44 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
             .iter()
             .zip(&head.spec.pod_sets)
             .all(|(a, h)| a.count <= h.count);
-    if within_head {
-        // Equal or a scale-down: the head covers it; shrink in place, drop any pending replacement.
-        // Kueue keeps a reserved Workload's PodSets immutable but for count decreases
-        // (`validateImmutablePodSets`), so the in-place list is the head's own with new counts
-        // (as Kueue's `ApplyPodSetCounts`); a template change of the same shape (an image-only
-        // upgrade) is not written to a reserved slice.
-        let shrunk = scaled_down(&head.spec.pod_sets, &aligned.list);
-        if shrunk != head.spec.pod_sets {
-            actions.push(SliceAction::SetPodSets {
-                name: name(head),
-                pod_sets: shrunk,
-                why: "scale-down in place",
-            });
-        }
-        if let Some(p) = candidate {
-            actions.push(SliceAction::Finish {
-                name: name(p),
-                reason: reason::OUT_OF_SYNC,
-                message: format!("no longer needed: {} covers the PodSets", name(head)),
-            });
-        }
-        return SlicePlan {
-            actions,
-            target: Some(name(head)),
-        };
+    if !within_head {
+        return scale_up(ctx, head, aligned, candidate, taken, actions);
     }
+    // Kueue keeps a reserved Workload's PodSets immutable but for count decreases
+    // (`validateImmutablePodSets`), so the in-place list is the head's own with new counts
+    // (as Kueue's `ApplyPodSetCounts`); a template change of the same shape (an image-only
+    // upgrade) is not written to a reserved slice.
+    let shrunk = scaled_down(&head.spec.pod_sets, &aligned.list);
+    if shrunk != head.spec.pod_sets {
+        actions.push(SliceAction::SetPodSets {
+            name: meta::name(&head.metadata),
+            pod_sets: shrunk,
+            why: "scale-down in place",
+        });
+    }
+    if let Some(p) = candidate {
+        actions.push(SliceAction::Finish {
+            name: meta::name(&p.metadata),
+            reason: reason::OUT_OF_SYNC,
+            message: format!(
+                "no longer needed: {} covers the PodSets",
+                meta::name(&head.metadata)
+            ),
+        });
+    }
+    meta::name(&head.metadata)
+}
 
-    // A scale-up of the reserved head: a replacement slice (or, Kueue-compatible with PodSets new
-    // to the chain, the root of a new chain).
+/// A scale-up of the reserved head: a replacement slice (or, Kueue-compatible with PodSets new
+/// to the chain, the root of a new chain); a pending one of the same kind follows the PodSets.
+fn scale_up(
+    ctx: &SliceContext,
+    head: &Workload,
+    aligned: Aligned,
+    candidate: Option<&Workload>,
+    taken: &BTreeSet<String>,
+    actions: &mut Vec<SliceAction>,
+) -> String {
     let new_chain = ctx.mode == ChainMode::KueueCompatible && aligned.new > 0;
     let (pod_sets, link) = if new_chain {
         (aligned.without_leftovers(), SUPERSEDES_ANNOTATION)
@@ -621,49 +574,60 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
             WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION,
         )
     };
-    if let Some(p) = candidate {
-        let same_kind = annotation(p, link).is_some();
-        if same_kind && same_podsets(&p.spec.pod_sets, &pod_sets) {
-            return SlicePlan {
-                actions,
-                target: Some(name(p)),
-            };
-        }
-        if same_kind {
-            actions.push(SliceAction::SetPodSets {
-                name: name(p),
-                pod_sets,
-                why: "pending replacement follows the PodSets",
-            });
-            return SlicePlan {
-                actions,
-                target: Some(name(p)),
-            };
-        }
-        actions.push(SliceAction::Finish {
-            name: name(p),
-            reason: reason::OUT_OF_SYNC,
-            message: "the PodSets changed shape; a new slice replaces it".into(),
-        });
-    }
-    let head_key = key(head);
-    let n = slice_name(ctx, Some(&head_key), &pod_sets, &taken);
+    let pod_sets = match candidate {
+        Some(p) => match follow_pending_replacement(p, link, pod_sets, actions) {
+            Ok(target) => return target,
+            Err(pod_sets) => pod_sets,
+        },
+        None => pod_sets,
+    };
+    let head_key = meta::key(&head.metadata);
+    let n = workload::slice_name(
+        &ctx.owner.name,
+        &ctx.owner.uid,
+        Some(&head_key),
+        &pod_sets,
+        taken,
+    );
     let root = if new_chain {
         n.clone()
     } else {
-        annotation(head, WORKLOAD_SLICE_NAME_ANNOTATION)
+        meta::annotation(&head.metadata, WORKLOAD_SLICE_NAME_ANNOTATION)
             .map(str::to_string)
-            .unwrap_or_else(|| name(head))
+            .unwrap_or_else(|| meta::name(&head.metadata))
     };
     let workload = build(ctx, &n, pod_sets, &root, Some((link, &head_key)));
     actions.push(SliceAction::Create {
         workload: Box::new(workload),
-        replaces: Some(name(head)),
+        replaces: Some(meta::name(&head.metadata)),
     });
-    SlicePlan {
-        actions,
-        target: Some(n),
+    n
+}
+
+/// A pending replacement linked the same way (`link`) follows `pod_sets` and stays the target
+/// (`Ok`); one linked the other way finishes and the PodSets go to a new slice (`Err`).
+fn follow_pending_replacement(
+    p: &Workload,
+    link: &str,
+    pod_sets: Vec<kueue::PodSet>,
+    actions: &mut Vec<SliceAction>,
+) -> Result<String, Vec<kueue::PodSet>> {
+    if meta::annotation(&p.metadata, link).is_none() {
+        actions.push(SliceAction::Finish {
+            name: meta::name(&p.metadata),
+            reason: reason::OUT_OF_SYNC,
+            message: "the PodSets changed shape; a new slice replaces it".into(),
+        });
+        return Err(pod_sets);
     }
+    if !same_podsets(&p.spec.pod_sets, &pod_sets) {
+        actions.push(SliceAction::SetPodSets {
+            name: meta::name(&p.metadata),
+            pod_sets,
+            why: "pending replacement follows the PodSets",
+        });
+    }
+    Ok(meta::name(&p.metadata))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -690,11 +654,7 @@ impl Default for Retention {
 
 /// When `w` finished (`Finished=True`'s transition time).
 fn finished_at(w: &Workload) -> Option<k8s_openapi::jiff::Timestamp> {
-    w.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::FINISHED && c.status == "True")
+    conditions::find_true(&w.status.as_ref()?.conditions, condition::FINISHED)
         .map(|c| c.last_transition_time.0)
 }
 
@@ -707,17 +667,20 @@ pub fn expired(
     retention: &Retention,
 ) -> Vec<String> {
     let mut by_chain: std::collections::BTreeMap<String, Vec<&Workload>> = Default::default();
-    for w in workloads.iter().filter(|w| is_finished(w)) {
-        let chain = annotation(w, WORKLOAD_SLICE_NAME_ANNOTATION)
+    for w in workloads
+        .iter()
+        .filter(|w| workload::is_finished(w.status.as_ref()))
+    {
+        let chain = meta::annotation(&w.metadata, WORKLOAD_SLICE_NAME_ANNOTATION)
             .map(str::to_string)
-            .unwrap_or_else(|| name(w));
+            .unwrap_or_else(|| meta::name(&w.metadata));
         by_chain.entry(chain).or_default().push(w);
     }
     let after = k8s_openapi::jiff::SignedDuration::try_from(retention.after_finished)
         .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
     let mut out = Vec::new();
     for mut chain in by_chain.into_values() {
-        sort_chain_order(&mut chain, workloads);
+        workload::sort_chain_order(&mut chain, workloads);
         let old = chain.len().saturating_sub(retention.keep_per_chain);
         for w in &chain[..old] {
             let expired = finished_at(w).is_some_and(|at| {
@@ -726,7 +689,7 @@ pub fn expired(
                     .unwrap_or(false)
             });
             if expired {
-                out.push(name(w));
+                out.push(meta::name(&w.metadata));
             }
         }
     }

@@ -105,7 +105,9 @@ fn by_name<'a>(ws: &'a [Workload], n: &str) -> &'a Workload {
 }
 
 fn live(ws: &[Workload]) -> Vec<&Workload> {
-    ws.iter().filter(|w| !is_finished(w)).collect()
+    ws.iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+        .collect()
 }
 
 fn count_of(w: &Workload, podset: &str) -> i32 {
@@ -232,7 +234,7 @@ fn a_scale_up_of_a_reserved_slice_is_a_replacement_charged_by_delta() {
     apply(&mut ws, &p, &mut clock);
     // while it is pending the old slice stays and the plan is stable
     assert_eq!(plan(&c, &[head(2), workers(2)], &ws).actions, []);
-    assert!(!is_finished(by_name(&ws, &root)));
+    assert!(!workload::is_finished(by_name(&ws, &root).status.as_ref()));
     assert!(!covers(&ws[0], &[head(2), workers(2)]));
 }
 
@@ -291,7 +293,7 @@ fn the_replaced_slice_is_finished_once_its_replacement_holds_quota() {
         "{p:?}"
     );
     apply(&mut ws, &p, &mut clock);
-    assert!(is_finished(&ws[0]));
+    assert!(workload::is_finished(ws[0].status.as_ref()));
     assert!(covers(&ws[1], &[head(2), workers(2)]));
 }
 
@@ -550,7 +552,7 @@ proptest! {
                     }
                 }
                 Event::AdmitNewest => {
-                    if let Some(w) = ws.iter_mut().rev().find(|w| !is_finished(w) && !is_reserved(w)) {
+                    if let Some(w) = ws.iter_mut().rev().find(|w: &&mut Workload| !workload::is_finished(w.status.as_ref()) && !workload::holds_quota(w.status.as_ref())) {
                         admit(w);
                     }
                 }
@@ -560,7 +562,7 @@ proptest! {
             for a in &p.actions {
                 if let SliceAction::SetPodSets { name, pod_sets, .. } = a {
                     let stored = by_name(&ws, name);
-                    if is_reserved(stored) {
+                    if workload::holds_quota(stored.status.as_ref()) {
                         prop_assert_eq!(pod_sets.len(), stored.spec.pod_sets.len());
                         for (new, old) in pod_sets.iter().zip(&stored.spec.pod_sets) {
                             prop_assert!(new.count <= old.count, "count raised in place");
@@ -574,7 +576,7 @@ proptest! {
             let again = plan(&c, &desired, &ws);
             prop_assert_eq!(&again.actions, &vec![], "not idempotent");
             let live = live(&ws);
-            let reserved = live.iter().filter(|w| is_reserved(w)).count();
+            let reserved = live.iter().filter(|w| workload::holds_quota(w.status.as_ref())).count();
             prop_assert!(reserved <= 1, "{} reserved", reserved);
             prop_assert!(live.len() - reserved <= 1, "more than one pending");
             // the target, once admitted, covers the desired PodSets exactly
@@ -591,8 +593,8 @@ proptest! {
             // Kueue-compatible: a replacement's list equals its old slice's
             if kueue {
                 for w in &live {
-                    if let Some(old) = annotation(w, WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION) {
-                        let old = ws.iter().find(|o| key(o) == old).unwrap();
+                    if let Some(old) = workload::replacement_for(w, w.metadata.namespace.as_deref().unwrap_or_default()) {
+                        let old = ws.iter().find(|o| meta::key(&o.metadata) == old).unwrap();
                         let a: Vec<_> = w.spec.pod_sets.iter().map(|p| &p.name).collect();
                         let b: Vec<_> = old.spec.pod_sets.iter().map(|p| &p.name).collect();
                         prop_assert_eq!(a, b);

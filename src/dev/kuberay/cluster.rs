@@ -22,8 +22,9 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::status::{find, is_true, merge_diff, set_condition};
+use super::status::{merge_diff, set_condition};
 use super::{EmulatorError, Shared, managed_externally, requeue_at};
+use crate::conditions::{find, is_true};
 use crate::podsets::container_requests;
 use crate::quantity::{Quantity, Resources};
 use crate::types::ray::{RayCluster, RayClusterSpec, RayClusterStatus};

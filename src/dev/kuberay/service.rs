@@ -20,11 +20,13 @@ use serde_json::{Value, json};
 
 use super::cluster::worker_replicas;
 use super::hash::cluster_spec_hash;
-use super::status::{find, is_true, merge_diff, remove_condition, set_condition};
+use super::status::{merge_diff, remove_condition, set_condition};
 use super::{
-    DEFAULT_DELETION_DELAY, EmulatorError, RAYSERVICE_FINALIZER, SERVICE_REQUEUE, Shared, key,
+    DEFAULT_DELETION_DELAY, EmulatorError, RAYSERVICE_FINALIZER, SERVICE_REQUEUE, Shared,
     managed_externally, requeue_at,
 };
+use crate::conditions::{find, is_true};
+use crate::meta;
 use crate::types::ray::{
     HASH_WITHOUT_REPLICAS_ANNOTATION, KUBERAY_VERSION_ANNOTATION, NUM_WORKER_GROUPS_ANNOTATION,
     ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
@@ -75,14 +77,6 @@ fn pending_name(s: &RayServiceStatus) -> &str {
         .unwrap_or("")
 }
 
-fn annotation<'a>(c: &'a RayCluster, k: &str) -> Option<&'a str> {
-    c.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(k))
-        .map(String::as_str)
-}
-
 /// `isClusterSpecHashEqual`: the goal hash (of the first n worker groups when `partial`, n from
 /// the child's `ray.io/num-worker-groups`) against the child's annotation, never its live spec.
 fn is_hash_equal(rs: &RayService, c: &RayCluster, partial: bool) -> Result<bool, EmulatorError> {
@@ -90,12 +84,14 @@ fn is_hash_equal(rs: &RayService, c: &RayCluster, partial: bool) -> Result<bool,
         name: rs.name_any(),
         source,
     };
-    let cluster_hash = annotation(c, HASH_WITHOUT_REPLICAS_ANNOTATION).unwrap_or("");
+    let cluster_hash =
+        meta::annotation(&c.metadata, HASH_WITHOUT_REPLICAS_ANNOTATION).unwrap_or("");
     let goal = &rs.spec.ray_cluster_config;
     let goal_hash = if !partial {
         cluster_spec_hash(goal, None).map_err(hash_err)?
     } else {
-        let Some(n) = annotation(c, NUM_WORKER_GROUPS_ANNOTATION).and_then(|n| n.parse().ok())
+        let Some(n) = meta::annotation(&c.metadata, NUM_WORKER_GROUPS_ANNOTATION)
+            .and_then(|n| n.parse().ok())
         else {
             // upstream: an unparsable count counts as equal
             return Ok(true);
@@ -169,7 +165,8 @@ fn should_update_cluster(
         if is_true(conditions, UPGRADE_IN_PROGRESS) {
             return Ok(false);
         }
-        if annotation(cluster, KUBERAY_VERSION_ANNOTATION).unwrap_or("") != version {
+        if meta::annotation(&cluster.metadata, KUBERAY_VERSION_ANNOTATION).unwrap_or("") != version
+        {
             return Ok(true);
         }
     }
@@ -304,7 +301,7 @@ impl Ctx<'_> {
                 });
             }
         }
-        self.shared.forget_deletion(&key(&self.ns, name));
+        self.shared.forget_deletion(&meta::key_of(&self.ns, name));
         self.shared.pods_deleted(&self.ns, name);
         Ok(())
     }
@@ -407,7 +404,7 @@ impl Ctx<'_> {
                 continue;
             }
             has_to_clean = true;
-            let k = key(&self.ns, &name);
+            let k = meta::key_of(&self.ns, &name);
             match self.shared.deletion_time(&k) {
                 _ if deleting => {
                     self.delete_cluster(&name, "RayService is being deleted")

@@ -1,11 +1,13 @@
-//! Condition helpers (`meta.SetStatusCondition` semantics) and minimal status patches.
+//! Conditions at the emulator's clock and minimal status patches.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
 
-/// `meta.SetStatusCondition`: adds the condition, or updates reason, message and
-/// observedGeneration in place; `lastTransitionTime` moves only when the status changes.
+use crate::conditions;
+
+/// [`conditions::set`] at the emulator's wall-clock time (the emulator stands in for KubeRay,
+/// which stamps conditions with its own clock).
 pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -14,37 +16,19 @@ pub(crate) fn set_condition(
     message: &str,
     observed_generation: Option<i64>,
 ) {
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.status = status.to_string();
-                c.last_transition_time = Time(Timestamp::now());
-            }
-            c.reason = reason.to_string();
-            c.message = message.to_string();
-            c.observed_generation = observed_generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            reason: reason.to_string(),
-            message: message.to_string(),
-            observed_generation,
-            last_transition_time: Time(Timestamp::now()),
-        }),
-    }
+    conditions::set(
+        conditions,
+        type_,
+        status,
+        reason,
+        message,
+        observed_generation,
+        Timestamp::now(),
+    );
 }
 
 pub(crate) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
-}
-
-pub(crate) fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-pub(crate) fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
@@ -79,6 +63,7 @@ pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conditions::is_true;
     use serde_json::json;
 
     #[test]
