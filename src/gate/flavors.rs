@@ -204,8 +204,8 @@ pub(super) fn before_release(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slices::testing::admit;
     use crate::types::kueue::PodSetAssignment;
+    use raygate_testing::admit_counts;
 
     fn pod(extra: Value) -> Value {
         let mut p = json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}});
@@ -250,7 +250,7 @@ mod tests {
         }))
         .unwrap();
         w.spec.pod_sets = pod_sets;
-        admit(&mut w);
+        admit_counts(&mut w);
         let adm = w.status.as_mut().unwrap().admission.as_mut().unwrap();
         for a in &mut adm.pod_set_assignments {
             let f = flavor_of

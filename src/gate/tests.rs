@@ -3,7 +3,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use crate::slices::testing::{admit, set_condition};
+use raygate_testing::{admit_counts, set_condition};
 
 fn service(annotations: serde_json::Value, suspend: Option<bool>) -> RayService {
     let mut s: RayService = serde_json::from_value(json!({
@@ -143,7 +143,7 @@ fn the_upgrade_waits_for_the_replacement_slice_then_releases_the_pending_child()
         let d = decide(&s, &[&active], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     assert_eq!(
         kinds(&decide(&s, &[&active], &ws, &GateOptions::default())),
         Vec::<String>::new()
@@ -172,7 +172,7 @@ fn the_upgrade_waits_for_the_replacement_slice_then_releases_the_pending_child()
             .any(|e| e.reason == "Holding" && e.message.contains("insufficient unused quota"))
     );
     // quota arrives
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Finish", "Release svc-b"]);
     let GateAction::Release {
@@ -210,7 +210,7 @@ fn a_covered_running_child_missing_from_the_record_is_recorded() {
         let d = decide(&s, &[&held], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let running = child("svc-a", 1, false, 1);
     assert_eq!(
         kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
@@ -227,7 +227,7 @@ fn a_released_child_that_grows_is_not_stopped() {
         let d = decide(&s, &[&small], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let grown = child("svc-a", 1, false, 3);
     let d = decide(&s, &[&grown], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Create"], "a replacement slice, no Hold");
@@ -242,7 +242,7 @@ fn an_evicted_slice_stops_the_service_and_readmission_resumes_it() {
         let d = decide(&s, &[&running], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     cond(
         &mut ws[0],
         condition::EVICTED,
@@ -264,7 +264,7 @@ fn an_evicted_slice_stops_the_service_and_readmission_resumes_it() {
         kinds(&decide(&s, &[], &ws, &GateOptions::default())),
         Vec::<String>::new()
     );
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     assert_eq!(
         kinds(&decide(&s, &[], &ws, &GateOptions::default())),
         ["ResumeService"]
@@ -280,7 +280,7 @@ fn a_suspend_set_by_the_owner_is_never_cleared_and_frees_quota_once_pods_are_gon
         let d = decide(&s, &[&running], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let s = service(gated("svc-a"), Some(true));
     assert_eq!(
         kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
@@ -349,7 +349,7 @@ fn invalid_podsets_keep_the_tamper_and_stop_protections() {
         let d = decide(&s, &[&running], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     // a second child with invalid PodSets, unsuspended by hand: held again, the released one kept
     let rogue = child("svc-b", 2, false, -3);
     let d = decide(&s, &[&running, &rogue], &ws, &GateOptions::default());
@@ -380,7 +380,7 @@ fn the_newest_admitted_slice_is_found_through_replacement_links_not_names() {
         let d = decide(&s, &[&active], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let pending = child("svc-b", 2, true, 1);
     let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Create"]);
@@ -388,7 +388,7 @@ fn the_newest_admitted_slice_is_found_through_replacement_links_not_names() {
     // the replacement is created in the same second as its predecessor and sorts first by name
     ws[1].metadata.creation_timestamp = ws[0].metadata.creation_timestamp.clone();
     ws[1].metadata.name = Some("rayservice-svc-0".into());
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Finish", "Release svc-b"]);
     let GateAction::Slice(SliceAction::Finish { name, .. }) = &d.actions[0] else {
