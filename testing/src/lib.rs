@@ -19,7 +19,16 @@
 
 mod kueue;
 
+/// The test API server (a real `apiextensions-apiserver` + etcd) for integration tests and benches.
+#[cfg(feature = "integration")]
+pub mod apiserver;
+/// The upstream CRDs and samples in `../shared` (KubeRay v1.7.0, Kueue v0.19.2).
+#[cfg(feature = "integration")]
+pub mod upstream;
+
 pub use kueue::*;
+
+use std::path::PathBuf;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::jiff::Timestamp;
@@ -35,4 +44,10 @@ pub fn ts(secs: i64) -> Timestamp {
 /// A Kubernetes quantity, verbatim.
 pub fn kq(s: &str) -> K8sQuantity {
     K8sQuantity(s.to_string())
+}
+
+/// The raygate workspace root (this crate sits in `testing/`).
+pub fn workspace_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(PathBuf::from).unwrap_or(here)
 }
