@@ -3,36 +3,35 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use raygate_testing::{admit_counts, set_condition};
+use raygate_testing::{
+    MetaBuilder, RayClusterBuilder, RayClusterSpecBuilder, RayServiceBuilder, WorkerGroupBuilder,
+    admit_counts, ray_cluster, ray_cluster_spec, ray_service, set_condition, worker_group,
+};
 
 fn service(annotations: serde_json::Value, suspend: Option<bool>) -> RayService {
-    let mut s: RayService = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayService",
-        "metadata": {"name": "svc", "namespace": "ns", "uid": "u1",
-            "labels": {"kueue.x-k8s.io/queue-name": "team-a"}, "annotations": annotations},
-        "spec": {"rayClusterConfig": {"suspend": true, "headGroupSpec": {"template": pod("1")},
-            "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 5, "template": pod("1")}]}}
-    }))
-    .unwrap();
-    s.spec.suspend = suspend;
-    s
-}
-
-fn pod(cpu: &str) -> serde_json::Value {
-    json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}})
+    ray_service("svc")
+        .in_namespace("ns")
+        .uid("u1")
+        .queue("team-a")
+        .annotations(serde_json::from_value(annotations).unwrap())
+        .cluster(
+            ray_cluster_spec()
+                .suspend(true)
+                .worker_group(worker_group("w").replicas(1).min_max(0, 5)),
+        )
+        .service_suspend(suspend)
 }
 
 fn child(name: &str, second: i64, suspend: bool, replicas: i32) -> RayCluster {
-    let mut c: RayCluster = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": "ns",
-            "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
-        "spec": {"suspend": suspend, "headGroupSpec": {"template": pod("1")},
-            "workerGroupSpecs": [{"groupName": "w", "replicas": replicas, "minReplicas": 0, "maxReplicas": 5, "template": pod("1")}]}
-    }))
-    .unwrap();
-    c.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap()));
-    c
+    ray_cluster(name)
+        .in_namespace("ns")
+        .child_of("svc")
+        .spec(
+            ray_cluster_spec()
+                .suspend(suspend)
+                .worker_group(worker_group("w").replicas(replicas).min_max(0, 5)),
+        )
+        .creation(Timestamp::from_second(second).unwrap())
 }
 
 fn cond(w: &mut Workload, type_: &str, reason: &str, message: &str, status: &str) {

@@ -18,6 +18,7 @@
 //! `raygate`, so unit tests, integration tests and benches share this one copy.
 
 mod kueue;
+mod ray;
 
 /// The test API server (a real `apiextensions-apiserver` + etcd) for integration tests and benches.
 #[cfg(feature = "integration")]
@@ -27,6 +28,7 @@ pub mod apiserver;
 pub mod upstream;
 
 pub use kueue::*;
+pub use ray::*;
 
 use std::path::PathBuf;
 
