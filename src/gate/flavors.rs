@@ -205,7 +205,7 @@ pub(super) fn before_release(
 mod tests {
     use super::*;
     use crate::types::kueue::PodSetAssignment;
-    use raygate_testing::admit_counts;
+    use raygate_testing::{MetaBuilder, WorkloadBuilder, admit_counts, workload};
 
     fn pod(extra: Value) -> Value {
         let mut p = json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}});
@@ -244,11 +244,7 @@ mod tests {
                 }
             })
             .collect();
-        let mut w: Workload = serde_json::from_value(json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": "s", "namespace": "ns"}, "spec": {"queueName": "q", "podSets": []}
-        }))
-        .unwrap();
+        let mut w = workload("s").in_namespace("ns").queue("q");
         w.spec.pod_sets = pod_sets;
         admit_counts(&mut w);
         let adm = w.status.as_mut().unwrap().admission.as_mut().unwrap();

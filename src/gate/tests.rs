@@ -31,7 +31,7 @@ fn child(name: &str, second: i64, suspend: bool, replicas: i32) -> RayCluster {
                 .suspend(suspend)
                 .worker_group(worker_group("w").replicas(replicas).min_max(0, 5)),
         )
-        .creation(Timestamp::from_second(second).unwrap())
+        .created_at(Timestamp::from_second(second).unwrap())
 }
 
 fn cond(w: &mut Workload, type_: &str, reason: &str, message: &str, status: &str) {

@@ -31,8 +31,6 @@ pub trait WorkloadBuilder: Sized {
     fn podset(self, podset: PodSet) -> Self;
     /// `metadata.creationTimestamp = ts(secs)`.
     fn created(self, secs: i64) -> Self;
-    /// `metadata.creationTimestamp = at`.
-    fn created_at(self, at: Timestamp) -> Self;
     /// `spec.priority`.
     fn priority(self, priority: i32) -> Self;
     /// Marks this Workload as the replacement slice of `old` (same namespace).
@@ -57,11 +55,6 @@ impl WorkloadBuilder for Workload {
 
     fn created(mut self, secs: i64) -> Self {
         self.metadata.creation_timestamp = Some(Time(ts(secs)));
-        self
-    }
-
-    fn created_at(mut self, at: Timestamp) -> Self {
-        self.metadata.creation_timestamp = Some(Time(at));
         self
     }
 

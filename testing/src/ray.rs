@@ -198,7 +198,7 @@ pub trait MetaBuilder: Sized {
         self
     }
     /// `metadata.creationTimestamp = at`.
-    fn creation(mut self, at: Timestamp) -> Self {
+    fn created_at(mut self, at: Timestamp) -> Self {
         self.meta_mut().creation_timestamp = Some(Time(at));
         self
     }
