@@ -12,13 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use raygate::admission::{Decision, Options, Scheduler, Snapshot};
 use raygate::types::kueue::*;
 use raygate::workload::holds_quota;
+use raygate_testing::*;
 
 struct Shape {
     name: &'static str,
@@ -43,60 +41,35 @@ const SHAPES: [Shape; 2] = [
     },
 ];
 
-fn q(s: &str) -> Quantity {
-    Quantity(s.to_string())
-}
-
 fn start() -> Timestamp {
     Timestamp::from_second(1_780_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 fn snapshot(shape: &Shape) -> Snapshot {
     let mut s = Snapshot {
-        flavors: vec![ResourceFlavor::new(
-            "default",
-            ResourceFlavorSpec::default(),
-        )],
+        flavors: vec![resource_flavor("default")],
         ..Snapshot::default()
     };
     let mut created = 0i64;
     for c in 0..shape.cohorts {
         for k in 0..shape.queues_per_cohort {
             let name = format!("cohort-{c}-cq-{k}");
-            s.cluster_queues.push(ClusterQueue::new(
-                &name,
-                ClusterQueueSpec {
-                    cohort_name: Some(format!("cohort-{c}")),
-                    namespace_selector: Some(Default::default()),
-                    resource_groups: vec![ResourceGroup {
-                        covered_resources: vec!["cpu".into()],
-                        flavors: vec![FlavorQuotas {
-                            name: "default".into(),
-                            resources: vec![ResourceQuota {
-                                name: "cpu".into(),
-                                nominal_quota: Some(q("20")),
-                                borrowing_limit: Some(q("100")),
-                                lending_limit: None,
-                            }],
-                        }],
-                    }],
-                    preemption: Some(ClusterQueuePreemption {
-                        reclaim_within_cohort: Some(ReclaimWithinCohort::Any),
-                        within_cluster_queue: Some(WithinClusterQueue::LowerPriority),
-                        borrow_within_cohort: None,
-                    }),
-                    ..ClusterQueueSpec::default()
-                },
-            ));
-            let mut lq = LocalQueue::new(
-                &name,
-                LocalQueueSpec {
-                    cluster_queue: Some(name.clone()),
-                    stop_policy: None,
-                },
-            );
-            lq.metadata.namespace = Some("default".into());
-            s.local_queues.push(lq);
+            let mut cq = cluster_queue(&name)
+                .cohort(&format!("cohort-{c}"))
+                .resource_group(resource_group(
+                    &["cpu"],
+                    vec![(
+                        "default",
+                        vec![resource_quota("cpu", "20", Some("100"), None)],
+                    )],
+                ));
+            cq.spec.preemption = Some(ClusterQueuePreemption {
+                reclaim_within_cohort: Some(ReclaimWithinCohort::Any),
+                within_cluster_queue: Some(WithinClusterQueue::LowerPriority),
+                borrow_within_cohort: None,
+            });
+            s.cluster_queues.push(cq);
+            s.local_queues.push(local_queue(&name, &name));
             let (small, medium, large) = shape.per_queue;
             let classes = [
                 ("small", small, "1", 50),
@@ -106,52 +79,18 @@ fn snapshot(shape: &Shape) -> Snapshot {
             for (class, count, cpu, priority) in classes {
                 for i in 0..count {
                     created += 100; // ms: Kueue's creationIntervalMs
-                    s.workloads.push(workload(
-                        &format!("{name}-{class}-{i}"),
-                        &name,
-                        cpu,
-                        priority,
-                        created,
-                    ));
+                    s.workloads.push(
+                        workload(&format!("{name}-{class}-{i}"))
+                            .queue(&name)
+                            .podset(podset("main").cpu(cpu))
+                            .priority(priority)
+                            .created_at(start() + SignedDuration::from_millis(created)),
+                    );
                 }
             }
         }
     }
     s
-}
-
-fn workload(name: &str, queue: &str, cpu: &str, priority: i32, created_ms: i64) -> Workload {
-    let mut w = Workload::new(
-        name,
-        WorkloadSpec {
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count: 1,
-                min_count: None,
-                template: PodTemplateSpec {
-                    metadata: None,
-                    spec: Some(PodSpec {
-                        containers: vec![Container {
-                            name: "c".into(),
-                            resources: Some(ResourceRequirements {
-                                requests: Some([("cpu".to_string(), q(cpu))].into()),
-                                ..ResourceRequirements::default()
-                            }),
-                            ..Container::default()
-                        }],
-                        ..PodSpec::default()
-                    }),
-                },
-            }],
-            queue_name: Some(queue.into()),
-            priority: Some(priority),
-            ..WorkloadSpec::default()
-        },
-    );
-    w.metadata.namespace = Some("default".into());
-    w.metadata.generation = Some(1);
-    w.metadata.creation_timestamp = Some(Time(start() + SignedDuration::from_millis(created_ms)));
-    w
 }
 
 /// Peak resident memory of this process in MiB (VmHWM).

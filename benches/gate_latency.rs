@@ -5,9 +5,6 @@
 //! `cargo bench --bench gate_latency` (needs `hack/install-test-apiserver.sh`). `GATE_BENCH_N` sets
 //! the number of releases (default 40).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -17,8 +14,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use raygate::controller::{Config, run};
 use raygate::types::kueue::{ClusterQueue, LocalQueue, ResourceFlavor, Workload};
 use raygate::types::ray::{RayCluster, RayService};
+use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::json;
-use support::{TestServer, eventually, namespace};
 use tokio::sync::mpsc;
 
 enum Seen {

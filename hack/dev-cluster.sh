@@ -96,7 +96,7 @@ free_port() {
     die "no free loopback port found"
 }
 
-# CA, serving and client certificates (X.509 v3, PKCS#8 keys), as tests/support/mod.rs makes them
+# CA, serving and client certificates (X.509 v3, PKCS#8 keys), as testing/src/apiserver.rs makes them
 make_certs() {
     local d="$DIR/pki"
     [[ -f $d/admin.crt && -f $d/server.crt ]] && return 0

@@ -1,7 +1,5 @@
 //! Smoke tests of the test API server: the capabilities raygate relies on, on real semantics.
 
-mod support;
-
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -9,8 +7,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::RayCluster;
+use raygate_testing::apiserver::{TestServer, namespace};
 use serde_json::json;
-use support::{TestServer, namespace};
 
 fn raycluster(name: &str, ns: &str, replicas: serde_json::Value) -> serde_json::Value {
     json!({

@@ -10,17 +10,10 @@
 //! every entry point as well and must produce the same objects; CI has only the Rust toolchain,
 //! so there it is the minimal reader alone (the test says so on stderr).
 
-#[allow(dead_code)]
-mod common {
-    pub mod gotmpl;
-    pub mod shared;
-}
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::shared;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -30,6 +23,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use raygate::manifest::{Doc, read_documents};
 use raygate::types::{kueue, ray};
+use raygate_testing::upstream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -821,7 +815,7 @@ fn violations(schema: &Value, object: &Value) -> Vec<String> {
 fn own_crd_schema(plural: &str) -> Value {
     let path = config().join(format!("crd/bases/{plural}.kueue.x-k8s.io.yaml"));
     let crd = read_file(&path).remove(0).value;
-    shared::version_schema(&crd, "v1beta2")
+    upstream::version_schema(&crd, "v1beta2")
         .unwrap_or_else(|| panic!("{} has no v1beta2 schema", rel(&path)))
 }
 
@@ -877,7 +871,7 @@ fn samples_parse_into_raygates_types_and_validate_against_the_upstream_crds() {
             failures.push(format!("{}: {e}", doc.object()));
         }
         if let Some((file, version)) = upstream {
-            let schema = shared::crd_schema(file, version);
+            let schema = upstream::crd_schema(file, version);
             for v in violations(&schema, &doc.value) {
                 failures.push(format!("{} against upstream {file}: {v}", doc.object()));
             }
@@ -1397,7 +1391,7 @@ fn render_chart(namespace: &str, overrides: Value) -> Vec<Doc> {
     let mut out = String::new();
     for path in chart_templates() {
         let text = std::fs::read_to_string(&path).expect("a template");
-        let rendered = common::gotmpl::render(&text, &data)
+        let rendered = raygate_testing::gotmpl::render(&text, &data)
             .unwrap_or_else(|e| panic!("{} with {overrides}: {e}", rel(&path)));
         if !rendered.trim().is_empty() {
             out.push_str(&format!("---\n# Source: {}\n{rendered}\n", rel(&path)));
@@ -1723,7 +1717,7 @@ fn the_charts_crds_are_a_current_copy_of_crds_kept_on_uninstall() {
 fn the_chart_notes_render() {
     let text = std::fs::read_to_string(chart().join("templates/NOTES.txt")).expect("NOTES.txt");
     for mode in ["builtin", "kueue"] {
-        let notes = common::gotmpl::render(
+        let notes = raygate_testing::gotmpl::render(
             &text,
             &chart_data("platform", &json!({"admission": {"mode": mode}})),
         )

@@ -5,8 +5,6 @@
 //! Tests in this binary run one at a time: ClusterQueues are cluster-scoped and each test starts
 //! its own controller, which watches every namespace.
 
-mod support;
-
 use std::time::Duration;
 
 use kube::Client;
@@ -16,8 +14,8 @@ use raygate::dev::kuberay::EmulatorConfig;
 use raygate::gate::ERROR_ANNOTATION;
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
+use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
-use support::{TestServer, eventually, namespace};
 use tokio::sync::oneshot;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -33,7 +31,7 @@ struct Env {
 
 impl Env {
     async fn new(test: &str) -> Env {
-        support::init_logs();
+        raygate_testing::apiserver::init_logs();
         let client = TestServer::get().client().await;
         let ns = namespace(test);
         let mut env = Env {

@@ -4,8 +4,6 @@
 //! Tests in this binary run one at a time (ClusterQueues are cluster-scoped and each controller
 //! watches every namespace).
 
-mod support;
-
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -20,8 +18,8 @@ use raygate::controller::{Config, run};
 use raygate::dev::kuberay::EmulatorConfig;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
+use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
-use support::{TestServer, eventually, namespace};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -199,7 +197,7 @@ async fn assert_untouched(client: &Client, ns: &str, child: &str, generation: Op
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installing_raygate_with_a_slow_raycluster_list_never_stops_a_serving_child() {
     let _serial = SERIAL.lock().await;
-    support::init_logs();
+    raygate_testing::apiserver::init_logs();
     let client = TestServer::get().client().await;
     let ns = namespace("slow-cluster-list");
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
@@ -347,7 +345,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_decided_on_an_older_workload_is_not_written_over_its_new_spec() {
     let _serial = SERIAL.lock().await;
-    support::init_logs();
+    raygate_testing::apiserver::init_logs();
     let client = TestServer::get().client().await;
     let ns = namespace("admission-409");
     let flavor = format!("f-{ns}");
@@ -430,7 +428,7 @@ async fn an_admission_decided_on_an_older_workload_is_not_written_over_its_new_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_covering_slice_of_a_ready_service_carries_pods_ready_for_kueue() {
     let _serial = SERIAL.lock().await;
-    support::init_logs();
+    raygate_testing::apiserver::init_logs();
     let client = TestServer::get().client().await;
     let ns = namespace("pods-ready");
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();

@@ -1,8 +1,6 @@
 //! The KubeRay v1.7 emulator (`raygate::dev::kuberay`) against the real API server: one test per
 //! emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -10,8 +8,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use raygate::dev::kuberay::{EmulatorConfig, cluster_spec_hash, run};
 use raygate::types::ray::{RayCluster, RayService, RayServiceStatus};
+use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
-use support::{TestServer, eventually, namespace};
 
 const START_DELAY: Duration = Duration::from_millis(300);
 const TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,8 +5,6 @@
 //! only while holding, and stopping writes when the election fails; takeover by a standby needs a
 //! real cluster.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,8 +12,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use raygate::controller::{Config, run};
 use raygate::types::ray::RayService;
+use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::json;
-use support::{TestServer, eventually, namespace};
 
 async fn serve_leases(client: &kube::Client) {
     let crd = json!({
@@ -79,7 +77,7 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_holder_writes_and_a_failed_election_stops_writes() {
-    support::init_logs();
+    raygate_testing::apiserver::init_logs();
     let client = TestServer::get().client().await;
     serve_leases(&client).await;
     let ns = namespace("leader");

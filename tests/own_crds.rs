@@ -2,20 +2,18 @@
 //! makes (Workload spec and status, ClusterQueue and LocalQueue status) passes their schemas. The
 //! test plays KubeRay by hand: it creates the child RayCluster itself.
 
-mod support;
-
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use raygate::controller::{Config, run};
 use raygate::types::kueue::{ClusterQueue, LocalQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
+use raygate_testing::apiserver::{KueueCrds, TestServer, eventually, namespace};
 use serde_json::json;
-use support::{KueueCrds, TestServer, eventually, namespace};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gate_runs_on_raygates_own_crds() {
-    support::init_logs();
+    raygate_testing::apiserver::init_logs();
     let server = TestServer::get_with(KueueCrds::Raygate);
     let client = server.client().await;
     let ns = namespace("own-crds");

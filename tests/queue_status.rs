@@ -2,8 +2,6 @@
 //! `Active` condition follows `meta.SetStatusCondition` (its `lastTransitionTime` moves only when
 //! the status flips) and the LocalQueue gets one too.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -12,7 +10,7 @@ use kube::api::Api;
 use raygate::controller::{Config, run};
 use raygate::types::kueue::{ClusterQueue, LocalQueue};
 use serde_json::{Value, json};
-use support::{TestServer, eventually, namespace};
+use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -34,7 +32,7 @@ fn active(conditions: &[Condition]) -> Option<Condition> {
 
 #[tokio::test]
 async fn queue_active_conditions_keep_their_transition_time_and_the_local_queue_gets_one() {
-    support::init_logs();
+    raygate_testing::apiserver::init_logs();
     let client = TestServer::get().client().await;
     let ns = namespace("queue-status");
     let (stop, stopped) = oneshot::channel::<()>();

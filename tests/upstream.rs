@@ -3,19 +3,15 @@
 //! what we serialize must satisfy the upstream CRD schemas, and the CRDs raygate generates must be
 //! structural subsets of Kueue's own.
 
-mod common {
-    pub mod shared;
-}
-
 use std::collections::BTreeMap;
 
-use common::shared;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::api::ObjectMeta;
 use raygate::manifest::{Doc, ManifestError, read_documents};
 use raygate::types::{kueue, ray};
+use raygate_testing::upstream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -47,8 +43,8 @@ impl Sample {
 ///
 /// A file that is not valid multi-document YAML is a failure of the data, not a skip.
 fn load_samples() -> (usize, Vec<Sample>) {
-    let files = shared::sample_files();
-    let root = shared::dir().join("upstream-samples");
+    let files = upstream::sample_files();
+    let root = upstream::dir().join("upstream-samples");
     let mut samples = Vec::new();
     let mut unreadable = Vec::new();
     for path in &files {
@@ -437,7 +433,7 @@ impl Validators {
     fn violations(&mut self, kind: Kind, object: &Value) -> Vec<String> {
         let (schema, validator) = self.0.entry(kind).or_insert_with(|| {
             let (file, version) = kind.upstream_crd();
-            let schema = shared::crd_schema(file, version);
+            let schema = upstream::crd_schema(file, version);
             // Kubernetes structural schemas are a subset of OpenAPI v3 that draft 4 reads the same
             // way; `x-kubernetes-*` keys are ignored as unknown keywords. Formats are checked:
             // int32/int64/byte are unknown to JSON Schema and ignored, date-time is checked.
@@ -1019,7 +1015,7 @@ fn generated_kueue_crds_are_structural_subsets_of_kueues() {
         let spec = &ours["spec"];
         let plural = spec["names"]["plural"].as_str().unwrap_or_default();
         let group = spec["group"].as_str().unwrap_or_default();
-        let theirs = shared::crd(&format!("{group}_{plural}.yaml"));
+        let theirs = upstream::crd(&format!("{group}_{plural}.yaml"));
 
         for field in [
             "/spec/group",
@@ -1037,13 +1033,13 @@ fn generated_kueue_crds_are_structural_subsets_of_kueues() {
             }
         }
 
-        let Some(our_schema) = shared::version_schema(&ours, "v1beta2") else {
+        let Some(our_schema) = upstream::version_schema(&ours, "v1beta2") else {
             mismatches.push(format!(
                 "{plural} ({file_name}): no v1beta2 openAPIV3Schema"
             ));
             continue;
         };
-        let their_schema = shared::crd_schema(&format!("{group}_{plural}.yaml"), "v1beta2");
+        let their_schema = upstream::crd_schema(&format!("{group}_{plural}.yaml"), "v1beta2");
         let before = mismatches.len();
         compare_schemas(
             plural,
@@ -1092,7 +1088,7 @@ fn a_missing_shared_dir_fails_under_ci() {
     let missing =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/no-such-shared-dir");
     let err =
-        shared::locate(&missing, true).expect_err("a missing shared/ must be an error under CI");
+        upstream::locate(&missing, true).expect_err("a missing shared/ must be an error under CI");
     assert!(
         err.contains(&missing.display().to_string()),
         "the error must name the path: {err}"
@@ -1100,18 +1096,18 @@ fn a_missing_shared_dir_fails_under_ci() {
     assert!(err.contains("CI"), "the error must say why CI fails: {err}");
 
     // Off CI it is an error too: shared/ is on every developer machine, so never skip silently.
-    let err =
-        shared::locate(&missing, false).expect_err("a missing shared/ must be an error off CI too");
+    let err = upstream::locate(&missing, false)
+        .expect_err("a missing shared/ must be an error off CI too");
     assert!(err.contains(&missing.display().to_string()), "{err}");
 
     // A directory without the expected content is as unusable as none.
     let incomplete = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let err = shared::locate(&incomplete, true)
+    let err = upstream::locate(&incomplete, true)
         .expect_err("a directory without upstream data must be rejected");
     assert!(
         err.contains("lacks upstream-crds, upstream-samples"),
         "{err}"
     );
 
-    assert!(shared::dir().join("upstream-crds").is_dir());
+    assert!(upstream::dir().join("upstream-crds").is_dir());
 }

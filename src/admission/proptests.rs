@@ -77,7 +77,7 @@ fn quota_groups(
     if flavors.is_empty() {
         return vec![];
     }
-    vec![group(
+    vec![resource_group(
         &RESOURCES,
         flavors
             .iter()
@@ -87,7 +87,7 @@ fn quota_groups(
                     .map(|r| {
                         let l = quota[&(f.clone(), r.to_string())];
                         let u = unit(r);
-                        rq(
+                        resource_quota(
                             r,
                             &format!("{}{u}", l.nominal),
                             l.borrowing.map(|b| format!("{b}{u}")).as_deref(),
@@ -105,7 +105,7 @@ fn random_snapshot(rng: &mut Rng) -> (Snapshot, Model) {
     let flavors: Vec<String> = (0..rng.int(1, 3)).map(|i| format!("f{i}")).collect();
     let mut model = Model::default();
     let mut s = Snapshot {
-        flavors: flavors.iter().map(|f| flavor(f)).collect(),
+        flavors: flavors.iter().map(|f| resource_flavor(f)).collect(),
         ..Snapshot::default()
     };
     let n_cohorts = rng.int(1, 3) as usize;
@@ -119,7 +119,7 @@ fn random_snapshot(rng: &mut Rng) -> (Snapshot, Model) {
         let name = format!("cq{i}");
         let (c, cohort_ix, quota) = random_cluster_queue(rng, &name, &flavors, n_cohorts);
         s.cluster_queues.push(c);
-        s.local_queues.push(lq(&name, &name));
+        s.local_queues.push(local_queue(&name, &name));
         model.cqs.insert(name, (cohort_ix, quota));
     }
     for i in 0..rng.int(0, 40) {
@@ -130,10 +130,10 @@ fn random_snapshot(rng: &mut Rng) -> (Snapshot, Model) {
                 podsets.push(random_podset(rng, ps));
             }
         }
-        let mut w = wl(&format!("w{i:02}"), &cq, &[]);
+        let mut w = workload(&format!("w{i:02}")).queue(&cq);
         w.spec.pod_sets = podsets;
         w.spec.priority = Some(rng.int(0, 3) as i32);
-        s.workloads.push(created(w, rng.int(0, 20)));
+        s.workloads.push(w.created(rng.int(0, 20)));
     }
     (s, model)
 }
@@ -162,11 +162,9 @@ fn random_cohort(
         }
         own = flavors.to_vec();
     }
-    let c = cohort(
-        &format!("co{i}"),
-        parent.map(|p| format!("co{p}")).as_deref(),
-        quota_groups(&own, &quota),
-    );
+    let mut c = cohort(&format!("co{i}"));
+    c.spec.parent_name = parent.map(|p| format!("co{p}"));
+    c.spec.resource_groups = quota_groups(&own, &quota);
     (c, parent, quota)
 }
 
@@ -203,11 +201,9 @@ fn random_cluster_queue(
             );
         }
     }
-    let mut c = cq_groups(
-        name,
-        cohort_ix.map(|x| format!("co{x}")).as_deref(),
-        quota_groups(&fl, &quota),
-    );
+    let mut c = cluster_queue(name);
+    c.spec.cohort_name = cohort_ix.map(|x| format!("co{x}"));
+    c.spec.resource_groups = quota_groups(&fl, &quota);
     c.spec.queueing_strategy = Some(if rng.chance(30) {
         QueueingStrategy::StrictFIFO
     } else {
@@ -238,7 +234,7 @@ fn random_podset(rng: &mut Rng, name: &str) -> PodSet {
     let memory = format!("{}Gi", rng.int(0, 2));
     PodSet {
         name: name.to_string(),
-        template: template_with(&[("cpu", &cpu), ("memory", &memory)]),
+        template: pod_template(&[("cpu", &cpu), ("memory", &memory)]),
         count: rng.int(0, 4) as i32,
         min_count: None,
     }
@@ -258,11 +254,8 @@ fn add_replacements(rng: &mut Rng, s: &mut Snapshot) {
     for k in 0..rng.int(0, 5) {
         let old = &holders[rng.below(holders.len() as u64) as usize];
         let old_name = old.metadata.name.clone().unwrap_or_default();
-        let mut new = wl(
-            &format!("r{k}"),
-            old.spec.queue_name.as_deref().unwrap_or(""),
-            &[],
-        );
+        let mut new =
+            workload(&format!("r{k}")).queue(old.spec.queue_name.as_deref().unwrap_or(""));
         new.spec = old.spec.clone();
         for ps in &mut new.spec.pod_sets {
             ps.count += rng.int(0, 2) as i32;
@@ -274,7 +267,7 @@ fn add_replacements(rng: &mut Rng, s: &mut Snapshot) {
         if rng.chance(30) {
             new.spec.pod_sets.push(random_podset(rng, "added"));
         }
-        s.workloads.push(replacing(created(new, 30 + k), &old_name));
+        s.workloads.push(new.created(30 + k).replacing(&old_name));
     }
 }
 

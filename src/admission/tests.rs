@@ -20,11 +20,11 @@ fn snap(cqs: Vec<ClusterQueue>, workloads: Vec<Workload>) -> Snapshot {
         .iter()
         .map(|c| {
             let n = c.metadata.name.clone().unwrap();
-            lq(&n, &n)
+            local_queue(&n, &n)
         })
         .collect();
     Snapshot {
-        flavors: vec![flavor("default")],
+        flavors: vec![resource_flavor("default")],
         cluster_queues: cqs,
         local_queues,
         workloads,
@@ -47,7 +47,7 @@ fn with_preemption(
 
 fn set_quota(c: &mut ClusterQueue, nominal: &str, borrowing: Option<&str>, lending: Option<&str>) {
     let r = &mut c.spec.resource_groups[0].flavors[0].resources[0];
-    *r = rq(&r.name, nominal, borrowing, lending);
+    *r = resource_quota(&r.name, nominal, borrowing, lending);
 }
 
 fn final_state(s: Snapshot, options: &Options) -> (Snapshot, Vec<CycleResult>) {
@@ -68,16 +68,15 @@ fn status_of<'a>(s: &'a Snapshot, name: &str) -> Option<&'a WorkloadStatus> {
 #[test]
 fn a_workload_that_does_not_fit_gets_a_message_naming_queue_flavor_resource_and_shortfall() {
     let s = snap(
-        vec![cq("team-a", None, &[("default", "cpu", "3")])],
+        vec![cluster_queue("team-a").flavor_quota("default", &[("cpu", "3")])],
         vec![
-            admitted_wl(
-                "running",
-                "team-a",
-                "team-a",
-                &[("main", 1, "1")],
-                "default",
-            ),
-            wl("big", "team-a", &[("main", 3, "1")]),
+            workload("running")
+                .queue("team-a")
+                .podset(podset("main").count(1).cpu("1"))
+                .admitted("team-a", "default", ts(0)),
+            workload("big")
+                .queue("team-a")
+                .podset(podset("main").count(3).cpu("1")),
         ],
     );
     let r = cycle(&s, &RELEASE);
@@ -97,8 +96,12 @@ fn a_workload_that_does_not_fit_gets_a_message_naming_queue_flavor_resource_and_
 #[test]
 fn a_workload_above_the_maximum_is_told_it_can_never_fit() {
     let s = snap(
-        vec![cq("team-a", None, &[("default", "cpu", "3")])],
-        vec![wl("big", "team-a", &[("main", 2, "2")])],
+        vec![cluster_queue("team-a").flavor_quota("default", &[("cpu", "3")])],
+        vec![
+            workload("big")
+                .queue("team-a")
+                .podset(podset("main").count(2).cpu("2")),
+        ],
     );
     assert_eq!(
         message(&cycle(&s, &RELEASE), "big"),
@@ -109,14 +112,13 @@ fn a_workload_above_the_maximum_is_told_it_can_never_fit() {
 #[test]
 fn admission_records_flavors_and_total_usage_per_podset() {
     let s = snap(
-        vec![cq(
-            "team-a",
-            None,
-            &[("default", "cpu", "10"), ("default", "memory", "64Gi")],
-        )],
+        vec![cluster_queue("team-a").flavor_quota("default", &[("cpu", "10"), ("memory", "64Gi")])],
         vec![{
-            let mut w = wl("w", "team-a", &[("head", 1, "1"), ("worker", 3, "1500m")]);
-            w.spec.pod_sets[1].template = template_with(&[("cpu", "1500m"), ("memory", "4Gi")]);
+            let mut w = workload("w")
+                .queue("team-a")
+                .podset(podset("head").count(1).cpu("1"))
+                .podset(podset("worker").count(3).cpu("1500m"));
+            w.spec.pod_sets[1].template = pod_template(&[("cpu", "1500m"), ("memory", "4Gi")]);
             w
         }],
     );
@@ -146,11 +148,20 @@ fn admission_records_flavors_and_total_usage_per_podset() {
 #[test]
 fn later_workloads_see_the_usage_left_by_earlier_ones_in_the_same_cycle() {
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "5")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "5")])],
         vec![
-            created(wl("a", "cq", &[("main", 1, "3")]), 1),
-            created(wl("b", "cq", &[("main", 1, "3")]), 2),
-            created(wl("c", "cq", &[("main", 1, "2")]), 3),
+            workload("a")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("3"))
+                .created(1),
+            workload("b")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("3"))
+                .created(2),
+            workload("c")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("2"))
+                .created(3),
         ],
     );
     let r = cycle(&s, &RELEASE);
@@ -161,11 +172,19 @@ fn later_workloads_see_the_usage_left_by_earlier_ones_in_the_same_cycle() {
 #[test]
 fn in_place_scale_down_releases_quota_at_once() {
     // admitted with 4 × 1 cpu, scaled down in place to 2: 2 cpu are free for the next one
-    let mut big = admitted_wl("big", "cq", "cq", &[("worker", 4, "1")], "default");
+    let mut big = workload("big")
+        .queue("cq")
+        .podset(podset("worker").count(4).cpu("1"))
+        .admitted("cq", "default", ts(0));
     big.spec.pod_sets[0].count = 2;
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
-        vec![big, wl("next", "cq", &[("main", 2, "1")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
+        vec![
+            big,
+            workload("next")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1")),
+        ],
     );
     let r = cycle(&s, &RELEASE);
     assert_eq!(admitted_names(&r), ["next"]);
@@ -175,8 +194,13 @@ fn in_place_scale_down_releases_quota_at_once() {
 #[test]
 fn zero_count_podsets_need_nothing() {
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "1")])],
-        vec![wl("w", "cq", &[("head", 1, "1"), ("idle", 0, "64")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "1")])],
+        vec![
+            workload("w")
+                .queue("cq")
+                .podset(podset("head").count(1).cpu("1"))
+                .podset(podset("idle").count(0).cpu("64")),
+        ],
     );
     let r = cycle(&s, &RELEASE);
     let Some(Decision::Admit { admission, .. }) = decision(&r, "w") else {
@@ -193,22 +217,19 @@ fn zero_count_podsets_need_nothing() {
 #[test]
 fn replacement_slice_is_charged_only_the_delta() {
     // old slice: head 1 + worker 1 = 2 cpu, admitted; replacement: head 1 + worker 3 = 4 cpu
-    let old = admitted_wl(
-        "old",
-        "team-a",
-        "team-a",
-        &[("head", 1, "1"), ("worker", 1, "1")],
-        "default",
-    );
-    let new = replacing(
-        created(
-            wl("new", "team-a", &[("head", 1, "1"), ("worker", 3, "1")]),
-            10,
-        ),
-        "old",
-    );
+    let old = workload("old")
+        .queue("team-a")
+        .podset(podset("head").count(1).cpu("1"))
+        .podset(podset("worker").count(1).cpu("1"))
+        .admitted("team-a", "default", ts(0));
+    let new = workload("new")
+        .queue("team-a")
+        .podset(podset("head").count(1).cpu("1"))
+        .podset(podset("worker").count(3).cpu("1"))
+        .created(10)
+        .replacing("old");
     let s = snap(
-        vec![cq("team-a", None, &[("default", "cpu", "3")])],
+        vec![cluster_queue("team-a").flavor_quota("default", &[("cpu", "3")])],
         vec![old, new],
     );
     let r = cycle(&s, &RELEASE);
@@ -243,14 +264,22 @@ fn replacement_slice_is_charged_only_the_delta() {
 fn unchanged_podset_is_not_charged_twice() {
     // Kueue's "8, not 12": A holds a=4; its replacement has a=4 and a new b=4 → 8 in use, and a
     // later 3-cpu Workload waits on 10 − 8 = 2
-    let a = admitted_wl("a", "cq", "cq", &[("a", 1, "4")], "default");
-    let b = replacing(
-        created(wl("b", "cq", &[("a", 1, "4"), ("b", 1, "4")]), 1),
-        "a",
-    );
-    let later = created(wl("later", "cq", &[("main", 1, "3")]), 2);
+    let a = workload("a")
+        .queue("cq")
+        .podset(podset("a").count(1).cpu("4"))
+        .admitted("cq", "default", ts(0));
+    let b = workload("b")
+        .queue("cq")
+        .podset(podset("a").count(1).cpu("4"))
+        .podset(podset("b").count(1).cpu("4"))
+        .created(1)
+        .replacing("a");
+    let later = workload("later")
+        .queue("cq")
+        .podset(podset("main").count(1).cpu("3"))
+        .created(2);
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "10")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "10")])],
         vec![a, b, later],
     );
     let r = cycle(&s, &RELEASE);
@@ -269,26 +298,20 @@ fn unchanged_podset_is_not_charged_twice() {
 fn podset_names_may_change_between_slices() {
     // worker group renamed and another added: the delta is per (flavor, resource) over the whole
     // Workload, never "incompatible"
-    let old = admitted_wl(
-        "old",
-        "cq",
-        "cq",
-        &[("head", 1, "1"), ("workers-v1", 2, "1")],
-        "default",
-    );
-    let new = replacing(
-        created(
-            wl(
-                "new",
-                "cq",
-                &[("head", 1, "1"), ("workers-v2", 2, "1"), ("extra", 1, "1")],
-            ),
-            1,
-        ),
-        "old",
-    );
+    let old = workload("old")
+        .queue("cq")
+        .podset(podset("head").count(1).cpu("1"))
+        .podset(podset("workers-v1").count(2).cpu("1"))
+        .admitted("cq", "default", ts(0));
+    let new = workload("new")
+        .queue("cq")
+        .podset(podset("head").count(1).cpu("1"))
+        .podset(podset("workers-v2").count(2).cpu("1"))
+        .podset(podset("extra").count(1).cpu("1"))
+        .created(1)
+        .replacing("old");
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![old, new],
     );
     let r = cycle(&s, &RELEASE);
@@ -298,16 +321,27 @@ fn podset_names_may_change_between_slices() {
 
 #[test]
 fn replacement_keeps_the_old_slices_flavor_but_new_podsets_choose_freely() {
-    let two_flavors = || cq("cq", None, &[("small", "cpu", "2"), ("large", "cpu", "10")]);
+    let two_flavors = || {
+        cluster_queue("cq")
+            .flavor_quota("small", &[("cpu", "2")])
+            .flavor_quota("large", &[("cpu", "10")])
+    };
     let mut s = snap(
         vec![two_flavors()],
         vec![
-            admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "small"),
-            replacing(created(wl("new", "cq", &[("worker", 4, "1")]), 1), "old"),
+            workload("old")
+                .queue("cq")
+                .podset(podset("worker").count(2).cpu("1"))
+                .admitted("cq", "small", ts(0)),
+            workload("new")
+                .queue("cq")
+                .podset(podset("worker").count(4).cpu("1"))
+                .created(1)
+                .replacing("old"),
         ],
     );
-    s.flavors.push(flavor("small"));
-    s.flavors.push(flavor("large"));
+    s.flavors.push(resource_flavor("small"));
+    s.flavors.push(resource_flavor("large"));
     let r = cycle(&s, &RELEASE);
     assert!(
         message(&r, "new").contains("in flavor small of ClusterQueue cq: requested 2"),
@@ -315,13 +349,12 @@ fn replacement_keeps_the_old_slices_flavor_but_new_podsets_choose_freely() {
         message(&r, "new")
     );
     // a podset the old slice did not have may go to the flavor with room
-    s.workloads[1] = replacing(
-        created(
-            wl("new", "cq", &[("worker", 2, "1"), ("gpu-free", 3, "1")]),
-            1,
-        ),
-        "old",
-    );
+    s.workloads[1] = workload("new")
+        .queue("cq")
+        .podset(podset("worker").count(2).cpu("1"))
+        .podset(podset("gpu-free").count(3).cpu("1"))
+        .created(1)
+        .replacing("old");
     let r = cycle(&s, &RELEASE);
     let Some(Decision::Admit { admission, .. }) = decision(&r, "new") else {
         panic!("{:?}", r.decisions)
@@ -332,12 +365,22 @@ fn replacement_keeps_the_old_slices_flavor_but_new_podsets_choose_freely() {
 
 #[test]
 fn a_replacement_of_a_slice_that_holds_nothing_is_charged_in_full() {
-    let old = created(wl("old", "cq", &[("worker", 2, "1")]), 5); // pending, holds nothing
-    let new = replacing(created(wl("new", "cq", &[("worker", 4, "1")]), 1), "old");
+    let old = workload("old")
+        .queue("cq")
+        .podset(podset("worker").count(2).cpu("1"))
+        .created(5); // pending, holds nothing
+    let new = workload("new")
+        .queue("cq")
+        .podset(podset("worker").count(4).cpu("1"))
+        .created(1)
+        .replacing("old");
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "5")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "5")])],
         vec![
-            admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default"),
+            workload("running")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .admitted("cq", "default", ts(0)),
             old,
             new,
         ],
@@ -357,8 +400,14 @@ fn a_replacement_of_a_slice_that_holds_nothing_is_charged_in_full() {
 
 #[test]
 fn replacement_in_another_namespace_is_ignored() {
-    let old = admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "default");
-    let mut new = created(wl("new", "cq", &[("worker", 3, "1")]), 1);
+    let old = workload("old")
+        .queue("cq")
+        .podset(podset("worker").count(2).cpu("1"))
+        .admitted("cq", "default", ts(0));
+    let mut new = workload("new")
+        .queue("cq")
+        .podset(podset("worker").count(3).cpu("1"))
+        .created(1);
     new.metadata.annotations = Some(
         [(
             WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION.to_string(),
@@ -367,7 +416,7 @@ fn replacement_in_another_namespace_is_ignored() {
         .into(),
     );
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![old, new],
     );
     let r = cycle(&s, &RELEASE);
@@ -379,22 +428,26 @@ fn old_slice_is_never_a_victim_of_its_own_replacement() {
     // cq 4: old (prio 5) 2 cpu + other (prio 0) 2 cpu; replacement (prio 5) needs 4 → delta 2:
     // it preempts `other`, never `old`
     let cq4 = with_preemption(
-        cq("cq", None, &[("default", "cpu", "4")]),
+        cluster_queue("cq").flavor_quota("default", &[("cpu", "4")]),
         WithinClusterQueue::LowerPriority,
         ReclaimWithinCohort::Never,
     );
-    let old = priority(
-        admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "default"),
-        5,
-    );
-    let other = priority(
-        admitted_wl("other", "cq", "cq", &[("main", 2, "1")], "default"),
-        0,
-    );
-    let new = priority(
-        replacing(created(wl("new", "cq", &[("worker", 4, "1")]), 1), "old"),
-        5,
-    );
+    let old = workload("old")
+        .queue("cq")
+        .podset(podset("worker").count(2).cpu("1"))
+        .admitted("cq", "default", ts(0))
+        .priority(5);
+    let other = workload("other")
+        .queue("cq")
+        .podset(podset("main").count(2).cpu("1"))
+        .admitted("cq", "default", ts(0))
+        .priority(0);
+    let new = workload("new")
+        .queue("cq")
+        .podset(podset("worker").count(4).cpu("1"))
+        .created(1)
+        .replacing("old")
+        .priority(5);
     let s = snap(vec![cq4], vec![old, other, new]);
     let r = cycle(&s, &RELEASE);
     assert!(
@@ -415,10 +468,17 @@ fn old_slice_is_never_a_victim_of_its_own_replacement() {
 #[test]
 fn old_slice_is_finished_only_with_its_replacements_admission() {
     // the replacement does not fit: the old slice keeps running, not finished
-    let old = admitted_wl("old", "cq", "cq", &[("worker", 2, "1")], "default");
-    let new = replacing(created(wl("new", "cq", &[("worker", 9, "1")]), 1), "old");
+    let old = workload("old")
+        .queue("cq")
+        .podset(podset("worker").count(2).cpu("1"))
+        .admitted("cq", "default", ts(0));
+    let new = workload("new")
+        .queue("cq")
+        .podset(podset("worker").count(9).cpu("1"))
+        .created(1)
+        .replacing("old");
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![old, new],
     );
     let (s, results) = final_state(s, &RELEASE);
@@ -437,15 +497,15 @@ fn old_slice_is_finished_only_with_its_replacements_admission() {
 fn spot_and_on_demand() -> Snapshot {
     Snapshot {
         flavors: vec![
-            flavor_with_labels("spot", &[("type", "spot")]),
-            flavor_with_labels("on-demand", &[("type", "on-demand")]),
+            resource_flavor("spot").node_labels(&[("type", "spot")]),
+            resource_flavor("on-demand").node_labels(&[("type", "on-demand")]),
         ],
-        cluster_queues: vec![cq(
-            "cq",
-            None,
-            &[("spot", "cpu", "2"), ("on-demand", "cpu", "10")],
-        )],
-        local_queues: vec![lq("cq", "cq")],
+        cluster_queues: vec![
+            cluster_queue("cq")
+                .flavor_quota("spot", &[("cpu", "2")])
+                .flavor_quota("on-demand", &[("cpu", "10")]),
+        ],
+        local_queues: vec![local_queue("cq", "cq")],
         ..Snapshot::default()
     }
 }
@@ -462,15 +522,27 @@ fn with_selector(mut w: Workload, key: &str, value: &str) -> Workload {
 fn flavors_are_tried_in_order_and_node_selectors_narrow_them() {
     let mut s = spot_and_on_demand();
     s.workloads = vec![
-        created(wl("a-big", "cq", &[("main", 3, "1")]), 1), // spot has 2: on-demand
-        created(wl("b-small", "cq", &[("main", 1, "1")]), 2), // spot fits
+        workload("a-big")
+            .queue("cq")
+            .podset(podset("main").count(3).cpu("1"))
+            .created(1), // spot has 2: on-demand
+        workload("b-small")
+            .queue("cq")
+            .podset(podset("main").count(1).cpu("1"))
+            .created(2), // spot fits
         with_selector(
-            created(wl("c-pinned", "cq", &[("main", 1, "1")]), 3),
+            workload("c-pinned")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1"))
+                .created(3),
             "type",
             "on-demand",
         ),
         with_selector(
-            created(wl("d-gpu", "cq", &[("main", 1, "1")]), 4),
+            workload("d-gpu")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1"))
+                .created(4),
             "type",
             "gpu",
         ),
@@ -494,30 +566,31 @@ fn flavors_are_tried_in_order_and_node_selectors_narrow_them() {
 #[test]
 fn all_resources_of_a_group_share_one_flavor() {
     // flavor a has cpu room but no memory room: both go to b
-    let c = cq_groups(
-        "cq",
-        None,
-        vec![group(
-            &["cpu", "memory"],
-            vec![
-                (
-                    "a",
-                    vec![rq("cpu", "10", None, None), rq("memory", "1Gi", None, None)],
-                ),
-                (
-                    "b",
-                    vec![
-                        rq("cpu", "10", None, None),
-                        rq("memory", "10Gi", None, None),
-                    ],
-                ),
-            ],
-        )],
-    );
+    let c = cluster_queue("cq").resource_group(resource_group(
+        &["cpu", "memory"],
+        vec![
+            (
+                "a",
+                vec![
+                    resource_quota("cpu", "10", None, None),
+                    resource_quota("memory", "1Gi", None, None),
+                ],
+            ),
+            (
+                "b",
+                vec![
+                    resource_quota("cpu", "10", None, None),
+                    resource_quota("memory", "10Gi", None, None),
+                ],
+            ),
+        ],
+    ));
     let mut s = snap(vec![c], vec![]);
-    s.flavors = vec![flavor("a"), flavor("b")];
-    let mut w = wl("w", "cq", &[("main", 1, "1")]);
-    w.spec.pod_sets[0].template = template_with(&[("cpu", "1"), ("memory", "2Gi")]);
+    s.flavors = vec![resource_flavor("a"), resource_flavor("b")];
+    let mut w = workload("w")
+        .queue("cq")
+        .podset(podset("main").count(1).cpu("1"));
+    w.spec.pod_sets[0].template = pod_template(&[("cpu", "1"), ("memory", "2Gi")]);
     s.workloads = vec![w];
     let r = cycle(&s, &RELEASE);
     let Some(Decision::Admit { admission, .. }) = decision(&r, "w") else {
@@ -529,9 +602,14 @@ fn all_resources_of_a_group_share_one_flavor() {
 
 #[test]
 fn a_resource_no_group_covers_is_named() {
-    let mut w = wl("w", "cq", &[("main", 1, "1")]);
-    w.spec.pod_sets[0].template = template_with(&[("cpu", "1"), ("nvidia.com/gpu", "1")]);
-    let s = snap(vec![cq("cq", None, &[("default", "cpu", "4")])], vec![w]);
+    let mut w = workload("w")
+        .queue("cq")
+        .podset(podset("main").count(1).cpu("1"));
+    w.spec.pod_sets[0].template = pod_template(&[("cpu", "1"), ("nvidia.com/gpu", "1")]);
+    let s = snap(
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
+        vec![w],
+    );
     let r = cycle(&s, &RELEASE);
     assert_eq!(
         message(&r, "w"),
@@ -545,14 +623,24 @@ fn a_resource_no_group_covers_is_named() {
 
 #[test]
 fn borrowing_is_bounded_by_the_borrowing_limit() {
-    let mut a = cq("a", Some("pool"), &[("default", "cpu", "4")]);
+    let mut a = cluster_queue("a")
+        .cohort("pool")
+        .flavor_quota("default", &[("cpu", "4")]);
     set_quota(&mut a, "4", Some("2"), None);
-    let b = cq("b", Some("pool"), &[("default", "cpu", "6")]);
+    let b = cluster_queue("b")
+        .cohort("pool")
+        .flavor_quota("default", &[("cpu", "6")]);
     let s = snap(
         vec![a.clone(), b.clone()],
         vec![
-            created(wl("too-big", "a", &[("main", 7, "1")]), 1),
-            created(wl("ok", "a", &[("main", 6, "1")]), 2),
+            workload("too-big")
+                .queue("a")
+                .podset(podset("main").count(7).cpu("1"))
+                .created(1),
+            workload("ok")
+                .queue("a")
+                .podset(podset("main").count(6).cpu("1"))
+                .created(2),
         ],
     );
     let r = cycle(&s, &RELEASE);
@@ -567,16 +655,32 @@ fn borrowing_is_bounded_by_the_borrowing_limit() {
 #[test]
 fn lending_limit_keeps_part_of_the_quota_home() {
     // a lends at most 3 of its 10: b (nominal 2) reaches 5, and a keeps 7 for itself
-    let mut a = cq("a", Some("pool"), &[("default", "cpu", "10")]);
+    let mut a = cluster_queue("a")
+        .cohort("pool")
+        .flavor_quota("default", &[("cpu", "10")]);
     set_quota(&mut a, "10", None, Some("3"));
-    let b = cq("b", Some("pool"), &[("default", "cpu", "2")]);
+    let b = cluster_queue("b")
+        .cohort("pool")
+        .flavor_quota("default", &[("cpu", "2")]);
     let s = snap(
         vec![a, b],
         vec![
-            created(wl("b-6", "b", &[("main", 6, "1")]), 1),
-            created(wl("b-5", "b", &[("main", 5, "1")]), 2),
-            created(wl("a-7", "a", &[("main", 7, "1")]), 3),
-            created(wl("a-1", "a", &[("main", 1, "1")]), 4),
+            workload("b-6")
+                .queue("b")
+                .podset(podset("main").count(6).cpu("1"))
+                .created(1),
+            workload("b-5")
+                .queue("b")
+                .podset(podset("main").count(5).cpu("1"))
+                .created(2),
+            workload("a-7")
+                .queue("a")
+                .podset(podset("main").count(7).cpu("1"))
+                .created(3),
+            workload("a-1")
+                .queue("a")
+                .podset(podset("main").count(1).cpu("1"))
+                .created(4),
         ],
     );
     let r = cycle(&s, &RELEASE);
@@ -596,22 +700,28 @@ fn lending_limit_keeps_part_of_the_quota_home() {
 #[test]
 fn a_cohort_tree_lends_its_own_quota_down() {
     // org (own 10 cpu) ← team (cohort, no quota) ← x (nominal 2); y sits in org with nominal 0
-    let org = cohort(
-        "org",
-        None,
-        vec![group(
-            &["cpu"],
-            vec![("default", vec![rq("cpu", "10", None, None)])],
-        )],
-    );
-    let team = cohort("team", Some("org"), vec![]);
-    let x = cq("x", Some("team"), &[("default", "cpu", "2")]);
-    let y = cq("y", Some("org"), &[("default", "cpu", "0")]);
+    let org = cohort("org").resource_group(resource_group(
+        &["cpu"],
+        vec![("default", vec![resource_quota("cpu", "10", None, None)])],
+    ));
+    let team = cohort("team").parent("org");
+    let x = cluster_queue("x")
+        .cohort("team")
+        .flavor_quota("default", &[("cpu", "2")]);
+    let y = cluster_queue("y")
+        .cohort("org")
+        .flavor_quota("default", &[("cpu", "0")]);
     let mut s = snap(
         vec![x, y],
         vec![
-            created(wl("x-12", "x", &[("main", 12, "1")]), 1),
-            created(wl("y-1", "y", &[("main", 1, "1")]), 2),
+            workload("x-12")
+                .queue("x")
+                .podset(podset("main").count(12).cpu("1"))
+                .created(1),
+            workload("y-1")
+                .queue("y")
+                .podset(podset("main").count(1).cpu("1"))
+                .created(2),
         ],
     );
     s.cohorts = vec![org, team];
@@ -620,14 +730,10 @@ fn a_cohort_tree_lends_its_own_quota_down() {
     assert_eq!(usage(&r, "x", "default", "cpu"), (q("12"), q("10")));
     assert!(message(&r, "y-1").contains("0 available of nominal 0"));
     // a borrowing limit on the child cohort caps what reaches x
-    s.cohorts[1] = cohort(
-        "team",
-        Some("org"),
-        vec![group(
-            &["cpu"],
-            vec![("default", vec![rq("cpu", "0", Some("4"), None)])],
-        )],
-    );
+    s.cohorts[1] = cohort("team").parent("org").resource_group(resource_group(
+        &["cpu"],
+        vec![("default", vec![resource_quota("cpu", "0", Some("4"), None)])],
+    ));
     let r = cycle(&s, &RELEASE);
     assert!(
         message(&r, "x-12").contains("the maximum is 6"),
@@ -644,18 +750,27 @@ fn a_cohort_tree_lends_its_own_quota_down() {
 #[test]
 fn higher_priority_goes_first_then_older() {
     let mut s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "2")])],
-        vec![created(wl("early-low", "cq", &[("main", 2, "1")]), 1), {
-            let mut w = created(wl("late-high", "cq", &[("main", 2, "1")]), 9);
-            w.spec.priority_class_ref = Some(PriorityClassRef {
-                group: "kueue.x-k8s.io".into(),
-                kind: "WorkloadPriorityClass".into(),
-                name: "high".into(),
-            });
-            w
-        }],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "2")])],
+        vec![
+            workload("early-low")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .created(1),
+            {
+                let mut w = workload("late-high")
+                    .queue("cq")
+                    .podset(podset("main").count(2).cpu("1"))
+                    .created(9);
+                w.spec.priority_class_ref = Some(PriorityClassRef {
+                    group: "kueue.x-k8s.io".into(),
+                    kind: "WorkloadPriorityClass".into(),
+                    name: "high".into(),
+                });
+                w
+            },
+        ],
     );
-    s.priority_classes = vec![priority_class("high", 100)];
+    s.priority_classes = vec![workload_priority_class("high", 100)];
     assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["late-high"]);
     // a missing class falls back to spec.priority (unset: 0): creation order decides
     s.priority_classes.clear();
@@ -664,27 +779,45 @@ fn higher_priority_goes_first_then_older() {
 
 #[test]
 fn a_requeued_workload_queues_by_its_eviction_time() {
-    let mut evicted = created(wl("evicted", "cq", &[("main", 2, "1")]), 1);
+    let mut evicted = workload("evicted")
+        .queue("cq")
+        .podset(podset("main").count(2).cpu("1"))
+        .created(1);
     evicted.status = Some(WorkloadStatus {
         conditions: vec![condition("Evicted", "True", "Preempted", ts(100))],
         ..WorkloadStatus::default()
     });
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "2")])],
-        vec![evicted, created(wl("fresh", "cq", &[("main", 2, "1")]), 50)],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "2")])],
+        vec![
+            evicted,
+            workload("fresh")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .created(50),
+        ],
     );
     assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["fresh"]);
 }
 
 fn fifo(strategy: QueueingStrategy) -> CycleResult {
-    let mut c = cq("cq", None, &[("default", "cpu", "4")]);
+    let mut c = cluster_queue("cq").flavor_quota("default", &[("cpu", "4")]);
     c.spec.queueing_strategy = Some(strategy);
     let s = snap(
         vec![c],
         vec![
-            admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default"),
-            created(wl("head", "cq", &[("main", 3, "1")]), 1),
-            created(wl("next", "cq", &[("main", 1, "1")]), 2),
+            workload("running")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .admitted("cq", "default", ts(0)),
+            workload("head")
+                .queue("cq")
+                .podset(podset("main").count(3).cpu("1"))
+                .created(1),
+            workload("next")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1"))
+                .created(2),
         ],
     );
     cycle(&s, &RELEASE)
@@ -714,10 +847,15 @@ fn strict_fifo_keeps_later_workloads_behind_the_head() {
 
 fn stopped(policy: StopPolicy, on_local_queue: bool) -> CycleResult {
     let mut s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![
-            admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default"),
-            wl("waiting", "cq", &[("main", 1, "1")]),
+            workload("running")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .admitted("cq", "default", ts(0)),
+            workload("waiting")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1")),
         ],
     );
     if on_local_queue {
@@ -761,12 +899,17 @@ fn hold_and_drain_evicts_what_runs() {
 
 #[test]
 fn deactivated_workloads_are_evicted_or_kept_out() {
-    let mut running = admitted_wl("running", "cq", "cq", &[("main", 2, "1")], "default");
+    let mut running = workload("running")
+        .queue("cq")
+        .podset(podset("main").count(2).cpu("1"))
+        .admitted("cq", "default", ts(0));
     running.spec.active = Some(false);
-    let mut waiting = wl("waiting", "cq", &[("main", 1, "1")]);
+    let mut waiting = workload("waiting")
+        .queue("cq")
+        .podset(podset("main").count(1).cpu("1"));
     waiting.spec.active = Some(false);
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![running, waiting],
     );
     let r = cycle(&s, &RELEASE);
@@ -794,7 +937,7 @@ fn deactivated_workloads_are_evicted_or_kept_out() {
 
 fn preempting(within: WithinClusterQueue, workloads: Vec<Workload>) -> CycleResult {
     let c = with_preemption(
-        cq("cq", None, &[("default", "cpu", "4")]),
+        cluster_queue("cq").flavor_quota("default", &[("cpu", "4")]),
         within,
         ReclaimWithinCohort::Never,
     );
@@ -802,15 +945,12 @@ fn preempting(within: WithinClusterQueue, workloads: Vec<Workload>) -> CycleResu
 }
 
 fn admitted_at(name: &str, cpu: i32, prio: i32, at: i64) -> Workload {
-    priority(
-        admit(
-            created(wl(name, "cq", &[("main", cpu, "1")]), at),
-            "cq",
-            "default",
-            ts(at),
-        ),
-        prio,
-    )
+    workload(name)
+        .queue("cq")
+        .podset(podset("main").count(cpu).cpu("1"))
+        .created(at)
+        .admitted("cq", "default", ts(at))
+        .priority(prio)
 }
 
 fn evicted(r: &CycleResult) -> Vec<String> {
@@ -827,7 +967,11 @@ fn never_does_not_preempt() {
         WithinClusterQueue::Never,
         vec![
             admitted_at("low", 4, 0, 1),
-            priority(created(wl("high", "cq", &[("main", 2, "1")]), 5), 10),
+            workload("high")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .created(5)
+                .priority(10),
         ],
     );
     assert!(evicted(&r).is_empty());
@@ -841,7 +985,11 @@ fn lower_priority_preempts_the_most_recently_admitted_first() {
         vec![
             admitted_at("low-old", 2, 0, 1),
             admitted_at("low-new", 2, 0, 2),
-            priority(created(wl("high", "cq", &[("main", 2, "1")]), 5), 10),
+            workload("high")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .created(5)
+                .priority(10),
         ],
     );
     assert_eq!(evicted(&r), ["low-new"]);
@@ -855,7 +1003,11 @@ fn lower_priority_preempts_the_most_recently_admitted_first() {
         WithinClusterQueue::LowerPriority,
         vec![
             admitted_at("peer", 4, 10, 9),
-            priority(created(wl("high", "cq", &[("main", 2, "1")]), 5), 10),
+            workload("high")
+                .queue("cq")
+                .podset(podset("main").count(2).cpu("1"))
+                .created(5)
+                .priority(10),
         ],
     );
     assert!(evicted(&r).is_empty());
@@ -868,7 +1020,10 @@ fn lower_or_newer_equal_priority_preempts_newer_peers() {
             within,
             vec![
                 admitted_at("newer-peer", 4, 0, 9),
-                created(wl("older", "cq", &[("main", 2, "1")]), 5),
+                workload("older")
+                    .queue("cq")
+                    .podset(podset("main").count(2).cpu("1"))
+                    .created(5),
             ],
         )
     };
@@ -884,7 +1039,7 @@ fn victims_are_a_minimal_set() {
     // cq 6 full: a (prio 0, 1 cpu, newest), b (prio 0, 4 cpu), c (prio 1, 1 cpu). The preemptor
     // needs 4: a then b are taken in order, then a is given back (b alone frees 4).
     let mut c = with_preemption(
-        cq("cq", None, &[("default", "cpu", "6")]),
+        cluster_queue("cq").flavor_quota("default", &[("cpu", "6")]),
         WithinClusterQueue::LowerPriority,
         ReclaimWithinCohort::Never,
     );
@@ -896,7 +1051,11 @@ fn victims_are_a_minimal_set() {
                 admitted_at("a", 1, 0, 3),
                 admitted_at("b", 4, 0, 2),
                 admitted_at("c", 1, 1, 1),
-                priority(created(wl("p", "cq", &[("main", 4, "1")]), 5), 10),
+                workload("p")
+                    .queue("cq")
+                    .podset(podset("main").count(4).cpu("1"))
+                    .created(5)
+                    .priority(10),
             ],
         ),
         &RELEASE,
@@ -907,21 +1066,22 @@ fn victims_are_a_minimal_set() {
 fn reclaim(policy: ReclaimWithinCohort, preemptor_priority: i32) -> CycleResult {
     // a and b have 4 each; b runs 6 (borrowing 2 of a's); a's Workload needs 4 of its own
     let a = with_preemption(
-        cq("a", Some("pool"), &[("default", "cpu", "4")]),
+        cluster_queue("a")
+            .cohort("pool")
+            .flavor_quota("default", &[("cpu", "4")]),
         WithinClusterQueue::Never,
         policy,
     );
-    let b = cq("b", Some("pool"), &[("default", "cpu", "4")]);
+    let b = cluster_queue("b")
+        .cohort("pool")
+        .flavor_quota("default", &[("cpu", "4")]);
     let in_b = |name: &str, cpu: i32, at: i64| {
-        priority(
-            admit(
-                created(wl(name, "b", &[("main", cpu, "1")]), at),
-                "b",
-                "default",
-                ts(at),
-            ),
-            10,
-        )
+        workload(name)
+            .queue("b")
+            .podset(podset("main").count(cpu).cpu("1"))
+            .created(at)
+            .admitted("b", "default", ts(at))
+            .priority(10)
     };
     cycle(
         &snap(
@@ -929,10 +1089,11 @@ fn reclaim(policy: ReclaimWithinCohort, preemptor_priority: i32) -> CycleResult 
             vec![
                 in_b("b-first", 4, 1),
                 in_b("b-borrowing", 2, 2),
-                priority(
-                    created(wl("a-own", "a", &[("main", 4, "1")]), 5),
-                    preemptor_priority,
-                ),
+                workload("a-own")
+                    .queue("a")
+                    .podset(podset("main").count(4).cpu("1"))
+                    .created(5)
+                    .priority(preemptor_priority),
             ],
         ),
         &RELEASE,
@@ -958,7 +1119,7 @@ fn reclaim_within_cohort_takes_back_lent_quota() {
 #[test]
 fn preempted_quota_is_held_until_released_in_controller_mode() {
     let c = with_preemption(
-        cq("cq", None, &[("default", "cpu", "4")]),
+        cluster_queue("cq").flavor_quota("default", &[("cpu", "4")]),
         WithinClusterQueue::LowerPriority,
         ReclaimWithinCohort::Never,
     );
@@ -966,7 +1127,11 @@ fn preempted_quota_is_held_until_released_in_controller_mode() {
         vec![c],
         vec![
             admitted_at("low", 4, 0, 1),
-            priority(created(wl("high", "cq", &[("main", 4, "1")]), 5), 10),
+            workload("high")
+                .queue("cq")
+                .podset(podset("main").count(4).cpu("1"))
+                .created(5)
+                .priority(10),
         ],
     );
     let mut sched = Scheduler::new(s, &HOLD);
@@ -992,13 +1157,17 @@ fn preempted_quota_is_held_until_released_in_controller_mode() {
 #[test]
 fn missing_queues_are_named() {
     let mut s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![
-            wl("no-lq", "nope", &[("main", 1, "1")]),
-            wl("no-cq", "dangling", &[("main", 1, "1")]),
+            workload("no-lq")
+                .queue("nope")
+                .podset(podset("main").count(1).cpu("1")),
+            workload("no-cq")
+                .queue("dangling")
+                .podset(podset("main").count(1).cpu("1")),
         ],
     );
-    s.local_queues.push(lq("dangling", "gone"));
+    s.local_queues.push(local_queue("dangling", "gone"));
     let r = cycle(&s, &RELEASE);
     assert_eq!(
         message(&r, "no-lq"),
@@ -1022,12 +1191,16 @@ fn missing_queues_are_named() {
 fn a_missing_flavor_makes_the_cluster_queue_inactive() {
     let s = snap(
         vec![
-            cq("team-a", None, &[("gpu-a100", "cpu", "4")]),
-            cq("team-b", None, &[("default", "cpu", "4")]),
+            cluster_queue("team-a").flavor_quota("gpu-a100", &[("cpu", "4")]),
+            cluster_queue("team-b").flavor_quota("default", &[("cpu", "4")]),
         ],
         vec![
-            wl("a", "team-a", &[("main", 1, "1")]),
-            wl("b", "team-b", &[("main", 1, "1")]),
+            workload("a")
+                .queue("team-a")
+                .podset(podset("main").count(1).cpu("1")),
+            workload("b")
+                .queue("team-b")
+                .podset(podset("main").count(1).cpu("1")),
         ],
     );
     let r = cycle(&s, &RELEASE);
@@ -1040,9 +1213,16 @@ fn a_missing_flavor_makes_the_cluster_queue_inactive() {
 
 #[test]
 fn an_invalid_quota_names_the_cluster_queue_and_field() {
-    let mut bad = cq("bad", None, &[("default", "cpu", "4")]);
+    let mut bad = cluster_queue("bad").flavor_quota("default", &[("cpu", "4")]);
     bad.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(kq("four"));
-    let s = snap(vec![bad], vec![wl("w", "bad", &[("main", 1, "1")])]);
+    let s = snap(
+        vec![bad],
+        vec![
+            workload("w")
+                .queue("bad")
+                .podset(podset("main").count(1).cpu("1")),
+        ],
+    );
     let r = cycle(&s, &RELEASE);
     assert!(
         message(&r, "w").starts_with(
@@ -1057,18 +1237,23 @@ fn an_invalid_quota_names_the_cluster_queue_and_field() {
 fn a_cohort_cycle_makes_its_cluster_queues_inactive() {
     let mut s = snap(
         vec![
-            cq("in-cycle", Some("a"), &[("default", "cpu", "4")]),
-            cq("fine", Some("c"), &[("default", "cpu", "4")]),
+            cluster_queue("in-cycle")
+                .cohort("a")
+                .flavor_quota("default", &[("cpu", "4")]),
+            cluster_queue("fine")
+                .cohort("c")
+                .flavor_quota("default", &[("cpu", "4")]),
         ],
         vec![
-            wl("x", "in-cycle", &[("main", 1, "1")]),
-            wl("y", "fine", &[("main", 1, "1")]),
+            workload("x")
+                .queue("in-cycle")
+                .podset(podset("main").count(1).cpu("1")),
+            workload("y")
+                .queue("fine")
+                .podset(podset("main").count(1).cpu("1")),
         ],
     );
-    s.cohorts = vec![
-        cohort("a", Some("b"), vec![]),
-        cohort("b", Some("a"), vec![]),
-    ];
+    s.cohorts = vec![cohort("a").parent("b"), cohort("b").parent("a")];
     let r = cycle(&s, &RELEASE);
     assert_eq!(
         message(&r, "x"),
@@ -1079,13 +1264,23 @@ fn a_cohort_cycle_makes_its_cluster_queues_inactive() {
 
 #[test]
 fn a_bad_workload_template_is_inadmissible_and_others_go_on() {
-    let mut bad = wl("bad", "cq", &[("main", 1, "1")]);
-    bad.spec.pod_sets[0].template = template_with(&[("cpu", "lots")]);
-    let mut negative = wl("negative", "cq", &[("main", 1, "1")]);
+    let mut bad = workload("bad")
+        .queue("cq")
+        .podset(podset("main").count(1).cpu("1"));
+    bad.spec.pod_sets[0].template = pod_template(&[("cpu", "lots")]);
+    let mut negative = workload("negative")
+        .queue("cq")
+        .podset(podset("main").count(1).cpu("1"));
     negative.spec.pod_sets[0].count = -1;
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
-        vec![bad, negative, wl("good", "cq", &[("main", 1, "1")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
+        vec![
+            bad,
+            negative,
+            workload("good")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1")),
+        ],
     );
     let r = cycle(&s, &RELEASE);
     assert!(
@@ -1104,12 +1299,19 @@ fn a_bad_workload_template_is_inadmissible_and_others_go_on() {
 
 #[test]
 fn namespace_selector_must_select_the_namespace() {
-    let mut c = cq("cq", None, &[("default", "cpu", "4")]);
+    let mut c = cluster_queue("cq").flavor_quota("default", &[("cpu", "4")]);
     c.spec.namespace_selector = Some(LabelSelector {
         match_labels: Some([("team".to_string(), "a".to_string())].into()),
         match_expressions: None,
     });
-    let mut s = snap(vec![c], vec![wl("w", "cq", &[("main", 1, "1")])]);
+    let mut s = snap(
+        vec![c],
+        vec![
+            workload("w")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1")),
+        ],
+    );
     let r = cycle(&s, &RELEASE);
     assert_eq!(
         message(&r, "w"),
@@ -1130,19 +1332,19 @@ fn namespace_selector_must_select_the_namespace() {
 fn the_result_does_not_depend_on_input_order() {
     let s = snap(
         vec![
-            cq("a", Some("pool"), &[("default", "cpu", "4")]),
-            cq("b", Some("pool"), &[("default", "cpu", "4")]),
+            cluster_queue("a")
+                .cohort("pool")
+                .flavor_quota("default", &[("cpu", "4")]),
+            cluster_queue("b")
+                .cohort("pool")
+                .flavor_quota("default", &[("cpu", "4")]),
         ],
         (0..12)
             .map(|i| {
-                created(
-                    wl(
-                        &format!("w{i}"),
-                        if i % 2 == 0 { "a" } else { "b" },
-                        &[("main", 1 + i % 3, "1")],
-                    ),
-                    i64::from(i % 4),
-                )
+                workload(&format!("w{i}"))
+                    .queue(if i % 2 == 0 { "a" } else { "b" })
+                    .podset(podset("main").count(1 + i % 3).cpu("1"))
+                    .created(i64::from(i % 4))
             })
             .collect(),
     );
@@ -1156,10 +1358,14 @@ fn the_result_does_not_depend_on_input_order() {
 #[test]
 fn a_request_too_large_to_account_is_inadmissible() {
     let s = snap(
-        vec![cq("cq", None, &[("default", "cpu", "4")])],
+        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "4")])],
         vec![
-            wl("huge", "cq", &[("main", i32::MAX, "9223372036854775807")]),
-            wl("ok", "cq", &[("main", 1, "1")]),
+            workload("huge")
+                .queue("cq")
+                .podset(podset("main").count(i32::MAX).cpu("9223372036854775807")),
+            workload("ok")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1")),
         ],
     );
     let r = cycle(&s, &RELEASE);

@@ -358,16 +358,19 @@ mod tests {
     #[test]
     fn held_usage_follows_scale_down_and_reclaimable_pods() {
         // admitted: 4 workers × 1 cpu = 4; spec scaled down to 3, one more pod reclaimable → 2
-        let mut w = admitted_wl("w", "lq", "cq", &[("worker", 4, "1")], "default");
+        let mut w = workload("w")
+            .queue("lq")
+            .podset(podset("worker").count(4).cpu("1"))
+            .admitted("cq", "default", ts(0));
         w.spec.pod_sets[0].count = 3;
         w.status.as_mut().unwrap().reclaimable_pods = vec![kueue::ReclaimablePod {
             name: "worker".into(),
             count: 1,
         }];
         let s = Snapshot {
-            flavors: vec![flavor("default")],
-            cluster_queues: vec![cq("cq", None, &[("default", "cpu", "10")])],
-            local_queues: vec![lq("lq", "cq")],
+            flavors: vec![resource_flavor("default")],
+            cluster_queues: vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "10")])],
+            local_queues: vec![local_queue("lq", "cq")],
             workloads: vec![w],
             ..Snapshot::default()
         };
@@ -379,7 +382,10 @@ mod tests {
     #[test]
     fn odd_per_pod_usage_rounds_up() {
         // 10 cpu over 3 pods → 3.333333334 per pod; scaled to 2 pods → 6.666666668
-        let mut w = admitted_wl("w", "lq", "cq", &[("worker", 3, "1")], "default");
+        let mut w = workload("w")
+            .queue("lq")
+            .podset(podset("worker").count(3).cpu("1"))
+            .admitted("cq", "default", ts(0));
         w.status
             .as_mut()
             .unwrap()
@@ -391,9 +397,9 @@ mod tests {
             .insert("cpu".into(), K8sQuantity("10".into()));
         w.spec.pod_sets[0].count = 2;
         let s = Snapshot {
-            flavors: vec![flavor("default")],
-            cluster_queues: vec![cq("cq", None, &[("default", "cpu", "10")])],
-            local_queues: vec![lq("lq", "cq")],
+            flavors: vec![resource_flavor("default")],
+            cluster_queues: vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "10")])],
+            local_queues: vec![local_queue("lq", "cq")],
             workloads: vec![w],
             ..Snapshot::default()
         };

@@ -518,7 +518,7 @@ mod tests {
     // ---- through `decide` ----
 
     use crate::gate::{GateAction, GateOptions, RELEASED_ANNOTATION, decide};
-    use crate::slices::testing::admit;
+    use raygate_testing::admit_counts;
 
     fn pod() -> serde_json::Value {
         json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}})
@@ -598,7 +598,7 @@ mod tests {
         // The slice for the active child plus svc-p2 is admitted: svc-p2 runs, svc-p1 never.
         let mut w = created_slice(&d).expect("a slice");
         w.metadata.creation_timestamp = Some(Time(at(250)));
-        admit(&mut w);
+        admit_counts(&mut w);
         let d = decide(&s, &kids, &[w], &GateOptions::default());
         assert_eq!(released(&d), vec!["svc-p2".to_string()]);
     }
@@ -616,7 +616,7 @@ mod tests {
         assert_eq!(counts, vec![2, 2]);
         let mut w = created_slice(&d).expect("a slice");
         w.metadata.creation_timestamp = Some(Time(at(250)));
-        admit(&mut w);
+        admit_counts(&mut w);
         let d = decide(&s, &[&a, &p], &[w], &GateOptions::default());
         assert_eq!(released(&d), vec!["svc-p".to_string()]);
     }
@@ -685,7 +685,7 @@ mod tests {
         let mut s = initializing_service("InitializingTimeout", 1600, "10m");
         s.status.as_mut().unwrap().pending_service_status = None;
         // Admitted just too late: still not released, and finished.
-        admit(&mut w);
+        admit_counts(&mut w);
         let d = decide(&s, &[&p], &[w.clone()], &GateOptions::default());
         assert!(released(&d).is_empty());
         assert!(created_slice(&d).is_none());

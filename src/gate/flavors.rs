@@ -204,8 +204,8 @@ pub(super) fn before_release(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slices::testing::admit;
     use crate::types::kueue::PodSetAssignment;
+    use raygate_testing::{MetaBuilder, WorkloadBuilder, admit_counts, workload};
 
     fn pod(extra: Value) -> Value {
         let mut p = json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}});
@@ -244,13 +244,9 @@ mod tests {
                 }
             })
             .collect();
-        let mut w: Workload = serde_json::from_value(json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": "s", "namespace": "ns"}, "spec": {"queueName": "q", "podSets": []}
-        }))
-        .unwrap();
+        let mut w = workload("s").in_namespace("ns").queue("q");
         w.spec.pod_sets = pod_sets;
-        admit(&mut w);
+        admit_counts(&mut w);
         let adm = w.status.as_mut().unwrap().admission.as_mut().unwrap();
         for a in &mut adm.pod_set_assignments {
             let f = flavor_of

@@ -130,8 +130,14 @@ mod tests {
 
     use serde_json::json;
 
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+    use k8s_openapi::jiff::Timestamp;
+    use raygate_testing::{
+        MetaBuilder, PodSetBuilder, WorkloadBuilder, admit_counts, condition, podset, workload,
+    };
+
     use super::{PodsReady, reason};
-    use crate::types::kueue::Workload;
+    use crate::types::kueue::{WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION, Workload};
     use crate::types::ray::RayCluster;
 
     pub(super) fn slice(
@@ -140,25 +146,28 @@ mod tests {
         admitted: bool,
         replaces: Option<&str>,
     ) -> Workload {
-        let t = format!("2026-01-01T00:00:{second:02}Z");
+        let t: Timestamp = format!("2026-01-01T00:00:{second:02}Z")
+            .parse()
+            .expect("time");
         let status = if admitted { "True" } else { "False" };
-        let mut annotations = json!({});
-        if let Some(r) = replaces {
-            annotations["kueue.x-k8s.io/workload-slice-replacement-for"] = json!(r);
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": t, "annotations": annotations},
-            "spec": {"queueName": "lq", "podSets": [{"name": "head", "count": 1, "template": {}}]},
-            "status": {
-                "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "head", "count": 1}]},
-                "conditions": [
-                    {"type": "QuotaReserved", "status": status, "reason": "QuotaReserved", "message": "", "lastTransitionTime": t},
-                    {"type": "Admitted", "status": status, "reason": "Admitted", "message": "", "lastTransitionTime": t},
-                ]
-            }
-        }))
-        .expect("workload")
+        let annotations = replaces
+            .map(|r| {
+                (
+                    WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION.to_string(),
+                    r.to_string(),
+                )
+            })
+            .into_iter()
+            .collect();
+        let mut w = workload(name)
+            .in_namespace("ns")
+            .queue("lq")
+            .podset(podset("head").template(PodTemplateSpec::default()))
+            .created_at(t)
+            .annotations(annotations);
+        admit_counts(&mut w); // then the conditions say whether it is admitted, at `t`
+        w.condition(condition("QuotaReserved", status, "QuotaReserved", t))
+            .condition(condition("Admitted", status, "Admitted", t))
     }
 
     fn with_pods_ready(mut w: Workload, status: &str, reason: &str) -> Workload {

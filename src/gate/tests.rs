@@ -3,36 +3,35 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use crate::slices::testing::{admit, set_condition};
+use raygate_testing::{
+    MetaBuilder, RayClusterBuilder, RayClusterSpecBuilder, RayServiceBuilder, WorkerGroupBuilder,
+    admit_counts, ray_cluster, ray_cluster_spec, ray_service, set_condition, worker_group,
+};
 
 fn service(annotations: serde_json::Value, suspend: Option<bool>) -> RayService {
-    let mut s: RayService = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayService",
-        "metadata": {"name": "svc", "namespace": "ns", "uid": "u1",
-            "labels": {"kueue.x-k8s.io/queue-name": "team-a"}, "annotations": annotations},
-        "spec": {"rayClusterConfig": {"suspend": true, "headGroupSpec": {"template": pod("1")},
-            "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 5, "template": pod("1")}]}}
-    }))
-    .unwrap();
-    s.spec.suspend = suspend;
-    s
-}
-
-fn pod(cpu: &str) -> serde_json::Value {
-    json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}})
+    ray_service("svc")
+        .in_namespace("ns")
+        .uid("u1")
+        .queue("team-a")
+        .annotations(serde_json::from_value(annotations).unwrap())
+        .cluster(
+            ray_cluster_spec()
+                .suspend(true)
+                .worker_group(worker_group("w").replicas(1).min_max(0, 5)),
+        )
+        .service_suspend(suspend)
 }
 
 fn child(name: &str, second: i64, suspend: bool, replicas: i32) -> RayCluster {
-    let mut c: RayCluster = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": "ns",
-            "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
-        "spec": {"suspend": suspend, "headGroupSpec": {"template": pod("1")},
-            "workerGroupSpecs": [{"groupName": "w", "replicas": replicas, "minReplicas": 0, "maxReplicas": 5, "template": pod("1")}]}
-    }))
-    .unwrap();
-    c.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap()));
-    c
+    ray_cluster(name)
+        .in_namespace("ns")
+        .child_of("svc")
+        .spec(
+            ray_cluster_spec()
+                .suspend(suspend)
+                .worker_group(worker_group("w").replicas(replicas).min_max(0, 5)),
+        )
+        .created_at(Timestamp::from_second(second).unwrap())
 }
 
 fn cond(w: &mut Workload, type_: &str, reason: &str, message: &str, status: &str) {
@@ -143,7 +142,7 @@ fn the_upgrade_waits_for_the_replacement_slice_then_releases_the_pending_child()
         let d = decide(&s, &[&active], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     assert_eq!(
         kinds(&decide(&s, &[&active], &ws, &GateOptions::default())),
         Vec::<String>::new()
@@ -172,7 +171,7 @@ fn the_upgrade_waits_for_the_replacement_slice_then_releases_the_pending_child()
             .any(|e| e.reason == "Holding" && e.message.contains("insufficient unused quota"))
     );
     // quota arrives
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Finish", "Release svc-b"]);
     let GateAction::Release {
@@ -210,7 +209,7 @@ fn a_covered_running_child_missing_from_the_record_is_recorded() {
         let d = decide(&s, &[&held], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let running = child("svc-a", 1, false, 1);
     assert_eq!(
         kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
@@ -227,7 +226,7 @@ fn a_released_child_that_grows_is_not_stopped() {
         let d = decide(&s, &[&small], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let grown = child("svc-a", 1, false, 3);
     let d = decide(&s, &[&grown], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Create"], "a replacement slice, no Hold");
@@ -242,7 +241,7 @@ fn an_evicted_slice_stops_the_service_and_readmission_resumes_it() {
         let d = decide(&s, &[&running], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     cond(
         &mut ws[0],
         condition::EVICTED,
@@ -264,7 +263,7 @@ fn an_evicted_slice_stops_the_service_and_readmission_resumes_it() {
         kinds(&decide(&s, &[], &ws, &GateOptions::default())),
         Vec::<String>::new()
     );
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     assert_eq!(
         kinds(&decide(&s, &[], &ws, &GateOptions::default())),
         ["ResumeService"]
@@ -280,7 +279,7 @@ fn a_suspend_set_by_the_owner_is_never_cleared_and_frees_quota_once_pods_are_gon
         let d = decide(&s, &[&running], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let s = service(gated("svc-a"), Some(true));
     assert_eq!(
         kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
@@ -349,7 +348,7 @@ fn invalid_podsets_keep_the_tamper_and_stop_protections() {
         let d = decide(&s, &[&running], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     // a second child with invalid PodSets, unsuspended by hand: held again, the released one kept
     let rogue = child("svc-b", 2, false, -3);
     let d = decide(&s, &[&running, &rogue], &ws, &GateOptions::default());
@@ -380,7 +379,7 @@ fn the_newest_admitted_slice_is_found_through_replacement_links_not_names() {
         let d = decide(&s, &[&active], &ws, &GateOptions::default());
         apply_slices(&mut ws, &d, &mut t);
     }
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let pending = child("svc-b", 2, true, 1);
     let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Create"]);
@@ -388,7 +387,7 @@ fn the_newest_admitted_slice_is_found_through_replacement_links_not_names() {
     // the replacement is created in the same second as its predecessor and sorts first by name
     ws[1].metadata.creation_timestamp = ws[0].metadata.creation_timestamp.clone();
     ws[1].metadata.name = Some("rayservice-svc-0".into());
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["Finish", "Release svc-b"]);
     let GateAction::Slice(SliceAction::Finish { name, .. }) = &d.actions[0] else {

@@ -697,6 +697,4 @@ pub fn expired(
 }
 
 #[cfg(test)]
-pub(crate) mod testing;
-#[cfg(test)]
 mod tests;

@@ -3,10 +3,10 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 use serde_json::json;
 
-use super::testing::{admit, set_condition};
 use super::*;
 use crate::podsets::{self, PodSet};
 use crate::quantity::Quantity;
+use raygate_testing::{admit_counts, set_condition};
 
 fn ctx(mode: ChainMode) -> SliceContext {
     SliceContext {
@@ -171,7 +171,7 @@ fn equal_counts_keep_the_slice_and_planning_is_idempotent() {
     );
     apply(&mut ws, &p, &mut clock);
     assert_eq!(plan(&c, &[head(1), workers(2)], &ws).actions, []);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     assert_eq!(plan(&c, &[head(1), workers(2)], &ws).actions, []);
 }
 
@@ -195,7 +195,7 @@ fn a_scale_down_of_a_reserved_slice_is_in_place_and_keeps_the_podset_list() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(4)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let p = plan(&c, &[head(1)], &ws);
     apply(&mut ws, &p, &mut clock);
     assert_eq!(ws.len(), 1);
@@ -207,7 +207,7 @@ fn a_scale_up_of_a_reserved_slice_is_a_replacement_charged_by_delta() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let root = ws[0].metadata.name.clone().unwrap();
     // a zero-downtime upgrade: a second child with the same shapes
     let p = plan(&c, &[head(2), workers(2)], &ws);
@@ -243,7 +243,7 @@ fn a_pending_replacement_follows_further_changes_and_is_dropped_when_not_needed(
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     step(&mut ws, &c, &[head(2), workers(2)], &mut clock);
     let p = plan(&c, &[head(2), workers(3)], &ws);
     assert!(
@@ -278,9 +278,9 @@ fn the_replaced_slice_is_finished_once_its_replacement_holds_quota() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     step(&mut ws, &c, &[head(2), workers(2)], &mut clock);
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     let p = plan(&c, &[head(2), workers(2)], &ws);
     assert!(
         matches!(
@@ -306,7 +306,7 @@ fn consecutive_scale_ups_get_distinct_names() {
         step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
         let newest = ws.last_mut().unwrap();
         names.insert(newest.metadata.name.clone().unwrap());
-        admit(newest);
+        admit_counts(newest);
         step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
         // scale back down then up again: the same counts must not reuse a finished name
         step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
@@ -347,7 +347,7 @@ fn an_evicted_slice_keeps_its_quota_until_the_pods_are_gone() {
     let mut c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     set(&mut ws[0], condition::EVICTED, reason::PREEMPTED);
     assert_eq!(
         plan(&c, &[head(1), workers(2)], &ws),
@@ -385,7 +385,7 @@ fn beyond_kueue_a_new_worker_group_is_still_a_delta_replacement() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let gpu = ps("gpu", "gpu", 2, "8");
     let p = plan(&c, &[head(2), workers(2), gpu.clone()], &ws);
     let [
@@ -421,7 +421,7 @@ fn kueue_compatible_replacements_keep_the_podset_list_identical() {
         &[head(1), workers(2), ps("gpu", "gpu", 1, "8")],
         &mut clock,
     );
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     // gpu group removed, workers scaled up: same list, gpu count 0
     let p = plan(&c, &[head(1), workers(4)], &ws);
     let [SliceAction::Create { workload, .. }] = p.actions.as_slice() else {
@@ -472,7 +472,7 @@ fn after_a_resource_changing_upgrade_the_slice_shrinks_onto_the_right_shape() {
         &[head(2), workers(2), big(2, "workers-abc")],
         &mut clock,
     );
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     // the old child is gone: of_service now names the big shape plainly "workers"
     let p = plan(&c, &[head(1), big(2, "workers")], &ws);
     let [
@@ -500,7 +500,7 @@ fn covers_is_shape_exact() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     assert!(covers(&ws[0], &[head(1), workers(2)]));
     assert!(covers(&ws[0], &[head(1), workers(1)]));
     assert!(!covers(&ws[0], &[head(2), workers(2)]));
@@ -553,7 +553,7 @@ proptest! {
                 }
                 Event::AdmitNewest => {
                     if let Some(w) = ws.iter_mut().rev().find(|w: &&mut Workload| !workload::is_finished(w.status.as_ref()) && !workload::holds_quota(w.status.as_ref())) {
-                        admit(w);
+                        admit_counts(w);
                     }
                 }
             }
@@ -582,7 +582,7 @@ proptest! {
             // the target, once admitted, covers the desired PodSets exactly
             let target = by_name(&ws, p.target.as_deref().unwrap());
             let mut t = target.clone();
-            admit(&mut t);
+            admit_counts(&mut t);
             prop_assert!(covers(&t, &desired));
             // every PodSet list fits a Workload and names are unique
             for w in &live {
@@ -613,7 +613,7 @@ fn an_image_only_change_never_rewrites_a_reserved_slice_template() {
     let (mut ws, mut clock) = (vec![], 0);
     let v1 = |n| ps_img("workers", "workers", n, "1", "ray:1");
     step(&mut ws, &c, &[head(1), v1(4)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     let stored = ws[0].spec.pod_sets.clone();
     // same shape, new image, fewer pods: the stored PodSets with the new count, nothing else
     let v2 = ps_img("workers", "workers", 2, "1", "ray:2");
@@ -639,12 +639,12 @@ fn a_replacement_created_in_the_same_second_is_the_head_not_the_older_name() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
     assert_eq!(ws.len(), 2);
     ws[1].metadata.creation_timestamp = ws[0].metadata.creation_timestamp.clone();
     ws[1].metadata.name = Some("rayservice-svc-0".into()); // sorts before its predecessor
-    admit(&mut ws[1]);
+    admit_counts(&mut ws[1]);
     let p = plan(&c, &[head(1), workers(2)], &ws);
     let old = ws[0].metadata.name.clone().unwrap();
     assert_eq!(
@@ -663,7 +663,7 @@ fn a_podset_without_an_assignment_grants_nothing() {
     let c = ctx(ChainMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(3)], &mut clock);
-    admit(&mut ws[0]);
+    admit_counts(&mut ws[0]);
     assert!(covers(&ws[0], &[head(1), workers(3)]));
     let admission = ws[0]
         .status
@@ -720,7 +720,7 @@ fn a_pending_slice_follows_a_queue_or_priority_class_change() {
     assert_eq!(plan(&unresolved, &[head(1)], &ws).actions, []);
     // once it holds quota, its queue is Kueue's to keep: no change
     let n = p.target.clone().unwrap();
-    admit(
+    admit_counts(
         ws.iter_mut()
             .find(|w| w.metadata.name.as_deref() == Some(&n))
             .unwrap(),
@@ -751,7 +751,7 @@ fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain(
     for n in 1..=6 {
         step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
         let last = ws.len() - 1;
-        admit(&mut ws[last]);
+        admit_counts(&mut ws[last]);
         step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
     }
     assert_eq!(ws.len(), 6);

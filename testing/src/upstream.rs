@@ -44,7 +44,7 @@ pub fn locate(path: &Path, ci: bool) -> Result<PathBuf, String> {
 
 /// `../shared` relative to the workspace root; panics (never skips) when it is missing.
 pub fn dir() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
+    let path = crate::workspace_root().join("../shared");
     let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
     locate(&path, ci).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -7,8 +7,6 @@
 //! Ports are free loopback ports chosen by the kernel, so parallel test binaries never collide.
 //! A missing server binary fails the test with the command that installs it: never a skip.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -44,21 +42,6 @@ static SERVER: OnceLock<TestServer> = OnceLock::new();
 static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 static TMP: Mutex<Option<PathBuf>> = Mutex::new(None);
 static NAMESPACE: AtomicUsize = AtomicUsize::new(0);
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `../shared` beside the checkout (present on every developer machine and in CI).
-pub fn shared_dir() -> PathBuf {
-    let dir = repo().join("../shared");
-    assert!(
-        dir.join("upstream-crds").is_dir(),
-        "{} is missing: the integration tests need the upstream CRDs there",
-        dir.display()
-    );
-    dir
-}
 
 fn bin_dir() -> PathBuf {
     let cache = std::env::var_os("RAYGATE_CACHE_DIR")
@@ -354,7 +337,7 @@ fn start(crds: KueueCrds) -> TestServer {
 
 /// The CRD files a server gets.
 fn crd_files(crds: KueueCrds) -> Vec<PathBuf> {
-    let up = shared_dir().join("upstream-crds");
+    let up = crate::upstream::dir().join("upstream-crds");
     let mut files = vec![
         up.join("ray.io_rayservices.yaml"),
         up.join("ray.io_rayclusters.yaml"),
@@ -373,7 +356,7 @@ fn crd_files(crds: KueueCrds) -> Vec<PathBuf> {
             }
         }
         KueueCrds::Raygate => {
-            let mut own: Vec<PathBuf> = std::fs::read_dir(repo().join("crds"))
+            let mut own: Vec<PathBuf> = std::fs::read_dir(crate::workspace_root().join("crds"))
                 .expect("crds/")
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .collect();
