@@ -1,0 +1,238 @@
+//! API errors as `metav1.Status` bodies with the real server's `reason`, `code` and message shapes
+//! (`k8s.io/apimachinery/pkg/api/errors`).
+
+use serde_json::{Value, json};
+
+/// A failed request, rendered as a `Status` body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Value,
+}
+
+/// `group/resource` as the errors name it: `rayclusters.ray.io`, or `pods` for the core group.
+pub fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: String, details: Value) -> Self {
+        ApiError {
+            code,
+            reason,
+            message,
+            details,
+        }
+    }
+
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, plural)),
+            json!({"name": name, "group": group, "kind": plural}),
+        )
+    }
+
+    /// The route itself is unknown (no such resource served).
+    pub fn no_route() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+            json!({}),
+        )
+    }
+
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, plural)),
+            json!({"name": name, "group": group, "kind": plural}),
+        )
+    }
+
+    /// A write with a stale `resourceVersion` (optimistic concurrency).
+    pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(group, plural)
+            ),
+            json!({"name": name, "group": group, "kind": plural}),
+        )
+    }
+
+    /// Server-side apply conflicts (`NewApplyConflict`).
+    pub fn apply_conflict(message: String, causes: Vec<Value>) -> Self {
+        Self::new(409, "Conflict", message, json!({"causes": causes}))
+    }
+
+    /// 422 with `causes`, message `Kind.group "name" is invalid: ...`.
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<FieldCause>) -> Self {
+        let gk = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let msgs: Vec<String> = causes.iter().map(FieldCause::render).collect();
+        let joined = match msgs.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        Self::new(
+            422,
+            "Invalid",
+            format!("{gk} \"{name}\" is invalid: {joined}"),
+            json!({
+                "name": name, "group": group, "kind": kind,
+                "causes": causes.iter().map(|c| json!({
+                    "reason": c.reason, "message": c.detail_message(), "field": c.field,
+                })).collect::<Vec<_>>(),
+            }),
+        )
+    }
+
+    /// Watch from a compacted resourceVersion (`NewResourceExpired`).
+    pub fn expired(message: String) -> Self {
+        Self::new(410, "Expired", message, json!({}))
+    }
+
+    /// A JSON patch that cannot be applied (`errors.NewGenericServerResponse(422, ...)`).
+    pub fn invalid_patch(message: String) -> Self {
+        Self::new(422, "Invalid", message, json!({}))
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message.into(), json!({}))
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message.into(), json!({}))
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message.into(), json!({}))
+    }
+
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message.into(), json!({}))
+    }
+
+    /// The `Status` body.
+    pub fn to_status(&self) -> Value {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        })
+    }
+}
+
+/// One field error (`field.Error`): `field: Type: detail`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FieldCause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, ...
+    pub reason: &'static str,
+    pub field: String,
+    /// `Invalid value: "x": why` / `Required value` / ...
+    pub text: String,
+}
+
+impl FieldCause {
+    fn render(&self) -> String {
+        format!("{}: {}", self.field, self.text)
+    }
+
+    fn detail_message(&self) -> String {
+        self.text.clone()
+    }
+
+    pub fn required(field: impl Into<String>, detail: &str) -> Self {
+        FieldCause {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            text: if detail.is_empty() {
+                "Required value".into()
+            } else {
+                format!("Required value: {detail}")
+            },
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
+        FieldCause {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            text: format!("Invalid value: {value}: {detail}"),
+        }
+    }
+
+    pub fn not_supported(field: impl Into<String>, value: &str, supported: &[String]) -> Self {
+        FieldCause {
+            reason: "FieldValueNotSupported",
+            field: field.into(),
+            text: format!(
+                "Unsupported value: {value}: supported values: {}",
+                supported.join(", ")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_not_found_names_the_qualified_resource() {
+        let e = ApiError::not_found("ray.io", "rayclusters", "c");
+        assert_eq!(e.message, "rayclusters.ray.io \"c\" not found");
+        let s = e.to_status();
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["details"]["kind"], "rayclusters");
+        let parsed: kube::core::Status = serde_json::from_value(s).unwrap();
+        assert_eq!(parsed.code, 404);
+    }
+
+    #[test]
+    fn one_invalid_field_is_inline_and_several_are_bracketed() {
+        let one = ApiError::invalid(
+            "ray.io",
+            "RayCluster",
+            "c",
+            vec![FieldCause::required("spec.x", "")],
+        );
+        assert_eq!(
+            one.message,
+            "RayCluster.ray.io \"c\" is invalid: spec.x: Required value"
+        );
+        let two = ApiError::invalid(
+            "",
+            "Pod",
+            "p",
+            vec![
+                FieldCause::required("spec.a", ""),
+                FieldCause::required("spec.b", ""),
+            ],
+        );
+        assert_eq!(
+            two.message,
+            "Pod \"p\" is invalid: [spec.a: Required value, spec.b: Required value]"
+        );
+    }
+}
