@@ -541,7 +541,9 @@ pub fn apply(
                 .any(|e| e.fields.iter().any(|q| q.starts_with(p)))
         })
         .collect();
-    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    // a removed element takes its fields with it (removing them first would lose its key)
+    let all: Vec<&Path> = dropped.clone();
+    dropped.retain(|p| !all.iter().any(|q| q.len() < p.len() && p.starts_with(q)));
     for p in dropped {
         remove(&mut merged, p);
     }
