@@ -37,9 +37,18 @@ fn key_token(item: &Value, keys: &[String]) -> Option<String> {
     Some(format!("k:{}", Value::Object(m)))
 }
 
+/// A map or keyed element with content: owned as a node (FieldsV1 `"."`) besides its fields, and
+/// never "changed" by its content alone.
+fn is_node(v: &Value) -> bool {
+    v.as_object().is_some_and(|m| !m.is_empty())
+}
+
 fn collect(v: &Value, shape: Shape, names: &mut Vec<String>, cur: &mut Path, out: &mut FieldSet) {
     match v {
         Value::Object(m) if !m.is_empty() => {
+            if !cur.is_empty() {
+                out.insert(cur.clone());
+            }
             for (k, child) in m {
                 names.push(k.clone());
                 cur.push(format!("f:{k}"));
@@ -64,14 +73,18 @@ fn collect_list(
     cur: &mut Path,
     out: &mut FieldSet,
 ) {
+    if items.is_empty() {
+        out.insert(cur.clone());
+        return;
+    }
     match shape.list_type(names) {
         ListType::Map(keys) if !keys.is_empty() => {
             let tokens: Option<Vec<String>> = items.iter().map(|i| key_token(i, &keys)).collect();
             match tokens {
                 Some(tokens) => {
+                    out.insert(cur.clone());
                     for (item, tok) in items.iter().zip(tokens) {
                         cur.push(tok);
-                        out.insert(cur.clone());
                         collect(item, shape, names, cur, out);
                         cur.pop();
                     }
@@ -82,6 +95,7 @@ fn collect_list(
             }
         }
         ListType::Set => {
+            out.insert(cur.clone());
             for item in items {
                 cur.push(format!("v:{item}"));
                 out.insert(cur.clone());
@@ -265,6 +279,15 @@ fn from_v1(v: &Value, cur: &mut Path, out: &mut FieldSet) {
     }
 }
 
+/// The list type at a token path (its field names).
+fn shape_list(shape: Shape, p: &Path) -> ListType {
+    let names: Vec<String> = p
+        .iter()
+        .filter_map(|t| t.strip_prefix("f:").map(String::from))
+        .collect();
+    shape.list_type(&names)
+}
+
 /// The field set of FieldsV1 JSON.
 pub fn from_fields_v1(v: &Value) -> FieldSet {
     let mut out = FieldSet::new();
@@ -309,8 +332,18 @@ pub fn entries(obj: &Value) -> Vec<Entry> {
 
 /// Writes `entries` into `metadata.managedFields` (dropping empty ones).
 pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
-    let list: Vec<Value> = entries
-        .iter()
+    // the server's order: operation, time, manager, subresource
+    let mut sorted: Vec<&Entry> = entries.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.operation, &a.time, &a.manager, &a.subresource).cmp(&(
+            &b.operation,
+            &b.time,
+            &b.manager,
+            &b.subresource,
+        ))
+    });
+    let list: Vec<Value> = sorted
+        .into_iter()
         .filter(|e| !e.fields.is_empty())
         .map(|e| {
             let mut v = json!({
@@ -356,7 +389,10 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, shape: Shape, w: &Wri
     let new_fields = fields_of(new, shape, w.scope);
     let changed: FieldSet = new_fields
         .iter()
-        .filter(|p| get(old.unwrap_or(&null), p) != get(new, p))
+        .filter(|p| match (get(old.unwrap_or(&null), p), get(new, p)) {
+            (Some(a), Some(b)) => a != b && !(is_node(a) && is_node(b)),
+            (a, b) => a != b,
+        })
         .cloned()
         .collect();
     let removed: FieldSet = old_fields.difference(&new_fields).cloned().collect();
@@ -469,13 +505,32 @@ pub fn apply(
     w: &Writer,
 ) -> Result<Value, ApiError> {
     let mut list = live.map(entries).unwrap_or_default();
-    let applied_fields = fields_of(applied, shape, w.scope);
+    // an applier owns what it set: leaves and list elements, not the maps and merged lists
+    // around them (an Update owns those too: `"."` in its FieldsV1)
+    let applied_fields: FieldSet = fields_of(applied, shape, w.scope)
+        .into_iter()
+        .filter(|p| {
+            if p.last()
+                .is_some_and(|t| t.starts_with("k:") || t.starts_with("v:"))
+            {
+                return true;
+            }
+            match get(applied, p) {
+                Some(v) if is_node(v) => false,
+                Some(Value::Array(items)) if !items.is_empty() => {
+                    shape_list(shape, p) == ListType::Atomic
+                }
+                _ => true,
+            }
+        })
+        .collect();
     let sub = w.scope.subresource();
     let mut conflicts: Vec<(usize, Path)> = vec![];
     if let Some(live) = live {
         for p in &applied_fields {
             let Some(lv) = get(live, p) else { continue };
-            if get(applied, p) == Some(lv) {
+            let av = get(applied, p);
+            if av == Some(lv) || (is_node(lv) && av.is_some_and(is_node)) {
                 continue;
             }
             for (i, e) in list.iter().enumerate() {
@@ -489,7 +544,7 @@ pub fn apply(
         let causes = conflicts
             .iter()
             .map(|(i, p)| {
-                json!({"type": "FieldManagerConflict", "message": format!("conflict with {}", print_manager(&list[*i])), "field": path_string(p)})
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with {}", print_manager(&list[*i])), "field": path_string(p)})
             })
             .collect();
         let message = if conflicts.len() == 1 {

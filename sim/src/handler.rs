@@ -728,8 +728,14 @@ impl State {
             .filter(|m| !m.is_empty())
             .cloned()
             .ok_or_else(|| {
-                ApiError::bad_request(
-                    "PATCH, application/apply-patch+yaml requires fieldManager to be set",
+                ApiError::invalid(
+                    "meta.k8s.io",
+                    "PatchOptions",
+                    "",
+                    vec![FieldCause::required(
+                        "fieldManager",
+                        "is required for apply patch",
+                    )],
                 )
             })?;
         let force = match req.query.get("force").map(String::as_str) {
@@ -891,6 +897,12 @@ impl State {
                 next["metadata"]["deletionTimestamp"] = json!(at);
                 next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
             }
+            // setting deletionTimestamp bumps the generation (`BeforeDelete`)
+            if meta_str(&old, "deletionTimestamp").is_none()
+                && let Some(g) = old["metadata"]["generation"].as_i64()
+            {
+                next["metadata"]["generation"] = json!(g + 1);
+            }
             if next == *old {
                 return Ok((200, self.object_out(route, &old)));
             }
@@ -901,12 +913,29 @@ impl State {
             return Ok((200, self.object_out(route, &stored)));
         }
         if dry {
-            return Ok((200, self.object_out(route, &old)));
+            return Ok((200, self.deleted_reply(route, &old)));
         }
         let stored = self
             .store
             .commit(&route.key(), ChangeType::Deleted, (*old).clone());
-        Ok((200, self.object_out(route, &stored)))
+        Ok((200, self.deleted_reply(route, &stored)))
+    }
+
+    /// Pods answer an immediate delete with the object (`ReturnDeletedObject`), others with a
+    /// success `Status`.
+    fn deleted_reply(&self, route: &Route, obj: &Value) -> Value {
+        if route.rt.builtin && route.rt.group.is_empty() && route.rt.kind == "Pod" {
+            return self.object_out(route, obj);
+        }
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {
+                "name": meta_str(obj, "name").unwrap_or_default(),
+                "group": route.rt.group,
+                "kind": route.rt.plural,
+                "uid": meta_str(obj, "uid").unwrap_or_default(),
+            },
+        })
     }
 
     /// Handles every non-watch request.

@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use clock::Clock;
+/// The `http` crate the Service speaks (for raw requests in tests).
+pub use http;
 pub use kinds::{CrdError, Registry};
 
 use handler::State;

@@ -213,7 +213,7 @@ impl CompiledSchema {
                                 .collect::<Vec<_>>()
                                 .join("/"),
                         };
-                        FieldCause::invalid(
+                        FieldCause::type_invalid(
                             path.clone(),
                             &format!("{:?}", type_name(inst)),
                             &format!(
@@ -244,6 +244,19 @@ impl CompiledSchema {
             .collect();
         out.sort_by(|a, b| a.field.cmp(&b.field));
         out.dedup();
+        // the server skips CEL rules on a schema-invalid object, and says so
+        if !out.is_empty()
+            && self
+                .raw
+                .to_string()
+                .contains("\"x-kubernetes-validations\"")
+        {
+            out.push(FieldCause::invalid(
+                "<nil>",
+                "null",
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        }
         out
     }
 }

@@ -130,16 +130,20 @@ impl ApiError {
 
     /// The `Status` body.
     pub fn to_status(&self) -> Value {
-        json!({
+        let mut s = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "details": self.details,
             "code": self.code,
-        })
+        });
+        // an empty `details` is omitted, as Go's `omitempty` does
+        if self.details.as_object().is_some_and(|d| !d.is_empty()) {
+            s["details"] = self.details.clone();
+        }
+        s
     }
 }
 
@@ -177,6 +181,15 @@ impl FieldCause {
     pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
         FieldCause {
             reason: "FieldValueInvalid",
+            field: field.into(),
+            text: format!("Invalid value: {value}: {detail}"),
+        }
+    }
+
+    /// A value of the wrong JSON type (`field.TypeInvalid`).
+    pub fn type_invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
+        FieldCause {
+            reason: "FieldValueTypeInvalid",
             field: field.into(),
             text: format!("Invalid value: {value}: {detail}"),
         }

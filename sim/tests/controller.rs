@@ -20,7 +20,8 @@ const NS: &str = "serving";
 
 fn sim() -> Sim {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let ray = |f: &str| std::fs::read_to_string(root.join("../shared/upstream-crds").join(f)).unwrap();
+    let ray =
+        |f: &str| std::fs::read_to_string(root.join("../shared/upstream-crds").join(f)).unwrap();
     Sim::builder()
         .crds_dir(root.join("crds"))
         .unwrap()
@@ -42,7 +43,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -50,12 +54,21 @@ where
 async fn apply(client: &Client, api: Api<kube::api::DynamicObject>, obj: Value) {
     let _ = client;
     let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-    api.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&obj))
-        .await
-        .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
+    api.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
 }
 
-fn dynamic(client: &Client, ns: Option<&str>, kind: &str, plural: &str) -> Api<kube::api::DynamicObject> {
+fn dynamic(
+    client: &Client,
+    ns: Option<&str>,
+    kind: &str,
+    plural: &str,
+) -> Api<kube::api::DynamicObject> {
     let ar = kube::discovery::ApiResource {
         group: "kueue.x-k8s.io".into(),
         version: "v1beta2".into(),
@@ -111,7 +124,10 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
         "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
         "spec": {"serveConfigV2": "applications: []", "rayClusterConfig": cluster_config(false)}});
     services
-        .create(&PostParams::default(), &serde_json::from_value(svc).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(svc).unwrap(),
+        )
         .await
         .unwrap();
 
@@ -128,7 +144,10 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
             "ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
         "spec": cluster_config(true)});
     clusters
-        .create(&PostParams::default(), &serde_json::from_value(child).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(child).unwrap(),
+        )
         .await
         .unwrap();
 
@@ -139,11 +158,21 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
             .await
             .ok()?;
         let w = list.items.into_iter().next()?;
-        let admitted = w.status.as_ref()?.conditions.iter().any(|c| c.type_ == "Admitted" && c.status == "True");
+        let admitted = w
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Admitted" && c.status == "True");
         admitted.then_some(w)
     })
     .await;
-    let counts: Vec<_> = slice.spec.pod_sets.iter().map(|p| (p.name.clone(), p.count)).collect();
+    let counts: Vec<_> = slice
+        .spec
+        .pod_sets
+        .iter()
+        .map(|p| (p.name.clone(), p.count))
+        .collect();
     assert_eq!(counts, [("head".to_string(), 1), ("w".to_string(), 1)]);
     assert_eq!(slice.spec.queue_name.as_deref(), Some("lq"));
     let managers: Vec<_> = slice
@@ -153,7 +182,11 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
         .flatten()
         .filter_map(|m| m.manager.clone())
         .collect();
-    assert!(managers.contains(&"raygate".to_string()) && managers.contains(&"raygate-admission".to_string()), "{managers:?}");
+    assert!(
+        managers.contains(&"raygate".to_string())
+            && managers.contains(&"raygate-admission".to_string()),
+        "{managers:?}"
+    );
 
     // 3. the held child is released
     eventually("the child is released", || async {
@@ -164,7 +197,13 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
     let cq: Api<ClusterQueue> = Api::all(client.clone());
     eventually("2 CPU reserved in the ClusterQueue's status", || async {
         let usage = cq.get("cq").await.ok()?.status?.flavors_reservation;
-        let total = usage.first()?.resources.iter().find(|r| r.name == "cpu")?.total.clone()?;
+        let total = usage
+            .first()?
+            .resources
+            .iter()
+            .find(|r| r.name == "cpu")?
+            .total
+            .clone()?;
         (total.0 == "2").then_some(())
     })
     .await;
@@ -180,11 +219,16 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
             .into_iter()
             .filter_map(|e| e.reason)
             .collect();
-        (reasons.iter().any(|r| r == "TemplateGated") && reasons.iter().any(|r| r == "Released")).then_some(reasons)
+        (reasons.iter().any(|r| r == "TemplateGated") && reasons.iter().any(|r| r == "Released"))
+            .then_some(reasons)
     })
     .await;
     assert!(reasons.iter().any(|r| r == "SliceCreated"), "{reasons:?}");
 
     let _ = stop.send(());
-    tokio::time::timeout(WAIT, controller).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(WAIT, controller)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
