@@ -128,14 +128,17 @@ fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
-fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-    })?;
+/// The request body as a JSON object, or the decoder's 400.
+fn parse_body(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let unrecognized = |why: String| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {why} ({})",
+            String::from_utf8_lossy(body)
+        ))
+    };
+    let v: Value = serde_json::from_slice(body).map_err(|e| unrecognized(e.to_string()))?;
     if !v.is_object() {
-        return Err(ApiError::bad_request(
-            "the body of the request could not be decoded: expected a JSON object",
-        ));
+        return Err(unrecognized("expected a JSON object".into()));
     }
     Ok(v)
 }
@@ -386,7 +389,7 @@ impl State {
 
     /// POST: create.
     pub fn create(&mut self, route: &Route, req: &ApiRequest, now: &str) -> Reply {
-        let mut obj = parse_body(&req.body)?;
+        let mut obj = parse_body(&route.rt.kind, &req.body)?;
         self.check_type_meta(route, &obj)?;
         self.check_namespace_in_body(route, &mut obj)?;
         let manager = manager_of(req);
@@ -420,14 +423,18 @@ impl State {
             (Some(n), _) if !n.is_empty() => n.to_string(),
             (_, Some(g)) if !g.is_empty() => format!("{g}{}", self.name_suffix()),
             _ => {
+                let mut causes = vec![FieldCause::required(
+                    "metadata.name",
+                    "name or generateName is required",
+                )];
+                if route.rt.schema(&route.version).is_some_and(|s| s.has_cel()) {
+                    causes.push(crate::schema::cel_skipped());
+                }
                 return Err(ApiError::invalid(
                     &route.rt.group,
                     &route.rt.kind,
                     "",
-                    vec![FieldCause::required(
-                        "metadata.name",
-                        "name or generateName is required",
-                    )],
+                    causes,
                 ));
             }
         };
@@ -603,11 +610,19 @@ impl State {
 
     /// PUT: update (replace), with optimistic concurrency on `resourceVersion`.
     pub fn replace(&mut self, route: &Route, req: &ApiRequest, now: &str) -> Reply {
-        let mut new = parse_body(&req.body)?;
+        let mut new = parse_body(&route.rt.kind, &req.body)?;
         self.check_type_meta(route, &new)?;
         self.check_namespace_in_body(route, &mut new)?;
         let dry = dry_run(&req.query)?;
         let old = self.existing(route)?;
+        let name = route.name.as_deref().unwrap_or_default();
+        if let Some(n) = meta_str(&new, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
         match meta_str(&new, "resourceVersion") {
             Some(rv) if !rv.is_empty() => {
                 if Some(rv) != meta_str(&old, "resourceVersion") {
@@ -615,13 +630,14 @@ impl State {
                 }
             }
             _ if !route.rt.builtin => {
+                // named by group-resource here, as the server's update precondition does
                 return Err(ApiError::invalid(
                     &route.rt.group,
-                    &route.rt.kind,
+                    &route.rt.plural,
                     route.name.as_deref().unwrap_or_default(),
                     vec![FieldCause::invalid(
                         "metadata.resourceVersion",
-                        "0x0",
+                        "0",
                         "must be specified for an update",
                     )],
                 ));

@@ -168,6 +168,15 @@ fn quoted(v: &Value) -> String {
     }
 }
 
+/// The cause the server adds when schema errors kept it from evaluating CEL rules.
+pub fn cel_skipped() -> FieldCause {
+    FieldCause::invalid(
+        "<nil>",
+        "null",
+        "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+    )
+}
+
 impl CompiledSchema {
     pub fn new(raw: Value) -> Self {
         let validator = jsonschema::options()
@@ -181,6 +190,13 @@ impl CompiledSchema {
             raw,
             validator: validator.ok(),
         }
+    }
+
+    /// Whether the schema carries CEL rules (`x-kubernetes-validations`), which the sim skips.
+    pub fn has_cel(&self) -> bool {
+        self.raw
+            .to_string()
+            .contains("\"x-kubernetes-validations\"")
     }
 
     /// Drops fields the schema does not declare (unless it preserves unknown fields).
@@ -245,17 +261,8 @@ impl CompiledSchema {
         out.sort_by(|a, b| a.field.cmp(&b.field));
         out.dedup();
         // the server skips CEL rules on a schema-invalid object, and says so
-        if !out.is_empty()
-            && self
-                .raw
-                .to_string()
-                .contains("\"x-kubernetes-validations\"")
-        {
-            out.push(FieldCause::invalid(
-                "<nil>",
-                "null",
-                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
-            ));
+        if !out.is_empty() && self.has_cel() {
+            out.push(cel_skipped());
         }
         out
     }

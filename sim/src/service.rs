@@ -49,6 +49,16 @@ fn json_response(code: u16, body: &Value) -> Response<ResponseBody> {
 }
 
 fn error_response(e: &ApiError) -> Response<ResponseBody> {
+    if e.plain_text {
+        let mut resp =
+            Response::new(Full::new(Bytes::from(format!("{}\n", e.message))).boxed_unsync());
+        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return resp;
+    }
     json_response(e.code, &e.to_status())
 }
 

@@ -10,6 +10,8 @@ pub struct ApiError {
     pub reason: &'static str,
     pub message: String,
     pub details: Value,
+    /// Answered as Go's mux answers an unknown path: `404 page not found`, plain text.
+    pub plain_text: bool,
 }
 
 /// `group/resource` as the errors name it: `rayclusters.ray.io`, or `pods` for the core group.
@@ -28,6 +30,7 @@ impl ApiError {
             reason,
             message,
             details,
+            plain_text: false,
         }
     }
 
@@ -42,12 +45,10 @@ impl ApiError {
 
     /// The route itself is unknown (no such resource served).
     pub fn no_route() -> Self {
-        Self::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource".into(),
-            json!({}),
-        )
+        ApiError {
+            plain_text: true,
+            ..Self::new(404, "NotFound", "404 page not found".into(), json!({}))
+        }
     }
 
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
