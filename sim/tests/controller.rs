@@ -94,6 +94,21 @@ fn cluster_config(suspend: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
+    scenario(Duration::ZERO).await;
+}
+
+/// The same on the paused clock, then an hour of cluster time with the controller running
+/// (admission resyncs, watch timeouts and re-watches, bookmarks): nothing moves that should not.
+#[tokio::test(start_paused = true)]
+async fn an_hour_of_cluster_time_on_the_virtual_clock_takes_seconds() {
+    let wall = std::time::Instant::now();
+    scenario(Duration::from_secs(3600)).await;
+    let took = wall.elapsed();
+    eprintln!("gate scenario + 1 h of cluster time: {took:?} wall");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+async fn scenario(then_run_for: Duration) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -225,6 +240,45 @@ async fn raygate_gates_admits_and_releases_on_the_sim_unchanged() {
     .await;
     assert!(reasons.iter().any(|r| r == "SliceCreated"), "{reasons:?}");
 
+    if !then_run_for.is_zero() {
+        let start = sim.clock().now();
+        let rv = sim.revision();
+        tokio::time::sleep(then_run_for).await;
+        let elapsed = sim.clock().now().duration_since(start);
+        assert!(
+            elapsed.as_secs() >= then_run_for.as_secs() as i64,
+            "{elapsed:?}"
+        );
+        assert_eq!(
+            clusters.get("svc-a").await.unwrap().spec.suspend,
+            Some(false)
+        );
+        let slices = workloads
+            .list(&ListParams::default().labels("raygate.io/rayservice=svc"))
+            .await
+            .unwrap();
+        assert_eq!(slices.items.len(), 1, "still one slice");
+        // the controller's watches survived their timeouts: a change is still seen at once
+        services
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"rayClusterConfig": {"suspend": false}}})),
+            )
+            .await
+            .unwrap();
+        eventually("the template is gated again", || async {
+            let s = services.get("svc").await.ok()?;
+            (s.spec.ray_cluster_config.suspend == Some(true)).then_some(())
+        })
+        .await;
+        eprintln!(
+            "{} writes in {} s of cluster time; {} open watches",
+            sim.revision() - rv,
+            then_run_for.as_secs(),
+            sim.watch_count()
+        );
+    }
     let _ = stop.send(());
     tokio::time::timeout(WAIT, controller)
         .await
