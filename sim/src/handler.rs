@@ -624,11 +624,10 @@ impl State {
             )));
         }
         match meta_str(&new, "resourceVersion") {
-            Some(rv) if !rv.is_empty() => {
-                if Some(rv) != meta_str(&old, "resourceVersion") {
-                    return Err(self.conflict(route));
-                }
+            Some(rv) if !rv.is_empty() && Some(rv) != meta_str(&old, "resourceVersion") => {
+                return Err(self.conflict(route));
             }
+            Some(rv) if !rv.is_empty() => {}
             _ if !route.rt.builtin => {
                 // named by group-resource here, as the server's update precondition does
                 return Err(ApiError::invalid(

@@ -9,15 +9,35 @@
 //! # }
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+/// The virtual clock.
 pub mod clock;
+/// Field ownership and server-side apply (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod fields;
+/// Routing and the verbs over the store (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod handler;
+/// Served resources: built-in kinds and CRDs (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod kinds;
+/// Merge, JSON and strategic merge patches (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod patch;
+/// CRD structural schemas: pruning, defaults, validation (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod schema;
+/// Label and field selectors (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod selector;
+/// The tower Service shell and watch streams (IO).
 pub mod service;
+/// `metav1.Status` errors (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod status;
+/// Objects, revisions, history and watches (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod store;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -342,8 +342,10 @@ async fn dry_run_writes_nothing() {
     )
     .await
     .unwrap();
-    let mut patch = PatchParams::default();
-    patch.dry_run = true;
+    let patch = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
     let would = api
         .patch(
             "c",
@@ -665,7 +667,7 @@ async fn an_apply_that_drops_a_field_removes_it_unless_another_manager_owns_it()
         .unwrap();
     api.patch(
         "c",
-        &PatchParams::default().clone(),
+        &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"annotations": {"b": "3"}}})),
     )
     .await
