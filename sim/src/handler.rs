@@ -87,8 +87,9 @@ pub fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> {
         _ => return Err(ApiError::no_route()),
     };
     if let Some(s) = subresource {
-        let served =
-            (s == "status" && rt.status_subresource) || (s == "scale" && rt.scale_subresource);
+        let served = (s == "status" && rt.status_subresource)
+            || (s == "scale" && rt.scale_subresource)
+            || (s == "eviction" && rt.builtin && rt.group.is_empty() && rt.kind == "Pod");
         if !served {
             return Err(ApiError::no_route());
         }
@@ -124,12 +125,12 @@ pub struct State {
 
 const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
 /// The request body as a JSON object, or the decoder's 400.
-fn parse_body(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_body(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
     let unrecognized = |why: String| {
         ApiError::bad_request(format!(
             "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {why} ({})",
@@ -143,7 +144,7 @@ fn parse_body(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-fn dry_run(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+pub(crate) fn dry_run(q: &HashMap<String, String>) -> Result<bool, ApiError> {
     match q.get("dryRun").map(String::as_str) {
         None => Ok(false),
         Some("All") => Ok(true),
@@ -214,7 +215,7 @@ impl State {
             .collect()
     }
 
-    fn object_out(&self, route: &Route, obj: &Value) -> Value {
+    pub(crate) fn object_out(&self, route: &Route, obj: &Value) -> Value {
         let mut o = obj.clone();
         o["apiVersion"] = json!(route.rt.api_version(&route.version));
         o["kind"] = json!(route.rt.kind);
@@ -589,7 +590,7 @@ impl State {
         Ok((200, self.object_out(route, &stored)))
     }
 
-    fn existing(&self, route: &Route) -> Result<Arc<Value>, ApiError> {
+    pub(crate) fn existing(&self, route: &Route) -> Result<Arc<Value>, ApiError> {
         let name = route.name.as_deref().unwrap_or_default();
         self.store
             .get(
@@ -957,6 +958,14 @@ impl State {
     pub fn handle(&mut self, req: &ApiRequest, now: k8s_openapi::jiff::Timestamp) -> Reply {
         let route = route(&self.registry, &req.path)?;
         let stamp = crate::clock::seconds(now);
+        if route.subresource.as_deref() == Some("eviction") {
+            return match req.method.as_str() {
+                "POST" => self.evict(&route, req, now),
+                m => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({m})"
+                ))),
+            };
+        }
         match (req.method.as_str(), route.name.is_some()) {
             ("GET", true) => self.get(&route),
             ("GET", false) => self.list(&route, &req.query),

@@ -13,6 +13,9 @@
 
 /// The virtual clock.
 pub mod clock;
+/// The Pod eviction subresource (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod eviction;
 /// Field ownership and server-side apply (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod fields;

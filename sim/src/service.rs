@@ -59,7 +59,14 @@ fn error_response(e: &ApiError) -> Response<ResponseBody> {
         );
         return resp;
     }
-    json_response(e.code, &e.to_status())
+    let mut resp = json_response(e.code, &e.to_status());
+    // client-go resends a 429 or 5xx that carries Retry-After
+    if let Some(secs) = e.details["retryAfterSeconds"].as_u64().filter(|s| *s > 0)
+        && let Ok(v) = http::HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(http::header::RETRY_AFTER, v);
+    }
+    resp
 }
 
 fn line(ev: &WatchEvent) -> Bytes {

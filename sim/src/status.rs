@@ -117,6 +117,33 @@ impl ApiError {
         Self::new(500, "InternalError", message.into(), json!({}))
     }
 
+    /// 429 (`NewTooManyRequests`); `retry_after` > 0 is also sent as the `Retry-After` header.
+    pub fn too_many_requests(message: String, retry_after: u64, causes: Vec<Value>) -> Self {
+        let mut details = json!({"causes": causes});
+        if retry_after > 0 {
+            details["retryAfterSeconds"] = json!(retry_after);
+        }
+        Self::new(429, "TooManyRequests", message, details)
+    }
+
+    /// 403 (`NewForbidden`): `resource.group "name" is forbidden: why`.
+    pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: {why}",
+                qualified(group, resource)
+            ),
+            json!({"name": name, "group": group, "kind": resource}),
+        )
+    }
+
+    /// A failure `Status` a handler returned as its result (code set, reason empty).
+    pub fn plain_failure(code: u16, message: impl Into<String>) -> Self {
+        Self::new(code, "", message.into(), json!({}))
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message.into(), json!({}))
     }
