@@ -160,6 +160,7 @@ impl Sim {
     }
 
     /// A `kube::Client` talking to this cluster in-process (default namespace `default`).
+    /// Call it inside a tokio runtime: the client's request buffer is a spawned task.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(service::SimService::new(self.clone()), "default")
     }
