@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails when crds/ or its copy config/crd/bases/ (what `kubectl apply -k config/default`
-# installs; kustomize cannot load ../../crds) differs from what `raygate crdgen` generates.
+# installs; kustomize cannot load ../../crds) or the Helm chart's copy differs from what
+# `raygate crdgen` generates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -14,5 +15,15 @@ for dir in crds config/crd/bases; do
     stale=1
   fi
 done
+# the Helm chart's copy (hack/chart-crds.sh renders it from crds/)
+mkdir -p "$tmp/chart"
+cp -r charts "$tmp/chart/" && mkdir -p "$tmp/chart/crds" && cp crds/*.yaml "$tmp/chart/crds/"
+mkdir -p "$tmp/chart/hack" && cp hack/chart-crds.sh "$tmp/chart/hack/"
+(cd "$tmp/chart" && hack/chart-crds.sh >/dev/null)
+if ! diff -ru charts/raygate/templates/crds "$tmp/chart/charts/raygate/templates/crds" >"$tmp/diff" 2>&1; then
+  echo "charts/raygate/templates/crds/ is stale: run hack/chart-crds.sh and commit the result. Difference:" >&2
+  head -50 "$tmp/diff" >&2
+  stale=1
+fi
 [ "$stale" = 0 ] || exit 1
-echo "crds/ and config/crd/bases/ are up to date ($(ls crds | wc -l) CRDs)"
+echo "crds/, config/crd/bases/ and the chart's copy are up to date ($(ls crds | wc -l) CRDs)"

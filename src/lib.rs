@@ -21,6 +21,9 @@ pub mod dev;
 /// Pure: what to do about one opted-in RayService, its children and its slices.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod gate;
+/// Pure: label selectors (`LabelSelector` objects and `labelSelector` query strings).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod labels;
 /// Pure: multi-document YAML into typed objects, errors naming document, object and field.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;

@@ -70,6 +70,12 @@ struct ControllerArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Delete a finished slice this many seconds after it finished (0: keep finished slices).
+    #[arg(long, default_value_t = 3600)]
+    finished_slice_retention_seconds: u64,
+    /// Keep the newest this many finished slices of each chain whatever their age (for debugging).
+    #[arg(long, default_value_t = 3)]
+    finished_slices_kept_per_chain: usize,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -108,6 +114,14 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
         lease_namespace: args.lease_namespace,
         identity,
         metrics_addr,
+        finished_slice_retention: (args.finished_slice_retention_seconds > 0).then_some(
+            raygate::slices::Retention {
+                after_finished: std::time::Duration::from_secs(
+                    args.finished_slice_retention_seconds,
+                ),
+                keep_per_chain: args.finished_slices_kept_per_chain,
+            },
+        ),
         ..Default::default()
     };
     raygate::controller::run(client, config, shutdown_signal()).await?;

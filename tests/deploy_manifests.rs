@@ -1,7 +1,9 @@
 //! The install in `config/`: kustomizations that build, least-privilege RBAC that still covers
 //! everything the controller does, a Deployment that runs non-root with a read-only root
 //! filesystem, the CRDs in sync with `crds/`, and samples that raygate and the real upstream
-//! CRDs both accept.
+//! CRDs both accept. Around it: the Dockerfile agrees with the Deployment, `hack/release.sh`
+//! renders exactly `config/default`, and the Helm chart renders the same objects (its defaults)
+//! or their documented variants (its values), each valid for its Kubernetes type.
 //!
 //! The kustomize tree is resolved here by a minimal reader (resources and patches must exist,
 //! nothing may point outside `config/`). When `kubectl` is on PATH, `kubectl kustomize` builds
@@ -10,6 +12,7 @@
 
 #[allow(dead_code)]
 mod common {
+    pub mod gotmpl;
     pub mod shared;
 }
 
@@ -934,4 +937,813 @@ fn the_sample_rayservice_is_opted_in_and_its_queue_chain_resolves() {
             .any(|d| d.value["metadata"]["name"] == "svc-llm"),
         "the mid-upgrade snapshot rayservice-upgrade.yaml is not applied"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// HA: one identity per replica
+// ---------------------------------------------------------------------------------------------
+
+/// The env var `name` of the controller container is the downward-API field `field_path`.
+fn assert_env_from_field(deployment: &Deployment, name: &str, field_path: &str, whose: &str) {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod template");
+    let env = pod.containers[0].env.clone().unwrap_or_default();
+    let var = env
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("{whose}: the controller has no {name} env var"));
+    assert_eq!(var.value, None, "{whose}: {name} is not a constant");
+    let field = var
+        .value_from
+        .as_ref()
+        .and_then(|v| v.field_ref.as_ref())
+        .unwrap_or_else(|| panic!("{whose}: {name} comes from a fieldRef"));
+    assert_eq!(field.field_path, field_path, "{whose}: {name}");
+}
+
+/// Leader election's identity is `$POD_NAME` (src/main.rs); without it every replica would be
+/// `raygate-<pid>`, the same pid 1 in every container, and two replicas would both lead.
+#[test]
+fn every_replica_has_its_own_identity_from_the_downward_api() {
+    let main_rs = std::fs::read_to_string(repo().join("src/main.rs")).expect("src/main.rs");
+    assert!(
+        main_rs.contains(r#"std::env::var("POD_NAME")"#),
+        "src/main.rs derives the leader identity from POD_NAME"
+    );
+    for dir in ["default", "kueue-mode"] {
+        let objects = build(&config().join(dir)).objects;
+        let deployment: Deployment = typed(one(&objects, "Deployment"));
+        let whose = format!("config/{dir}");
+        assert_env_from_field(&deployment, "POD_NAME", "metadata.name", &whose);
+        assert_env_from_field(&deployment, "POD_NAMESPACE", "metadata.namespace", &whose);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The image (Dockerfile), checked statically: no docker daemon in CI
+// ---------------------------------------------------------------------------------------------
+
+/// One Dockerfile instruction: keyword (upper-cased) and its arguments, continuations joined.
+#[derive(Debug)]
+struct Instruction {
+    keyword: String,
+    args: String,
+}
+
+/// The Dockerfile's build stages, each a list of instructions starting with its FROM.
+fn dockerfile_stages() -> Vec<Vec<Instruction>> {
+    let path = repo().join("Dockerfile");
+    let text = std::fs::read_to_string(&path).expect("a Dockerfile at the repository root");
+    let mut logical = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        if let Some(head) = trimmed.strip_suffix('\\') {
+            current.push_str(head);
+            current.push(' ');
+        } else {
+            current.push_str(trimmed);
+            logical.push(std::mem::take(&mut current));
+        }
+    }
+    assert!(current.is_empty(), "Dockerfile ends in a line continuation");
+    let mut stages: Vec<Vec<Instruction>> = Vec::new();
+    for line in logical {
+        let (keyword, args) = line.split_once(char::is_whitespace).unwrap_or((&line, ""));
+        let instruction = Instruction {
+            keyword: keyword.to_ascii_uppercase(),
+            args: args.trim().to_string(),
+        };
+        if instruction.keyword == "FROM" {
+            stages.push(vec![instruction]);
+        } else {
+            stages
+                .last_mut()
+                .unwrap_or_else(|| panic!("Dockerfile: {line:?} before the first FROM"))
+                .push(instruction);
+        }
+    }
+    stages
+}
+
+fn instruction<'a>(stage: &'a [Instruction], keyword: &str) -> Option<&'a str> {
+    let found: Vec<&Instruction> = stage.iter().filter(|i| i.keyword == keyword).collect();
+    assert!(found.len() <= 1, "one {keyword} per stage: {found:?}");
+    found.first().map(|i| i.args.as_str())
+}
+
+/// The exec form (`["a", "b"]`) of an ENTRYPOINT or CMD.
+fn exec_form(args: &str) -> Vec<String> {
+    serde_json::from_str(args).unwrap_or_else(|e| panic!("{args} is not in exec form: {e}"))
+}
+
+/// What a Deployment's pod runs as, for comparison with the image.
+struct PodRuntime {
+    user: i64,
+    group: i64,
+    command: Option<Vec<String>>,
+    args: Vec<String>,
+    read_only_root: bool,
+}
+
+fn pod_runtime(deployment: &Deployment) -> PodRuntime {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod template");
+    let pod_sc = pod.security_context.clone().unwrap_or_default();
+    let c = &pod.containers[0];
+    let sc = c.security_context.clone().unwrap_or_default();
+    let user = sc.run_as_user.or(pod_sc.run_as_user).expect("runAsUser");
+    let group = sc.run_as_group.or(pod_sc.run_as_group).expect("runAsGroup");
+    PodRuntime {
+        user,
+        group,
+        command: c.command.clone(),
+        args: c.args.clone().unwrap_or_default(),
+        read_only_root: sc.read_only_root_filesystem == Some(true),
+    }
+}
+
+/// The image agrees with the Deployment `deployment` (from `whose`): the same unprivileged user,
+/// its ENTRYPOINT not overridden, its default command the one the Deployment runs.
+fn assert_image_fits(deployment: &Deployment, whose: &str) {
+    let stages = dockerfile_stages();
+    let runtime = stages.last().expect("a stage");
+    let user = instruction(runtime, "USER").expect("the runtime stage sets USER");
+    let cmd = exec_form(instruction(runtime, "CMD").expect("a CMD"));
+    let pod = pod_runtime(deployment);
+    assert_eq!(
+        user,
+        format!("{}:{}", pod.user, pod.group),
+        "{whose}: runAsUser/runAsGroup are the image's USER"
+    );
+    assert_eq!(
+        pod.command, None,
+        "{whose}: the container keeps the image's ENTRYPOINT"
+    );
+    assert_eq!(
+        pod.args.first(),
+        cmd.first(),
+        "{whose}: the Deployment runs the image's default subcommand"
+    );
+    assert!(pod.read_only_root, "{whose}: read-only root filesystem");
+}
+
+#[test]
+fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
+    let stages = dockerfile_stages();
+    assert!(stages.len() >= 2, "a multi-stage build: {stages:?}");
+
+    // The builder is the toolchain the crate asks for (Cargo.toml's rust-version).
+    let cargo_toml = std::fs::read_to_string(repo().join("Cargo.toml")).expect("Cargo.toml");
+    let rust_version = cargo_toml
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("a rust-version")
+        .trim_matches('"');
+    let builder = instruction(&stages[0], "FROM").expect("FROM");
+    assert!(
+        builder.starts_with(&format!("rust:{rust_version}-alpine ")),
+        "the builder is rust:{rust_version}-alpine (musl, static): {builder}"
+    );
+    let build_name = builder
+        .split_whitespace()
+        .last()
+        .expect("the builder stage is named");
+
+    let runtime = stages.last().expect("a runtime stage");
+    let base = instruction(runtime, "FROM").expect("FROM");
+    assert!(
+        base.starts_with("gcr.io/distroless/static") && base.ends_with(":nonroot"),
+        "the runtime is distroless/static (no libc, no shell): {base}"
+    );
+    // distroless has no shell: nothing can RUN in the runtime stage.
+    assert!(runtime.iter().all(|i| i.keyword != "RUN"), "{runtime:?}");
+    assert_eq!(instruction(runtime, "USER"), Some("65532:65532"));
+    let entrypoint = exec_form(instruction(runtime, "ENTRYPOINT").expect("an ENTRYPOINT"));
+    assert_eq!(entrypoint, ["/raygate"]);
+    assert_eq!(
+        instruction(runtime, "COPY"),
+        Some(format!("--from={build_name} /raygate /raygate").as_str()),
+        "the entrypoint is the binary built in the first stage"
+    );
+    assert_eq!(
+        exec_form(instruction(runtime, "CMD").expect("a CMD")),
+        ["controller"]
+    );
+
+    // The build context keeps what `cargo build --locked` reads (Cargo.toml declares the
+    // benches and tests too) and leaves out the large or irrelevant.
+    let ignore = std::fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
+    let patterns: BTreeSet<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/'))
+        .collect();
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src",
+        "vendored-types",
+        "benches",
+        "tests",
+    ] {
+        assert!(!patterns.contains(needed), ".dockerignore keeps {needed}");
+    }
+    for dropped in ["target", ".git"] {
+        assert!(patterns.contains(dropped), ".dockerignore drops {dropped}");
+    }
+
+    for dir in ["default", "kueue-mode"] {
+        let objects = build(&config().join(dir)).objects;
+        let deployment: Deployment = typed(one(&objects, "Deployment"));
+        assert_image_fits(&deployment, &format!("config/{dir}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The release manifest (hack/release.sh)
+// ---------------------------------------------------------------------------------------------
+
+/// A fresh, empty directory under the system's temp dir.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("raygate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// `to` as a path relative to the directory `from` (both absolute).
+fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let from = from.canonicalize().expect("from resolves");
+    let to = to.canonicalize().expect("to resolves");
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in from.components().skip(common) {
+        out.push("..");
+    }
+    out.extend(to.components().skip(common));
+    out
+}
+
+fn release(version: &str, image: &str, dist: &Path) -> std::process::Output {
+    Command::new("bash")
+        .arg(repo().join("hack/release.sh"))
+        .arg(version)
+        .env("IMAGE", image)
+        .env("DIST_DIR", dist)
+        .output()
+        .expect("running bash hack/release.sh")
+}
+
+fn deployment_image(objects: &[Doc]) -> String {
+    let deployment: Deployment = typed(one(objects, "Deployment"));
+    let pod = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a pod template");
+    pod.containers[0].image.clone().expect("an image")
+}
+
+#[test]
+fn the_release_manifest_is_config_default_with_the_image_tag() {
+    let dist = scratch_dir("release");
+    let image = "registry.example.com/team/raygate";
+    let out = release("v9.8.7-rc.1", image, &dist);
+    assert!(
+        out.status.success(),
+        "hack/release.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let released = read_file(&dist.join("raygate.yaml"));
+
+    // Every object of config/default, each exactly as there, but for the image tag.
+    let default = default_build().objects;
+    assert_eq!(ids(&released), ids(&default));
+    assert_eq!(deployment_image(&released), format!("{image}:v9.8.7-rc.1"));
+    for doc in &released {
+        let original = default.iter().find(|d| id(d) == id(doc)).expect("listed");
+        let mut want = original.value.clone();
+        if doc.kind == "Deployment" {
+            want["spec"]["template"]["spec"]["containers"][0]["image"] =
+                json!(format!("{image}:v9.8.7-rc.1"));
+        }
+        assert_eq!(doc.value, want, "{}", doc.object());
+    }
+
+    // One `kubectl apply -f` pass: the Namespace, then the CRDs, before anything that needs them.
+    let kinds: Vec<&str> = released.iter().map(|d| d.kind.as_str()).collect();
+    assert_eq!(kinds[0], "Namespace");
+    let crds = kinds
+        .iter()
+        .filter(|k| **k == "CustomResourceDefinition")
+        .count();
+    assert_eq!(crds, 6);
+    assert!(
+        kinds[1..=crds]
+            .iter()
+            .all(|k| *k == "CustomResourceDefinition")
+    );
+
+    // The same objects, in the same order, as kustomize with the image overridden.
+    if let Some(kubectl) = kubectl() {
+        // kustomize takes no absolute path to a base: the overlay names it relative to itself.
+        let overlay = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("release-overlay-{}", std::process::id()));
+        std::fs::create_dir_all(&overlay).expect("creating the overlay");
+        std::fs::write(
+            overlay.join("kustomization.yaml"),
+            format!(
+                "resources:\n- {}\nimages:\n- name: ghcr.io/raygate/raygate\n  newName: {image}\n  newTag: v9.8.7-rc.1\n",
+                relative_path(&overlay, &config().join("default")).display()
+            ),
+        )
+        .expect("writing the overlay");
+        let built = kubectl_kustomize(&kubectl, &overlay);
+        let order = |docs: &[Doc]| docs.iter().map(id).collect::<Vec<_>>();
+        assert_eq!(order(&released), order(&built));
+        for (a, b) in released.iter().zip(&built) {
+            assert_eq!(a.value, b.value, "{}", a.object());
+        }
+        let _ = std::fs::remove_dir_all(&overlay);
+    } else {
+        eprintln!("kubectl is not on PATH: release.sh was not compared with kustomize");
+    }
+
+    // Nothing half-written on bad input.
+    for (version, image) in [
+        ("latest", image),
+        ("v1.0.0", "registry.example.com/raygate:v1"),
+    ] {
+        let bad = scratch_dir("release-bad");
+        let out = release(version, image, &bad);
+        assert!(!out.status.success(), "{version} {image} is refused");
+        assert!(!bad.join("raygate.yaml").exists());
+        let _ = std::fs::remove_dir_all(&bad);
+    }
+    let _ = std::fs::remove_dir_all(&dist);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Helm chart (charts/raygate), rendered by tests/common/gotmpl.rs: `helm` cannot be built
+// here (no Go module proxy) and no Debian package ships it.
+// ---------------------------------------------------------------------------------------------
+
+fn chart() -> PathBuf {
+    repo().join("charts/raygate")
+}
+
+/// Labels and annotations only the chart adds (Helm's conventions); everything else must be
+/// config/'s.
+const HELM_LABELS: [&str; 2] = ["helm.sh/chart", "app.kubernetes.io/managed-by"];
+const HELM_ANNOTATIONS: [&str; 1] = ["helm.sh/resource-policy"];
+
+fn yaml_value(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", rel(path)));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", rel(path)))
+}
+
+/// Helm's `-f` merge: maps merge key by key, anything else replaces, null deletes.
+fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                if v.is_null() {
+                    b.remove(k);
+                } else if let Some(existing) = b.get_mut(k) {
+                    merge(existing, v);
+                } else {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// Helm reads values through JSON: every number is a float64.
+fn as_float64(v: &mut Value) {
+    match v {
+        Value::Number(n) => *v = json!(n.as_f64().expect("a number")),
+        Value::Array(a) => a.iter_mut().for_each(as_float64),
+        Value::Object(m) => m.values_mut().for_each(as_float64),
+        _ => {}
+    }
+}
+
+/// values.yaml with `overrides` merged in, checked against values.schema.json as Helm does.
+fn chart_values(overrides: &Value) -> Result<Value, Vec<String>> {
+    let mut values = yaml_value(&chart().join("values.yaml"));
+    merge(&mut values, overrides);
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart().join("values.schema.json")).expect("values.schema.json"),
+    )
+    .expect("values.schema.json is JSON");
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft7)
+        .build(&schema)
+        .unwrap_or_else(|e| panic!("values.schema.json is not a usable schema: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(&values)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(values)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The template data Helm passes: `.Values`, `.Release`, `.Chart`.
+fn chart_data(namespace: &str, overrides: &Value) -> Value {
+    let mut values = chart_values(overrides)
+        .unwrap_or_else(|e| panic!("values {overrides} fail values.schema.json: {e:#?}"));
+    as_float64(&mut values);
+    let meta = yaml_value(&chart().join("Chart.yaml"));
+    json!({
+        "Values": values,
+        "Release": {"Name": "raygate", "Namespace": namespace, "Service": "Helm"},
+        "Chart": {"Name": meta["name"], "Version": meta["version"], "AppVersion": meta["appVersion"]},
+    })
+}
+
+/// The chart's templates (not `_*` helpers, not NOTES.txt), sorted.
+fn chart_templates() -> Vec<PathBuf> {
+    yaml_files(&chart().join("templates"))
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('_'))
+        })
+        .collect()
+}
+
+/// `helm template raygate charts/raygate -n NAMESPACE -f OVERRIDES`, parsed.
+fn render_chart(namespace: &str, overrides: Value) -> Vec<Doc> {
+    let data = chart_data(namespace, &overrides);
+    let mut out = String::new();
+    for path in chart_templates() {
+        let text = std::fs::read_to_string(&path).expect("a template");
+        let rendered = common::gotmpl::render(&text, &data)
+            .unwrap_or_else(|e| panic!("{} with {overrides}: {e}", rel(&path)));
+        if !rendered.trim().is_empty() {
+            out.push_str(&format!("---\n# Source: {}\n{rendered}\n", rel(&path)));
+        }
+    }
+    read_documents(&out).unwrap_or_else(|e| panic!("the chart with {overrides}: {e}\n{out}"))
+}
+
+/// `value` without what only the chart adds.
+fn without_helm_metadata(value: &Value) -> Value {
+    let mut v = value.clone();
+    for (field, keys) in [
+        ("labels", &HELM_LABELS[..]),
+        ("annotations", &HELM_ANNOTATIONS[..]),
+    ] {
+        let Some(metadata) = v.get_mut("metadata").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        if let Some(map) = metadata.get_mut(field).and_then(Value::as_object_mut) {
+            for k in keys {
+                map.remove(*k);
+            }
+            if map.is_empty() {
+                metadata.remove(field);
+            }
+        }
+    }
+    v
+}
+
+fn chart_deployment(objects: &[Doc]) -> Deployment {
+    typed(one(objects, "Deployment"))
+}
+
+/// A kustomize strategic-merge patch as config/kueue-mode uses it: the container's args replaced.
+fn with_patched_args(deployment: &Value, patch: &Value) -> Value {
+    let mut out = deployment.clone();
+    out["spec"]["template"]["spec"]["containers"][0]["args"] =
+        patch["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    out
+}
+
+#[test]
+fn the_chart_renders_config_default_by_default() {
+    let rendered = render_chart(NAMESPACE, json!({"namespace": {"create": true}}));
+    let default = default_build().objects;
+    assert_eq!(ids(&rendered), ids(&default));
+    for doc in &rendered {
+        let labels = &doc.value["metadata"]["labels"];
+        assert_eq!(
+            labels["app.kubernetes.io/managed-by"],
+            "Helm",
+            "{}",
+            doc.object()
+        );
+        let original = default.iter().find(|d| id(d) == id(doc)).expect("listed");
+        assert_eq!(
+            without_helm_metadata(&doc.value),
+            original.value,
+            "{} differs from config/",
+            doc.object()
+        );
+    }
+    // With `helm install --create-namespace`, the chart leaves the Namespace to Helm.
+    let plain = render_chart(NAMESPACE, json!({}));
+    let mut want = ids(&default);
+    want.retain(|(kind, _, _)| kind != "Namespace");
+    assert_eq!(ids(&plain), want);
+}
+
+#[test]
+fn the_chart_in_kueue_mode_is_config_kueue_mode() {
+    let rendered = render_chart(
+        NAMESPACE,
+        json!({"admission": {"mode": "kueue"}, "namespace": {"create": true}}),
+    );
+    let kueue = build(&config().join("kueue-mode"));
+    assert_eq!(ids(&rendered), ids(&kueue.objects), "no CRDs in kueue mode");
+    for doc in &rendered {
+        let original = kueue.objects.iter().find(|d| id(d) == id(doc)).unwrap();
+        let want = if doc.kind == "Deployment" {
+            with_patched_args(&original.value, &kueue.patches[0].value)
+        } else {
+            original.value.clone()
+        };
+        assert_eq!(without_helm_metadata(&doc.value), want, "{}", doc.object());
+    }
+    assert!(args(&chart_deployment(&rendered)).contains(&"--admission=kueue".to_string()));
+}
+
+#[test]
+fn the_chart_without_leader_election_runs_one_replica_without_a_lease() {
+    let rendered = render_chart(NAMESPACE, json!({"leaderElection": {"enabled": false}}));
+    let kinds: Vec<&str> = rendered.iter().map(|d| d.kind.as_str()).collect();
+    assert!(!kinds.contains(&"Role") && !kinds.contains(&"RoleBinding"));
+    let deployment = chart_deployment(&rendered);
+    assert!(!args(&deployment).contains(&"--leader-elect".to_string()));
+    assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(1));
+    // Still one identity per pod: harmless without a Lease, and the same pod spec either way.
+    assert_env_from_field(&deployment, "POD_NAME", "metadata.name", "the chart");
+
+    // Two writers with no Lease would fight: the chart refuses it, and allows it with a Lease.
+    let refused = chart_values(&json!({"replicas": 2, "leaderElection": {"enabled": false}}));
+    assert!(refused.is_err(), "replicas 2 without leader election");
+    let ha = render_chart(NAMESPACE, json!({"replicas": 2}));
+    let deployment = chart_deployment(&ha);
+    assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(2));
+    assert!(args(&deployment).contains(&"--leader-elect".to_string()));
+    assert_eq!(
+        ha.iter().filter(|d| d.kind == "Role").count(),
+        1,
+        "the Lease's Role"
+    );
+}
+
+#[test]
+fn the_chart_values_are_checked_by_its_schema() {
+    assert!(chart_values(&json!({})).is_ok());
+    for bad in [
+        json!({"admission": {"mode": "volcano"}}),
+        json!({"logFormat": "xml"}),
+        json!({"image": {"pullPolicy": "Sometimes"}}),
+        json!({"metrics": {"port": 0}}),
+        json!({"finishedSlices": {"retentionSeconds": -1}}),
+        json!({"leaderElect": true}),
+    ] {
+        assert!(chart_values(&bad).is_err(), "{bad} is refused");
+    }
+}
+
+/// Every rendered object parses as its Kubernetes type with nothing dropped; a ServiceMonitor
+/// (prometheus-operator's CRD is not vendored here) is checked for what raygate relies on.
+fn check_rendered(objects: &[Doc]) {
+    let mut failures = Vec::new();
+    for doc in objects {
+        let result = match doc.kind.as_str() {
+            "Namespace" => round_trips::<Namespace>(doc),
+            "ServiceAccount" => round_trips::<ServiceAccount>(doc),
+            "ClusterRole" => round_trips::<ClusterRole>(doc),
+            "ClusterRoleBinding" => round_trips::<ClusterRoleBinding>(doc),
+            "Role" => round_trips::<Role>(doc),
+            "RoleBinding" => round_trips::<RoleBinding>(doc),
+            "Deployment" => round_trips::<Deployment>(doc),
+            "Service" => round_trips::<Service>(doc),
+            "ValidatingAdmissionPolicy" => round_trips::<ValidatingAdmissionPolicy>(doc),
+            "ValidatingAdmissionPolicyBinding" => {
+                round_trips::<ValidatingAdmissionPolicyBinding>(doc)
+            }
+            "CustomResourceDefinition" => round_trips::<CustomResourceDefinition>(doc),
+            "ServiceMonitor" => {
+                let service: Service = typed(one(objects, "Service"));
+                let spec = service.spec.unwrap_or_default();
+                let v = &doc.value;
+                let selector: BTreeMap<String, String> =
+                    serde_json::from_value(v["spec"]["selector"]["matchLabels"].clone())
+                        .unwrap_or_default();
+                let service_labels = service.metadata.labels.unwrap_or_default();
+                let port = spec.ports.unwrap_or_default()[0].name.clone();
+                if v["apiVersion"] != "monitoring.coreos.com/v1" {
+                    Err(format!("{}: apiVersion", doc.object()))
+                } else if selector.is_empty()
+                    || !selector
+                        .iter()
+                        .all(|(k, val)| service_labels.get(k) == Some(val))
+                {
+                    Err(format!("{}: selects no raygate Service", doc.object()))
+                } else if v["spec"]["endpoints"][0]["port"].as_str() != port.as_deref() {
+                    Err(format!("{}: not the metrics port", doc.object()))
+                } else {
+                    Ok(())
+                }
+            }
+            other => Err(format!("{}: no check for kind {other}", doc.object())),
+        };
+        if let Err(e) = result {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn every_chart_rendering_validates_against_the_kubernetes_schemas() {
+    let customised = json!({
+        "image": {"repository": "registry.example.com/raygate", "tag": "v0.2.0", "pullPolicy": "Always"},
+        "replicas": 3,
+        "metrics": {"port": 9090, "serviceMonitor": {"enabled": true, "interval": "15s",
+                                                     "labels": {"release": "prometheus"}}},
+        "logFormat": "text",
+        "finishedSlices": {"retentionSeconds": 2_592_000, "keptPerChain": 0},
+        "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+        "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                         "effect": "NoSchedule"}],
+        "affinity": null,
+        "namespace": {"create": true},
+    });
+    for overrides in [
+        json!({}),
+        json!({"admission": {"mode": "kueue"}}),
+        json!({"leaderElection": {"enabled": false}}),
+        json!({"resources": null, "affinity": null}),
+        customised.clone(),
+    ] {
+        check_rendered(&render_chart("platform", overrides));
+    }
+
+    // The values land where they should.
+    let rendered = render_chart("platform", customised);
+    let deployment = chart_deployment(&rendered);
+    let spec = deployment.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    let pod = spec.template.spec.unwrap();
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some("registry.example.com/raygate:v0.2.0")
+    );
+    assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(
+        args(&deployment),
+        [
+            "controller",
+            "--admission=builtin",
+            "--leader-elect",
+            "--metrics-addr=0.0.0.0:9090",
+            "--log-format=text",
+            // Not 2.592e+06, as Helm would print the float64 without int64.
+            "--finished-slice-retention-seconds=2592000",
+            "--finished-slices-kept-per-chain=0",
+        ]
+    );
+    assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 9090);
+    let service: Service = typed(one(&rendered, "Service"));
+    assert_eq!(service.spec.unwrap().ports.unwrap()[0].port, 9090);
+    let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+    assert_eq!(limits["memory"].0, "1Gi");
+    assert_eq!(
+        pod.node_selector.unwrap()["node-role.kubernetes.io/control-plane"],
+        ""
+    );
+    assert_eq!(
+        pod.tolerations.unwrap()[0].effect.as_deref(),
+        Some("NoSchedule")
+    );
+    assert!(pod.affinity.is_none());
+    let monitor = one(&rendered, "ServiceMonitor");
+    assert_eq!(monitor.value["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor.value["spec"]["endpoints"][0]["interval"], "15s");
+    assert!(
+        !render_chart(NAMESPACE, json!({}))
+            .iter()
+            .any(|d| d.kind == "ServiceMonitor"),
+        "no ServiceMonitor unless asked for (its CRD may be absent)"
+    );
+}
+
+#[test]
+fn the_chart_follows_its_release_namespace() {
+    let rendered = render_chart("platform", json!({"namespace": {"create": true}}));
+    for doc in &rendered {
+        if let Some(ns) = doc.value["metadata"]["namespace"].as_str() {
+            assert_eq!(ns, "platform", "{}", doc.object());
+        }
+    }
+    let ns: Namespace = typed(one(&rendered, "Namespace"));
+    assert_eq!(ns.metadata.name.as_deref(), Some("platform"));
+    let binding: ClusterRoleBinding = typed(one(&rendered, "ClusterRoleBinding"));
+    assert_eq!(
+        binding.subjects.unwrap()[0].namespace.as_deref(),
+        Some("platform")
+    );
+    // The admission policy lets raygate's ServiceAccount, in this namespace, release children.
+    let policy = &one(&rendered, "ValidatingAdmissionPolicy").value;
+    let is_raygate = policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "isRaygate")
+        .expect("the isRaygate variable");
+    assert_eq!(
+        is_raygate["expression"],
+        "request.userInfo.username == 'system:serviceaccount:platform:raygate'"
+    );
+}
+
+#[test]
+fn the_charts_crds_are_a_current_copy_of_crds_kept_on_uninstall() {
+    let rendered = render_chart(NAMESPACE, json!({}));
+    let in_chart: Vec<&Doc> = rendered
+        .iter()
+        .filter(|d| d.kind == "CustomResourceDefinition")
+        .collect();
+    let generated: Vec<Doc> = yaml_files(&repo().join("crds"))
+        .iter()
+        .flat_map(|p| read_file(p))
+        .collect();
+    assert_eq!(
+        in_chart.len(),
+        generated.len(),
+        "run hack/chart-crds.sh: the chart installs every CRD of crds/"
+    );
+    for crd in in_chart {
+        assert_eq!(
+            crd.value["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep",
+            "{}: helm uninstall would delete every Workload and queue",
+            crd.object()
+        );
+        let source = generated
+            .iter()
+            .find(|g| id(g) == id(crd))
+            .unwrap_or_else(|| panic!("{} is not in crds/", crd.object()));
+        assert!(
+            without_helm_metadata(&crd.value) == source.value,
+            "{} is stale: run hack/chart-crds.sh",
+            crd.object()
+        );
+    }
+}
+
+#[test]
+fn the_chart_notes_render() {
+    let text = std::fs::read_to_string(chart().join("templates/NOTES.txt")).expect("NOTES.txt");
+    for mode in ["builtin", "kueue"] {
+        let notes = common::gotmpl::render(
+            &text,
+            &chart_data("platform", &json!({"admission": {"mode": mode}})),
+        )
+        .expect("NOTES.txt renders");
+        assert!(notes.contains(&format!("(admission: {mode})")), "{notes}");
+        assert!(notes.contains("deploy/raygate"), "{notes}");
+    }
+}
+
+#[test]
+fn the_image_and_the_identity_agree_with_the_charts_deployment() {
+    for overrides in [json!({}), json!({"admission": {"mode": "kueue"}})] {
+        let deployment = chart_deployment(&render_chart(NAMESPACE, overrides));
+        assert_image_fits(&deployment, "charts/raygate");
+        assert_env_from_field(&deployment, "POD_NAME", "metadata.name", "charts/raygate");
+        assert_env_from_field(
+            &deployment,
+            "POD_NAMESPACE",
+            "metadata.namespace",
+            "charts/raygate",
+        );
+    }
 }

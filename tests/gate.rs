@@ -614,3 +614,362 @@ async fn a_resource_changing_upgrade_with_an_added_group_is_charged_exactly() {
     .await;
     env.stop().await;
 }
+
+impl Env {
+    /// Restarts the controller with `config` (test tweaks such as the slice retention).
+    async fn restart_controller_with(&mut self, config: Config) {
+        self.kill_controller().await;
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.client.clone();
+        let handle = tokio::spawn(async move {
+            run(client, config, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("controller runs");
+        });
+        self.controller = Some((tx, handle));
+    }
+
+    async fn all_slices(&self, service: &str) -> Vec<Workload> {
+        self.workloads()
+            .list(&ListParams::default().labels(&format!("raygate.io/rayservice={service}")))
+            .await
+            .expect("list")
+            .items
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_queue_label_frees_the_quota_and_hands_the_service_back() {
+    let _serial = lock().await;
+    let env = Env::new("opt-out").await;
+    env.queues("2", json!({})).await;
+    let pending = env.held_upgrade().await;
+    env.patch_service(
+        "svc",
+        json!({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": null}}}),
+    )
+    .await;
+    eventually(WAIT, "slices finished and the quota released", || async {
+        let cpu = env.cq_cpu().await;
+        (env.live_slices("svc").await.is_empty() && matches!(cpu.as_deref(), None | Some("0")))
+            .then_some(())
+    })
+    .await;
+    eventually(WAIT, "the held child runs", || async {
+        let c = env.clusters().get(&pending).await.ok()?;
+        (c.spec.suspend != Some(true)).then_some(())
+    })
+    .await;
+    eventually(WAIT, "raygate's gate and annotations are gone", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        let annotations = svc.metadata.annotations.unwrap_or_default();
+        (svc.spec.ray_cluster_config.suspend.is_none()
+            && !annotations.keys().any(|k| k.starts_with("raygate.io/")))
+        .then_some(())
+    })
+    .await;
+    for child in env.children("svc").await {
+        let labels = child.metadata.labels.unwrap_or_default();
+        assert!(
+            !labels.contains_key("kueue.x-k8s.io/queue-name"),
+            "{:?} keeps the queue label: the admission policy would still apply",
+            child.metadata.name
+        );
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_label_typo_is_fixed_by_relabelling() {
+    let _serial = lock().await;
+    let env = Env::new("typo").await;
+    env.queues("10", json!({})).await;
+    env.create_service("svc", queue("lq-typo"), json!([group("w", 1, "1")]))
+        .await;
+    eventually(WAIT, "the slice is inadmissible", || async {
+        let live = env.live_slices("svc").await;
+        let c = condition(live.first()?, "QuotaReserved")?;
+        (c.status == "False").then_some(())
+    })
+    .await;
+    env.patch_service(
+        "svc",
+        json!({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "lq"}}}),
+    )
+    .await;
+    env.wait_running("svc").await;
+    let live = env.live_slices("svc").await;
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].spec.queue_name.as_deref(), Some("lq"));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_slices_are_deleted_after_the_retention() {
+    let _serial = lock().await;
+    let mut env = Env::new("retention").await;
+    env.restart_controller_with(Config {
+        admission_resync: Duration::from_millis(500),
+        finished_slice_retention: Some(raygate::slices::Retention {
+            after_finished: Duration::ZERO,
+            keep_per_chain: 0,
+        }),
+        ..Default::default()
+    })
+    .await;
+    env.queues("4", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+    // a scale-up: a replacement slice, and the replaced one finishes
+    env.clusters()
+        .patch(
+            &active,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerGroupSpecs": [group("w", 2, "1")]}})),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "only the live slice is left", || async {
+        let all = env.all_slices("svc").await;
+        (all.len() == 1
+            && !raygate::slices::is_finished(&all[0])
+            && env.cq_cpu().await.as_deref() == Some("3"))
+        .then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_with_invalid_podsets_is_still_held() {
+    let _serial = lock().await;
+    let env = Env::new("invalid-held").await;
+    env.queues("2", json!({})).await;
+    let pending = env.held_upgrade().await;
+    // someone unsuspends the held child and gives it 18 worker groups (more than a Workload holds)
+    let groups: Vec<Value> = (0..18)
+        .map(|i| group(&format!("g{i}"), 1, "100m"))
+        .collect();
+    env.clusters()
+        .patch(
+            &pending,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": false, "workerGroupSpecs": groups}})),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "the error is reported", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        svc.metadata.annotations?.get(ERROR_ANNOTATION).cloned()
+    })
+    .await;
+    eventually(WAIT, "raygate suspends it again", || async {
+        let c = env.clusters().get(&pending).await.ok()?;
+        (c.spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    let active = env.wait_running("svc").await;
+    assert_ne!(active, pending, "the running child is left alone");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts() {
+    let _serial = lock().await;
+    let env = Env::new("count-only").await;
+    env.queues("4", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 2, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+    eventually(WAIT, "3 CPU reserved", || async {
+        (env.cq_cpu().await.as_deref() == Some("3")).then_some(())
+    })
+    .await;
+    let before = env.live_slices("svc").await;
+    assert_eq!(before.len(), 1);
+    // one fewer worker on a new image (same per-pod requests): Kueue allows only the count to drop
+    let mut shrunk = group("w", 1, "1");
+    shrunk["template"]["spec"]["containers"][0]["image"] = json!("rayproject/ray:2.52.0");
+    env.clusters()
+        .patch(
+            &active,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerGroupSpecs": [shrunk]}})),
+        )
+        .await
+        .unwrap();
+    let after = eventually(WAIT, "the slice shrinks in place", || async {
+        let live = env.live_slices("svc").await;
+        let w = live.first()?.spec.pod_sets.iter().find(|p| p.name == "w")?;
+        (live.len() == 1 && w.count == 1).then(|| live[0].clone())
+    })
+    .await;
+    assert_eq!(after.metadata.name, before[0].metadata.name, "in place");
+    for (new, old) in after.spec.pod_sets.iter().zip(&before[0].spec.pod_sets) {
+        assert_eq!(
+            new.template, old.template,
+            "{}: only the count may change",
+            new.name
+        );
+    }
+    env.stop().await;
+}
+
+/// Issue #9 item 5: a pending child replaced by a second spec change is dangling (KubeRay
+/// deletes it after `rayClusterDeletionDelaySeconds`): it is not charged, and the newest pending
+/// child runs as soon as the active one plus it fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits() {
+    let _serial = lock().await;
+    let env = Env::new("replaced-pending").await;
+    env.queues("3", json!({})).await;
+    let first_pending = env.held_upgrade().await;
+    // KubeRay's default delay: the replaced child lingers far longer than this test
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterDeletionDelaySeconds": 60}}),
+    )
+    .await;
+    // (KubeRay's status is written more than a clock margin after that child's creation)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}}),
+    )
+    .await;
+    let newest = eventually(WAIT, "a second held pending child", || async {
+        let child = env.pending_child("svc").await?;
+        let name = child.metadata.name.clone().unwrap_or_default();
+        (name != first_pending && child.spec.suspend == Some(true)).then_some(name)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let totals: Vec<i32> = env
+        .live_slices("svc")
+        .await
+        .iter()
+        .map(|w| w.spec.pod_sets.iter().map(|p| p.count).sum())
+        .collect();
+    assert!(
+        totals.iter().all(|t| *t <= 4),
+        "the replaced child is not charged: slices {totals:?}"
+    );
+    // quota for the active child plus the newest pending one: it runs and is promoted
+    env.set_quota("4").await;
+    eventually(
+        WAIT,
+        "the newest pending child runs and is promoted",
+        || async {
+            let svc = env.services().get("svc").await.ok()?;
+            (svc.status?.active_service_status?.ray_cluster_name? == newest).then_some(())
+        },
+    )
+    .await;
+    let replaced = env.clusters().get_opt(&first_pending).await.unwrap();
+    assert!(
+        replaced.is_none_or(|c| c.spec.suspend == Some(true)),
+        "the replaced child is never released"
+    );
+    env.stop().await;
+}
+
+/// Issue #9 item 5: a first child held past `ray.io/initializing-timeout` is warned about
+/// before KubeRay fails the RayService, and once KubeRay gave up raygate finishes its slices, so
+/// quota that arrives later is not spent on a dead RayService.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished() {
+    let _serial = lock().await;
+    let env = Env::new("init-timeout").await;
+    env.queues("1", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    env.patch_service(
+        "svc",
+        json!({"metadata": {"annotations": {"ray.io/initializing-timeout": "5s"}}}),
+    )
+    .await;
+    let warning = eventually(WAIT, "a deadline warning on the RayService", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        svc.metadata
+            .annotations?
+            .get(raygate::gate::children::INITIALIZING_DEADLINE_ANNOTATION)
+            .cloned()
+    })
+    .await;
+    assert!(warning.contains("fails this RayService"), "{warning}");
+    eventually(
+        WAIT,
+        "KubeRay gives up and raygate finishes the slice",
+        || async {
+            let svc = env.services().get("svc").await.ok()?;
+            let ready = svc
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            (ready.reason == "InitializingTimeout" && env.live_slices("svc").await.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(WAIT, "the annotation says KubeRay gave up", || async {
+        let svc = env.services().get("svc").await.ok()?;
+        svc.metadata
+            .annotations?
+            .get(raygate::gate::children::INITIALIZING_DEADLINE_ANNOTATION)
+            .filter(|n| n.contains("gave up"))
+            .map(|_| ())
+    })
+    .await;
+    // quota arrives too late: nothing is admitted or released for the dead RayService
+    env.set_quota("4").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(env.live_slices("svc").await.is_empty());
+    assert!(env.cq_cpu().await.is_none_or(|c| c == "0"));
+    assert!(
+        env.children("svc")
+            .await
+            .iter()
+            .all(|c| c.spec.suspend == Some(true))
+    );
+    env.stop().await;
+}
+
+/// Issue #9 item 6: a child released against a slice admitted on a flavor with `nodeLabels` and
+/// `tolerations` gets them on its pod templates (as Kueue's `RunWithPodSetsInfo` does) before it
+/// is unsuspended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child() {
+    let _serial = lock().await;
+    let env = Env::new("flavor-pods").await;
+    env.queues("4", json!({})).await;
+    let flavor = format!("f-{}", env.ns);
+    let toleration = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
+    apply(
+        &env.client,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": flavor},
+        "spec": {"nodeLabels": {"pool": "h100"},
+            "nodeTaints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+            "tolerations": [toleration.clone()]}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let child = env.wait_running("svc").await;
+    let c = env.clusters().get(&child).await.unwrap();
+    let c = serde_json::to_value(&c).unwrap();
+    for template in [
+        &c["spec"]["headGroupSpec"]["template"],
+        &c["spec"]["workerGroupSpecs"][0]["template"],
+    ] {
+        assert_eq!(template["spec"]["nodeSelector"], json!({"pool": "h100"}));
+        assert_eq!(template["spec"]["tolerations"], json!([toleration]));
+    }
+    assert_eq!(c["spec"]["suspend"], json!(false));
+    env.stop().await;
+}

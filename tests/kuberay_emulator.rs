@@ -704,3 +704,98 @@ async fn deleting_the_rayservice_deletes_its_children_then_the_finalizer() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_child_replaced_by_a_second_change_is_deleted_after_the_deletion_delay() {
+    let env = setup("replaced-pending").await;
+    let (_, first) = serving(&env, "svc", |rs| {
+        rs["spec"]["rayClusterDeletionDelaySeconds"] = json!(1)
+    })
+    .await;
+    // a held (suspended) pending child never becomes ready, so it is never promoted
+    edit_config(&env, "svc", |c| {
+        c["rayVersion"] = json!("2.53.0");
+        c["suspend"] = json!(true);
+    })
+    .await;
+    let p1 = wait_for(&env, "svc", "a first pending child", pending).await;
+    eventually(TIMEOUT, "the first pending child to be created", || async {
+        env.clusters.get_opt(&p1).await.unwrap().map(|_| ())
+    })
+    .await;
+    edit_config(&env, "svc", |c| c["rayVersion"] = json!("2.54.0")).await;
+    let p2 = wait_for(&env, "svc", "a second pending child", |rs| {
+        pending(rs).filter(|p| *p != p1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        env.clusters.get_opt(&p1).await.unwrap().is_some(),
+        "the replaced pending child is kept for the deletion delay"
+    );
+    eventually(
+        TIMEOUT,
+        "deletion of the replaced pending child",
+        || async {
+            env.clusters
+                .get_opt(&p1)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let mut kids: Vec<String> = children(&env, "svc")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    kids.sort();
+    let mut want = vec![first.clone(), p2.clone()];
+    want.sort();
+    assert_eq!(kids, want);
+    assert_eq!(active(&get(&env, "svc").await), Some(first));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initializing_timeout_fails_the_rayservice_for_good_and_deletes_its_children() {
+    let env = setup("initializing-timeout").await;
+    let mut obj = rayservice("svc", true);
+    obj["metadata"]["annotations"]["ray.io/initializing-timeout"] = json!("3s");
+    obj["spec"]["rayClusterDeletionDelaySeconds"] = json!(1);
+    create(&env, obj).await;
+    let held = wait_for(&env, "svc", "the first (held) child", pending).await;
+    let rs = get(&env, "svc").await;
+    assert!(is(&rs, "Ready", "False", "Initializing"));
+    let failed = wait_for(&env, "svc", "Ready=False/InitializingTimeout", |rs| {
+        is(rs, "Ready", "False", "InitializingTimeout").then(|| rs.clone())
+    })
+    .await;
+    let since = condition(&failed, "Ready").unwrap().last_transition_time.0;
+    let created = rs.metadata.creation_timestamp.clone().unwrap().0;
+    assert!(
+        since.duration_since(created).as_secs() <= 1,
+        "lastTransitionTime stays the Initializing one"
+    );
+    assert_eq!((active(&failed), pending(&failed)), (None, None));
+    eventually(TIMEOUT, "deletion of the held child", || async {
+        env.clusters
+            .get_opt(&held)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // terminal: unsuspending the template creates nothing
+    edit_config(&env, "svc", |c| c["suspend"] = json!(false)).await;
+    tokio::time::sleep(QUIET).await;
+    assert!(children(&env, "svc").await.is_empty());
+    assert!(is(
+        &get(&env, "svc").await,
+        "Ready",
+        "False",
+        "InitializingTimeout"
+    ));
+}

@@ -808,3 +808,22 @@ fn assert_same_outcome(got: &Decision, expected: &Decision, what: &str) {
     };
     assert!(same, "{what}: got {got:?}, expected {expected:?}");
 }
+
+/// Opting out (the RayService's queue label removed): raygate's one patch per child drops the
+/// queue label and unsuspends it; from then on the policy leaves the user alone with that child.
+#[test]
+fn after_raygate_opts_a_child_out_the_policy_no_longer_blocks_the_user() {
+    let policy = load_policy();
+    let opted_out = raycluster(&not_opted_in(), Some(false));
+    assert_eq!(
+        policy.admit(&Request::update(RAYGATE, held(), opted_out.clone())),
+        Decision::Allowed
+    );
+    // the user stops and restarts it
+    let stopped = raycluster(&not_opted_in(), Some(true));
+    let req = Request::update("alice", opted_out, stopped.clone());
+    assert!(policy.conditions(&req).is_err(), "not matched");
+    let req = Request::update("alice", stopped, raycluster(&not_opted_in(), Some(false)));
+    assert!(policy.conditions(&req).is_err(), "not matched");
+    assert!(!policy.constraints_match(&req));
+}

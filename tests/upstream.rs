@@ -749,6 +749,8 @@ fn resource_flavor() -> kueue::ResourceFlavor {
         kueue::ResourceFlavorSpec {
             node_labels: Some(labels),
             topology_name: None,
+            node_taints: None,
+            tolerations: None,
         },
     )
 }

@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::flavors::{self, Assignment, Mode, Replacing};
+use super::index::Index;
 use super::preemption::{self, Exclusions, Preemptor};
+use super::queues::{LocalQueueEntry, Queues};
 use super::quota::Usage;
-use super::snapshot::{Index, PodSetReq, Queues, WlInfo};
 use super::status::{PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT};
+use super::workloads::{PodSetRequests, WorkloadEntry};
 use super::{ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options};
 use crate::quantity::Quantity;
 use crate::types::kueue::{
@@ -21,7 +23,7 @@ use crate::types::kueue::{
 /// Usage per (flavor, resource) id.
 type Charges = Vec<(usize, Quantity)>;
 
-fn pending(w: &WlInfo, reason: &str, message: String) -> Decision {
+fn pending(w: &WorkloadEntry, reason: &str, message: String) -> Decision {
     Decision::Pending {
         workload: w.key.clone(),
         reason: reason.to_string(),
@@ -29,7 +31,7 @@ fn pending(w: &WlInfo, reason: &str, message: String) -> Decision {
     }
 }
 
-fn admission(q: &Queues, cq: usize, podsets: &[PodSetReq], a: &Assignment) -> Admission {
+fn admission(q: &Queues, cq: usize, podsets: &[PodSetRequests], a: &Assignment) -> Admission {
     Admission {
         cluster_queue: q.cqs[cq].name.clone(),
         pod_set_assignments: podsets
@@ -61,70 +63,25 @@ fn charge(q: &Queues, usage: &mut Usage, cq: usize, items: &[(usize, Quantity)],
     }
 }
 
-/// Runs one pass.
+/// Runs one pass, in Kueue's phases: quota-independent evictions, then every pending Workload in
+/// one global queue order (admit, or preempt and wait, or wait), then the usage report.
 pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
-    let q = &ix.q;
-    let n = ix.workloads.len();
-    let mut usage = Usage::new(&q.tree);
-    let mut admitted_by_cq: Vec<Vec<usize>> = vec![Vec::new(); q.cqs.len()];
-    for &i in &ix.sorted {
-        if let Some(h) = &ix.workloads[i].held
-            && let Some(c) = h.cq
-        {
-            charge(q, &mut usage, c, &h.usage, true);
-            admitted_by_cq[c].push(i);
-        }
+    let mut pass = Pass::new(ix);
+    pass.evict_without_quota();
+    for i in nominate(ix) {
+        pass.process_entry(i);
     }
-    let mut decisions = Vec::new();
-    let mut gone = vec![false; n];
-    let mut evicting: Vec<bool> = ix
-        .workloads
-        .iter()
-        .map(|w| w.held.is_some() && w.evicted)
-        .collect();
-    let mut evicted_now = vec![false; n];
-    // (Workload, ClusterQueue, usage per (flavor, resource)) admitted in this cycle
-    let mut newly: Vec<(usize, usize, Charges)> = Vec::new();
-
-    // 1. evictions that do not depend on quota
-    for &i in &ix.sorted {
-        let w = &ix.workloads[i];
-        let Some(h) = &w.held else { continue };
-        if w.evicted {
-            continue;
-        }
-        let cq_stop = h.cq.map(|c| q.cqs[c].stop);
-        let lq = w.lq.map(|l| &q.lqs[l]);
-        let (why, message) = if !w.active {
-            (
-                reason::DEACTIVATED,
-                "The workload is deactivated".to_string(),
-            )
-        } else if cq_stop == Some(StopPolicy::HoldAndDrain) {
-            let name = h.cq.map_or("", |c| q.cqs[c].name.as_str());
-            (
-                reason::CLUSTER_QUEUE_STOPPED,
-                format!("The ClusterQueue {name} is stopped"),
-            )
-        } else if let Some(l) = lq.filter(|l| l.stop == StopPolicy::HoldAndDrain) {
-            (
-                reason::LOCAL_QUEUE_STOPPED,
-                format!("The LocalQueue {}/{} is stopped", l.namespace, l.name),
-            )
-        } else {
-            continue;
-        };
-        decisions.push(Decision::Evict {
-            workload: w.key.clone(),
-            reason: why.to_string(),
-            message,
-        });
-        evicting[i] = true;
-        evicted_now[i] = true;
+    let (cluster_queues, local_queues) = report_usage(&pass, options);
+    CycleResult {
+        decisions: pass.decisions,
+        cluster_queues,
+        local_queues,
     }
+}
 
-    // 2. pending Workloads in one global queue order
-    // priority first (higher first), then the queue order time, then the key (by rank)
+/// Pending Workloads in one global queue order: priority first (higher first), then the queue
+/// order time, then the key (by rank).
+fn nominate(ix: &Index) -> Vec<usize> {
     let mut order: Vec<_> = ix
         .sorted
         .iter()
@@ -135,318 +92,480 @@ pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
         })
         .collect();
     order.sort_unstable();
-    let mut blocked: Vec<Option<usize>> = vec![None; q.cqs.len()];
-    for (_, _, _, i) in order {
+    order.into_iter().map(|(_, _, _, i)| i).collect()
+}
+
+/// One pass in progress: usage as decided so far and what happened to each Workload.
+struct Pass<'a> {
+    ix: &'a Index,
+    usage: Usage,
+    /// Holders per ClusterQueue at the start of the pass: preemption candidates.
+    admitted_by_cq: Vec<Vec<usize>>,
+    decisions: Vec<Decision>,
+    /// Finished in this pass (a replaced slice): holds nothing.
+    gone: Vec<bool>,
+    /// Being evicted (by its status, or by a decision of this pass).
+    evicting: Vec<bool>,
+    /// Evicted by a decision of this pass.
+    evicted_now: Vec<bool>,
+    /// (Workload, ClusterQueue, usage per (flavor, resource)) admitted in this pass.
+    newly: Vec<(usize, usize, Charges)>,
+    /// Per StrictFIFO ClusterQueue: the Workload the rest wait behind.
+    blocked: Vec<Option<usize>>,
+}
+
+impl<'a> Pass<'a> {
+    /// Every held quota charged to its ClusterQueue.
+    fn new(ix: &'a Index) -> Self {
+        let q = &ix.q;
+        let n = ix.workloads.len();
+        let mut usage = Usage::new(&q.tree);
+        let mut admitted_by_cq: Vec<Vec<usize>> = vec![Vec::new(); q.cqs.len()];
+        for &i in &ix.sorted {
+            if let Some(h) = &ix.workloads[i].held
+                && let Some(c) = h.cq
+            {
+                charge(q, &mut usage, c, &h.usage, true);
+                admitted_by_cq[c].push(i);
+            }
+        }
+        Pass {
+            ix,
+            usage,
+            admitted_by_cq,
+            decisions: Vec::new(),
+            gone: vec![false; n],
+            evicting: ix
+                .workloads
+                .iter()
+                .map(|w| w.held.is_some() && w.evicted)
+                .collect(),
+            evicted_now: vec![false; n],
+            newly: Vec::new(),
+            blocked: vec![None; q.cqs.len()],
+        }
+    }
+
+    /// Evicts holders whatever the quota: deactivated Workloads, and Workloads of a ClusterQueue
+    /// or LocalQueue stopped with `HoldAndDrain`.
+    fn evict_without_quota(&mut self) {
+        let ix = self.ix;
+        for &i in &ix.sorted {
+            let w = &ix.workloads[i];
+            let Some(h) = &w.held else { continue };
+            if w.evicted {
+                continue;
+            }
+            let Some((why, message)) = eviction_without_quota(&ix.q, w, h.cq) else {
+                continue;
+            };
+            self.decisions.push(Decision::Evict {
+                workload: w.key.clone(),
+                reason: why.to_string(),
+                message,
+            });
+            self.evicting[i] = true;
+            self.evicted_now[i] = true;
+        }
+    }
+
+    /// Kueue's `processEntry` for one pending Workload: admit it if it fits, else preempt for it
+    /// if that can make it fit, and leave it pending.
+    fn process_entry(&mut self, i: usize) {
+        let ix = self.ix;
         let w = &ix.workloads[i];
-        if !w.active {
-            decisions.push(pending(
-                w,
-                reason::INADMISSIBLE,
-                "the workload is deactivated".to_string(),
-            ));
-            continue;
-        }
-        let c = match &w.target {
-            Ok(t) => t.cq,
-            Err(m) => {
-                decisions.push(pending(w, reason::INADMISSIBLE, m.clone()));
-                continue;
+        let (c, podsets) = match self.admissible(w) {
+            Ok(found) => found,
+            Err((why, message)) => {
+                self.decisions.push(pending(w, why, message));
+                return;
             }
         };
-        let info = &q.cqs[c];
-        if let Some((_, m)) = &info.inactive {
-            decisions.push(pending(w, reason::INADMISSIBLE, m.clone()));
-            continue;
-        }
-        if info.stop != StopPolicy::None {
-            decisions.push(pending(
-                w,
-                reason::INADMISSIBLE,
-                format!("ClusterQueue {} is stopped", info.name),
-            ));
-            continue;
-        }
-        if let Some(l) =
-            w.lq.map(|l| &q.lqs[l])
-                .filter(|l| l.stop != StopPolicy::None)
-        {
-            decisions.push(pending(
-                w,
-                reason::INADMISSIBLE,
-                format!("LocalQueue {}/{} is stopped", l.namespace, l.name),
-            ));
-            continue;
-        }
-        if !q.namespace_matches(c, &w.namespace) {
-            decisions.push(pending(
-                w,
-                reason::INADMISSIBLE,
-                format!(
-                    "namespace {} doesn't match the namespaceSelector of ClusterQueue {}",
-                    w.namespace, info.name
-                ),
-            ));
-            continue;
-        }
-        let podsets = match &w.podsets {
-            Ok(p) => p,
-            Err(m) => {
-                decisions.push(pending(w, reason::INADMISSIBLE, m.clone()));
-                continue;
-            }
-        };
-        if let Some(b) = blocked[c] {
-            decisions.push(pending(
-                w,
-                reason::PENDING,
-                format!(
-                    "waiting behind workload {} in StrictFIFO ClusterQueue {}",
-                    ix.workloads[b].key, info.name
-                ),
-            ));
-            continue;
-        }
         // a replacement slice: the slice it replaces, if that one still holds quota
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
         let old = spare.filter(|&o| {
             let ow = &ix.workloads[o];
-            ow.held.is_some() && !ow.evicted && !evicting[o] && !gone[o]
+            ow.held.is_some() && !ow.evicted && !self.evicting[o] && !self.gone[o]
         });
         let replacing = old.and_then(|o| {
             let ow = &ix.workloads[o];
             let held = ow.held.as_ref()?;
             (held.cq == Some(c)).then_some(Replacing { key: &ow.key, held })
         });
-        let a = flavors::assign(q, &usage, c, podsets, replacing.as_ref());
+        let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
         if a.mode == Mode::Fit {
-            charge(q, &mut usage, c, &a.totals, true);
-            decisions.push(Decision::Admit {
-                workload: w.key.clone(),
-                admission: admission(q, c, podsets, &a),
-            });
-            if let Some(o) = old {
-                let ow = &ix.workloads[o];
-                if let Some(h) = &ow.held
-                    && let Some(oc) = h.cq
-                {
-                    charge(q, &mut usage, oc, &h.usage, false);
-                }
-                gone[o] = true;
-                decisions.push(Decision::FinishReplaced {
-                    workload: ow.key.clone(),
-                    replaced_by: w.key.clone(),
-                });
-            }
-            newly.push((i, c, a.totals));
-            continue;
+            self.admit(i, c, podsets, a, old);
+            return;
         }
         let mut message = a
             .failure
             .as_ref()
-            .map(|f| flavors::message(q, c, f, replacing.as_ref().map(|r| r.key)))
+            .map(|f| flavors::message(&ix.q, c, f, replacing.as_ref().map(|r| r.key)))
             .unwrap_or_default();
         if a.mode == Mode::Preempt {
-            let p = Preemptor {
-                workload: i,
-                cq: c,
-                need: &a.need,
-                short: &a.short,
-                spare,
-            };
-            let ex = Exclusions {
-                gone: &gone,
-                evicting: &evicting,
-            };
-            let victims = preemption::targets(ix, &mut usage, &admitted_by_cq, &p, &ex);
-            if !victims.is_empty() {
-                for v in &victims {
-                    if evicting[v.workload] {
-                        continue;
-                    }
-                    let why = if v.same_queue {
-                        PREEMPTED_IN_CLUSTER_QUEUE
-                    } else {
-                        PREEMPTED_IN_COHORT
-                    };
-                    decisions.push(Decision::Evict {
-                        workload: ix.workloads[v.workload].key.clone(),
-                        reason: reason::PREEMPTED.to_string(),
-                        message: format!("Preempted to accommodate a workload ({}) {why}", w.key),
-                    });
-                    evicting[v.workload] = true;
-                    evicted_now[v.workload] = true;
-                }
-                let _ = write!(
-                    message,
-                    ". Pending the preemption of {} workload(s)",
-                    victims.len()
-                );
-                // keep what it needs for the rest of the cycle: the room its victims free is its
-                charge(q, &mut usage, c, &a.need, true);
-            }
+            self.preempt(i, c, &a, spare, &mut message);
         }
-        decisions.push(pending(w, reason::PENDING, message));
-        if info.strategy == QueueingStrategy::StrictFIFO {
-            blocked[c] = Some(i);
+        self.decisions.push(pending(w, reason::PENDING, message));
+        if ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
+            self.blocked[c] = Some(i);
         }
     }
 
-    // 3. usage and counts once the decisions are applied
-    let release = options.release_evicted_immediately;
-    let mut held_in: Vec<Option<Option<usize>>> = vec![None; n];
-    let mut usage_of: Vec<&[(usize, Quantity)]> = vec![&[]; n];
-    let mut final_usage = Usage::new(&q.tree);
+    /// The ClusterQueue and PodSets of a Workload that may be admitted now, or why it may not
+    /// (the reason of its `QuotaReserved=False`).
+    fn admissible(
+        &self,
+        w: &'a WorkloadEntry,
+    ) -> Result<(usize, &'a [PodSetRequests]), (&'static str, String)> {
+        let q = &self.ix.q;
+        let inadmissible = |m: String| (reason::INADMISSIBLE, m);
+        if !w.active {
+            return Err(inadmissible("the workload is deactivated".to_string()));
+        }
+        let c = w.target.as_ref().map_err(|m| inadmissible(m.clone()))?.cq;
+        let info = &q.cqs[c];
+        if let Some((_, m)) = &info.inactive {
+            return Err(inadmissible(m.clone()));
+        }
+        if info.stop != StopPolicy::None {
+            return Err(inadmissible(format!(
+                "ClusterQueue {} is stopped",
+                info.name
+            )));
+        }
+        if let Some(l) =
+            w.lq.map(|l| &q.lqs[l])
+                .filter(|l| l.stop != StopPolicy::None)
+        {
+            return Err(inadmissible(format!(
+                "LocalQueue {}/{} is stopped",
+                l.namespace, l.name
+            )));
+        }
+        if !q.namespace_matches(c, &w.namespace) {
+            return Err(inadmissible(format!(
+                "namespace {} doesn't match the namespaceSelector of ClusterQueue {}",
+                w.namespace, info.name
+            )));
+        }
+        let podsets = w.podsets.as_ref().map_err(|m| inadmissible(m.clone()))?;
+        if let Some(b) = self.blocked[c] {
+            return Err((
+                reason::PENDING,
+                format!(
+                    "waiting behind workload {} in StrictFIFO ClusterQueue {}",
+                    self.ix.workloads[b].key, info.name
+                ),
+            ));
+        }
+        Ok((c, podsets))
+    }
+
+    /// Reserves quota for Workload `i`; a replacement's old slice finishes right after it.
+    fn admit(
+        &mut self,
+        i: usize,
+        c: usize,
+        podsets: &[PodSetRequests],
+        a: Assignment,
+        old: Option<usize>,
+    ) {
+        let ix = self.ix;
+        let w = &ix.workloads[i];
+        charge(&ix.q, &mut self.usage, c, &a.totals, true);
+        self.decisions.push(Decision::Admit {
+            workload: w.key.clone(),
+            admission: admission(&ix.q, c, podsets, &a),
+        });
+        if let Some(o) = old {
+            let ow = &ix.workloads[o];
+            if let Some(h) = &ow.held
+                && let Some(oc) = h.cq
+            {
+                charge(&ix.q, &mut self.usage, oc, &h.usage, false);
+            }
+            self.gone[o] = true;
+            self.decisions.push(Decision::FinishReplaced {
+                workload: ow.key.clone(),
+                replaced_by: w.key.clone(),
+            });
+        }
+        self.newly.push((i, c, a.totals));
+    }
+
+    /// Evicts the victims that make Workload `i` fit, if there are any, and keeps what it needs
+    /// for the rest of the pass (the room its victims free is its).
+    fn preempt(
+        &mut self,
+        i: usize,
+        c: usize,
+        a: &Assignment,
+        spare: Option<usize>,
+        message: &mut String,
+    ) {
+        let ix = self.ix;
+        let p = Preemptor {
+            workload: i,
+            cq: c,
+            need: &a.need,
+            short: &a.short,
+            spare,
+        };
+        let ex = Exclusions {
+            gone: &self.gone,
+            evicting: &self.evicting,
+        };
+        let victims = preemption::targets(ix, &mut self.usage, &self.admitted_by_cq, &p, &ex);
+        if victims.is_empty() {
+            return;
+        }
+        let preemptor = &ix.workloads[i].key;
+        for v in &victims {
+            if self.evicting[v.workload] {
+                continue;
+            }
+            let why = if v.same_queue {
+                PREEMPTED_IN_CLUSTER_QUEUE
+            } else {
+                PREEMPTED_IN_COHORT
+            };
+            self.decisions.push(Decision::Evict {
+                workload: ix.workloads[v.workload].key.clone(),
+                reason: reason::PREEMPTED.to_string(),
+                message: format!("Preempted to accommodate a workload ({preemptor}) {why}"),
+            });
+            self.evicting[v.workload] = true;
+            self.evicted_now[v.workload] = true;
+        }
+        let _ = write!(
+            message,
+            ". Pending the preemption of {} workload(s)",
+            victims.len()
+        );
+        charge(&ix.q, &mut self.usage, c, &a.need, true);
+    }
+}
+
+/// Why a holder is evicted whatever the quota, if it is.
+fn eviction_without_quota(
+    q: &Queues,
+    w: &WorkloadEntry,
+    cq: Option<usize>,
+) -> Option<(&'static str, String)> {
+    let cq_stop = cq.map(|c| q.cqs[c].stop);
+    let lq = w.lq.map(|l| &q.lqs[l]);
+    if !w.active {
+        return Some((
+            reason::DEACTIVATED,
+            "The workload is deactivated".to_string(),
+        ));
+    }
+    if cq_stop == Some(StopPolicy::HoldAndDrain) {
+        let name = cq.map_or("", |c| q.cqs[c].name.as_str());
+        return Some((
+            reason::CLUSTER_QUEUE_STOPPED,
+            format!("The ClusterQueue {name} is stopped"),
+        ));
+    }
+    let l = lq.filter(|l| l.stop == StopPolicy::HoldAndDrain)?;
+    Some((
+        reason::LOCAL_QUEUE_STOPPED,
+        format!("The LocalQueue {}/{} is stopped", l.namespace, l.name),
+    ))
+}
+
+/// Where each Workload's quota stands once a pass's decisions are applied.
+struct Settled<'p> {
+    /// `Some(cq)`: holds quota (in `cq`, `None` if that ClusterQueue does not exist).
+    held_in: Vec<Option<Option<usize>>>,
+    usage_of: Vec<&'p [(usize, Quantity)]>,
+    usage: Usage,
+}
+
+fn settle<'p>(pass: &'p Pass, release_evicted: bool) -> Settled<'p> {
+    let ix = pass.ix;
+    let q = &ix.q;
+    let n = ix.workloads.len();
+    let mut s = Settled {
+        held_in: vec![None; n],
+        usage_of: vec![&[]; n],
+        usage: Usage::new(&q.tree),
+    };
     for &i in &ix.sorted {
         let w = &ix.workloads[i];
         if let Some(h) = &w.held
-            && !gone[i]
-            && !(release && evicted_now[i])
+            && !pass.gone[i]
+            && !(release_evicted && pass.evicted_now[i])
         {
-            held_in[i] = Some(h.cq);
-            usage_of[i] = &h.usage;
+            s.held_in[i] = Some(h.cq);
+            s.usage_of[i] = &h.usage;
             if let Some(c) = h.cq {
-                charge(q, &mut final_usage, c, &h.usage, true);
+                charge(q, &mut s.usage, c, &h.usage, true);
             }
         }
     }
-    for (i, c, totals) in &newly {
-        held_in[*i] = Some(Some(*c));
-        usage_of[*i] = totals;
-        charge(q, &mut final_usage, *c, totals, true);
+    for (i, c, totals) in &pass.newly {
+        s.held_in[*i] = Some(Some(*c));
+        s.usage_of[*i] = totals;
+        charge(q, &mut s.usage, *c, totals, true);
     }
-    let mut cq_counts = vec![(0i32, 0i32); q.cqs.len()];
-    let mut lq_counts = vec![(0i32, 0i32); q.lqs.len()];
-    let mut lq_usage: Vec<BTreeMap<usize, Quantity>> = vec![BTreeMap::new(); q.lqs.len()];
+    s
+}
+
+/// (pending, reserving) per ClusterQueue and LocalQueue, and each LocalQueue's usage.
+struct Counts {
+    cq: Vec<(i32, i32)>,
+    lq: Vec<(i32, i32)>,
+    lq_usage: Vec<BTreeMap<usize, Quantity>>,
+}
+
+fn count(pass: &Pass, settled: &Settled) -> Counts {
+    let ix = pass.ix;
+    let q = &ix.q;
+    let mut n = Counts {
+        cq: vec![(0, 0); q.cqs.len()],
+        lq: vec![(0, 0); q.lqs.len()],
+        lq_usage: vec![BTreeMap::new(); q.lqs.len()],
+    };
     for &i in &ix.sorted {
         let w = &ix.workloads[i];
-        if w.finished.is_some() || gone[i] {
+        if w.finished.is_some() || pass.gone[i] {
             continue;
         }
-        match held_in[i] {
+        match settled.held_in[i] {
             Some(c) => {
                 if let Some(c) = c {
-                    cq_counts[c].1 += 1;
+                    n.cq[c].1 += 1;
                 }
                 if let Some(l) = w.lq {
-                    lq_counts[l].1 += 1;
-                    for &(fr, v) in usage_of[i] {
-                        *lq_usage[l].entry(fr).or_insert(Quantity::ZERO) += v;
+                    n.lq[l].1 += 1;
+                    for &(fr, v) in settled.usage_of[i] {
+                        *n.lq_usage[l].entry(fr).or_insert(Quantity::ZERO) += v;
                     }
                 }
             }
             None if w.active => {
                 if let Ok(t) = &w.target {
-                    cq_counts[t.cq].0 += 1;
+                    n.cq[t.cq].0 += 1;
                 }
                 if let Some(l) = w.lq {
-                    lq_counts[l].0 += 1;
+                    n.lq[l].0 += 1;
                 }
             }
             None => {}
         }
     }
+    n
+}
 
-    let cluster_queues = q
-        .cqs
-        .iter()
-        .enumerate()
-        .map(|(c, info)| {
-            let extra = (0..q.tree.n_fr)
-                .filter(|fr| !final_usage.get(c, *fr).is_zero() && !info.frs.contains(fr));
-            let frs: Vec<usize> = info.frs.iter().copied().chain(extra).collect();
-            let nominal = |fr: usize| q.tree.nodes[c].subtree[fr];
-            let (active, active_reason) = match (&info.inactive, info.stop) {
-                (Some((r, m)), _) => (Err(m.clone()), r.to_string()),
-                (None, StopPolicy::None) => (Ok(()), "Ready".to_string()),
-                (None, _) => (
-                    Err(format!("ClusterQueue {} is stopped", info.name)),
-                    "Stopped".to_string(),
-                ),
-            };
-            ClusterQueueUsage {
-                name: info.name.clone(),
-                reservation: flavor_rows(q, &frs, |fr| {
-                    let used = final_usage.get(c, fr);
-                    let borrowed = used - nominal(fr);
-                    ResourceUsage {
-                        name: q.resource_name(fr).to_string(),
-                        total: Some(used.to_k8s()),
-                        borrowed: Some(if borrowed.is_negative() {
-                            Quantity::ZERO.to_k8s()
-                        } else {
-                            borrowed.to_k8s()
-                        }),
-                    }
+/// Usage and counts per queue as they stand once the decisions are applied.
+fn report_usage(pass: &Pass, options: &Options) -> (Vec<ClusterQueueUsage>, Vec<LocalQueueUsage>) {
+    let q = &pass.ix.q;
+    let settled = settle(pass, options.release_evicted_immediately);
+    let counts = count(pass, &settled);
+    let cluster_queues = (0..q.cqs.len())
+        .map(|c| cluster_queue_usage(q, c, &settled.usage, counts.cq[c]))
+        .collect();
+    let local_queues = (0..q.lqs.len())
+        .map(|l| local_queue_usage(q, l, &counts.lq_usage[l], counts.lq[l]))
+        .collect();
+    (cluster_queues, local_queues)
+}
+
+fn cluster_queue_usage(
+    q: &Queues,
+    c: usize,
+    usage: &Usage,
+    (pending, reserving): (i32, i32),
+) -> ClusterQueueUsage {
+    let info = &q.cqs[c];
+    let extra =
+        (0..q.tree.n_fr).filter(|fr| !usage.get(c, *fr).is_zero() && !info.frs.contains(fr));
+    let frs: Vec<usize> = info.frs.iter().copied().chain(extra).collect();
+    let nominal = |fr: usize| q.tree.nodes[c].subtree[fr];
+    let (active, active_reason) = match (&info.inactive, info.stop) {
+        (Some((r, m)), _) => (Err(m.clone()), r.to_string()),
+        (None, StopPolicy::None) => (Ok(()), "Ready".to_string()),
+        (None, _) => (
+            Err(format!("ClusterQueue {} is stopped", info.name)),
+            "Stopped".to_string(),
+        ),
+    };
+    ClusterQueueUsage {
+        name: info.name.clone(),
+        reservation: flavor_rows(q, &frs, |fr| {
+            let used = usage.get(c, fr);
+            let borrowed = used - nominal(fr);
+            ResourceUsage {
+                name: q.resource_name(fr).to_string(),
+                total: Some(used.to_k8s()),
+                borrowed: Some(if borrowed.is_negative() {
+                    Quantity::ZERO.to_k8s()
+                } else {
+                    borrowed.to_k8s()
                 }),
-                pending: cq_counts[c].0,
-                reserving: cq_counts[c].1,
-                admitted: cq_counts[c].1,
-                active,
-                active_reason,
             }
-        })
-        .collect();
+        }),
+        pending,
+        reserving,
+        admitted: reserving,
+        active,
+        active_reason,
+    }
+}
 
-    let local_queues = q
-        .lqs
-        .iter()
-        .enumerate()
-        .map(|(l, info)| {
-            let cq = info
-                .cluster_queue
-                .as_ref()
-                .and_then(|n| q.cq_ids.get(n).copied());
-            let mut frs: Vec<usize> = cq.map(|c| q.cqs[c].frs.clone()).unwrap_or_default();
-            frs.extend(
-                lq_usage[l]
-                    .keys()
-                    .filter(|fr| !frs.contains(fr))
-                    .copied()
-                    .collect::<Vec<_>>(),
-            );
-            let active = match (&info.cluster_queue, cq) {
-                (None, _) => Err(format!(
-                    "LocalQueue {}/{} has no spec.clusterQueue",
-                    info.namespace, info.name
-                )),
-                (Some(name), None) => Err(format!("ClusterQueue {name} doesn't exist")),
-                (Some(_), Some(c)) => match &q.cqs[c].inactive {
-                    Some((_, m)) => Err(m.clone()),
-                    None if info.stop != StopPolicy::None => Err(format!(
-                        "LocalQueue {}/{} is stopped",
-                        info.namespace, info.name
-                    )),
-                    None => Ok(()),
-                },
-            };
-            LocalQueueUsage {
-                namespace: info.namespace.clone(),
-                name: info.name.clone(),
-                reservation: flavor_rows(q, &frs, |fr| LocalQueueResourceUsage {
-                    name: q.resource_name(fr).to_string(),
-                    total: Some(
-                        lq_usage[l]
-                            .get(&fr)
-                            .copied()
-                            .unwrap_or(Quantity::ZERO)
-                            .to_k8s(),
-                    ),
-                })
-                .into_iter()
-                .map(|(name, resources)| LocalQueueFlavorUsage { name, resources })
-                .collect(),
-                pending: lq_counts[l].0,
-                reserving: lq_counts[l].1,
-                admitted: lq_counts[l].1,
-                active,
-            }
+fn local_queue_usage(
+    q: &Queues,
+    l: usize,
+    usage: &BTreeMap<usize, Quantity>,
+    (pending, reserving): (i32, i32),
+) -> LocalQueueUsage {
+    let info = &q.lqs[l];
+    let cq = info
+        .cluster_queue
+        .as_ref()
+        .and_then(|n| q.cq_ids.get(n).copied());
+    let mut frs: Vec<usize> = cq.map(|c| q.cqs[c].frs.clone()).unwrap_or_default();
+    frs.extend(
+        usage
+            .keys()
+            .filter(|fr| !frs.contains(fr))
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    LocalQueueUsage {
+        namespace: info.namespace.clone(),
+        name: info.name.clone(),
+        reservation: flavor_rows(q, &frs, |fr| LocalQueueResourceUsage {
+            name: q.resource_name(fr).to_string(),
+            total: Some(usage.get(&fr).copied().unwrap_or(Quantity::ZERO).to_k8s()),
         })
-        .collect();
+        .into_iter()
+        .map(|(name, resources)| LocalQueueFlavorUsage { name, resources })
+        .collect(),
+        pending,
+        reserving,
+        admitted: reserving,
+        active: local_queue_active(q, info, cq),
+    }
+}
 
-    CycleResult {
-        decisions,
-        cluster_queues,
-        local_queues,
+/// Why Workloads submitted to a LocalQueue cannot be admitted, if they cannot.
+fn local_queue_active(q: &Queues, info: &LocalQueueEntry, cq: Option<usize>) -> Result<(), String> {
+    match (&info.cluster_queue, cq) {
+        (None, _) => Err(format!(
+            "LocalQueue {}/{} has no spec.clusterQueue",
+            info.namespace, info.name
+        )),
+        (Some(name), None) => Err(format!("ClusterQueue {name} doesn't exist")),
+        (Some(_), Some(c)) => match &q.cqs[c].inactive {
+            Some((_, m)) => Err(m.clone()),
+            None if info.stop != StopPolicy::None => Err(format!(
+                "LocalQueue {}/{} is stopped",
+                info.namespace, info.name
+            )),
+            None => Ok(()),
+        },
     }
 }
 

@@ -9,9 +9,11 @@
 //! flavor for every PodSet name the slice had (sticky flavors).
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
+use super::queues::{Queues, QuotaGroup};
 use super::quota::Usage;
-use super::snapshot::{Held, PodSetReq, Queues};
+use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
 
 /// How well a Workload fits.
@@ -25,7 +27,7 @@ pub(crate) enum Mode {
 /// The admitted slice a replacement is charged against.
 pub(crate) struct Replacing<'a> {
     pub key: &'a str,
-    pub held: &'a Held,
+    pub held: &'a HeldQuota,
 }
 
 impl Replacing<'_> {
@@ -104,17 +106,21 @@ fn add(totals: &mut Vec<(usize, Quantity)>, fr: usize, q: Quantity) {
     }
 }
 
-fn no_fit(podset: &str, reasons: Vec<Reason>) -> Assignment {
+fn no_fit(failure: Failure) -> Assignment {
     Assignment {
         mode: Mode::NoFit,
         flavors: Vec::new(),
         totals: Vec::new(),
         need: Vec::new(),
         short: Vec::new(),
-        failure: Some(Failure {
-            podset: podset.to_string(),
-            reasons,
-        }),
+        failure: Some(failure),
+    }
+}
+
+fn failure(podset: &str, reasons: Vec<Reason>) -> Failure {
+    Failure {
+        podset: podset.to_string(),
+        reasons,
     }
 }
 
@@ -123,11 +129,15 @@ pub(crate) fn assign(
     q: &Queues,
     usage: &Usage,
     cq: usize,
-    podsets: &[PodSetReq],
+    podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
 ) -> Assignment {
-    let info = &q.cqs[cq];
-    let credit = |fr: usize| replacing.map_or(Quantity::ZERO, |r| r.credit(fr));
+    let a = Assigner {
+        q,
+        usage,
+        cq,
+        replacing,
+    };
     let mut totals: Vec<(usize, Quantity)> = Vec::new();
     let mut flavors = Vec::with_capacity(podsets.len());
     let mut mode = Mode::Fit;
@@ -138,118 +148,15 @@ pub(crate) fn assign(
             flavors.push(chosen);
             continue;
         }
-        let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(ps.requests.len());
-        for (ri, r) in ps.requests.iter().enumerate() {
-            match r
-                .res
-                .and_then(|id| info.group_of.get(id).copied().flatten())
-            {
-                Some((g, pos)) => placed.push((g, pos, ri)),
-                None => {
-                    return no_fit(
-                        &ps.name,
-                        vec![Reason::Uncovered {
-                            resource: r.name.clone(),
-                        }],
-                    );
-                }
-            }
-        }
-        placed.sort_unstable();
-        let mut start = 0;
-        while start < placed.len() {
-            let g = placed[start].0;
-            let end = placed[start..]
-                .iter()
-                .position(|p| p.0 != g)
-                .map_or(placed.len(), |n| start + n);
-            let reqs = &placed[start..end];
-            start = end;
-            let group = &info.groups[g];
-            let sticky = replacing
-                .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
-                .and_then(|(_, fl)| {
-                    reqs.iter().find_map(|&(_, _, ri)| {
-                        fl.iter()
-                            .find(|(res, _)| *res == ps.requests[ri].name)
-                            .map(|(_, f)| *f)
-                    })
-                });
-            let candidates = match sticky {
-                Some(f) => match group.flavors.iter().position(|x| *x == f) {
-                    Some(p) => p..p + 1,
-                    None => {
-                        return no_fit(
-                            &ps.name,
-                            vec![Reason::Sticky {
-                                flavor: f,
-                                resource: ps.requests[reqs[0].2].name.clone(),
-                            }],
-                        );
-                    }
-                },
-                None => 0..group.flavors.len(),
-            };
-            let mut reasons = Vec::new();
-            let mut fit = None;
-            let mut preempt = None;
-            for fp in candidates {
-                let fid = group.flavors[fp];
-                if let Some((key, wanted, has)) =
-                    conflict(&q.flavors[fid].node_labels, &ps.node_selector)
-                {
-                    reasons.push(Reason::Selector {
-                        flavor: fid,
-                        key,
-                        wanted,
-                        has,
-                    });
-                    continue;
-                }
-                let mut m = Mode::Fit;
-                for &(_, pos, ri) in reqs {
-                    let fr = group.fr[fp][pos];
-                    let total = get(&totals, fr) + ps.requests[ri].total;
-                    let credit = credit(fr);
-                    let need = max0(total - credit);
-                    let potential = q.tree.potential(cq, fr);
-                    let available = q.tree.available(usage, cq, fr);
-                    let exceeds_max = need > potential;
-                    if exceeds_max || need > available {
-                        reasons.push(Reason::Quota {
-                            fr,
-                            need,
-                            total,
-                            credit,
-                            available,
-                            potential,
-                            exceeds_max,
-                        });
-                        m = m.max(if exceeds_max {
-                            Mode::NoFit
-                        } else {
-                            Mode::Preempt
-                        });
-                        if exceeds_max {
-                            break;
-                        }
-                    }
-                }
-                match m {
-                    Mode::Fit => {
-                        fit = Some(fp);
-                        break;
-                    }
-                    Mode::Preempt => {
-                        preempt.get_or_insert(fp);
-                    }
-                    Mode::NoFit => {}
-                }
-            }
-            let (fp, m) = match (fit, preempt) {
-                (Some(fp), _) => (fp, Mode::Fit),
-                (None, Some(fp)) => (fp, Mode::Preempt),
-                (None, None) => return no_fit(&ps.name, reasons),
+        let placed = match a.place(ps) {
+            Ok(placed) => placed,
+            Err(f) => return no_fit(f),
+        };
+        for reqs in placed.chunk_by(|x, y| x.0 == y.0) {
+            let group = &q.cqs[cq].groups[reqs[0].0];
+            let (fp, m, reasons) = match a.choose_flavor(ps, group, reqs, &totals) {
+                Ok(chosen) => chosen,
+                Err(f) => return no_fit(f),
             };
             if m == Mode::Preempt && failure.is_none() {
                 failure = Some(Failure {
@@ -266,24 +173,184 @@ pub(crate) fn assign(
         chosen.sort_unstable();
         flavors.push(chosen);
     }
-    totals.sort_unstable_by_key(|(fr, _)| *fr);
-    let need: Vec<(usize, Quantity)> = totals
-        .iter()
-        .map(|&(fr, t)| (fr, max0(t - credit(fr))))
-        .filter(|(_, n)| !n.is_zero())
-        .collect();
-    let short = need
-        .iter()
-        .filter(|&&(fr, n)| n > q.tree.available(usage, cq, fr))
-        .map(|(fr, _)| *fr)
-        .collect();
-    Assignment {
-        mode,
-        flavors,
-        totals,
-        need,
-        short,
-        failure,
+    a.finish(mode, flavors, totals, failure)
+}
+
+/// One flavor assignment in progress: a Workload in ClusterQueue `cq` against `usage`.
+struct Assigner<'a> {
+    q: &'a Queues,
+    usage: &'a Usage,
+    cq: usize,
+    replacing: Option<&'a Replacing<'a>>,
+}
+
+impl Assigner<'_> {
+    fn credit(&self, fr: usize) -> Quantity {
+        self.replacing.map_or(Quantity::ZERO, |r| r.credit(fr))
+    }
+
+    /// Each request of a PodSet as (group, position in the group, request index), by group; an
+    /// uncovered resource makes the Workload not fit.
+    fn place(&self, ps: &PodSetRequests) -> Result<Vec<(usize, usize, usize)>, Failure> {
+        let info = &self.q.cqs[self.cq];
+        let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(ps.requests.len());
+        for (ri, r) in ps.requests.iter().enumerate() {
+            match r
+                .res
+                .and_then(|id| info.group_of.get(id).copied().flatten())
+            {
+                Some((g, pos)) => placed.push((g, pos, ri)),
+                None => {
+                    return Err(failure(
+                        &ps.name,
+                        vec![Reason::Uncovered {
+                            resource: r.name.clone(),
+                        }],
+                    ));
+                }
+            }
+        }
+        placed.sort_unstable();
+        Ok(placed)
+    }
+
+    /// The flavor positions to try for one group: the replaced slice's flavor for this PodSet
+    /// (sticky), else all in order.
+    fn candidates(
+        &self,
+        ps: &PodSetRequests,
+        group: &QuotaGroup,
+        reqs: &[(usize, usize, usize)],
+    ) -> Result<Range<usize>, Failure> {
+        let sticky = self
+            .replacing
+            .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
+            .and_then(|(_, fl)| {
+                reqs.iter().find_map(|&(_, _, ri)| {
+                    fl.iter()
+                        .find(|(res, _)| *res == ps.requests[ri].name)
+                        .map(|(_, f)| *f)
+                })
+            });
+        let Some(f) = sticky else {
+            return Ok(0..group.flavors.len());
+        };
+        match group.flavors.iter().position(|x| *x == f) {
+            Some(p) => Ok(p..p + 1),
+            None => Err(failure(
+                &ps.name,
+                vec![Reason::Sticky {
+                    flavor: f,
+                    resource: ps.requests[reqs[0].2].name.clone(),
+                }],
+            )),
+        }
+    }
+
+    /// The first flavor where every request of the group fits, else the first that fits after
+    /// preemption, with the reasons the flavors tried before it did not fit.
+    fn choose_flavor(
+        &self,
+        ps: &PodSetRequests,
+        group: &QuotaGroup,
+        reqs: &[(usize, usize, usize)],
+        totals: &[(usize, Quantity)],
+    ) -> Result<(usize, Mode, Vec<Reason>), Failure> {
+        let mut reasons = Vec::new();
+        let mut preempt = None;
+        for fp in self.candidates(ps, group, reqs)? {
+            let fid = group.flavors[fp];
+            if let Some((key, wanted, has)) =
+                conflict(&self.q.flavors[fid].node_labels, &ps.node_selector)
+            {
+                reasons.push(Reason::Selector {
+                    flavor: fid,
+                    key,
+                    wanted,
+                    has,
+                });
+                continue;
+            }
+            match self.try_flavor(ps, &group.fr[fp], reqs, totals, &mut reasons) {
+                Mode::Fit => return Ok((fp, Mode::Fit, reasons)),
+                Mode::Preempt => {
+                    preempt.get_or_insert(fp);
+                }
+                Mode::NoFit => {}
+            }
+        }
+        match preempt {
+            Some(fp) => Ok((fp, Mode::Preempt, reasons)),
+            None => Err(failure(&ps.name, reasons)),
+        }
+    }
+
+    /// How the group's requests fit in one flavor (`row`: its (flavor, resource) ids), adding
+    /// a reason per request that does not.
+    fn try_flavor(
+        &self,
+        ps: &PodSetRequests,
+        row: &[usize],
+        reqs: &[(usize, usize, usize)],
+        totals: &[(usize, Quantity)],
+        reasons: &mut Vec<Reason>,
+    ) -> Mode {
+        let tree = &self.q.tree;
+        let mut m = Mode::Fit;
+        for &(_, pos, ri) in reqs {
+            let fr = row[pos];
+            let total = get(totals, fr) + ps.requests[ri].total;
+            let credit = self.credit(fr);
+            let need = max0(total - credit);
+            let potential = tree.potential(self.cq, fr);
+            let available = tree.available(self.usage, self.cq, fr);
+            let exceeds_max = need > potential;
+            if exceeds_max || need > available {
+                reasons.push(Reason::Quota {
+                    fr,
+                    need,
+                    total,
+                    credit,
+                    available,
+                    potential,
+                    exceeds_max,
+                });
+                if exceeds_max {
+                    return Mode::NoFit;
+                }
+                m = Mode::Preempt;
+            }
+        }
+        m
+    }
+
+    /// What must fit (totals minus the replaced slice's credit) and where it is short now.
+    fn finish(
+        &self,
+        mode: Mode,
+        flavors: Vec<Vec<(usize, usize)>>,
+        mut totals: Vec<(usize, Quantity)>,
+        failure: Option<Failure>,
+    ) -> Assignment {
+        totals.sort_unstable_by_key(|(fr, _)| *fr);
+        let need: Vec<(usize, Quantity)> = totals
+            .iter()
+            .map(|&(fr, t)| (fr, max0(t - self.credit(fr))))
+            .filter(|(_, n)| !n.is_zero())
+            .collect();
+        let short = need
+            .iter()
+            .filter(|&&(fr, n)| n > self.q.tree.available(self.usage, self.cq, fr))
+            .map(|(fr, _)| *fr)
+            .collect();
+        Assignment {
+            mode,
+            flavors,
+            totals,
+            need,
+            short,
+            failure,
+        }
     }
 }
 
@@ -335,46 +402,60 @@ pub(crate) fn message(q: &Queues, cq: usize, failure: &Failure, replacing: Optio
                 q.flavors[*flavor].name,
                 replacing.unwrap_or("?")
             ),
-            Reason::Quota {
-                fr,
-                need,
-                total,
-                credit,
-                available,
-                potential,
-                exceeds_max,
-            } => {
-                let (res, flavor) = (q.resource_name(*fr), q.flavor_name(*fr));
-                let delta = match replacing {
-                    Some(old) if !credit.is_zero() => {
-                        format!(" ({total} for this slice minus {credit} held by {old})")
-                    }
-                    _ => String::new(),
-                };
-                let nominal = q.tree.nodes[cq].quota[*fr].nominal;
-                let available = max0(*available);
-                if *exceeds_max {
-                    let limit = match (
-                        q.tree.nodes[cq].parent,
-                        q.tree.nodes[cq].quota[*fr].borrowing_limit,
-                    ) {
-                        (None, _) => String::new(),
-                        (Some(_), Some(bl)) => format!(" with borrowing limit {bl}"),
-                        (Some(_), None) => " with all the cohort can lend".to_string(),
-                    };
-                    write!(
-                        s,
-                        "insufficient quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal}; the maximum is {potential}{limit}, so it can never fit"
-                    )
-                } else {
-                    write!(
-                        s,
-                        "insufficient unused quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal} ({} more needed)",
-                        *need - available
-                    )
-                }
-            }
+            Reason::Quota { .. } => write_quota_reason(&mut s, q, cq, r, replacing),
         };
     }
     s
+}
+
+/// A [`Reason::Quota`]: what was requested (a replacement: its delta), what is available of the
+/// nominal quota, and whether it can ever fit.
+fn write_quota_reason(
+    s: &mut String,
+    q: &Queues,
+    cq: usize,
+    reason: &Reason,
+    replacing: Option<&str>,
+) -> std::fmt::Result {
+    let Reason::Quota {
+        fr,
+        need,
+        total,
+        credit,
+        available,
+        potential,
+        exceeds_max,
+    } = reason
+    else {
+        return Ok(());
+    };
+    let cq_name = &q.cqs[cq].name;
+    let (res, flavor) = (q.resource_name(*fr), q.flavor_name(*fr));
+    let delta = match replacing {
+        Some(old) if !credit.is_zero() => {
+            format!(" ({total} for this slice minus {credit} held by {old})")
+        }
+        _ => String::new(),
+    };
+    let nominal = q.tree.nodes[cq].quota[*fr].nominal;
+    let available = max0(*available);
+    if !*exceeds_max {
+        return write!(
+            s,
+            "insufficient unused quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal} ({} more needed)",
+            *need - available
+        );
+    }
+    let limit = match (
+        q.tree.nodes[cq].parent,
+        q.tree.nodes[cq].quota[*fr].borrowing_limit,
+    ) {
+        (None, _) => String::new(),
+        (Some(_), Some(bl)) => format!(" with borrowing limit {bl}"),
+        (Some(_), None) => " with all the cohort can lend".to_string(),
+    };
+    write!(
+        s,
+        "insufficient quota for {res} in flavor {flavor} of ClusterQueue {cq_name}: requested {need}{delta}, {available} available of nominal {nominal}; the maximum is {potential}{limit}, so it can never fit"
+    )
 }

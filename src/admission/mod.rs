@@ -29,13 +29,23 @@
 //!
 //! [`Scheduler`] keeps the indexed snapshot between passes (the controller's loop, the CLI, the
 //! benchmark); [`run_until_stable`] runs passes until nothing changes.
+//!
+//! Modules, in the order data flows through them: `index` builds the view once (`queues`:
+//! flavors, ClusterQueues, LocalQueues, priority classes; `cohorts`: quotas and the cohort tree;
+//! `workloads`: one entry per Workload with its requests and held quota); `cycle` runs a pass
+//! (`evict_without_quota`, `nominate`, `process_entry` → `flavors::assign` and
+//! `preemption::targets`, `report_usage`) over `quota`'s resource-node arithmetic; `status` turns
+//! decisions into Kueue status values.
 
+mod cohorts;
 mod cycle;
 mod flavors;
+mod index;
 mod preemption;
+mod queues;
 mod quota;
-mod snapshot;
 mod status;
+mod workloads;
 
 #[cfg(test)]
 mod proptests;
@@ -58,7 +68,7 @@ use crate::types::kueue::{
     Admission, ClusterQueue, Cohort, FlavorUsage, LocalQueue, LocalQueueFlavorUsage,
     ResourceFlavor, Workload, WorkloadPriorityClass, WorkloadStatus,
 };
-use snapshot::Index;
+use index::Index;
 
 /// The objects admission decides on.
 #[derive(Clone, Debug, Default)]
@@ -282,7 +292,7 @@ impl Scheduler {
         let info = self.index.q.derive(&self.snapshot.workloads[i]);
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
-        self.index.workloads[i] = snapshot::WlInfo { duplicate, ..info };
+        self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };
         if rekey {
             self.index.reindex_keys();
         }

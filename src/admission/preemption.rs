@@ -9,8 +9,8 @@
 //! admitted first), added until the preemptor fits, then every one that is not needed is dropped
 //! again walking back: a minimal set.
 
+use super::index::Index;
 use super::quota::Usage;
-use super::snapshot::Index;
 use crate::quantity::Quantity;
 use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue};
 
@@ -143,26 +143,7 @@ pub(crate) fn targets(
     ex: &Exclusions,
 ) -> Vec<Victim> {
     let cq = &ix.q.cqs[p.cq];
-    let me = &ix.workloads[p.workload];
-    let eligible = |w: usize| !ex.gone[w] && Some(w) != p.spare && w != p.workload;
-    let mut candidates = Vec::new();
-    if cq.within != WithinClusterQueue::Never {
-        for &w in &admitted_by_cq[p.cq] {
-            let v = &ix.workloads[w];
-            let allowed = v.priority < me.priority
-                || (cq.within == WithinClusterQueue::LowerOrNewerEqualPriority
-                    && v.priority == me.priority
-                    && (v.created, &v.key) > (me.created, &me.key));
-            if eligible(w) && allowed && uses_any(ix, w, p.short) {
-                candidates.push(Candidate {
-                    workload: w,
-                    cq: p.cq,
-                    same_queue: true,
-                    evicting: ex.evicting[w],
-                });
-            }
-        }
-    }
+    let mut candidates = within_queue(ix, admitted_by_cq, p, ex);
     // Candidates from other ClusterQueues are only ever tried while the preemptor's is under its
     // nominal quota where it is short (see below): otherwise do not collect them.
     let under_nominal = p
@@ -173,29 +154,97 @@ pub(crate) fn targets(
         && cq.reclaim != ReclaimWithinCohort::Never
         && ix.q.tree.nodes[p.cq].parent.is_some()
     {
-        for &other in ix.q.tree_cqs.get(&cq.root).into_iter().flatten() {
-            if other == p.cq || !borrowing(ix, usage, other, p.short) {
-                continue;
-            }
-            for &w in &admitted_by_cq[other] {
-                let v = &ix.workloads[w];
-                let allowed = cq.reclaim == ReclaimWithinCohort::Any || v.priority < me.priority;
-                if eligible(w) && allowed && uses_any(ix, w, p.short) {
-                    candidates.push(Candidate {
-                        workload: w,
-                        cq: other,
-                        same_queue: false,
-                        evicting: ex.evicting[w],
-                    });
-                }
-            }
-        }
+        candidates.extend(in_cohort(ix, usage, admitted_by_cq, p, ex));
     }
     if candidates.is_empty() {
         return Vec::new();
     }
-    // Kueue's order: being evicted already, other ClusterQueues, lower priority, most recently
-    // admitted first; then the key
+    let candidates = in_kueue_order(ix, candidates);
+    let all: Vec<&Candidate> = candidates.iter().collect();
+    if all.iter().all(|c| c.same_queue) {
+        return minimal(ix, usage, p, &all, true);
+    }
+    // reclaim from the cohort only while under nominal quota where it is short
+    if under_nominal {
+        let t = minimal(ix, usage, p, &all, false);
+        if !t.is_empty() {
+            return t;
+        }
+    }
+    let own: Vec<&Candidate> = candidates.iter().filter(|c| c.same_queue).collect();
+    minimal(ix, usage, p, &own, true)
+}
+
+fn eligible(p: &Preemptor, ex: &Exclusions, w: usize) -> bool {
+    !ex.gone[w] && Some(w) != p.spare && w != p.workload
+}
+
+/// Holders in the preemptor's own ClusterQueue that `withinClusterQueue` lets it preempt.
+fn within_queue(
+    ix: &Index,
+    admitted_by_cq: &[Vec<usize>],
+    p: &Preemptor,
+    ex: &Exclusions,
+) -> Vec<Candidate> {
+    let cq = &ix.q.cqs[p.cq];
+    let me = &ix.workloads[p.workload];
+    if cq.within == WithinClusterQueue::Never {
+        return Vec::new();
+    }
+    let mut candidates = Vec::new();
+    for &w in &admitted_by_cq[p.cq] {
+        let v = &ix.workloads[w];
+        let allowed = v.priority < me.priority
+            || (cq.within == WithinClusterQueue::LowerOrNewerEqualPriority
+                && v.priority == me.priority
+                && (v.created, &v.key) > (me.created, &me.key));
+        if eligible(p, ex, w) && allowed && uses_any(ix, w, p.short) {
+            candidates.push(Candidate {
+                workload: w,
+                cq: p.cq,
+                same_queue: true,
+                evicting: ex.evicting[w],
+            });
+        }
+    }
+    candidates
+}
+
+/// Holders in other ClusterQueues of the cohort tree, borrowing where the preemptor is short,
+/// that `reclaimWithinCohort` lets it preempt.
+fn in_cohort(
+    ix: &Index,
+    usage: &Usage,
+    admitted_by_cq: &[Vec<usize>],
+    p: &Preemptor,
+    ex: &Exclusions,
+) -> Vec<Candidate> {
+    let cq = &ix.q.cqs[p.cq];
+    let me = &ix.workloads[p.workload];
+    let mut candidates = Vec::new();
+    for &other in ix.q.tree_cqs.get(&cq.root).into_iter().flatten() {
+        if other == p.cq || !borrowing(ix, usage, other, p.short) {
+            continue;
+        }
+        for &w in &admitted_by_cq[other] {
+            let v = &ix.workloads[w];
+            let allowed = cq.reclaim == ReclaimWithinCohort::Any || v.priority < me.priority;
+            if eligible(p, ex, w) && allowed && uses_any(ix, w, p.short) {
+                candidates.push(Candidate {
+                    workload: w,
+                    cq: other,
+                    same_queue: false,
+                    evicting: ex.evicting[w],
+                });
+            }
+        }
+    }
+    candidates
+}
+
+/// Kueue's order: being evicted already, other ClusterQueues, lower priority, most recently
+/// admitted first; then the key.
+fn in_kueue_order(ix: &Index, candidates: Vec<Candidate>) -> Vec<Candidate> {
     let mut keyed: Vec<_> = candidates
         .into_iter()
         .map(|c| {
@@ -211,18 +260,5 @@ pub(crate) fn targets(
         })
         .collect();
     keyed.sort_unstable_by_key(|(k, _)| *k);
-    let candidates: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
-    let all: Vec<&Candidate> = candidates.iter().collect();
-    if all.iter().all(|c| c.same_queue) {
-        return minimal(ix, usage, p, &all, true);
-    }
-    // reclaim from the cohort only while under nominal quota where it is short
-    if under_nominal {
-        let t = minimal(ix, usage, p, &all, false);
-        if !t.is_empty() {
-            return t;
-        }
-    }
-    let own: Vec<&Candidate> = candidates.iter().filter(|c| c.same_queue).collect();
-    minimal(ix, usage, p, &own, true)
+    keyed.into_iter().map(|(_, c)| c).collect()
 }

@@ -109,83 +109,14 @@ fn random_snapshot(rng: &mut Rng) -> (Snapshot, Model) {
     };
     let n_cohorts = rng.int(1, 3) as usize;
     for i in 0..n_cohorts {
-        let parent = (i > 0 && rng.chance(50)).then(|| rng.below(i as u64) as usize);
-        let mut quota = BTreeMap::new();
-        let mut own = Vec::new();
-        if rng.chance(30) {
-            for f in &flavors {
-                for r in RESOURCES {
-                    quota.insert(
-                        (f.clone(), r.to_string()),
-                        Limits {
-                            nominal: rng.int(0, 6),
-                            borrowing: (parent.is_some() && rng.chance(40)).then(|| rng.int(0, 4)),
-                            lending: None,
-                        },
-                    );
-                }
-            }
-            own = flavors.clone();
-        }
-        s.cohorts.push(cohort(
-            &format!("co{i}"),
-            parent.map(|p| format!("co{p}")).as_deref(),
-            quota_groups(&own, &quota),
-        ));
+        let (c, parent, quota) = random_cohort(rng, i, &flavors);
+        s.cohorts.push(c);
         model.cohorts.push((parent, quota));
     }
     let n_cqs = rng.int(1, 6);
     for i in 0..n_cqs {
         let name = format!("cq{i}");
-        let cohort_ix = rng.chance(80).then(|| rng.below(n_cohorts as u64) as usize);
-        // a random non-empty ordered subset of the flavors
-        let mut fl = flavors.clone();
-        for k in (1..fl.len()).rev() {
-            fl.swap(k, rng.below(k as u64 + 1) as usize);
-        }
-        fl.truncate(rng.int(1, fl.len() as i64) as usize);
-        let mut quota = BTreeMap::new();
-        for f in &fl {
-            for r in RESOURCES {
-                let nominal = rng.int(0, 10);
-                quota.insert(
-                    (f.clone(), r.to_string()),
-                    Limits {
-                        nominal,
-                        borrowing: (cohort_ix.is_some() && rng.chance(40)).then(|| rng.int(0, 5)),
-                        lending: (cohort_ix.is_some() && rng.chance(30))
-                            .then(|| rng.int(0, nominal)),
-                    },
-                );
-            }
-        }
-        let mut c = cq_groups(
-            &name,
-            cohort_ix.map(|x| format!("co{x}")).as_deref(),
-            quota_groups(&fl, &quota),
-        );
-        c.spec.queueing_strategy = Some(if rng.chance(30) {
-            QueueingStrategy::StrictFIFO
-        } else {
-            QueueingStrategy::BestEffortFIFO
-        });
-        c.spec.preemption = Some(ClusterQueuePreemption {
-            within_cluster_queue: Some(
-                [
-                    WithinClusterQueue::Never,
-                    WithinClusterQueue::LowerPriority,
-                    WithinClusterQueue::LowerOrNewerEqualPriority,
-                ][rng.below(3) as usize],
-            ),
-            reclaim_within_cohort: Some(
-                [
-                    ReclaimWithinCohort::Never,
-                    ReclaimWithinCohort::LowerPriority,
-                    ReclaimWithinCohort::Any,
-                ][rng.below(3) as usize],
-            ),
-            borrow_within_cohort: None,
-        });
+        let (c, cohort_ix, quota) = random_cluster_queue(rng, &name, &flavors, n_cohorts);
         s.cluster_queues.push(c);
         s.local_queues.push(lq(&name, &name));
         model.cqs.insert(name, (cohort_ix, quota));
@@ -204,6 +135,101 @@ fn random_snapshot(rng: &mut Rng) -> (Snapshot, Model) {
         s.workloads.push(created(w, rng.int(0, 20)));
     }
     (s, model)
+}
+
+/// Cohort `co{i}`, under an earlier cohort half of the time, with its own quota 30 % of the time.
+fn random_cohort(
+    rng: &mut Rng,
+    i: usize,
+    flavors: &[String],
+) -> (Cohort, Option<usize>, BTreeMap<(String, String), Limits>) {
+    let parent = (i > 0 && rng.chance(50)).then(|| rng.below(i as u64) as usize);
+    let mut quota = BTreeMap::new();
+    let mut own = Vec::new();
+    if rng.chance(30) {
+        for f in flavors {
+            for r in RESOURCES {
+                quota.insert(
+                    (f.clone(), r.to_string()),
+                    Limits {
+                        nominal: rng.int(0, 6),
+                        borrowing: (parent.is_some() && rng.chance(40)).then(|| rng.int(0, 4)),
+                        lending: None,
+                    },
+                );
+            }
+        }
+        own = flavors.to_vec();
+    }
+    let c = cohort(
+        &format!("co{i}"),
+        parent.map(|p| format!("co{p}")).as_deref(),
+        quota_groups(&own, &quota),
+    );
+    (c, parent, quota)
+}
+
+/// A ClusterQueue in a random cohort (80 %), over a random ordered subset of the flavors, with
+/// random limits, queueing strategy and preemption policy.
+fn random_cluster_queue(
+    rng: &mut Rng,
+    name: &str,
+    flavors: &[String],
+    n_cohorts: usize,
+) -> (
+    ClusterQueue,
+    Option<usize>,
+    BTreeMap<(String, String), Limits>,
+) {
+    let cohort_ix = rng.chance(80).then(|| rng.below(n_cohorts as u64) as usize);
+    // a random non-empty ordered subset of the flavors
+    let mut fl = flavors.to_vec();
+    for k in (1..fl.len()).rev() {
+        fl.swap(k, rng.below(k as u64 + 1) as usize);
+    }
+    fl.truncate(rng.int(1, fl.len() as i64) as usize);
+    let mut quota = BTreeMap::new();
+    for f in &fl {
+        for r in RESOURCES {
+            let nominal = rng.int(0, 10);
+            quota.insert(
+                (f.clone(), r.to_string()),
+                Limits {
+                    nominal,
+                    borrowing: (cohort_ix.is_some() && rng.chance(40)).then(|| rng.int(0, 5)),
+                    lending: (cohort_ix.is_some() && rng.chance(30)).then(|| rng.int(0, nominal)),
+                },
+            );
+        }
+    }
+    let mut c = cq_groups(
+        name,
+        cohort_ix.map(|x| format!("co{x}")).as_deref(),
+        quota_groups(&fl, &quota),
+    );
+    c.spec.queueing_strategy = Some(if rng.chance(30) {
+        QueueingStrategy::StrictFIFO
+    } else {
+        QueueingStrategy::BestEffortFIFO
+    });
+    c.spec.preemption = Some(ClusterQueuePreemption {
+        within_cluster_queue: Some(
+            [
+                WithinClusterQueue::Never,
+                WithinClusterQueue::LowerPriority,
+                WithinClusterQueue::LowerOrNewerEqualPriority,
+            ][rng.below(3) as usize],
+        ),
+        reclaim_within_cohort: Some(
+            [
+                ReclaimWithinCohort::Never,
+                ReclaimWithinCohort::LowerPriority,
+                ReclaimWithinCohort::Any,
+            ][rng.below(3) as usize],
+        ),
+        borrow_within_cohort: None,
+    });
+    (c, cohort_ix, quota)
 }
 
 fn random_podset(rng: &mut Rng, name: &str) -> PodSet {
@@ -329,68 +355,82 @@ fn check_capacity(
     frs.sort();
     frs.dedup();
     for (f, r) in &frs {
-        let limits = |q: &BTreeMap<(String, String), Limits>| {
-            q.get(&(f.clone(), r.clone())).copied().unwrap_or_default()
+        check_pair_capacity(model, usage, f, r)?;
+    }
+    Ok(())
+}
+
+/// One (flavor, resource): no ClusterQueue uses more than its nominal quota plus borrowing
+/// limit, and no cohort holds more than its subtree quota (plus its own borrowing limit).
+fn check_pair_capacity(
+    model: &Model,
+    usage: &BTreeMap<(String, String, String), Quantity>,
+    f: &str,
+    r: &str,
+) -> Result<(), String> {
+    let limits = |q: &BTreeMap<(String, String), Limits>| {
+        q.get(&(f.to_string(), r.to_string()))
+            .copied()
+            .unwrap_or_default()
+    };
+    let q = |n: i64| scaled(n, r);
+    let guaranteed = |subtree: Quantity, l: Limits| match l.lending {
+        Some(x) if subtree > q(x) => subtree - q(x),
+        _ => Quantity::ZERO,
+    };
+    // per cohort: (subtree quota, usage stored in it)
+    let n = model.cohorts.len();
+    let mut subtree: Vec<Quantity> = model
+        .cohorts
+        .iter()
+        .map(|(_, c)| q(limits(c).nominal))
+        .collect();
+    let mut stored = vec![Quantity::ZERO; n];
+    for (name, (cohort, quota)) in &model.cqs {
+        let l = limits(quota);
+        let used = usage
+            .get(&(name.clone(), f.to_string(), r.to_string()))
+            .copied()
+            .unwrap_or_default();
+        let cap = match (cohort, l.borrowing) {
+            (None, _) => Some(q(l.nominal)),
+            (Some(_), Some(b)) => Some(q(l.nominal + b)),
+            (Some(_), None) => None,
         };
-        let q = |n: i64| scaled(n, r);
-        let guaranteed = |subtree: Quantity, l: Limits| match l.lending {
-            Some(x) if subtree > q(x) => subtree - q(x),
-            _ => Quantity::ZERO,
-        };
-        // per cohort: (subtree quota, usage stored in it)
-        let n = model.cohorts.len();
-        let mut subtree: Vec<Quantity> = model
-            .cohorts
-            .iter()
-            .map(|(_, c)| q(limits(c).nominal))
-            .collect();
-        let mut stored = vec![Quantity::ZERO; n];
-        for (name, (cohort, quota)) in &model.cqs {
-            let l = limits(quota);
-            let used = usage
-                .get(&(name.clone(), f.clone(), r.clone()))
-                .copied()
-                .unwrap_or_default();
-            let cap = match (cohort, l.borrowing) {
-                (None, _) => Some(q(l.nominal)),
-                (Some(_), Some(b)) => Some(q(l.nominal + b)),
-                (Some(_), None) => None,
-            };
-            if let Some(cap) = cap
-                && used > cap
-            {
-                return Err(format!("{name} uses {used} of {f}/{r}, more than {cap}"));
-            }
-            if let Some(c) = cohort {
-                let g = guaranteed(q(l.nominal), l);
-                subtree[*c] += q(l.nominal) - g;
-                if used > g {
-                    stored[*c] += used - g;
-                }
+        if let Some(cap) = cap
+            && used > cap
+        {
+            return Err(format!("{name} uses {used} of {f}/{r}, more than {cap}"));
+        }
+        if let Some(c) = cohort {
+            let g = guaranteed(q(l.nominal), l);
+            subtree[*c] += q(l.nominal) - g;
+            if used > g {
+                stored[*c] += used - g;
             }
         }
-        // children have higher indexes than their parents: fold bottom-up
-        for c in (0..n).rev() {
-            let (parent, quota) = &model.cohorts[c];
-            let l = limits(quota);
-            let cap = match (parent, l.borrowing) {
-                (None, _) => Some(subtree[c]),
-                (Some(_), Some(b)) => Some(subtree[c] + q(b)),
-                (Some(_), None) => None,
-            };
-            if let Some(cap) = cap
-                && stored[c] > cap
-            {
-                return Err(format!(
-                    "cohort co{c} holds {} of {f}/{r}, more than {cap}",
-                    stored[c]
-                ));
-            }
-            if let Some(p) = parent {
-                let (s, u) = (subtree[c], stored[c]);
-                subtree[*p] += s;
-                stored[*p] += u;
-            }
+    }
+    // children have higher indexes than their parents: fold bottom-up
+    for c in (0..n).rev() {
+        let (parent, quota) = &model.cohorts[c];
+        let l = limits(quota);
+        let cap = match (parent, l.borrowing) {
+            (None, _) => Some(subtree[c]),
+            (Some(_), Some(b)) => Some(subtree[c] + q(b)),
+            (Some(_), None) => None,
+        };
+        if let Some(cap) = cap
+            && stored[c] > cap
+        {
+            return Err(format!(
+                "cohort co{c} holds {} of {f}/{r}, more than {cap}",
+                stored[c]
+            ));
+        }
+        if let Some(p) = parent {
+            let (s, u) = (subtree[c], stored[c]);
+            subtree[*p] += s;
+            stored[*p] += u;
         }
     }
     Ok(())
@@ -499,43 +539,53 @@ fn run_case(seed: u64) -> Result<(), String> {
                     });
                 }
             }
-            4 => {
-                for w in holders {
-                    let s = sched
-                        .snapshot()
-                        .workloads
-                        .iter()
-                        .find(|x| {
-                            format!("default/{}", x.metadata.name.as_deref().unwrap_or("")) == w
-                        })
-                        .and_then(|x| x.status.clone());
-                    if is_evicted(s.as_ref()) {
-                        sched.update_workload(&w, |x| {
-                            x.status = Some(release_quota(x.status.as_ref(), None, now))
-                        });
-                    }
-                }
-            }
-            _ => {
-                let r = sched.cycle();
-                if r != sched.cycle() {
-                    return Err("cycle is not deterministic".into());
-                }
-                if r != cycle(sched.snapshot(), &options) {
-                    return Err("the kept index disagrees with a fresh one".into());
-                }
-                sched.apply(&r, now);
-                let rows = reported(&r);
-                check_capacity(&model, &rows)?;
-                let held = held(sched.snapshot());
-                if rows != held {
-                    return Err(format!("reported usage {rows:?} != held usage {held:?}"));
-                }
-                check_slices(&r, sched.snapshot())?;
-            }
+            4 => release_evicted(&mut sched, holders, now),
+            _ => check_pass(&mut sched, &options, &model, now)?,
         }
     }
     Ok(())
+}
+
+/// The owner's side of an eviction: evicted holders' pods are gone, their quota released.
+fn release_evicted(sched: &mut Scheduler, holders: Vec<String>, now: Timestamp) {
+    for w in holders {
+        let s = sched
+            .snapshot()
+            .workloads
+            .iter()
+            .find(|x| format!("default/{}", x.metadata.name.as_deref().unwrap_or("")) == w)
+            .and_then(|x| x.status.clone());
+        if is_evicted(s.as_ref()) {
+            sched.update_workload(&w, |x| {
+                x.status = Some(release_quota(x.status.as_ref(), None, now))
+            });
+        }
+    }
+}
+
+/// One pass: deterministic, equal to a fresh index's, within capacity, reporting exactly the
+/// usage held, and slices finished only with their replacements.
+fn check_pass(
+    sched: &mut Scheduler,
+    options: &Options,
+    model: &Model,
+    now: Timestamp,
+) -> Result<(), String> {
+    let r = sched.cycle();
+    if r != sched.cycle() {
+        return Err("cycle is not deterministic".into());
+    }
+    if r != cycle(sched.snapshot(), options) {
+        return Err("the kept index disagrees with a fresh one".into());
+    }
+    sched.apply(&r, now);
+    let rows = reported(&r);
+    check_capacity(model, &rows)?;
+    let held = held(sched.snapshot());
+    if rows != held {
+        return Err(format!("reported usage {rows:?} != held usage {held:?}"));
+    }
+    check_slices(&r, sched.snapshot())
 }
 
 proptest! {

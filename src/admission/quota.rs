@@ -11,7 +11,7 @@ use crate::quantity::Quantity;
 
 /// Quota of one node for one (flavor, resource).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct FrQuota {
+pub(crate) struct FlavorResourceQuota {
     pub nominal: Quantity,
     /// `None`: may borrow without limit.
     pub borrowing_limit: Option<Quantity>,
@@ -23,7 +23,7 @@ pub(crate) struct FrQuota {
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
     pub parent: Option<usize>,
-    pub quota: Vec<FrQuota>,
+    pub quota: Vec<FlavorResourceQuota>,
     pub subtree: Vec<Quantity>,
     pub guaranteed: Vec<Quantity>,
 }
@@ -72,7 +72,7 @@ impl Tree {
     }
 
     /// Adds a node with its own quota (dense, `n_fr` long); parents are linked later.
-    pub fn push(&mut self, quota: Vec<FrQuota>) -> usize {
+    pub fn push(&mut self, quota: Vec<FlavorResourceQuota>) -> usize {
         debug_assert_eq!(quota.len(), self.n_fr);
         self.nodes.push(Node {
             parent: None,
@@ -177,8 +177,8 @@ mod tests {
         Quantity::from_units(n)
     }
 
-    fn fq(nominal: i64, bl: Option<i64>, ll: Option<i64>) -> Vec<FrQuota> {
-        vec![FrQuota {
+    fn fq(nominal: i64, bl: Option<i64>, ll: Option<i64>) -> Vec<FlavorResourceQuota> {
+        vec![FlavorResourceQuota {
             nominal: q(nominal),
             borrowing_limit: bl.map(q),
             lending_limit: ll.map(q),

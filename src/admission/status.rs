@@ -157,39 +157,7 @@ pub fn apply_decision(
     let c = &mut s.conditions;
     match decision {
         Decision::Admit { admission, .. } => {
-            let message = format!("Quota reserved in ClusterQueue {}", admission.cluster_queue);
-            set(
-                c,
-                condition::QUOTA_RESERVED,
-                true,
-                reason::QUOTA_RESERVED,
-                &message,
-                generation,
-                now,
-            );
-            set(
-                c,
-                condition::ADMITTED,
-                true,
-                reason::ADMITTED,
-                "The workload is admitted",
-                generation,
-                now,
-            );
-            reset(
-                c,
-                condition::EVICTED,
-                reason::QUOTA_RESERVED,
-                generation,
-                now,
-            );
-            reset(
-                c,
-                condition::PREEMPTED,
-                reason::QUOTA_RESERVED,
-                generation,
-                now,
-            );
+            set_reserved(c, &admission.cluster_queue, generation, now);
             s.admission = Some(admission.clone());
         }
         Decision::Pending {
@@ -209,25 +177,7 @@ pub fn apply_decision(
             reason: why,
             message,
             ..
-        } => {
-            set(c, condition::EVICTED, true, why, message, generation, now);
-            if why == reason::PREEMPTED {
-                let kind = if message.contains(PREEMPTED_IN_COHORT) {
-                    "InCohortReclamation"
-                } else {
-                    "InClusterQueue"
-                };
-                set(
-                    c,
-                    condition::PREEMPTED,
-                    true,
-                    kind,
-                    message,
-                    generation,
-                    now,
-                );
-            }
-        }
+        } => set_evicted(c, why, message, generation, now),
         Decision::FinishReplaced { replaced_by, .. } => {
             set(
                 c,
@@ -241,6 +191,66 @@ pub fn apply_decision(
         }
     }
     s
+}
+
+/// `QuotaReserved=True` and `Admitted=True` in `cluster_queue`; a past eviction or preemption is
+/// reset to False ("Previously: ...").
+fn set_reserved(
+    c: &mut Vec<Condition>,
+    cluster_queue: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let message = format!("Quota reserved in ClusterQueue {cluster_queue}");
+    set(
+        c,
+        condition::QUOTA_RESERVED,
+        true,
+        reason::QUOTA_RESERVED,
+        &message,
+        generation,
+        now,
+    );
+    set(
+        c,
+        condition::ADMITTED,
+        true,
+        reason::ADMITTED,
+        "The workload is admitted",
+        generation,
+        now,
+    );
+    for type_ in [condition::EVICTED, condition::PREEMPTED] {
+        reset(c, type_, reason::QUOTA_RESERVED, generation, now);
+    }
+}
+
+/// `Evicted=True` with `why`; a preemption also sets `Preempted=True` with Kueue's kind of
+/// preemption (read from the message).
+fn set_evicted(
+    c: &mut Vec<Condition>,
+    why: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set(c, condition::EVICTED, true, why, message, generation, now);
+    if why == reason::PREEMPTED {
+        let kind = if message.contains(PREEMPTED_IN_COHORT) {
+            "InCohortReclamation"
+        } else {
+            "InClusterQueue"
+        };
+        set(
+            c,
+            condition::PREEMPTED,
+            true,
+            kind,
+            message,
+            generation,
+            now,
+        );
+    }
 }
 
 /// The status once an evicted Workload's pods are gone: the reservation is released and the

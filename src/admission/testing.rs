@@ -34,6 +34,7 @@ pub fn flavor_with_labels(name: &str, labels: &[(&str, &str)]) -> ResourceFlavor
                     .collect(),
             ),
             topology_name: None,
+            ..Default::default()
         },
     )
 }

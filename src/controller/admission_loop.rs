@@ -7,9 +7,9 @@
 //! *assumed* until the store shows that resourceVersion: a cycle never re-spends quota that the
 //! previous cycle handed out (Kueue's cache assumes workloads the same way).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -31,9 +31,41 @@ const OWNED: [&str; 5] = [
     condition::REQUEUED,
 ];
 
+/// A status this loop wrote that the store may not show yet.
+#[derive(Clone, Debug)]
 struct Assumed {
+    /// The store shows the write (or something newer) from this version on.
     resource_version: u64,
+    /// The version later writes are conditioned on while the assumption holds.
+    decided_rv: String,
     status: WorkloadStatus,
+    /// `Some` for a write whose outcome is unknown (it may have committed, then timed out): the
+    /// assumption is dropped after this instant if the store never showed a newer version.
+    expires: Option<Instant>,
+}
+
+/// How long a write of unknown outcome is assumed to have committed.
+const UNCONFIRMED_FOR: Duration = Duration::from_secs(30);
+
+/// What a cycle sees of a Workload the loop wrote: the assumed status, or the store's again.
+#[derive(Debug, PartialEq)]
+enum Overlay {
+    Keep,
+    Forget,
+}
+
+fn overlay(store_rv: u64, a: &Assumed, now: Instant) -> Overlay {
+    if store_rv >= a.resource_version || a.expires.is_some_and(|e| now >= e) {
+        Overlay::Forget
+    } else {
+        Overlay::Keep
+    }
+}
+
+/// Whether a failed write may still have been committed: the server answered with a Status
+/// (a rejection, a 409) means no; a transport failure or timeout means it may have.
+fn may_have_committed(e: &kube::Error) -> bool {
+    !matches!(e, kube::Error::Api(_))
 }
 
 fn key(w: &Workload) -> String {
@@ -68,6 +100,13 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
         if !ctx.is_leader() {
             continue;
         }
+        // never admit on a partial view (a watch re-listing): quota would look free
+        let unsynced = ctx.stores.ready.pending();
+        if !unsynced.is_empty() {
+            tracing::debug!(?unsynced, "caches not synced: no admission cycle");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
         let snapshot = snapshot(&ctx, &mut assumed);
         let result = admission::cycle(
             &snapshot,
@@ -86,6 +125,8 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
         let mut pending = 0;
         let by_key: HashMap<String, &Workload> =
             snapshot.workloads.iter().map(|w| (key(w), w)).collect();
+        // admissions whose write succeeded: only these finish the slice they replace
+        let mut admitted: HashSet<&str> = HashSet::new();
         for d in &result.decisions {
             if matches!(d, Decision::Pending { .. }) {
                 pending += 1;
@@ -93,7 +134,27 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             let Some(w) = by_key.get(d.workload()).copied() else {
                 continue;
             };
-            if let Err(e) = write_decision(&ctx, w, d, now, &mut assumed).await {
+            if let Decision::FinishReplaced { replaced_by, .. } = d
+                && !admitted.contains(replaced_by.as_str())
+            {
+                tracing::info!(
+                    workload = d.workload(),
+                    replaced_by,
+                    "not finishing the replaced slice: its replacement's admission was not written"
+                );
+                continue;
+            }
+            if !ctx.is_leader() {
+                tracing::info!("leadership lost: the admission loop stops writing");
+                break;
+            }
+            let written = write_decision(&ctx, w, d, now, &mut assumed).await;
+            if written.is_ok()
+                && let Decision::Admit { workload, .. } = d
+            {
+                admitted.insert(workload.as_str());
+            }
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "admission write failed; the next cycle retries");
                 ctx.metrics
                     .errors
@@ -105,11 +166,17 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
         }
         ctx.metrics.pending_slices.set(pending);
         for cq in &result.cluster_queues {
+            if !ctx.is_leader() {
+                break;
+            }
             if let Err(e) = write_cluster_queue(&ctx, cq, now).await {
                 tracing::warn!(error = %e, "ClusterQueue status write failed");
             }
         }
         for lq in &result.local_queues {
+            if !ctx.is_leader() {
+                break;
+            }
             if let Err(e) = write_local_queue(&ctx, lq).await {
                 tracing::warn!(error = %e, "LocalQueue status write failed");
             }
@@ -120,23 +187,31 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
 /// Everything admission reads, with the loop's own not-yet-watched writes laid over the stores.
 fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
     let s = &ctx.stores;
-    let workloads = s
+    let now = Instant::now();
+    let workloads: Vec<Workload> = s
         .workloads
         .state()
         .iter()
         .map(|w| {
             let mut w = w.as_ref().clone();
             let k = key(&w);
-            match assumed.get(&k) {
-                Some(a) if rv(&w) < a.resource_version => w.status = Some(a.status.clone()),
-                Some(_) => {
-                    assumed.remove(&k);
+            if let Some(a) = assumed.get(&k) {
+                match overlay(rv(&w), a, now) {
+                    Overlay::Keep => {
+                        w.status = Some(a.status.clone());
+                        w.metadata.resource_version = Some(a.decided_rv.clone());
+                    }
+                    Overlay::Forget => {
+                        assumed.remove(&k);
+                    }
                 }
-                None => {}
             }
             w
         })
         .collect();
+    // a deleted Workload's assumption goes with it
+    let present: HashSet<String> = workloads.iter().map(key).collect();
+    assumed.retain(|k, _| present.contains(k));
     let namespace_labels = s
         .namespaces
         .as_ref()
@@ -220,22 +295,43 @@ async fn write_decision(
         return Ok(());
     }
     let (ns, name) = k.split_once('/').unwrap_or_default();
+    // conditioned on the version decided on: a 409 means re-read and re-decide next cycle
+    let decided_rv = w.metadata.resource_version.clone().unwrap_or_default();
     let body = json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Workload",
+        "metadata": {"resourceVersion": decided_rv},
         "status": owned(&next, finished),
     });
-    let updated = Api::<Workload>::namespaced(ctx.client.clone(), ns)
+    let written = Api::<Workload>::namespaced(ctx.client.clone(), ns)
         .patch_status(
             name,
             &PatchParams::apply(ADMISSION_MANAGER).force(),
             &Patch::Apply(&body),
         )
-        .await
-        .map_err(|source| Error::WorkloadStatus {
-            name: k.to_string(),
-            source,
-        })?;
+        .await;
+    let updated = match written {
+        Ok(u) => u,
+        Err(source) => {
+            if may_have_committed(&source) {
+                // the write may have landed: spend nothing twice until the store tells
+                tracing::warn!(workload = k, error = %source, "admission write outcome unknown: assuming it committed");
+                assumed.insert(
+                    k.to_string(),
+                    Assumed {
+                        resource_version: rv(w).saturating_add(1),
+                        decided_rv,
+                        status: next,
+                        expires: Some(Instant::now() + UNCONFIRMED_FOR),
+                    },
+                );
+            }
+            return Err(Error::WorkloadStatus {
+                name: k.to_string(),
+                source,
+            });
+        }
+    };
     if let Decision::Admit { .. } = d {
         tracing::info!(workload = k, "admitted");
         if let Ok(mut m) = ctx.admitted_at.lock() {
@@ -246,7 +342,13 @@ async fn write_decision(
         k.to_string(),
         Assumed {
             resource_version: rv(&updated),
+            decided_rv: updated
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default(),
             status: updated.status.unwrap_or_default(),
+            expires: None,
         },
     );
     Ok(())
@@ -394,4 +496,64 @@ async fn write_local_queue(ctx: &Context, usage: &LocalQueueUsage) -> Result<(),
             name: format!("{}/{}", usage.namespace, usage.name),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Assumed, Overlay, may_have_committed, overlay};
+
+    fn assumed(rv: u64, expires: Option<Instant>) -> Assumed {
+        Assumed {
+            resource_version: rv,
+            decided_rv: (rv - 1).to_string(),
+            status: Default::default(),
+            expires,
+        }
+    }
+
+    #[test]
+    fn a_confirmed_write_is_assumed_until_the_store_shows_its_version() {
+        let now = Instant::now();
+        let a = assumed(12, None);
+        assert_eq!(overlay(11, &a, now), Overlay::Keep);
+        assert_eq!(overlay(12, &a, now), Overlay::Forget);
+        assert_eq!(overlay(40, &a, now), Overlay::Forget);
+        // no expiry: the store lagging a long time keeps it
+        assert_eq!(
+            overlay(11, &a, now + Duration::from_secs(3600)),
+            Overlay::Keep
+        );
+    }
+
+    #[test]
+    fn a_write_of_unknown_outcome_is_assumed_until_a_newer_version_or_expiry() {
+        let now = Instant::now();
+        // decided on version 11: any newer version in the store settles it
+        let a = assumed(12, Some(now + Duration::from_secs(30)));
+        assert_eq!(overlay(11, &a, now), Overlay::Keep);
+        assert_eq!(
+            overlay(11, &a, now + Duration::from_secs(29)),
+            Overlay::Keep
+        );
+        assert_eq!(overlay(12, &a, now), Overlay::Forget);
+        // never committed: the assumption does not hold the quota forever
+        assert_eq!(
+            overlay(11, &a, now + Duration::from_secs(30)),
+            Overlay::Forget
+        );
+    }
+
+    #[test]
+    fn only_a_server_answer_proves_a_write_did_not_commit() {
+        let conflict = kube::Error::Api(
+            kube::core::Status::failure("conflict", "Conflict")
+                .with_code(409)
+                .boxed(),
+        );
+        assert!(!may_have_committed(&conflict));
+        let timeout = kube::Error::Service("request timed out".into());
+        assert!(may_have_committed(&timeout));
+    }
 }

@@ -6,7 +6,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::{Error, GATE_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER};
+use super::{Error, GATE_MANAGER, PODS_READY_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER};
+use crate::gate::pods_ready::PodsReady;
 use crate::gate::{RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, condition};
@@ -19,17 +20,23 @@ fn merge(manager: &str) -> PatchParams {
     }
 }
 
-async fn patch_service(
+/// A merge patch of the RayService on the version decided on (`rv`, `None`: unconditional);
+/// returns the new version, which the next patch of the same decision is conditioned on.
+async fn patch_service_at(
     client: &Client,
     ns: &str,
     name: &str,
     what: &'static str,
-    body: serde_json::Value,
-) -> Result<(), Error> {
+    mut body: serde_json::Value,
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
+    if let Some(rv) = rv {
+        body["metadata"]["resourceVersion"] = json!(rv);
+    }
     Api::<RayService>::namespaced(client.clone(), ns)
         .patch(name, &merge(GATE_MANAGER), &Patch::Merge(&body))
         .await
-        .map(|_| ())
+        .map(|s| s.metadata.resource_version)
         .map_err(|source| Error::PatchService {
             name: format!("{ns}/{name}"),
             what,
@@ -43,12 +50,13 @@ pub async fn gate_template(
     ns: &str,
     name: &str,
     released: &[String],
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({
         "metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}},
         "spec": {"rayClusterConfig": {"suspend": true}},
     });
-    patch_service(client, ns, name, "spec.rayClusterConfig.suspend", body).await
+    patch_service_at(client, ns, name, "spec.rayClusterConfig.suspend", body, rv).await
 }
 
 /// Records the released children on the RayService.
@@ -57,9 +65,10 @@ pub async fn record_released(
     ns: &str,
     name: &str,
     released: &[String],
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}}});
-    patch_service(client, ns, name, "released-children annotation", body).await
+    patch_service_at(client, ns, name, "released-children annotation", body, rv).await
 }
 
 /// Top-level `spec.suspend` with raygate's marker.
@@ -68,12 +77,13 @@ pub async fn suspend_service(
     ns: &str,
     name: &str,
     reason: Option<&str>,
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({
         "metadata": {"annotations": {SUSPENDED_BY_ANNOTATION: reason}},
         "spec": {"suspend": reason.is_some()},
     });
-    patch_service(client, ns, name, "spec.suspend", body).await
+    patch_service_at(client, ns, name, "spec.suspend", body, rv).await
 }
 
 /// Sets or clears the error annotation.
@@ -82,23 +92,33 @@ pub async fn report_error(
     ns: &str,
     name: &str,
     message: Option<&str>,
-) -> Result<(), Error> {
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
     let body = json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}});
-    patch_service(client, ns, name, "error annotation", body).await
+    patch_service_at(client, ns, name, "error annotation", body, rv).await
 }
 
-/// A child's `spec.suspend`.
+/// `metadata.resourceVersion` as a precondition of a patch (`None`: unconditional).
+fn precondition(rv: Option<&str>) -> serde_json::Value {
+    match rv {
+        Some(rv) => json!({"resourceVersion": rv}),
+        None => json!({}),
+    }
+}
+
+/// A child's `spec.suspend`, on the version decided on (`rv`).
 pub async fn child_suspend(
     client: &Client,
     ns: &str,
     name: &str,
     suspend: bool,
+    rv: Option<&str>,
 ) -> Result<(), Error> {
     Api::<RayCluster>::namespaced(client.clone(), ns)
         .patch(
             name,
             &merge(GATE_MANAGER),
-            &Patch::Merge(&json!({"spec": {"suspend": suspend}})),
+            &Patch::Merge(&json!({"metadata": precondition(rv), "spec": {"suspend": suspend}})),
         )
         .await
         .map(|_| ())
@@ -109,11 +129,12 @@ pub async fn child_suspend(
         })
 }
 
-/// Applies one slice action.
+/// Applies one slice action; changes to an existing Workload carry `rv`, the version decided on.
 pub async fn slice(
     client: &Client,
     ns: &str,
     action: &SliceAction,
+    rv: Option<&str>,
     now: Timestamp,
 ) -> Result<(), Error> {
     let api = Api::<Workload>::namespaced(client.clone(), ns);
@@ -136,7 +157,9 @@ pub async fn slice(
             .patch(
                 name,
                 &merge(SLICES_MANAGER),
-                &Patch::Merge(&json!({"spec": {"podSets": pod_sets}})),
+                &Patch::Merge(
+                    &json!({"metadata": precondition(rv), "spec": {"podSets": pod_sets}}),
+                ),
             )
             .await
             .map(|_| ())
@@ -160,6 +183,7 @@ pub async fn slice(
             let body = json!({
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
                 "kind": "Workload",
+                "metadata": precondition(rv),
                 "status": {"conditions": [cond]},
             });
             api.patch_status(
@@ -175,4 +199,130 @@ pub async fn slice(
             })
         }
     }
+}
+
+/// Opt-out of one child: drop its queue label and, when `unsuspend`, release it.
+pub async fn opt_out_child(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    unsuspend: bool,
+) -> Result<(), Error> {
+    let mut body = json!({"metadata": {"labels": {crate::types::kueue::QUEUE_NAME_LABEL: null}}});
+    if unsuspend {
+        body["spec"] = json!({"suspend": false});
+    }
+    Api::<RayCluster>::namespaced(client.clone(), ns)
+        .patch(name, &merge(GATE_MANAGER), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::OptOutChild {
+            name: format!("{ns}/{name}"),
+            source,
+        })
+}
+
+/// Opt-out, last step: lifts the template gate (and raygate's `spec.suspend` when `resume`) and
+/// removes raygate's annotations.
+pub async fn opt_out(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    resume: bool,
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let mut body = json!({
+        "metadata": {"annotations": {
+            RELEASED_ANNOTATION: null,
+            SUSPENDED_BY_ANNOTATION: null,
+            crate::gate::ERROR_ANNOTATION: null,
+        }},
+        "spec": {"rayClusterConfig": {"suspend": null}},
+    });
+    if resume {
+        body["spec"]["suspend"] = json!(false);
+    }
+    patch_service_at(client, ns, name, "opt-out", body, rv).await
+}
+
+/// Deletes a finished slice past its retention (gone already is fine).
+pub async fn delete_slice(client: &Client, ns: &str, name: &str) -> Result<(), Error> {
+    match Api::<Workload>::namespaced(client.clone(), ns)
+        .delete(name, &Default::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::DeleteWorkload {
+            name: format!("{ns}/{name}"),
+            source,
+        }),
+    }
+}
+/// The `PodsReady` condition on a covering slice (its own field manager), on the version
+/// decided on (`rv`).
+pub async fn pods_ready(
+    client: &Client,
+    ns: &str,
+    pr: &PodsReady,
+    rv: Option<&str>,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let cond = Condition {
+        type_: condition::PODS_READY.into(),
+        status: if pr.ready { "True" } else { "False" }.into(),
+        reason: pr.reason.to_string(),
+        message: pr.message.to_string(),
+        last_transition_time: Time(now),
+        observed_generation: None,
+    };
+    let body = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": precondition(rv),
+        "status": {"conditions": [cond]},
+    });
+    Api::<Workload>::namespaced(client.clone(), ns)
+        .patch_status(
+            &pr.slice,
+            &PatchParams::apply(PODS_READY_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::PodsReady {
+            name: format!("{ns}/{}", pr.slice),
+            source,
+        })
+}
+
+/// Sets (`Some`) or clears (`None`) one annotation on the RayService.
+pub async fn annotate_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    key: &'static str,
+    value: Option<&str>,
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let body = json!({"metadata": {"annotations": {key: value}}});
+    patch_service_at(client, ns, name, key, body, rv).await
+}
+
+/// A merge patch of a child RayCluster (e.g. its flavors' node selector and tolerations); the
+/// patch carries the child's `resourceVersion`.
+pub async fn patch_child(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), Error> {
+    Api::<RayCluster>::namespaced(client.clone(), ns)
+        .patch(name, &merge(GATE_MANAGER), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::PatchChildFlavors {
+            name: format!("{ns}/{name}"),
+            source,
+        })
 }

@@ -39,6 +39,8 @@ pub const GATE_MANAGER: &str = "raygate-gate";
 pub const SLICES_MANAGER: &str = "raygate";
 /// Field manager of the slice planner's status writes (`Finished`).
 pub const SLICES_STATUS_MANAGER: &str = "raygate-slices";
+/// Field manager of the `PodsReady` condition on covering slices.
+pub const PODS_READY_MANAGER: &str = "raygate-pods-ready";
 /// Field manager of admission's status writes (Workload, ClusterQueue, LocalQueue).
 pub const ADMISSION_MANAGER: &str = "raygate-admission";
 
@@ -66,6 +68,8 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     /// How often the admission loop runs without a trigger.
     pub admission_resync: Duration,
+    /// When finished slices are deleted; `None` keeps them (until their RayService is deleted).
+    pub finished_slice_retention: Option<crate::slices::Retention>,
 }
 
 impl Default for Config {
@@ -79,6 +83,7 @@ impl Default for Config {
             lease_duration_seconds: 15,
             metrics_addr: None,
             admission_resync: Duration::from_secs(10),
+            finished_slice_retention: Some(crate::slices::Retention::default()),
         }
     }
 }
@@ -98,12 +103,16 @@ pub enum Error {
         suspend: bool,
         source: kube::Error,
     },
+    #[error("patching RayCluster {name} pod templates with its flavors: {source}")]
+    PatchChildFlavors { name: String, source: kube::Error },
     #[error("applying Workload {name}: {source}")]
     ApplyWorkload { name: String, source: kube::Error },
     #[error("patching Workload {name} spec.podSets: {source}")]
     PatchPodSets { name: String, source: kube::Error },
     #[error("writing Workload {name} status: {source}")]
     WorkloadStatus { name: String, source: kube::Error },
+    #[error("writing Workload {name} PodsReady: {source}")]
+    PodsReady { name: String, source: kube::Error },
     #[error("writing ClusterQueue {name} status: {source}")]
     ClusterQueueStatus { name: String, source: kube::Error },
     #[error("writing LocalQueue {name} status: {source}")]
@@ -113,23 +122,50 @@ pub enum Error {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("not writing {name}: this replica no longer holds the leader Lease")]
+    NotLeader { name: String },
     #[error("leader election on Lease {name}: {reason}")]
     Lease { name: String, reason: String },
+    #[error("opting out RayCluster {name} (queue label, spec.suspend): {source}")]
+    OptOutChild { name: String, source: kube::Error },
+    #[error("deleting finished Workload {name}: {source}")]
+    DeleteWorkload { name: String, source: kube::Error },
 }
 
 impl Error {
+    /// A 409: the object changed since the decision (its `resourceVersion` no longer matches).
+    pub fn is_conflict(&self) -> bool {
+        let source = match self {
+            Error::PatchService { source, .. }
+            | Error::PatchChildSuspend { source, .. }
+            | Error::ApplyWorkload { source, .. }
+            | Error::PatchPodSets { source, .. }
+            | Error::WorkloadStatus { source, .. }
+            | Error::PodsReady { source, .. }
+            | Error::ClusterQueueStatus { source, .. }
+            | Error::LocalQueueStatus { source, .. } => source,
+            _ => return false,
+        };
+        matches!(source, kube::Error::Api(s) if s.code == 409)
+    }
+
     /// The failing step, as a metric label.
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::PatchService { .. } => "patch_rayservice",
             Error::PatchChildSuspend { .. } => "patch_child_suspend",
+            Error::PatchChildFlavors { .. } => "patch_child_flavors",
             Error::ApplyWorkload { .. } => "apply_workload",
             Error::PatchPodSets { .. } => "patch_podsets",
             Error::WorkloadStatus { .. } => "workload_status",
+            Error::PodsReady { .. } => "pods_ready",
             Error::ClusterQueueStatus { .. } => "clusterqueue_status",
             Error::LocalQueueStatus { .. } => "localqueue_status",
             Error::Serve { .. } => "serve",
             Error::Lease { .. } => "lease",
+            Error::OptOutChild { .. } => "opt_out_child",
+            Error::DeleteWorkload { .. } => "delete_workload",
+            Error::NotLeader { .. } => "not_leader",
         }
     }
 }
@@ -145,6 +181,12 @@ pub struct Context {
     pub leader: watch::Receiver<bool>,
     /// When the admission loop admitted a Workload (key `ns/name`), for the gate-latency metric.
     pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Consecutive failed reconciles per RayService (`ns/name`), for the error backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Children this process released whose record the RayService in the store may not show yet
+    /// (key `ns/name` of the RayService), see [`reconcile::overlay_released`].
+    pub just_released:
+        std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<String>>>,
 }
 
 impl Context {
@@ -175,6 +217,8 @@ pub async fn run(
         metrics: metrics.clone(),
         leader,
         admitted_at: Default::default(),
+        failures: Default::default(),
+        just_released: Default::default(),
     });
 
     tokio::spawn(async move {
@@ -236,7 +280,36 @@ pub(crate) fn resync() -> Action {
     Action::requeue(Duration::from_secs(300))
 }
 
+/// Requeue delay while a cache has not synced: short, nothing is decided meanwhile.
+pub(crate) fn not_synced() -> Action {
+    Action::requeue(Duration::from_millis(500))
+}
+
+/// Delay before retrying after `failures` consecutive failures (1 = the first): 2 s doubling,
+/// capped at 5 minutes. A success resets the count.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    const FIRST: u64 = 2;
+    const CAP: u64 = 300;
+    let exp = failures.saturating_sub(1).min(16);
+    Duration::from_secs(FIRST.saturating_mul(1 << exp).min(CAP))
+}
+
 /// Watch configuration shared by all watches.
 pub(crate) fn watch_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::backoff;
+
+    #[test]
+    fn persistent_errors_back_off_exponentially_up_to_five_minutes() {
+        let delays: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(delays, vec![2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(backoff(0), Duration::from_secs(2));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
 }

@@ -1,5 +1,6 @@
 //! The gate reconciler: observe (stores) → decide ([`crate::gate::decide`]) → apply.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,10 +10,10 @@ use kube::Resource;
 use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
-use super::{AdmissionMode, Context, Error, apply, resync};
+use super::{AdmissionMode, Context, Error, apply, backoff, not_synced, resync};
 use crate::gate::{self, EventType, GateAction, GateEvent, GateOptions};
 use crate::podsets;
-use crate::slices::{self, ChainMode};
+use crate::slices::{self, ChainMode, SliceAction};
 use crate::types::kueue::{PRIORITY_CLASS_LABEL, PriorityClassRef, Workload};
 use crate::types::ray::{RayCluster, RayService};
 
@@ -76,7 +77,9 @@ fn priority(
 
 pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let start = Instant::now();
-    if gate::queue_name(&service).is_none() || service.metadata.deletion_timestamp.is_some() {
+    // Without the queue label a service raygate still has state on is reconciled to opt it out.
+    let opted_in = gate::queue_name(&service).is_some() || gate::has_state(&service);
+    if !opted_in || service.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     if !ctx.is_leader() {
@@ -85,10 +88,23 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let name = service.metadata.name.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
+    let key = format!("{ns}/{name}");
+
+    // never decide on a partial view: an empty RayCluster store would read as "no children"
+    let unsynced = ctx.stores.ready.pending();
+    if !unsynced.is_empty() {
+        tracing::debug!(rayservice = %key, ?unsynced, "caches not synced: no decision yet");
+        return Ok(not_synced());
+    }
 
     // observe: everything from the stores, no LIST
     let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.state();
     let children = podsets::children_of(&service, clusters.iter().map(|c| c.as_ref()));
+    let live: BTreeSet<String> = children
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let service = with_just_released(&ctx, &key, service, &live);
     let workloads: Vec<Workload> = ctx
         .stores
         .workloads
@@ -111,6 +127,14 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
         priority,
+        now: Some(Timestamp::now()),
+        flavors: ctx
+            .stores
+            .flavors
+            .state()
+            .iter()
+            .filter_map(|f| Some((f.metadata.name.clone()?, f.spec.clone())))
+            .collect(),
     };
 
     // decide
@@ -118,8 +142,43 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
 
     // apply, in order; events after (they never fail the reconcile)
     let now = Timestamp::now();
-    let result = apply_actions(&ctx, &ns, &name, &decision.actions, now).await;
-    for ev in priority_event.iter().chain(&decision.events) {
+    let mut decided = Decided {
+        workloads: &workloads,
+        children: &children,
+        service_rv: service.metadata.resource_version.clone(),
+    };
+    let (applied, mut result) =
+        apply_actions(&ctx, &ns, &name, &decision.actions, &mut decided, now).await;
+    if result.is_ok() && applied == decision.actions.len() {
+        result = delete_expired_slices(&ctx, &ns, &name, &workloads, now).await;
+    }
+    // Kueue's waitForPodsReady contract on the covering slice (after the actions: a Release
+    // just applied shows next time)
+    let released_now: BTreeSet<String> = decision.actions[..applied]
+        .iter()
+        .filter_map(|a| match a {
+            GateAction::Release { child, .. } => Some(child.clone()),
+            _ => None,
+        })
+        .collect();
+    if result.is_ok()
+        && let Some(pr) = gate::pods_ready::decide(&children, &released_now, &workloads)
+        && !workloads
+            .iter()
+            .any(|w| w.metadata.name.as_deref() == Some(pr.slice.as_str()) && pr.is_set_on(w))
+    {
+        result = if ctx.is_leader() {
+            apply::pods_ready(&ctx.client, &ns, &pr, decided.workload_rv(&pr.slice), now).await
+        } else {
+            Err(Error::NotLeader { name: key.clone() })
+        };
+        if result.is_ok() {
+            tracing::info!(workload = %format!("{ns}/{}", pr.slice), ready = pr.ready, reason = pr.reason, "PodsReady");
+        }
+    }
+    // an Event says a decision was applied only when it was
+    let events = applied_events(&decision.events, &decision.actions, applied);
+    for ev in priority_event.iter().chain(events) {
         ctx.events
             .publish(&reference(&service, ev.child.as_deref()), ev)
             .await;
@@ -139,48 +198,328 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             result: label.into(),
         })
         .inc();
+    if result.is_ok()
+        && let Ok(mut f) = ctx.failures.lock()
+    {
+        f.remove(&key);
+    }
     result.map(|_| resync())
 }
 
+/// The service with the children this process released laid over its released-children
+/// record (see [`overlay_released`]); forgets them once the store shows the record.
+fn with_just_released(
+    ctx: &Context,
+    key: &str,
+    service: Arc<RayService>,
+    live: &BTreeSet<String>,
+) -> Arc<RayService> {
+    let Ok(mut map) = ctx.just_released.lock() else {
+        return service;
+    };
+    let Some(just) = map.get(key) else {
+        return service;
+    };
+    let recorded = service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(gate::RELEASED_ANNOTATION))
+        .map(String::as_str);
+    let (annotation, still) = overlay_released(recorded, just, live);
+    if still.is_empty() {
+        map.remove(key);
+    } else {
+        map.insert(key.to_string(), still);
+    }
+    match annotation {
+        None => service,
+        Some(value) => {
+            tracing::debug!(rayservice = %key, released = %value, "the store lags the released-children record: using this process's own");
+            let mut s = service.as_ref().clone();
+            s.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(gate::RELEASED_ANNOTATION.to_string(), value);
+            Arc::new(s)
+        }
+    }
+}
+
+/// The released-children record to decide on when the store's copy of the RayService may lag
+/// this process's own Releases: `recorded` (the store's annotation) plus the children in `just`
+/// (released here) that are still live and missing from it. Returns the annotation value to use
+/// (`None`: the store's is complete) and the children that still need laying over.
+///
+/// Without it, a reconcile that sees the child unsuspended (its watch is ahead) but the
+/// RayService annotation not yet updated (its watch is behind) would hold the child as
+/// tampered right after releasing it.
+pub(crate) fn overlay_released(
+    recorded: Option<&str>,
+    just: &BTreeSet<String>,
+    live: &BTreeSet<String>,
+) -> (Option<String>, BTreeSet<String>) {
+    // never recorded: the gate grandfathers every running child anyway
+    let Some(recorded) = recorded else {
+        return (None, just.intersection(live).cloned().collect());
+    };
+    let have: BTreeSet<&str> = recorded.split(',').filter(|n| !n.is_empty()).collect();
+    let missing: BTreeSet<String> = just
+        .intersection(live)
+        .filter(|n| !have.contains(n.as_str()))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return (None, missing);
+    }
+    let all: BTreeSet<&str> = have
+        .into_iter()
+        .chain(missing.iter().map(String::as_str))
+        .collect();
+    (Some(all.into_iter().collect::<Vec<_>>().join(",")), missing)
+}
+
+/// The Event reason that announces an action of this kind, if any.
+fn announces(action: &GateAction) -> Option<&'static str> {
+    match action {
+        GateAction::GateTemplate { .. } => Some("TemplateGated"),
+        GateAction::Slice(SliceAction::Create { .. }) => Some("SliceCreated"),
+        GateAction::Release { .. } => Some("Released"),
+        GateAction::Hold { .. } => Some("Tampered"),
+        GateAction::SuspendService { .. } => Some("Stopped"),
+        GateAction::ResumeService => Some("Resumed"),
+        GateAction::OptOut { .. } => Some("OptedOut"),
+        _ => None,
+    }
+}
+
+/// The decision's Events that may be published when only the first `applied` actions were
+/// applied: the n-th Event of a reason that announces an action goes with the n-th action of
+/// that kind, and is dropped when that action was not applied. Events that announce no action
+/// (`Holding`, `InvalidPodSets`) are observations and always published.
+pub(crate) fn applied_events<'a>(
+    events: &'a [GateEvent],
+    actions: &[GateAction],
+    applied: usize,
+) -> Vec<&'a GateEvent> {
+    let mut seen: HashMap<&'static str, usize> = HashMap::new();
+    events
+        .iter()
+        .filter(|ev| {
+            let nth = seen.entry(ev.reason).or_default();
+            let k = *nth;
+            *nth += 1;
+            match actions
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| announces(a) == Some(ev.reason))
+                .nth(k)
+            {
+                Some((i, _)) => i < applied,
+                None => true,
+            }
+        })
+        .collect()
+}
+
+/// Applies the actions in order, stopping at the first failure; returns how many were applied.
 async fn apply_actions(
     ctx: &Context,
     ns: &str,
     name: &str,
     actions: &[GateAction],
+    decided: &mut Decided<'_>,
+    now: Timestamp,
+) -> (usize, Result<(), Error>) {
+    for (i, action) in actions.iter().enumerate() {
+        // a deposed leader stops writing at once, even mid-decision
+        if !ctx.is_leader() {
+            return (
+                i,
+                Err(Error::NotLeader {
+                    name: format!("{ns}/{name}"),
+                }),
+            );
+        }
+        if let Err(e) = apply_action(ctx, ns, name, action, decided, now).await {
+            return (i, Err(e));
+        }
+    }
+    (actions.len(), Ok(()))
+}
+
+/// The objects a decision was made on: writes carry their `resourceVersion`, so a write on an
+/// object that changed since fails with 409 and the next reconcile re-decides.
+struct Decided<'a> {
+    workloads: &'a [Workload],
+    children: &'a [&'a RayCluster],
+    /// The RayService's version: decided on, then the one each of its patches returned.
+    service_rv: Option<String>,
+}
+
+impl Decided<'_> {
+    fn workload_rv(&self, name: &str) -> Option<&str> {
+        self.workloads
+            .iter()
+            .find(|w| w.metadata.name.as_deref() == Some(name))
+            .and_then(|w| w.metadata.resource_version.as_deref())
+    }
+
+    fn child_rv(&self, name: &str) -> Option<&str> {
+        self.children
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .and_then(|c| c.metadata.resource_version.as_deref())
+    }
+}
+
+async fn apply_action(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    action: &GateAction,
+    decided: &mut Decided<'_>,
     now: Timestamp,
 ) -> Result<(), Error> {
-    for action in actions {
+    {
         match action {
             GateAction::GateTemplate { released } => {
-                apply::gate_template(&ctx.client, ns, name, released).await?
+                decided.service_rv = apply::gate_template(
+                    &ctx.client,
+                    ns,
+                    name,
+                    released,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
-            GateAction::Slice(a) => apply::slice(&ctx.client, ns, a, now).await?,
+            GateAction::Slice(a) => {
+                let rv = match a {
+                    SliceAction::SetPodSets { name, .. } | SliceAction::Finish { name, .. } => {
+                        decided.workload_rv(name)
+                    }
+                    SliceAction::Create { .. } => None,
+                };
+                apply::slice(&ctx.client, ns, a, rv, now).await?
+            }
             GateAction::Release {
                 child,
                 released,
                 slice,
                 admitted_at,
             } => {
-                apply::child_suspend(&ctx.client, ns, child, false).await?;
+                apply::child_suspend(&ctx.client, ns, child, false, decided.child_rv(child))
+                    .await?;
+                // remembered before the record is written: the record may fail or lag
+                if let Ok(mut m) = ctx.just_released.lock() {
+                    m.entry(format!("{ns}/{name}"))
+                        .or_default()
+                        .insert(child.clone());
+                }
                 observe_gate_latency(ctx, &format!("{ns}/{slice}"), *admitted_at, now);
-                apply::record_released(&ctx.client, ns, name, released).await?;
+                decided.service_rv = apply::record_released(
+                    &ctx.client,
+                    ns,
+                    name,
+                    released,
+                    decided.service_rv.as_deref(),
+                )
+                .await?;
             }
             GateAction::RecordReleased { released } => {
-                apply::record_released(&ctx.client, ns, name, released).await?
+                decided.service_rv = apply::record_released(
+                    &ctx.client,
+                    ns,
+                    name,
+                    released,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::Hold { child } => {
-                apply::child_suspend(&ctx.client, ns, child, true).await?
+                apply::child_suspend(&ctx.client, ns, child, true, decided.child_rv(child)).await?
             }
             GateAction::SuspendService { reason } => {
-                apply::suspend_service(&ctx.client, ns, name, Some(reason)).await?
+                decided.service_rv = apply::suspend_service(
+                    &ctx.client,
+                    ns,
+                    name,
+                    Some(reason),
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::ResumeService => {
-                apply::suspend_service(&ctx.client, ns, name, None).await?
+                decided.service_rv = apply::suspend_service(
+                    &ctx.client,
+                    ns,
+                    name,
+                    None,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
             GateAction::ReportError { message } => {
-                apply::report_error(&ctx.client, ns, name, message.as_deref()).await?
+                decided.service_rv = apply::report_error(
+                    &ctx.client,
+                    ns,
+                    name,
+                    message.as_deref(),
+                    decided.service_rv.as_deref(),
+                )
+                .await?
+            }
+            GateAction::OptOutChild { child, unsuspend } => {
+                apply::opt_out_child(&ctx.client, ns, child, *unsuspend).await?
+            }
+            GateAction::OptOut { resume } => {
+                decided.service_rv = apply::opt_out(
+                    &ctx.client,
+                    ns,
+                    name,
+                    *resume,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
+            }
+            GateAction::PatchChild { child, patch } => {
+                apply::patch_child(&ctx.client, ns, child, patch).await?
+            }
+            GateAction::Annotate { key, value } => {
+                decided.service_rv = apply::annotate_service(
+                    &ctx.client,
+                    ns,
+                    name,
+                    key,
+                    value.as_deref(),
+                    decided.service_rv.as_deref(),
+                )
+                .await?
             }
         }
+    }
+    Ok(())
+}
+
+/// Deletes the owner's finished slices past the retention ([`slices::expired`]), one log line each.
+async fn delete_expired_slices(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    workloads: &[Workload],
+    now: Timestamp,
+) -> Result<(), Error> {
+    let Some(retention) = &ctx.config.finished_slice_retention else {
+        return Ok(());
+    };
+    for slice in slices::expired(workloads, now, retention) {
+        if !ctx.is_leader() {
+            return Err(Error::NotLeader {
+                name: format!("{ns}/{slice}"),
+            });
+        }
+        apply::delete_slice(&ctx.client, ns, &slice).await?;
+        tracing::info!(rayservice = %format!("{ns}/{name}"), slice = %slice, after_finished_seconds = retention.after_finished.as_secs(), "deleted finished slice past its retention");
     }
     Ok(())
 }
@@ -220,5 +559,115 @@ pub fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) 
             step: error.metric_label().into(),
         })
         .inc();
-    Action::requeue(Duration::from_secs(2))
+    if let Error::NotLeader { .. } = error {
+        return Action::requeue(Duration::from_secs(5));
+    }
+    // the object changed since the decision: re-read and re-decide, not a persistent error
+    if error.is_conflict() {
+        return Action::requeue(Duration::from_millis(200));
+    }
+    let key = format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    );
+    let failures = ctx
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(key).or_default();
+            *n = n.saturating_add(1);
+            *n
+        })
+        .unwrap_or(1);
+    Action::requeue(backoff(failures))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::{applied_events, overlay_released};
+    use crate::gate::{EventType, GateAction, GateEvent};
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_just_released_child_is_laid_over_a_stale_record() {
+        // released b; the store's RayService still shows only a
+        let (ann, still) = overlay_released(Some("a"), &set(&["b"]), &set(&["a", "b"]));
+        assert_eq!(ann.as_deref(), Some("a,b"));
+        assert_eq!(still, set(&["b"]));
+        // the store caught up: nothing to lay over, nothing to remember
+        let (ann, still) = overlay_released(Some("a,b"), &set(&["b"]), &set(&["a", "b"]));
+        assert_eq!(ann, None);
+        assert!(still.is_empty());
+        // an empty record
+        let (ann, _) = overlay_released(Some(""), &set(&["b"]), &set(&["b"]));
+        assert_eq!(ann.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_released_child_that_is_gone_is_forgotten() {
+        let (ann, still) = overlay_released(Some("a"), &set(&["b"]), &set(&["a"]));
+        assert_eq!(ann, None);
+        assert!(still.is_empty());
+    }
+
+    fn ev(reason: &'static str) -> GateEvent {
+        GateEvent {
+            type_: EventType::Normal,
+            reason,
+            message: String::new(),
+            child: None,
+        }
+    }
+
+    fn release(child: &str) -> GateAction {
+        GateAction::Release {
+            child: child.into(),
+            released: vec![],
+            slice: "s".into(),
+            admitted_at: None,
+        }
+    }
+
+    #[test]
+    fn an_event_is_published_only_for_an_applied_action() {
+        let actions = vec![
+            GateAction::GateTemplate { released: vec![] },
+            release("a"),
+            release("b"),
+            GateAction::Hold { child: "c".into() },
+        ];
+        let events = vec![
+            ev("TemplateGated"),
+            ev("Released"),
+            ev("Released"),
+            ev("Holding"),
+            ev("Tampered"),
+        ];
+        let reasons = |applied| -> Vec<&str> {
+            applied_events(&events, &actions, applied)
+                .iter()
+                .map(|e| e.reason)
+                .collect()
+        };
+        assert_eq!(
+            reasons(4),
+            vec![
+                "TemplateGated",
+                "Released",
+                "Released",
+                "Holding",
+                "Tampered"
+            ]
+        );
+        // the second release failed: its Event and the later ones' are not published;
+        // an observation (Holding) still is
+        assert_eq!(reasons(2), vec!["TemplateGated", "Released", "Holding"]);
+        assert_eq!(reasons(0), vec!["Holding"]);
+    }
 }

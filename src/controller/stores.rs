@@ -81,7 +81,19 @@ impl Readiness {
         }
     }
 
-    fn pending(&self) -> Vec<&'static str> {
+    /// A watch restarted its list (`Init`): its store is about to be replaced, so decisions wait
+    /// for the new list's `InitDone`.
+    fn unmark(&self, kind: &'static str) {
+        if let Ok(mut k) = self.kinds.lock()
+            && k.insert(kind, false) == Some(true)
+        {
+            tracing::info!(kind, "watch re-listing; decisions wait for the new list");
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Kinds whose watch has not delivered a complete list (since its last (re)start).
+    pub fn pending(&self) -> Vec<&'static str> {
         self.kinds
             .lock()
             .map(|k| k.iter().filter(|(_, r)| !**r).map(|(n, _)| *n).collect())
@@ -135,8 +147,10 @@ where
             if let Some(n) = &notify {
                 n.notify_one();
             }
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
-                ready.mark(label);
+            match &ev {
+                Ok(watcher::Event::Init) => ready.unmark(label),
+                Ok(watcher::Event::InitDone) => ready.mark(label),
+                _ => {}
             }
             // kube's shared dispatcher forwards applies only: deletions are passed on here
             if let Ok(watcher::Event::Delete(obj)) = &ev {
@@ -174,8 +188,10 @@ where
         .reflect(writer)
         .for_each(move |ev| {
             notify.notify_one();
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
-                ready.mark(label);
+            match &ev {
+                Ok(watcher::Event::Init) => ready.unmark(label),
+                Ok(watcher::Event::InitDone) => ready.mark(label),
+                _ => {}
             }
             if let Err(e) = ev {
                 tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
@@ -320,4 +336,25 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         drivers: drivers.into_iter().map(|d| d.boxed()).collect(),
     };
     (stores, streams)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Readiness;
+
+    #[test]
+    fn a_relist_makes_the_kind_pending_until_its_new_list_is_complete() {
+        let r = Readiness::default();
+        r.expect("RayCluster");
+        r.expect("Workload");
+        assert_eq!(r.pending(), vec!["RayCluster", "Workload"]);
+        r.mark("RayCluster");
+        r.mark("Workload");
+        assert!(r.pending().is_empty());
+        // the watch restarted (410 Gone, a lost connection): its store is being rebuilt
+        r.unmark("RayCluster");
+        assert_eq!(r.pending(), vec!["RayCluster"]);
+        r.mark("RayCluster");
+        assert!(r.pending().is_empty());
+    }
 }

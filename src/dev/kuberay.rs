@@ -4,8 +4,10 @@
 //! It exists so raygate's integration tests and the dev cluster (`raygate dev kuberay-emulator`)
 //! run against objects that change as KubeRay changes them: child RayClusters named
 //! `<rayservice>-<5 chars>`, the originated-from labels, the hash annotation, pending/active names
-//! in status, promotion, delayed deletion of old children, the top-level suspend state machine and
-//! the RayCluster status (`state`, conditions, desired replicas and resources).
+//! in status, promotion, delayed deletion of dangling children (old active or replaced pending),
+//! the `ray.io/initializing-timeout` terminal failure (`Ready=False/InitializingTimeout`, names
+//! cleared), the top-level suspend state machine and the RayCluster status (`state`, conditions,
+//! desired replicas and resources).
 //!
 //! Pods are emulated by time: a RayCluster whose `spec.suspend` is not true "has pods" from the
 //! first reconcile that sees it so, and they are "ready" once [`EmulatorConfig::start_delay`] has

@@ -20,7 +20,12 @@
 //!   a slice is admitted again. A suspend set by someone else is theirs: raygate never clears it,
 //!   and releases the chain's quota once the children are gone.
 
+pub mod pods_ready;
+
 use std::collections::BTreeSet;
+
+pub mod children;
+pub mod flavors;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -62,6 +67,23 @@ pub enum GateAction {
     ResumeService,
     /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
     ReportError { message: Option<String> },
+    /// Opt-out: drop the child's `kueue.x-k8s.io/queue-name` label (so the admission policy no
+    /// longer applies to it) and, when `unsuspend`, merge-patch its `spec.suspend=false`.
+    OptOutChild { child: String, unsuspend: bool },
+    /// Opt-out, last step: lift the template gate (`spec.rayClusterConfig.suspend`), clear the
+    /// `spec.suspend` raygate set when `resume`, and remove raygate's annotations.
+    OptOut { resume: bool },
+    /// Merge-patch a child RayCluster (its flavors' node selector and tolerations, before it is
+    /// released; carries the child's resourceVersion).
+    PatchChild {
+        child: String,
+        patch: serde_json::Value,
+    },
+    /// Set (`Some`) or clear (`None`) an annotation on the RayService.
+    Annotate {
+        key: &'static str,
+        value: Option<String>,
+    },
 }
 
 /// Normal or Warning.
@@ -117,6 +139,10 @@ pub struct GateOptions {
     pub mode: ChainMode,
     /// Resolved from the `kueue.x-k8s.io/priority-class` label: the class and its value.
     pub priority: Option<(PriorityClassRef, i32)>,
+    /// The time of the decision (for deadlines shown to the user).
+    pub now: Option<Timestamp>,
+    /// ResourceFlavors by name (their node labels and tolerations reach released children).
+    pub flavors: std::collections::BTreeMap<String, crate::types::kueue::ResourceFlavorSpec>,
 }
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
@@ -164,10 +190,10 @@ pub fn decide(
     workloads: &[Workload],
     opts: &GateOptions,
 ) -> GateDecision {
-    let mut d = GateDecision::default();
     let Some(queue) = queue_name(service) else {
-        return d;
+        return opt_out::decide(service, children, workloads);
     };
+    let mut d = GateDecision::default();
     let svc = format!(
         "{}/{}",
         service.metadata.namespace.as_deref().unwrap_or_default(),
@@ -183,6 +209,9 @@ pub fn decide(
         .filter(|n| live_names.contains(*n))
         .map(str::to_string)
         .collect();
+    // Children KubeRay abandoned that never ran: neither released nor charged.
+    let kept = children::without_abandoned(service, children, &released, &mut d);
+    let children = &kept[..];
     if service.spec.ray_cluster_config.suspend != Some(true) || recorded.is_none() {
         if recorded.is_none() {
             released.extend(
@@ -206,8 +235,8 @@ pub fn decide(
         );
     }
 
-    let podsets = match podsets::of_service(service, children) {
-        Ok(p) => p.podsets,
+    let (podsets, invalid) = match podsets::of_service(service, children) {
+        Ok(p) => (p.podsets, false),
         Err(e) => {
             d.event(
                 EventType::Warning,
@@ -221,10 +250,12 @@ pub fn decide(
                 });
             }
             d.error = Some(e.to_string());
-            return d;
+            // No slice change and no release on PodSets that cannot be computed; the stop and
+            // tamper protections below still guard the children.
+            (Vec::new(), true)
         }
     };
-    if annotation(service, ERROR_ANNOTATION).is_some() {
+    if !invalid && annotation(service, ERROR_ANNOTATION).is_some() {
         d.actions.push(GateAction::ReportError { message: None });
     }
 
@@ -251,6 +282,11 @@ pub fn decide(
         return d;
     }
 
+    if children::after_timeout(service, children, &live, &mut d) {
+        d.podsets = podsets;
+        return d;
+    }
+
     let ctx = SliceContext {
         owner: SliceOwner {
             namespace: service.metadata.namespace.clone().unwrap_or_default(),
@@ -263,7 +299,11 @@ pub fn decide(
         mode: opts.mode,
         children_exist: !children.is_empty(),
     };
-    let plan = slices::plan(&ctx, &podsets, workloads);
+    let plan = if invalid {
+        slices::SlicePlan::default()
+    } else {
+        slices::plan(&ctx, &podsets, workloads)
+    };
     for a in &plan.actions {
         if let SliceAction::Create { workload, replaces } = a {
             let n = workload.metadata.name.as_deref().unwrap_or_default();
@@ -337,20 +377,19 @@ pub fn decide(
         .copied()
         .filter(|w| slices::is_admitted(w))
         .collect();
-    admitted.sort_by_key(|w| {
-        (
-            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            w.metadata.name.clone(),
-        )
-    });
+    slices::sort_chain_order(&mut admitted, workloads);
     let cover = admitted
         .last()
         .copied()
-        .filter(|w| slices::covers(w, &podsets));
+        .filter(|w| !invalid && slices::covers(w, &podsets));
+    let mut holding = false;
     for child in children {
         let name = child_name(child);
         match (is_suspended(child), cover) {
             (true, Some(slice)) if child.metadata.deletion_timestamp.is_none() => {
+                if !flavors::before_release(child, slice, &opts.flavors, &mut d) {
+                    continue;
+                }
                 released.insert(name.clone());
                 let slice_name = slice.metadata.name.clone().unwrap_or_default();
                 d.event(
@@ -369,9 +408,14 @@ pub fn decide(
                 });
             }
             (true, None) => {
-                let why = target
-                    .map(pending_message)
-                    .unwrap_or_else(|| "no slice yet".into());
+                holding = true;
+                let why = if invalid {
+                    "the RayService's PodSets are invalid (see the InvalidPodSets Event)".into()
+                } else {
+                    target
+                        .map(pending_message)
+                        .unwrap_or_else(|| "no slice yet".into())
+                };
                 d.event(
                     EventType::Normal,
                     "Holding",
@@ -399,6 +443,7 @@ pub fn decide(
             _ => {}
         }
     }
+    children::warn_deadline(service, holding, opts.now, &mut d);
     d.podsets = podsets;
     d
 }
@@ -428,6 +473,9 @@ fn pending_message(w: &Workload) -> String {
         .map(|c| format!("slice {name} is pending: {}", c.message))
         .unwrap_or_else(|| format!("slice {name} is not admitted yet"))
 }
+
+mod opt_out;
+pub use opt_out::has_state;
 
 #[cfg(test)]
 mod tests;

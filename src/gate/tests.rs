@@ -89,6 +89,12 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::SuspendService { reason } => format!("SuspendService {reason}"),
             GateAction::ResumeService => "ResumeService".into(),
             GateAction::ReportError { message } => format!("ReportError {}", message.is_some()),
+            GateAction::OptOutChild { child, unsuspend } => {
+                format!("OptOutChild {child} unsuspend={unsuspend}")
+            }
+            GateAction::OptOut { resume } => format!("OptOut resume={resume}"),
+            GateAction::PatchChild { child, .. } => format!("PatchChild {child}"),
+            GateAction::Annotate { key, value } => format!("Annotate {key} {}", value.is_some()),
         })
         .collect()
 }
@@ -332,4 +338,128 @@ fn invalid_podsets_raise_a_warning_and_touch_nothing() {
         e.message
     );
     assert!(d.error.is_some());
+}
+
+#[test]
+fn invalid_podsets_keep_the_tamper_and_stop_protections() {
+    let (mut ws, mut t) = (vec![], 10);
+    let s = service(gated("svc-a"), None);
+    let running = child("svc-a", 1, false, 1);
+    {
+        let d = decide(&s, &[&running], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    // a second child with invalid PodSets, unsuspended by hand: held again, the released one kept
+    let rogue = child("svc-b", 2, false, -3);
+    let d = decide(&s, &[&running, &rogue], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["ReportError true", "Hold svc-b"]);
+    // a suspended child is not released on PodSets that cannot be computed
+    let held = child("svc-b", 2, true, -3);
+    let d = decide(&s, &[&running, &held], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["ReportError true"]);
+    assert!(d.events.iter().any(|e| e.reason == "Holding"));
+    // an evicted slice still stops the service
+    cond(
+        &mut ws[0],
+        condition::EVICTED,
+        reason::PREEMPTED,
+        "preempted",
+        "True",
+    );
+    let d = decide(&s, &[&running, &held], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["ReportError true", "SuspendService Preempted"]);
+}
+
+#[test]
+fn the_newest_admitted_slice_is_found_through_replacement_links_not_names() {
+    let s = service(gated("svc-a"), None);
+    let (mut ws, mut t) = (vec![], 10);
+    let active = child("svc-a", 1, false, 1);
+    {
+        let d = decide(&s, &[&active], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    admit(&mut ws[0]);
+    let pending = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Create"]);
+    apply_slices(&mut ws, &d, &mut t);
+    // the replacement is created in the same second as its predecessor and sorts first by name
+    ws[1].metadata.creation_timestamp = ws[0].metadata.creation_timestamp.clone();
+    ws[1].metadata.name = Some("rayservice-svc-0".into());
+    admit(&mut ws[1]);
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Finish", "Release svc-b"]);
+    let GateAction::Slice(SliceAction::Finish { name, .. }) = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        Some(name),
+        ws[0].metadata.name.as_ref(),
+        "the old slice finishes"
+    );
+}
+
+fn opted_out(annotations: serde_json::Value, suspend: Option<bool>) -> RayService {
+    let mut s = service(annotations, suspend);
+    s.metadata.labels = None;
+    s
+}
+
+#[test]
+fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the_gate() {
+    let (mut ws, mut t) = (vec![], 10);
+    let s = service(gated("svc-a"), None);
+    let active = child("svc-a", 1, false, 1);
+    let pending = child("svc-b", 2, true, 1);
+    {
+        let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    let labelled = |mut c: RayCluster| {
+        c.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(QUEUE_NAME_LABEL.into(), "team-a".into());
+        c
+    };
+    let (active, pending) = (labelled(active), labelled(pending));
+    let out = opted_out(gated("svc-a"), None);
+    let d = decide(&out, &[&active, &pending], &ws, &GateOptions::default());
+    assert_eq!(
+        kinds(&d),
+        [
+            "Finish",
+            "OptOutChild svc-a unsuspend=false",
+            "OptOutChild svc-b unsuspend=true",
+            "OptOut resume=false"
+        ]
+    );
+    assert!(d.events.iter().any(|e| e.reason == "OptedOut"));
+    // raygate's own suspend is cleared too; the owner's is not, nor are its children released
+    let out = opted_out(
+        json!({ RELEASED_ANNOTATION: "svc-a", SUSPENDED_BY_ANNOTATION: "Preempted" }),
+        Some(true),
+    );
+    assert_eq!(
+        kinds(&decide(&out, &[], &[], &GateOptions::default())),
+        ["OptOut resume=true"]
+    );
+    let out = opted_out(gated("svc-a"), Some(true));
+    let held = child("svc-b", 2, true, 1);
+    assert_eq!(
+        kinds(&decide(&out, &[&held], &[], &GateOptions::default())),
+        ["OptOut resume=false"]
+    );
+    // once the annotations are gone the service is left alone
+    assert_eq!(
+        decide(
+            &opted_out(json!({}), None),
+            &[&held],
+            &ws,
+            &GateOptions::default()
+        ),
+        GateDecision::default()
+    );
 }

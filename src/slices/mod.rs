@@ -154,13 +154,32 @@ fn name(w: &Workload) -> String {
     w.metadata.name.clone().unwrap_or_default()
 }
 
-/// Oldest first: creation time, then name.
-fn sort_oldest_first(ws: &mut [&Workload]) {
-    ws.sort_by(|a, b| {
-        let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        ta.cmp(&tb)
-            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+/// How many replacement links lead from `w` back to a slice with none, through `all`.
+fn chain_depth(w: &Workload, all: &[Workload]) -> usize {
+    let mut depth = 0;
+    let mut at = w;
+    // A link cycle cannot be written by raygate; the bound keeps a hand-made one finite.
+    while depth <= all.len() {
+        let Some(prev) = replaces(at).and_then(|k| all.iter().find(|o| key(o) == k)) else {
+            break;
+        };
+        depth += 1;
+        at = prev;
+    }
+    depth
+}
+
+/// Oldest first along the chain: a slice comes after every slice it (transitively) replaces,
+/// whatever their creation times (one-second resolution, so a replacement created in the same
+/// second as its predecessor would otherwise sort by name); unrelated slices by creation time,
+/// then name. `all` is every Workload of the owner, finished ones included (links pass through them).
+pub fn sort_chain_order(ws: &mut [&Workload], all: &[Workload]) {
+    ws.sort_by_cached_key(|w| {
+        (
+            chain_depth(w, all),
+            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            w.metadata.name.clone(),
+        )
     });
 }
 
@@ -181,15 +200,17 @@ fn shape(ps: &kueue::PodSet) -> Option<(String, Resources)> {
     Some((group, requests))
 }
 
-/// Count a slice grants a PodSet: the admitted count capped by the spec count.
+/// Count a slice grants a PodSet: the admitted count capped by the spec count; 0 when unassigned.
 fn granted(w: &Workload, ps: &kueue::PodSet) -> i32 {
     let admitted = w
         .status
         .as_ref()
         .and_then(|s| s.admission.as_ref())
         .and_then(|a| a.pod_set_assignments.iter().find(|p| p.name == ps.name))
-        .and_then(|p| p.count)
-        .unwrap_or(ps.count);
+        // An assignment without a count (older Kueue) grants the spec count; a PodSet with no
+        // assignment, or a slice with no admission, grants nothing.
+        .map(|p| p.count.unwrap_or(ps.count))
+        .unwrap_or(0);
     admitted.min(ps.count)
 }
 
@@ -292,6 +313,19 @@ impl Aligned {
 #[cfg(test)]
 fn counts(list: &[kueue::PodSet]) -> Vec<(&str, i32)> {
     list.iter().map(|p| (p.name.as_str(), p.count)).collect()
+}
+
+/// `stored` with each PodSet's count taken from `counts` (same order and length), nothing else
+/// changed.
+fn scaled_down(stored: &[kueue::PodSet], counts: &[kueue::PodSet]) -> Vec<kueue::PodSet> {
+    stored
+        .iter()
+        .zip(counts)
+        .map(|(s, c)| kueue::PodSet {
+            count: c.count.min(s.count),
+            ..s.clone()
+        })
+        .collect()
 }
 
 /// Same names, counts and shapes (group and per-pod requests), in order.
@@ -406,12 +440,23 @@ fn build(
     w
 }
 
+/// Whether a slice carries the owner's current queue and priority class. A class that does not
+/// resolve (label removed, or the WorkloadPriorityClass missing or not yet seen) changes nothing,
+/// so a transiently missing class never recreates a slice at priority 0.
+fn same_queue_and_priority(ctx: &SliceContext, w: &Workload) -> bool {
+    let same_class = match &ctx.priority_class_ref {
+        Some(want) => w.spec.priority_class_ref.as_ref().map(|r| &r.name) == Some(&want.name),
+        None => true,
+    };
+    w.spec.queue_name.as_deref() == Some(ctx.queue_name.as_str()) && same_class
+}
+
 /// Plans the owner's slices for `desired` PodSets, given its Workloads (any state; finished ones
 /// only reserve their names).
 pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> SlicePlan {
     let taken: BTreeSet<String> = workloads.iter().map(name).collect();
     let mut live: Vec<&Workload> = workloads.iter().filter(|w| !is_finished(w)).collect();
-    sort_oldest_first(&mut live);
+    sort_chain_order(&mut live, workloads);
     let mut actions = Vec::new();
 
     // Evicted slices (preempted, queue stopped) keep their quota until the owner's pods are gone,
@@ -478,6 +523,27 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
 
     let Some(head) = head else {
         // No quota held: one pending slice tracks the desired PodSets in place.
+        let requeued = candidate.filter(|p| !same_queue_and_priority(ctx, p));
+        let candidate = match requeued {
+            // Holds no quota: a slice in the wrong queue or at the wrong priority (a fixed queue
+            // label typo, a raised priority class) is recreated so it takes effect.
+            Some(p) => {
+                actions.push(SliceAction::Finish {
+                    name: name(p),
+                    reason: reason::OUT_OF_SYNC,
+                    message: format!(
+                        "the RayService's queue or priority class changed (LocalQueue {}, priority class {}): a new slice replaces it",
+                        ctx.queue_name,
+                        ctx.priority_class_ref
+                            .as_ref()
+                            .map(|r| r.name.as_str())
+                            .unwrap_or("none")
+                    ),
+                });
+                None
+            }
+            None => candidate,
+        };
         return match candidate {
             Some(p) => {
                 let aligned = align(desired, &p.spec.pod_sets).without_leftovers();
@@ -517,10 +583,15 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
             .all(|(a, h)| a.count <= h.count);
     if within_head {
         // Equal or a scale-down: the head covers it; shrink in place, drop any pending replacement.
-        if !same_podsets(&aligned.list, &head.spec.pod_sets) {
+        // Kueue keeps a reserved Workload's PodSets immutable but for count decreases
+        // (`validateImmutablePodSets`), so the in-place list is the head's own with new counts
+        // (as Kueue's `ApplyPodSetCounts`); a template change of the same shape (an image-only
+        // upgrade) is not written to a reserved slice.
+        let shrunk = scaled_down(&head.spec.pod_sets, &aligned.list);
+        if shrunk != head.spec.pod_sets {
             actions.push(SliceAction::SetPodSets {
                 name: name(head),
-                pod_sets: aligned.list,
+                pod_sets: shrunk,
                 why: "scale-down in place",
             });
         }
@@ -593,6 +664,73 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
         actions,
         target: Some(n),
     }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Retention
+// ------------------------------------------------------------------------------------------------
+
+/// How long finished slices are kept (like Kueue's `objectRetentionPolicies.workloads.afterFinished`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// A finished slice older than this (since its `Finished` condition) may be deleted.
+    pub after_finished: std::time::Duration,
+    /// The newest this many finished slices of each chain are kept whatever their age, for debugging.
+    pub keep_per_chain: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            after_finished: std::time::Duration::from_secs(3600),
+            keep_per_chain: 3,
+        }
+    }
+}
+
+/// When `w` finished (`Finished=True`'s transition time).
+fn finished_at(w: &Workload) -> Option<k8s_openapi::jiff::Timestamp> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::FINISHED && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+}
+
+/// The finished slices to delete at `now`: finished longer than `after_finished` ago and not among
+/// the newest `keep_per_chain` finished slices of their chain (`workload-slice-name`, else their
+/// own name). Oldest first.
+pub fn expired(
+    workloads: &[Workload],
+    now: k8s_openapi::jiff::Timestamp,
+    retention: &Retention,
+) -> Vec<String> {
+    let mut by_chain: std::collections::BTreeMap<String, Vec<&Workload>> = Default::default();
+    for w in workloads.iter().filter(|w| is_finished(w)) {
+        let chain = annotation(w, WORKLOAD_SLICE_NAME_ANNOTATION)
+            .map(str::to_string)
+            .unwrap_or_else(|| name(w));
+        by_chain.entry(chain).or_default().push(w);
+    }
+    let after = k8s_openapi::jiff::SignedDuration::try_from(retention.after_finished)
+        .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+    let mut out = Vec::new();
+    for mut chain in by_chain.into_values() {
+        sort_chain_order(&mut chain, workloads);
+        let old = chain.len().saturating_sub(retention.keep_per_chain);
+        for w in &chain[..old] {
+            let expired = finished_at(w).is_some_and(|at| {
+                at.checked_add(after)
+                    .map(|deadline| deadline <= now)
+                    .unwrap_or(false)
+            });
+            if expired {
+                out.push(name(w));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

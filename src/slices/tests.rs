@@ -38,6 +38,15 @@ fn ps(name: &str, group: &str, count: i32, cpu: &str) -> PodSet {
     }
 }
 
+/// A PodSet whose template also names a container image (same shape whatever the image).
+fn ps_img(name: &str, group: &str, count: i32, cpu: &str, image: &str) -> PodSet {
+    let mut p = ps(name, group, count, cpu);
+    if let Some(spec) = p.template.spec.as_mut() {
+        spec.containers[0].image = Some(image.to_string());
+    }
+    p
+}
+
 fn head(count: i32) -> PodSet {
     ps("head", "headgroup", count, "1")
 }
@@ -512,13 +521,13 @@ fn covers_is_shape_exact() {
 /// Random sequences of desired PodSets and admissions.
 #[derive(Debug, Clone)]
 enum Event {
-    Desire(Vec<(usize, i32, u8)>), // (group index, count, cpu)
+    Desire(Vec<(usize, i32, u8, u8)>), // (group index, count, cpu, image)
     AdmitNewest,
 }
 
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
-        3 => prop::collection::vec((0usize..4, 0i32..5, 1u8..3), 0..4).prop_map(Event::Desire),
+        3 => prop::collection::vec((0usize..4, 0i32..5, 1u8..3, 0u8..2), 0..4).prop_map(Event::Desire),
         2 => Just(Event::AdmitNewest),
     ]
 }
@@ -534,9 +543,9 @@ proptest! {
                 Event::Desire(groups) => {
                     desired = vec![head(1)];
                     let mut seen = BTreeSet::new();
-                    for (g, n, cpu) in groups {
+                    for (g, n, cpu, image) in groups {
                         if seen.insert(g) {
-                            desired.push(ps(&format!("g{g}"), &format!("g{g}"), n, &cpu.to_string()));
+                            desired.push(ps_img(&format!("g{g}"), &format!("g{g}"), n, &cpu.to_string(), &format!("ray:{image}")));
                         }
                     }
                 }
@@ -547,6 +556,19 @@ proptest! {
                 }
             }
             let p = plan(&c, &desired, &ws);
+            // Kueue's webhook: a quota-holding slice's PodSets change only by count decreases
+            for a in &p.actions {
+                if let SliceAction::SetPodSets { name, pod_sets, .. } = a {
+                    let stored = by_name(&ws, name);
+                    if is_reserved(stored) {
+                        prop_assert_eq!(pod_sets.len(), stored.spec.pod_sets.len());
+                        for (new, old) in pod_sets.iter().zip(&stored.spec.pod_sets) {
+                            prop_assert!(new.count <= old.count, "count raised in place");
+                            prop_assert_eq!(&kueue::PodSet { count: old.count, ..new.clone() }, old, "more than a count changed in place");
+                        }
+                    }
+                }
+            }
             apply(&mut ws, &p, &mut clock);
             // after applying: planning again changes nothing (idempotent)
             let again = plan(&c, &desired, &ws);
@@ -581,4 +603,171 @@ proptest! {
         let names: BTreeSet<_> = ws.iter().map(|w| w.metadata.name.clone()).collect();
         prop_assert_eq!(names.len(), ws.len(), "a slice name was reused");
     }
+}
+
+#[test]
+fn an_image_only_change_never_rewrites_a_reserved_slice_template() {
+    let c = ctx(ChainMode::KueueCompatible);
+    let (mut ws, mut clock) = (vec![], 0);
+    let v1 = |n| ps_img("workers", "workers", n, "1", "ray:1");
+    step(&mut ws, &c, &[head(1), v1(4)], &mut clock);
+    admit(&mut ws[0]);
+    let stored = ws[0].spec.pod_sets.clone();
+    // same shape, new image, fewer pods: the stored PodSets with the new count, nothing else
+    let v2 = ps_img("workers", "workers", 2, "1", "ray:2");
+    let p = plan(&c, &[head(1), v2], &ws);
+    let [SliceAction::SetPodSets { pod_sets, .. }] = p.actions.as_slice() else {
+        panic!("{p:?}")
+    };
+    assert_eq!(pod_sets[0], stored[0]);
+    assert_eq!(
+        pod_sets[1],
+        kueue::PodSet {
+            count: 2,
+            ..stored[1].clone()
+        }
+    );
+    // same counts, new image: nothing to write
+    let v2 = ps_img("workers", "workers", 4, "1", "ray:2");
+    assert_eq!(plan(&c, &[head(1), v2], &ws).actions, []);
+}
+
+#[test]
+fn a_replacement_created_in_the_same_second_is_the_head_not_the_older_name() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
+    admit(&mut ws[0]);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    assert_eq!(ws.len(), 2);
+    ws[1].metadata.creation_timestamp = ws[0].metadata.creation_timestamp.clone();
+    ws[1].metadata.name = Some("rayservice-svc-0".into()); // sorts before its predecessor
+    admit(&mut ws[1]);
+    let p = plan(&c, &[head(1), workers(2)], &ws);
+    let old = ws[0].metadata.name.clone().unwrap();
+    assert_eq!(
+        p.actions,
+        [SliceAction::Finish {
+            name: old,
+            reason: reason::WORKLOAD_SLICE_REPLACED,
+            message: "replaced by rayservice-svc-0".into(),
+        }]
+    );
+    assert_eq!(p.target.as_deref(), Some("rayservice-svc-0"));
+}
+
+#[test]
+fn a_podset_without_an_assignment_grants_nothing() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(3)], &mut clock);
+    admit(&mut ws[0]);
+    assert!(covers(&ws[0], &[head(1), workers(3)]));
+    let admission = ws[0]
+        .status
+        .as_mut()
+        .and_then(|s| s.admission.as_mut())
+        .unwrap();
+    admission.pod_set_assignments.retain(|a| a.name == "head");
+    assert!(!covers(&ws[0], &[head(1), workers(3)]));
+    assert!(covers(&ws[0], &[head(1), workers(0)]));
+    // an assignment without a count (older Kueue) grants the PodSet's count
+    ws[0]
+        .status
+        .as_mut()
+        .and_then(|s| s.admission.as_mut())
+        .unwrap()
+        .pod_set_assignments[0]
+        .count = None;
+    assert!(covers(&ws[0], &[head(1)]));
+}
+
+#[test]
+fn a_pending_slice_follows_a_queue_or_priority_class_change() {
+    let mut c = ctx(ChainMode::Builtin);
+    c.queue_name = "team-typo".into();
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1)], &mut clock);
+    c.queue_name = "team-a".into();
+    let p = step(&mut ws, &c, &[head(1)], &mut clock);
+    assert!(
+        matches!(&p.actions[..], [SliceAction::Finish { reason: r, .. }, SliceAction::Create { .. }] if *r == reason::OUT_OF_SYNC),
+        "{p:?}"
+    );
+    let target = by_name(&ws, p.target.as_deref().unwrap());
+    assert_eq!(target.spec.queue_name.as_deref(), Some("team-a"));
+    assert_eq!(live(&ws).len(), 1);
+    // a priority raise
+    c.priority_class_ref = Some(PriorityClassRef {
+        group: "kueue.x-k8s.io".into(),
+        kind: "WorkloadPriorityClass".into(),
+        name: "high".into(),
+    });
+    c.priority = Some(1000);
+    let p = step(&mut ws, &c, &[head(1)], &mut clock);
+    let target = by_name(&ws, p.target.as_deref().unwrap());
+    assert_eq!(target.spec.priority, Some(1000));
+    assert_eq!(live(&ws).len(), 1);
+    assert_eq!(plan(&c, &[head(1)], &ws).actions, []);
+    // a class that does not resolve (missing, or not seen yet) does not recreate it at priority 0
+    let unresolved = SliceContext {
+        priority_class_ref: None,
+        priority: None,
+        ..c.clone()
+    };
+    assert_eq!(plan(&unresolved, &[head(1)], &ws).actions, []);
+    // once it holds quota, its queue is Kueue's to keep: no change
+    let n = p.target.clone().unwrap();
+    admit(
+        ws.iter_mut()
+            .find(|w| w.metadata.name.as_deref() == Some(&n))
+            .unwrap(),
+    );
+    c.queue_name = "team-b".into();
+    assert_eq!(plan(&c, &[head(1)], &ws).actions, []);
+}
+
+fn finished_at(w: &mut Workload, second: i64) {
+    let st = w.status.get_or_insert_with(Default::default);
+    st.conditions.retain(|c| c.type_ != condition::FINISHED);
+    st.conditions
+        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: condition::FINISHED.into(),
+            status: "True".into(),
+            reason: reason::WORKLOAD_SLICE_REPLACED.into(),
+            message: String::new(),
+            last_transition_time: Time(Timestamp::from_second(second).unwrap()),
+            observed_generation: None,
+        });
+}
+
+#[test]
+fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    // a chain of six slices: five finished (replaced) at seconds 100..=500, one live
+    for n in 1..=6 {
+        step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
+        let last = ws.len() - 1;
+        admit(&mut ws[last]);
+        step(&mut ws, &c, &[head(1), workers(n)], &mut clock);
+    }
+    assert_eq!(ws.len(), 6);
+    for (i, w) in ws.iter_mut().take(5).enumerate() {
+        finished_at(w, 100 * (i as i64 + 1));
+    }
+    assert_eq!(live(&ws).len(), 1);
+    let retention = Retention {
+        after_finished: std::time::Duration::from_secs(1000),
+        keep_per_chain: 2,
+    };
+    let names: Vec<String> = ws
+        .iter()
+        .map(|w| w.metadata.name.clone().unwrap())
+        .collect();
+    let at = |s| Timestamp::from_second(s).unwrap();
+    assert_eq!(expired(&ws, at(1099), &retention), Vec::<String>::new());
+    assert_eq!(expired(&ws, at(1100), &retention), [names[0].clone()]);
+    // the newest two finished (400, 500) stay however old; the live slice is never a candidate
+    assert_eq!(expired(&ws, at(100_000), &retention), names[..3].to_vec());
 }

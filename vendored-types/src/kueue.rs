@@ -69,6 +69,15 @@ pub struct ResourceFlavorSpec {
     pub node_labels: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_name: Option<String>,
+    /// Taints of the nodes this flavor stands for (used by Kueue's flavor matching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub node_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    /// Tolerations added to the pods of a PodSet admitted on this flavor (as nodeLabels become
+    /// their nodeSelector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub tolerations: Option<Vec<k8s_openapi::api::core::v1::Toleration>>,
 }
 
 // ---------------------------------------------------------------------------------------------

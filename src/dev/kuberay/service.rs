@@ -648,14 +648,61 @@ fn serve_endpoints(rs: &RayService, c: &RayCluster) -> i32 {
     worker_replicas(&c.spec).0.saturating_add(i32::from(head))
 }
 
+/// `isInitializingTimeout`: `Ready=False/InitializingTimeout`, terminal.
+fn is_initializing_timeout(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> bool {
+    find(conditions, READY)
+        .is_some_and(|c| c.status == "False" && c.reason == "InitializingTimeout")
+}
+
+/// `markFailedOnInitializingTimeout`: with `ray.io/initializing-timeout` set and `Ready` at
+/// `False/Initializing` for that long, clears both cluster names (every child becomes dangling)
+/// and sets `Ready=False/InitializingTimeout`.
+fn mark_failed_on_initializing_timeout(status: &mut RayServiceStatus, timeout: Option<Duration>) {
+    let Some(timeout) = timeout else {
+        return;
+    };
+    let Some(ready) = find(&status.conditions, READY) else {
+        return;
+    };
+    if ready.status != "False" || ready.reason != "Initializing" {
+        return;
+    }
+    let spent = Timestamp::now().duration_since(ready.last_transition_time.0);
+    if spent.as_secs_f64() < timeout.as_secs_f64() {
+        return;
+    }
+    for slot in [
+        &mut status.active_service_status,
+        &mut status.pending_service_status,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        slot.ray_cluster_name = None;
+    }
+    let message = format!(
+        "RayService failed to become ready within the configured timeout of {}s. Time spent initializing: {}s",
+        timeout.as_secs(),
+        spent.as_secs()
+    );
+    let g = status.observed_generation;
+    set_condition(
+        &mut status.conditions,
+        READY,
+        "False",
+        "InitializingTimeout",
+        &message,
+        g,
+    );
+    tracing::warn!(%message, "RayService initializing timeout exceeded");
+}
+
 /// `calculateConditions`.
-fn calculate_conditions(status: &mut RayServiceStatus) {
+fn calculate_conditions(status: &mut RayServiceStatus, initializing_timeout: Option<Duration>) {
     let g = status.observed_generation;
     let endpoints = status.num_serve_endpoints.unwrap_or(0);
-    let (active, pending) = (
-        active_name(status).to_string(),
-        pending_name(status).to_string(),
-    );
     let c = &mut status.conditions;
     if c.is_empty() {
         let m = "RayService is initializing";
@@ -680,7 +727,14 @@ fn calculate_conditions(status: &mut RayServiceStatus) {
             "Number of serve endpoints dropped to 0",
             g,
         );
+    } else {
+        mark_failed_on_initializing_timeout(status, initializing_timeout);
     }
+    let (active, pending) = (
+        active_name(status).to_string(),
+        pending_name(status).to_string(),
+    );
+    let c = &mut status.conditions;
     if !active.is_empty() && !pending.is_empty() {
         set_condition(
             c,
@@ -795,6 +849,13 @@ pub(super) async fn reconcile(
     if is_true(&conditions, SUSPENDING) || is_true(&conditions, SUSPENDED) {
         return Ok(requeue_at(next_deletion, SERVICE_REQUEUE));
     }
+    // terminal: only the clean-up above runs; the user must recreate the RayService
+    if is_initializing_timeout(&conditions) {
+        if has_to_clean {
+            return Ok(requeue_at(next_deletion, SERVICE_REQUEUE));
+        }
+        return Ok(Action::await_change());
+    }
 
     let (active, pending) = reconcile_clusters(&ctx, &rs).await?;
 
@@ -854,7 +915,11 @@ pub(super) async fn reconcile(
         }
         _ => 0,
     });
-    calculate_conditions(&mut status);
+    let initializing_timeout = rs
+        .annotations()
+        .get(crate::gate::children::INITIALIZING_TIMEOUT_ANNOTATION)
+        .and_then(|t| crate::gate::children::parse_timeout(t));
+    calculate_conditions(&mut status, initializing_timeout);
     status.service_status = is_true(&status.conditions, READY).then(|| "Running".to_string());
     let rs = ctx.write_status(rs, status).await?;
 

@@ -1,0 +1,384 @@
+//! The queues of a [`Snapshot`] as admission sees them: ResourceFlavors, ClusterQueues (with their
+//! parsed quota, queueing and preemption policy, namespace selector and why they are inactive),
+//! LocalQueues and WorkloadPriorityClasses, with flavors, resources and (flavor, resource) pairs
+//! interned to dense ids.
+//!
+//! Decides which ClusterQueue a Workload's `spec.queueName` leads to, whether a ClusterQueue
+//! selects a namespace, and whether a ClusterQueue is active (its own quota, its flavors, its
+//! cohort). Ids are assigned in name order, so nothing depends on the order of the input.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::cohorts::{self, CohortTree, ParsedQuota};
+use super::quota::Tree;
+use super::{Options, Snapshot};
+use crate::labels::Selector;
+use crate::types::kueue::{
+    ClusterQueue, LocalQueue, QueueingStrategy, ReclaimWithinCohort, ResourceFlavor, StopPolicy,
+    WithinClusterQueue, Workload, WorkloadPriorityClass,
+};
+
+/// A ResourceFlavor (or a flavor name something refers to).
+#[derive(Clone, Debug)]
+pub(crate) struct FlavorEntry {
+    pub name: String,
+    pub exists: bool,
+    pub node_labels: BTreeMap<String, String>,
+}
+
+/// One resource group of a ClusterQueue or Cohort, as ids: `fr[flavor position][resource
+/// position]` is the (flavor, resource) id.
+#[derive(Clone, Debug)]
+pub(crate) struct QuotaGroup {
+    pub resources: Vec<usize>,
+    pub flavors: Vec<usize>,
+    pub fr: Vec<Vec<usize>>,
+}
+
+/// A ClusterQueue; its id is also its node id in the tree.
+#[derive(Clone, Debug)]
+pub(crate) struct ClusterQueueEntry {
+    pub name: String,
+    pub groups: Vec<QuotaGroup>,
+    /// resource id → (group, position in the group)
+    pub group_of: Vec<Option<(usize, usize)>>,
+    pub strategy: QueueingStrategy,
+    pub stop: StopPolicy,
+    pub within: WithinClusterQueue,
+    pub reclaim: ReclaimWithinCohort,
+    /// `None`: every namespace. Kueue's CRD says a null selector selects *no* namespace (only
+    /// `{}` selects all, [`Selector::from_optional`]); raygate is lenient here because its own
+    /// manifests and tests omit it. `namespace_matches` is the one place to change to follow
+    /// Kueue strictly.
+    pub selector: Option<Selector>,
+    /// Why the ClusterQueue admits nothing (`None`: active), and the Active condition's reason.
+    pub inactive: Option<(&'static str, String)>,
+    /// Root node of its cohort tree (itself without a cohort).
+    pub root: usize,
+    /// (flavor, resource) pairs of its quota in spec order, for usage reports.
+    pub frs: Vec<usize>,
+}
+
+/// A LocalQueue.
+#[derive(Clone, Debug)]
+pub(crate) struct LocalQueueEntry {
+    pub namespace: String,
+    pub name: String,
+    pub cluster_queue: Option<String>,
+    pub stop: StopPolicy,
+}
+
+/// The queue a pending Workload goes to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Target {
+    pub cq: usize,
+}
+
+/// Everything but the Workloads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Queues {
+    pub flavors: Vec<FlavorEntry>,
+    pub(super) flavor_ids: HashMap<String, usize>,
+    pub resources: Vec<String>,
+    pub(super) resource_ids: HashMap<String, usize>,
+    /// (flavor id, resource id) per fr id.
+    pub frs: Vec<(usize, usize)>,
+    fr_ids: HashMap<(usize, usize), usize>,
+    pub tree: Tree,
+    pub cqs: Vec<ClusterQueueEntry>,
+    pub cq_ids: HashMap<String, usize>,
+    /// Cohort node id → name.
+    pub cohort_names: BTreeMap<usize, String>,
+    /// Root node id → ClusterQueues in that tree.
+    pub tree_cqs: HashMap<usize, Vec<usize>>,
+    pub lqs: Vec<LocalQueueEntry>,
+    lq_ids: HashMap<(String, String), usize>,
+    pub(super) priorities: HashMap<String, i32>,
+    namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    pub(super) release_evicted: bool,
+}
+
+/// Named objects in name order, the first of each name only (stable: input order breaks ties).
+fn by_name<T>(objects: &[T], meta: impl Fn(&T) -> &ObjectMeta) -> Vec<(&str, &T)> {
+    let mut out: Vec<(&str, &T)> = objects
+        .iter()
+        .filter_map(|o| meta(o).name.as_deref().map(|n| (n, o)))
+        .collect();
+    out.sort_by_key(|(n, _)| *n);
+    out.dedup_by_key(|(n, _)| *n);
+    out
+}
+
+impl Queues {
+    /// Builds everything but the Workloads' own entries. Objects without a name are ignored; of
+    /// two objects with the same name, the first (in name order, then input order) is used.
+    pub fn build(snapshot: &Snapshot, options: &Options) -> Queues {
+        let mut q = Queues {
+            release_evicted: options.release_evicted_immediately,
+            namespace_labels: snapshot.namespace_labels.clone(),
+            ..Queues::default()
+        };
+        q.add_flavors(&snapshot.flavors);
+        // interning order: flavors, ClusterQueue quotas, Cohort quotas, then held usage
+        let cluster_queues = by_name(&snapshot.cluster_queues, |c| &c.metadata);
+        let cq_quotas: Vec<ParsedQuota> = cluster_queues
+            .iter()
+            .map(|(_, c)| q.parse_groups(&c.spec.resource_groups))
+            .collect();
+        let cohorts = by_name(&snapshot.cohorts, |c| &c.metadata);
+        let cohort_quotas: BTreeMap<&str, ParsedQuota> = cohorts
+            .iter()
+            .map(|(n, c)| (*n, q.parse_groups(&c.spec.resource_groups)))
+            .collect();
+        q.intern_held_pairs(&snapshot.workloads);
+        let tree = cohorts::build(
+            &mut q,
+            &cluster_queues,
+            &cq_quotas,
+            &cohorts,
+            &cohort_quotas,
+        );
+        q.add_cluster_queues(&cluster_queues, cq_quotas, &tree);
+        q.finish_tree();
+        q.add_local_queues(&snapshot.local_queues);
+        q.add_priority_classes(&snapshot.priority_classes);
+        q
+    }
+
+    fn add_flavors(&mut self, flavors: &[ResourceFlavor]) {
+        for (name, f) in by_name(flavors, |f| &f.metadata) {
+            let id = self.flavor_id(name);
+            self.flavors[id].exists = true;
+            self.flavors[id].node_labels = f.spec.node_labels.clone().unwrap_or_default();
+        }
+    }
+
+    /// Held usage may name (flavor, resource) pairs no quota has.
+    fn intern_held_pairs(&mut self, workloads: &[Workload]) {
+        let assignments = workloads
+            .iter()
+            .filter_map(|w| w.status.as_ref()?.admission.as_ref())
+            .flat_map(|adm| &adm.pod_set_assignments);
+        for psa in assignments {
+            for (res, fl) in &psa.flavors {
+                let f = self.flavor_id(fl);
+                let r = self.resource_id(res);
+                self.fr_id(f, r);
+            }
+        }
+    }
+
+    /// ClusterQueues in name order (id = node id), linked to their cohorts.
+    fn add_cluster_queues(
+        &mut self,
+        cluster_queues: &[(&str, &ClusterQueue)],
+        quotas: Vec<ParsedQuota>,
+        tree: &CohortTree,
+    ) {
+        for (i, ((name, cq), raw)) in cluster_queues.iter().zip(quotas).enumerate() {
+            let cohort = cq.spec.cohort_name.as_deref().filter(|n| !n.is_empty());
+            if let Some(c) = cohort {
+                self.tree.nodes[i].parent = Some(tree.node[c]);
+            }
+            let mut inactive = quota_inactive(name, &raw).or_else(|| {
+                let m = cohort.and_then(|c| tree.broken.get(c))?;
+                let reason = if m.contains("part of a cycle") {
+                    "CohortCycle"
+                } else {
+                    "InvalidSpec"
+                };
+                Some((reason, format!("ClusterQueue {name} is inactive: {m}")))
+            });
+            let selector = match &cq.spec.namespace_selector {
+                None => None,
+                Some(s) => match Selector::from_label_selector(s, "spec.namespaceSelector") {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        inactive.get_or_insert((
+                            "InvalidSpec",
+                            format!("ClusterQueue {name} is inactive: {e}"),
+                        ));
+                        None
+                    }
+                },
+            };
+            let preemption = cq.spec.preemption.clone().unwrap_or_default();
+            self.cq_ids.insert(name.to_string(), i);
+            self.cqs.push(ClusterQueueEntry {
+                name: name.to_string(),
+                groups: raw.groups,
+                group_of: Vec::new(),
+                strategy: cq.spec.queueing_strategy.unwrap_or_default(),
+                stop: cq.spec.stop_policy.unwrap_or_default(),
+                within: preemption.within_cluster_queue.unwrap_or_default(),
+                reclaim: preemption.reclaim_within_cohort.unwrap_or_default(),
+                selector,
+                inactive,
+                root: i,
+                frs: raw.frs,
+            });
+        }
+    }
+
+    /// Finalizes the tree's quotas, then each ClusterQueue's resource → group map and root.
+    fn finish_tree(&mut self) {
+        self.tree.finalize();
+        let n_res = self.resources.len();
+        for c in 0..self.cqs.len() {
+            let mut group_of = vec![None; n_res];
+            for (gi, g) in self.cqs[c].groups.iter().enumerate() {
+                for (pos, &r) in g.resources.iter().enumerate() {
+                    group_of[r].get_or_insert((gi, pos));
+                }
+            }
+            let mut root = c;
+            let mut hops = 0;
+            while let Some(p) = self.tree.nodes[root].parent {
+                root = p;
+                hops += 1;
+                if hops > self.tree.nodes.len() {
+                    break;
+                }
+            }
+            self.cqs[c].group_of = group_of;
+            self.cqs[c].root = root;
+            self.tree_cqs.entry(root).or_default().push(c);
+        }
+    }
+
+    fn add_local_queues(&mut self, local_queues: &[LocalQueue]) {
+        let mut lqs: Vec<_> = local_queues
+            .iter()
+            .filter_map(|l| {
+                let name = l.metadata.name.as_deref()?;
+                let ns = l.metadata.namespace.as_deref().unwrap_or("default");
+                Some(((ns, name), l))
+            })
+            .collect();
+        lqs.sort_by_key(|(k, _)| *k);
+        lqs.dedup_by_key(|(k, _)| *k);
+        for ((ns, name), l) in lqs {
+            self.lq_ids
+                .insert((ns.to_string(), name.to_string()), self.lqs.len());
+            self.lqs.push(LocalQueueEntry {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                cluster_queue: l.spec.cluster_queue.clone().filter(|c| !c.is_empty()),
+                stop: l.spec.stop_policy.unwrap_or_default(),
+            });
+        }
+    }
+
+    fn add_priority_classes(&mut self, classes: &[WorkloadPriorityClass]) {
+        for (n, p) in by_name(classes, |p| &p.metadata) {
+            self.priorities.entry(n.to_string()).or_insert(p.spec.value);
+        }
+    }
+
+    pub(super) fn flavor_id(&mut self, name: &str) -> usize {
+        if let Some(&id) = self.flavor_ids.get(name) {
+            return id;
+        }
+        self.flavors.push(FlavorEntry {
+            name: name.to_string(),
+            exists: false,
+            node_labels: BTreeMap::new(),
+        });
+        self.flavor_ids
+            .insert(name.to_string(), self.flavors.len() - 1);
+        self.flavors.len() - 1
+    }
+
+    pub(super) fn resource_id(&mut self, name: &str) -> usize {
+        if let Some(&id) = self.resource_ids.get(name) {
+            return id;
+        }
+        self.resources.push(name.to_string());
+        self.resource_ids
+            .insert(name.to_string(), self.resources.len() - 1);
+        self.resources.len() - 1
+    }
+
+    pub(super) fn fr_id(&mut self, flavor: usize, resource: usize) -> usize {
+        if let Some(&id) = self.fr_ids.get(&(flavor, resource)) {
+            return id;
+        }
+        self.frs.push((flavor, resource));
+        self.fr_ids.insert((flavor, resource), self.frs.len() - 1);
+        self.frs.len() - 1
+    }
+
+    /// The (flavor, resource) id of names, if any quota or held usage mentions the pair.
+    pub fn find_fr(&self, flavor: &str, resource: &str) -> Option<usize> {
+        let f = self.flavor_ids.get(flavor)?;
+        let r = self.resource_ids.get(resource)?;
+        self.fr_ids.get(&(*f, *r)).copied()
+    }
+
+    pub fn flavor_name(&self, fr: usize) -> &str {
+        &self.flavors[self.frs[fr].0].name
+    }
+
+    pub fn resource_name(&self, fr: usize) -> &str {
+        &self.resources[self.frs[fr].1]
+    }
+
+    pub fn namespace_matches(&self, cq: usize, namespace: &str) -> bool {
+        match &self.cqs[cq].selector {
+            None => true,
+            Some(s) => s.matches(self.namespace_labels.get(namespace)),
+        }
+    }
+
+    /// The LocalQueue a Workload names and the ClusterQueue it leads to (or why none).
+    pub(super) fn resolve_queue(
+        &self,
+        namespace: &str,
+        queue: Option<&str>,
+    ) -> (Option<usize>, Result<Target, String>) {
+        let Some(queue) = queue.filter(|q| !q.is_empty()) else {
+            return (None, Err("Workload has no spec.queueName".to_string()));
+        };
+        let Some(&lq) = self.lq_ids.get(&(namespace.to_string(), queue.to_string())) else {
+            return (
+                None,
+                Err(format!("LocalQueue {namespace}/{queue} doesn't exist")),
+            );
+        };
+        let target = match &self.lqs[lq].cluster_queue {
+            None => Err(format!(
+                "LocalQueue {namespace}/{queue} has no spec.clusterQueue"
+            )),
+            Some(cq) => match self.cq_ids.get(cq) {
+                Some(&c) => Ok(Target { cq: c }),
+                None => Err(format!("ClusterQueue {cq} doesn't exist")),
+            },
+        };
+        (Some(lq), target)
+    }
+}
+
+/// Why a ClusterQueue's own quota makes it inactive: a bad spec, else a missing flavor.
+fn quota_inactive(name: &str, raw: &ParsedQuota) -> Option<(&'static str, String)> {
+    if let Some((r, m)) = &raw.error {
+        return Some((*r, format!("ClusterQueue {name} is inactive: {m}")));
+    }
+    if raw.missing_flavors.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = raw
+        .missing_flavors
+        .iter()
+        .map(|f| format!("{f:?}"))
+        .collect();
+    Some((
+        "FlavorNotFound",
+        format!(
+            "ClusterQueue {name} is inactive: {} {} not found",
+            if list.len() == 1 { "flavor" } else { "flavors" },
+            list.join(", ")
+        ),
+    ))
+}

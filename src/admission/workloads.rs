@@ -1,0 +1,442 @@
+//! One Workload as admission sees it ([`WorkloadEntry`]), derived once per Workload change: its
+//! key, queue, priority, queue order time, per-PodSet requests, the slice it replaces, and the
+//! quota it holds.
+//!
+//! Decides what an admitted Workload is charged: per PodSet `resourceUsage / admitted count`
+//! (rounded up) × `min(spec count, admitted count) − reclaimable pods`, so an in-place scale-down
+//! releases at once; and when a Workload is pending (waiting for quota), holding, or finished.
+//! A bad template becomes the reason the Workload cannot be admitted, never an error.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+
+use super::queues::{Queues, Target};
+use crate::podsets::pod_requests;
+use crate::quantity::{Format, Quantity};
+use crate::types::kueue::{self, PodSetAssignment, Workload, WorkloadSpec, condition};
+
+/// One request of a PodSet: the total over its pods (non-zero entries only).
+#[derive(Clone, Debug)]
+pub(crate) struct ResourceRequest {
+    /// `None`: no ClusterQueue or Cohort has quota for this resource.
+    pub res: Option<usize>,
+    pub name: String,
+    pub total: Quantity,
+}
+
+/// A PodSet's needs.
+#[derive(Clone, Debug)]
+pub(crate) struct PodSetRequests {
+    pub name: String,
+    pub count: i32,
+    pub requests: Vec<ResourceRequest>,
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// Quota a Workload holds.
+#[derive(Clone, Debug)]
+pub(crate) struct HeldQuota {
+    /// `None`: its ClusterQueue does not exist (it is counted nowhere).
+    pub cq: Option<usize>,
+    /// Per (flavor, resource), aggregated and sorted.
+    pub usage: Vec<(usize, Quantity)>,
+    /// PodSet name → (resource name → flavor id), for sticky flavors of a replacement.
+    pub flavors: Vec<(String, Vec<(String, usize)>)>,
+    pub admitted_at: Timestamp,
+}
+
+/// A Workload as admission sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkloadEntry {
+    pub key: String,
+    pub namespace: String,
+    pub priority: i32,
+    pub created: Timestamp,
+    pub active: bool,
+    pub target: Result<Target, String>,
+    pub lq: Option<usize>,
+    pub podsets: Result<Vec<PodSetRequests>, String>,
+    /// Key of the slice it replaces (same namespace only).
+    pub replaces: Option<String>,
+    /// Reason of `Finished=True`.
+    pub finished: Option<String>,
+    pub held: Option<HeldQuota>,
+    pub evicted: bool,
+    /// Queue order time: the eviction time for a requeued Workload, else the creation time.
+    pub order_time: Timestamp,
+    /// A second object with the same key: ignored.
+    pub duplicate: bool,
+}
+
+impl WorkloadEntry {
+    /// True when it is waiting for quota (not holding any, not finished).
+    pub fn is_pending(&self) -> bool {
+        !self.duplicate && self.finished.is_none() && self.held.is_none()
+    }
+}
+
+fn is_true<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conds
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// A quantity of `nanos` nano-units printed in the family of `like`.
+pub(crate) fn quantity_from_nanos(nanos: i128, like: Quantity) -> Quantity {
+    const NANO: i128 = 1_000_000_000;
+    if like.format() == Format::BinarySI
+        && nanos % NANO == 0
+        && let Ok(units) = i64::try_from(nanos / NANO)
+    {
+        return Quantity::from_bytes(units);
+    }
+    let text = if like.format() == Format::DecimalExponent {
+        format!("{nanos}e-9")
+    } else {
+        format!("{nanos}n")
+    };
+    Quantity::parse(&text).unwrap_or(like)
+}
+
+/// Largest request total accepted (2^100 nano-units, about 10^21 units): sums of many stay far
+/// from overflowing the 128-bit arithmetic.
+const MAX_REQUEST_NANOS: i128 = 1 << 100;
+
+pub(super) fn key_of(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// The slice a Workload replaces (`workload-slice-replacement-for`, `ns/name` or a bare name);
+/// another namespace is ignored, as Kueue does.
+fn replaced_slice(w: &Workload, namespace: &str) -> Option<String> {
+    let v = w
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(kueue::WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION)?;
+    match v.split_once('/') {
+        Some((ns, n)) if ns == namespace && !n.is_empty() => Some(key_of(ns, n)),
+        Some(_) => None,
+        None if !v.is_empty() => Some(key_of(namespace, v)),
+        None => None,
+    }
+}
+
+/// Per pod, `resourceUsage` is for `admitted` pods; the Workload is charged for `charged` of them.
+struct PodCounts {
+    admitted: i64,
+    charged: i64,
+}
+
+impl PodCounts {
+    /// `min(spec count, admitted count) − reclaimable pods`, at least 0.
+    fn of(w: &Workload, psa: &PodSetAssignment) -> PodCounts {
+        let spec_count = w
+            .spec
+            .pod_sets
+            .iter()
+            .find(|p| p.name == psa.name)
+            .map(|p| p.count);
+        let admitted = i64::from(psa.count.or(spec_count).unwrap_or(0).max(0));
+        let reclaimable = w
+            .status
+            .as_ref()
+            .and_then(|s| s.reclaimable_pods.iter().find(|r| r.name == psa.name))
+            .map_or(0, |r| i64::from(r.count.max(0)));
+        let charged =
+            (i64::from(spec_count.unwrap_or(i32::MAX).max(0)).min(admitted) - reclaimable).max(0);
+        PodCounts { admitted, charged }
+    }
+
+    /// `total` (for `admitted` pods) scaled to `charged` pods, per pod rounded up.
+    fn scale(&self, total: Quantity) -> Quantity {
+        if self.charged == self.admitted {
+            return total;
+        }
+        let n = i128::from(self.admitted);
+        let per_pod = (total.nanos() + n - 1) / n;
+        quantity_from_nanos(per_pod * i128::from(self.charged), total)
+    }
+}
+
+impl Queues {
+    /// Everything admission needs to know about one Workload.
+    pub fn derive(&self, w: &Workload) -> WorkloadEntry {
+        let namespace = w.metadata.namespace.as_deref().unwrap_or("default");
+        let name = w.metadata.name.as_deref().unwrap_or_default();
+        let key = key_of(namespace, name);
+        let created = w
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        let (lq, target) = self.resolve_queue(namespace, w.spec.queue_name.as_deref());
+        let conds = w
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        let finished = is_true(conds, condition::FINISHED).map(|c| c.reason.clone());
+        let evicted_cond = is_true(conds, condition::EVICTED);
+        let evicted = evicted_cond.is_some();
+        let held = self.held_by(w, finished.is_none(), evicted);
+        let order_time = match (evicted_cond, &held) {
+            (Some(e), None) => e.last_transition_time.0,
+            _ => created,
+        };
+        WorkloadEntry {
+            podsets: self.podset_requests(w, &key),
+            key,
+            namespace: namespace.to_string(),
+            priority: self.priority(&w.spec),
+            created,
+            active: w.spec.active != Some(false),
+            target,
+            lq,
+            replaces: replaced_slice(w, namespace),
+            finished,
+            held,
+            evicted,
+            order_time,
+            duplicate: false,
+        }
+    }
+
+    /// The WorkloadPriorityClass's value, else `spec.priority`, else 0.
+    fn priority(&self, spec: &WorkloadSpec) -> i32 {
+        match &spec.priority_class_ref {
+            Some(r) if r.kind == "WorkloadPriorityClass" => self
+                .priorities
+                .get(&r.name)
+                .copied()
+                .or(spec.priority)
+                .unwrap_or(0),
+            _ => spec.priority.unwrap_or(0),
+        }
+    }
+
+    /// The quota `w` holds: `QuotaReserved=True` with `status.admission`, not finished, and not
+    /// evicted when evicted Workloads release at once.
+    fn held_by(&self, w: &Workload, unfinished: bool, evicted: bool) -> Option<HeldQuota> {
+        let status = w.status.as_ref()?;
+        let reserved = is_true(&status.conditions, condition::QUOTA_RESERVED)?;
+        let adm = status.admission.as_ref()?;
+        (unfinished && !(evicted && self.release_evicted))
+            .then(|| self.held(w, adm, reserved.last_transition_time.0))
+    }
+
+    fn podset_requests(&self, w: &Workload, key: &str) -> Result<Vec<PodSetRequests>, String> {
+        let object = format!("Workload {key}");
+        let empty = PodSpec::default();
+        let mut out = Vec::with_capacity(w.spec.pod_sets.len());
+        for (i, ps) in w.spec.pod_sets.iter().enumerate() {
+            if ps.count < 0 {
+                return Err(format!(
+                    "{object}: spec.podSets[{i}].count: must not be negative (got {})",
+                    ps.count
+                ));
+            }
+            let spec = ps.template.spec.as_ref().unwrap_or(&empty);
+            let field = format!("spec.podSets[{i}].template.spec");
+            out.push(PodSetRequests {
+                name: ps.name.clone(),
+                count: ps.count,
+                requests: self.requests(spec, ps.count, &field, &object)?,
+                node_selector: spec.node_selector.clone().unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// A PodSet's non-zero request totals over `count` pods.
+    fn requests(
+        &self,
+        spec: &PodSpec,
+        count: i32,
+        field: &str,
+        object: &str,
+    ) -> Result<Vec<ResourceRequest>, String> {
+        let per_pod = pod_requests(spec, field, object).map_err(|e| e.to_string())?;
+        let mut requests = Vec::new();
+        for (name, q) in per_pod.iter() {
+            if q.is_negative() {
+                return Err(format!(
+                    "{object}: {field}: request for {name} must not be negative (got {q})"
+                ));
+            }
+            let total = q.times(i64::from(count));
+            if total.is_zero() {
+                continue;
+            }
+            if total.nanos() > MAX_REQUEST_NANOS {
+                return Err(format!(
+                    "{object}: {field}: {name} for {count} pods is too large to account ({q} each)"
+                ));
+            }
+            requests.push(ResourceRequest {
+                res: self.resource_ids.get(name).copied(),
+                name: name.to_string(),
+                total,
+            });
+        }
+        Ok(requests)
+    }
+
+    /// Usage of an admitted Workload, per (flavor, resource), scaled by [`PodCounts`].
+    fn held(&self, w: &Workload, adm: &kueue::Admission, admitted_at: Timestamp) -> HeldQuota {
+        let mut usage: BTreeMap<usize, Quantity> = BTreeMap::new();
+        let mut flavors = Vec::new();
+        for psa in &adm.pod_set_assignments {
+            let counts = PodCounts::of(w, psa);
+            self.charge_assigned_usage(psa, &counts, &mut usage);
+            self.charge_template_requests(w, psa, &counts, &mut usage);
+            let fl: Vec<(String, usize)> = psa
+                .flavors
+                .iter()
+                .filter_map(|(res, f)| self.flavor_ids.get(f).map(|&id| (res.clone(), id)))
+                .collect();
+            flavors.push((psa.name.clone(), fl));
+        }
+        HeldQuota {
+            cq: self.cq_ids.get(&adm.cluster_queue).copied(),
+            usage: usage.into_iter().filter(|(_, q)| !q.is_zero()).collect(),
+            flavors,
+            admitted_at,
+        }
+    }
+
+    /// The PodSet's `resourceUsage`, scaled.
+    fn charge_assigned_usage(
+        &self,
+        psa: &PodSetAssignment,
+        counts: &PodCounts,
+        usage: &mut BTreeMap<usize, Quantity>,
+    ) {
+        for (res, q) in &psa.resource_usage {
+            let Some(flavor) = psa.flavors.get(res) else {
+                continue;
+            };
+            let Some(fr) = self.find_fr(flavor, res) else {
+                continue;
+            };
+            let Ok(total) = Quantity::try_from(q) else {
+                continue; // unreadable usage: the template requests stand in
+            };
+            if total.is_negative() || counts.admitted == 0 {
+                continue;
+            }
+            *usage.entry(fr).or_insert(Quantity::ZERO) += counts.scale(total);
+        }
+    }
+
+    /// Entries whose `resourceUsage` could not be read: the template's requests instead.
+    fn charge_template_requests(
+        &self,
+        w: &Workload,
+        psa: &PodSetAssignment,
+        counts: &PodCounts,
+        usage: &mut BTreeMap<usize, Quantity>,
+    ) {
+        for (res, flavor) in &psa.flavors {
+            let unreadable = psa
+                .resource_usage
+                .get(res)
+                .is_some_and(|q| Quantity::try_from(q).is_err());
+            if !unreadable {
+                continue;
+            }
+            let Some(fr) = self.find_fr(flavor, res) else {
+                continue;
+            };
+            let Some((i, ps)) = w
+                .spec
+                .pod_sets
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.name == psa.name)
+            else {
+                continue;
+            };
+            let spec = ps.template.spec.clone().unwrap_or_default();
+            if let Ok(per_pod) = pod_requests(&spec, &format!("spec.podSets[{i}]"), "")
+                && !per_pod.get(res).is_negative()
+            {
+                *usage.entry(fr).or_insert(Quantity::ZERO) +=
+                    per_pod.get(res).times(counts.charged);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+    use super::*;
+    use crate::admission::index::Index;
+    use crate::admission::testing::*;
+    use crate::admission::{Options, Snapshot};
+
+    #[test]
+    fn held_usage_follows_scale_down_and_reclaimable_pods() {
+        // admitted: 4 workers × 1 cpu = 4; spec scaled down to 3, one more pod reclaimable → 2
+        let mut w = admitted_wl("w", "lq", "cq", &[("worker", 4, "1")], "default");
+        w.spec.pod_sets[0].count = 3;
+        w.status.as_mut().unwrap().reclaimable_pods = vec![kueue::ReclaimablePod {
+            name: "worker".into(),
+            count: 1,
+        }];
+        let s = Snapshot {
+            flavors: vec![flavor("default")],
+            cluster_queues: vec![cq("cq", None, &[("default", "cpu", "10")])],
+            local_queues: vec![lq("lq", "cq")],
+            workloads: vec![w],
+            ..Snapshot::default()
+        };
+        let ix = Index::build(&s, &Options::default());
+        let held = ix.workloads[0].held.as_ref().unwrap();
+        assert_eq!(held.usage, vec![(0, Quantity::from_units(2))]);
+    }
+
+    #[test]
+    fn odd_per_pod_usage_rounds_up() {
+        // 10 cpu over 3 pods → 3.333333334 per pod; scaled to 2 pods → 6.666666668
+        let mut w = admitted_wl("w", "lq", "cq", &[("worker", 3, "1")], "default");
+        w.status
+            .as_mut()
+            .unwrap()
+            .admission
+            .as_mut()
+            .unwrap()
+            .pod_set_assignments[0]
+            .resource_usage
+            .insert("cpu".into(), K8sQuantity("10".into()));
+        w.spec.pod_sets[0].count = 2;
+        let s = Snapshot {
+            flavors: vec![flavor("default")],
+            cluster_queues: vec![cq("cq", None, &[("default", "cpu", "10")])],
+            local_queues: vec![lq("lq", "cq")],
+            workloads: vec![w],
+            ..Snapshot::default()
+        };
+        let ix = Index::build(&s, &Options::default());
+        let held = ix.workloads[0].held.as_ref().unwrap();
+        assert_eq!(held.usage[0].1.to_string(), "6666666668n");
+    }
+
+    #[test]
+    fn quantities_keep_their_family() {
+        let gi = Quantity::parse("1Gi").unwrap();
+        assert_eq!(quantity_from_nanos(gi.nanos() * 3, gi).to_string(), "3Gi");
+        let e = Quantity::parse("1e3").unwrap();
+        assert_eq!(quantity_from_nanos(e.nanos() * 2, e).to_string(), "2e3");
+        assert_eq!(
+            quantity_from_nanos(1_500_000_000, Quantity::ZERO).to_string(),
+            "1500m"
+        );
+    }
+}

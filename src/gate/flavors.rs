@@ -1,0 +1,337 @@
+//! Flavors reach the pods (pure): what Kueue v0.19's `podset.FromAssignment` + `podset.Merge`
+//! (`RunWithPodSetsInfo`) do to a job's pod templates when it is admitted, for a child RayCluster
+//! released against a slice.
+//!
+//! For each PodSet of the child, the flavors its slice PodSet was assigned (one per resource,
+//! each counted once) give a node selector (the union of their `nodeLabels`) and tolerations
+//! (their `tolerations`, without duplicates). They are merged into the group's pod template; a
+//! node selector key the template already sets to another value is a conflict (Kueue:
+//! `BadPodSetsUpdate`), and the child is not released. `nodeTaints` only steer flavor matching;
+//! nothing of them reaches the pods.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{PodSpec, Toleration};
+use serde_json::{Value, json};
+
+use super::{EventType, GateAction, GateDecision};
+use crate::podsets::{self, HEAD_GROUP, PodSet};
+use crate::types::kueue::{ResourceFlavorSpec, Workload};
+use crate::types::ray::RayCluster;
+
+/// Annotation on a Workload PodSet template naming its KubeRay group (see `crate::slices`).
+const GROUP_ANNOTATION: &str = crate::slices::GROUP_ANNOTATION;
+
+/// What a flavor assignment adds to one pod template.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FlavorInfo {
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+}
+
+/// `podset.FromAssignment`: the node selector and tolerations of the flavors assigned to the
+/// slice PodSet `name`. Flavors unknown to `flavors` add nothing.
+pub fn from_assignment(
+    slice: &Workload,
+    name: &str,
+    flavors: &BTreeMap<String, ResourceFlavorSpec>,
+) -> FlavorInfo {
+    let mut info = FlavorInfo::default();
+    let assigned: BTreeSet<&String> = slice
+        .status
+        .as_ref()
+        .and_then(|s| s.admission.as_ref())
+        .and_then(|a| a.pod_set_assignments.iter().find(|p| p.name == name))
+        .map(|p| p.flavors.values().collect())
+        .unwrap_or_default();
+    for f in assigned {
+        let Some(spec) = flavors.get(f) else {
+            continue;
+        };
+        for (k, v) in spec.node_labels.iter().flatten() {
+            info.node_selector.insert(k.clone(), v.clone());
+        }
+        for t in spec.tolerations.iter().flatten() {
+            if !info.tolerations.contains(t) {
+                info.tolerations.push(t.clone());
+            }
+        }
+    }
+    info
+}
+
+/// `podset.Merge` on a pod spec: `Err(key)` on a node selector conflict; `Ok(true)` when the
+/// spec changed.
+pub fn merge(spec: &mut PodSpec, info: &FlavorInfo) -> Result<bool, String> {
+    let mut changed = false;
+    let selector = spec.node_selector.get_or_insert_with(Default::default);
+    for (k, v) in &info.node_selector {
+        match selector.get(k) {
+            Some(old) if old == v => {}
+            Some(old) => return Err(format!("nodeSelector {k}={old} (flavor wants {v})")),
+            None => {
+                selector.insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+    }
+    if selector.is_empty() {
+        spec.node_selector = None;
+    }
+    let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+    for t in &info.tolerations {
+        if !tolerations.contains(t) {
+            tolerations.push(t.clone());
+            changed = true;
+        }
+    }
+    if tolerations.is_empty() {
+        spec.tolerations = None;
+    }
+    Ok(changed)
+}
+
+/// The slice PodSet a child's PodSet is charged to: same group (annotation) and per-pod requests.
+fn slice_podset<'a>(slice: &'a Workload, p: &PodSet) -> Option<&'a str> {
+    slice
+        .spec
+        .pod_sets
+        .iter()
+        .find(|sp| {
+            let group = sp
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get(GROUP_ANNOTATION))
+                .unwrap_or(&sp.name);
+            let requests = sp
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| podsets::pod_requests(s, "template.spec", &sp.name).ok());
+            *group == p.group && requests.as_ref() == Some(&p.requests)
+        })
+        .map(|sp| sp.name.as_str())
+}
+
+/// The merge patch that puts the flavors of `slice` onto `child`'s pod templates (with the
+/// child's resourceVersion as precondition: `workerGroupSpecs` is replaced whole), `Ok(None)`
+/// when nothing changes, `Err` on a node selector conflict.
+pub fn child_patch(
+    child: &RayCluster,
+    slice: &Workload,
+    flavors: &BTreeMap<String, ResourceFlavorSpec>,
+) -> Result<Option<Value>, String> {
+    let obj = format!(
+        "RayCluster {}",
+        child.metadata.name.as_deref().unwrap_or_default()
+    );
+    let ps = podsets::of_cluster(&child.spec, &obj, "spec").map_err(|e| e.to_string())?;
+    let info_for = |group: &str| -> FlavorInfo {
+        ps.iter()
+            .filter(|p| p.group == group)
+            .find_map(|p| slice_podset(slice, p))
+            .map(|name| from_assignment(slice, name, flavors))
+            .unwrap_or_default()
+    };
+    let mut spec = child.spec.clone();
+    let mut changed = false;
+    let head = spec
+        .head_group_spec
+        .template
+        .spec
+        .get_or_insert_with(Default::default);
+    changed |= merge(head, &info_for(HEAD_GROUP)).map_err(|e| format!("{obj} head: {e}"))?;
+    for g in spec.worker_group_specs.iter_mut().flatten() {
+        let info = info_for(&g.group_name);
+        let pod = g.template.spec.get_or_insert_with(Default::default);
+        changed |= merge(pod, &info).map_err(|e| format!("{obj} group {}: {e}", g.group_name))?;
+    }
+    if !changed {
+        return Ok(None);
+    }
+    let head_spec = spec.head_group_spec.template.spec.as_ref();
+    Ok(Some(json!({
+        "metadata": {"resourceVersion": child.metadata.resource_version},
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {
+                "nodeSelector": head_spec.and_then(|s| s.node_selector.clone()),
+                "tolerations": head_spec.and_then(|s| s.tolerations.clone()),
+            }}},
+            "workerGroupSpecs": spec.worker_group_specs,
+        }
+    })))
+}
+
+/// For [`super::decide`]: the [`child_patch`] action before a release; `false` (with a Warning
+/// Event) when the flavors conflict with the child's node selector and it must stay held.
+pub(super) fn before_release(
+    child: &RayCluster,
+    slice: &Workload,
+    flavors: &BTreeMap<String, ResourceFlavorSpec>,
+    d: &mut GateDecision,
+) -> bool {
+    let name = child.metadata.name.clone().unwrap_or_default();
+    match child_patch(child, slice, flavors) {
+        Ok(None) => true,
+        Ok(Some(patch)) => {
+            d.event(
+                EventType::Normal,
+                "FlavorsApplied",
+                format!(
+                    "set the node selector and tolerations of slice {}'s flavors on {name}'s pod templates",
+                    slice.metadata.name.as_deref().unwrap_or_default()
+                ),
+                Some(&name),
+            );
+            d.actions
+                .push(GateAction::PatchChild { child: name, patch });
+            true
+        }
+        Err(e) => {
+            d.event(
+                EventType::Warning,
+                "FlavorConflict",
+                format!("holding {name}: the admitted flavors contradict its pod template: {e}"),
+                Some(&name),
+            );
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slices::testing::admit;
+    use crate::types::kueue::PodSetAssignment;
+
+    fn pod(extra: Value) -> Value {
+        let mut p = json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            p["spec"][k] = v.clone();
+        }
+        p
+    }
+
+    fn child(worker_extra: Value) -> RayCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "svc-a", "namespace": "ns", "resourceVersion": "7"},
+            "spec": {"suspend": true, "headGroupSpec": {"template": pod(json!({}))},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": pod(worker_extra), "unknownField": "kept"}]}
+        }))
+        .unwrap()
+    }
+
+    fn slice_for(c: &RayCluster, flavor_of: &[(&str, &str)]) -> Workload {
+        let ps = podsets::of_cluster(&c.spec, "x", "spec").unwrap();
+        let pod_sets: Vec<crate::types::kueue::PodSet> = ps
+            .iter()
+            .map(|p| {
+                let mut t = p.template.clone();
+                t.metadata
+                    .get_or_insert_with(Default::default)
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(GROUP_ANNOTATION.into(), p.group.clone());
+                crate::types::kueue::PodSet {
+                    name: p.name.clone(),
+                    template: t,
+                    count: p.count,
+                    min_count: None,
+                }
+            })
+            .collect();
+        let mut w: Workload = serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "s", "namespace": "ns"}, "spec": {"queueName": "q", "podSets": []}
+        }))
+        .unwrap();
+        w.spec.pod_sets = pod_sets;
+        admit(&mut w);
+        let adm = w.status.as_mut().unwrap().admission.as_mut().unwrap();
+        for a in &mut adm.pod_set_assignments {
+            let f = flavor_of
+                .iter()
+                .find(|(n, _)| *n == a.name)
+                .map(|(_, f)| f.to_string());
+            if let Some(f) = f {
+                *a = PodSetAssignment {
+                    flavors: [("cpu".to_string(), f)].into(),
+                    ..a.clone()
+                };
+            }
+        }
+        w
+    }
+
+    fn flavors() -> BTreeMap<String, ResourceFlavorSpec> {
+        let spec = |v: Value| serde_json::from_value::<ResourceFlavorSpec>(v).unwrap();
+        [
+            ("default".to_string(), spec(json!({}))),
+            (
+                "h100".to_string(),
+                spec(json!({"nodeLabels": {"pool": "h100"},
+                    "nodeTaints": [{"key": "gpu", "value": "h100", "effect": "NoSchedule"}],
+                    "tolerations": [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}]})),
+            ),
+        ]
+        .into()
+    }
+
+    #[test]
+    fn the_flavor_s_node_labels_and_tolerations_reach_the_group_s_template() {
+        let c = child(json!({}));
+        let w = slice_for(&c, &[("head", "default"), ("gpu", "h100")]);
+        let patch = child_patch(&c, &w, &flavors()).unwrap().expect("a patch");
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        let g = &patch["spec"]["workerGroupSpecs"][0];
+        assert_eq!(
+            g["template"]["spec"]["nodeSelector"],
+            json!({"pool": "h100"})
+        );
+        assert_eq!(
+            g["template"]["spec"]["tolerations"],
+            json!([{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}])
+        );
+        assert_eq!(g["unknownField"], "kept", "the rest of the group is kept");
+        assert_eq!(g["groupName"], "gpu");
+        // the head's flavor has no labels: nothing there
+        assert_eq!(
+            patch["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"],
+            Value::Null
+        );
+        // applied once, it is not applied again
+        let mut done = c.clone();
+        let wg: Vec<crate::types::ray::WorkerGroupSpec> =
+            serde_json::from_value(patch["spec"]["workerGroupSpecs"].clone()).unwrap();
+        done.spec.worker_group_specs = Some(wg);
+        assert_eq!(child_patch(&done, &w, &flavors()), Ok(None));
+    }
+
+    #[test]
+    fn a_flavor_without_labels_or_tolerations_changes_nothing() {
+        let c = child(json!({}));
+        let w = slice_for(&c, &[("head", "default"), ("gpu", "default")]);
+        assert_eq!(child_patch(&c, &w, &flavors()), Ok(None));
+    }
+
+    #[test]
+    fn a_conflicting_node_selector_is_an_error_and_an_equal_one_is_kept() {
+        let c = child(json!({"nodeSelector": {"pool": "a100"}}));
+        let w = slice_for(&c, &[("gpu", "h100")]);
+        let e = child_patch(&c, &w, &flavors()).unwrap_err();
+        assert!(e.contains("pool=a100"), "{e}");
+        let c = child(json!({"nodeSelector": {"pool": "h100"}}));
+        let w = slice_for(&c, &[("gpu", "h100")]);
+        let patch = child_patch(&c, &w, &flavors())
+            .unwrap()
+            .expect("tolerations");
+        assert_eq!(
+            patch["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"],
+            json!({"pool": "h100"})
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! The `PodsReady` condition of a RayService's covering slice (pure).
+//!
+//! Kueue v0.19 enables `waitForPodsReady` by default and evicts an admitted Workload whose
+//! `PodsReady` never turns `True`. Kueue's own job integrations write it; raygate owns these
+//! Workloads, so it writes it the way `jobframework.generatePodsReadyCondition` does, with
+//! Kueue's RayCluster integration's readiness (`status.state == ready`) for each released child.
+
+use std::collections::BTreeSet;
+
+use crate::slices;
+use crate::types::kueue::{Workload, condition};
+use crate::types::ray::RayCluster;
+
+/// Kueue's reasons (`kueue.WorkloadStarted`, `WorkloadRecovered`, `WorkloadWaitForStart`,
+/// `WorkloadWaitForRecovery`) and messages.
+pub mod reason {
+    pub const STARTED: &str = "Started";
+    pub const RECOVERED: &str = "Recovered";
+    pub const WAIT_FOR_START: &str = "WaitForStart";
+    pub const WAIT_FOR_RECOVERY: &str = "WaitForRecovery";
+    pub const READY_MESSAGE: &str = "All pods reached readiness and the workload is running";
+    pub const NOT_READY_MESSAGE: &str = "Not all pods are ready or succeeded";
+    pub const RECOVERY_MESSAGE: &str = "At least one pod has failed, waiting for recovery";
+}
+
+/// The `PodsReady` condition one slice should carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodsReady {
+    /// The slice's name.
+    pub slice: String,
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: &'static str,
+}
+
+impl PodsReady {
+    /// Whether `w` already carries this condition (status and reason).
+    pub fn is_set_on(&self, w: &Workload) -> bool {
+        current(w).is_some_and(|c| {
+            c.status == if self.ready { "True" } else { "False" } && c.reason == self.reason
+        })
+    }
+}
+
+fn current(w: &Workload) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::PODS_READY)
+}
+
+/// The slice whose admission lets the children run: the admitted live slice no other admitted
+/// live slice replaces (the newest by creation time and name if the links do not tell).
+pub fn covering_slice(workloads: &[Workload]) -> Option<&Workload> {
+    let admitted: Vec<&Workload> = workloads
+        .iter()
+        .filter(|w| !slices::is_finished(w) && slices::is_admitted(w))
+        .collect();
+    let key = |w: &Workload| {
+        format!(
+            "{}/{}",
+            w.metadata.namespace.as_deref().unwrap_or_default(),
+            w.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let replaced: Vec<&str> = admitted
+        .iter()
+        .filter_map(|w| slices::replaces(w))
+        .collect();
+    admitted
+        .iter()
+        .copied()
+        .filter(|w| !replaced.contains(&key(w).as_str()))
+        .max_by_key(|w| {
+            (
+                w.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                w.metadata.name.clone(),
+            )
+        })
+}
+
+/// Kueue's RayCluster integration: a cluster's pods are ready when `status.state == ready`.
+fn is_ready(c: &RayCluster) -> bool {
+    c.status.as_ref().and_then(|s| s.state.as_deref()) == Some("ready")
+}
+
+/// `PodsReady` for the covering slice of `workloads`, given the RayService's live children and
+/// those just released (their unsuspend may not show in `children` yet); `None` when no slice is
+/// admitted. `True` once every released (unsuspended or just released, not deleting) child is
+/// ready and at least one is; else `False`, `WaitForStart` until it was first ready,
+/// `WaitForRecovery` after.
+pub fn decide(
+    children: &[&RayCluster],
+    just_released: &BTreeSet<String>,
+    workloads: &[Workload],
+) -> Option<PodsReady> {
+    let slice = covering_slice(workloads)?;
+    let released: Vec<&&RayCluster> = children
+        .iter()
+        .filter(|c| {
+            (c.spec.suspend != Some(true)
+                || c.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| just_released.contains(n)))
+                && c.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    let ready = !released.is_empty() && released.iter().all(|c| is_ready(c));
+    let previous = current(slice);
+    let was = |r: &str| previous.is_some_and(|c| c.reason == r);
+    let (reason, message) = if ready {
+        if was(reason::WAIT_FOR_RECOVERY) || was(reason::RECOVERED) {
+            (reason::RECOVERED, reason::READY_MESSAGE)
+        } else {
+            (reason::STARTED, reason::READY_MESSAGE)
+        }
+    } else if previous.is_some_and(|c| c.status == "True") || was(reason::WAIT_FOR_RECOVERY) {
+        (reason::WAIT_FOR_RECOVERY, reason::RECOVERY_MESSAGE)
+    } else {
+        (reason::WAIT_FOR_START, reason::NOT_READY_MESSAGE)
+    };
+    Some(PodsReady {
+        slice: slice.metadata.name.clone().unwrap_or_default(),
+        ready,
+        reason,
+        message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde_json::json;
+
+    use super::{PodsReady, reason};
+    use crate::types::kueue::Workload;
+    use crate::types::ray::RayCluster;
+
+    pub(super) fn slice(
+        name: &str,
+        second: i64,
+        admitted: bool,
+        replaces: Option<&str>,
+    ) -> Workload {
+        let t = format!("2026-01-01T00:00:{second:02}Z");
+        let status = if admitted { "True" } else { "False" };
+        let mut annotations = json!({});
+        if let Some(r) = replaces {
+            annotations["kueue.x-k8s.io/workload-slice-replacement-for"] = json!(r);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": t, "annotations": annotations},
+            "spec": {"queueName": "lq", "podSets": [{"name": "head", "count": 1, "template": {}}]},
+            "status": {
+                "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "head", "count": 1}]},
+                "conditions": [
+                    {"type": "QuotaReserved", "status": status, "reason": "QuotaReserved", "message": "", "lastTransitionTime": t},
+                    {"type": "Admitted", "status": status, "reason": "Admitted", "message": "", "lastTransitionTime": t},
+                ]
+            }
+        }))
+        .expect("workload")
+    }
+
+    fn with_pods_ready(mut w: Workload, status: &str, reason: &str) -> Workload {
+        if let Some(s) = w.status.as_mut() {
+            s.conditions.push(
+                serde_json::from_value(json!({"type": "PodsReady", "status": status, "reason": reason, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}))
+                    .expect("condition"),
+            );
+        }
+        w
+    }
+
+    fn child(name: &str, suspend: bool, state: Option<&str>) -> RayCluster {
+        let mut c = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": []}}}},
+        });
+        if let Some(s) = state {
+            c["status"] = json!({"state": s});
+        }
+        serde_json::from_value(c).expect("RayCluster")
+    }
+
+    fn decide(children: &[&RayCluster], workloads: &[Workload]) -> Option<PodsReady> {
+        super::decide(children, &BTreeSet::new(), workloads)
+    }
+
+    fn expect(slice: &str, ready: bool, reason: &'static str) -> Option<PodsReady> {
+        Some(PodsReady {
+            slice: slice.into(),
+            ready,
+            reason,
+            message: if ready {
+                reason::READY_MESSAGE
+            } else if reason == reason::WAIT_FOR_START {
+                reason::NOT_READY_MESSAGE
+            } else {
+                reason::RECOVERY_MESSAGE
+            },
+        })
+    }
+
+    #[test]
+    fn no_admitted_slice_means_no_condition() {
+        let running = child("a", false, Some("ready"));
+        assert_eq!(decide(&[&running], &[slice("s1", 1, false, None)]), None);
+    }
+
+    #[test]
+    fn an_admitted_slice_waits_for_start_until_every_released_child_is_ready() {
+        let s = [slice("s1", 1, true, None)];
+        let held = child("a", true, None);
+        assert_eq!(
+            decide(&[&held], &s),
+            expect("s1", false, reason::WAIT_FOR_START)
+        );
+        let starting = child("a", false, None);
+        assert_eq!(
+            decide(&[&starting], &s),
+            expect("s1", false, reason::WAIT_FOR_START)
+        );
+        let ready = child("a", false, Some("ready"));
+        assert_eq!(decide(&[&ready], &s), expect("s1", true, reason::STARTED));
+        // a held (suspended) sibling does not count: it has no pods
+        assert_eq!(
+            decide(&[&ready, &held], &s),
+            expect("s1", true, reason::STARTED)
+        );
+        // a released sibling not ready yet does
+        assert_eq!(
+            decide(&[&ready, &starting], &s),
+            expect("s1", false, reason::WAIT_FOR_START)
+        );
+    }
+
+    #[test]
+    fn after_being_ready_it_waits_for_recovery_then_recovers() {
+        let not_ready = child("a", false, Some("suspended"));
+        let ready = child("a", false, Some("ready"));
+        let was_ready = [with_pods_ready(
+            slice("s1", 1, true, None),
+            "True",
+            reason::STARTED,
+        )];
+        assert_eq!(
+            decide(&[&not_ready], &was_ready),
+            expect("s1", false, reason::WAIT_FOR_RECOVERY)
+        );
+        let recovering = [with_pods_ready(
+            slice("s1", 1, true, None),
+            "False",
+            reason::WAIT_FOR_RECOVERY,
+        )];
+        assert_eq!(
+            decide(&[&ready], &recovering),
+            expect("s1", true, reason::RECOVERED)
+        );
+    }
+
+    #[test]
+    fn the_covering_slice_is_the_replacement_even_when_created_in_the_same_second() {
+        let ready = child("a", false, Some("ready"));
+        // "s-a" sorts before "s-b", but "s-a" replaces "s-b": the links decide, not names
+        let ws = [
+            slice("s-b", 5, true, None),
+            slice("s-a", 5, true, Some("ns/s-b")),
+        ];
+        assert_eq!(decide(&[&ready], &ws), expect("s-a", true, reason::STARTED));
+    }
+
+    #[test]
+    fn a_child_released_in_this_reconcile_counts_as_not_ready_yet() {
+        // the upgrade's replacement slice was admitted; the pending child is released now
+        let s = [slice("s2", 2, true, Some("ns/s1"))];
+        let active = child("a", false, Some("ready"));
+        let pending = child("b", true, None);
+        let none = BTreeSet::new();
+        let just: BTreeSet<String> = ["b".to_string()].into();
+        assert!(super::decide(&[&active, &pending], &none, &s).is_some_and(|p| p.ready));
+        let p = super::decide(&[&active, &pending], &just, &s).expect("a condition");
+        assert!(!p.ready);
+        assert_eq!(p.reason, reason::WAIT_FOR_START);
+    }
+}
