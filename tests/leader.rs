@@ -92,6 +92,26 @@ async fn the_lease_holder_writes_and_a_failed_election_stops_writes() {
         || async { (holder(&leases).await.as_deref() == Some("replica-a")).then_some(()) },
     )
     .await;
+    // the Lease is written under its own field manager, not a writer's of gated objects
+    let managers: Vec<String> = leases
+        .get("raygate")
+        .await
+        .unwrap()
+        .metadata
+        .managed_fields
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .any(|m| m == raygate::controller::LEASE_MANAGER)
+            && !managers
+                .iter()
+                .any(|m| m == raygate::controller::GATE_MANAGER),
+        "{managers:?}"
+    );
 
     // the leader gates an opted-in RayService
     let services: Api<RayService> = Api::namespaced(client.clone(), &ns);

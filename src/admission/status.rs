@@ -333,11 +333,16 @@ pub fn cluster_queue_status(
         Ok(()) => (true, "Can admit new workloads"),
         Err(m) => (false, m.as_str()),
     };
+    // a condition's reason must not be empty (the API server rejects it)
+    let reason = match usage.active_reason.as_str() {
+        "" => "Ready",
+        r => r,
+    };
     set(
         &mut s.conditions,
         "Active",
         active,
-        &usage.active_reason,
+        reason,
         message,
         generation,
         now,
@@ -474,6 +479,99 @@ mod tests {
         assert_eq!(
             cond(&s, "Finished").message,
             "Replaced by workload slice ns/new"
+        );
+    }
+
+    fn cq_usage(active: Result<(), String>, reason: &str) -> ClusterQueueUsage {
+        ClusterQueueUsage {
+            name: "cq".into(),
+            reservation: vec![],
+            pending: 1,
+            reserving: 0,
+            admitted: 0,
+            active,
+            active_reason: reason.into(),
+        }
+    }
+
+    fn lq_usage(active: Result<(), String>) -> LocalQueueUsage {
+        LocalQueueUsage {
+            namespace: "ns".into(),
+            name: "lq".into(),
+            reservation: vec![],
+            pending: 1,
+            reserving: 0,
+            admitted: 0,
+            active,
+        }
+    }
+
+    #[test]
+    fn cluster_queue_active_moves_its_transition_time_only_when_the_status_flips() {
+        let missing = |f: &str| {
+            Err(format!(
+                "ClusterQueue cq is inactive: flavor \"{f}\" not found"
+            ))
+        };
+        let s1 = cluster_queue_status(
+            &cq_usage(missing("a"), "FlavorNotFound"),
+            None,
+            Some(1),
+            t(10),
+        );
+        let c1 = find(&s1.conditions, "Active").unwrap();
+        assert_eq!(
+            (c1.status.as_str(), c1.reason.as_str()),
+            ("False", "FlavorNotFound")
+        );
+        assert_eq!(c1.last_transition_time, Time(t(10)));
+        // only the message changes: the time stays, the message and generation are refreshed
+        let s2 = cluster_queue_status(
+            &cq_usage(missing("b"), "FlavorNotFound"),
+            Some(&s1),
+            Some(2),
+            t(20),
+        );
+        let c2 = find(&s2.conditions, "Active").unwrap();
+        assert_eq!(c2.last_transition_time, Time(t(10)));
+        assert!(c2.message.contains("\"b\""), "{}", c2.message);
+        assert_eq!(c2.observed_generation, Some(2));
+        // the same usage again: nothing changes (the loop writes nothing)
+        let s3 = cluster_queue_status(
+            &cq_usage(missing("b"), "FlavorNotFound"),
+            Some(&s2),
+            Some(2),
+            t(30),
+        );
+        assert_eq!(s3, s2);
+        // it flips: now the time moves
+        let s4 = cluster_queue_status(&cq_usage(Ok(()), "Ready"), Some(&s3), Some(2), t(40));
+        let c4 = find(&s4.conditions, "Active").unwrap();
+        assert_eq!((c4.status.as_str(), c4.reason.as_str()), ("True", "Ready"));
+        assert_eq!(c4.last_transition_time, Time(t(40)));
+        // an empty reason is never written
+        let s5 = cluster_queue_status(&cq_usage(Ok(()), ""), None, None, t(50));
+        assert_eq!(find(&s5.conditions, "Active").unwrap().reason, "Ready");
+    }
+
+    #[test]
+    fn local_queue_status_carries_its_active_condition() {
+        let inactive = Err("ClusterQueue cq doesn't exist".to_string());
+        let s1 = local_queue_status(&lq_usage(inactive), None, Some(1), t(10));
+        let c1 = find(&s1.conditions, "Active").unwrap();
+        assert_eq!(
+            (c1.status.as_str(), c1.reason.as_str()),
+            ("False", "Inactive")
+        );
+        assert_eq!(c1.message, "ClusterQueue cq doesn't exist");
+        assert_eq!(s1.pending_workloads, Some(1));
+        let s2 = local_queue_status(&lq_usage(Ok(())), Some(&s1), Some(1), t(20));
+        let c2 = find(&s2.conditions, "Active").unwrap();
+        assert_eq!((c2.status.as_str(), c2.reason.as_str()), ("True", "Ready"));
+        assert_eq!(c2.last_transition_time, Time(t(20)));
+        assert_eq!(
+            local_queue_status(&lq_usage(Ok(())), Some(&s2), Some(1), t(30)),
+            s2
         );
     }
 }

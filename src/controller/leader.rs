@@ -20,7 +20,7 @@ pub async fn elect(client: Client, config: &Config) -> Result<watch::Receiver<bo
         .with_identity(&config.identity)
         .with_duration(config.lease_duration_seconds.max(1))
         .with_grace((config.lease_duration_seconds / 3).clamp(1, 5))
-        .with_field_manager(super::GATE_MANAGER)
+        .with_field_manager(super::LEASE_MANAGER)
         .build()
         .await
         .map_err(err)?;

@@ -3,15 +3,17 @@
 //!
 //! Everything that decides lives in the pure modules ([`crate::gate`], [`crate::slices`],
 //! [`crate::admission`]); this module observes, calls them, and applies their results with
-//! narrow merge patches or server-side apply, one field manager per writer.
+//! narrow merge patches or server-side apply, one field manager per writer. Time comes from the
+//! one [`Clock`] in the [`Context`]: the wall clock is read nowhere else (checked by clippy).
+#![deny(clippy::disallowed_methods)]
 
-mod admission_loop;
-mod apply;
+mod admission;
+mod clock;
 mod events;
+mod gate;
 mod http;
 mod leader;
 mod metrics;
-mod reconcile;
 mod stores;
 
 use std::future::Future;
@@ -27,22 +29,39 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use events::EventSink;
 pub use metrics::Metrics;
 pub use stores::Stores;
 
 use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, RayCluster, RayService};
 
+// Field managers: one per writer, all here. Each writer owns its fields under its own name, so
+// `kubectl get -o yaml --show-managed-fields` tells who wrote what, and a writer's forced apply
+// never takes fields from another raygate writer.
+//
+// | manager              | writes                                                              |
+// |----------------------|---------------------------------------------------------------------|
+// | `raygate-gate`       | RayService annotations/`spec.suspend`/template gate; RayCluster `spec.suspend`, queue label, flavors |
+// | `raygate-slices`     | Workload slices: metadata and spec (apply), `Finished` (status apply) |
+// | `raygate-pods-ready` | the `PodsReady` condition on covering slices                        |
+// | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
+// | `raygate-leader`     | the leader-election Lease (kube-lease-manager)                      |
+// | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
+
 /// Field manager of the gate's RayService/RayCluster patches.
 pub const GATE_MANAGER: &str = "raygate-gate";
-/// Field manager of Workload objects (metadata and spec).
-pub const SLICES_MANAGER: &str = "raygate";
-/// Field manager of the slice planner's status writes (`Finished`).
-pub const SLICES_STATUS_MANAGER: &str = "raygate-slices";
+/// Field manager of Workload slices (metadata and spec, and the `Finished` status write: the
+/// status subresource keeps its own managed-fields entry under the same name).
+pub const SLICES_MANAGER: &str = "raygate-slices";
+/// Field manager of the slice planner's status writes (`Finished`): the slice writer's.
+pub const SLICES_STATUS_MANAGER: &str = SLICES_MANAGER;
 /// Field manager of the `PodsReady` condition on covering slices.
 pub const PODS_READY_MANAGER: &str = "raygate-pods-ready";
 /// Field manager of admission's status writes (Workload, ClusterQueue, LocalQueue).
 pub const ADMISSION_MANAGER: &str = "raygate-admission";
+/// Field manager of the leader-election Lease, distinct from every object writer's.
+pub const LEASE_MANAGER: &str = "raygate-leader";
 
 /// Who admits Workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -130,6 +149,8 @@ pub enum Error {
     OptOutChild { name: String, source: kube::Error },
     #[error("deleting finished Workload {name}: {source}")]
     DeleteWorkload { name: String, source: kube::Error },
+    #[error("task {task} ended unexpectedly ({how}): the controller stops")]
+    TaskEnded { task: String, how: String },
 }
 
 impl Error {
@@ -166,6 +187,7 @@ impl Error {
             Error::OptOutChild { .. } => "opt_out_child",
             Error::DeleteWorkload { .. } => "delete_workload",
             Error::NotLeader { .. } => "not_leader",
+            Error::TaskEnded { .. } => "task_ended",
         }
     }
 }
@@ -173,6 +195,8 @@ impl Error {
 /// Shared by the reconciler and the admission loop.
 pub struct Context {
     pub client: Client,
+    /// Every time the controller needs (decisions, written times, latencies, expiries).
+    pub clock: Arc<dyn Clock>,
     pub config: Config,
     pub stores: Stores,
     pub metrics: Arc<Metrics>,
@@ -180,11 +204,11 @@ pub struct Context {
     /// True while this replica may write (always, without leader election).
     pub leader: watch::Receiver<bool>,
     /// When the admission loop admitted a Workload (key `ns/name`), for the gate-latency metric.
-    pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, Monotonic>>,
     /// Consecutive failed reconciles per RayService (`ns/name`), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Children this process released whose record the RayService in the store may not show yet
-    /// (key `ns/name` of the RayService), see [`reconcile::overlay_released`].
+    /// (key `ns/name` of the RayService), see [`gate::overlay_released`].
     pub just_released:
         std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<String>>>,
 }
@@ -195,10 +219,21 @@ impl Context {
     }
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller on the system clock until `shutdown` resolves.
 pub async fn run(
     client: Client,
     config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    run_with(client, config, Arc::new(SystemClock::default()), shutdown).await
+}
+
+/// Runs the controller on `clock` (e.g. a simulated cluster's virtual clock) until `shutdown`
+/// resolves.
+pub async fn run_with(
+    client: Client,
+    config: Config,
+    clock: Arc<dyn Clock>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::default());
@@ -211,6 +246,7 @@ pub async fn run(
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
+        clock,
         events: EventSink::new(client.clone()),
         config: config.clone(),
         stores,
@@ -225,22 +261,28 @@ pub async fn run(
         shutdown.await;
         let _ = shutdown_tx.send(true);
     });
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = Supervisor::default();
     if let Some(addr) = config.metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Serve { addr, source })?;
-        tasks.spawn(http::serve(listener, ctx.clone(), shutdown_rx.clone()));
+        tasks.spawn(
+            "http server",
+            http::serve(listener, ctx.clone(), shutdown_rx.clone()),
+        );
     }
     if config.admission == AdmissionMode::Builtin {
-        tasks.spawn(admission_loop::run(
-            ctx.clone(),
-            streams.admission_trigger.clone(),
-            shutdown_rx.clone(),
-        ));
+        tasks.spawn(
+            "admission loop",
+            admission::run(
+                ctx.clone(),
+                streams.admission_trigger.clone(),
+                shutdown_rx.clone(),
+            ),
+        );
     }
-    for s in streams.drivers {
-        tasks.spawn(s);
+    for (name, driver) in streams.drivers {
+        tasks.spawn(name, driver);
     }
 
     let controller = Controller::for_shared_stream(streams.services, ctx.stores.services.clone())
@@ -262,17 +304,76 @@ pub async fn run(
             let mut stop = shutdown_rx.clone();
             async move { while stop.changed().await.is_ok() && !*stop.borrow() {} }
         })
-        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .run(gate::reconcile, gate::error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "reconcile loop event");
             }
         });
     tracing::info!(admission = ?config.admission, "raygate controller started");
-    controller.await;
+    // a task that ends while the controller runs (a panic in the admission loop, a watch driver
+    // or the HTTP server) stops the process: nothing would admit while /readyz stayed green
+    let result = tokio::select! {
+        () = controller => Ok(()),
+        e = tasks.first_unexpected_end(shutdown_rx.clone()) => Err(e),
+    };
     tasks.abort_all();
-    tracing::info!("raygate controller stopped");
-    Ok(())
+    match &result {
+        Ok(()) => tracing::info!("raygate controller stopped"),
+        Err(e) => tracing::error!(error = %e, "raygate controller failed"),
+    }
+    result
+}
+
+/// The controller's long-running tasks, by name: [`Supervisor::first_unexpected_end`] turns the
+/// first one that ends before shutdown (returns, panics, is cancelled) into an error naming it.
+#[derive(Default)]
+pub(crate) struct Supervisor {
+    tasks: tokio::task::JoinSet<()>,
+    names: std::collections::HashMap<tokio::task::Id, String>,
+}
+
+impl Supervisor {
+    pub(crate) fn spawn(
+        &mut self,
+        name: impl Into<String>,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let handle = self.tasks.spawn(task);
+        self.names.insert(handle.id(), name.into());
+    }
+
+    /// Waits for a task to end while `shutdown` is not requested; never resolves otherwise (and
+    /// not at all without tasks).
+    pub(crate) async fn first_unexpected_end(&mut self, shutdown: watch::Receiver<bool>) -> Error {
+        while let Some(ended) = self.tasks.join_next_with_id().await {
+            let (id, how) = match ended {
+                Ok((id, ())) => (id, "returned".to_string()),
+                Err(e) if e.is_panic() => {
+                    let id = e.id();
+                    let payload = e.into_panic();
+                    let msg = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    (id, format!("panicked: {msg}"))
+                }
+                Err(e) => (e.id(), "cancelled".to_string()),
+            };
+            let task = self.names.remove(&id).unwrap_or_else(|| format!("{id}"));
+            if *shutdown.borrow() {
+                tracing::debug!(task, how, "task stopped on shutdown");
+                continue;
+            }
+            return Error::TaskEnded { task, how };
+        }
+        std::future::pending().await
+    }
+
+    fn abort_all(&mut self) {
+        self.tasks.abort_all();
+    }
 }
 
 /// Requeue interval for a healthy RayService: a safety resync, not the driver.
@@ -303,7 +404,51 @@ pub(crate) fn watch_config() -> watcher::Config {
 mod tests {
     use std::time::Duration;
 
-    use super::backoff;
+    use tokio::sync::watch;
+
+    use super::{Error, Supervisor, backoff};
+
+    #[tokio::test]
+    async fn a_panicking_task_stops_the_controller_with_an_error_naming_it() {
+        let (_stop, shutdown) = watch::channel(false);
+        let mut tasks = Supervisor::default();
+        tasks.spawn("watch RayCluster", std::future::pending());
+        tasks.spawn("admission loop", async { panic!("index out of bounds") });
+        let e = tokio::time::timeout(
+            Duration::from_secs(10),
+            tasks.first_unexpected_end(shutdown),
+        )
+        .await
+        .map_err(|_| "the supervisor never noticed the panic");
+        match e {
+            Ok(Error::TaskEnded { task, how }) => {
+                assert_eq!(task, "admission loop");
+                assert_eq!(how, "panicked: index out of bounds");
+            }
+            other => panic!("expected TaskEnded, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_returns_early_is_an_error_but_not_after_shutdown() {
+        let (stop, shutdown) = watch::channel(false);
+        let mut tasks = Supervisor::default();
+        tasks.spawn("http server", async {});
+        let e = tasks.first_unexpected_end(shutdown.clone()).await;
+        assert_eq!(
+            e.to_string(),
+            "task http server ended unexpectedly (returned): the controller stops"
+        );
+        // on shutdown the tasks return by design: nothing to report
+        let _ = stop.send(true);
+        tasks.spawn("admission loop", async {});
+        let waited = tokio::time::timeout(
+            Duration::from_millis(300),
+            tasks.first_unexpected_end(shutdown),
+        )
+        .await;
+        assert!(waited.is_err(), "a task ending on shutdown was reported");
+    }
 
     #[test]
     fn persistent_errors_back_off_exponentially_up_to_five_minutes() {

@@ -110,18 +110,42 @@ pub struct Streams {
     pub deleted: futures::channel::mpsc::UnboundedReceiver<ObjectRef<RayService>>,
     /// Notified on any change the admission loop cares about.
     pub admission_trigger: Arc<Notify>,
-    pub drivers: Vec<BoxFuture<'static, ()>>,
+    /// The watches' tasks, named (`watch RayCluster`) for the supervisor.
+    pub drivers: Vec<Driver>,
 }
 
 const BUFFER: usize = 1024;
 
-fn shared<K>(
+/// Where a watch's objects go besides its store.
+enum Feed {
+    /// The store only (the admission loop and the gate read it).
+    Store,
+    /// The store and a stream of changed objects for the gate's `Controller` (a shared store).
+    Controller,
+}
+
+/// One watch: its store, the controller's stream (for [`Feed::Controller`]) and the task that
+/// drives it, named for the supervisor.
+struct Watch<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    stream: BoxStream<'static, Arc<K>>,
+    driver: Driver,
+}
+
+/// A watch's driving task and the name the supervisor reports it by.
+pub type Driver = (String, BoxFuture<'static, ()>);
+
+/// The one watcher driver: lists and watches `api`, keeps its store, marks its kind ready on each
+/// complete list (pending again on a re-list), notifies `notify` on every event and passes
+/// deletions to `on_delete` (kube's shared dispatcher forwards applies only).
+fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
+    feed: Feed,
     notify: Option<Arc<Notify>>,
     ready: Arc<Readiness>,
     on_delete: impl Fn(&K) + Send + 'static,
-) -> (Store<K>, BoxStream<'static, Arc<K>>, BoxFuture<'static, ()>)
+) -> Watch<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -131,18 +155,30 @@ where
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store_shared(BUFFER);
-    // infallible: a shared writer always has a subscriber handle
-    let subscriber = writer
-        .subscribe()
-        .map(StreamExt::boxed)
-        .unwrap_or_else(|| futures::stream::empty().boxed());
     let kind = K::kind(&()).to_string();
     let label: &'static str = Box::leak(kind.clone().into_boxed_str());
     ready.expect(label);
-    let driver = watcher(api, config)
-        .default_backoff()
-        .reflect_shared(writer)
+    let events = watcher(api, config).default_backoff();
+    let (store, stream, events) = match feed {
+        Feed::Controller => {
+            let (reader, writer) = reflector::store_shared(BUFFER);
+            // infallible: a shared writer always has a subscriber handle
+            let subscriber = writer
+                .subscribe()
+                .map(StreamExt::boxed)
+                .unwrap_or_else(|| futures::stream::empty().boxed());
+            (reader, subscriber, events.reflect_shared(writer).boxed())
+        }
+        Feed::Store => {
+            let (reader, writer) = reflector::store();
+            (
+                reader,
+                futures::stream::empty().boxed(),
+                events.reflect(writer).boxed(),
+            )
+        }
+    };
+    let driver = events
         .for_each(move |ev| {
             if let Some(n) = &notify {
                 n.notify_one();
@@ -150,47 +186,7 @@ where
             match &ev {
                 Ok(watcher::Event::Init) => ready.unmark(label),
                 Ok(watcher::Event::InitDone) => ready.mark(label),
-                _ => {}
-            }
-            // kube's shared dispatcher forwards applies only: deletions are passed on here
-            if let Ok(watcher::Event::Delete(obj)) = &ev {
-                on_delete(obj);
-            }
-            if let Err(e) = ev {
-                tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
-            }
-            futures::future::ready(())
-        })
-        .boxed();
-    (reader, subscriber, driver)
-}
-
-fn plain<K>(
-    api: Api<K>,
-    notify: Arc<Notify>,
-    ready: Arc<Readiness>,
-) -> (Store<K>, BoxFuture<'static, ()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let kind = K::kind(&()).to_string();
-    let label: &'static str = Box::leak(kind.clone().into_boxed_str());
-    ready.expect(label);
-    let driver = watcher(api, watch_config())
-        .default_backoff()
-        .reflect(writer)
-        .for_each(move |ev| {
-            notify.notify_one();
-            match &ev {
-                Ok(watcher::Event::Init) => ready.unmark(label),
-                Ok(watcher::Event::InitDone) => ready.mark(label),
+                Ok(watcher::Event::Delete(obj)) => on_delete(obj),
                 _ => {}
             }
             if let Err(e) = ev {
@@ -199,7 +195,11 @@ where
             futures::future::ready(())
         })
         .boxed();
-    (reader, driver)
+    Watch {
+        store,
+        stream,
+        driver: (format!("watch {label}"), driver),
+    }
 }
 
 /// Whether the server serves core/v1 Namespaces (the test API server does not).
@@ -247,9 +247,10 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
             }
         }
     };
-    let (services, services_stream, d1) = shared(
+    let services = watch(
         Api::<RayService>::all(client.clone()),
         watch_config(),
+        Feed::Controller,
         None,
         ready.clone(),
         |_: &RayService| {},
@@ -257,9 +258,10 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
     let children = watch_config().labels(&format!(
         "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
     ));
-    let (clusters, clusters_stream, d2) = shared(
+    let clusters = watch(
         Api::<RayCluster>::all(client.clone()),
         children,
+        Feed::Controller,
         None,
         ready.clone(),
         child_owner,
@@ -271,69 +273,75 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
             watch_config().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
         }
     };
-    let (workloads, workloads_stream, d3) = shared(
+    let workloads = watch(
         Api::<Workload>::all(client.clone()),
         workload_cfg,
+        Feed::Controller,
         Some(trigger.clone()),
         ready.clone(),
         workload_owner,
     );
-    let (cluster_queues, d4) = plain(
-        Api::<ClusterQueue>::all(client.clone()),
-        trigger.clone(),
-        ready.clone(),
-    );
-    let (local_queues, d5) = plain(
-        Api::<LocalQueue>::all(client.clone()),
-        trigger.clone(),
-        ready.clone(),
-    );
-    let (flavors, d6) = plain(
-        Api::<ResourceFlavor>::all(client.clone()),
-        trigger.clone(),
-        ready.clone(),
-    );
-    let (cohorts, d7) = plain(
-        Api::<Cohort>::all(client.clone()),
-        trigger.clone(),
-        ready.clone(),
-    );
-    let (priority_classes, d8) = plain(
-        Api::<WorkloadPriorityClass>::all(client.clone()),
-        trigger.clone(),
-        ready.clone(),
-    );
-    let mut drivers = vec![d1, d2, d3, d4, d5, d6, d7, d8];
-    let namespaces = if serves_namespaces(&client).await {
-        let (ns, d9) = plain(
-            Api::<Namespace>::all(client.clone()),
-            trigger.clone(),
+    // the admission loop's inputs: stores only, each change triggers a cycle
+    fn queue_input<K>(client: &Client, trigger: &Arc<Notify>, ready: &Arc<Readiness>) -> Watch<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        watch(
+            Api::<K>::all(client.clone()),
+            watch_config(),
+            Feed::Store,
+            Some(trigger.clone()),
             ready.clone(),
-        );
-        drivers.push(d9);
-        Some(ns)
+            |_: &K| {},
+        )
+    }
+    let cluster_queues = queue_input::<ClusterQueue>(&client, &trigger, &ready);
+    let local_queues = queue_input::<LocalQueue>(&client, &trigger, &ready);
+    let flavors = queue_input::<ResourceFlavor>(&client, &trigger, &ready);
+    let cohorts = queue_input::<Cohort>(&client, &trigger, &ready);
+    let priority_classes = queue_input::<WorkloadPriorityClass>(&client, &trigger, &ready);
+    let mut drivers = vec![
+        services.driver,
+        clusters.driver,
+        workloads.driver,
+        cluster_queues.driver,
+        local_queues.driver,
+        flavors.driver,
+        cohorts.driver,
+        priority_classes.driver,
+    ];
+    let namespaces = if serves_namespaces(&client).await {
+        let ns = queue_input::<Namespace>(&client, &trigger, &ready);
+        drivers.push(ns.driver);
+        Some(ns.store)
     } else {
         None
     };
     let stores = Stores {
-        services,
-        clusters,
-        workloads,
-        cluster_queues,
-        local_queues,
-        flavors,
-        cohorts,
-        priority_classes,
+        services: services.store,
+        clusters: clusters.store,
+        workloads: workloads.store,
+        cluster_queues: cluster_queues.store,
+        local_queues: local_queues.store,
+        flavors: flavors.store,
+        cohorts: cohorts.store,
+        priority_classes: priority_classes.store,
         namespaces,
         ready,
     };
     let streams = Streams {
-        services: services_stream,
-        clusters: clusters_stream,
-        workloads: workloads_stream,
+        services: services.stream,
+        clusters: clusters.stream,
+        workloads: workloads.stream,
         deleted,
         admission_trigger: trigger,
-        drivers: drivers.into_iter().map(|d| d.boxed()).collect(),
+        drivers,
     };
     (stores, streams)
 }

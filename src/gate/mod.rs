@@ -108,6 +108,10 @@ pub struct GateEvent {
 pub struct GateDecision {
     pub actions: Vec<GateAction>,
     pub events: Vec<GateEvent>,
+    /// Which Event announces which action: `(event index, action index)`. An announcing Event
+    /// is published only once its action is applied; the other Events are observations
+    /// (`Holding`, `InvalidPodSets`) and always published.
+    pub announced: Vec<(usize, usize)>,
     /// The desired PodSets (empty when they could not be computed).
     pub podsets: Vec<PodSet>,
     /// Why PodSets could not be computed, if so (also an Event).
@@ -117,6 +121,28 @@ pub struct GateDecision {
 }
 
 impl GateDecision {
+    /// The index of the action the `event`-th Event announces, if it announces one.
+    pub fn announces(&self, event: usize) -> Option<usize> {
+        self.announced
+            .iter()
+            .find(|(e, _)| *e == event)
+            .map(|(_, a)| *a)
+    }
+
+    /// Pushes `action` and the Event that announces it, paired.
+    fn announce(
+        &mut self,
+        action: GateAction,
+        type_: EventType,
+        reason: &'static str,
+        message: String,
+        child: Option<&str>,
+    ) {
+        self.announced.push((self.events.len(), self.actions.len()));
+        self.actions.push(action);
+        self.event(type_, reason, message, child);
+    }
+
     fn event(
         &mut self,
         type_: EventType,
@@ -221,10 +247,10 @@ pub fn decide(
                     .map(|c| child_name(c)),
             );
         }
-        d.actions.push(GateAction::GateTemplate {
-            released: released.iter().cloned().collect(),
-        });
-        d.event(
+        d.announce(
+            GateAction::GateTemplate {
+                released: released.iter().cloned().collect(),
+            },
             EventType::Normal,
             "TemplateGated",
             format!(
@@ -304,8 +330,8 @@ pub fn decide(
     } else {
         slices::plan(&ctx, &podsets, workloads)
     };
-    for a in &plan.actions {
-        if let SliceAction::Create { workload, replaces } = a {
+    for a in plan.actions {
+        if let SliceAction::Create { workload, replaces } = &a {
             let n = workload.metadata.name.as_deref().unwrap_or_default();
             let msg = match replaces {
                 Some(old) => format!(
@@ -313,11 +339,17 @@ pub fn decide(
                 ),
                 None => format!("created slice {n} in LocalQueue {queue}"),
             };
-            d.event(EventType::Normal, "SliceCreated", msg, None);
+            d.announce(
+                GateAction::Slice(a),
+                EventType::Normal,
+                "SliceCreated",
+                msg,
+                None,
+            );
+        } else {
+            d.actions.push(GateAction::Slice(a));
         }
     }
-    d.actions
-        .extend(plan.actions.into_iter().map(GateAction::Slice));
     d.target = plan.target.clone();
 
     // Stop: an evicted or deactivated slice stops the RayService.
@@ -331,10 +363,10 @@ pub fn decide(
             } else {
                 eviction_reason(w)
             };
-            d.actions.push(GateAction::SuspendService {
-                reason: why.to_string(),
-            });
-            d.event(
+            d.announce(
+                GateAction::SuspendService {
+                    reason: why.to_string(),
+                },
                 EventType::Warning,
                 "Stopped",
                 format!(
@@ -356,8 +388,8 @@ pub fn decide(
     });
     if raygate_suspended {
         if target.is_some_and(slices::is_admitted) {
-            d.actions.push(GateAction::ResumeService);
-            d.event(
+            d.announce(
+                GateAction::ResumeService,
                 EventType::Normal,
                 "Resumed",
                 format!(
@@ -392,20 +424,21 @@ pub fn decide(
                 }
                 released.insert(name.clone());
                 let slice_name = slice.metadata.name.clone().unwrap_or_default();
-                d.event(
+                let message = format!(
+                    "slice {slice_name} is admitted and covers every child: unsuspended {name}"
+                );
+                d.announce(
+                    GateAction::Release {
+                        child: name,
+                        released: released.iter().cloned().collect(),
+                        slice: slice_name,
+                        admitted_at: admitted_at(slice),
+                    },
                     EventType::Normal,
                     "Released",
-                    format!(
-                        "slice {slice_name} is admitted and covers every child: unsuspended {name}"
-                    ),
+                    message,
                     None,
                 );
-                d.actions.push(GateAction::Release {
-                    child: name,
-                    released: released.iter().cloned().collect(),
-                    slice: slice_name,
-                    admitted_at: admitted_at(slice),
-                });
             }
             (true, None) => {
                 holding = true;
@@ -430,10 +463,10 @@ pub fn decide(
                 });
             }
             (false, None) if !released.contains(&name) => {
-                d.actions.push(GateAction::Hold {
-                    child: name.clone(),
-                });
-                d.event(
+                d.announce(
+                    GateAction::Hold {
+                        child: name.clone(),
+                    },
                     EventType::Warning,
                     "Tampered",
                     format!("{name} was unsuspended without an admitted slice covering it: suspended it again"),

@@ -73,9 +73,6 @@ pub(super) fn decide(
             });
         }
     }
-    d.actions.push(GateAction::OptOut {
-        resume: raygate_suspended,
-    });
     let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
@@ -83,7 +80,10 @@ pub(super) fn decide(
             v.join(", ")
         }
     };
-    d.event(
+    d.announce(
+        GateAction::OptOut {
+            resume: raygate_suspended,
+        },
         EventType::Normal,
         "OptedOut",
         format!(

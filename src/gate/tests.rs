@@ -463,3 +463,42 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         GateDecision::default()
     );
 }
+
+#[test]
+fn each_announcing_event_is_paired_with_the_action_it_announces() {
+    // opting in with a rogue child: the template gate, a new slice and a hold, each announced
+    let s = service(serde_json::json!({}), None);
+    let rogue = child("svc-a", 1, false, 1);
+    let pending = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&rogue, &pending], &[], &GateOptions::default());
+    let paired: Vec<(&str, String)> = (0..d.events.len())
+        .filter_map(|e| {
+            let a = d.announces(e)?;
+            Some((
+                d.events[e].reason,
+                kinds(&GateDecision {
+                    actions: vec![d.actions[a].clone()],
+                    ..Default::default()
+                })
+                .concat(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        paired,
+        [
+            ("TemplateGated", "GateTemplate".to_string()),
+            ("SliceCreated", "Create".to_string()),
+        ],
+        "{:?} / {:?}",
+        d.events,
+        kinds(&d)
+    );
+    // an observation announces nothing
+    let holding = d.events.iter().position(|e| e.reason == "Holding");
+    assert!(
+        holding.is_some_and(|h| d.announces(h).is_none()),
+        "{:?}",
+        d.events
+    );
+}

@@ -1,8 +1,11 @@
-//! The gate reconciler: observe (stores) → decide ([`crate::gate::decide`]) → apply.
+//! The gate reconciler: observe (stores) → decide ([`crate::gate::decide`]) → apply
+//! ([`apply`]: one narrow write per action) → report (Events, metrics, one log line).
 
-use std::collections::{BTreeSet, HashMap};
+mod apply;
+
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -10,8 +13,9 @@ use kube::Resource;
 use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
-use super::{AdmissionMode, Context, Error, apply, backoff, not_synced, resync};
-use crate::gate::{self, EventType, GateAction, GateEvent, GateOptions};
+use super::{AdmissionMode, Context, Error, Monotonic, backoff, not_synced, resync};
+use crate::gate::pods_ready::PodsReady;
+use crate::gate::{self, EventType, GateAction, GateDecision, GateEvent, GateOptions};
 use crate::podsets;
 use crate::slices::{self, ChainMode, SliceAction};
 use crate::types::kueue::{PRIORITY_CLASS_LABEL, PriorityClassRef, Workload};
@@ -76,35 +80,65 @@ fn priority(
 }
 
 pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = Instant::now();
+    let start = ctx.clock.monotonic();
+    if let Some(wait) = not_now(&service, &ctx) {
+        return Ok(wait);
+    }
+    let seen = observe(&ctx, service);
+    let plan = decide(&ctx, &seen);
+    let applied = apply(&ctx, &seen, &plan).await;
+    report(&ctx, &seen, &plan, &applied, start).await;
+    applied.result.map(|()| resync())
+}
+
+/// Why this RayService is not decided on now, as the requeue to return; `None`: decide.
+fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
     // Without the queue label a service raygate still has state on is reconciled to opt it out.
-    let opted_in = gate::queue_name(&service).is_some() || gate::has_state(&service);
+    let opted_in = gate::queue_name(service).is_some() || gate::has_state(service);
     if !opted_in || service.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Some(Action::await_change());
     }
     if !ctx.is_leader() {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        return Some(Action::requeue(Duration::from_secs(5)));
     }
+    // never decide on a partial view: an empty RayCluster store would read as "no children"
+    let unsynced = ctx.stores.ready.pending();
+    if !unsynced.is_empty() {
+        tracing::debug!(rayservice = %format!("{}/{}", service.metadata.namespace.as_deref().unwrap_or_default(), service.metadata.name.as_deref().unwrap_or_default()), ?unsynced, "caches not synced: no decision yet");
+        return Some(not_synced());
+    }
+    None
+}
+
+/// What a reconcile read from the stores (no LIST) for one RayService.
+struct Observed {
+    ns: String,
+    name: String,
+    /// `ns/name`.
+    key: String,
+    /// The RayService, with this process's own Releases the store may not show yet laid over.
+    service: Arc<RayService>,
+    children: Vec<RayCluster>,
+    /// The Workloads it owns.
+    workloads: Vec<Workload>,
+}
+
+fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let name = service.metadata.name.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
     let key = format!("{ns}/{name}");
-
-    // never decide on a partial view: an empty RayCluster store would read as "no children"
-    let unsynced = ctx.stores.ready.pending();
-    if !unsynced.is_empty() {
-        tracing::debug!(rayservice = %key, ?unsynced, "caches not synced: no decision yet");
-        return Ok(not_synced());
-    }
-
-    // observe: everything from the stores, no LIST
     let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.state();
-    let children = podsets::children_of(&service, clusters.iter().map(|c| c.as_ref()));
+    let children: Vec<RayCluster> =
+        podsets::children_of(&service, clusters.iter().map(|c| c.as_ref()))
+            .into_iter()
+            .cloned()
+            .collect();
     let live: BTreeSet<String> = children
         .iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect();
-    let service = with_just_released(&ctx, &key, service, &live);
+    let service = with_just_released(ctx, &key, service, &live);
     let workloads: Vec<Workload> = ctx
         .stores
         .workloads
@@ -120,14 +154,35 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         })
         .map(|w| w.as_ref().clone())
         .collect();
-    let (priority, priority_event) = priority(&service, &ctx);
+    Observed {
+        ns,
+        name,
+        key,
+        service,
+        children,
+        workloads,
+    }
+}
+
+/// What the gate decided, and on which time.
+struct Plan {
+    decision: GateDecision,
+    /// The priority-class label names no WorkloadPriorityClass.
+    priority_event: Option<GateEvent>,
+    /// One time for the whole reconcile: the decision and the writes agree on it.
+    now: Timestamp,
+}
+
+fn decide(ctx: &Context, seen: &Observed) -> Plan {
+    let (priority, priority_event) = priority(&seen.service, ctx);
+    let now = ctx.clock.now();
     let opts = GateOptions {
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
         },
         priority,
-        now: Some(Timestamp::now()),
+        now: Some(now),
         flavors: ctx
             .stores
             .flavors
@@ -136,74 +191,142 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             .filter_map(|f| Some((f.metadata.name.clone()?, f.spec.clone())))
             .collect(),
     };
-
-    // decide
-    let decision = gate::decide(&service, &children, &workloads, &opts);
-
-    // apply, in order; events after (they never fail the reconcile)
-    let now = Timestamp::now();
-    let mut decided = Decided {
-        workloads: &workloads,
-        children: &children,
-        service_rv: service.metadata.resource_version.clone(),
-    };
-    let (applied, mut result) =
-        apply_actions(&ctx, &ns, &name, &decision.actions, &mut decided, now).await;
-    if result.is_ok() && applied == decision.actions.len() {
-        result = delete_expired_slices(&ctx, &ns, &name, &workloads, now).await;
+    let children: Vec<&RayCluster> = seen.children.iter().collect();
+    Plan {
+        decision: gate::decide(&seen.service, &children, &seen.workloads, &opts),
+        priority_event,
+        now,
     }
-    // Kueue's waitForPodsReady contract on the covering slice (after the actions: a Release
-    // just applied shows next time)
-    let released_now: BTreeSet<String> = decision.actions[..applied]
+}
+
+/// What was applied of a decision.
+struct Applied {
+    /// How many of the decision's actions were applied (in order: the rest were not tried).
+    actions: usize,
+    /// The applied Releases, for the gate-latency metric.
+    releases: Vec<Released>,
+    /// The `PodsReady` condition written on the covering slice, if one was.
+    pods_ready: Option<PodsReady>,
+    result: Result<(), Error>,
+}
+
+/// A child unsuspended for a slice: the slice (`ns/name`), its `Admitted` time, and when the
+/// unsuspend patch was sent.
+struct Released {
+    slice: String,
+    admitted_at: Option<Timestamp>,
+    at: Monotonic,
+}
+
+/// Applies the actions in order, then (all applied) deletes expired slices, then writes
+/// Kueue's `PodsReady` on the covering slice (decided on what was applied: a Release just
+/// applied shows next time).
+async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
+    let (ns, name) = (seen.ns.as_str(), seen.name.as_str());
+    let actions = &plan.decision.actions;
+    let mut decided = Decided {
+        workloads: &seen.workloads,
+        children: &seen.children,
+        service_rv: seen.service.metadata.resource_version.clone(),
+        releases: vec![],
+    };
+    let (applied, mut result) = apply_actions(ctx, ns, name, actions, &mut decided, plan.now).await;
+    if result.is_ok() && applied == actions.len() {
+        result = delete_expired_slices(ctx, ns, name, &seen.workloads, plan.now).await;
+    }
+    let released_now: BTreeSet<String> = actions[..applied]
         .iter()
         .filter_map(|a| match a {
             GateAction::Release { child, .. } => Some(child.clone()),
             _ => None,
         })
         .collect();
+    let children: Vec<&RayCluster> = seen.children.iter().collect();
+    let mut pods_ready = None;
     if result.is_ok()
-        && let Some(pr) = gate::pods_ready::decide(&children, &released_now, &workloads)
-        && !workloads
+        && let Some(pr) = gate::pods_ready::decide(&children, &released_now, &seen.workloads)
+        && !seen
+            .workloads
             .iter()
             .any(|w| w.metadata.name.as_deref() == Some(pr.slice.as_str()) && pr.is_set_on(w))
     {
         result = if ctx.is_leader() {
-            apply::pods_ready(&ctx.client, &ns, &pr, decided.workload_rv(&pr.slice), now).await
+            apply::pods_ready(
+                &ctx.client,
+                ns,
+                &pr,
+                decided.workload_rv(&pr.slice),
+                plan.now,
+            )
+            .await
         } else {
-            Err(Error::NotLeader { name: key.clone() })
+            Err(Error::NotLeader {
+                name: seen.key.clone(),
+            })
         };
         if result.is_ok() {
-            tracing::info!(workload = %format!("{ns}/{}", pr.slice), ready = pr.ready, reason = pr.reason, "PodsReady");
+            pods_ready = Some(pr);
         }
     }
+    Applied {
+        actions: applied,
+        releases: decided.releases,
+        pods_ready,
+        result,
+    }
+}
+
+/// Every trace a reconcile leaves, in one place: the Events of what was applied (and the
+/// observations), the gate-latency, duration, result and error metrics, and the log lines.
+async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, start: Monotonic) {
     // an Event says a decision was applied only when it was
-    let events = applied_events(&decision.events, &decision.actions, applied);
-    for ev in priority_event.iter().chain(events) {
+    let events = applied_events(&plan.decision, applied.actions);
+    for ev in plan.priority_event.iter().chain(events) {
         ctx.events
-            .publish(&reference(&service, ev.child.as_deref()), ev)
+            .publish(&reference(&seen.service, ev.child.as_deref()), ev)
             .await;
     }
-    let pending = workloads
+    for r in &applied.releases {
+        observe_gate_latency(ctx, r, plan.now);
+    }
+    if let Some(pr) = &applied.pods_ready {
+        tracing::info!(workload = %format!("{}/{}", seen.ns, pr.slice), ready = pr.ready, reason = pr.reason, "PodsReady");
+    }
+    let pending = seen
+        .workloads
         .iter()
         .filter(|w| !slices::is_finished(w) && !slices::is_reserved(w))
         .count();
-    tracing::debug!(rayservice = %format!("{ns}/{name}"), children = children.len(), pending, actions = decision.actions.len(), "reconciled");
+    tracing::debug!(rayservice = %seen.key, children = seen.children.len(), pending, actions = plan.decision.actions.len(), "reconciled");
     ctx.metrics
         .reconcile_duration
-        .observe(start.elapsed().as_secs_f64());
-    let label = if result.is_ok() { "ok" } else { "error" };
+        .observe(ctx.clock.monotonic().saturating_since(start).as_secs_f64());
+    let label = if applied.result.is_ok() {
+        "ok"
+    } else {
+        "error"
+    };
     ctx.metrics
         .reconciles
         .get_or_create(&ResultLabels {
             result: label.into(),
         })
         .inc();
-    if result.is_ok()
-        && let Ok(mut f) = ctx.failures.lock()
-    {
-        f.remove(&key);
+    match &applied.result {
+        Ok(()) => {
+            if let Ok(mut f) = ctx.failures.lock() {
+                f.remove(&seen.key);
+            }
+        }
+        Err(e) => {
+            ctx.metrics
+                .errors
+                .get_or_create(&StepLabels {
+                    step: e.metric_label().into(),
+                })
+                .inc();
+        }
     }
-    result.map(|_| resync())
 }
 
 /// The service with the children this process released laid over its released-children
@@ -279,46 +402,16 @@ pub(crate) fn overlay_released(
     (Some(all.into_iter().collect::<Vec<_>>().join(",")), missing)
 }
 
-/// The Event reason that announces an action of this kind, if any.
-fn announces(action: &GateAction) -> Option<&'static str> {
-    match action {
-        GateAction::GateTemplate { .. } => Some("TemplateGated"),
-        GateAction::Slice(SliceAction::Create { .. }) => Some("SliceCreated"),
-        GateAction::Release { .. } => Some("Released"),
-        GateAction::Hold { .. } => Some("Tampered"),
-        GateAction::SuspendService { .. } => Some("Stopped"),
-        GateAction::ResumeService => Some("Resumed"),
-        GateAction::OptOut { .. } => Some("OptedOut"),
-        _ => None,
-    }
-}
-
-/// The decision's Events that may be published when only the first `applied` actions were
-/// applied: the n-th Event of a reason that announces an action goes with the n-th action of
-/// that kind, and is dropped when that action was not applied. Events that announce no action
-/// (`Holding`, `InvalidPodSets`) are observations and always published.
-pub(crate) fn applied_events<'a>(
-    events: &'a [GateEvent],
-    actions: &[GateAction],
-    applied: usize,
-) -> Vec<&'a GateEvent> {
-    let mut seen: HashMap<&'static str, usize> = HashMap::new();
-    events
+/// The decision's Events that may be published when only its first `applied` actions were
+/// applied: an Event that announces an action ([`GateDecision::announces`]) goes only when that
+/// action was applied; the others (`Holding`, `InvalidPodSets`) are observations, always published.
+pub(crate) fn applied_events(decision: &GateDecision, applied: usize) -> Vec<&GateEvent> {
+    decision
+        .events
         .iter()
-        .filter(|ev| {
-            let nth = seen.entry(ev.reason).or_default();
-            let k = *nth;
-            *nth += 1;
-            match actions
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| announces(a) == Some(ev.reason))
-                .nth(k)
-            {
-                Some((i, _)) => i < applied,
-                None => true,
-            }
-        })
+        .enumerate()
+        .filter(|(i, _)| decision.announces(*i).is_none_or(|a| a < applied))
+        .map(|(_, ev)| ev)
         .collect()
 }
 
@@ -352,9 +445,11 @@ async fn apply_actions(
 /// object that changed since fails with 409 and the next reconcile re-decides.
 struct Decided<'a> {
     workloads: &'a [Workload],
-    children: &'a [&'a RayCluster],
+    children: &'a [RayCluster],
     /// The RayService's version: decided on, then the one each of its patches returned.
     service_rv: Option<String>,
+    /// The Releases applied so far.
+    releases: Vec<Released>,
 }
 
 impl Decided<'_> {
@@ -416,7 +511,11 @@ async fn apply_action(
                         .or_default()
                         .insert(child.clone());
                 }
-                observe_gate_latency(ctx, &format!("{ns}/{slice}"), *admitted_at, now);
+                decided.releases.push(Released {
+                    slice: format!("{ns}/{slice}"),
+                    admitted_at: *admitted_at,
+                    at: ctx.clock.monotonic(),
+                });
                 decided.service_rv = apply::record_released(
                     &ctx.client,
                     ns,
@@ -526,19 +625,14 @@ async fn delete_expired_slices(
 
 /// Slice admitted → unsuspend patch sent: exact when this process admitted it, else from the
 /// `Admitted` condition (one-second resolution).
-fn observe_gate_latency(
-    ctx: &Context,
-    slice: &str,
-    admitted_at: Option<Timestamp>,
-    now: Timestamp,
-) {
+fn observe_gate_latency(ctx: &Context, r: &Released, now: Timestamp) {
     let local = ctx
         .admitted_at
         .lock()
         .ok()
-        .and_then(|m| m.get(slice).copied());
-    let seconds = match (local, admitted_at) {
-        (Some(at), _) => Some(at.elapsed().as_secs_f64()),
+        .and_then(|m| m.get(&r.slice).copied());
+    let seconds = match (local, r.admitted_at) {
+        (Some(at), _) => Some(r.at.saturating_since(at).as_secs_f64()),
         (None, Some(at)) => Some(now.duration_since(at).as_secs_f64()),
         _ => None,
     };
@@ -553,12 +647,7 @@ pub fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) 
         error = %error,
         "reconcile failed; retrying"
     );
-    ctx.metrics
-        .errors
-        .get_or_create(&StepLabels {
-            step: error.metric_label().into(),
-        })
-        .inc();
+    // the error metric is counted by `report`
     if let Error::NotLeader { .. } = error {
         return Action::requeue(Duration::from_secs(5));
     }
@@ -588,7 +677,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::{applied_events, overlay_released};
-    use crate::gate::{EventType, GateAction, GateEvent};
+    use crate::gate::{EventType, GateAction, GateDecision, GateEvent};
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()
@@ -636,21 +725,27 @@ mod tests {
 
     #[test]
     fn an_event_is_published_only_for_an_applied_action() {
-        let actions = vec![
-            GateAction::GateTemplate { released: vec![] },
-            release("a"),
-            release("b"),
-            GateAction::Hold { child: "c".into() },
-        ];
-        let events = vec![
-            ev("TemplateGated"),
-            ev("Released"),
-            ev("Released"),
-            ev("Holding"),
-            ev("Tampered"),
-        ];
+        let decision = GateDecision {
+            actions: vec![
+                GateAction::GateTemplate { released: vec![] },
+                release("a"),
+                release("b"),
+                GateAction::Hold { child: "c".into() },
+            ],
+            // the Released Events come before their actions' positions would suggest: the
+            // pairing, not the order or the reason, links them
+            events: vec![
+                ev("Released"),
+                ev("TemplateGated"),
+                ev("Released"),
+                ev("Holding"),
+                ev("Tampered"),
+            ],
+            announced: vec![(0, 2), (1, 0), (2, 1), (4, 3)],
+            ..Default::default()
+        };
         let reasons = |applied| -> Vec<&str> {
-            applied_events(&events, &actions, applied)
+            applied_events(&decision, applied)
                 .iter()
                 .map(|e| e.reason)
                 .collect()
@@ -658,15 +753,15 @@ mod tests {
         assert_eq!(
             reasons(4),
             vec![
-                "TemplateGated",
                 "Released",
+                "TemplateGated",
                 "Released",
                 "Holding",
                 "Tampered"
             ]
         );
-        // the second release failed: its Event and the later ones' are not published;
-        // an observation (Holding) still is
+        // the second release (b, announced by the first Released Event) failed: its Event and
+        // the later ones' are not published; an observation (Holding) still is
         assert_eq!(reasons(2), vec!["TemplateGated", "Released", "Holding"]);
         assert_eq!(reasons(0), vec!["Holding"]);
     }

@@ -9,17 +9,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-use super::metrics::UsageLabels;
-use super::{ADMISSION_MANAGER, Context, Error};
-use crate::admission::{self, ClusterQueueUsage, Decision, LocalQueueUsage, Options, Snapshot};
+use super::metrics::{StepLabels, UsageLabels};
+use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
+use crate::admission::{
+    self, ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, Snapshot,
+};
 use crate::types::kueue::{ClusterQueue, LocalQueue, Workload, WorkloadStatus, condition};
 
 /// Condition types the admission loop owns on a Workload.
@@ -31,6 +33,10 @@ const OWNED: [&str; 5] = [
     condition::REQUEUED,
 ];
 
+/// The one condition the admission loop owns on a ClusterQueue and a LocalQueue (the status
+/// values come from [`admission::cluster_queue_status`] / [`admission::local_queue_status`]).
+const ACTIVE: &str = "Active";
+
 /// A status this loop wrote that the store may not show yet.
 #[derive(Clone, Debug)]
 struct Assumed {
@@ -41,7 +47,7 @@ struct Assumed {
     status: WorkloadStatus,
     /// `Some` for a write whose outcome is unknown (it may have committed, then timed out): the
     /// assumption is dropped after this instant if the store never showed a newer version.
-    expires: Option<Instant>,
+    expires: Option<Monotonic>,
 }
 
 /// How long a write of unknown outcome is assumed to have committed.
@@ -54,7 +60,7 @@ enum Overlay {
     Forget,
 }
 
-fn overlay(store_rv: u64, a: &Assumed, now: Instant) -> Overlay {
+fn overlay(store_rv: u64, a: &Assumed, now: Monotonic) -> Overlay {
     if store_rv >= a.resource_version || a.expires.is_some_and(|e| now >= e) {
         Overlay::Forget
     } else {
@@ -107,87 +113,137 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        let snapshot = snapshot(&ctx, &mut assumed);
-        let result = admission::cycle(
-            &snapshot,
-            &Options {
-                release_evicted_immediately: false,
-            },
-        );
-        ctx.metrics.admission_cycles.inc();
-        tracing::debug!(
-            workloads = snapshot.workloads.len(),
-            cluster_queues = snapshot.cluster_queues.len(),
-            decisions = ?result.decisions,
-            "admission cycle"
-        );
-        let now = Timestamp::now();
-        let mut pending = 0;
-        let by_key: HashMap<String, &Workload> =
-            snapshot.workloads.iter().map(|w| (key(w), w)).collect();
-        // admissions whose write succeeded: only these finish the slice they replace
-        let mut admitted: HashSet<&str> = HashSet::new();
-        for d in &result.decisions {
-            if matches!(d, Decision::Pending { .. }) {
-                pending += 1;
+        run_cycle(&ctx, &mut assumed).await;
+    }
+}
+
+/// One admission cycle: observe (the stores with the loop's assumptions laid over) → decide
+/// ([`admission::cycle`]) → apply (the statuses that changed) → report (metrics, logs).
+async fn run_cycle(ctx: &Context, assumed: &mut HashMap<String, Assumed>) {
+    let snapshot = snapshot(ctx, assumed);
+    let result = admission::cycle(
+        &snapshot,
+        &Options {
+            release_evicted_immediately: false,
+        },
+    );
+    let now = ctx.clock.now();
+    let failed = apply(ctx, &snapshot, &result, now, assumed).await;
+    report(ctx, &snapshot, &result, &failed);
+}
+
+/// Writes a cycle's decisions, then the queues' status; returns the writes that failed (the
+/// next cycle retries them).
+async fn apply(
+    ctx: &Context,
+    snapshot: &Snapshot,
+    result: &CycleResult,
+    now: Timestamp,
+    assumed: &mut HashMap<String, Assumed>,
+) -> Vec<Error> {
+    let mut failed = vec![];
+    let by_key: HashMap<String, &Workload> =
+        snapshot.workloads.iter().map(|w| (key(w), w)).collect();
+    // admissions whose write succeeded: only these finish the slice they replace
+    let mut admitted: HashSet<&str> = HashSet::new();
+    for d in &result.decisions {
+        let Some(w) = by_key.get(d.workload()).copied() else {
+            continue;
+        };
+        if let Decision::FinishReplaced { replaced_by, .. } = d
+            && !admitted.contains(replaced_by.as_str())
+        {
+            tracing::info!(
+                workload = d.workload(),
+                replaced_by,
+                "not finishing the replaced slice: its replacement's admission was not written"
+            );
+            continue;
+        }
+        if !ctx.is_leader() {
+            tracing::info!("leadership lost: the admission loop stops writing");
+            break;
+        }
+        match write_decision(ctx, w, d, now, assumed).await {
+            Ok(()) => {
+                if let Decision::Admit { workload, .. } = d {
+                    admitted.insert(workload.as_str());
+                }
             }
-            let Some(w) = by_key.get(d.workload()).copied() else {
-                continue;
-            };
-            if let Decision::FinishReplaced { replaced_by, .. } = d
-                && !admitted.contains(replaced_by.as_str())
-            {
-                tracing::info!(
-                    workload = d.workload(),
-                    replaced_by,
-                    "not finishing the replaced slice: its replacement's admission was not written"
-                );
-                continue;
-            }
-            if !ctx.is_leader() {
-                tracing::info!("leadership lost: the admission loop stops writing");
-                break;
-            }
-            let written = write_decision(&ctx, w, d, now, &mut assumed).await;
-            if written.is_ok()
-                && let Decision::Admit { workload, .. } = d
-            {
-                admitted.insert(workload.as_str());
-            }
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "admission write failed; the next cycle retries");
+            Err(e) => failed.push(e),
+        }
+    }
+    for cq in &result.cluster_queues {
+        if !ctx.is_leader() {
+            break;
+        }
+        if let Err(e) = write_cluster_queue(ctx, cq, now).await {
+            failed.push(e);
+        }
+    }
+    for lq in &result.local_queues {
+        if !ctx.is_leader() {
+            break;
+        }
+        if let Err(e) = write_local_queue(ctx, lq, now).await {
+            failed.push(e);
+        }
+    }
+    failed
+}
+
+/// Every trace a cycle leaves: the cycle and pending counts, each ClusterQueue's usage, the
+/// failed writes (log and error metric).
+fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Error]) {
+    ctx.metrics.admission_cycles.inc();
+    tracing::debug!(
+        workloads = snapshot.workloads.len(),
+        cluster_queues = snapshot.cluster_queues.len(),
+        decisions = ?result.decisions,
+        "admission cycle"
+    );
+    let pending = result
+        .decisions
+        .iter()
+        .filter(|d| matches!(d, Decision::Pending { .. }))
+        .count();
+    ctx.metrics.pending_slices.set(pending as i64);
+    for usage in &result.cluster_queues {
+        for f in &usage.reservation {
+            for r in &f.resources {
+                let total = r
+                    .total
+                    .as_ref()
+                    .and_then(|q| crate::quantity::Quantity::try_from(q).ok())
+                    .unwrap_or_default();
+                let labels = UsageLabels {
+                    cluster_queue: usage.name.clone(),
+                    flavor: f.name.clone(),
+                    resource: r.name.clone(),
+                };
+                // display only: decisions never read this back
                 ctx.metrics
-                    .errors
-                    .get_or_create(&super::metrics::StepLabels {
-                        step: e.metric_label().into(),
-                    })
-                    .inc();
+                    .cluster_queue_usage
+                    .get_or_create(&labels)
+                    .set(total.nanos() as f64 / 1e9);
             }
         }
-        ctx.metrics.pending_slices.set(pending);
-        for cq in &result.cluster_queues {
-            if !ctx.is_leader() {
-                break;
-            }
-            if let Err(e) = write_cluster_queue(&ctx, cq, now).await {
-                tracing::warn!(error = %e, "ClusterQueue status write failed");
-            }
-        }
-        for lq in &result.local_queues {
-            if !ctx.is_leader() {
-                break;
-            }
-            if let Err(e) = write_local_queue(&ctx, lq).await {
-                tracing::warn!(error = %e, "LocalQueue status write failed");
-            }
-        }
+    }
+    for e in failed {
+        tracing::warn!(error = %e, "admission write failed; the next cycle retries");
+        ctx.metrics
+            .errors
+            .get_or_create(&StepLabels {
+                step: e.metric_label().into(),
+            })
+            .inc();
     }
 }
 
 /// Everything admission reads, with the loop's own not-yet-watched writes laid over the stores.
 fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
     let s = &ctx.stores;
-    let now = Instant::now();
+    let now = ctx.clock.monotonic();
     let workloads: Vec<Workload> = s
         .workloads
         .state()
@@ -322,7 +378,7 @@ async fn write_decision(
                         resource_version: rv(w).saturating_add(1),
                         decided_rv,
                         status: next,
-                        expires: Some(Instant::now() + UNCONFIRMED_FOR),
+                        expires: Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
                     },
                 );
             }
@@ -335,7 +391,7 @@ async fn write_decision(
     if let Decision::Admit { .. } = d {
         tracing::info!(workload = k, "admitted");
         if let Ok(mut m) = ctx.admitted_at.lock() {
-            m.insert(k.to_string(), Instant::now());
+            m.insert(k.to_string(), ctx.clock.monotonic());
         }
     }
     assumed.insert(
@@ -354,59 +410,11 @@ async fn write_decision(
     Ok(())
 }
 
-fn active_condition(
-    usage: &ClusterQueueUsage,
-    previous: Option<&Condition>,
-    now: Timestamp,
-) -> Condition {
-    let reason = if usage.active_reason.is_empty() {
-        "Ready"
-    } else {
-        usage.active_reason.as_str()
-    };
-    let (status, message) = match &usage.active {
-        Ok(()) => ("True", "Can admit new workloads".to_string()),
-        Err(why) => ("False", why.clone()),
-    };
-    let unchanged =
-        previous.is_some_and(|p| p.status == status && p.reason == reason && p.message == message);
-    Condition {
-        type_: "Active".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: match previous {
-            Some(p) if unchanged => p.last_transition_time.clone(),
-            _ => Time(now),
-        },
-        observed_generation: None,
-    }
-}
-
 async fn write_cluster_queue(
     ctx: &Context,
     usage: &ClusterQueueUsage,
     now: Timestamp,
 ) -> Result<(), Error> {
-    for f in &usage.reservation {
-        for r in &f.resources {
-            let total = r
-                .total
-                .as_ref()
-                .and_then(|q| crate::quantity::Quantity::try_from(q).ok())
-                .unwrap_or_default();
-            let labels = UsageLabels {
-                cluster_queue: usage.name.clone(),
-                flavor: f.name.clone(),
-                resource: r.name.clone(),
-            };
-            // display only: decisions never read this back
-            ctx.metrics
-                .cluster_queue_usage
-                .get_or_create(&labels)
-                .set(total.nanos() as f64 / 1e9);
-        }
-    }
     let existing = ctx
         .stores
         .cluster_queues
@@ -414,36 +422,14 @@ async fn write_cluster_queue(
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some(usage.name.as_str()));
     let previous = existing.as_ref().and_then(|c| c.status.as_ref());
-    let prev_active = previous.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
-    let status = json!({
-        "flavorsReservation": usage.reservation,
-        "flavorsUsage": usage.reservation,
-        "pendingWorkloads": usage.pending,
-        "reservingWorkloads": usage.reserving,
-        "admittedWorkloads": usage.admitted,
-        "conditions": [active_condition(usage, prev_active, now)],
-    });
-    if let Some(prev) = previous {
-        let same = serde_json::to_value(&prev.flavors_reservation).ok()
-            == Some(status["flavorsReservation"].clone())
-            && prev.pending_workloads == Some(usage.pending)
-            && prev.reserving_workloads == Some(usage.reserving)
-            && prev.admitted_workloads == Some(usage.admitted)
-            && prev_active.map(|c| (c.status.as_str(), c.message.as_str()))
-                == Some((
-                    status["conditions"][0]["status"]
-                        .as_str()
-                        .unwrap_or_default(),
-                    status["conditions"][0]["message"]
-                        .as_str()
-                        .unwrap_or_default(),
-                ));
-        if same {
-            return Ok(());
-        }
+    let generation = existing.as_ref().and_then(|c| c.metadata.generation);
+    let mut next = admission::cluster_queue_status(usage, previous, generation, now);
+    if previous == Some(&next) {
+        return Ok(());
     }
+    next.conditions.retain(|c| c.type_ == ACTIVE);
     let body =
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": status});
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": next});
     Api::<ClusterQueue>::all(ctx.client.clone())
         .patch_status(
             &usage.name,
@@ -458,32 +444,24 @@ async fn write_cluster_queue(
         })
 }
 
-async fn write_local_queue(ctx: &Context, usage: &LocalQueueUsage) -> Result<(), Error> {
+async fn write_local_queue(
+    ctx: &Context,
+    usage: &LocalQueueUsage,
+    now: Timestamp,
+) -> Result<(), Error> {
     let existing = ctx.stores.local_queues.state().into_iter().find(|q| {
         q.metadata.name.as_deref() == Some(usage.name.as_str())
             && q.metadata.namespace.as_deref() == Some(usage.namespace.as_str())
     });
-    if let Some(prev) = existing.as_ref().and_then(|q| q.status.as_ref()) {
-        let same = serde_json::to_value(&prev.flavors_reservation).ok()
-            == serde_json::to_value(&usage.reservation).ok()
-            && prev.pending_workloads == Some(usage.pending)
-            && prev.reserving_workloads == Some(usage.reserving)
-            && prev.admitted_workloads == Some(usage.admitted);
-        if same {
-            return Ok(());
-        }
+    let previous = existing.as_ref().and_then(|q| q.status.as_ref());
+    let generation = existing.as_ref().and_then(|q| q.metadata.generation);
+    let mut next = admission::local_queue_status(usage, previous, generation, now);
+    if previous == Some(&next) {
+        return Ok(());
     }
-    let body = json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "LocalQueue",
-        "status": {
-            "flavorsReservation": usage.reservation,
-            "flavorsUsage": usage.reservation,
-            "pendingWorkloads": usage.pending,
-            "reservingWorkloads": usage.reserving,
-            "admittedWorkloads": usage.admitted,
-        },
-    });
+    next.conditions.retain(|c| c.type_ == ACTIVE);
+    let body =
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "status": next});
     Api::<LocalQueue>::namespaced(ctx.client.clone(), &usage.namespace)
         .patch_status(
             &usage.name,
@@ -500,11 +478,11 @@ async fn write_local_queue(ctx: &Context, usage: &LocalQueueUsage) -> Result<(),
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
-    use super::{Assumed, Overlay, may_have_committed, overlay};
+    use super::{Assumed, Monotonic, Overlay, may_have_committed, overlay};
 
-    fn assumed(rv: u64, expires: Option<Instant>) -> Assumed {
+    fn assumed(rv: u64, expires: Option<Monotonic>) -> Assumed {
         Assumed {
             resource_version: rv,
             decided_rv: (rv - 1).to_string(),
@@ -515,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_confirmed_write_is_assumed_until_the_store_shows_its_version() {
-        let now = Instant::now();
+        let now = Monotonic::from_origin(Duration::from_secs(1000));
         let a = assumed(12, None);
         assert_eq!(overlay(11, &a, now), Overlay::Keep);
         assert_eq!(overlay(12, &a, now), Overlay::Forget);
@@ -529,7 +507,7 @@ mod tests {
 
     #[test]
     fn a_write_of_unknown_outcome_is_assumed_until_a_newer_version_or_expiry() {
-        let now = Instant::now();
+        let now = Monotonic::from_origin(Duration::from_secs(1000));
         // decided on version 11: any newer version in the store settles it
         let a = assumed(12, Some(now + Duration::from_secs(30)));
         assert_eq!(overlay(11, &a, now), Overlay::Keep);
