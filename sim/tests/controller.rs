@@ -198,8 +198,8 @@ async fn scenario(then_run_for: Duration) {
         .filter_map(|m| m.manager.clone())
         .collect();
     assert!(
-        managers.contains(&"raygate".to_string())
-            && managers.contains(&"raygate-admission".to_string()),
+        managers.contains(&raygate::controller::SLICES_MANAGER.to_string())
+            && managers.contains(&raygate::controller::ADMISSION_MANAGER.to_string()),
         "{managers:?}"
     );
 
