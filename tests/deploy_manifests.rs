@@ -1292,7 +1292,7 @@ fn the_release_manifest_is_config_default_with_the_image_tag() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The Helm chart (charts/raygate), rendered by tests/common/gotmpl.rs: `helm` cannot be built
+// The Helm chart (charts/raygate), rendered by raygate_testing::gotmpl: `helm` cannot be built
 // here (no Go module proxy) and no Debian package ships it.
 // ---------------------------------------------------------------------------------------------
 

@@ -1,0 +1,632 @@
+//! Field ownership (`metadata.managedFields`, FieldsV1) and server-side apply, after
+//! `sigs.k8s.io/structured-merge-diff`: field sets of leaf paths, list-map elements keyed
+//! `k:{...}`, set elements `v:...`, apply conflicts, forced takeover, and removal of fields an
+//! applier stopped applying when no one else owns them.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value, json};
+
+use crate::kinds::{ListType, ResourceType};
+use crate::status::ApiError;
+
+/// A path of FieldsV1 tokens: `f:spec`, `k:{"name":"w"}`, `v:"x"`.
+pub type Path = Vec<String>;
+pub type FieldSet = BTreeSet<Path>;
+
+/// The object's shape for merging: which lists are maps, sets or atomic.
+#[derive(Clone, Copy)]
+pub struct Shape<'a> {
+    pub rt: &'a ResourceType,
+    pub version: &'a str,
+}
+
+impl Shape<'_> {
+    fn list_type(&self, names: &[String]) -> ListType {
+        let n: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.rt.list_type(self.version, &n)
+    }
+}
+
+fn key_token(item: &Value, keys: &[String]) -> Option<String> {
+    let obj = item.as_object()?;
+    let mut m = Map::new();
+    for k in keys {
+        m.insert(k.clone(), obj.get(k)?.clone());
+    }
+    Some(format!("k:{}", Value::Object(m)))
+}
+
+/// A map or keyed element with content: owned as a node (FieldsV1 `"."`) besides its fields, and
+/// never "changed" by its content alone.
+fn is_node(v: &Value) -> bool {
+    v.as_object().is_some_and(|m| !m.is_empty())
+}
+
+fn collect(v: &Value, shape: Shape, names: &mut Vec<String>, cur: &mut Path, out: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            if !cur.is_empty() {
+                out.insert(cur.clone());
+            }
+            for (k, child) in m {
+                names.push(k.clone());
+                cur.push(format!("f:{k}"));
+                match child {
+                    Value::Array(items) => collect_list(items, shape, names, cur, out),
+                    _ => collect(child, shape, names, cur, out),
+                }
+                cur.pop();
+                names.pop();
+            }
+        }
+        _ => {
+            out.insert(cur.clone());
+        }
+    }
+}
+
+fn collect_list(
+    items: &[Value],
+    shape: Shape,
+    names: &mut Vec<String>,
+    cur: &mut Path,
+    out: &mut FieldSet,
+) {
+    if items.is_empty() {
+        out.insert(cur.clone());
+        return;
+    }
+    match shape.list_type(names) {
+        ListType::Map(keys) if !keys.is_empty() => {
+            let tokens: Option<Vec<String>> = items.iter().map(|i| key_token(i, &keys)).collect();
+            match tokens {
+                Some(tokens) => {
+                    out.insert(cur.clone());
+                    for (item, tok) in items.iter().zip(tokens) {
+                        cur.push(tok);
+                        collect(item, shape, names, cur, out);
+                        cur.pop();
+                    }
+                }
+                None => {
+                    out.insert(cur.clone());
+                }
+            }
+        }
+        ListType::Set => {
+            out.insert(cur.clone());
+            for item in items {
+                cur.push(format!("v:{item}"));
+                out.insert(cur.clone());
+                cur.pop();
+            }
+        }
+        _ => {
+            out.insert(cur.clone());
+        }
+    }
+}
+
+/// Fields the server never tracks (`stripMetaManager`).
+fn stripped(p: &Path) -> bool {
+    match p.as_slice() {
+        [a] => a == "f:apiVersion" || a == "f:kind" || a == "f:metadata",
+        [m, f, ..] if m == "f:metadata" => matches!(
+            f.as_str(),
+            "f:name"
+                | "f:namespace"
+                | "f:creationTimestamp"
+                | "f:selfLink"
+                | "f:uid"
+                | "f:generation"
+                | "f:managedFields"
+                | "f:resourceVersion"
+                | "f:deletionTimestamp"
+                | "f:deletionGracePeriodSeconds"
+        ),
+        _ => false,
+    }
+}
+
+/// Which part of the object a write may own: the main resource (without `status` when the
+/// kind has a status subresource) or the status subresource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Main { status_separate: bool },
+    Status,
+}
+
+impl Scope {
+    fn admits(&self, p: &Path) -> bool {
+        let is_status = p.first().is_some_and(|f| f == "f:status");
+        match self {
+            Scope::Main { status_separate } => !(is_status && *status_separate),
+            Scope::Status => is_status,
+        }
+    }
+
+    fn subresource(&self) -> Option<&'static str> {
+        match self {
+            Scope::Main { .. } => None,
+            Scope::Status => Some("status"),
+        }
+    }
+}
+
+/// The tracked field set of an object (within `scope`).
+pub fn fields_of(v: &Value, shape: Shape, scope: Scope) -> FieldSet {
+    let mut out = FieldSet::new();
+    collect(v, shape, &mut vec![], &mut vec![], &mut out);
+    out.retain(|p| !stripped(p) && scope.admits(p));
+    out
+}
+
+fn parse_token(tok: &str) -> Option<(char, Value)> {
+    let (kind, rest) = tok.split_at_checked(2)?;
+    match kind {
+        "f:" => Some(('f', Value::String(rest.to_string()))),
+        "k:" | "v:" => serde_json::from_str(rest)
+            .ok()
+            .map(|v| (kind.as_bytes()[0] as char, v)),
+        _ => None,
+    }
+}
+
+fn element_matches(item: &Value, kind: char, want: &Value) -> bool {
+    match kind {
+        'k' => want
+            .as_object()
+            .is_some_and(|w| w.iter().all(|(k, v)| item.get(k) == Some(v))),
+        _ => item == want,
+    }
+}
+
+/// The value at `path`.
+pub fn get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = v;
+    for tok in path {
+        let (kind, arg) = parse_token(tok)?;
+        cur = match (kind, cur) {
+            ('f', Value::Object(m)) => m.get(arg.as_str()?)?,
+            ('k' | 'v', Value::Array(items)) => {
+                items.iter().find(|i| element_matches(i, kind, &arg))?
+            }
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Removes the field or element at `path` (no-op when absent).
+pub fn remove(v: &mut Value, path: &[String]) {
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for tok in parent {
+        let Some((kind, arg)) = parse_token(tok) else {
+            return;
+        };
+        let next = match (kind, cur) {
+            ('f', Value::Object(m)) => arg.as_str().and_then(|k| m.get_mut(k)),
+            ('k' | 'v', Value::Array(items)) => {
+                items.iter_mut().find(|i| element_matches(i, kind, &arg))
+            }
+            _ => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match (parse_token(last), cur) {
+        (Some(('f', Value::String(k))), Value::Object(m)) => {
+            m.remove(&k);
+        }
+        (Some((kind @ ('k' | 'v'), arg)), Value::Array(items)) => {
+            items.retain(|i| !element_matches(i, kind, &arg));
+        }
+        _ => {}
+    }
+}
+
+/// FieldsV1 JSON of a field set.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Value::Object(Map::new());
+    for p in set {
+        let mut cur = &mut root;
+        for tok in p {
+            let Value::Object(m) = cur else { break };
+            cur = m.entry(tok.clone()).or_insert_with(|| json!({}));
+        }
+    }
+    // an owned node with owned children is marked "."
+    mark(&mut root, &mut vec![], set);
+    root
+}
+
+fn mark(node: &mut Value, cur: &mut Path, set: &FieldSet) {
+    let Value::Object(m) = node else { return };
+    if !cur.is_empty() && !m.is_empty() && set.contains(cur) {
+        m.insert(".".into(), json!({}));
+    }
+    for (tok, child) in m.iter_mut() {
+        if tok == "." {
+            continue;
+        }
+        cur.push(tok.clone());
+        mark(child, cur, set);
+        cur.pop();
+    }
+}
+
+fn from_v1(v: &Value, cur: &mut Path, out: &mut FieldSet) {
+    if let Value::Object(m) = v {
+        for (tok, child) in m {
+            if tok == "." {
+                out.insert(cur.clone());
+                continue;
+            }
+            cur.push(tok.clone());
+            if child.as_object().is_some_and(Map::is_empty) {
+                out.insert(cur.clone());
+            } else {
+                from_v1(child, cur, out);
+            }
+            cur.pop();
+        }
+    }
+}
+
+/// The list type at a token path (its field names).
+fn shape_list(shape: Shape, p: &Path) -> ListType {
+    let names: Vec<String> = p
+        .iter()
+        .filter_map(|t| t.strip_prefix("f:").map(String::from))
+        .collect();
+    shape.list_type(&names)
+}
+
+/// The field set of FieldsV1 JSON.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    from_v1(v, &mut vec![], &mut out);
+    out
+}
+
+/// One `managedFields` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    pub api_version: String,
+    pub time: String,
+    pub subresource: Option<String>,
+    pub fields: FieldSet,
+}
+
+impl Entry {
+    fn is(&self, manager: &str, operation: &str, sub: Option<&str>) -> bool {
+        self.manager == manager && self.operation == operation && self.subresource.as_deref() == sub
+    }
+}
+
+/// The entries of an object's `metadata.managedFields`.
+pub fn entries(obj: &Value) -> Vec<Entry> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| Entry {
+            manager: e["manager"].as_str().unwrap_or_default().to_string(),
+            operation: e["operation"].as_str().unwrap_or("Update").to_string(),
+            api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
+            time: e["time"].as_str().unwrap_or_default().to_string(),
+            subresource: e["subresource"].as_str().map(String::from),
+            fields: from_fields_v1(&e["fieldsV1"]),
+        })
+        .collect()
+}
+
+/// Writes `entries` into `metadata.managedFields` (dropping empty ones).
+pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
+    // the server's order: operation, time, manager, subresource
+    let mut sorted: Vec<&Entry> = entries.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.operation, &a.time, &a.manager, &a.subresource).cmp(&(
+            &b.operation,
+            &b.time,
+            &b.manager,
+            &b.subresource,
+        ))
+    });
+    let list: Vec<Value> = sorted
+        .into_iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut v = json!({
+                "manager": e.manager,
+                "operation": e.operation,
+                "apiVersion": e.api_version,
+                "time": e.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": to_fields_v1(&e.fields),
+            });
+            if let Some(s) = &e.subresource {
+                v["subresource"] = json!(s);
+            }
+            v
+        })
+        .collect();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if list.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(list));
+        }
+    }
+}
+
+/// Who is writing: manager, API version used, time, scope.
+#[derive(Clone, Debug)]
+pub struct Writer<'a> {
+    pub manager: &'a str,
+    pub api_version: &'a str,
+    pub time: &'a str,
+    pub scope: Scope,
+}
+
+/// Ownership after a non-apply write (create, update, patch): the writer takes every field it
+/// changed; fields that disappeared leave every owner.
+pub fn record_update(old: Option<&Value>, new: &mut Value, shape: Shape, w: &Writer) {
+    let mut list = old.map(entries).unwrap_or_default();
+    let null = Value::Null;
+    let old_fields = old
+        .map(|o| fields_of(o, shape, w.scope))
+        .unwrap_or_default();
+    let new_fields = fields_of(new, shape, w.scope);
+    let changed: FieldSet = new_fields
+        .iter()
+        .filter(|p| match (get(old.unwrap_or(&null), p), get(new, p)) {
+            (Some(a), Some(b)) => a != b && !(is_node(a) && is_node(b)),
+            (a, b) => a != b,
+        })
+        .cloned()
+        .collect();
+    let removed: FieldSet = old_fields.difference(&new_fields).cloned().collect();
+    let sub = w.scope.subresource();
+    for e in list.iter_mut() {
+        e.fields.retain(|p| !removed.contains(p));
+        if !e.is(w.manager, "Update", sub) {
+            e.fields.retain(|p| !changed.contains(p));
+        }
+    }
+    if !changed.is_empty() {
+        match list.iter_mut().find(|e| e.is(w.manager, "Update", sub)) {
+            Some(e) => {
+                e.fields.extend(changed);
+                e.time = w.time.to_string();
+                e.api_version = w.api_version.to_string();
+            }
+            None => list.push(Entry {
+                manager: w.manager.to_string(),
+                operation: "Update".into(),
+                api_version: w.api_version.to_string(),
+                time: w.time.to_string(),
+                subresource: sub.map(String::from),
+                fields: changed,
+            }),
+        }
+    }
+    set_entries(new, &list);
+}
+
+fn merge_into(live: &mut Value, applied: &Value, shape: Shape, names: &mut Vec<String>) {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) => {
+            for (k, av) in a {
+                names.push(k.clone());
+                match l.get_mut(k) {
+                    Some(lv) => merge_into(lv, av, shape, names),
+                    None => {
+                        l.insert(k.clone(), av.clone());
+                    }
+                }
+                names.pop();
+            }
+        }
+        (Value::Array(l), Value::Array(a)) => match shape.list_type(names) {
+            ListType::Map(keys) if !keys.is_empty() => {
+                for item in a {
+                    let tok = key_token(item, &keys);
+                    let found = tok.as_ref().and_then(|t| {
+                        l.iter_mut()
+                            .find(|li| key_token(li, &keys).as_ref() == Some(t))
+                    });
+                    match found {
+                        Some(li) => merge_into(li, item, shape, names),
+                        None => l.push(item.clone()),
+                    }
+                }
+            }
+            ListType::Set => {
+                for item in a {
+                    if !l.contains(item) {
+                        l.push(item.clone());
+                    }
+                }
+            }
+            _ => *l = a.clone(),
+        },
+        (l, a) => *l = a.clone(),
+    }
+}
+
+fn path_string(p: &Path) -> String {
+    let mut s = String::new();
+    for tok in p {
+        match parse_token(tok) {
+            Some(('f', Value::String(f))) => {
+                s.push('.');
+                s.push_str(&f);
+            }
+            Some(('k', Value::Object(m))) => {
+                let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                s.push_str(&format!("[{}]", parts.join(",")));
+            }
+            Some((_, v)) => s.push_str(&format!("[={v}]")),
+            None => s.push_str(tok),
+        }
+    }
+    s
+}
+
+fn print_manager(e: &Entry) -> String {
+    let mut m = format!("{:?}", e.manager);
+    if let Some(s) = &e.subresource {
+        m = format!("{m} with subresource {s:?}");
+    }
+    if e.operation == "Update" {
+        m = format!("{m} using {}", e.api_version);
+    }
+    m
+}
+
+/// Server-side apply of `applied` (already scoped) over `live` (`None`: create).
+///
+/// Returns the merged object with updated `managedFields`, or the 409 conflict error.
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    force: bool,
+    shape: Shape,
+    w: &Writer,
+) -> Result<Value, ApiError> {
+    let mut list = live.map(entries).unwrap_or_default();
+    // an applier owns what it set: leaves and list elements, not the maps and merged lists
+    // around them (an Update owns those too: `"."` in its FieldsV1)
+    let applied_fields: FieldSet = fields_of(applied, shape, w.scope)
+        .into_iter()
+        .filter(|p| {
+            if p.last()
+                .is_some_and(|t| t.starts_with("k:") || t.starts_with("v:"))
+            {
+                return true;
+            }
+            match get(applied, p) {
+                Some(v) if is_node(v) => false,
+                Some(Value::Array(items)) if !items.is_empty() => {
+                    shape_list(shape, p) == ListType::Atomic
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    let sub = w.scope.subresource();
+    let mut conflicts: Vec<(usize, Path)> = vec![];
+    if let Some(live) = live {
+        for p in &applied_fields {
+            let Some(lv) = get(live, p) else { continue };
+            let av = get(applied, p);
+            if av == Some(lv) || (is_node(lv) && av.is_some_and(is_node)) {
+                continue;
+            }
+            for (i, e) in list.iter().enumerate() {
+                if e.manager != w.manager && e.fields.contains(p) {
+                    conflicts.push((i, p.clone()));
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        let causes = conflicts
+            .iter()
+            .map(|(i, p)| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with {}", print_manager(&list[*i])), "field": path_string(p)})
+            })
+            .collect();
+        let message = if conflicts.len() == 1 {
+            let (i, p) = &conflicts[0];
+            format!(
+                "Apply failed with 1 conflict: conflict with {}: {}",
+                print_manager(&list[*i]),
+                path_string(p)
+            )
+        } else {
+            let mut by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+            for (i, p) in &conflicts {
+                by.entry(print_manager(&list[*i]))
+                    .or_default()
+                    .push(path_string(p));
+            }
+            let mut lines = vec![];
+            for (m, paths) in by {
+                lines.push(format!("conflicts with {m}:"));
+                lines.extend(paths.into_iter().map(|p| format!("- {p}")));
+            }
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                lines.join("\n")
+            )
+        };
+        return Err(ApiError::apply_conflict(message, causes));
+    }
+    for (i, p) in &conflicts {
+        list[*i].fields.remove(p);
+    }
+    let mut merged = live.cloned().unwrap_or_else(|| json!({}));
+    merge_into(&mut merged, applied, shape, &mut vec![]);
+    let previously: FieldSet = list
+        .iter()
+        .find(|e| e.is(w.manager, "Apply", sub))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let others: Vec<&Entry> = list
+        .iter()
+        .filter(|e| !e.is(w.manager, "Apply", sub))
+        .collect();
+    let mut dropped: Vec<&Path> = previously
+        .difference(&applied_fields)
+        .filter(|p| {
+            !others
+                .iter()
+                .any(|e| e.fields.iter().any(|q| q.starts_with(p)))
+        })
+        .collect();
+    // a removed element takes its fields with it (removing them first would lose its key)
+    let all: Vec<&Path> = dropped.clone();
+    dropped.retain(|p| !all.iter().any(|q| q.len() < p.len() && p.starts_with(q)));
+    for p in dropped {
+        remove(&mut merged, p);
+    }
+    match list.iter_mut().find(|e| e.is(w.manager, "Apply", sub)) {
+        Some(e) => {
+            e.fields = applied_fields;
+            e.time = w.time.to_string();
+            e.api_version = w.api_version.to_string();
+        }
+        None => list.push(Entry {
+            manager: w.manager.to_string(),
+            operation: "Apply".into(),
+            api_version: w.api_version.to_string(),
+            time: w.time.to_string(),
+            subresource: sub.map(String::from),
+            fields: applied_fields,
+        }),
+    }
+    // fields that vanished from the object leave every owner
+    let present = fields_of(&merged, shape, w.scope);
+    for e in list.iter_mut() {
+        if e.subresource.as_deref() == sub {
+            e.fields.retain(|p| present.contains(p));
+        }
+    }
+    if merged.get("metadata").is_none() {
+        merged["metadata"] = json!({});
+    }
+    set_entries(&mut merged, &list);
+    Ok(merged)
+}

@@ -1,0 +1,995 @@
+//! Request handling: the URL's route, then one function per verb over the store, with the
+//! registry's strategies (status subresource, generation, graceful deletion, finalizers, CRD
+//! schemas) and field ownership. Plain functions over data; the tower Service is a thin shell.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::fields::{self, Scope, Shape, Writer};
+use crate::kinds::{Registry, ResourceType};
+use crate::patch::{self, PatchType};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, FieldCause};
+use crate::store::{ChangeType, ResKey, Store, WatchFilter};
+
+/// A parsed request, without IO.
+#[derive(Clone, Debug, Default)]
+pub struct ApiRequest {
+    pub method: String,
+    pub path: String,
+    pub query: HashMap<String, String>,
+    pub content_type: String,
+    pub user_agent: String,
+    pub body: Vec<u8>,
+}
+
+/// Where a request goes.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub rt: Arc<ResourceType>,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+impl Route {
+    pub fn key(&self) -> ResKey {
+        Arc::from(format!("{}/{}", self.rt.group, self.rt.plural))
+    }
+
+    fn shape(&self) -> Shape<'_> {
+        Shape {
+            rt: &self.rt,
+            version: &self.version,
+        }
+    }
+
+    fn scope(&self) -> Scope {
+        match self.subresource.as_deref() {
+            Some("status") => Scope::Status,
+            _ => Scope::Main {
+                status_separate: self.rt.status_subresource,
+            },
+        }
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(&self.rt.group, &self.rt.plural, name)
+    }
+}
+
+/// Parses `/api/v1/...` and `/apis/{group}/{version}/...`.
+pub fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(ApiError::no_route()),
+    };
+    let namespaced_resource = |r: &str| registry.find(group, version, r).filter(|t| t.namespaced);
+    let (namespace, plural, tail) = match rest {
+        ["namespaces", ns, r, tail @ ..] if namespaced_resource(r).is_some() => {
+            (Some(*ns), *r, tail)
+        }
+        [r, tail @ ..] => (None, *r, tail),
+        [] => return Err(ApiError::no_route()),
+    };
+    let rt = registry
+        .find(group, version, plural)
+        .ok_or_else(ApiError::no_route)?;
+    let (name, subresource) = match tail {
+        [] => (None, None),
+        [n] => (Some(*n), None),
+        [n, s] => (Some(*n), Some(*s)),
+        _ => return Err(ApiError::no_route()),
+    };
+    if let Some(s) = subresource {
+        let served = (s == "status" && rt.status_subresource)
+            || (s == "scale" && rt.scale_subresource)
+            || (s == "eviction" && rt.builtin && rt.group.is_empty() && rt.kind == "Pod");
+        if !served {
+            return Err(ApiError::no_route());
+        }
+    }
+    if name.is_some() && rt.namespaced != namespace.is_some() {
+        return Err(ApiError::no_route());
+    }
+    if !rt.namespaced && namespace.is_some() {
+        return Err(ApiError::no_route());
+    }
+    if name.is_some_and(str::is_empty) || namespace.is_some_and(str::is_empty) {
+        return Err(ApiError::no_route());
+    }
+    Ok(Route {
+        version: version.to_string(),
+        namespace: namespace.map(String::from),
+        name: name.map(String::from),
+        subresource: subresource.map(String::from),
+        rt,
+    })
+}
+
+/// The outcome of a non-watch request.
+pub type Reply = Result<(u16, Value), ApiError>;
+
+/// The mutable cluster state the handlers work on.
+pub struct State {
+    pub store: Store,
+    pub registry: Arc<Registry>,
+    seed: u64,
+    counter: u64,
+}
+
+const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+/// The request body as a JSON object, or the decoder's 400.
+pub(crate) fn parse_body(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let unrecognized = |why: String| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {why} ({})",
+            String::from_utf8_lossy(body)
+        ))
+    };
+    let v: Value = serde_json::from_slice(body).map_err(|e| unrecognized(e.to_string()))?;
+    if !v.is_object() {
+        return Err(unrecognized("expected a JSON object".into()));
+    }
+    Ok(v)
+}
+
+pub(crate) fn dry_run(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+    match q.get("dryRun").map(String::as_str) {
+        None => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Invalid dryRun value: {other}: supported values: \"All\""
+        ))),
+    }
+}
+
+/// Content other than `metadata` (and `status` when it is a separate subresource).
+fn spec_part(obj: &Value, drop_status: bool) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        if drop_status {
+            m.remove("status");
+        }
+    }
+    v
+}
+
+fn tracks_generation(rt: &ResourceType) -> bool {
+    !rt.builtin || matches!(rt.group.as_str(), "apps" | "policy")
+}
+
+impl State {
+    pub fn new(registry: Arc<Registry>, seed: u64, history: usize) -> Self {
+        State {
+            store: Store::new(history),
+            registry,
+            seed,
+            counter: 0,
+        }
+    }
+
+    /// A deterministic pseudo-random number (splitmix64 over seed and a counter).
+    fn next_random(&mut self) -> u64 {
+        self.counter += 1;
+        let mut z = self
+            .seed
+            .wrapping_add(self.counter.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn new_uid(&mut self) -> String {
+        let a = self.next_random();
+        let b = self.next_random();
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            b >> 52,
+            b & 0xffff_ffff_ffff
+        )
+    }
+
+    fn name_suffix(&mut self) -> String {
+        let mut r = self.next_random();
+        (0..5)
+            .map(|_| {
+                let c = NAME_CHARS[(r % NAME_CHARS.len() as u64) as usize] as char;
+                r /= NAME_CHARS.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    pub(crate) fn object_out(&self, route: &Route, obj: &Value) -> Value {
+        let mut o = obj.clone();
+        o["apiVersion"] = json!(route.rt.api_version(&route.version));
+        o["kind"] = json!(route.rt.kind);
+        o
+    }
+
+    pub fn get(&self, route: &Route) -> Reply {
+        let name = route.name.as_deref().unwrap_or_default();
+        let obj = self
+            .store
+            .get(
+                &route.key(),
+                route.namespace.as_deref().unwrap_or_default(),
+                name,
+            )
+            .ok_or_else(|| route.not_found(name))?;
+        Ok((200, self.object_out(route, &obj)))
+    }
+
+    pub fn list(&self, route: &Route, q: &HashMap<String, String>) -> Reply {
+        let labels =
+            LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+        let fields = FieldSelector::parse(
+            q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+            &route.rt.field_selectors(),
+        )?;
+        let limit: usize = match q.get("limit") {
+            Some(l) => l
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?,
+            None => 0,
+        };
+        let after = q.get("continue").filter(|c| !c.is_empty());
+        let mut items: Vec<(String, Value)> = self
+            .store
+            .list(&route.key(), route.namespace.as_deref())
+            .into_iter()
+            .filter(|o| labels.matches(o["metadata"].get("labels")) && fields.matches(o))
+            .map(|o| {
+                let key = format!(
+                    "{}/{}",
+                    meta_str(&o, "namespace").unwrap_or_default(),
+                    meta_str(&o, "name").unwrap_or_default()
+                );
+                (key, self.object_out(route, &o))
+            })
+            .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a.as_str()))
+            .collect();
+        let mut metadata = json!({"resourceVersion": self.store.revision().to_string()});
+        if limit > 0 && items.len() > limit {
+            items.truncate(limit);
+            if let Some((last, _)) = items.last() {
+                metadata["continue"] = json!(last);
+            }
+        }
+        Ok((
+            200,
+            json!({
+                "apiVersion": route.rt.api_version(&route.version),
+                "kind": format!("{}List", route.rt.kind),
+                "metadata": metadata,
+                "items": items.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            }),
+        ))
+    }
+
+    /// Parses watch parameters and registers the watch.
+    pub fn watch(
+        &mut self,
+        route: &Route,
+        q: &HashMap<String, String>,
+        tx: tokio::sync::mpsc::UnboundedSender<crate::store::WatchEvent>,
+    ) -> Result<(), ApiError> {
+        let labels =
+            LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+        let mut fields = FieldSelector::parse(
+            q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+            &route.rt.field_selectors(),
+        )?;
+        if let Some(name) = &route.name {
+            fields = FieldSelector::parse(&format!("metadata.name={name}"), &["metadata.name"])?;
+        }
+        let from =
+            match q.get("resourceVersion").map(String::as_str) {
+                None | Some("") | Some("0") => None,
+                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {rv}"))
+                })?),
+            };
+        let filter = WatchFilter {
+            res: route.key(),
+            namespace: route.namespace.clone(),
+            labels,
+            fields,
+            api_version: route.rt.api_version(&route.version),
+        };
+        self.store.watch(filter, from, tx)
+    }
+
+    fn check_namespace(&self, route: &Route) -> Result<(), ApiError> {
+        let Some(ns) = &route.namespace else {
+            return Ok(());
+        };
+        let key: ResKey = Arc::from("/namespaces");
+        match self.store.get(&key, "", ns) {
+            Some(_) => Ok(()),
+            None => Err(ApiError::not_found("", "namespaces", ns)),
+        }
+    }
+
+    /// Schema pruning, defaults and validation (CRDs).
+    fn admit_schema(&self, route: &Route, obj: &mut Value) -> Result<(), ApiError> {
+        if let Some(schema) = route.rt.schema(&route.version) {
+            schema.prune(obj);
+            schema.default(obj);
+            let errs = schema.validate(obj);
+            if !errs.is_empty() {
+                let name = meta_str(obj, "name").unwrap_or_default().to_string();
+                return Err(ApiError::invalid(
+                    &route.rt.group,
+                    &route.rt.kind,
+                    &name,
+                    errs,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_type_meta(&self, route: &Route, obj: &Value) -> Result<(), ApiError> {
+        let want = route.rt.api_version(&route.version);
+        if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
+            && av != want
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want})"
+            )));
+        }
+        if let Some(k) = obj.get("kind").and_then(Value::as_str)
+            && k != route.rt.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                route.rt.kind
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_namespace_in_body(&self, route: &Route, obj: &mut Value) -> Result<(), ApiError> {
+        if !obj.get("metadata").is_some_and(Value::is_object) {
+            obj["metadata"] = json!({});
+        }
+        match (&route.namespace, meta_str(obj, "namespace")) {
+            (Some(url), Some(body)) if !body.is_empty() && body != url => {
+                Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            (Some(url), _) => {
+                obj["metadata"]["namespace"] = json!(url);
+                Ok(())
+            }
+            (None, _) => {
+                if let Some(m) = obj["metadata"].as_object_mut() {
+                    m.remove("namespace");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// POST: create.
+    pub fn create(&mut self, route: &Route, req: &ApiRequest, now: &str) -> Reply {
+        let mut obj = parse_body(&route.rt.kind, &req.body)?;
+        self.check_type_meta(route, &obj)?;
+        self.check_namespace_in_body(route, &mut obj)?;
+        let manager = manager_of(req);
+        let dry = dry_run(&req.query)?;
+        let w = Writer {
+            manager: &manager,
+            api_version: &route.rt.api_version(&route.version),
+            time: now,
+            scope: route.scope(),
+        };
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("managedFields");
+        }
+        let mut obj = self.prepare_create(route, obj, now)?;
+        fields::record_update(None, &mut obj, route.shape(), &w);
+        self.finish_create(route, obj, dry)
+    }
+
+    fn prepare_create(
+        &mut self,
+        route: &Route,
+        mut obj: Value,
+        now: &str,
+    ) -> Result<Value, ApiError> {
+        if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let name = match (meta_str(&obj, "name"), meta_str(&obj, "generateName")) {
+            (Some(n), _) if !n.is_empty() => n.to_string(),
+            (_, Some(g)) if !g.is_empty() => format!("{g}{}", self.name_suffix()),
+            _ => {
+                let mut causes = vec![FieldCause::required(
+                    "metadata.name",
+                    "name or generateName is required",
+                )];
+                if route.rt.schema(&route.version).is_some_and(|s| s.has_cel()) {
+                    causes.push(crate::schema::cel_skipped());
+                }
+                return Err(ApiError::invalid(
+                    &route.rt.group,
+                    &route.rt.kind,
+                    "",
+                    causes,
+                ));
+            }
+        };
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.insert("name".into(), json!(name));
+            m.insert("uid".into(), json!(self.new_uid()));
+            m.insert("creationTimestamp".into(), json!(now));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("resourceVersion");
+            m.remove("generation");
+            if tracks_generation(&route.rt) {
+                m.insert("generation".into(), json!(1));
+            }
+        }
+        obj["apiVersion"] = json!(route.rt.api_version(&route.version));
+        obj["kind"] = json!(route.rt.kind);
+        if route.rt.status_subresource
+            && let Some(m) = obj.as_object_mut()
+        {
+            match (route.rt.group.as_str(), route.rt.kind.as_str()) {
+                ("", "Node") => {}
+                ("", "Pod") => {
+                    m.insert("status".into(), json!({"phase": "Pending"}));
+                }
+                ("", "Namespace") => {
+                    m.insert("status".into(), json!({"phase": "Active"}));
+                }
+                _ => {
+                    m.remove("status");
+                }
+            }
+        }
+        if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "Namespace") {
+            obj["spec"]["finalizers"] = json!(["kubernetes"]);
+        }
+        self.admit_schema(route, &mut obj)?;
+        Ok(obj)
+    }
+
+    fn finish_create(&mut self, route: &Route, obj: Value, dry: bool) -> Reply {
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        let ns = route.namespace.clone().unwrap_or_default();
+        if self.store.get(&route.key(), &ns, &name).is_some() {
+            return Err(ApiError::already_exists(
+                &route.rt.group,
+                &route.rt.plural,
+                &name,
+            ));
+        }
+        if route.rt.kind != "Namespace" || !route.rt.group.is_empty() {
+            self.check_namespace(route)?;
+        }
+        if dry {
+            return Ok((201, self.object_out(route, &obj)));
+        }
+        let stored = self.store.commit(&route.key(), ChangeType::Added, obj);
+        Ok((201, self.object_out(route, &stored)))
+    }
+
+    /// The update strategy shared by PUT, PATCH and apply: subresource scoping, immutable
+    /// metadata, schema, generation, then commit (or no write when nothing changed).
+    fn update_existing(&mut self, route: &Route, old: &Value, mut new: Value, dry: bool) -> Reply {
+        let name = route.name.clone().unwrap_or_default();
+        match meta_str(&new, "name") {
+            Some(n) if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {}
+        }
+        if route.subresource.as_deref() == Some("status") {
+            let status = new.get("status").cloned();
+            let managed = new["metadata"].get("managedFields").cloned();
+            let mut next = old.clone();
+            match status {
+                Some(s) => next["status"] = s,
+                None => {
+                    if let Some(m) = next.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            match managed {
+                Some(mf) => next["metadata"]["managedFields"] = mf,
+                None => {
+                    if let Some(m) = next["metadata"].as_object_mut() {
+                        m.remove("managedFields");
+                    }
+                }
+            }
+            new = next;
+        } else if route.rt.status_subresource {
+            match old.get("status") {
+                Some(s) => new["status"] = s.clone(),
+                None => {
+                    if let Some(m) = new.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+            "name",
+        ] {
+            match old["metadata"].get(f) {
+                Some(v) => new["metadata"][f] = v.clone(),
+                None => {
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove(f);
+                    }
+                }
+            }
+        }
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        new["apiVersion"] = json!(route.rt.api_version(&route.version));
+        new["kind"] = json!(route.rt.kind);
+        self.admit_schema(route, &mut new)?;
+        if tracks_generation(&route.rt) {
+            let drop_status = route.rt.status_subresource;
+            if spec_part(&new, drop_status) != spec_part(old, drop_status) {
+                let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
+                new["metadata"]["generation"] = json!(g + 1);
+            }
+        }
+        let mut old_cmp = old.clone();
+        old_cmp["apiVersion"] = new["apiVersion"].clone();
+        old_cmp["kind"] = new["kind"].clone();
+        if new == old_cmp {
+            return Ok((200, self.object_out(route, old)));
+        }
+        let finalized = old["metadata"].get("deletionTimestamp").is_some()
+            && new["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+        if dry {
+            return Ok((200, self.object_out(route, &new)));
+        }
+        let typ = if finalized {
+            ChangeType::Deleted
+        } else {
+            ChangeType::Modified
+        };
+        let stored = self.store.commit(&route.key(), typ, new);
+        Ok((200, self.object_out(route, &stored)))
+    }
+
+    pub(crate) fn existing(&self, route: &Route) -> Result<Arc<Value>, ApiError> {
+        let name = route.name.as_deref().unwrap_or_default();
+        self.store
+            .get(
+                &route.key(),
+                route.namespace.as_deref().unwrap_or_default(),
+                name,
+            )
+            .ok_or_else(|| route.not_found(name))
+    }
+
+    fn conflict(&self, route: &Route) -> ApiError {
+        ApiError::conflict(
+            &route.rt.group,
+            &route.rt.plural,
+            route.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    /// PUT: update (replace), with optimistic concurrency on `resourceVersion`.
+    pub fn replace(&mut self, route: &Route, req: &ApiRequest, now: &str) -> Reply {
+        let mut new = parse_body(&route.rt.kind, &req.body)?;
+        self.check_type_meta(route, &new)?;
+        self.check_namespace_in_body(route, &mut new)?;
+        let dry = dry_run(&req.query)?;
+        let old = self.existing(route)?;
+        let name = route.name.as_deref().unwrap_or_default();
+        if let Some(n) = meta_str(&new, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        match meta_str(&new, "resourceVersion") {
+            Some(rv) if !rv.is_empty() && Some(rv) != meta_str(&old, "resourceVersion") => {
+                return Err(self.conflict(route));
+            }
+            Some(rv) if !rv.is_empty() => {}
+            _ if !route.rt.builtin => {
+                // named by group-resource here, as the server's update precondition does
+                return Err(ApiError::invalid(
+                    &route.rt.group,
+                    &route.rt.plural,
+                    route.name.as_deref().unwrap_or_default(),
+                    vec![FieldCause::invalid(
+                        "metadata.resourceVersion",
+                        "0",
+                        "must be specified for an update",
+                    )],
+                ));
+            }
+            _ => {}
+        }
+        let manager = manager_of(req);
+        let w = Writer {
+            manager: &manager,
+            api_version: &route.rt.api_version(&route.version),
+            time: now,
+            scope: route.scope(),
+        };
+        let mut new = self.scoped(route, &old, new);
+        new["metadata"]["managedFields"] = old["metadata"]
+            .get("managedFields")
+            .cloned()
+            .unwrap_or(Value::Null);
+        fields::record_update(Some(&old), &mut new, route.shape(), &w);
+        self.update_existing(route, &old, new, dry)
+    }
+
+    /// The object a write would produce before ownership: status writes keep everything but
+    /// status; main writes keep the old status (where it is a subresource).
+    fn scoped(&self, route: &Route, old: &Value, mut new: Value) -> Value {
+        if route.subresource.as_deref() == Some("status") {
+            let mut next = old.clone();
+            match new.get("status") {
+                Some(s) => next["status"] = s.clone(),
+                None => {
+                    if let Some(m) = next.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            next
+        } else {
+            if route.rt.status_subresource {
+                match old.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = new.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            new
+        }
+    }
+
+    /// PATCH: merge, JSON, strategic merge, or server-side apply.
+    pub fn patch(&mut self, route: &Route, req: &ApiRequest, now: &str) -> Reply {
+        let kind = PatchType::from_content_type(&req.content_type).ok_or_else(|| {
+            ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
+                if route.rt.builtin { ", application/strategic-merge-patch+json" } else { "" }
+            ))
+        })?;
+        if kind == PatchType::Strategic && !route.rt.builtin {
+            return Err(ApiError::unsupported_media_type(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            ));
+        }
+        let dry = dry_run(&req.query)?;
+        let api_version = route.rt.api_version(&route.version);
+        if kind == PatchType::Apply {
+            return self.apply(route, req, now, dry);
+        }
+        let patch_body: Value = serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let old = self.existing(route)?;
+        let mut doc = (*old).clone();
+        patch::apply(kind, &mut doc, &patch_body, route.shape())?;
+        if !doc.is_object() {
+            return Err(ApiError::bad_request("the patch produced a non-object"));
+        }
+        if let Some(rv) = meta_str(&doc, "resourceVersion")
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(self.conflict(route));
+        }
+        self.check_type_meta(route, &doc)?;
+        let manager = manager_of(req);
+        let w = Writer {
+            manager: &manager,
+            api_version: &api_version,
+            time: now,
+            scope: route.scope(),
+        };
+        let mut new = self.scoped(route, &old, doc);
+        new["metadata"]["managedFields"] = old["metadata"]
+            .get("managedFields")
+            .cloned()
+            .unwrap_or(Value::Null);
+        fields::record_update(Some(&old), &mut new, route.shape(), &w);
+        self.update_existing(route, &old, new, dry)
+    }
+
+    fn apply(&mut self, route: &Route, req: &ApiRequest, now: &str, dry: bool) -> Reply {
+        let manager = req
+            .query
+            .get("fieldManager")
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "meta.k8s.io",
+                    "PatchOptions",
+                    "",
+                    vec![FieldCause::required(
+                        "fieldManager",
+                        "is required for apply patch",
+                    )],
+                )
+            })?;
+        let force = match req.query.get("force").map(String::as_str) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "invalid force value: {other}"
+                )));
+            }
+        };
+        let text = std::str::from_utf8(&req.body)
+            .map_err(|_| ApiError::bad_request("the body of the request is not UTF-8"))?;
+        let mut applied: Value = serde_yaml::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "error decoding YAML: expected an object",
+            ));
+        }
+        self.check_type_meta(route, &applied)?;
+        if applied.get("apiVersion").is_none() || applied.get("kind").is_none() {
+            return Err(ApiError::bad_request("invalid object type: /, Kind="));
+        }
+        self.check_namespace_in_body(route, &mut applied)?;
+        let name = route.name.clone().unwrap_or_default();
+        match meta_str(&applied, "name") {
+            Some(n) if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => applied["metadata"]["name"] = json!(name),
+        }
+        // only the subresource's part counts
+        let scope = route.scope();
+        if let Some(m) = applied.as_object_mut() {
+            match scope {
+                Scope::Status => m.retain(|k, _| {
+                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                }),
+                Scope::Main {
+                    status_separate: true,
+                } => {
+                    m.remove("status");
+                }
+                Scope::Main { .. } => {}
+            }
+        }
+        let api_version = route.rt.api_version(&route.version);
+        let w = Writer {
+            manager: &manager,
+            api_version: &api_version,
+            time: now,
+            scope,
+        };
+        let live = self.store.get(
+            &route.key(),
+            route.namespace.as_deref().unwrap_or_default(),
+            &name,
+        );
+        if let Some(rv) = meta_str(&applied, "resourceVersion")
+            && live.as_deref().and_then(|l| meta_str(l, "resourceVersion")) != Some(rv)
+        {
+            return Err(self.conflict(route));
+        }
+        match live {
+            None => {
+                if route.subresource.is_some() {
+                    return Err(route.not_found(&name));
+                }
+                let merged = fields::apply(None, &applied, force, route.shape(), &w)?;
+                let obj = self.prepare_create(route, merged, now)?;
+                self.finish_create(route, obj, dry)
+            }
+            Some(old) => {
+                let merged = fields::apply(Some(&old), &applied, force, route.shape(), &w)?;
+                self.update_existing(route, &old, merged, dry)
+            }
+        }
+    }
+
+    /// DELETE: finalizers keep the object (with `deletionTimestamp`) until they are gone; a
+    /// scheduled, running pod is deleted gracefully (its kubelet finishes it).
+    pub fn delete(
+        &mut self,
+        route: &Route,
+        req: &ApiRequest,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Reply {
+        let opts: Value = if req.body.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_slice(&req.body).map_err(|e| {
+                ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+            })?
+        };
+        let dry = dry_run(&req.query)?
+            || opts["dryRun"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x == "All"));
+        let old = self.existing(route)?;
+        if let Some(uid) = opts["preconditions"]["uid"].as_str()
+            && Some(uid) != meta_str(&old, "uid")
+        {
+            return Err(ApiError::apply_conflict(
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&old, "uid").unwrap_or_default()
+                ),
+                vec![],
+            ));
+        }
+        if let Some(rv) = opts["preconditions"]["resourceVersion"].as_str()
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::apply_conflict(
+                format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&old, "resourceVersion").unwrap_or_default()
+                ),
+                vec![],
+            ));
+        }
+        let grace_param = req
+            .query
+            .get("gracePeriodSeconds")
+            .and_then(|g| g.parse::<i64>().ok())
+            .or_else(|| opts["gracePeriodSeconds"].as_i64());
+        let is_pod = route.rt.builtin && route.rt.group.is_empty() && route.rt.kind == "Pod";
+        let grace = if is_pod {
+            let unscheduled = old["spec"]["nodeName"].as_str().is_none_or(str::is_empty);
+            let terminal = matches!(
+                old["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            );
+            if unscheduled || terminal {
+                0
+            } else {
+                grace_param
+                    .or_else(|| old["spec"]["terminationGracePeriodSeconds"].as_i64())
+                    .unwrap_or(30)
+                    .max(0)
+            }
+        } else {
+            0
+        };
+        let has_finalizers = old["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if grace > 0 || has_finalizers {
+            let mut next = (*old).clone();
+            let at = now
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(grace))
+                .unwrap_or(now);
+            let at = crate::clock::seconds(at);
+            let earlier = meta_str(&old, "deletionTimestamp").is_none_or(|t| at.as_str() < t);
+            if earlier {
+                next["metadata"]["deletionTimestamp"] = json!(at);
+                next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            }
+            // setting deletionTimestamp bumps the generation (`BeforeDelete`)
+            if meta_str(&old, "deletionTimestamp").is_none()
+                && let Some(g) = old["metadata"]["generation"].as_i64()
+            {
+                next["metadata"]["generation"] = json!(g + 1);
+            }
+            if next == *old {
+                return Ok((200, self.object_out(route, &old)));
+            }
+            if dry {
+                return Ok((200, self.object_out(route, &next)));
+            }
+            let stored = self.store.commit(&route.key(), ChangeType::Modified, next);
+            return Ok((200, self.object_out(route, &stored)));
+        }
+        if dry {
+            return Ok((200, self.deleted_reply(route, &old)));
+        }
+        let stored = self
+            .store
+            .commit(&route.key(), ChangeType::Deleted, (*old).clone());
+        Ok((200, self.deleted_reply(route, &stored)))
+    }
+
+    /// Pods answer an immediate delete with the object (`ReturnDeletedObject`), others with a
+    /// success `Status`.
+    fn deleted_reply(&self, route: &Route, obj: &Value) -> Value {
+        if route.rt.builtin && route.rt.group.is_empty() && route.rt.kind == "Pod" {
+            return self.object_out(route, obj);
+        }
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {
+                "name": meta_str(obj, "name").unwrap_or_default(),
+                "group": route.rt.group,
+                "kind": route.rt.plural,
+                "uid": meta_str(obj, "uid").unwrap_or_default(),
+            },
+        })
+    }
+
+    /// Handles every non-watch request.
+    pub fn handle(&mut self, req: &ApiRequest, now: k8s_openapi::jiff::Timestamp) -> Reply {
+        let route = route(&self.registry, &req.path)?;
+        let stamp = crate::clock::seconds(now);
+        if route.subresource.as_deref() == Some("eviction") {
+            return match req.method.as_str() {
+                "POST" => self.evict(&route, req, now),
+                m => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({m})"
+                ))),
+            };
+        }
+        match (req.method.as_str(), route.name.is_some()) {
+            ("GET", true) => self.get(&route),
+            ("GET", false) => self.list(&route, &req.query),
+            ("POST", false) => self.create(&route, req, &stamp),
+            ("PUT", true) => self.replace(&route, req, &stamp),
+            ("PATCH", true) => self.patch(&route, req, &stamp),
+            ("DELETE", true) if route.subresource.is_none() => self.delete(&route, req, now),
+            (m, _) => Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({m})"
+            ))),
+        }
+    }
+}
+
+/// The field manager of a non-apply write: `fieldManager`, else the User-Agent's prefix (as the
+/// server derives it).
+fn manager_of(req: &ApiRequest) -> String {
+    if let Some(m) = req.query.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    let ua = req.user_agent.split('/').next().unwrap_or_default();
+    if ua.is_empty() {
+        "unknown".into()
+    } else {
+        ua.chars().take(128).collect()
+    }
+}

@@ -1,0 +1,205 @@
+//! raygate-sim: an embedded simulated Kubernetes cluster. An in-memory object store with the
+//! API server's semantics, served to `kube::Client` as a tower `Service` (no sockets), on a
+//! virtual clock.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let sim = raygate_sim::Sim::builder().build();
+//! let client = sim.client();
+//! # }
+//! ```
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+/// The virtual clock.
+pub mod clock;
+/// The Pod eviction subresource (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod eviction;
+/// Field ownership and server-side apply (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod fields;
+/// Routing and the verbs over the store (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod handler;
+/// Served resources: built-in kinds and CRDs (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod kinds;
+/// Merge, JSON and strategic merge patches (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod patch;
+/// CRD structural schemas: pruning, defaults, validation (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod schema;
+/// Label and field selectors (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod selector;
+/// The tower Service shell and watch streams (IO).
+pub mod service;
+/// `metav1.Status` errors (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod status;
+/// Objects, revisions, history and watches (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod store;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use clock::Clock;
+/// The `http` crate the Service speaks (for raw requests in tests).
+pub use http;
+pub use kinds::{CrdError, Registry};
+
+use handler::State;
+
+/// How a [`Sim`] is built.
+pub struct SimBuilder {
+    registry: Registry,
+    seed: u64,
+    history: usize,
+    bookmark_interval: Duration,
+    clock: Option<Clock>,
+    namespaces: Vec<String>,
+}
+
+impl SimBuilder {
+    /// Adds the CRDs of a (multi-document) YAML string.
+    pub fn crds_yaml(mut self, yaml: &str) -> Result<Self, CrdError> {
+        self.registry.add_crds_yaml(yaml)?;
+        Ok(self)
+    }
+
+    /// Adds the CRDs of every `.yaml` file in `dir`.
+    pub fn crds_dir(mut self, dir: impl AsRef<std::path::Path>) -> Result<Self, CrdError> {
+        let mut paths: Vec<_> = std::fs::read_dir(dir.as_ref())
+            .map_err(|e| CrdError::Io(dir.as_ref().display().to_string(), e))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| CrdError::Io(p.display().to_string(), e))?;
+            self.registry.add_crds_yaml(&text)?;
+        }
+        Ok(self)
+    }
+
+    /// Seed of generated names and uids.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// How many changes stay available to watches from a resourceVersion (older ones get 410).
+    pub fn history(mut self, changes: usize) -> Self {
+        self.history = changes;
+        self
+    }
+
+    /// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK (cluster time).
+    pub fn bookmark_interval(mut self, every: Duration) -> Self {
+        self.bookmark_interval = every;
+        self
+    }
+
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Namespaces that exist from the start (besides `default`, `kube-system`, `kube-public`
+    /// and `kube-node-lease`).
+    pub fn namespace(mut self, name: impl Into<String>) -> Self {
+        self.namespaces.push(name.into());
+        self
+    }
+
+    pub fn build(self) -> Sim {
+        let clock = self.clock.unwrap_or_default();
+        let sim = Sim {
+            state: Arc::new(Mutex::new(State::new(
+                Arc::new(self.registry),
+                self.seed,
+                self.history,
+            ))),
+            clock,
+            bookmark_interval: self.bookmark_interval,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"]
+            .into_iter()
+            .map(String::from)
+            .chain(self.namespaces)
+        {
+            sim.ensure_namespace(&ns);
+        }
+        sim
+    }
+}
+
+/// The simulated cluster. Cheap to clone; every clone is the same cluster.
+#[derive(Clone)]
+pub struct Sim {
+    state: Arc<Mutex<State>>,
+    clock: Clock,
+    bookmark_interval: Duration,
+}
+
+impl Sim {
+    pub fn builder() -> SimBuilder {
+        SimBuilder {
+            registry: Registry::with_builtins(),
+            seed: 0,
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            clock: None,
+            namespaces: vec![],
+        }
+    }
+
+    /// A `kube::Client` talking to this cluster in-process (default namespace `default`).
+    /// Call it inside a tokio runtime: the client's request buffer is a spawned task.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(service::SimService::new(self.clone()), "default")
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The state, even if a panicking thread poisoned the lock (the store is only mutated
+    /// through whole-object commits, so it is never half-written).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn bookmark_interval(&self) -> Duration {
+        self.bookmark_interval
+    }
+
+    /// Creates namespace `name` if it does not exist.
+    pub fn ensure_namespace(&self, name: &str) {
+        let req = handler::ApiRequest {
+            method: "POST".into(),
+            path: "/api/v1/namespaces".into(),
+            body: serde_json::to_vec(&serde_json::json!({"metadata": {"name": name}}))
+                .unwrap_or_default(),
+            user_agent: "raygate-sim".into(),
+            ..Default::default()
+        };
+        let now = self.clock.now();
+        let _ = self.lock().handle(&req, now);
+    }
+
+    /// The current global resourceVersion.
+    pub fn revision(&self) -> u64 {
+        self.lock().store.revision()
+    }
+
+    /// Open watches.
+    pub fn watch_count(&self) -> usize {
+        self.lock().store.watch_count()
+    }
+}

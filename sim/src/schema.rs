@@ -1,0 +1,339 @@
+//! Structural schemas of CRDs: pruning of unknown fields, `default`s, and validation with the
+//! real server's field-error shapes (`Invalid value`, `Required value`, `Unsupported value`).
+//! CEL rules (`x-kubernetes-validations`) are not evaluated (see the sim's README).
+
+use jsonschema::error::ValidationErrorKind;
+use serde_json::{Map, Value};
+
+use crate::status::FieldCause;
+
+/// One version's `openAPIV3Schema`, with its validator compiled once.
+#[derive(Debug)]
+pub struct CompiledSchema {
+    raw: Value,
+    validator: Option<jsonschema::Validator>,
+}
+
+/// OpenAPI v3 → JSON Schema draft 4: `nullable` adds `null` to the type; int-or-string drops it.
+fn to_json_schema(s: &Value) -> Value {
+    match s {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, v) in m {
+                match k.as_str() {
+                    "format" | "nullable" => {}
+                    "type" if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) => {}
+                    "type" if m.get("nullable") == Some(&Value::Bool(true)) => {
+                        out.insert(k.clone(), Value::Array(vec![v.clone(), "null".into()]));
+                    }
+                    "properties" | "patternProperties" | "definitions" => {
+                        let inner = v
+                            .as_object()
+                            .map(|p| {
+                                p.iter()
+                                    .map(|(pk, pv)| (pk.clone(), to_json_schema(pv)))
+                                    .collect::<Map<_, _>>()
+                            })
+                            .unwrap_or_default();
+                        out.insert(k.clone(), Value::Object(inner));
+                    }
+                    "default" | "enum" | "example" | "x-kubernetes-list-map-keys" => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                    _ => {
+                        out.insert(k.clone(), to_json_schema(v));
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(to_json_schema).collect()),
+        other => other.clone(),
+    }
+}
+
+fn preserves_unknown(s: &Value) -> bool {
+    s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+}
+
+fn prune_value(v: &mut Value, s: &Value, root: bool) {
+    match v {
+        Value::Object(obj) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties");
+            let embedded =
+                root || s.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true));
+            if let Some(props) = props {
+                if !preserves_unknown(s) && additional.is_none() {
+                    obj.retain(|k, _| {
+                        props.contains_key(k)
+                            || (embedded
+                                && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+                    });
+                }
+                for (k, child) in obj.iter_mut() {
+                    if let Some(cs) = props.get(k)
+                        && !(root && k == "metadata")
+                    {
+                        prune_value(child, cs, false);
+                    }
+                }
+            } else if let Some(a) = additional.filter(|a| a.is_object()) {
+                for child in obj.values_mut() {
+                    prune_value(child, a, false);
+                }
+            } else if !preserves_unknown(s)
+                && additional.is_none()
+                && s.get("type") == Some(&Value::String("object".into()))
+                && !embedded
+            {
+                obj.clear();
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for item in items {
+                    prune_value(item, is, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn default_value(v: &mut Value, s: &Value) {
+    match v {
+        Value::Object(obj) => {
+            if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                for (k, cs) in props {
+                    if !obj.contains_key(k)
+                        && let Some(d) = cs.get("default")
+                    {
+                        obj.insert(k.clone(), d.clone());
+                    }
+                    if let Some(child) = obj.get_mut(k) {
+                        default_value(child, cs);
+                    }
+                }
+            } else if let Some(a) = s.get("additionalProperties").filter(|a| a.is_object()) {
+                for child in obj.values_mut() {
+                    default_value(child, a);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for item in items {
+                    default_value(item, is);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `spec.workerGroupSpecs[0].replicas` from `/spec/workerGroupSpecs/0/replicas`.
+fn field_path(loc: &jsonschema::paths::Location) -> String {
+    let mut out = String::new();
+    for seg in loc.segments() {
+        match seg {
+            jsonschema::paths::LocationSegment::Property(p) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(&p);
+            }
+            jsonschema::paths::LocationSegment::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn quoted(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+/// The cause the server adds when schema errors kept it from evaluating CEL rules.
+pub fn cel_skipped() -> FieldCause {
+    FieldCause::invalid(
+        "<nil>",
+        "null",
+        "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+    )
+}
+
+impl CompiledSchema {
+    pub fn new(raw: Value) -> Self {
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft4)
+            .should_validate_formats(false)
+            .build(&to_json_schema(&raw));
+        if let Err(e) = &validator {
+            tracing::warn!(error = %e, "a CRD schema could not be compiled; objects of it are not validated");
+        }
+        CompiledSchema {
+            raw,
+            validator: validator.ok(),
+        }
+    }
+
+    /// Whether the schema carries CEL rules (`x-kubernetes-validations`), which the sim skips.
+    pub fn has_cel(&self) -> bool {
+        self.raw
+            .to_string()
+            .contains("\"x-kubernetes-validations\"")
+    }
+
+    /// Drops fields the schema does not declare (unless it preserves unknown fields).
+    pub fn prune(&self, obj: &mut Value) {
+        prune_value(obj, &self.raw, true);
+    }
+
+    /// Fills in `default`s, parents before children.
+    pub fn default(&self, obj: &mut Value) {
+        default_value(obj, &self.raw);
+    }
+
+    /// The field errors of `obj` (empty when valid).
+    pub fn validate(&self, obj: &Value) -> Vec<FieldCause> {
+        let Some(v) = &self.validator else {
+            return vec![];
+        };
+        let mut out: Vec<FieldCause> = v
+            .iter_errors(obj)
+            .map(|e| {
+                let path = field_path(e.instance_path());
+                let inst = e.instance();
+                match e.kind() {
+                    ValidationErrorKind::Type { kind } => {
+                        let want = match kind {
+                            jsonschema::error::TypeKind::Single(t) => t.to_string(),
+                            jsonschema::error::TypeKind::Multiple(ts) => ts
+                                .iter()
+                                .map(|t| t.to_string())
+                                .collect::<Vec<_>>()
+                                .join("/"),
+                        };
+                        FieldCause::type_invalid(
+                            path.clone(),
+                            &format!("{:?}", type_name(inst)),
+                            &format!(
+                                "{path} in body must be of type {want}: {:?}",
+                                type_name(inst)
+                            ),
+                        )
+                    }
+                    ValidationErrorKind::Required { property } => {
+                        let p = property.as_str().unwrap_or_default();
+                        let f = if path.is_empty() {
+                            p.to_string()
+                        } else {
+                            format!("{path}.{p}")
+                        };
+                        FieldCause::required(f, "")
+                    }
+                    ValidationErrorKind::Enum { options } => {
+                        let supported: Vec<String> = options
+                            .as_array()
+                            .map(|o| o.iter().map(quoted).collect())
+                            .unwrap_or_default();
+                        FieldCause::not_supported(path, &quoted(inst), &supported)
+                    }
+                    _ => FieldCause::invalid(path, &quoted(inst), &e.to_string()),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.field.cmp(&b.field));
+        out.dedup();
+        // the server skips CEL rules on a schema-invalid object, and says so
+        if !out.is_empty() && self.has_cel() {
+            out.push(cel_skipped());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> CompiledSchema {
+        CompiledSchema::new(json!({
+            "type": "object",
+            "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+                "spec": {"type": "object", "required": ["count"], "properties": {
+                    "count": {"type": "integer", "format": "int32"},
+                    "mode": {"type": "string", "default": "Fast", "enum": ["Fast", "Slow"]},
+                    "size": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+                    "opt": {"type": "string", "nullable": true},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                }}
+            }
+        }))
+    }
+
+    #[test]
+    fn unknown_fields_are_pruned_and_preserved_regions_kept() {
+        let mut o = json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a", "labels": {"k": "v"}},
+            "spec": {"count": 1, "bogus": 2, "free": {"anything": [1]}, "labels": {"a": "b"}}, "extra": true});
+        schema().prune(&mut o);
+        assert_eq!(
+            o,
+            json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a", "labels": {"k": "v"}},
+            "spec": {"count": 1, "free": {"anything": [1]}, "labels": {"a": "b"}}})
+        );
+    }
+
+    #[test]
+    fn defaults_fill_missing_fields() {
+        let mut o = json!({"spec": {"count": 1}});
+        schema().default(&mut o);
+        assert_eq!(o["spec"]["mode"], "Fast");
+    }
+
+    #[test]
+    fn type_required_and_enum_errors_have_the_servers_shape() {
+        let s = schema();
+        assert!(
+            s.validate(&json!({"spec": {"count": 1, "size": "10%", "opt": null}}))
+                .is_empty()
+        );
+        let errs = s.validate(&json!({"spec": {"count": "three"}}));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].field, "spec.count");
+        assert_eq!(
+            errs[0].text,
+            "Invalid value: \"string\": spec.count in body must be of type integer: \"string\""
+        );
+        let errs = s.validate(&json!({"spec": {"mode": "Medium"}}));
+        let text: Vec<_> = errs
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.text))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "spec.count: Required value",
+                "spec.mode: Unsupported value: \"Medium\": supported values: \"Fast\", \"Slow\""
+            ]
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! The object store: objects per resource, one global revision (etcd's), a bounded history of
+//! changes for watches from a resourceVersion, and the open watches.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+
+/// Resource key: `group/plural`.
+pub type ResKey = Arc<str>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One committed change.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub res: ResKey,
+    pub typ: ChangeType,
+    pub object: Arc<Value>,
+    pub old: Option<Arc<Value>>,
+}
+
+/// A watch event as sent on the wire (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchEvent {
+    pub typ: &'static str,
+    pub object: Value,
+}
+
+/// What a watch selects.
+#[derive(Clone, Debug)]
+pub struct WatchFilter {
+    pub res: ResKey,
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    /// The apiVersion objects are sent as.
+    pub api_version: String,
+}
+
+impl WatchFilter {
+    pub fn matches(&self, obj: &Value) -> bool {
+        let ns_ok = self
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| obj["metadata"]["namespace"].as_str() == Some(ns));
+        ns_ok && self.labels.matches(obj["metadata"].get("labels")) && self.fields.matches(obj)
+    }
+
+    fn event(&self, typ: &'static str, obj: &Value) -> WatchEvent {
+        let mut object = obj.clone();
+        object["apiVersion"] = json!(self.api_version);
+        WatchEvent { typ, object }
+    }
+
+    /// The event this watch sees for `change`, with label/field transitions as the server's
+    /// watch cache: an object leaving the selection is DELETED, one entering it is ADDED.
+    fn translate(&self, c: &Change) -> Option<WatchEvent> {
+        if c.res != self.res {
+            return None;
+        }
+        let now = self.matches(&c.object);
+        match c.typ {
+            ChangeType::Added => now.then(|| self.event("ADDED", &c.object)),
+            ChangeType::Deleted => now.then(|| self.event("DELETED", &c.object)),
+            ChangeType::Modified => {
+                let before = c.old.as_deref().is_some_and(|o| self.matches(o));
+                match (before, now) {
+                    (true, true) => Some(self.event("MODIFIED", &c.object)),
+                    (false, true) => Some(self.event("ADDED", &c.object)),
+                    (true, false) => Some(self.event("DELETED", &c.object)),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+struct Watcher {
+    filter: WatchFilter,
+    tx: UnboundedSender<WatchEvent>,
+}
+
+/// All objects and their history.
+pub struct Store {
+    revision: u64,
+    objects: BTreeMap<ResKey, BTreeMap<(String, String), Arc<Value>>>,
+    history: VecDeque<Change>,
+    history_limit: usize,
+    /// Changes up to and including this revision are no longer in `history`.
+    compacted: u64,
+    watchers: Vec<Watcher>,
+}
+
+impl Store {
+    /// A store keeping the last `history_limit` changes for watches.
+    pub fn new(history_limit: usize) -> Self {
+        Store {
+            revision: 1,
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_limit: history_limit.max(1),
+            compacted: 1,
+            watchers: vec![],
+        }
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub fn get(&self, res: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects
+            .get(res)?
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Objects of `res` (in `ns` if given), in key order (namespace, name) as etcd lists them.
+    pub fn list(&self, res: &ResKey, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let Some(m) = self.objects.get(res) else {
+            return vec![];
+        };
+        match ns {
+            Some(ns) => m
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => m.values().cloned().collect(),
+        }
+    }
+
+    /// Commits a change at the next revision, stamping `metadata.resourceVersion`; returns the
+    /// stored object.
+    pub fn commit(&mut self, res: &ResKey, typ: ChangeType, mut obj: Value) -> Arc<Value> {
+        self.revision += 1;
+        let rv = self.revision;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let obj = Arc::new(obj);
+        let objects = self.objects.entry(res.clone()).or_default();
+        let old = match typ {
+            ChangeType::Deleted => objects.remove(&(ns, name)),
+            _ => objects.insert((ns, name), obj.clone()),
+        };
+        let change = Change {
+            rv,
+            res: res.clone(),
+            typ,
+            object: obj.clone(),
+            old,
+        };
+        self.watchers.retain(|w| match w.filter.translate(&change) {
+            Some(ev) => w.tx.send(ev).is_ok(),
+            None => !w.tx.is_closed(),
+        });
+        self.history.push_back(change);
+        while self.history.len() > self.history_limit {
+            if let Some(c) = self.history.pop_front() {
+                self.compacted = c.rv;
+            }
+        }
+        obj
+    }
+
+    /// Opens a watch. `from`: `None` starts with a synthetic ADDED per current object (the
+    /// server's behaviour for an unset or `"0"` resourceVersion); `Some(rv)` replays the changes
+    /// after `rv`, or fails with 410 Expired when they were compacted away.
+    pub fn watch(
+        &mut self,
+        filter: WatchFilter,
+        from: Option<u64>,
+        tx: UnboundedSender<WatchEvent>,
+    ) -> Result<(), ApiError> {
+        match from {
+            None => {
+                for obj in self.list(&filter.res, filter.namespace.as_deref()) {
+                    if filter.matches(&obj) {
+                        let _ = tx.send(filter.event("ADDED", &obj));
+                    }
+                }
+            }
+            Some(rv) if rv < self.compacted => {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {rv} ({})",
+                    self.compacted
+                )));
+            }
+            Some(rv) => {
+                for c in self.history.iter().filter(|c| c.rv > rv) {
+                    if let Some(ev) = filter.translate(c) {
+                        let _ = tx.send(ev);
+                    }
+                }
+            }
+        }
+        self.watchers.push(Watcher { filter, tx });
+        Ok(())
+    }
+
+    /// Open watches (for tests and metrics).
+    pub fn watch_count(&self) -> usize {
+        self.watchers.iter().filter(|w| !w.tx.is_closed()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    fn obj(name: &str, label: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "ns", "labels": {"pick": label}}})
+    }
+
+    fn filter(sel: &str) -> WatchFilter {
+        WatchFilter {
+            res: Arc::from("x/things"),
+            namespace: Some("ns".into()),
+            labels: LabelSelector::parse(sel).unwrap(),
+            fields: FieldSelector::default(),
+            api_version: "x/v1".into(),
+        }
+    }
+
+    #[test]
+    fn revisions_are_global_and_watches_replay_from_a_version() {
+        let mut s = Store::new(100);
+        let res: ResKey = Arc::from("x/things");
+        let a = s.commit(&res, ChangeType::Added, obj("a", "me"));
+        assert_eq!(a["metadata"]["resourceVersion"], "2");
+        s.commit(&res, ChangeType::Added, obj("b", "me"));
+        let (tx, mut rx) = unbounded_channel();
+        s.watch(filter(""), Some(2), tx).unwrap();
+        assert_eq!(rx.try_recv().unwrap().object["metadata"]["name"], "b");
+        assert!(rx.try_recv().is_err());
+        s.commit(&res, ChangeType::Deleted, obj("a", "me"));
+        let ev = rx.try_recv().unwrap();
+        assert_eq!(
+            (ev.typ, ev.object["metadata"]["resourceVersion"].as_str()),
+            ("DELETED", Some("4"))
+        );
+    }
+
+    #[test]
+    fn leaving_and_entering_a_selection_are_deleted_and_added() {
+        let mut s = Store::new(100);
+        let res: ResKey = Arc::from("x/things");
+        s.commit(&res, ChangeType::Added, obj("a", "me"));
+        let (tx, mut rx) = unbounded_channel();
+        s.watch(filter("pick=me"), None, tx).unwrap();
+        assert_eq!(rx.try_recv().unwrap().typ, "ADDED");
+        s.commit(&res, ChangeType::Modified, obj("a", "not-me"));
+        assert_eq!(rx.try_recv().unwrap().typ, "DELETED");
+        s.commit(&res, ChangeType::Modified, obj("a", "not-me"));
+        assert!(rx.try_recv().is_err());
+        s.commit(&res, ChangeType::Modified, obj("a", "me"));
+        assert_eq!(rx.try_recv().unwrap().typ, "ADDED");
+    }
+
+    #[test]
+    fn a_watch_older_than_the_history_window_is_gone() {
+        let mut s = Store::new(2);
+        let res: ResKey = Arc::from("x/things");
+        for n in ["a", "b", "c", "d"] {
+            s.commit(&res, ChangeType::Added, obj(n, "me"));
+        }
+        // revisions 2..=5; the window keeps 4 and 5
+        let (tx, _rx) = unbounded_channel();
+        let e = s.watch(filter(""), Some(2), tx).unwrap_err();
+        assert_eq!((e.code, e.reason), (410, "Expired"));
+        assert_eq!(e.message, "too old resource version: 2 (3)");
+        let (tx, mut rx) = unbounded_channel();
+        s.watch(filter(""), Some(3), tx).unwrap();
+        assert_eq!(rx.try_recv().unwrap().object["metadata"]["name"], "c");
+    }
+}
