@@ -9,8 +9,8 @@ use kube::Client;
 use kube::api::Api;
 use raygate::controller::{Config, run};
 use raygate::types::kueue::{ClusterQueue, LocalQueue};
-use serde_json::{Value, json};
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(20);

@@ -4,7 +4,6 @@
 //! returned objects (without uid, resourceVersion and timestamps). Watch event sequences are
 //! compared too. Every known divergence is listed in `KNOWN` with its reason; anything else fails.
 
-
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -12,9 +11,9 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use raygate::types::ray::RayCluster;
 use raygate_sim::Sim;
-use serde_json::{Value, json};
 use raygate_testing::apiserver::{TestServer, namespace};
 use raygate_testing::upstream;
+use serde_json::{Value, json};
 
 /// Steps whose results are allowed to differ, and why.
 const KNOWN: &[(&str, &str)] = &[

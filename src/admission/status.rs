@@ -339,9 +339,9 @@ pub fn local_queue_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conditions::find;
     use crate::types::kueue::Admission;
     use crate::workload::{holds_quota, is_evicted, is_finished};
-    use crate::conditions::find;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(s).unwrap()

@@ -600,7 +600,8 @@ fn release(
     let name = child_name(child);
     released.insert(name.clone());
     let slice_name = meta::name(&slice.metadata);
-    let message = format!("slice {slice_name} is admitted and covers every child: unsuspended {name}");
+    let message =
+        format!("slice {slice_name} is admitted and covers every child: unsuspended {name}");
     d.announce(
         GateAction::Release {
             child: name,
