@@ -1147,7 +1147,9 @@ fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
         "Cargo.toml",
         "Cargo.lock",
         "src",
-        "vendored-types",
+        "types",
+        "testing",
+        "sim",
         "benches",
         "tests",
     ] {

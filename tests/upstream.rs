@@ -178,7 +178,7 @@ fn assert_none(what: &str, failures: &[String]) {
 }
 
 #[test]
-fn every_upstream_sample_parses_into_the_vendored_types() {
+fn every_upstream_sample_parses_into_raygates_types() {
     let (files, samples) = load_samples();
     let mut parsed: BTreeMap<Kind, usize> = BTreeMap::new();
     let mut other: BTreeMap<&str, usize> = BTreeMap::new();
