@@ -19,9 +19,6 @@ use crate::podsets::{self, HEAD_GROUP, PodSet};
 use crate::types::kueue::{ResourceFlavorSpec, Workload};
 use crate::types::ray::RayCluster;
 
-/// Annotation on a Workload PodSet template naming its KubeRay group (see `crate::slices`).
-const GROUP_ANNOTATION: &str = crate::slices::GROUP_ANNOTATION;
-
 /// What a flavor assignment adds to one pod template.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FlavorInfo {
@@ -98,19 +95,8 @@ fn slice_podset<'a>(slice: &'a Workload, p: &PodSet) -> Option<&'a str> {
         .pod_sets
         .iter()
         .find(|sp| {
-            let group = sp
-                .template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get(GROUP_ANNOTATION))
-                .unwrap_or(&sp.name);
-            let requests = sp
-                .template
-                .spec
-                .as_ref()
-                .and_then(|s| podsets::pod_requests(s, "template.spec", &sp.name).ok());
-            *group == p.group && requests.as_ref() == Some(&p.requests)
+            crate::slices::shape(sp)
+                .is_some_and(|(group, requests)| group == p.group && requests == p.requests)
         })
         .map(|sp| sp.name.as_str())
 }
@@ -235,7 +221,7 @@ mod tests {
                     .get_or_insert_with(Default::default)
                     .annotations
                     .get_or_insert_with(Default::default)
-                    .insert(GROUP_ANNOTATION.into(), p.group.clone());
+                    .insert(crate::slices::GROUP_ANNOTATION.into(), p.group.clone());
                 crate::types::kueue::PodSet {
                     name: p.name.clone(),
                     template: t,

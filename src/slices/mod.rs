@@ -101,7 +101,7 @@ pub struct SlicePlan {
 }
 
 /// Group and per-pod requests of a Workload PodSet (`None` when its template cannot be read).
-fn shape(ps: &kueue::PodSet) -> Option<(String, Resources)> {
+pub(crate) fn shape(ps: &kueue::PodSet) -> Option<(String, Resources)> {
     let group = ps
         .template
         .metadata
