@@ -574,10 +574,15 @@ impl State {
         if new == old_cmp {
             return Ok((200, self.object_out(route, old)));
         }
+        // `ShouldDeleteDuringUpdate`: no finalizers left and a deletion grace period of 0 (a
+        // pod still in its grace period stays for its kubelet)
         let finalized = old["metadata"].get("deletionTimestamp").is_some()
             && new["metadata"]["finalizers"]
                 .as_array()
-                .is_none_or(Vec::is_empty);
+                .is_none_or(Vec::is_empty)
+            && new["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .is_none_or(|g| g == 0);
         if dry {
             return Ok((200, self.object_out(route, &new)));
         }
@@ -899,11 +904,14 @@ impl State {
         } else {
             0
         };
-        let has_finalizers = old["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        if grace > 0 || has_finalizers {
+        let propagation = propagation(&opts, &req.query)?;
+        let old_finalizers = finalizers(&old);
+        let new_finalizers = gc_finalizers(&old_finalizers, propagation);
+        if grace > 0 || !new_finalizers.is_empty() {
             let mut next = (*old).clone();
+            if new_finalizers != old_finalizers {
+                next["metadata"]["finalizers"] = json!(new_finalizers);
+            }
             let at = now
                 .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(grace))
                 .unwrap_or(now);
@@ -956,7 +964,15 @@ impl State {
 
     /// Handles every non-watch request.
     pub fn handle(&mut self, req: &ApiRequest, now: k8s_openapi::jiff::Timestamp) -> Reply {
+        if req.method == "GET"
+            && let Some(list) = crate::scale::discovery(&self.registry, &req.path)
+        {
+            return Ok((200, list));
+        }
         let route = route(&self.registry, &req.path)?;
+        if route.subresource.as_deref() == Some("scale") {
+            return self.scale(&route, req);
+        }
         let stamp = crate::clock::seconds(now);
         if route.subresource.as_deref() == Some("eviction") {
             return match req.method.as_str() {
@@ -979,6 +995,99 @@ impl State {
         }
     }
 }
+
+/// A delete's propagation: `propagationPolicy` (body or query) or the deprecated
+/// `orphanDependents`, validated as `ValidateDeleteOptions` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    Foreground,
+    Background,
+    Orphan,
+}
+
+fn propagation(
+    opts: &Value,
+    query: &HashMap<String, String>,
+) -> Result<Option<Propagation>, ApiError> {
+    let policy = opts["propagationPolicy"]
+        .as_str()
+        .map(String::from)
+        .or_else(|| query.get("propagationPolicy").cloned());
+    let orphan = opts["orphanDependents"].as_bool().or_else(|| {
+        query
+            .get("orphanDependents")
+            .and_then(|o| o.parse::<bool>().ok())
+    });
+    let invalid = |cause| ApiError::invalid("meta.k8s.io", "DeleteOptions", "", vec![cause]);
+    if let (Some(p), Some(_)) = (&policy, orphan) {
+        return Err(invalid(FieldCause::invalid(
+            "propagationPolicy",
+            &format!("\"{p}\""),
+            "orphanDependents and deletionPropagation cannot be both set",
+        )));
+    }
+    match (policy.as_deref(), orphan) {
+        (Some("Foreground"), _) => Ok(Some(Propagation::Foreground)),
+        (Some("Background"), _) => Ok(Some(Propagation::Background)),
+        (Some("Orphan"), _) | (None, Some(true)) => Ok(Some(Propagation::Orphan)),
+        (None, Some(false)) => Ok(Some(Propagation::Background)),
+        (None, None) => Ok(None),
+        (Some(other), _) => Err(invalid(FieldCause::not_supported(
+            "propagationPolicy",
+            &format!("\"{other}\""),
+            &["\"Foreground\"", "\"Background\"", "\"Orphan\"", "\"nil\""].map(String::from),
+        ))),
+    }
+}
+
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(String::from))
+        .collect()
+}
+
+/// The finalizers a delete leaves (`deletionFinalizersForGarbageCollection`): `orphan` and
+/// `foregroundDeletion` are removed and added back as the policy says; without a policy an
+/// existing one of them stands; every kind served here defaults to background deletion.
+pub fn gc_finalizers(existing: &[String], policy: Option<Propagation>) -> Vec<String> {
+    let has = |f: &str| existing.iter().any(|e| e == f);
+    let (orphan, foreground) = match policy {
+        Some(Propagation::Orphan) => (true, false),
+        Some(Propagation::Foreground) => (false, true),
+        Some(Propagation::Background) => (false, false),
+        // shouldOrphanDependents reads the finalizers in order; shouldDeleteDependents any
+        None => {
+            let first = existing
+                .iter()
+                .find(|f| *f == ORPHAN_FINALIZER || *f == FOREGROUND_FINALIZER);
+            (
+                first.is_some_and(|f| f == ORPHAN_FINALIZER),
+                has(FOREGROUND_FINALIZER),
+            )
+        }
+    };
+    let mut out: Vec<String> = existing
+        .iter()
+        .filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER)
+        .cloned()
+        .collect();
+    if orphan {
+        out.push(ORPHAN_FINALIZER.into());
+    }
+    if foreground {
+        out.push(FOREGROUND_FINALIZER.into());
+    }
+    let same = out.len() == existing.len() && out.iter().all(|f| has(f));
+    if same { existing.to_vec() } else { out }
+}
+
+/// `metav1.FinalizerOrphanDependents`.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// `metav1.FinalizerDeleteDependents`.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
 /// The field manager of a non-apply write: `fieldManager`, else the User-Agent's prefix (as the
 /// server derives it).

@@ -19,6 +19,9 @@ pub struct ResourceType {
     pub namespaced: bool,
     pub status_subresource: bool,
     pub scale_subresource: bool,
+    /// Where the `scale` subresource reads and writes (`.spec.replicas`, `.status.replicas`,
+    /// the label selector), when served.
+    pub scale: Option<ScalePaths>,
     /// Built in (core kinds): no schema; updates without a `resourceVersion` are allowed and
     /// strategic merge patch is accepted.
     pub builtin: bool,
@@ -27,6 +30,43 @@ pub struct ResourceType {
     /// `openAPIV3Schema` per version (CRDs only).
     pub schemas: BTreeMap<String, Value>,
     compiled: BTreeMap<String, OnceLock<Arc<CompiledSchema>>>,
+}
+
+/// The JSON paths of a `scale` subresource (a CRD's `subresources.scale`; for apps/v1 kinds
+/// `.spec.replicas`, `.status.replicas` and the structured `.spec.selector`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    /// `None`: the selector is `.spec.selector` as a `metav1.LabelSelector` (apps/v1 kinds).
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    fn apps() -> Self {
+        ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: None,
+        }
+    }
+
+    fn of_crd(scale: &Value) -> Option<Self> {
+        let spec = scale.get("specReplicasPath")?.as_str()?;
+        Some(ScalePaths {
+            spec_replicas: spec.into(),
+            status_replicas: scale["statusReplicasPath"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            label_selector: Some(
+                scale["labelSelectorPath"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .into(),
+            ),
+        })
+    }
 }
 
 /// How a list merges under server-side apply and strategic merge patch.
@@ -60,6 +100,7 @@ impl ResourceType {
             namespaced,
             status_subresource: status,
             scale_subresource: false,
+            scale: None,
             builtin: true,
             field_selectors: fields,
             schemas: BTreeMap::new(),
@@ -178,7 +219,7 @@ pub enum CrdError {
 
 impl Registry {
     /// The built-in kinds: core/v1 Pods, Nodes, Namespaces, Events; events.k8s.io/v1 Events;
-    /// policy/v1 PodDisruptionBudgets; coordination.k8s.io/v1 Leases; apps/v1 ReplicaSets.
+    /// policy/v1 PodDisruptionBudgets; coordination.k8s.io/v1 Leases; apps/v1 ReplicaSets, Deployments and StatefulSets (with `scale`).
     pub fn with_builtins() -> Self {
         let b = ResourceType::builtin;
         let pods_fields = [
@@ -255,9 +296,21 @@ impl Registry {
                 true,
                 &["status.replicas"],
             ),
+            b("apps", "v1", "deployments", "Deployment", true, true, &[]),
+            b("apps", "v1", "statefulsets", "StatefulSet", true, true, &[]),
         ];
         Registry {
-            types: types.into_iter().map(Arc::new).collect(),
+            types: types
+                .into_iter()
+                .map(|mut t| {
+                    // apps/v1 workloads serve `scale` (pkg/registry/apps/*/storage)
+                    if t.group == "apps" {
+                        t.scale_subresource = true;
+                        t.scale = Some(ScalePaths::apps());
+                    }
+                    Arc::new(t)
+                })
+                .collect(),
         }
     }
 
@@ -330,6 +383,7 @@ impl Registry {
             namespaced,
             status_subresource: storage["subresources"].get("status").is_some(),
             scale_subresource: storage["subresources"].get("scale").is_some(),
+            scale: ScalePaths::of_crd(&storage["subresources"]["scale"]),
             builtin: false,
             field_selectors: fields,
             schemas,

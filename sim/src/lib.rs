@@ -11,6 +11,9 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// Controllers of the simulated cluster, each a tokio task talking to the sim through a
+/// `kube::Client`.
+pub mod actors;
 /// The virtual clock.
 pub mod clock;
 /// The Pod eviction subresource (pure).
@@ -28,6 +31,9 @@ pub mod kinds;
 /// Merge, JSON and strategic merge patches (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod patch;
+/// The `scale` subresource and group-version discovery (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod scale;
 /// CRD structural schemas: pruning, defaults, validation (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod schema;

@@ -1,0 +1,402 @@
+//! Vectors after kubernetes `pkg/controller/disruption/disruption_test.go` and
+//! `../shared/reference/eviction-pdb-drain.md` §2.
+
+use super::*;
+use serde_json::{Value, json};
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_767_225_600).unwrap()
+}
+
+fn ago(secs: i64) -> Time {
+    Time(now() - SignedDuration::from_secs(secs))
+}
+
+fn owner(api_version: &str, kind: &str, name: &str) -> Value {
+    json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": format!("uid-{name}"), "controller": true})
+}
+
+fn pod(name: &str, ready: bool, controller: Option<Value>) -> Pod {
+    let mut meta = json!({"name": name, "namespace": "t", "labels": {"app": "ray"}});
+    if let Some(o) = controller {
+        meta["ownerReferences"] = json!([o]);
+    }
+    serde_json::from_value(json!({"metadata": meta, "spec": {"containers": []},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}}))
+    .unwrap()
+}
+
+fn rs(name: &str, replicas: i32, controller: Option<Value>) -> ReplicaSet {
+    let mut meta = json!({"name": name, "namespace": "t", "uid": format!("uid-{name}")});
+    if let Some(o) = controller {
+        meta["ownerReferences"] = json!([o]);
+    }
+    serde_json::from_value(
+        json!({"metadata": meta, "spec": {"replicas": replicas, "selector": {}, "template": {}}}),
+    )
+    .unwrap()
+}
+
+fn pdb(spec: Value, status: Value) -> PodDisruptionBudget {
+    let mut spec = spec;
+    spec["selector"] = json!({"matchLabels": {"app": "ray"}});
+    serde_json::from_value(
+        json!({"metadata": {"name": "p", "namespace": "t", "generation": 2},
+        "spec": spec, "status": status}),
+    )
+    .unwrap()
+}
+
+fn rs_pods(n: usize, ready: usize) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            pod(
+                &format!("p{i}"),
+                i < ready,
+                Some(owner("apps/v1", "ReplicaSet", "r")),
+            )
+        })
+        .collect()
+}
+
+fn counts(d: &Decision) -> (i32, i32, i32, i32) {
+    let s = d.status.as_ref().unwrap();
+    (
+        s.expected_pods.unwrap(),
+        s.desired_healthy.unwrap(),
+        s.current_healthy.unwrap(),
+        s.disruptions_allowed.unwrap(),
+    )
+}
+
+fn condition(d: &Decision) -> (String, String, String) {
+    let c = d
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "DisruptionAllowed")
+        .unwrap();
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+fn workloads_with_rs(replicas: i32) -> Workloads {
+    Workloads {
+        replicasets: vec![rs("r", replicas, None)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn max_unavailable_one_over_three_ready_replicas_allows_one() {
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(3, 3),
+        &workloads_with_rs(3),
+        now(),
+    );
+    assert_eq!(counts(&d), (3, 2, 3, 1));
+    assert_eq!(
+        condition(&d),
+        ("True".into(), "SufficientPods".into(), String::new())
+    );
+    assert_eq!(d.status.unwrap().observed_generation, Some(2));
+    assert!(d.failed.is_none());
+}
+
+#[test]
+fn all_unready_pods_give_zero_healthy_and_insufficient_pods() {
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(3, 0),
+        &workloads_with_rs(3),
+        now(),
+    );
+    assert_eq!(counts(&d), (3, 2, 0, 0));
+    assert_eq!(
+        condition(&d),
+        ("False".into(), "InsufficientPods".into(), String::new())
+    );
+}
+
+#[test]
+fn expected_pods_come_from_the_controller_scale_not_the_pod_count() {
+    // 2 pods of a ReplicaSet scaled to 5 (3 missing): maxUnavailable 1 → desired 4 > healthy 2
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(2, 2),
+        &workloads_with_rs(5),
+        now(),
+    );
+    assert_eq!(counts(&d), (5, 4, 2, 0));
+}
+
+#[test]
+fn percentages_round_up_for_both_max_unavailable_and_min_available() {
+    // TestMaxUnavailablePercent-like: 30% of 10 → 3 unavailable → desired 7
+    let w = workloads_with_rs(10);
+    let d = decide(
+        &pdb(json!({"maxUnavailable": "30%"}), json!({})),
+        &rs_pods(10, 10),
+        &w,
+        now(),
+    );
+    assert_eq!(counts(&d), (10, 7, 10, 3));
+    // 25% of 10 → ceil(2.5) = 3 unavailable
+    let d = decide(
+        &pdb(json!({"maxUnavailable": "25%"}), json!({})),
+        &rs_pods(10, 10),
+        &w,
+        now(),
+    );
+    assert_eq!(counts(&d), (10, 7, 10, 3));
+    // minAvailable 28% of 10 → ceil(2.8) = 3
+    let d = decide(
+        &pdb(json!({"minAvailable": "28%"}), json!({})),
+        &rs_pods(10, 4),
+        &w,
+        now(),
+    );
+    assert_eq!(counts(&d), (10, 3, 4, 1));
+    assert_eq!(scaled_value(&IntOrString::String("1%".into()), 1), Ok(1));
+    assert_eq!(scaled_value(&IntOrString::String("0%".into()), 7), Ok(0));
+    assert_eq!(
+        scaled_value(&IntOrString::String("3".into()), 7),
+        Err("invalid value for IntOrString: invalid type: string is not a percentage".into())
+    );
+}
+
+#[test]
+fn an_integer_min_available_counts_the_selected_pods_and_needs_no_controller() {
+    let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("n{i}"), i > 0, None)).collect();
+    let d = decide(
+        &pdb(json!({"minAvailable": 1}), json!({})),
+        &pods,
+        &Workloads::default(),
+        now(),
+    );
+    assert_eq!(counts(&d), (3, 1, 2, 1));
+    assert!(d.notes.iter().all(|n| n.reason != "UnmanagedPods"));
+}
+
+#[test]
+fn unmanaged_pods_are_skipped_with_a_warning_and_zero_expected_allows_nothing() {
+    let pods: Vec<Pod> = (0..2).map(|i| pod(&format!("n{i}"), true, None)).collect();
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &pods,
+        &Workloads::default(),
+        now(),
+    );
+    // expectedPods 0 → disruptionsAllowed 0 although 2 are healthy
+    assert_eq!(counts(&d), (0, 0, 2, 0));
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.reason == "UnmanagedPods" && n.type_ == "Warning")
+    );
+}
+
+#[test]
+fn a_raycluster_owner_without_scale_fails_safe_and_keeps_the_observed_generation() {
+    let ray = owner("ray.io/v1", "RayCluster", "rc");
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| pod(&format!("w{i}"), true, Some(ray.clone())))
+        .collect();
+    let mut w = Workloads::default();
+    w.scales.insert(
+        (
+            "t".into(),
+            "ray.io/v1".into(),
+            "RayCluster".into(),
+            "rc".into(),
+        ),
+        ScaleAnswer::Error("rayclusters.ray.io does not implement the scale subresource".into()),
+    );
+    let old = json!({"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2, "expectedPods": 3});
+    let d = decide(&pdb(json!({"maxUnavailable": 1}), old), &pods, &w, now());
+    assert_eq!(
+        d.failed.as_deref(),
+        Some("rayclusters.ray.io does not implement the scale subresource")
+    );
+    let s = d.status.as_ref().unwrap();
+    assert_eq!(
+        (
+            s.disruptions_allowed,
+            s.observed_generation,
+            s.current_healthy
+        ),
+        (Some(0), Some(1), Some(3))
+    );
+    assert_eq!(
+        condition(&d),
+        (
+            "False".into(),
+            "SyncFailed".into(),
+            "rayclusters.ray.io does not implement the scale subresource".into()
+        )
+    );
+    assert!(d.notes.iter().any(|n| n.reason == "CalculateExpectedPodCountFailed"
+        && n.message == "Failed to calculate the number of expected pods: rayclusters.ray.io does not implement the scale subresource"));
+    // an integer minAvailable needs no scale: the same pods sync
+    let d = decide(
+        &pdb(json!({"minAvailable": 2}), json!({})),
+        &pods,
+        &w,
+        now(),
+    );
+    assert_eq!(counts(&d), (3, 2, 3, 1));
+}
+
+#[test]
+fn a_replicaset_of_a_deployment_counts_the_deployment_scale() {
+    let dep: Deployment = serde_json::from_value(
+        json!({"metadata": {"name": "d", "namespace": "t", "uid": "uid-d"},
+        "spec": {"replicas": 4, "selector": {}, "template": {}}}),
+    )
+    .unwrap();
+    let w = Workloads {
+        replicasets: vec![rs("r", 2, Some(owner("apps/v1", "Deployment", "d")))],
+        deployments: vec![dep],
+        ..Default::default()
+    };
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(2, 2),
+        &w,
+        now(),
+    );
+    assert_eq!(counts(&d), (4, 3, 2, 0));
+    // the Deployment gone: no finder resolves the pod
+    let w = Workloads {
+        deployments: vec![],
+        ..w
+    };
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(2, 2),
+        &w,
+        now(),
+    );
+    assert_eq!(
+        d.failed.as_deref(),
+        Some("found no controllers for pod \"p0\"")
+    );
+}
+
+#[test]
+fn a_controller_with_a_different_uid_is_not_the_pods_controller() {
+    let mut w = workloads_with_rs(3);
+    w.replicasets[0].metadata.uid = Some("another".into());
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(3, 3),
+        &w,
+        now(),
+    );
+    assert_eq!(
+        d.failed.as_deref(),
+        Some("found no controllers for pod \"p0\"")
+    );
+}
+
+#[test]
+fn disrupted_pods_stay_unhealthy_for_two_minutes_then_expire_with_a_warning() {
+    let pods = rs_pods(3, 3);
+    let status = json!({"observedGeneration": 2, "disruptedPods": {"p0": ago(60), "p1": ago(180), "gone": ago(10)}});
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), status),
+        &pods,
+        &workloads_with_rs(3),
+        now(),
+    );
+    // p0 (60 s ago) still counts as disrupted; p1 (180 s) expired; "gone" is not a pod any more
+    assert_eq!(counts(&d), (3, 2, 2, 0));
+    let kept: Vec<&String> = d
+        .status
+        .as_ref()
+        .unwrap()
+        .disrupted_pods
+        .as_ref()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(kept, ["p0"]);
+    assert_eq!(d.recheck_at, Some(now() + SignedDuration::from_secs(60)));
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.reason == "NotDeleted" && n.pod.as_deref() == Some("p1"))
+    );
+}
+
+#[test]
+fn deleting_pods_are_selected_but_never_healthy() {
+    let mut pods = rs_pods(3, 3);
+    pods[0].metadata.deletion_timestamp = Some(ago(1));
+    let status = json!({"disruptedPods": {"p0": ago(1)}});
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), status),
+        &pods,
+        &workloads_with_rs(3),
+        now(),
+    );
+    assert_eq!(counts(&d), (3, 2, 2, 0));
+    assert!(
+        d.status.unwrap().disrupted_pods.is_none(),
+        "a deleting pod's entry is pruned"
+    );
+}
+
+#[test]
+fn an_up_to_date_status_is_not_written_again() {
+    let w = workloads_with_rs(3);
+    let first = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &rs_pods(3, 3),
+        &w,
+        now(),
+    );
+    let status = serde_json::to_value(first.status.unwrap()).unwrap();
+    let again = decide(
+        &pdb(json!({"maxUnavailable": 1}), status.clone()),
+        &rs_pods(3, 3),
+        &w,
+        now(),
+    );
+    assert_eq!(again.status, None);
+    // a spec edit (generation 3) is a change: observedGeneration follows
+    let mut edited = pdb(json!({"maxUnavailable": 1}), status);
+    edited.metadata.generation = Some(3);
+    let d = decide(&edited, &rs_pods(3, 3), &w, now());
+    assert_eq!(d.status.unwrap().observed_generation, Some(3));
+}
+
+#[test]
+fn no_selected_pods_is_a_normal_event_and_nothing_allowed() {
+    let d = decide(
+        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &[],
+        &Workloads::default(),
+        now(),
+    );
+    assert_eq!(counts(&d), (0, 0, 0, 0));
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.reason == "NoPods" && n.type_ == "Normal")
+    );
+}
+
+#[test]
+fn a_nil_selector_selects_nothing_and_an_empty_one_everything() {
+    let pods = rs_pods(2, 2);
+    let mut p = pdb(json!({"maxUnavailable": 1}), json!({}));
+    p.spec.as_mut().unwrap().selector = None;
+    assert!(pods_for(&p, &pods).is_empty());
+    p.spec.as_mut().unwrap().selector = Some(Default::default());
+    assert_eq!(pods_for(&p, &pods).len(), 2);
+}
