@@ -683,5 +683,20 @@ async fn sync_all(
     Ok(recheck)
 }
 
+impl crate::Sim {
+    /// Starts the disruption controller on this cluster (until the handle is aborted or the runtime ends).
+    pub fn spawn_disruption_controller(
+        &self,
+        config: Config,
+    ) -> tokio::task::JoinHandle<Result<(), Error>> {
+        tokio::spawn(run(
+            self.client(),
+            self.clock().clone(),
+            config,
+            std::future::pending(),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions, PropagationPolicy};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+    PropagationPolicy,
+};
 use kube::discovery::ApiResource as Ar;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -74,7 +77,10 @@ pub enum Action {
     /// Remove the references with these owner uids from `item`.
     RemoveOwners { item: usize, uids: Vec<String> },
     /// Remove `finalizer` from `item`.
-    RemoveFinalizer { item: usize, finalizer: &'static str },
+    RemoveFinalizer {
+        item: usize,
+        finalizer: &'static str,
+    },
 }
 
 fn group_of(api_version: &str) -> &str {
@@ -117,7 +123,10 @@ fn classify(items: &[Item], kinds: &[Kind], dependent: &Item, r: &OwnerReference
     }
 }
 
-fn dependents<'a>(items: &'a [Item], owner: &'a Item) -> impl Iterator<Item = (usize, &'a OwnerReference)> + 'a {
+fn dependents<'a>(
+    items: &'a [Item],
+    owner: &'a Item,
+) -> impl Iterator<Item = (usize, &'a OwnerReference)> + 'a {
     items.iter().enumerate().filter_map(move |(i, d)| {
         d.owners
             .iter()
@@ -177,7 +186,11 @@ pub fn plan(items: &[Item], kinds: &[Kind]) -> Vec<Action> {
             if !dangling.is_empty() || !waiting.is_empty() {
                 actions.push(Action::RemoveOwners {
                     item: i,
-                    uids: dangling.iter().chain(&waiting).map(|r| r.uid.clone()).collect(),
+                    uids: dangling
+                        .iter()
+                        .chain(&waiting)
+                        .map(|r| r.uid.clone())
+                        .collect(),
                 });
             }
             continue;
@@ -281,10 +294,13 @@ async fn observe(client: &Client, config: &Config) -> Result<Scope, Error> {
     };
     for (k, ar) in config.kinds.iter().enumerate() {
         let api = Api::<DynamicObject>::all_with(client.clone(), ar);
-        let list = api.list(&ListParams::default()).await.map_err(|source| Error::List {
-            kind: ar.kind.clone(),
-            source,
-        })?;
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| Error::List {
+                kind: ar.kind.clone(),
+                source,
+            })?;
         let namespaced = support::rest_mapping(client, &ar.api_version, &ar.kind)
             .await
             .map(|(_, namespaced)| namespaced)
@@ -318,13 +334,29 @@ fn api_for(client: &Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicOb
 }
 
 /// `isDangling` with a live read: the owner is absent, or present with another uid.
-async fn still_absent(client: &Client, config: &Config, scope: &Scope, item: &Item, r: &OwnerReference) -> bool {
+async fn still_absent(
+    client: &Client,
+    config: &Config,
+    scope: &Scope,
+    item: &Item,
+    r: &OwnerReference,
+) -> bool {
     let group = group_of(&r.api_version);
-    let Some(ki) = scope.kinds.iter().position(|k| k.group == group && k.kind == r.kind) else {
+    let Some(ki) = scope
+        .kinds
+        .iter()
+        .position(|k| k.group == group && k.kind == r.kind)
+    else {
         return false;
     };
-    let ns = scope.kinds[ki].namespaced.then_some(item.namespace.as_deref()).flatten();
-    match api_for(client, &config.kinds[ki], ns).get_opt(&r.name).await {
+    let ns = scope.kinds[ki]
+        .namespaced
+        .then_some(item.namespace.as_deref())
+        .flatten();
+    match api_for(client, &config.kinds[ki], ns)
+        .get_opt(&r.name)
+        .await
+    {
         Ok(Some(o)) => o.metadata.uid.as_deref() != Some(r.uid.as_str()),
         Ok(None) => true,
         Err(_) => false,
@@ -335,7 +367,11 @@ async fn pass(client: &Client, config: &Config) -> Result<(), Error> {
     let scope = observe(client, config).await?;
     for action in plan(&scope.items, &scope.kinds) {
         let (i, result) = match &action {
-            Action::Delete { item, policy, absent_owners } => {
+            Action::Delete {
+                item,
+                policy,
+                absent_owners,
+            } => {
                 let it = &scope.items[*item];
                 let mut confirmed = true;
                 for r in absent_owners {
@@ -362,19 +398,30 @@ async fn pass(client: &Client, config: &Config) -> Result<(), Error> {
             }
             Action::RemoveOwners { item, uids } => {
                 let it = &scope.items[*item];
-                let refs: Vec<_> = uids.iter().map(|u| json!({"$patch": "delete", "uid": u})).collect();
+                let refs: Vec<_> = uids
+                    .iter()
+                    .map(|u| json!({"$patch": "delete", "uid": u}))
+                    .collect();
                 let body = json!({"metadata": {"ownerReferences": refs, "uid": it.uid}});
                 let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
                 tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?uids, "garbage collector: removing owner references");
-                let patch = if config.kinds[it.kind].group.is_empty() || ["apps", "policy", "batch"].contains(&config.kinds[it.kind].group.as_str()) {
-                    api.patch(&it.name, &PatchParams::default(), &Patch::Strategic(body)).await
+                let patch = if config.kinds[it.kind].group.is_empty()
+                    || ["apps", "policy", "batch"].contains(&config.kinds[it.kind].group.as_str())
+                {
+                    api.patch(&it.name, &PatchParams::default(), &Patch::Strategic(body))
+                        .await
                 } else {
                     // CRDs take no strategic merge patch: the collector falls back to a JSON
                     // merge patch of the remaining references (`deleteOwnerRefJSONMergePatch`)
-                    let rest: Vec<_> = it.owners.iter().filter(|r| !uids.contains(&r.uid)).collect();
+                    let rest: Vec<_> = it
+                        .owners
+                        .iter()
+                        .filter(|r| !uids.contains(&r.uid))
+                        .collect();
                     let body = json!({"metadata": {"ownerReferences": rest, "uid": it.uid,
                         "resourceVersion": scope.objects[*item].metadata.resource_version}});
-                    api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body)).await
+                    api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
+                        .await
                 };
                 (*item, patch.map(|_| ()))
             }
@@ -385,7 +432,12 @@ async fn pass(client: &Client, config: &Config) -> Result<(), Error> {
                     "resourceVersion": scope.objects[*item].metadata.resource_version}});
                 let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
                 tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, %finalizer, "garbage collector: removing finalizer");
-                (*item, api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body)).await.map(|_| ()))
+                (
+                    *item,
+                    api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
+                        .await
+                        .map(|_| ()),
+                )
             }
         };
         if let Err(e) = result {
@@ -394,6 +446,21 @@ async fn pass(client: &Client, config: &Config) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+impl crate::Sim {
+    /// Starts the garbage collector on this cluster (until the handle is aborted or the runtime ends).
+    pub fn spawn_garbage_collector(
+        &self,
+        config: Config,
+    ) -> tokio::task::JoinHandle<Result<(), Error>> {
+        tokio::spawn(run(
+            self.client(),
+            self.clock().clone(),
+            config,
+            std::future::pending(),
+        ))
+    }
 }
 
 #[cfg(test)]

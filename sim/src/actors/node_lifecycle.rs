@@ -60,9 +60,17 @@ pub enum Readiness {
 /// changes, `lastHeartbeatTime` always. Returns whether the condition's status changed.
 pub fn set_ready(status: &mut NodeStatus, readiness: &Readiness, now: Timestamp) -> bool {
     let (s, reason, message) = match readiness {
-        Readiness::Ready => ("True", "KubeletReady", "kubelet is posting ready status".to_string()),
+        Readiness::Ready => (
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status".to_string(),
+        ),
         Readiness::NotReady(m) => ("False", "KubeletNotReady", m.clone()),
-        Readiness::Unknown => ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.".to_string()),
+        Readiness::Unknown => (
+            "Unknown",
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.".to_string(),
+        ),
     };
     let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
     let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -103,32 +111,47 @@ pub fn is_ready(node: &Node) -> bool {
 }
 
 /// Writes the node's Ready condition (status subresource, guarded by the resourceVersion read).
-pub async fn write_ready(client: &Client, clock: &Clock, node: &str, readiness: &Readiness) -> Result<Node, kube::Error> {
+pub async fn write_ready(
+    client: &Client,
+    clock: &Clock,
+    node: &str,
+    readiness: &Readiness,
+) -> Result<Node, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let mut current = api.get(node).await?;
     let mut status = current.status.take().unwrap_or_default();
     set_ready(&mut status, readiness, clock.now());
     current.status = Some(status);
-    api.replace_status(node, &PostParams::default(), &current).await
+    api.replace_status(node, &PostParams::default(), &current)
+        .await
 }
 
 /// Marks `node` for a reboot (`"reboot"`) or a replacement (`"replace"`).
 pub async fn request(client: &Client, node: &str, what: &str) -> Result<Node, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
-    api.patch(node, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {LIFECYCLE: what}}})))
-        .await
+    api.patch(
+        node,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {LIFECYCLE: what}}})),
+    )
+    .await
 }
 
 /// Whether a pod still keeps `node` from being drained: bound to it, not terminal, and
 /// neither a DaemonSet nor a mirror pod (kubectl drain's filters).
 pub fn blocks_drain(pod: &Pod, node: &str) -> bool {
     let on_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
-    let terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+    let terminal = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
     let daemon = pod
         .owner_references()
         .iter()
         .any(|r| r.controller == Some(true) && r.kind == "DaemonSet");
-    let mirror = pod.annotations().contains_key("kubernetes.io/config.mirror");
+    let mirror = pod
+        .annotations()
+        .contains_key("kubernetes.io/config.mirror");
     on_node && !terminal && !daemon && !mirror
 }
 
@@ -174,7 +197,10 @@ impl Default for Config {
 }
 
 fn generation(node: &Node) -> u64 {
-    node.labels().get(GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0)
+    node.labels()
+        .get(GENERATION)
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0)
 }
 
 fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
@@ -189,7 +215,13 @@ fn until(node: &Node) -> Option<Timestamp> {
 /// capacity, no cordon, no node-lifecycle taints, NotReady.
 pub fn replacement(old: &Node, config: &Config, now: Timestamp) -> Node {
     let next_gen = generation(old) + 1;
-    let name = format!("{}-g{next_gen}", old.name_any().rsplit_once("-g").filter(|(_, g)| g.parse::<u64>().is_ok()).map_or(old.name_any(), |(base, _)| base.to_string()));
+    let name = format!(
+        "{}-g{next_gen}",
+        old.name_any()
+            .rsplit_once("-g")
+            .filter(|(_, g)| g.parse::<u64>().is_ok())
+            .map_or(old.name_any(), |(base, _)| base.to_string())
+    );
     let mut labels = old.labels().clone();
     labels.insert(GENERATION.into(), next_gen.to_string());
     labels.insert("kubernetes.io/hostname".into(), name.clone());
@@ -204,13 +236,21 @@ pub fn replacement(old: &Node, config: &Config, now: Timestamp) -> Node {
     let mut status = NodeStatus {
         capacity: old.status.as_ref().and_then(|s| s.capacity.clone()),
         allocatable: old.status.as_ref().and_then(|s| s.allocatable.clone()),
-        node_info: old.status.as_ref().and_then(|s| s.node_info.clone()).map(|mut i| {
-            i.kubelet_version = config.kubelet_version.clone();
-            i
-        }),
+        node_info: old
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.clone())
+            .map(|mut i| {
+                i.kubelet_version = config.kubelet_version.clone();
+                i
+            }),
         ..Default::default()
     };
-    set_ready(&mut status, &Readiness::NotReady("container runtime status check may not have completed yet".into()), now);
+    set_ready(
+        &mut status,
+        &Readiness::NotReady("container runtime status check may not have completed yet".into()),
+        now,
+    );
     let until = now + SignedDuration::try_from(config.join).unwrap_or_default();
     Node {
         metadata: ObjectMeta {
@@ -240,7 +280,9 @@ pub fn step(node: &Node, nodes: &[Node], pods: &[Pod], config: &Config, now: Tim
     match (annotation(node, PHASE), annotation(node, LIFECYCLE)) {
         (Some("rebooting"), _) => match until(node) {
             Some(t) if t > now => Step::Wait(Some(t)),
-            _ => Step::ComeUp { generation: generation(node) + 1 },
+            _ => Step::ComeUp {
+                generation: generation(node) + 1,
+            },
         },
         (Some("joining"), _) => match until(node) {
             Some(t) if t > now => Step::Wait(Some(t)),
@@ -248,20 +290,34 @@ pub fn step(node: &Node, nodes: &[Node], pods: &[Pod], config: &Config, now: Tim
         },
         (Some("replaced"), _) => {
             let by = annotation(node, REPLACED_BY).unwrap_or_default();
-            let ready = nodes.iter().any(|n| n.name_any() == by && is_ready(n) && annotation(n, PHASE).is_none());
-            let empty = !pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) && blocks_drain(p, &name));
-            if ready && empty { Step::Remove } else { Step::Wait(None) }
+            let ready = nodes
+                .iter()
+                .any(|n| n.name_any() == by && is_ready(n) && annotation(n, PHASE).is_none());
+            let empty = !pods.iter().any(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
+                    && blocks_drain(p, &name)
+            });
+            if ready && empty {
+                Step::Remove
+            } else {
+                Step::Wait(None)
+            }
         }
         (_, Some(what @ ("reboot" | "replace"))) => {
             if pods.iter().any(|p| blocks_drain(p, &name)) {
                 return Step::Wait(None);
             }
             if what == "reboot" {
-                Step::GoDown { until: now + SignedDuration::try_from(config.reboot).unwrap_or_default() }
+                Step::GoDown {
+                    until: now + SignedDuration::try_from(config.reboot).unwrap_or_default(),
+                }
             } else {
                 let new = replacement(node, config, now);
                 let until = until(&new).unwrap_or(now);
-                Step::Join { node: Box::new(new), until }
+                Step::Join {
+                    node: Box::new(new),
+                    until,
+                }
             }
         }
         _ => Step::Wait(None),
@@ -272,15 +328,27 @@ pub fn step(node: &Node, nodes: &[Node], pods: &[Pod], config: &Config, now: Tim
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("listing {what}: {source}")]
-    List { what: &'static str, source: kube::Error },
+    List {
+        what: &'static str,
+        source: kube::Error,
+    },
     #[error("{step} of node {node}: {source}")]
-    Write { step: &'static str, node: String, source: kube::Error },
+    Write {
+        step: &'static str,
+        node: String,
+        source: kube::Error,
+    },
     #[error("every watch of the node lifecycle actor ended")]
     WatchesEnded,
 }
 
 /// Runs the lifecycle actor until `shutdown` completes.
-pub async fn run(client: Client, clock: Clock, config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+pub async fn run(
+    client: Client,
+    clock: Clock,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
     let mut wake = Wake::default()
         .watch(Api::<Node>::all(client.clone()))
         .watch(Api::<Pod>::all(client.clone()));
@@ -306,10 +374,29 @@ pub async fn run(client: Client, clock: Clock, config: Config, shutdown: impl Fu
     }
 }
 
-async fn pass(client: &Client, clock: &Clock, config: &Config, recorder: &mut Recorder) -> Result<Option<Timestamp>, Error> {
+async fn pass(
+    client: &Client,
+    clock: &Clock,
+    config: &Config,
+    recorder: &mut Recorder,
+) -> Result<Option<Timestamp>, Error> {
     let api: Api<Node> = Api::all(client.clone());
-    let nodes = api.list(&ListParams::default()).await.map_err(|source| Error::List { what: "Nodes", source })?.items;
-    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await.map_err(|source| Error::List { what: "Pods", source })?.items;
+    let nodes = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::List {
+            what: "Nodes",
+            source,
+        })?
+        .items;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::List {
+            what: "Pods",
+            source,
+        })?
+        .items;
     let mut next: Option<Timestamp> = None;
     for node in &nodes {
         let name = node.name_any();
@@ -329,56 +416,124 @@ async fn pass(client: &Client, clock: &Clock, config: &Config, recorder: &mut Re
                 let mut n = node.clone();
                 let mut status = n.status.take().unwrap_or_default();
                 set_ready(&mut status, &Readiness::Unknown, now);
-                let mut taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+                let mut taints = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default();
                 taints.retain(|t| t.key != UNREACHABLE_TAINT);
-                taints.push(Taint { key: UNREACHABLE_TAINT.into(), effect: "NoSchedule".into(), time_added: None, value: None });
+                taints.push(Taint {
+                    key: UNREACHABLE_TAINT.into(),
+                    effect: "NoSchedule".into(),
+                    time_added: None,
+                    value: None,
+                });
                 n.spec.get_or_insert_with(Default::default).taints = Some(taints);
                 let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 ann.remove(LIFECYCLE);
                 ann.insert(PHASE.into(), "rebooting".into());
                 ann.insert(UNTIL.into(), until.to_string());
-                let stored = api.replace(&name, &PostParams::default(), &n).await.map_err(write("taking down"))?;
+                let stored = api
+                    .replace(&name, &PostParams::default(), &n)
+                    .await
+                    .map_err(write("taking down"))?;
                 let mut s = stored;
                 s.status = Some(status);
-                api.replace_status(&name, &PostParams::default(), &s).await.map_err(write("marking NotReady"))?;
-                recorder.publish(support::reference(node), "Normal", "NodeNotReady", &format!("Node {name} status is now: NodeNotReady")).await;
+                api.replace_status(&name, &PostParams::default(), &s)
+                    .await
+                    .map_err(write("marking NotReady"))?;
+                recorder
+                    .publish(
+                        support::reference(node),
+                        "Normal",
+                        "NodeNotReady",
+                        &format!("Node {name} status is now: NodeNotReady"),
+                    )
+                    .await;
                 next = Some(next.map_or(until, |x| x.min(until)));
             }
             Step::ComeUp { generation } => {
                 let mut n = node.clone();
                 let mut status = n.status.take().unwrap_or_default();
                 set_ready(&mut status, &Readiness::Ready, now);
-                status.node_info.get_or_insert_with(Default::default).kubelet_version = config.kubelet_version.clone();
+                status
+                    .node_info
+                    .get_or_insert_with(Default::default)
+                    .kubelet_version = config.kubelet_version.clone();
                 if let Some(t) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
                     t.retain(|t| t.key != UNREACHABLE_TAINT);
                 }
-                n.metadata.labels.get_or_insert_with(BTreeMap::new).insert(GENERATION.into(), generation.to_string());
+                n.metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(GENERATION.into(), generation.to_string());
                 let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 ann.remove(PHASE);
                 ann.remove(UNTIL);
-                let mut s = api.replace(&name, &PostParams::default(), &n).await.map_err(write("bringing up"))?;
+                let mut s = api
+                    .replace(&name, &PostParams::default(), &n)
+                    .await
+                    .map_err(write("bringing up"))?;
                 s.status = Some(status);
-                api.replace_status(&name, &PostParams::default(), &s).await.map_err(write("marking Ready"))?;
-                recorder.publish(support::reference(node), "Warning", "Rebooted", &format!("Node {name} has been rebooted")).await;
-                recorder.publish(support::reference(node), "Normal", "NodeReady", &format!("Node {name} status is now: NodeReady")).await;
+                api.replace_status(&name, &PostParams::default(), &s)
+                    .await
+                    .map_err(write("marking Ready"))?;
+                recorder
+                    .publish(
+                        support::reference(node),
+                        "Warning",
+                        "Rebooted",
+                        &format!("Node {name} has been rebooted"),
+                    )
+                    .await;
+                recorder
+                    .publish(
+                        support::reference(node),
+                        "Normal",
+                        "NodeReady",
+                        &format!("Node {name} status is now: NodeReady"),
+                    )
+                    .await;
             }
             Step::Join { node: new, until } => {
                 let new_name = new.name_any();
                 let status = new.status.clone();
                 let mut created = match api.create(&PostParams::default(), &new).await {
                     Ok(c) => c,
-                    Err(kube::Error::Api(s)) if s.code == 409 => api.get(&new_name).await.map_err(write("reading the replacement"))?,
-                    Err(source) => return Err(Error::Write { step: "creating the replacement", node: name, source }),
+                    Err(kube::Error::Api(s)) if s.code == 409 => api
+                        .get(&new_name)
+                        .await
+                        .map_err(write("reading the replacement"))?,
+                    Err(source) => {
+                        return Err(Error::Write {
+                            step: "creating the replacement",
+                            node: name,
+                            source,
+                        });
+                    }
                 };
                 created.status = status;
-                api.replace_status(&new_name, &PostParams::default(), &created).await.map_err(write("reporting the replacement"))?;
+                api.replace_status(&new_name, &PostParams::default(), &created)
+                    .await
+                    .map_err(write("reporting the replacement"))?;
                 let mut old = node.clone();
                 let ann = old.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 ann.remove(LIFECYCLE);
                 ann.insert(PHASE.into(), "replaced".into());
                 ann.insert(REPLACED_BY.into(), new_name.clone());
-                api.replace(&name, &PostParams::default(), &old).await.map_err(write("marking replaced"))?;
-                recorder.publish(support::reference(&created), "Normal", "RegisteredNode", &format!("Node {new_name} event: Registered Node {new_name} (replacing {name})")).await;
+                api.replace(&name, &PostParams::default(), &old)
+                    .await
+                    .map_err(write("marking replaced"))?;
+                recorder
+                    .publish(
+                        support::reference(&created),
+                        "Normal",
+                        "RegisteredNode",
+                        &format!(
+                            "Node {new_name} event: Registered Node {new_name} (replacing {name})"
+                        ),
+                    )
+                    .await;
                 next = Some(next.map_or(until, |x| x.min(until)));
             }
             Step::Joined => {
@@ -388,18 +543,47 @@ async fn pass(client: &Client, clock: &Clock, config: &Config, recorder: &mut Re
                 let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 ann.remove(PHASE);
                 ann.remove(UNTIL);
-                let mut s = api.replace(&name, &PostParams::default(), &n).await.map_err(write("finishing the join"))?;
+                let mut s = api
+                    .replace(&name, &PostParams::default(), &n)
+                    .await
+                    .map_err(write("finishing the join"))?;
                 s.status = Some(status);
-                api.replace_status(&name, &PostParams::default(), &s).await.map_err(write("marking Ready"))?;
-                recorder.publish(support::reference(node), "Normal", "NodeReady", &format!("Node {name} status is now: NodeReady")).await;
+                api.replace_status(&name, &PostParams::default(), &s)
+                    .await
+                    .map_err(write("marking Ready"))?;
+                recorder
+                    .publish(
+                        support::reference(node),
+                        "Normal",
+                        "NodeReady",
+                        &format!("Node {name} status is now: NodeReady"),
+                    )
+                    .await;
             }
             Step::Remove => {
-                api.delete(&name, &DeleteParams::default()).await.map_err(write("deleting the replaced node"))?;
+                api.delete(&name, &DeleteParams::default())
+                    .await
+                    .map_err(write("deleting the replaced node"))?;
                 tracing::info!(node = %name, "node lifecycle: replaced node deleted");
             }
         }
     }
     Ok(next)
+}
+
+impl crate::Sim {
+    /// Starts the node lifecycle actor on this cluster (until the handle is aborted or the runtime ends).
+    pub fn spawn_node_lifecycle(
+        &self,
+        config: Config,
+    ) -> tokio::task::JoinHandle<Result<(), Error>> {
+        tokio::spawn(run(
+            self.client(),
+            self.clock().clone(),
+            config,
+            std::future::pending(),
+        ))
+    }
 }
 
 #[cfg(test)]

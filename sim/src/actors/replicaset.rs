@@ -64,7 +64,9 @@ fn matches(rs: &ReplicaSet, pod: &Pod) -> bool {
         .and_then(|s| serde_json::to_value(&s.selector).ok());
     let labels = serde_json::to_value(&pod.metadata.labels).ok();
     // an empty selector is rejected by validation; treat it as matching nothing here
-    selector.as_ref().is_some_and(|s| s.as_object().is_some_and(|o| !o.is_empty()))
+    selector
+        .as_ref()
+        .is_some_and(|s| s.as_object().is_some_and(|o| !o.is_empty()))
         && selector_object_matches(selector.as_ref(), labels.as_ref()) == Some(true)
 }
 
@@ -90,7 +92,11 @@ fn ready_since(pod: &Pod) -> Option<Timestamp> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == "Ready" && c.status == "True")
-        .map(|c| c.last_transition_time.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0))
+        .map(|c| {
+            c.last_transition_time
+                .as_ref()
+                .map_or(Timestamp::UNIX_EPOCH, |t| t.0)
+        })
 }
 
 /// `podutil.IsPodAvailable`.
@@ -104,7 +110,11 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
 /// `GetPodFromTemplate`: labels, annotations and finalizers of the template, `generateName`
 /// `<rs>-`, the controller reference, the template's spec.
 pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
-    let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
+    let template = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.clone())
+        .unwrap_or_default();
     let tmeta = template.metadata.unwrap_or_default();
     Pod {
         metadata: ObjectMeta {
@@ -152,10 +162,19 @@ fn restarts(pod: &Pod) -> i32 {
 /// assigned, Pending < Unknown < Running, not ready before ready, lower deletion cost, more
 /// pods of the same set on its node, ready for a shorter time, more restarts, newer.
 pub fn deletion_order(a: &Pod, b: &Pod, rank_a: usize, rank_b: usize) -> Ordering {
-    let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let node = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default()
+    };
     let (na, nb) = (node(a), node(b));
     if na != nb && (na.is_empty() || nb.is_empty()) {
-        return if na.is_empty() { Ordering::Less } else { Ordering::Greater };
+        return if na.is_empty() {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        };
     }
     let ready = |p: &Pod| ready_since(p).is_some();
     phase_rank(a)
@@ -189,7 +208,10 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], now: Timestamp) -> Plan {
                     plan.release.push(pod.name_any());
                 }
             }
-            None if !rs_deleting && pod.metadata.deletion_timestamp.is_none() && matches(rs, pod) => {
+            None if !rs_deleting
+                && pod.metadata.deletion_timestamp.is_none()
+                && matches(rs, pod) =>
+            {
                 plan.adopt.push(pod.name_any());
                 owned.push(pod);
             }
@@ -305,7 +327,10 @@ async fn sync_all(client: &Client, clock: &Clock) -> Result<Option<Duration>, Er
     let sets = Api::<ReplicaSet>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map_err(|source| Error::List { what: "ReplicaSets", source })?
+        .map_err(|source| Error::List {
+            what: "ReplicaSets",
+            source,
+        })?
         .items;
     if sets.is_empty() {
         return Ok(None);
@@ -313,27 +338,46 @@ async fn sync_all(client: &Client, clock: &Clock) -> Result<Option<Duration>, Er
     let pods = Api::<Pod>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map_err(|source| Error::List { what: "Pods", source })?
+        .map_err(|source| Error::List {
+            what: "Pods",
+            source,
+        })?
         .items;
     let mut recheck: Option<Duration> = None;
     for rs in &sets {
         let ns = rs.namespace().unwrap_or_default();
-        let in_ns: Vec<Pod> = pods.iter().filter(|p| p.namespace().as_deref() == Some(&ns)).cloned().collect();
+        let in_ns: Vec<Pod> = pods
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(&ns))
+            .cloned()
+            .collect();
         let plan = decide(rs, &in_ns, clock.now());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let name = rs.name_any();
         let owner = controller_ref(rs);
         for p in &plan.adopt {
-            let uid = in_ns.iter().find(|x| x.name_any() == *p).and_then(|x| x.metadata.uid.clone());
+            let uid = in_ns
+                .iter()
+                .find(|x| x.name_any() == *p)
+                .and_then(|x| x.metadata.uid.clone());
             let body = json!({"metadata": {"ownerReferences": [owner], "uid": uid}});
-            if let Err(e) = api.patch(p, &PatchParams::default(), &Patch::Strategic(body)).await {
+            if let Err(e) = api
+                .patch(p, &PatchParams::default(), &Patch::Strategic(body))
+                .await
+            {
                 tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: adoption failed");
             }
         }
         for p in &plan.release {
-            let uid = in_ns.iter().find(|x| x.name_any() == *p).and_then(|x| x.metadata.uid.clone());
+            let uid = in_ns
+                .iter()
+                .find(|x| x.name_any() == *p)
+                .and_then(|x| x.metadata.uid.clone());
             let body = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner.uid}], "uid": uid}});
-            if let Err(e) = api.patch(p, &PatchParams::default(), &Patch::Strategic(body)).await {
+            if let Err(e) = api
+                .patch(p, &PatchParams::default(), &Patch::Strategic(body))
+                .await
+            {
                 tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: release failed");
             }
         }
@@ -355,7 +399,10 @@ async fn sync_all(client: &Client, clock: &Clock) -> Result<Option<Duration>, Er
             let mut next = rs.clone();
             next.status = Some(status);
             let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
-            if let Err(e) = rs_api.replace_status(&name, &PostParams::default(), &next).await {
+            if let Err(e) = rs_api
+                .replace_status(&name, &PostParams::default(), &next)
+                .await
+            {
                 tracing::debug!(rs = %name, error = %e, "replicaset controller: status write failed (next sync retries)");
             }
         }
@@ -364,6 +411,21 @@ async fn sync_all(client: &Client, clock: &Clock) -> Result<Option<Duration>, Er
         }
     }
     Ok(recheck)
+}
+
+impl crate::Sim {
+    /// Starts the ReplicaSet controller on this cluster (until the handle is aborted or the runtime ends).
+    pub fn spawn_replicaset_controller(
+        &self,
+        config: Config,
+    ) -> tokio::task::JoinHandle<Result<(), Error>> {
+        tokio::spawn(run(
+            self.client(),
+            self.clock().clone(),
+            config,
+            std::future::pending(),
+        ))
+    }
 }
 
 #[cfg(test)]

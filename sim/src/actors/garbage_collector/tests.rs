@@ -5,8 +5,16 @@ use super::*;
 
 fn kinds() -> Vec<Kind> {
     vec![
-        Kind { group: "apps".into(), kind: "ReplicaSet".into(), namespaced: true },
-        Kind { group: String::new(), kind: "Pod".into(), namespaced: true },
+        Kind {
+            group: "apps".into(),
+            kind: "ReplicaSet".into(),
+            namespaced: true,
+        },
+        Kind {
+            group: String::new(),
+            kind: "Pod".into(),
+            namespaced: true,
+        },
     ]
 }
 
@@ -22,11 +30,27 @@ fn owner_ref(name: &str, uid: &str, block: bool) -> OwnerReference {
 }
 
 fn rs(name: &str, uid: &str) -> Item {
-    Item { kind: 0, namespace: Some("t".into()), name: name.into(), uid: uid.into(), owners: vec![], finalizers: vec![], deleting: false }
+    Item {
+        kind: 0,
+        namespace: Some("t".into()),
+        name: name.into(),
+        uid: uid.into(),
+        owners: vec![],
+        finalizers: vec![],
+        deleting: false,
+    }
 }
 
 fn pod(name: &str, owners: Vec<OwnerReference>) -> Item {
-    Item { kind: 1, namespace: Some("t".into()), name: name.into(), uid: format!("uid-{name}"), owners, finalizers: vec![], deleting: false }
+    Item {
+        kind: 1,
+        namespace: Some("t".into()),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        owners,
+        finalizers: vec![],
+        deleting: false,
+    }
 }
 
 #[test]
@@ -34,31 +58,69 @@ fn a_dependent_of_a_gone_owner_is_deleted_in_the_background() {
     let items = vec![pod("p", vec![owner_ref("r", "u-r", true)])];
     assert_eq!(
         plan(&items, &kinds()),
-        vec![Action::Delete { item: 0, policy: Propagation::Background, absent_owners: vec![owner_ref("r", "u-r", true)] }]
+        vec![Action::Delete {
+            item: 0,
+            policy: Propagation::Background,
+            absent_owners: vec![owner_ref("r", "u-r", true)]
+        }]
     );
 }
 
 #[test]
 fn an_owner_with_the_same_name_but_another_uid_is_gone() {
-    let items = vec![rs("r", "u-new"), pod("p", vec![owner_ref("r", "u-old", true)])];
-    assert!(matches!(plan(&items, &kinds())[..], [Action::Delete { item: 1, policy: Propagation::Background, .. }]));
+    let items = vec![
+        rs("r", "u-new"),
+        pod("p", vec![owner_ref("r", "u-old", true)]),
+    ];
+    assert!(matches!(
+        plan(&items, &kinds())[..],
+        [Action::Delete {
+            item: 1,
+            policy: Propagation::Background,
+            ..
+        }]
+    ));
 }
 
 #[test]
 fn a_live_owner_keeps_its_dependents_and_a_second_gone_owner_only_loses_its_reference() {
     let items = vec![rs("r", "u-r"), pod("p", vec![owner_ref("r", "u-r", true)])];
     assert!(plan(&items, &kinds()).is_empty());
-    let items = vec![rs("r", "u-r"), pod("p", vec![owner_ref("r", "u-r", true), owner_ref("gone", "u-g", false)])];
-    assert_eq!(plan(&items, &kinds()), vec![Action::RemoveOwners { item: 1, uids: vec!["u-g".into()] }]);
+    let items = vec![
+        rs("r", "u-r"),
+        pod(
+            "p",
+            vec![owner_ref("r", "u-r", true), owner_ref("gone", "u-g", false)],
+        ),
+    ];
+    assert_eq!(
+        plan(&items, &kinds()),
+        vec![Action::RemoveOwners {
+            item: 1,
+            uids: vec!["u-g".into()]
+        }]
+    );
 }
 
 #[test]
 fn an_orphaned_dependent_is_deleted_with_the_propagation_its_finalizers_ask_for() {
     let mut p = pod("p", vec![owner_ref("r", "u-r", true)]);
     p.finalizers = vec![ORPHAN_FINALIZER.into()];
-    assert!(matches!(plan(&[p.clone()], &kinds())[..], [Action::Delete { policy: Propagation::Orphan, .. }]));
+    assert!(matches!(
+        plan(&[p.clone()], &kinds())[..],
+        [Action::Delete {
+            policy: Propagation::Orphan,
+            ..
+        }]
+    ));
     p.finalizers = vec![FOREGROUND_FINALIZER.into()];
-    assert!(matches!(plan(&[p], &kinds())[..], [Action::Delete { policy: Propagation::Foreground, .. }]));
+    assert!(matches!(
+        plan(&[p], &kinds())[..],
+        [Action::Delete {
+            policy: Propagation::Foreground,
+            ..
+        }]
+    ));
 }
 
 #[test]
@@ -66,14 +128,26 @@ fn a_foreground_deletion_waits_for_blocking_dependents_and_deletes_them() {
     let mut owner = rs("r", "u-r");
     owner.deleting = true;
     owner.finalizers = vec![FOREGROUND_FINALIZER.into()];
-    let items = vec![owner.clone(), pod("a", vec![owner_ref("r", "u-r", true)]), pod("b", vec![owner_ref("r", "u-r", false)])];
+    let items = vec![
+        owner.clone(),
+        pod("a", vec![owner_ref("r", "u-r", true)]),
+        pod("b", vec![owner_ref("r", "u-r", false)]),
+    ];
     let actions = plan(&items, &kinds());
     // no finalizer removal while "a" blocks; both dependents are deleted (no dependents of their own)
     assert_eq!(
         actions,
         vec![
-            Action::Delete { item: 1, policy: Propagation::Background, absent_owners: vec![] },
-            Action::Delete { item: 2, policy: Propagation::Background, absent_owners: vec![] },
+            Action::Delete {
+                item: 1,
+                policy: Propagation::Background,
+                absent_owners: vec![]
+            },
+            Action::Delete {
+                item: 2,
+                policy: Propagation::Background,
+                absent_owners: vec![]
+            },
         ]
     );
     // "a" still terminating (e.g. a pod in its grace period): the owner keeps waiting
@@ -84,7 +158,10 @@ fn a_foreground_deletion_waits_for_blocking_dependents_and_deletes_them() {
     let items = vec![owner, pod("b", vec![owner_ref("r", "u-r", false)])];
     assert_eq!(
         plan(&items, &kinds())[0],
-        Action::RemoveFinalizer { item: 0, finalizer: FOREGROUND_FINALIZER }
+        Action::RemoveFinalizer {
+            item: 0,
+            finalizer: FOREGROUND_FINALIZER
+        }
     );
 }
 
@@ -97,7 +174,14 @@ fn a_dependent_with_dependents_of_its_own_is_deleted_in_foreground() {
     mid.owners = vec![owner_ref("top", "u-top", true)];
     let leaf = pod("leaf", vec![owner_ref("mid", "u-mid", true)]);
     let actions = plan(&[owner, mid, leaf], &kinds());
-    assert_eq!(actions, vec![Action::Delete { item: 1, policy: Propagation::Foreground, absent_owners: vec![] }]);
+    assert_eq!(
+        actions,
+        vec![Action::Delete {
+            item: 1,
+            policy: Propagation::Foreground,
+            absent_owners: vec![]
+        }]
+    );
 }
 
 #[test]
@@ -105,8 +189,21 @@ fn a_dependent_with_a_live_owner_besides_the_foreground_one_only_loses_that_refe
     let mut owner = rs("r", "u-r");
     owner.deleting = true;
     owner.finalizers = vec![FOREGROUND_FINALIZER.into()];
-    let items = vec![owner, rs("keep", "u-k"), pod("p", vec![owner_ref("r", "u-r", true), owner_ref("keep", "u-k", false)])];
-    assert_eq!(plan(&items, &kinds()), vec![Action::RemoveOwners { item: 2, uids: vec!["u-r".into()] }]);
+    let items = vec![
+        owner,
+        rs("keep", "u-k"),
+        pod(
+            "p",
+            vec![owner_ref("r", "u-r", true), owner_ref("keep", "u-k", false)],
+        ),
+    ];
+    assert_eq!(
+        plan(&items, &kinds()),
+        vec![Action::RemoveOwners {
+            item: 2,
+            uids: vec!["u-r".into()]
+        }]
+    );
 }
 
 #[test]
@@ -115,10 +212,19 @@ fn an_orphaning_owner_releases_its_dependents_then_its_finalizer() {
     owner.deleting = true;
     owner.finalizers = vec![ORPHAN_FINALIZER.into()];
     let items = vec![owner.clone(), pod("p", vec![owner_ref("r", "u-r", true)])];
-    assert_eq!(plan(&items, &kinds()), vec![Action::RemoveOwners { item: 1, uids: vec!["u-r".into()] }]);
+    assert_eq!(
+        plan(&items, &kinds()),
+        vec![Action::RemoveOwners {
+            item: 1,
+            uids: vec!["u-r".into()]
+        }]
+    );
     assert_eq!(
         plan(&[owner, pod("p", vec![])], &kinds()),
-        vec![Action::RemoveFinalizer { item: 0, finalizer: ORPHAN_FINALIZER }]
+        vec![Action::RemoveFinalizer {
+            item: 0,
+            finalizer: ORPHAN_FINALIZER
+        }]
     );
 }
 
@@ -136,12 +242,27 @@ fn the_delete_finalizers_follow_the_propagation_policy() {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     assert_eq!(gc_finalizers(&[], None), s(&[]));
     assert_eq!(gc_finalizers(&[], Some(Propagation::Background)), s(&[]));
-    assert_eq!(gc_finalizers(&s(&["x"]), Some(Propagation::Foreground)), s(&["x", "foregroundDeletion"]));
-    assert_eq!(gc_finalizers(&s(&["orphan"]), Some(Propagation::Foreground)), s(&["foregroundDeletion"]));
-    assert_eq!(gc_finalizers(&s(&["foregroundDeletion"]), Some(Propagation::Orphan)), s(&["orphan"]));
+    assert_eq!(
+        gc_finalizers(&s(&["x"]), Some(Propagation::Foreground)),
+        s(&["x", "foregroundDeletion"])
+    );
+    assert_eq!(
+        gc_finalizers(&s(&["orphan"]), Some(Propagation::Foreground)),
+        s(&["foregroundDeletion"])
+    );
+    assert_eq!(
+        gc_finalizers(&s(&["foregroundDeletion"]), Some(Propagation::Orphan)),
+        s(&["orphan"])
+    );
     // without a policy an existing GC finalizer stands
     assert_eq!(gc_finalizers(&s(&["orphan"]), None), s(&["orphan"]));
-    assert_eq!(gc_finalizers(&s(&["foregroundDeletion", "x"]), None), s(&["foregroundDeletion", "x"]));
+    assert_eq!(
+        gc_finalizers(&s(&["foregroundDeletion", "x"]), None),
+        s(&["foregroundDeletion", "x"])
+    );
     // an explicit Background drops both
-    assert_eq!(gc_finalizers(&s(&["orphan", "x"]), Some(Propagation::Background)), s(&["x"]));
+    assert_eq!(
+        gc_finalizers(&s(&["orphan", "x"]), Some(Propagation::Background)),
+        s(&["x"])
+    );
 }

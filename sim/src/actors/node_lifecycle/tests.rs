@@ -25,11 +25,17 @@ fn ready_transitions_move_last_transition_time_only_on_a_status_change() {
     let mut status = node("n", json!({})).status.unwrap();
     assert!(!set_ready(&mut status, &Readiness::Ready, now()));
     let c = &status.conditions.as_ref().unwrap()[0];
-    assert_eq!(c.last_transition_time.as_ref().unwrap().0.to_string(), "2025-01-01T00:00:00Z");
+    assert_eq!(
+        c.last_transition_time.as_ref().unwrap().0.to_string(),
+        "2025-01-01T00:00:00Z"
+    );
     assert_eq!(c.last_heartbeat_time.as_ref().unwrap().0, now());
     assert!(set_ready(&mut status, &Readiness::Unknown, now()));
     let c = &status.conditions.as_ref().unwrap()[0];
-    assert_eq!((c.status.as_str(), c.reason.as_deref()), ("Unknown", Some("NodeStatusUnknown")));
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("Unknown", Some("NodeStatusUnknown"))
+    );
     assert_eq!(c.last_transition_time.as_ref().unwrap().0, now());
 }
 
@@ -40,45 +46,104 @@ fn a_reboot_waits_for_the_drain_but_not_for_daemonset_mirror_or_finished_pods() 
     let busy = [pod_on("n", json!({}))];
     assert_eq!(step(&n, &[], &busy, &cfg, now()), Step::Wait(None));
     let fine = [
-        pod_on("n", json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": true}]}})),
-        pod_on("n", json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}})),
+        pod_on(
+            "n",
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": true}]}}),
+        ),
+        pod_on(
+            "n",
+            json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}}),
+        ),
         pod_on("n", json!({"status": {"phase": "Succeeded"}})),
         pod_on("other", json!({})),
     ];
-    assert_eq!(step(&n, &[], &fine, &cfg, now()), Step::GoDown { until: now() + SignedDuration::from_secs(120) });
+    assert_eq!(
+        step(&n, &[], &fine, &cfg, now()),
+        Step::GoDown {
+            until: now() + SignedDuration::from_secs(120)
+        }
+    );
 }
 
 #[test]
 fn a_rebooting_node_comes_up_at_the_next_generation_when_its_time_is_over() {
     let t = now() + SignedDuration::from_secs(120);
     let n = node("n", json!({PHASE: "rebooting", UNTIL: t.to_string()}));
-    assert_eq!(step(&n, &[], &[], &Config::default(), now()), Step::Wait(Some(t)));
-    assert_eq!(step(&n, &[], &[], &Config::default(), t), Step::ComeUp { generation: 3 });
+    assert_eq!(
+        step(&n, &[], &[], &Config::default(), now()),
+        Step::Wait(Some(t))
+    );
+    assert_eq!(
+        step(&n, &[], &[], &Config::default(), t),
+        Step::ComeUp { generation: 3 }
+    );
 }
 
 #[test]
 fn a_replacement_copies_labels_and_capacity_at_the_next_generation_uncordoned() {
     let old = node("gpu-7-g2", json!({LIFECYCLE: "replace"}));
-    let Step::Join { node: new, until } = step(&old, &[], &[], &Config::default(), now()) else { panic!() };
+    let Step::Join { node: new, until } = step(&old, &[], &[], &Config::default(), now()) else {
+        panic!()
+    };
     assert_eq!(new.name_any(), "gpu-7-g3");
     assert_eq!(until, now() + SignedDuration::from_secs(60));
     let labels = new.labels();
     assert_eq!(labels.get(GENERATION).map(String::as_str), Some("3"));
-    assert_eq!(labels.get("kubernetes.io/hostname").map(String::as_str), Some("gpu-7-g3"));
-    assert_eq!(labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("ud-1"));
+    assert_eq!(
+        labels.get("kubernetes.io/hostname").map(String::as_str),
+        Some("gpu-7-g3")
+    );
+    assert_eq!(
+        labels
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some("ud-1")
+    );
     let spec = new.spec.as_ref().unwrap();
     assert_eq!(spec.unschedulable, None);
-    assert_eq!(spec.taints.as_ref().unwrap().iter().map(|t| t.key.as_str()).collect::<Vec<_>>(), ["gpu"]);
+    assert_eq!(
+        spec.taints
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|t| t.key.as_str())
+            .collect::<Vec<_>>(),
+        ["gpu"]
+    );
     assert!(!is_ready(&new));
-    assert_eq!(new.status.as_ref().unwrap().node_info.as_ref().unwrap().kubelet_version, "v1.36.0");
+    assert_eq!(
+        new.status
+            .as_ref()
+            .unwrap()
+            .node_info
+            .as_ref()
+            .unwrap()
+            .kubelet_version,
+        "v1.36.0"
+    );
 }
 
 #[test]
 fn a_replaced_node_is_removed_once_its_replacement_is_ready_and_it_is_empty() {
     let old = node("n", json!({PHASE: "replaced", REPLACED_BY: "n-g3"}));
     let joining = node("n-g3", json!({PHASE: "joining"}));
-    assert_eq!(step(&old, &[joining], &[], &Config::default(), now()), Step::Wait(None));
+    assert_eq!(
+        step(&old, &[joining], &[], &Config::default(), now()),
+        Step::Wait(None)
+    );
     let joined = node("n-g3", json!({}));
-    assert_eq!(step(&old, &[joined.clone()], &[pod_on("n", json!({}))], &Config::default(), now()), Step::Wait(None));
-    assert_eq!(step(&old, &[joined], &[], &Config::default(), now()), Step::Remove);
+    assert_eq!(
+        step(
+            &old,
+            &[joined.clone()],
+            &[pod_on("n", json!({}))],
+            &Config::default(),
+            now()
+        ),
+        Step::Wait(None)
+    );
+    assert_eq!(
+        step(&old, &[joined], &[], &Config::default(), now()),
+        Step::Remove
+    );
 }

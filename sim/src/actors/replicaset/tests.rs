@@ -40,13 +40,24 @@ fn missing_replicas_are_created_from_the_template_with_a_controller_reference() 
     assert_eq!(p.labels().get("tier").map(String::as_str), Some("w"));
     assert_eq!(p.annotations().get("a").map(String::as_str), Some("b"));
     let r = &p.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((r.kind.as_str(), r.uid.as_str(), r.controller, r.block_owner_deletion), ("ReplicaSet", "u-r", Some(true), Some(true)));
+    assert_eq!(
+        (
+            r.kind.as_str(),
+            r.uid.as_str(),
+            r.controller,
+            r.block_owner_deletion
+        ),
+        ("ReplicaSet", "u-r", Some(true), Some(true))
+    );
 }
 
 #[test]
 fn deleting_and_terminal_pods_are_replaced() {
     let pods = [
-        pod("a", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})),
+        pod(
+            "a",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+        ),
         pod("b", json!({"status": {"phase": "Failed"}})),
         pod("c", json!({})),
     ];
@@ -64,7 +75,10 @@ fn surplus_pods_go_unassigned_pending_unready_first() {
             v
         }),
         pod("running-unready", json!({"spec": {"nodeName": "n2"}})),
-        pod("pending", json!({"spec": {"nodeName": "n3"}, "status": {"phase": "Pending"}})),
+        pod(
+            "pending",
+            json!({"spec": {"nodeName": "n3"}, "status": {"phase": "Pending"}}),
+        ),
         pod("unassigned", json!({"status": {"phase": "Pending"}})),
     ];
     let plan = decide(&rs(1), &pods, now());
@@ -80,7 +94,10 @@ fn among_equals_the_doubled_up_then_newer_pod_goes_first() {
         pod("new-shared", on("n2", "2025-06-01T00:00:00Z")),
     ];
     assert_eq!(decide(&rs(2), &pods, now()).delete, ["new-shared"]);
-    assert_eq!(decide(&rs(1), &pods, now()).delete, ["new-shared", "old-shared"]);
+    assert_eq!(
+        decide(&rs(1), &pods, now()).delete,
+        ["new-shared", "old-shared"]
+    );
 }
 
 #[test]
@@ -95,7 +112,13 @@ fn status_counts_ready_available_and_fully_labeled_pods() {
     let plan = decide(&mr, &pods, now());
     let s = plan.status.unwrap();
     assert_eq!(
-        (s.replicas, s.ready_replicas, s.available_replicas, s.fully_labeled_replicas, s.observed_generation),
+        (
+            s.replicas,
+            s.ready_replicas,
+            s.available_replicas,
+            s.fully_labeled_replicas,
+            s.observed_generation
+        ),
         (3, Some(2), Some(1), Some(2), Some(3))
     );
     assert_eq!(plan.recheck_after, Some(Duration::from_secs(30)));
@@ -105,7 +128,10 @@ fn status_counts_ready_available_and_fully_labeled_pods() {
 fn matching_orphans_are_adopted_and_non_matching_owned_pods_released() {
     let orphan = pod("o", json!({"metadata": {"ownerReferences": null}}));
     let strayed = pod("s", json!({"metadata": {"labels": {"app": "web"}}}));
-    let foreign = pod("f", json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u-x", "controller": true}]}}));
+    let foreign = pod(
+        "f",
+        json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u-x", "controller": true}]}}),
+    );
     let plan = decide(&rs(1), &[orphan, strayed, foreign], now());
     assert_eq!(plan.adopt, ["o"]);
     assert_eq!(plan.release, ["s"]);
