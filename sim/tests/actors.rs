@@ -760,15 +760,21 @@ async fn a_replaced_node_is_deleted_once_its_replacement_joined_ready() {
 async fn a_pod_whose_last_finalizer_goes_during_its_grace_period_stays_for_its_kubelet() {
     let sim = sim();
     let pods: Api<Pod> = Api::namespaced(sim.client(), NS);
-    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "f", "finalizers": ["example.com/hold"]},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}}))
+    let p: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "f", "finalizers": ["example.com/hold"]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}}),
+    )
     .unwrap();
     pods.create(&PostParams::default(), &p).await.unwrap();
     pods.delete("f", &DeleteParams::default()).await.unwrap();
     let drop_finalizer = json!({"metadata": {"finalizers": null}});
-    pods.patch("f", &PatchParams::default(), &Patch::Merge(drop_finalizer)).await.unwrap();
+    pods.patch("f", &PatchParams::default(), &Patch::Merge(drop_finalizer))
+        .await
+        .unwrap();
     let still = pods.get("f").await.unwrap();
     assert_eq!(still.metadata.deletion_grace_period_seconds, Some(30));
-    pods.delete("f", &DeleteParams::default().grace_period(0)).await.unwrap();
+    pods.delete("f", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
     assert!(pods.get_opt("f").await.unwrap().is_none());
 }

@@ -358,6 +358,42 @@ pub fn pods_for(pdb: &PodDisruptionBudget, pods: &[Pod]) -> Vec<Pod> {
         .collect()
 }
 
+/// `getPdbForPod`'s Warning for pods several PDBs select: `(pod index, message)`; the first PDB
+/// by name is the one "chosen" (a lister's order is unspecified).
+pub fn multiple_budgets(pdbs: &[PodDisruptionBudget], pods: &[Pod]) -> Vec<(usize, String)> {
+    let mut names: Vec<Vec<String>> = vec![vec![]; pods.len()];
+    let mut sorted: Vec<&PodDisruptionBudget> = pdbs.iter().collect();
+    sorted.sort_by_key(|p| (p.namespace(), p.name_any()));
+    for pdb in sorted {
+        let selected = pods_for(pdb, pods);
+        for (i, pod) in pods.iter().enumerate() {
+            if selected
+                .iter()
+                .any(|s| s.metadata.uid == pod.metadata.uid && s.name_any() == pod.name_any())
+            {
+                names[i].push(pdb.name_any());
+            }
+        }
+    }
+    names
+        .into_iter()
+        .enumerate()
+        .filter(|(_, n)| n.len() > 1)
+        .map(|(i, n)| {
+            let pod = &pods[i];
+            (
+                i,
+                format!(
+                    "Pod {:?}/{:?} matches multiple PodDisruptionBudgets.  Chose {:?} arbitrarily.",
+                    pod.namespace().unwrap_or_default(),
+                    pod.name_any(),
+                    n[0]
+                ),
+            )
+        })
+        .collect()
+}
+
 /// One PDB's sync (`trySync`, and `failSafe` when it fails). `pods` are the pods the PDB
 /// selects.
 pub fn decide(pdb: &PodDisruptionBudget, pods: &[Pod], w: &Workloads, now: Timestamp) -> Decision {
@@ -620,6 +656,16 @@ async fn sync_all(
         statefulsets: list(Api::all(client.clone()), "StatefulSets").await?,
         scales: BTreeMap::new(),
     };
+    for (i, message) in multiple_budgets(&pdbs, &pods) {
+        recorder
+            .publish(
+                support::reference(&pods[i]),
+                "Warning",
+                "MultiplePodDisruptionBudgets",
+                &message,
+            )
+            .await;
+    }
     let mut recheck: Option<Timestamp> = None;
     for pdb in &pdbs {
         let ns = pdb.namespace().unwrap_or_default();

@@ -400,3 +400,18 @@ fn a_nil_selector_selects_nothing_and_an_empty_one_everything() {
     p.spec.as_mut().unwrap().selector = Some(Default::default());
     assert_eq!(pods_for(&p, &pods).len(), 2);
 }
+
+#[test]
+fn a_pod_two_budgets_select_gets_a_warning_naming_the_first() {
+    let pods = rs_pods(1, 1);
+    let mut a = pdb(json!({"maxUnavailable": 1}), json!({}));
+    a.metadata.name = Some("b-second".into());
+    let mut b = a.clone();
+    b.metadata.name = Some("a-first".into());
+    let notes = multiple_budgets(&[a.clone(), b], &pods);
+    assert_eq!(
+        notes,
+        vec![(0, "Pod \"t\"/\"p0\" matches multiple PodDisruptionBudgets.  Chose \"a-first\" arbitrarily.".to_string())]
+    );
+    assert!(multiple_budgets(&[a], &pods).is_empty());
+}
