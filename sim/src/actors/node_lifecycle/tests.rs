@@ -135,7 +135,7 @@ fn a_replaced_node_is_removed_once_its_replacement_is_ready_and_it_is_empty() {
     assert_eq!(
         step(
             &old,
-            &[joined.clone()],
+            std::slice::from_ref(&joined),
             &[pod_on("n", json!({}))],
             &Config::default(),
             now()
