@@ -415,3 +415,40 @@ fn a_pod_two_budgets_select_gets_a_warning_naming_the_first() {
     );
     assert!(multiple_budgets(&[a], &pods).is_empty());
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn budget() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (0i32..6).prop_map(|n| json!({"maxUnavailable": n})),
+            (0i32..=100).prop_map(|p| json!({"maxUnavailable": format!("{p}%")})),
+            (0i32..6).prop_map(|n| json!({"minAvailable": n})),
+            (0i32..=100).prop_map(|p| json!({"minAvailable": format!("{p}%")})),
+        ]
+    }
+
+    proptest! {
+        /// The invariants the eviction subresource relies on: never a negative budget, never
+        /// more disruptions than healthy pods above the desired count, none without expected pods.
+        #[test]
+        fn the_budget_is_never_negative_nor_more_than_the_healthy_surplus(
+            spec in budget(), replicas in 0i32..8, n in 0usize..8, ready in 0usize..8, deleting in 0usize..3,
+        ) {
+            let mut pods = rs_pods(n, ready.min(n));
+            for p in pods.iter_mut().take(deleting) {
+                p.metadata.deletion_timestamp = Some(ago(1));
+            }
+            let d = decide(&pdb(spec, json!({})), &pods, &workloads_with_rs(replicas), now());
+            let s = d.status.unwrap();
+            let (expected, desired, healthy, allowed) = (
+                s.expected_pods.unwrap(), s.desired_healthy.unwrap(), s.current_healthy.unwrap(), s.disruptions_allowed.unwrap());
+            prop_assert!(allowed >= 0 && desired >= 0);
+            prop_assert!(healthy <= n as i32 - deleting.min(n) as i32);
+            prop_assert_eq!(allowed, if expected <= 0 { 0 } else { (healthy - desired).max(0) });
+            let c = s.conditions.unwrap();
+            prop_assert_eq!(c[0].reason.as_str(), if allowed > 0 { "SufficientPods" } else { "InsufficientPods" });
+        }
+    }
+}

@@ -145,3 +145,24 @@ fn a_deleting_replicaset_manages_no_replicas() {
     let plan = decide(&r, &[], now());
     assert!(plan.create.is_empty() && plan.adopt.is_empty());
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// After the plan is applied, the ReplicaSet has exactly `replicas` active pods.
+        #[test]
+        fn applying_the_plan_reaches_the_desired_count(
+            replicas in 0i32..10, active in 0usize..12, deleting in 0usize..3, failed in 0usize..3,
+        ) {
+            let mut pods: Vec<Pod> = (0..active).map(|i| pod(&format!("a{i}"), json!({}))).collect();
+            pods.extend((0..deleting).map(|i| pod(&format!("d{i}"), json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}))));
+            pods.extend((0..failed).map(|i| pod(&format!("f{i}"), json!({"status": {"phase": "Failed"}}))));
+            let plan = decide(&rs(replicas), &pods, now());
+            prop_assert!(plan.delete.iter().all(|d| d.starts_with('a')), "only active pods are deleted");
+            let after = active + plan.create.len() - plan.delete.len();
+            prop_assert_eq!(after, replicas as usize);
+        }
+    }
+}
