@@ -778,3 +778,46 @@ async fn a_pod_whose_last_finalizer_goes_during_its_grace_period_stays_for_its_k
         .unwrap();
     assert!(pods.get_opt("f").await.unwrap().is_none());
 }
+
+/// disruption.go `syncStalePodDisruption`: a `DisruptionTarget=True` condition left on a pod
+/// that is not terminating (e.g. an eviction whose delete never happened) is reset to False
+/// after 2 min.
+#[tokio::test(start_paused = true)]
+async fn a_stale_disruption_target_condition_is_reset_after_two_minutes() {
+    let sim = sim();
+    let client = sim.client();
+    let _dc = sim.spawn_disruption_controller(disruption::Config::default());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}})).unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let now = sim.clock().now_rfc3339();
+    let cond = json!({"status": {"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True",
+        "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting", "lastTransitionTime": now}]}});
+    pods.patch_status("s", &PatchParams::default(), &Patch::Merge(cond))
+        .await
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let target = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "DisruptionTarget")
+            .map(|c| c.status.clone())
+    };
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_eq!(
+        target(&pods.get("s").await.unwrap()).as_deref(),
+        Some("True")
+    );
+    eventually("reset", || async {
+        (target(&pods.get("s").await.ok()?).as_deref() == Some("False")).then_some(())
+    })
+    .await;
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(119) && took <= Duration::from_secs(122),
+        "{took:?}"
+    );
+}

@@ -358,6 +358,58 @@ pub fn pods_for(pdb: &PodDisruptionBudget, pods: &[Pod]) -> Vec<Pod> {
         .collect()
 }
 
+/// `stalePodDisruptionTimeout`: after this, a `DisruptionTarget=True` condition on a pod that is
+/// not terminating is reset to False.
+pub const STALE_POD_DISRUPTION_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
+
+/// `nonTerminatingPodHasStaleDisruptionCondition`: `None` when the pod has no condition to reset
+/// (none, not True, set by the kubelet, or the pod deleting or terminal); else when to reset it.
+pub fn stale_disruption_target(pod: &Pod) -> Option<Timestamp> {
+    if deleting(pod) {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let c = status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget")?;
+    if c.status != "True" || c.reason.as_deref() == Some("TerminationByKubelet") {
+        return None;
+    }
+    let since = c
+        .last_transition_time
+        .as_ref()
+        .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+    Some(
+        since
+            .saturating_add(STALE_POD_DISRUPTION_TIMEOUT)
+            .unwrap_or(since),
+    )
+}
+
+/// `syncStalePodDisruption`: the condition becomes `DisruptionTarget=False` (no reason or
+/// message, `lastTransitionTime` now), as `apipod.UpdatePodCondition` writes it.
+pub fn reset_disruption_target(pod: &mut Pod, now: Timestamp) {
+    let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    if let Some(c) = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.iter_mut().find(|c| c.type_ == "DisruptionTarget"))
+    {
+        *c = k8s_openapi::api::core::v1::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "False".into(),
+            last_transition_time: Some(now),
+            ..Default::default()
+        };
+    }
+}
+
 /// `getPdbForPod`'s Warning for pods several PDBs select: `(pod index, message)`; the first PDB
 /// by name is the one "chosen" (a lister's order is unspecified).
 pub fn multiple_budgets(pdbs: &[PodDisruptionBudget], pods: &[Pod]) -> Vec<(usize, String)> {
@@ -646,10 +698,34 @@ async fn sync_all(
         "PodDisruptionBudgets",
     )
     .await?;
-    if pdbs.is_empty() {
-        return Ok(None);
-    }
     let pods = list(Api::<Pod>::all(client.clone()), "Pods").await?;
+    let mut recheck: Option<Timestamp> = None;
+    for pod in &pods {
+        let Some(at) = stale_disruption_target(pod) else {
+            continue;
+        };
+        if at > clock.now() {
+            recheck = Some(recheck.map_or(at, |r| r.min(at)));
+            continue;
+        }
+        let mut next = pod.clone();
+        reset_disruption_target(&mut next, clock.now());
+        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        match api
+            .replace_status(&pod.name_any(), &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pod = %pod.name_any(), "disruption controller: reset a stale DisruptionTarget condition to False")
+            }
+            Err(e) => {
+                tracing::debug!(pod = %pod.name_any(), error = %e, "disruption controller: stale condition reset failed (next wake retries)")
+            }
+        }
+    }
+    if pdbs.is_empty() {
+        return Ok(recheck);
+    }
     let mut w = Workloads {
         replicasets: list(Api::all(client.clone()), "ReplicaSets").await?,
         deployments: list(Api::all(client.clone()), "Deployments").await?,
@@ -666,7 +742,6 @@ async fn sync_all(
             )
             .await;
     }
-    let mut recheck: Option<Timestamp> = None;
     for pdb in &pdbs {
         let ns = pdb.namespace().unwrap_or_default();
         let selected = pods_for(pdb, &pods);

@@ -416,6 +416,41 @@ fn a_pod_two_budgets_select_gets_a_warning_naming_the_first() {
     assert!(multiple_budgets(&[a], &pods).is_empty());
 }
 
+#[test]
+fn a_disruption_target_left_on_a_live_pod_goes_stale_after_two_minutes() {
+    let cond = |status: &str, reason: &str| {
+        json!({"status": {"conditions": [
+        {"type": "DisruptionTarget", "status": status, "reason": reason, "lastTransitionTime": ago(30)}]}})
+    };
+    let with = |extra: Value| {
+        let mut v = serde_json::to_value(pod("p", true, None)).unwrap();
+        v["status"]["conditions"] = json!([]);
+        json_patch::merge(&mut v, &extra);
+        serde_json::from_value::<Pod>(v).unwrap()
+    };
+    let p = with(cond("True", "EvictionByEvictionAPI"));
+    assert_eq!(
+        stale_disruption_target(&p),
+        Some(now() + SignedDuration::from_secs(90))
+    );
+    assert_eq!(
+        stale_disruption_target(&with(cond("True", "TerminationByKubelet"))),
+        None
+    );
+    assert_eq!(stale_disruption_target(&with(cond("False", ""))), None);
+    let mut terminal = with(cond("True", "EvictionByEvictionAPI"));
+    terminal.status.as_mut().unwrap().phase = Some("Failed".into());
+    assert_eq!(stale_disruption_target(&terminal), None);
+    let mut gone = with(cond("True", "EvictionByEvictionAPI"));
+    gone.metadata.deletion_timestamp = Some(ago(1));
+    assert_eq!(stale_disruption_target(&gone), None);
+    let mut reset = p;
+    reset_disruption_target(&mut reset, now());
+    let c = &reset.status.unwrap().conditions.unwrap()[0];
+    assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", None));
+    assert_eq!(c.last_transition_time.as_ref().unwrap().0, now());
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
