@@ -4,10 +4,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
 
-use crate::conditions;
+use raygate::conditions;
 
-/// [`conditions::set`] at the emulator's wall-clock time (the emulator stands in for KubeRay,
-/// which stamps conditions with its own clock).
+/// [`conditions::set`] at `now`, the emulator's clock (it stands in for KubeRay, which stamps
+/// conditions with its own clock).
 pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -15,6 +15,7 @@ pub(crate) fn set_condition(
     reason: &str,
     message: &str,
     observed_generation: Option<i64>,
+    now: Timestamp,
 ) {
     conditions::set(
         conditions,
@@ -23,7 +24,7 @@ pub(crate) fn set_condition(
         reason,
         message,
         observed_generation,
-        Timestamp::now(),
+        now,
     );
 }
 
@@ -63,7 +64,7 @@ pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conditions::is_true;
+    use raygate::conditions::is_true;
     use serde_json::json;
 
     #[test]
@@ -79,15 +80,22 @@ mod tests {
 
     #[test]
     fn set_condition_moves_the_transition_time_only_on_a_status_change() {
+        let at = |s: i64| Timestamp::from_second(1_767_225_600 + s).unwrap();
         let mut cs = Vec::new();
-        set_condition(&mut cs, "Ready", "False", "Initializing", "m", Some(1));
-        let t0 = cs[0].last_transition_time.clone();
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        set_condition(&mut cs, "Ready", "False", "Other", "m2", Some(2));
-        assert_eq!(cs[0].last_transition_time, t0);
+        set_condition(
+            &mut cs,
+            "Ready",
+            "False",
+            "Initializing",
+            "m",
+            Some(1),
+            at(0),
+        );
+        set_condition(&mut cs, "Ready", "False", "Other", "m2", Some(2), at(5));
+        assert_eq!(cs[0].last_transition_time.0, at(0));
         assert_eq!(cs[0].reason, "Other");
-        set_condition(&mut cs, "Ready", "True", "Ok", "", Some(2));
-        assert_ne!(cs[0].last_transition_time, t0);
+        set_condition(&mut cs, "Ready", "True", "Ok", "", Some(2), at(9));
+        assert_eq!(cs[0].last_transition_time.0, at(9));
         assert!(is_true(&cs, "Ready"));
         remove_condition(&mut cs, "Ready");
         assert!(cs.is_empty());
