@@ -22,9 +22,9 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::status::{merge_diff, set_condition};
+use super::status::merge_diff;
 use super::{EmulatorError, Shared, earlier, later, managed_externally, requeue_at};
-use raygate::conditions::{find, is_true};
+use raygate::conditions::{self, find, is_true};
 use raygate::podsets::container_requests;
 use raygate::quantity::{Quantity, Resources};
 use raygate::types::ray::{RayCluster, RayClusterSpec, RayClusterStatus};
@@ -196,7 +196,7 @@ fn compute(
 
     let c = &mut s.conditions;
     match (pods, ready) {
-        (None, _) => set_condition(
+        (None, _) => conditions::set(
             c,
             HEAD_POD_READY,
             "False",
@@ -205,7 +205,7 @@ fn compute(
             None,
             now,
         ),
-        (Some(_), false) => set_condition(
+        (Some(_), false) => conditions::set(
             c,
             HEAD_POD_READY,
             "False",
@@ -214,7 +214,7 @@ fn compute(
             None,
             now,
         ),
-        (Some(_), true) => set_condition(
+        (Some(_), true) => conditions::set(
             c,
             HEAD_POD_READY,
             "True",
@@ -226,7 +226,7 @@ fn compute(
     }
     if !is_true(c, PROVISIONED) && phase != SuspendStatus::Suspended {
         if ready {
-            set_condition(
+            conditions::set(
                 c,
                 PROVISIONED,
                 "True",
@@ -236,7 +236,7 @@ fn compute(
                 now,
             );
         } else {
-            set_condition(
+            conditions::set(
                 c,
                 PROVISIONED,
                 "False",
@@ -250,7 +250,7 @@ fn compute(
     match phase {
         SuspendStatus::Suspending => {
             // the pods were deleted above
-            set_condition(
+            conditions::set(
                 c,
                 PROVISIONED,
                 "False",
@@ -259,18 +259,18 @@ fn compute(
                 None,
                 now,
             );
-            set_condition(c, SUSPENDING, "False", SUSPENDING, "", None, now);
-            set_condition(c, SUSPENDED, "True", SUSPENDED, "", None, now);
+            conditions::set(c, SUSPENDING, "False", SUSPENDING, "", None, now);
+            conditions::set(c, SUSPENDED, "True", SUSPENDED, "", None, now);
         }
         SuspendStatus::Suspended => {
             if rc.spec.suspend == Some(false) {
-                set_condition(c, SUSPENDED, "False", SUSPENDED, "", None, now);
+                conditions::set(c, SUSPENDED, "False", SUSPENDED, "", None, now);
             }
         }
         SuspendStatus::None => {
-            set_condition(c, SUSPENDED, "False", SUSPENDED, "", None, now);
+            conditions::set(c, SUSPENDED, "False", SUSPENDED, "", None, now);
             let suspending = if suspend { "True" } else { "False" };
-            set_condition(c, SUSPENDING, suspending, SUSPENDING, "", None, now);
+            conditions::set(c, SUSPENDING, suspending, SUSPENDING, "", None, now);
         }
     }
     if suspend && pods.is_none() {

@@ -20,12 +20,12 @@ use serde_json::{Value, json};
 
 use super::cluster::worker_replicas;
 use super::hash::cluster_spec_hash;
-use super::status::{merge_diff, remove_condition, set_condition};
+use super::status::{merge_diff, remove_condition};
 use super::{
     DEFAULT_DELETION_DELAY, EmulatorError, RAYSERVICE_FINALIZER, SERVICE_REQUEUE, Shared, later,
     managed_externally, requeue_at,
 };
-use raygate::conditions::{find, is_true};
+use raygate::conditions::{self, find, is_true};
 use raygate::gate::children::{INITIALIZING_TIMEOUT_ANNOTATION, parse_timeout};
 use raygate::meta;
 use raygate::types::ray::{
@@ -454,7 +454,7 @@ async fn handle_suspend(
             status.observed_generation = generation;
             let g = status.observed_generation;
             let c = &mut status.conditions;
-            set_condition(
+            conditions::set(
                 c,
                 SUSPENDED,
                 "False",
@@ -464,7 +464,7 @@ async fn handle_suspend(
                 now,
             );
             remove_condition(c, READY);
-            set_condition(
+            conditions::set(
                 c,
                 READY,
                 "False",
@@ -474,7 +474,7 @@ async fn handle_suspend(
                 now,
             );
             remove_condition(c, UPGRADE_IN_PROGRESS);
-            set_condition(
+            conditions::set(
                 c,
                 UPGRADE_IN_PROGRESS,
                 "False",
@@ -493,7 +493,7 @@ async fn handle_suspend(
         status.observed_generation = generation;
         let g = status.observed_generation;
         let c = &mut status.conditions;
-        set_condition(
+        conditions::set(
             c,
             SUSPENDING,
             "True",
@@ -502,7 +502,7 @@ async fn handle_suspend(
             g,
             now,
         );
-        set_condition(
+        conditions::set(
             c,
             READY,
             "False",
@@ -511,7 +511,7 @@ async fn handle_suspend(
             g,
             now,
         );
-        set_condition(
+        conditions::set(
             c,
             UPGRADE_IN_PROGRESS,
             "False",
@@ -520,7 +520,7 @@ async fn handle_suspend(
             g,
             now,
         );
-        set_condition(
+        conditions::set(
             c,
             ROLLBACK_IN_PROGRESS,
             "False",
@@ -540,7 +540,7 @@ async fn handle_suspend(
     let g = status.observed_generation;
     let c = &mut status.conditions;
     if !ctx.delete_all_children(&children).await? {
-        set_condition(
+        conditions::set(
             c,
             SUSPENDING,
             "True",
@@ -552,9 +552,9 @@ async fn handle_suspend(
         return Ok(());
     }
     let done = "All owned resources have been deleted.";
-    set_condition(c, SUSPENDING, "False", "SuspendComplete", done, g, now);
-    set_condition(c, SUSPENDED, "True", "SuspendComplete", done, g, now);
-    set_condition(
+    conditions::set(c, SUSPENDING, "False", "SuspendComplete", done, g, now);
+    conditions::set(c, SUSPENDED, "True", "SuspendComplete", done, g, now);
+    conditions::set(
         c,
         READY,
         "False",
@@ -563,7 +563,7 @@ async fn handle_suspend(
         g,
         now,
     );
-    set_condition(
+    conditions::set(
         c,
         UPGRADE_IN_PROGRESS,
         "False",
@@ -572,7 +572,7 @@ async fn handle_suspend(
         g,
         now,
     );
-    set_condition(
+    conditions::set(
         c,
         ROLLBACK_IN_PROGRESS,
         "False",
@@ -701,7 +701,7 @@ fn mark_failed_on_initializing_timeout(
         spent.as_secs()
     );
     let g = status.observed_generation;
-    set_condition(
+    conditions::set(
         &mut status.conditions,
         READY,
         "False",
@@ -724,11 +724,11 @@ fn calculate_conditions(
     let c = &mut status.conditions;
     if c.is_empty() {
         let m = "RayService is initializing";
-        set_condition(c, READY, "False", "Initializing", m, g, now);
-        set_condition(c, UPGRADE_IN_PROGRESS, "False", "Initializing", m, g, now);
+        conditions::set(c, READY, "False", "Initializing", m, g, now);
+        conditions::set(c, UPGRADE_IN_PROGRESS, "False", "Initializing", m, g, now);
     }
     if endpoints > 0 {
-        set_condition(
+        conditions::set(
             c,
             READY,
             "True",
@@ -738,7 +738,7 @@ fn calculate_conditions(
             now,
         );
     } else if is_true(c, READY) {
-        set_condition(
+        conditions::set(
             c,
             READY,
             "False",
@@ -756,7 +756,7 @@ fn calculate_conditions(
     );
     let c = &mut status.conditions;
     if !active.is_empty() && !pending.is_empty() {
-        set_condition(
+        conditions::set(
             c,
             UPGRADE_IN_PROGRESS,
             "True",
@@ -766,7 +766,7 @@ fn calculate_conditions(
             now,
         );
     } else if !active.is_empty() {
-        set_condition(
+        conditions::set(
             c,
             UPGRADE_IN_PROGRESS,
             "False",
@@ -779,7 +779,7 @@ fn calculate_conditions(
         let keep = find(c, UPGRADE_IN_PROGRESS)
             .is_some_and(|u| u.reason == "Initializing" || u.reason == "InitializingTimeout");
         if !keep {
-            set_condition(
+            conditions::set(
                 c,
                 UPGRADE_IN_PROGRESS,
                 "Unknown",

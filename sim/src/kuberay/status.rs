@@ -1,32 +1,8 @@
-//! Conditions at the emulator's clock and minimal status patches.
+//! Condition removal and minimal status patches (conditions are set with `raygate::conditions::set`
+//! at the emulator's clock).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
-
-use raygate::conditions;
-
-/// [`conditions::set`] at `now`, the emulator's clock (it stands in for KubeRay, which stamps
-/// conditions with its own clock).
-pub(crate) fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    observed_generation: Option<i64>,
-    now: Timestamp,
-) {
-    conditions::set(
-        conditions,
-        type_,
-        status,
-        reason,
-        message,
-        observed_generation,
-        now,
-    );
-}
 
 pub(crate) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
@@ -64,7 +40,8 @@ pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use raygate::conditions::is_true;
+    use k8s_openapi::jiff::Timestamp;
+    use raygate::conditions::{is_true, set as set_condition};
     use serde_json::json;
 
     #[test]
