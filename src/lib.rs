@@ -19,7 +19,7 @@ pub mod conditions;
 pub mod controller;
 /// The `kueue.x-k8s.io/v1beta2` CRDs raygate installs when Kueue is absent.
 pub mod crdgen;
-/// Development helpers: the KubeRay v1.7 emulator and `apply`/`get` for the dev cluster.
+/// IO: `apply`/`get` without API discovery, for the dev cluster and the integration tests.
 pub mod dev;
 /// Pure: what to do about one opted-in RayService, its children and its slices.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]

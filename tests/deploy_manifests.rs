@@ -958,14 +958,14 @@ fn assert_env_from_field(deployment: &Deployment, name: &str, field_path: &str, 
     assert_eq!(field.field_path, field_path, "{whose}: {name}");
 }
 
-/// Leader election's identity is `$POD_NAME` (src/main.rs); without it every replica would be
+/// Leader election's identity is `$POD_NAME` (cli/src/main.rs); without it every replica would be
 /// `raygate-<pid>`, the same pid 1 in every container, and two replicas would both lead.
 #[test]
 fn every_replica_has_its_own_identity_from_the_downward_api() {
-    let main_rs = std::fs::read_to_string(repo().join("src/main.rs")).expect("src/main.rs");
+    let main_rs = std::fs::read_to_string(repo().join("cli/src/main.rs")).expect("cli/src/main.rs");
     assert!(
         main_rs.contains(r#"std::env::var("POD_NAME")"#),
-        "src/main.rs derives the leader identity from POD_NAME"
+        "cli/src/main.rs derives the leader identity from POD_NAME"
     );
     for dir in ["default", "kueue-mode"] {
         let objects = build(&config().join(dir)).objects;
@@ -1150,6 +1150,7 @@ fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
         "types",
         "testing",
         "sim",
+        "cli",
         "benches",
         "tests",
     ] {

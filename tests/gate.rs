@@ -10,10 +10,11 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::controller::{Config, run};
-use raygate::dev::kuberay::EmulatorConfig;
 use raygate::gate::ERROR_ANNOTATION;
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
+use raygate_sim::Clock;
+use raygate_sim::kuberay::EmulatorConfig;
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -48,8 +49,9 @@ impl Env {
             namespace: Some(env.ns.clone()),
             ..Default::default()
         };
-        tokio::spawn(raygate::dev::kuberay::run(
+        tokio::spawn(raygate_sim::kuberay::run(
             env.client.clone(),
+            Clock::wall(),
             cfg,
             async move {
                 let _ = rx.await;

@@ -15,9 +15,10 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::client::{Body, ClientBuilder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use raygate::controller::{Config, run};
-use raygate::dev::kuberay::EmulatorConfig;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
+use raygate_sim::Clock;
+use raygate_sim::kuberay::EmulatorConfig;
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -201,8 +202,9 @@ async fn installing_raygate_with_a_slow_raycluster_list_never_stops_a_serving_ch
     let client = TestServer::get().client().await;
     let ns = namespace("slow-cluster-list");
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
-    tokio::spawn(raygate::dev::kuberay::run(
+    tokio::spawn(raygate_sim::kuberay::run(
         client.clone(),
+        Clock::wall(),
         EmulatorConfig {
             start_delay: Duration::from_millis(300),
             namespace: Some(ns.clone()),
@@ -432,8 +434,9 @@ async fn the_covering_slice_of_a_ready_service_carries_pods_ready_for_kueue() {
     let client = TestServer::get().client().await;
     let ns = namespace("pods-ready");
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
-    tokio::spawn(raygate::dev::kuberay::run(
+    tokio::spawn(raygate_sim::kuberay::run(
         client.clone(),
+        Clock::wall(),
         EmulatorConfig {
             start_delay: Duration::from_millis(300),
             namespace: Some(ns.clone()),

@@ -34,6 +34,14 @@ impl Clock {
         }
     }
 
+    /// A clock reading the system's wall time now. It then follows tokio's clock: wall time
+    /// while tokio's clock runs (actors against a real API server), virtual time when a test
+    /// pauses it.
+    #[allow(clippy::disallowed_methods)] // the one place an actor's clock meets the system's
+    pub fn wall() -> Self {
+        Clock::starting_at(Timestamp::now())
+    }
+
     /// Current cluster time.
     pub fn now(&self) -> Timestamp {
         let elapsed = Instant::now().saturating_duration_since(self.start);
@@ -58,6 +66,15 @@ pub fn seconds(t: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_wall_clock_reads_wall_time_while_tokio_runs() {
+        let clock = Clock::wall();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        #[allow(clippy::disallowed_methods)]
+        let skew = Timestamp::now().duration_since(clock.now()).abs();
+        assert!(skew < SignedDuration::from_millis(15), "skew {skew:?}");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn an_hour_of_paused_time_reads_as_an_hour_of_cluster_time() {

@@ -1,6 +1,6 @@
 //! raygate-sim: an embedded simulated Kubernetes cluster. An in-memory object store with the
 //! API server's semantics, served to `kube::Client` as a tower `Service` (no sockets), on a
-//! virtual clock.
+//! virtual clock, and the actors that run on it (today the KubeRay v1.7 emulator, [`kuberay`]).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -28,6 +28,10 @@ pub mod handler;
 /// Served resources: built-in kinds and CRDs (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod kinds;
+/// Actor: the KubeRay v1.7 emulator (RayService and RayCluster controllers, pods by time), on the
+/// injected clock (the wall clock is denied in it).
+#[deny(clippy::disallowed_methods)]
+pub mod kuberay;
 /// Merge, JSON and strategic merge patches (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod patch;

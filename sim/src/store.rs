@@ -78,7 +78,14 @@ impl WatchFilter {
                 match (before, now) {
                     (true, true) => Some(self.event("MODIFIED", &c.object)),
                     (false, true) => Some(self.event("ADDED", &c.object)),
-                    (true, false) => Some(self.event("DELETED", &c.object)),
+                    // the previous content at the new resourceVersion, as the watch cache and
+                    // etcd3 watcher send it (`cacheWatcher.convertToWatchEvent`)
+                    (true, false) => {
+                        let mut ev = self.event("DELETED", c.old.as_deref().unwrap_or(&c.object));
+                        ev.object["metadata"]["resourceVersion"] =
+                            c.object["metadata"]["resourceVersion"].clone();
+                        Some(ev)
+                    }
                     (false, false) => None,
                 }
             }
@@ -268,8 +275,15 @@ mod tests {
         let (tx, mut rx) = unbounded_channel();
         s.watch(filter("pick=me"), None, tx).unwrap();
         assert_eq!(rx.try_recv().unwrap().typ, "ADDED");
-        s.commit(&res, ChangeType::Modified, obj("a", "not-me"));
-        assert_eq!(rx.try_recv().unwrap().typ, "DELETED");
+        let left = s.commit(&res, ChangeType::Modified, obj("a", "not-me"));
+        let ev = rx.try_recv().unwrap();
+        assert_eq!(ev.typ, "DELETED");
+        // the object as it was when it still matched, at the change's resourceVersion
+        assert_eq!(ev.object["metadata"]["labels"]["pick"], "me");
+        assert_eq!(
+            ev.object["metadata"]["resourceVersion"],
+            left["metadata"]["resourceVersion"]
+        );
         s.commit(&res, ChangeType::Modified, obj("a", "not-me"));
         assert!(rx.try_recv().is_err());
         s.commit(&res, ChangeType::Modified, obj("a", "me"));

@@ -25,7 +25,6 @@ use futures::StreamExt;
 use kube::Client;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -34,7 +33,7 @@ pub use events::EventSink;
 pub use metrics::Metrics;
 pub use stores::Stores;
 
-use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, RayCluster, RayService};
+use crate::types::ray::RayCluster;
 
 // Field managers: one per writer, all here. Each writer owns its fields under its own name, so
 // `kubectl get -o yaml --show-managed-fields` tells who wrote what, and a writer's forced apply
@@ -287,15 +286,7 @@ pub async fn run_with(
 
     let controller = Controller::for_shared_stream(streams.services, ctx.stores.services.clone())
         .watches_shared_stream(streams.clusters, |c: Arc<RayCluster>| {
-            let owner = c
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ORIGINATED_FROM_CR_NAME_LABEL))
-                .cloned();
-            let ns = c.metadata.namespace.clone();
-            owner
-                .map(|o| ObjectRef::<RayService>::new(&o).within(ns.as_deref().unwrap_or_default()))
+            stores::rayservice_of(&c)
         })
         .owns_shared_stream(streams.workloads)
         .reconcile_on(streams.deleted)

@@ -14,13 +14,13 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use super::{AdmissionMode, watch_config};
+use crate::meta;
 use crate::slices::MANAGED_BY;
 use crate::types::kueue::{
     ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload, WorkloadPriorityClass,
 };
 use crate::types::ray::{
-    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
-    RayCluster, RayService,
+    ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
 };
 
 /// Read handles on everything raygate watches.
@@ -216,6 +216,15 @@ async fn serves_namespaces(client: &Client) -> bool {
     }
 }
 
+/// The RayService a child RayCluster seen on the children watch belongs to
+/// ([`meta::owning_rayservice`]). A child that leaves the watch's selection arrives as DELETED with
+/// its previous content (the API server's watch cache and etcd watcher both send the old object),
+/// so its labels are still the ones that matched.
+pub(crate) fn rayservice_of(c: &RayCluster) -> Option<ObjectRef<RayService>> {
+    let ns = c.metadata.namespace.as_deref()?;
+    meta::owning_rayservice(&c.metadata).map(|name| ObjectRef::new(name).within(ns))
+}
+
 /// Starts every watch.
 pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
     let trigger = Arc::new(Notify::new());
@@ -224,13 +233,8 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
     let child_owner = {
         let tx = deleted_tx.clone();
         move |c: &RayCluster| {
-            let owner = c
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ORIGINATED_FROM_CR_NAME_LABEL));
-            if let (Some(owner), Some(ns)) = (owner, c.metadata.namespace.as_deref()) {
-                let _ = tx.unbounded_send(ObjectRef::new(owner).within(ns));
+            if let Some(owner) = rayservice_of(c) {
+                let _ = tx.unbounded_send(owner);
             }
         }
     };
@@ -364,5 +368,22 @@ mod tests {
         assert_eq!(r.pending(), vec!["RayCluster"]);
         r.mark("RayCluster");
         assert!(r.pending().is_empty());
+    }
+
+    #[test]
+    fn a_child_maps_to_the_rayservice_named_by_both_kuberay_labels_in_its_namespace() {
+        use super::{ObjectRef, rayservice_of};
+        use crate::types::ray::ORIGINATED_FROM_CR_NAME_LABEL;
+        use raygate_testing::{MetaBuilder, RayClusterBuilder, ray_cluster};
+        let child = ray_cluster("svc-x7k2p")
+            .in_namespace("serving")
+            .child_of("svc");
+        assert_eq!(
+            rayservice_of(&child),
+            Some(ObjectRef::new("svc").within("serving"))
+        );
+        // a RayCluster not created for a RayService (only the name label) has no owner here
+        let other = ray_cluster("c").label(ORIGINATED_FROM_CR_NAME_LABEL, "svc");
+        assert_eq!(rayservice_of(&other), None);
     }
 }

@@ -349,39 +349,39 @@ fn set_deadline_annotation(service: &RayService, value: Option<String>, d: &mut 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use serde_json::json;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use raygate_testing::{
+        MetaBuilder, RayClusterBuilder, RayClusterSpecBuilder, RayServiceBuilder,
+        WorkerGroupBuilder, condition, ray_cluster, ray_cluster_spec, ray_service, worker_group,
+    };
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(s).unwrap()
     }
 
     fn service(active: &str, pending: &str, updated: Option<i64>) -> RayService {
-        let mut status = json!({
-            "activeServiceStatus": {"rayClusterName": active},
-            "pendingServiceStatus": {"rayClusterName": pending},
-        });
-        if let Some(u) = updated {
-            status["lastUpdateTime"] = json!(at(u).to_string());
+        let s = ray_service("svc")
+            .in_namespace("ns")
+            .cluster_names(active, pending);
+        match updated {
+            Some(u) => s.status_updated_at(at(u)),
+            None => s,
         }
-        serde_json::from_value(json!({
-            "apiVersion": "ray.io/v1", "kind": "RayService",
-            "metadata": {"name": "svc", "namespace": "ns"},
-            "spec": {"rayClusterConfig": {"headGroupSpec": {"template": {}}}},
-            "status": status,
-        }))
-        .unwrap()
     }
 
     fn child(name: &str, second: i64, suspend: bool) -> RayCluster {
-        let mut c: RayCluster = serde_json::from_value(json!({
-            "apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": "ns"},
-            "spec": {"suspend": suspend, "headGroupSpec": {"template": {}}},
-        }))
-        .unwrap();
-        c.metadata.creation_timestamp = Some(Time(at(second)));
-        c
+        ray_cluster(name)
+            .in_namespace("ns")
+            .suspend(suspend)
+            .created_at(at(second))
+    }
+
+    /// `Ready=False` with `reason` since second `since`.
+    fn not_ready(reason: &str, since: i64, message: &str) -> Condition {
+        Condition {
+            message: message.into(),
+            ..condition("Ready", "False", reason, at(since))
+        }
     }
 
     fn names(v: &[&RayCluster]) -> Vec<String> {
@@ -455,12 +455,7 @@ mod tests {
         since: i64,
         timeout: Option<&str>,
     ) -> RayService {
-        let st = s.status.get_or_insert_with(Default::default);
-        st.conditions.push(
-            serde_json::from_value(json!({"type": "Ready", "status": "False", "reason": reason,
-                "message": "m", "lastTransitionTime": at(since).to_string()}))
-            .unwrap(),
-        );
+        s = s.status_condition(not_ready(reason, since, "m"));
         if let Some(t) = timeout {
             s.metadata.annotations =
                 Some([(INITIALIZING_TIMEOUT_ANNOTATION.to_string(), t.to_string())].into());
@@ -520,36 +515,29 @@ mod tests {
     use crate::gate::{GateAction, GateOptions, RELEASED_ANNOTATION, decide};
     use raygate_testing::admit_counts;
 
-    fn pod() -> serde_json::Value {
-        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}})
+    /// Worker group `w`: one replica of one CPU, 0..5.
+    fn workers() -> crate::types::ray::WorkerGroupSpec {
+        worker_group("w").replicas(1).min_max(0, 5)
     }
 
     fn gated_service(active: &str, pending: &str, updated: i64) -> RayService {
-        serde_json::from_value(json!({
-            "apiVersion": "ray.io/v1", "kind": "RayService",
-            "metadata": {"name": "svc", "namespace": "ns", "uid": "u1",
-                "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
-                "annotations": {RELEASED_ANNOTATION: active}},
-            "spec": {"rayClusterConfig": {"suspend": true, "headGroupSpec": {"template": pod()},
-                "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 5, "template": pod()}]}},
-            "status": {"activeServiceStatus": {"rayClusterName": active},
-                "pendingServiceStatus": {"rayClusterName": pending},
-                "lastUpdateTime": at(updated).to_string()},
-        }))
-        .unwrap()
+        ray_service("svc")
+            .in_namespace("ns")
+            .uid("u1")
+            .queue("team-a")
+            .annotations([(RELEASED_ANNOTATION.to_string(), active.to_string())].into())
+            .cluster(ray_cluster_spec().suspend(true).worker_group(workers()))
+            .cluster_names(active, pending)
+            .status_updated_at(at(updated))
     }
 
     fn ray_child(name: &str, second: i64, suspend: bool) -> RayCluster {
-        let mut c: RayCluster = serde_json::from_value(json!({
-            "apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": "ns",
-                "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
-            "spec": {"suspend": suspend, "headGroupSpec": {"template": pod()},
-                "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 5, "template": pod()}]}
-        }))
-        .unwrap();
-        c.metadata.creation_timestamp = Some(Time(at(second)));
-        c
+        ray_cluster(name)
+            .in_namespace("ns")
+            .child_of("svc")
+            .suspend(suspend)
+            .worker_group(workers())
+            .created_at(at(second))
     }
 
     fn created_slice(d: &crate::gate::GateDecision) -> Option<Workload> {
@@ -633,12 +621,11 @@ mod tests {
             ]
             .into(),
         );
-        s.status.as_mut().unwrap().conditions.push(
-            serde_json::from_value(json!({"type": "Ready", "status": "False", "reason": reason,
-                "message": "RayService failed to become ready", "lastTransitionTime": at(since).to_string()}))
-            .unwrap(),
-        );
-        s
+        s.status_condition(not_ready(
+            reason,
+            since,
+            "RayService failed to become ready",
+        ))
     }
 
     #[test]

@@ -191,24 +191,30 @@ pub(super) fn before_release(
 mod tests {
     use super::*;
     use crate::types::kueue::PodSetAssignment;
-    use raygate_testing::{MetaBuilder, WorkloadBuilder, admit_counts, workload};
+    use raygate_testing::{
+        MetaBuilder, RayClusterSpecBuilder, WorkerGroupBuilder, WorkloadBuilder, admit_counts,
+        ray_cluster, ray_pod, worker_group, workload,
+    };
 
-    fn pod(extra: Value) -> Value {
-        let mut p = json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": "1"}}}]}});
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            p["spec"][k] = v.clone();
+    /// Child `svc-a` (resourceVersion 7): a head and one worker group `gpu` whose pods carry
+    /// `node_selector`, and a field raygate does not know (it must survive the patch).
+    fn child(node_selector: &[(&str, &str)]) -> RayCluster {
+        let mut pod = ray_pod("1");
+        if let Some(spec) = pod.spec.as_mut().filter(|_| !node_selector.is_empty()) {
+            spec.node_selector = Some(
+                node_selector
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
         }
-        p
-    }
-
-    fn child(worker_extra: Value) -> RayCluster {
-        serde_json::from_value(json!({
-            "apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": "svc-a", "namespace": "ns", "resourceVersion": "7"},
-            "spec": {"suspend": true, "headGroupSpec": {"template": pod(json!({}))},
-                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": pod(worker_extra), "unknownField": "kept"}]}
-        }))
-        .unwrap()
+        let mut gpu = worker_group("gpu").replicas(1).template(pod);
+        gpu.other.insert("unknownField".into(), json!("kept"));
+        ray_cluster("svc-a")
+            .in_namespace("ns")
+            .resource_version("7")
+            .suspend(true)
+            .worker_group(gpu)
     }
 
     fn slice_for(c: &RayCluster, flavor_of: &[(&str, &str)]) -> Workload {
@@ -265,7 +271,7 @@ mod tests {
 
     #[test]
     fn the_flavor_s_node_labels_and_tolerations_reach_the_group_s_template() {
-        let c = child(json!({}));
+        let c = child(&[]);
         let w = slice_for(&c, &[("head", "default"), ("gpu", "h100")]);
         let patch = child_patch(&c, &w, &flavors()).unwrap().expect("a patch");
         assert_eq!(patch["metadata"]["resourceVersion"], "7");
@@ -295,18 +301,18 @@ mod tests {
 
     #[test]
     fn a_flavor_without_labels_or_tolerations_changes_nothing() {
-        let c = child(json!({}));
+        let c = child(&[]);
         let w = slice_for(&c, &[("head", "default"), ("gpu", "default")]);
         assert_eq!(child_patch(&c, &w, &flavors()), Ok(None));
     }
 
     #[test]
     fn a_conflicting_node_selector_is_an_error_and_an_equal_one_is_kept() {
-        let c = child(json!({"nodeSelector": {"pool": "a100"}}));
+        let c = child(&[("pool", "a100")]);
         let w = slice_for(&c, &[("gpu", "h100")]);
         let e = child_patch(&c, &w, &flavors()).unwrap_err();
         assert!(e.contains("pool=a100"), "{e}");
-        let c = child(json!({"nodeSelector": {"pool": "h100"}}));
+        let c = child(&[("pool", "h100")]);
         let w = slice_for(&c, &[("gpu", "h100")]);
         let patch = child_patch(&c, &w, &flavors())
             .unwrap()

@@ -128,12 +128,11 @@ pub fn decide(
 mod tests {
     use std::collections::BTreeSet;
 
-    use serde_json::json;
-
     use k8s_openapi::api::core::v1::PodTemplateSpec;
     use k8s_openapi::jiff::Timestamp;
     use raygate_testing::{
-        MetaBuilder, PodSetBuilder, WorkloadBuilder, admit_counts, condition, podset, workload,
+        MetaBuilder, PodSetBuilder, RayClusterBuilder, RayClusterSpecBuilder, WorkloadBuilder,
+        admit_counts, condition, podset, ray_cluster, workload,
     };
 
     use super::{PodsReady, reason};
@@ -170,26 +169,17 @@ mod tests {
             .condition(condition("Admitted", status, "Admitted", t))
     }
 
-    fn with_pods_ready(mut w: Workload, status: &str, reason: &str) -> Workload {
-        if let Some(s) = w.status.as_mut() {
-            s.conditions.push(
-                serde_json::from_value(json!({"type": "PodsReady", "status": status, "reason": reason, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}))
-                    .expect("condition"),
-            );
-        }
-        w
+    fn with_pods_ready(w: Workload, status: &str, reason: &str) -> Workload {
+        let t: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
+        w.condition(condition("PodsReady", status, reason, t))
     }
 
     fn child(name: &str, suspend: bool, state: Option<&str>) -> RayCluster {
-        let mut c = json!({
-            "apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": "ns"},
-            "spec": {"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": []}}}},
-        });
-        if let Some(s) = state {
-            c["status"] = json!({"state": s});
+        let c = ray_cluster(name).in_namespace("ns").suspend(suspend);
+        match state {
+            Some(s) => c.state(s),
+            None => c,
         }
-        serde_json::from_value(c).expect("RayCluster")
     }
 
     fn decide(children: &[&RayCluster], workloads: &[Workload]) -> Option<PodsReady> {

@@ -1,7 +1,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
-use serde_json::json;
 
 use super::*;
 use crate::podsets::{self, PodSet};
@@ -24,10 +23,7 @@ fn ctx(mode: ChainMode) -> SliceContext {
 }
 
 fn ps(name: &str, group: &str, count: i32, cpu: &str) -> PodSet {
-    let template: k8s_openapi::api::core::v1::PodTemplateSpec = serde_json::from_value(json!({
-        "spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}
-    }))
-    .unwrap();
+    let template = raygate_testing::ray_pod(cpu);
     let requests = podsets::pod_requests(template.spec.as_ref().unwrap(), "t", "t").unwrap();
     PodSet {
         name: name.into(),

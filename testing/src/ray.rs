@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use raygate_types::kueue::{ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload};
 use raygate_types::ray::*;
@@ -125,6 +125,13 @@ pub trait RayServiceBuilder: Sized {
     fn cluster(self, spec: RayClusterSpec) -> Self;
     /// The `kueue.x-k8s.io/queue-name` label.
     fn queue(self, local_queue: &str) -> Self;
+    /// `status.activeServiceStatus.rayClusterName` and `status.pendingServiceStatus.rayClusterName`
+    /// (`""` is written as KubeRay clears a name).
+    fn cluster_names(self, active: &str, pending: &str) -> Self;
+    /// `status.lastUpdateTime = at`.
+    fn status_updated_at(self, at: Timestamp) -> Self;
+    /// Appends a condition to `status.conditions`.
+    fn status_condition(self, condition: Condition) -> Self;
 }
 
 impl RayServiceBuilder for RayService {
@@ -141,6 +148,33 @@ impl RayServiceBuilder for RayService {
     fn queue(self, local_queue: &str) -> Self {
         self.label("kueue.x-k8s.io/queue-name", local_queue)
     }
+
+    fn cluster_names(mut self, active: &str, pending: &str) -> Self {
+        let status = self.status.get_or_insert_with(RayServiceStatus::default);
+        let named = |name: &str| RayServiceClusterStatus {
+            ray_cluster_name: Some(name.to_string()),
+            ..RayServiceClusterStatus::default()
+        };
+        status.active_service_status = Some(named(active));
+        status.pending_service_status = Some(named(pending));
+        self
+    }
+
+    fn status_updated_at(mut self, at: Timestamp) -> Self {
+        self.status
+            .get_or_insert_with(RayServiceStatus::default)
+            .other
+            .insert("lastUpdateTime".into(), at.to_string().into());
+        self
+    }
+
+    fn status_condition(mut self, condition: Condition) -> Self {
+        self.status
+            .get_or_insert_with(RayServiceStatus::default)
+            .conditions
+            .push(condition);
+        self
+    }
 }
 
 /// A RayCluster `name` in namespace `default` with spec [`ray_cluster_spec`].
@@ -156,6 +190,8 @@ pub trait RayClusterBuilder: Sized {
     fn spec(self, spec: RayClusterSpec) -> Self;
     /// The `ray.io/originated-from-*` labels KubeRay puts on a RayService's children.
     fn child_of(self, ray_service: &str) -> Self;
+    /// `status.state` (`ready`, `suspended`, …).
+    fn state(self, state: &str) -> Self;
 }
 
 impl RayClusterBuilder for RayCluster {
@@ -167,6 +203,31 @@ impl RayClusterBuilder for RayCluster {
     fn child_of(self, ray_service: &str) -> Self {
         self.label(ORIGINATED_FROM_CR_NAME_LABEL, ray_service)
             .label(ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE)
+    }
+
+    fn state(mut self, state: &str) -> Self {
+        self.status
+            .get_or_insert_with(RayClusterStatus::default)
+            .state = Some(state.to_string());
+        self
+    }
+}
+
+/// A RayCluster's own spec setters.
+impl RayClusterSpecBuilder for RayCluster {
+    fn suspend(mut self, suspend: bool) -> Self {
+        self.spec = self.spec.suspend(suspend);
+        self
+    }
+
+    fn head(mut self, template: PodTemplateSpec) -> Self {
+        self.spec = self.spec.head(template);
+        self
+    }
+
+    fn worker_group(mut self, group: WorkerGroupSpec) -> Self {
+        self.spec = self.spec.worker_group(group);
+        self
     }
 }
 
@@ -195,6 +256,11 @@ pub trait MetaBuilder: Sized {
     /// Replaces `metadata.annotations` with `annotations` (an empty list still sets `{}`).
     fn annotations(mut self, annotations: BTreeMap<String, String>) -> Self {
         self.meta_mut().annotations = Some(annotations);
+        self
+    }
+    /// `metadata.resourceVersion`.
+    fn resource_version(mut self, version: &str) -> Self {
+        self.meta_mut().resource_version = Some(version.to_string());
         self
     }
     /// `metadata.creationTimestamp = at`.

@@ -1,31 +1,8 @@
-//! Conditions at the emulator's clock and minimal status patches.
+//! Condition removal and minimal status patches (conditions are set with `raygate::conditions::set`
+//! at the emulator's clock).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
-
-use crate::conditions;
-
-/// [`conditions::set`] at the emulator's wall-clock time (the emulator stands in for KubeRay,
-/// which stamps conditions with its own clock).
-pub(crate) fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    observed_generation: Option<i64>,
-) {
-    conditions::set(
-        conditions,
-        type_,
-        status,
-        reason,
-        message,
-        observed_generation,
-        Timestamp::now(),
-    );
-}
 
 pub(crate) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
@@ -63,7 +40,8 @@ pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conditions::is_true;
+    use k8s_openapi::jiff::Timestamp;
+    use raygate::conditions::{is_true, set as set_condition};
     use serde_json::json;
 
     #[test]
@@ -79,15 +57,22 @@ mod tests {
 
     #[test]
     fn set_condition_moves_the_transition_time_only_on_a_status_change() {
+        let at = |s: i64| Timestamp::from_second(1_767_225_600 + s).unwrap();
         let mut cs = Vec::new();
-        set_condition(&mut cs, "Ready", "False", "Initializing", "m", Some(1));
-        let t0 = cs[0].last_transition_time.clone();
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        set_condition(&mut cs, "Ready", "False", "Other", "m2", Some(2));
-        assert_eq!(cs[0].last_transition_time, t0);
+        set_condition(
+            &mut cs,
+            "Ready",
+            "False",
+            "Initializing",
+            "m",
+            Some(1),
+            at(0),
+        );
+        set_condition(&mut cs, "Ready", "False", "Other", "m2", Some(2), at(5));
+        assert_eq!(cs[0].last_transition_time.0, at(0));
         assert_eq!(cs[0].reason, "Other");
-        set_condition(&mut cs, "Ready", "True", "Ok", "", Some(2));
-        assert_ne!(cs[0].last_transition_time, t0);
+        set_condition(&mut cs, "Ready", "True", "Ok", "", Some(2), at(9));
+        assert_eq!(cs[0].last_transition_time.0, at(9));
         assert!(is_true(&cs, "Ready"));
         remove_condition(&mut cs, "Ready");
         assert!(cs.is_empty());

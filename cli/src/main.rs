@@ -1,4 +1,6 @@
-//! raygate's command line: a thin front over the library.
+//! raygate's command line: a thin front over the library (and `raygate-sim` for `raygate dev`).
+
+mod dev;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +50,7 @@ enum Command {
     },
     /// Development helpers for the dev cluster (hack/dev-cluster.sh): the KubeRay v1.7
     /// emulator, and apply/get without API discovery.
-    Dev(raygate::dev::cli::DevArgs),
+    Dev(dev::DevArgs),
 }
 
 #[derive(clap::Args)]
@@ -90,10 +92,11 @@ fn init_tracing(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    // `try_init`: a second call (none today) keeps the first subscriber
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
@@ -199,7 +202,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Dev(args) => raygate::dev::cli::run(args),
+        Command::Dev(args) => dev::run(args),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `raygate dev …`: the command line of the development helpers.
+//! `raygate dev …`: the development helpers (`raygate::dev`) and the KubeRay v1.7 emulator
+//! (`raygate_sim::kuberay`) on the command line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::kuberay::{EmulatorConfig, run as run_emulator};
+use raygate::dev::{apply, client, get, kind_by_name};
+use raygate_sim::Clock;
+use raygate_sim::kuberay::{EmulatorConfig, run as run_emulator};
 
 /// `raygate dev`.
 #[derive(clap::Args, Debug)]
@@ -61,44 +64,6 @@ pub enum DevCommand {
     },
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            tracing::info!("shutdown signal received");
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-    tracing::info!("shutdown signal received");
-}
-
-fn read(path: &PathBuf) -> anyhow::Result<(String, String)> {
-    if path.as_os_str() == "-" {
-        let text = std::io::read_to_string(std::io::stdin()).context("reading standard input")?;
-        Ok((text, "<stdin>".into()))
-    } else {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Ok((text, path.display().to_string()))
-    }
-}
-
 async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         DevCommand::KuberayEmulator {
@@ -107,14 +72,14 @@ async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
             namespace,
             kuberay_version,
         } => {
-            init_tracing();
-            let client = super::client(kubeconfig.as_deref()).await?;
+            crate::init_tracing(crate::LogFormat::Text);
+            let client = client(kubeconfig.as_deref()).await?;
             let config = EmulatorConfig {
                 start_delay: Duration::from_millis(start_delay_ms),
                 version: kuberay_version,
                 namespace,
             };
-            run_emulator(client, config, shutdown_signal()).await?;
+            run_emulator(client, Clock::wall(), config, crate::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         DevCommand::Apply {
@@ -122,10 +87,15 @@ async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
             namespace,
             kubeconfig,
         } => {
-            let client = super::client(kubeconfig.as_deref()).await?;
+            let client = client(kubeconfig.as_deref()).await?;
             for file in &files {
-                let (text, source) = read(file)?;
-                for a in super::apply(&client, &text, &source, namespace.as_deref()).await? {
+                let text = crate::read_input(file)?;
+                let source = if file.as_os_str() == "-" {
+                    "<stdin>".to_string()
+                } else {
+                    file.display().to_string()
+                };
+                for a in apply(&client, &text, &source, namespace.as_deref()).await? {
                     println!("{} {}", a.object, a.outcome);
                 }
             }
@@ -138,14 +108,14 @@ async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
             all_namespaces,
             kubeconfig,
         } => {
-            let kind = super::kind_by_name(&kind)?;
-            let client = super::client(kubeconfig.as_deref()).await?;
+            let kind = kind_by_name(&kind)?;
+            let client = client(kubeconfig.as_deref()).await?;
             let ns = if all_namespaces && name.is_none() {
                 None
             } else {
                 Some(namespace.unwrap_or_else(|| "default".into()))
             };
-            let text = super::get(&client, kind, name.as_deref(), ns.as_deref()).await?;
+            let text = get(&client, kind, name.as_deref(), ns.as_deref()).await?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }

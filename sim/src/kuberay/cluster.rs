@@ -12,7 +12,7 @@
 //!   running and ready [`EmulatorConfig::start_delay`](super::EmulatorConfig) later.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,12 +22,12 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::status::{merge_diff, set_condition};
-use super::{EmulatorError, Shared, managed_externally, requeue_at};
-use crate::conditions::{find, is_true};
-use crate::podsets::container_requests;
-use crate::quantity::{Quantity, Resources};
-use crate::types::ray::{RayCluster, RayClusterSpec, RayClusterStatus};
+use super::status::merge_diff;
+use super::{EmulatorError, Shared, earlier, later, managed_externally, requeue_at};
+use raygate::conditions::{self, find, is_true};
+use raygate::podsets::container_requests;
+use raygate::quantity::{Quantity, Resources};
+use raygate::types::ray::{RayCluster, RayClusterSpec, RayClusterStatus};
 
 pub(crate) const PROVISIONED: &str = "RayClusterProvisioned";
 pub(crate) const HEAD_POD_READY: &str = "HeadPodReady";
@@ -139,12 +139,13 @@ fn is_gpu(name: &str) -> bool {
         .is_some_and(|(a, b)| digits(a) && digits(b))
 }
 
-/// The status v1.7 computes, and when to look again (pods becoming ready).
+/// The status v1.7 computes at `now`, and when to look again (pods becoming ready).
 fn compute(
     rc: &RayCluster,
     old: &RayClusterStatus,
     ctx: &Shared,
-) -> (RayClusterStatus, Option<Instant>) {
+    now: Timestamp,
+) -> (RayClusterStatus, Option<Timestamp>) {
     let ns = rc.namespace().unwrap_or_default();
     let name = rc.name_any();
     let suspend = rc.spec.suspend == Some(true);
@@ -160,17 +161,16 @@ fn compute(
         SuspendStatus::None if suspend => ctx.pods_since(rc),
         SuspendStatus::None => {
             // a cluster that was ready before this emulator started keeps running
-            let now = Instant::now();
             let at = if is_true(&old.conditions, HEAD_POD_READY) {
-                now.checked_sub(ctx.config.start_delay).unwrap_or(now)
+                earlier(now, ctx.config.start_delay)
             } else {
                 now
             };
             Some(ctx.pods_created(rc, at))
         }
     };
-    let ready_at = pods.map(|t| t + ctx.config.start_delay);
-    let ready = ready_at.is_some_and(|t| t <= Instant::now());
+    let ready_at = pods.map(|t| later(t, ctx.config.start_delay));
+    let ready = ready_at.is_some_and(|t| t <= now);
 
     // calculateStatus
     let mut s = old.clone();
@@ -196,75 +196,81 @@ fn compute(
 
     let c = &mut s.conditions;
     match (pods, ready) {
-        (None, _) => set_condition(
+        (None, _) => conditions::set(
             c,
             HEAD_POD_READY,
             "False",
             "HeadPodNotFound",
             "Head Pod not found",
             None,
+            now,
         ),
-        (Some(_), false) => set_condition(
+        (Some(_), false) => conditions::set(
             c,
             HEAD_POD_READY,
             "False",
             "ContainersNotReady",
             "containers with unready status: [ray-head]",
             None,
+            now,
         ),
-        (Some(_), true) => set_condition(
+        (Some(_), true) => conditions::set(
             c,
             HEAD_POD_READY,
             "True",
             "HeadPodRunningAndReady",
             "",
             None,
+            now,
         ),
     }
     if !is_true(c, PROVISIONED) && phase != SuspendStatus::Suspended {
         if ready {
-            set_condition(
+            conditions::set(
                 c,
                 PROVISIONED,
                 "True",
                 "AllPodRunningAndReadyFirstTime",
                 "All Ray Pods are ready for the first time",
                 None,
+                now,
             );
         } else {
-            set_condition(
+            conditions::set(
                 c,
                 PROVISIONED,
                 "False",
                 "RayClusterPodsProvisioning",
                 "RayCluster Pods are being provisioned for first time",
                 None,
+                now,
             );
         }
     }
     match phase {
         SuspendStatus::Suspending => {
             // the pods were deleted above
-            set_condition(
+            conditions::set(
                 c,
                 PROVISIONED,
                 "False",
                 "RayClusterPodsProvisioning",
                 "RayCluster has been suspended",
                 None,
+                now,
             );
-            set_condition(c, SUSPENDING, "False", SUSPENDING, "", None);
-            set_condition(c, SUSPENDED, "True", SUSPENDED, "", None);
+            conditions::set(c, SUSPENDING, "False", SUSPENDING, "", None, now);
+            conditions::set(c, SUSPENDED, "True", SUSPENDED, "", None, now);
         }
         SuspendStatus::Suspended => {
             if rc.spec.suspend == Some(false) {
-                set_condition(c, SUSPENDED, "False", SUSPENDED, "", None);
+                conditions::set(c, SUSPENDED, "False", SUSPENDED, "", None, now);
             }
         }
         SuspendStatus::None => {
-            set_condition(c, SUSPENDED, "False", SUSPENDED, "", None);
+            conditions::set(c, SUSPENDED, "False", SUSPENDED, "", None, now);
             let suspending = if suspend { "True" } else { "False" };
-            set_condition(c, SUSPENDING, suspending, SUSPENDING, "", None);
+            conditions::set(c, SUSPENDING, suspending, SUSPENDING, "", None, now);
         }
     }
     if suspend && pods.is_none() {
@@ -282,10 +288,7 @@ fn compute(
         if !times.is_object() {
             *times = json!({});
         }
-        if let (Some(map), Ok(now)) = (
-            times.as_object_mut(),
-            serde_json::to_value(Time(Timestamp::now())),
-        ) {
+        if let (Some(map), Ok(now)) = (times.as_object_mut(), serde_json::to_value(Time(now))) {
             map.insert(state.clone(), now);
         }
     }
@@ -318,11 +321,12 @@ pub(super) async fn reconcile(
         return Ok(Action::await_change());
     }
     let old = rc.status.clone().unwrap_or_default();
-    let (mut new, next) = compute(&rc, &old, &ctx);
+    let now = ctx.now();
+    let (mut new, next) = compute(&rc, &old, &ctx, now);
     if new != old {
         new.other.insert(
             "lastUpdateTime".into(),
-            serde_json::to_value(Time(Timestamp::now())).unwrap_or(Value::Null),
+            serde_json::to_value(Time(now)).unwrap_or(Value::Null),
         );
         let to_json = |s: &RayClusterStatus| serde_json::to_value(s).unwrap_or_else(|_| json!({}));
         let old_json = rc.status.as_ref().map_or_else(|| json!({}), to_json);
@@ -349,7 +353,7 @@ pub(super) async fn reconcile(
         }
     }
     Ok(match next {
-        Some(t) => requeue_at(Some(t), Duration::from_secs(300)),
+        Some(t) => requeue_at(Some(t), ctx.now(), Duration::from_secs(300)),
         None => Action::await_change(),
     })
 }

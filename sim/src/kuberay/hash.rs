@@ -10,7 +10,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::types::ray::RayClusterSpec;
+use raygate::types::ray::RayClusterSpec;
 
 /// The JSON KubeRay hashes: the spec without the fields that never trigger a new cluster.
 fn for_hashing(spec: &RayClusterSpec) -> Result<Value, serde_json::Error> {

@@ -1,13 +1,15 @@
-//! The KubeRay v1.7 emulator (`raygate::dev::kuberay`) against the real API server: one test per
+//! The KubeRay v1.7 emulator (`raygate_sim::kuberay`) against the real API server: one test per
 //! emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use raygate::dev::kuberay::{EmulatorConfig, cluster_spec_hash, run};
 use raygate::types::ray::{RayCluster, RayService, RayServiceStatus};
+use raygate_sim::kuberay::{EmulatorConfig, cluster_spec_hash, run};
+use raygate_sim::{Clock, Sim};
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
 
@@ -31,7 +33,12 @@ async fn setup(test: &str) -> Env {
         ..Default::default()
     };
     // stops when the test's runtime ends
-    tokio::spawn(run(client.clone(), config, futures::future::pending()));
+    tokio::spawn(run(
+        client.clone(),
+        Clock::wall(),
+        config,
+        futures::future::pending(),
+    ));
     Env {
         services: Api::namespaced(client.clone(), &ns),
         clusters: Api::namespaced(client, &ns),
@@ -796,4 +803,93 @@ async fn initializing_timeout_fails_the_rayservice_for_good_and_deletes_its_chil
         "False",
         "InitializingTimeout"
     ));
+}
+
+/// The emulator as an actor of the sim, on its virtual clock: ten minutes of emulated pod start
+/// pass in a moment of wall time, and every time it writes is cluster time (the sim's epoch,
+/// 2026-01-01T00:00:00Z), never the machine's.
+#[tokio::test(start_paused = true)]
+async fn on_the_sims_virtual_clock_pods_start_in_cluster_time_and_every_stamp_is_cluster_time() {
+    let crds = raygate_testing::upstream::dir().join("upstream-crds");
+    let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
+    let sim = Sim::builder()
+        .crds_yaml(&crd("ray.io_rayservices.yaml"))
+        .unwrap()
+        .crds_yaml(&crd("ray.io_rayclusters.yaml"))
+        .unwrap()
+        .namespace("serving")
+        .build();
+    let client = sim.client();
+    let start_delay = Duration::from_secs(600);
+    let config = EmulatorConfig {
+        start_delay,
+        namespace: Some("serving".into()),
+        ..Default::default()
+    };
+    tokio::spawn(run(
+        client.clone(),
+        sim.clock().clone(),
+        config,
+        futures::future::pending(),
+    ));
+    let env = Env {
+        services: Api::namespaced(client.clone(), "serving"),
+        clusters: Api::namespaced(client, "serving"),
+    };
+    let (wall, created) = (Instant::now(), sim.clock().now());
+    create(&env, rayservice("svc", false)).await;
+
+    // poll once a second of cluster time (every 20 ms would be 30,000 polls for 10 minutes)
+    let rs = loop {
+        let rs = get(&env, "svc").await;
+        if is(&rs, "Ready", "True", "NonZeroServeEndpoints") {
+            break rs;
+        }
+        let waited = sim.clock().now().duration_since(created);
+        assert!(
+            waited < SignedDuration::from_secs(3600),
+            "not ready after {waited:?}: {:?}",
+            status(&rs)
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let child = active(&rs).unwrap();
+    let ready = condition(&rs, "Ready").unwrap().last_transition_time.0;
+    let served_after = ready.duration_since(created);
+    assert!(
+        served_after >= SignedDuration::try_from(start_delay).unwrap()
+            && served_after < SignedDuration::from_secs(660),
+        "Ready {served_after:?} of cluster time after the RayService was created"
+    );
+    assert!(
+        wall.elapsed() < TIMEOUT,
+        "10 min of cluster time took {:?} of wall time",
+        wall.elapsed()
+    );
+
+    let epoch = Timestamp::from_second(raygate_sim::clock::DEFAULT_EPOCH_SECONDS).unwrap();
+    let on_the_sim_clock = |what: &str, t: Timestamp| {
+        assert!(
+            t >= epoch && t <= sim.clock().now(),
+            "{what} {t} is not on the sim's clock ({epoch} .. {})",
+            sim.clock().now()
+        );
+    };
+    let last_update = |other: &std::collections::BTreeMap<String, Value>| -> Timestamp {
+        other["lastUpdateTime"].as_str().unwrap().parse().unwrap()
+    };
+    let s = status(&rs);
+    on_the_sim_clock("RayService lastUpdateTime", last_update(&s.other));
+    for c in &s.conditions {
+        on_the_sim_clock(&c.type_, c.last_transition_time.0);
+    }
+    let c = env.clusters.get(&child).await.unwrap();
+    let cs = c.status.unwrap();
+    assert_eq!(cs.state.as_deref(), Some("ready"));
+    on_the_sim_clock("RayCluster lastUpdateTime", last_update(&cs.other));
+    for c in &cs.conditions {
+        on_the_sim_clock(&c.type_, c.last_transition_time.0);
+    }
+    let ready_since = cs.other["stateTransitionTimes"]["ready"].as_str().unwrap();
+    on_the_sim_clock("stateTransitionTimes.ready", ready_since.parse().unwrap());
 }

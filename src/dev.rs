@@ -1,12 +1,8 @@
-//! Development helpers: the KubeRay v1.7 emulator ([`kuberay`]) and a small `apply`/`get` for the
-//! dev cluster (`hack/dev-cluster.sh`), whose API server has no discovery (so no `kubectl`).
-//!
-//! [`apply`] creates or server-side applies every document of a multi-document YAML;
-//! [`get`] prints objects as YAML. Both know the kinds raygate works with ([`KINDS`]), mapped by
-//! hand to their API resources.
-
-pub mod cli;
-pub mod kuberay;
+//! Development helpers for the dev cluster (`hack/dev-cluster.sh`), whose API server has no
+//! discovery (so no `kubectl`): [`apply`] creates or server-side applies every document of a
+//! multi-document YAML; [`get`] prints objects as YAML. Both know the kinds raygate works with
+//! ([`KINDS`]), mapped by hand to their API resources. The KubeRay v1.7 emulator the dev cluster
+//! runs lives in `raygate-sim` (`raygate_sim::kuberay`).
 
 use std::path::Path;
 

@@ -1,7 +1,8 @@
 //! A KubeRay v1.7 emulator: the RayService and RayCluster controllers of KubeRay v1.7.0 as far as
 //! the API objects go, with no pods, Services or Ray dashboard.
 //!
-//! It exists so raygate's integration tests and the dev cluster (`raygate dev kuberay-emulator`)
+//! It is one of the simulated cluster's actors, and runs as well against the real test API server:
+//! raygate's integration tests and the dev cluster (`raygate dev kuberay-emulator`)
 //! run against objects that change as KubeRay changes them: child RayClusters named
 //! `<rayservice>-<5 chars>`, the originated-from labels, the hash annotation, pending/active names
 //! in status, promotion, delayed deletion of dangling children (old active or replaced pending),
@@ -13,6 +14,9 @@
 //! first reconcile that sees it so, and they are "ready" once [`EmulatorConfig::start_delay`] has
 //! passed. A ready cluster is what KubeRay calls a cluster whose head Pod is ready and whose Serve
 //! applications run, so it is promoted and serves.
+//!
+//! Time comes from the injected [`Clock`] (the sim's virtual clock, or [`Clock::wall`] against a
+//! real API server): timestamps written, timers and emulated pod start all read it.
 //!
 //! Two `kube::runtime::Controller`s run side by side: one for RayServices (owning RayClusters) in
 //! [`service`], one for every RayCluster's status in [`cluster`]. They share in-memory timers, as
@@ -26,9 +30,10 @@ mod status;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -37,7 +42,9 @@ use tokio::sync::watch;
 
 pub use hash::cluster_spec_hash;
 
-use crate::types::ray::{
+use crate::Clock;
+use raygate::meta::key_of;
+use raygate::types::ray::{
     ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
 };
 
@@ -125,19 +132,36 @@ impl EmulatorError {
 pub(crate) struct Shared {
     pub client: Client,
     pub config: EmulatorConfig,
+    clock: Clock,
     /// `ns/name` of a RayCluster → (uid, when its emulated pods were created).
-    pods_since: Mutex<HashMap<String, (String, Instant)>>,
+    pods_since: Mutex<HashMap<String, (String, Timestamp)>>,
     /// `ns/name` of a dangling RayCluster → when it is deleted (`RayClusterDeletionTimestamps`).
-    deletion_at: Mutex<HashMap<String, Instant>>,
+    deletion_at: Mutex<HashMap<String, Timestamp>>,
+    /// Names generated so far (mixed into the next name, so two in the same instant differ).
+    names_generated: Mutex<u64>,
 }
 impl Shared {
-    fn new(client: Client, config: EmulatorConfig) -> Self {
+    fn new(client: Client, clock: Clock, config: EmulatorConfig) -> Self {
         Shared {
             client,
             config,
+            clock,
+            names_generated: Mutex::new(0),
             pods_since: Mutex::new(HashMap::new()),
             deletion_at: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The emulator's one reading of time.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// A sequence number for [`service::generate_cluster_name`].
+    pub(crate) fn next_name_seq(&self) -> u64 {
+        let mut n = Self::lock(&self.names_generated);
+        *n += 1;
+        *n
     }
 
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -146,14 +170,11 @@ impl Shared {
     }
 
     /// Records that the cluster's emulated pods exist since `at`, unless already recorded.
-    pub(crate) fn pods_created(&self, c: &RayCluster, at: Instant) -> Instant {
+    pub(crate) fn pods_created(&self, c: &RayCluster, at: Timestamp) -> Timestamp {
         let uid = c.metadata.uid.clone().unwrap_or_default();
         let mut map = Self::lock(&self.pods_since);
         let entry = map
-            .entry(crate::meta::key_of(
-                &c.namespace().unwrap_or_default(),
-                &c.name_any(),
-            ))
+            .entry(key_of(&c.namespace().unwrap_or_default(), &c.name_any()))
             .or_insert_with(|| (uid.clone(), at));
         if entry.0 != uid {
             *entry = (uid, at);
@@ -162,24 +183,22 @@ impl Shared {
     }
 
     /// When the cluster's emulated pods were created, if they exist.
-    pub(crate) fn pods_since(&self, c: &RayCluster) -> Option<Instant> {
+    pub(crate) fn pods_since(&self, c: &RayCluster) -> Option<Timestamp> {
         let uid = c.metadata.uid.clone().unwrap_or_default();
         Self::lock(&self.pods_since)
-            .get(&crate::meta::key_of(
-                &c.namespace().unwrap_or_default(),
-                &c.name_any(),
-            ))
+            .get(&key_of(&c.namespace().unwrap_or_default(), &c.name_any()))
             .filter(|(u, _)| *u == uid)
             .map(|(_, t)| *t)
     }
 
     pub(crate) fn pods_deleted(&self, ns: &str, name: &str) {
-        Self::lock(&self.pods_since).remove(&crate::meta::key_of(ns, name));
+        Self::lock(&self.pods_since).remove(&key_of(ns, name));
     }
 
     /// When the cluster's pods are (or were) ready: `start_delay` after they were created.
-    pub(crate) fn ready_at(&self, c: &RayCluster) -> Option<Instant> {
-        self.pods_since(c).map(|t| t + self.config.start_delay)
+    pub(crate) fn ready_at(&self, c: &RayCluster) -> Option<Timestamp> {
+        self.pods_since(c)
+            .map(|t| later(t, self.config.start_delay))
     }
 
     /// KubeRay's readiness of a cluster for serving (`reconcileServe`): not suspended, its pods
@@ -193,14 +212,14 @@ impl Shared {
         });
         c.spec.suspend != Some(true)
             && head_ready
-            && self.ready_at(c).is_some_and(|t| t <= Instant::now())
+            && self.ready_at(c).is_some_and(|t| t <= self.now())
     }
 
-    pub(crate) fn deletion_time(&self, key: &str) -> Option<Instant> {
+    pub(crate) fn deletion_time(&self, key: &str) -> Option<Timestamp> {
         Self::lock(&self.deletion_at).get(key).copied()
     }
 
-    pub(crate) fn schedule_deletion(&self, key: &str, at: Instant) {
+    pub(crate) fn schedule_deletion(&self, key: &str, at: Timestamp) {
         Self::lock(&self.deletion_at).insert(key.to_string(), at);
     }
 
@@ -214,12 +233,24 @@ pub(crate) fn managed_externally(managed_by: Option<&str>) -> Option<&str> {
     managed_by.filter(|m| *m != KUBERAY_CONTROLLER)
 }
 
+/// `t + d`, saturating.
+pub(crate) fn later(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(d).unwrap_or(Timestamp::MAX)
+}
+
+/// `t - d`, saturating.
+pub(crate) fn earlier(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_sub(d).unwrap_or(Timestamp::MIN)
+}
+
+/// How long from `now` until `at` (zero when `at` has passed).
+pub(crate) fn until(now: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
+}
+
 /// The requeue for `at` (now or later), capped at `cap`.
-pub(crate) fn requeue_at(at: Option<Instant>, cap: Duration) -> Action {
-    let now = Instant::now();
-    let wait = at
-        .map(|t| t.saturating_duration_since(now))
-        .map_or(cap, |d| d.min(cap));
+pub(crate) fn requeue_at(at: Option<Timestamp>, now: Timestamp, cap: Duration) -> Action {
+    let wait = at.map(|t| until(now, t)).map_or(cap, |d| d.min(cap));
     // a zero requeue would spin when a timer is due on the same instant: wait a little
     Action::requeue(wait.max(Duration::from_millis(10)))
 }
@@ -248,14 +279,15 @@ where
     }
 }
 
-/// Runs the emulator until `shutdown` resolves.
+/// Runs the emulator until `shutdown` resolves, reading time from `clock`.
 pub async fn run(
     client: Client,
+    clock: Clock,
     config: EmulatorConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), EmulatorError> {
     let ns = config.namespace.clone();
-    let ctx = Arc::new(Shared::new(client.clone(), config));
+    let ctx = Arc::new(Shared::new(client.clone(), clock, config));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/config/samples/admit-upgrade.yaml"
+    "/../config/samples/admit-upgrade.yaml"
 );
 
 fn raygate_admit_stdin(input: &str, format: &str) -> Output {

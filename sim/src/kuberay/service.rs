@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -20,14 +20,15 @@ use serde_json::{Value, json};
 
 use super::cluster::worker_replicas;
 use super::hash::cluster_spec_hash;
-use super::status::{merge_diff, remove_condition, set_condition};
+use super::status::{merge_diff, remove_condition};
 use super::{
-    DEFAULT_DELETION_DELAY, EmulatorError, RAYSERVICE_FINALIZER, SERVICE_REQUEUE, Shared,
+    DEFAULT_DELETION_DELAY, EmulatorError, RAYSERVICE_FINALIZER, SERVICE_REQUEUE, Shared, later,
     managed_externally, requeue_at,
 };
-use crate::conditions::{find, is_true};
-use crate::meta;
-use crate::types::ray::{
+use raygate::conditions::{self, find, is_true};
+use raygate::gate::children::{INITIALIZING_TIMEOUT_ANNOTATION, parse_timeout};
+use raygate::meta;
+use raygate::types::ray::{
     HASH_WITHOUT_REPLICAS_ANNOTATION, KUBERAY_VERSION_ANNOTATION, NUM_WORKER_GROUPS_ANNOTATION,
     ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
     RayCluster, RayClusterStatus, RayService, RayServiceClusterStatus, RayServiceStatus,
@@ -42,16 +43,14 @@ pub(crate) const SUSPENDED: &str = "Suspended";
 /// Characters of `k8s.io/apimachinery/pkg/util/rand.String` (no vowels, no 0/1/3).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-/// `utils.GenerateRayClusterName`: `<rayservice>-<5 random chars>`.
-pub fn generate_cluster_name(service: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
+/// `utils.GenerateRayClusterName`: `<rayservice>-<5 random chars>`. The randomness is a hash of
+/// the service, the emulator's clock and a sequence number: the same run on the sim's virtual
+/// clock names its clusters the same, and two names in one instant differ.
+pub fn generate_cluster_name(service: &str, now: Timestamp, seq: u64) -> String {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: deterministic, unlike `RandomState`
+    let mut h = std::hash::DefaultHasher::new();
+    (service, now.as_nanosecond(), seq).hash(&mut h);
     let mut bits = h.finish();
     let suffix: String = (0..5)
         .map(|_| {
@@ -244,6 +243,8 @@ fn modify_cluster(current: &RayCluster, goal: RayCluster) -> RayCluster {
 
 struct Ctx<'a> {
     shared: &'a Shared,
+    /// The emulator's clock when this reconcile started.
+    now: Timestamp,
     services: Api<RayService>,
     clusters: Api<RayCluster>,
     ns: String,
@@ -319,7 +320,7 @@ impl Ctx<'_> {
         }
         new.other.insert(
             "lastUpdateTime".into(),
-            serde_json::to_value(Time(Timestamp::now())).unwrap_or(Value::Null),
+            serde_json::to_value(Time(self.now)).unwrap_or(Value::Null),
         );
         let to_json = |s: &RayServiceStatus| serde_json::to_value(s).unwrap_or_else(|_| json!({}));
         let old_json = rs.status.as_ref().map_or_else(|| json!({}), to_json);
@@ -383,7 +384,7 @@ impl Ctx<'_> {
         &self,
         rs: &RayService,
         children: &[RayCluster],
-    ) -> Result<(bool, Option<Instant>), EmulatorError> {
+    ) -> Result<(bool, Option<Timestamp>), EmulatorError> {
         let deleting = rs.metadata.deletion_timestamp.is_some();
         let delay = if deleting {
             Duration::ZERO
@@ -396,8 +397,8 @@ impl Ctx<'_> {
         };
         let status = rs.status.clone().unwrap_or_default();
         let (active, pending) = (active_name(&status), pending_name(&status));
-        let (mut has_to_clean, mut next) = (false, None::<Instant>);
-        let now = Instant::now();
+        let (mut has_to_clean, mut next) = (false, None::<Timestamp>);
+        let now = self.now;
         for c in children {
             let name = c.name_any();
             if !deleting && (name == active || name == pending) {
@@ -415,7 +416,7 @@ impl Ctx<'_> {
                 }
                 Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
                 None => {
-                    let at = now + delay;
+                    let at = later(now, delay);
                     self.shared.schedule_deletion(&k, at);
                     tracing::info!(service = %self.full(&self.name), cluster = %name, ?delay, "scheduled dangling RayCluster for deletion");
                     next = Some(next.map_or(at, |n| n.min(at)));
@@ -444,7 +445,7 @@ async fn handle_suspend(
     rs: &RayService,
     status: &mut RayServiceStatus,
 ) -> Result<(), EmulatorError> {
-    let generation = rs.metadata.generation;
+    let (generation, now) = (rs.metadata.generation, ctx.now);
     let spec_suspend = rs.spec.suspend == Some(true);
     let suspending = is_true(&status.conditions, SUSPENDING);
     let suspended = is_true(&status.conditions, SUSPENDED);
@@ -453,31 +454,34 @@ async fn handle_suspend(
             status.observed_generation = generation;
             let g = status.observed_generation;
             let c = &mut status.conditions;
-            set_condition(
+            conditions::set(
                 c,
                 SUSPENDED,
                 "False",
                 "RayServiceResumed",
                 "Spec.Suspend is false; RayService has resumed.",
                 g,
+                now,
             );
             remove_condition(c, READY);
-            set_condition(
+            conditions::set(
                 c,
                 READY,
                 "False",
                 "Initializing",
                 "RayService is initializing after resuming from suspend.",
                 g,
+                now,
             );
             remove_condition(c, UPGRADE_IN_PROGRESS);
-            set_condition(
+            conditions::set(
                 c,
                 UPGRADE_IN_PROGRESS,
                 "False",
                 "Initializing",
                 "RayService is initializing after resuming from suspend.",
                 g,
+                now,
             );
         }
         return Ok(());
@@ -489,37 +493,41 @@ async fn handle_suspend(
         status.observed_generation = generation;
         let g = status.observed_generation;
         let c = &mut status.conditions;
-        set_condition(
+        conditions::set(
             c,
             SUSPENDING,
             "True",
             "SuspendRequested",
             "Spec.Suspend is true; will delete all Kubernetes resources owned by this RayService.",
             g,
+            now,
         );
-        set_condition(
+        conditions::set(
             c,
             READY,
             "False",
             "SuspendInProgress",
             "RayService is suspending.",
             g,
+            now,
         );
-        set_condition(
+        conditions::set(
             c,
             UPGRADE_IN_PROGRESS,
             "False",
             "SuspendInProgress",
             "No upgrade in progress.",
             g,
+            now,
         );
-        set_condition(
+        conditions::set(
             c,
             ROLLBACK_IN_PROGRESS,
             "False",
             "SuspendInProgress",
             "No rollback in progress.",
             g,
+            now,
         );
         status.active_service_status = None;
         status.pending_service_status = None;
@@ -532,42 +540,46 @@ async fn handle_suspend(
     let g = status.observed_generation;
     let c = &mut status.conditions;
     if !ctx.delete_all_children(&children).await? {
-        set_condition(
+        conditions::set(
             c,
             SUSPENDING,
             "True",
             "SuspendInProgress",
             "Waiting for all Kubernetes resources owned by this RayService to be deleted.",
             g,
+            now,
         );
         return Ok(());
     }
     let done = "All owned resources have been deleted.";
-    set_condition(c, SUSPENDING, "False", "SuspendComplete", done, g);
-    set_condition(c, SUSPENDED, "True", "SuspendComplete", done, g);
-    set_condition(
+    conditions::set(c, SUSPENDING, "False", "SuspendComplete", done, g, now);
+    conditions::set(c, SUSPENDED, "True", "SuspendComplete", done, g, now);
+    conditions::set(
         c,
         READY,
         "False",
         "SuspendComplete",
         "RayService is suspended.",
         g,
+        now,
     );
-    set_condition(
+    conditions::set(
         c,
         UPGRADE_IN_PROGRESS,
         "False",
         "SuspendComplete",
         "No upgrade in progress.",
         g,
+        now,
     );
-    set_condition(
+    conditions::set(
         c,
         ROLLBACK_IN_PROGRESS,
         "False",
         "SuspendComplete",
         "No rollback in progress.",
         g,
+        now,
     );
     Ok(())
 }
@@ -656,7 +668,11 @@ fn is_initializing_timeout(
 /// `markFailedOnInitializingTimeout`: with `ray.io/initializing-timeout` set and `Ready` at
 /// `False/Initializing` for that long, clears both cluster names (every child becomes dangling)
 /// and sets `Ready=False/InitializingTimeout`.
-fn mark_failed_on_initializing_timeout(status: &mut RayServiceStatus, timeout: Option<Duration>) {
+fn mark_failed_on_initializing_timeout(
+    status: &mut RayServiceStatus,
+    timeout: Option<Duration>,
+    now: Timestamp,
+) {
     let Some(timeout) = timeout else {
         return;
     };
@@ -666,7 +682,7 @@ fn mark_failed_on_initializing_timeout(status: &mut RayServiceStatus, timeout: O
     if ready.status != "False" || ready.reason != "Initializing" {
         return;
     }
-    let spent = Timestamp::now().duration_since(ready.last_transition_time.0);
+    let spent = now.duration_since(ready.last_transition_time.0);
     if spent.as_secs_f64() < timeout.as_secs_f64() {
         return;
     }
@@ -685,47 +701,54 @@ fn mark_failed_on_initializing_timeout(status: &mut RayServiceStatus, timeout: O
         spent.as_secs()
     );
     let g = status.observed_generation;
-    set_condition(
+    conditions::set(
         &mut status.conditions,
         READY,
         "False",
         "InitializingTimeout",
         &message,
         g,
+        now,
     );
     tracing::warn!(%message, "RayService initializing timeout exceeded");
 }
 
 /// `calculateConditions`.
-fn calculate_conditions(status: &mut RayServiceStatus, initializing_timeout: Option<Duration>) {
+fn calculate_conditions(
+    status: &mut RayServiceStatus,
+    initializing_timeout: Option<Duration>,
+    now: Timestamp,
+) {
     let g = status.observed_generation;
     let endpoints = status.num_serve_endpoints.unwrap_or(0);
     let c = &mut status.conditions;
     if c.is_empty() {
         let m = "RayService is initializing";
-        set_condition(c, READY, "False", "Initializing", m, g);
-        set_condition(c, UPGRADE_IN_PROGRESS, "False", "Initializing", m, g);
+        conditions::set(c, READY, "False", "Initializing", m, g, now);
+        conditions::set(c, UPGRADE_IN_PROGRESS, "False", "Initializing", m, g, now);
     }
     if endpoints > 0 {
-        set_condition(
+        conditions::set(
             c,
             READY,
             "True",
             "NonZeroServeEndpoints",
             "Number of serve endpoints is greater than 0",
             g,
+            now,
         );
     } else if is_true(c, READY) {
-        set_condition(
+        conditions::set(
             c,
             READY,
             "False",
             "ZeroServeEndpoints",
             "Number of serve endpoints dropped to 0",
             g,
+            now,
         );
     } else {
-        mark_failed_on_initializing_timeout(status, initializing_timeout);
+        mark_failed_on_initializing_timeout(status, initializing_timeout, now);
     }
     let (active, pending) = (
         active_name(status).to_string(),
@@ -733,34 +756,37 @@ fn calculate_conditions(status: &mut RayServiceStatus, initializing_timeout: Opt
     );
     let c = &mut status.conditions;
     if !active.is_empty() && !pending.is_empty() {
-        set_condition(
+        conditions::set(
             c,
             UPGRADE_IN_PROGRESS,
             "True",
             "BothActivePendingClustersExist",
             "Both active and pending Ray clusters exist",
             g,
+            now,
         );
     } else if !active.is_empty() {
-        set_condition(
+        conditions::set(
             c,
             UPGRADE_IN_PROGRESS,
             "False",
             "NoPendingCluster",
             "Active Ray cluster exists and no pending Ray cluster",
             g,
+            now,
         );
     } else {
         let keep = find(c, UPGRADE_IN_PROGRESS)
             .is_some_and(|u| u.reason == "Initializing" || u.reason == "InitializingTimeout");
         if !keep {
-            set_condition(
+            conditions::set(
                 c,
                 UPGRADE_IN_PROGRESS,
                 "Unknown",
                 "NoActiveCluster",
                 "No active Ray cluster exists, and the RayService is not initializing. Please open a GitHub issue in the KubeRay repository.",
                 g,
+                now,
             );
         }
     }
@@ -790,6 +816,7 @@ pub(super) async fn reconcile(
     let name = obj.name_any();
     let ctx = Ctx {
         shared: &shared,
+        now: shared.now(),
         services: Api::namespaced(shared.client.clone(), &ns),
         clusters: Api::namespaced(shared.client.clone(), &ns),
         ns: ns.clone(),
@@ -826,7 +853,7 @@ pub(super) async fn reconcile(
             tracing::info!(service = %ctx.full(&name), "no RayClusters left; removed the finalizer");
             return Ok(Action::await_change());
         }
-        return Ok(requeue_at(next_deletion, SERVICE_REQUEUE));
+        return Ok(requeue_at(next_deletion, shared.now(), SERVICE_REQUEUE));
     }
     if !finalizers.iter().any(|f| f == RAYSERVICE_FINALIZER) {
         let mut with = finalizers;
@@ -844,12 +871,12 @@ pub(super) async fn reconcile(
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
     if is_true(&conditions, SUSPENDING) || is_true(&conditions, SUSPENDED) {
-        return Ok(requeue_at(next_deletion, SERVICE_REQUEUE));
+        return Ok(requeue_at(next_deletion, shared.now(), SERVICE_REQUEUE));
     }
     // terminal: only the clean-up above runs; the user must recreate the RayService
     if is_initializing_timeout(&conditions) {
         if has_to_clean {
-            return Ok(requeue_at(next_deletion, SERVICE_REQUEUE));
+            return Ok(requeue_at(next_deletion, shared.now(), SERVICE_REQUEUE));
         }
         return Ok(Action::await_change());
     }
@@ -898,7 +925,7 @@ pub(super) async fn reconcile(
         pending_serving = points_to == p_name;
     }
     if should_prepare_new_cluster(&rs, active.as_ref(), pending.as_ref(), pending_serving)? {
-        let new_name = generate_cluster_name(&name);
+        let new_name = generate_cluster_name(&name, shared.now(), shared.next_name_seq());
         tracing::info!(service = %ctx.full(&name), cluster = %new_name, "preparing a new pending RayCluster");
         status.pending_service_status = Some(RayServiceClusterStatus {
             ray_cluster_name: Some(new_name),
@@ -914,9 +941,9 @@ pub(super) async fn reconcile(
     });
     let initializing_timeout = rs
         .annotations()
-        .get(crate::gate::children::INITIALIZING_TIMEOUT_ANNOTATION)
-        .and_then(|t| crate::gate::children::parse_timeout(t));
-    calculate_conditions(&mut status, initializing_timeout);
+        .get(INITIALIZING_TIMEOUT_ANNOTATION)
+        .and_then(|t| parse_timeout(t));
+    calculate_conditions(&mut status, initializing_timeout, ctx.now);
     status.service_status = is_true(&status.conditions, READY).then(|| "Running".to_string());
     let rs = ctx.write_status(rs, status).await?;
 
@@ -926,16 +953,16 @@ pub(super) async fn reconcile(
     for c in [active.as_ref(), pending.as_ref()].into_iter().flatten() {
         if c.spec.suspend != Some(true)
             && let Some(t) = shared.ready_at(c)
-            && t > Instant::now()
+            && t > shared.now()
         {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
     }
     if !pending_name(&status).is_empty() && pending.is_none() {
         // the pending child is created on the next reconcile
-        next = Some(Instant::now());
+        next = Some(shared.now());
     }
-    Ok(requeue_at(next, SERVICE_REQUEUE))
+    Ok(requeue_at(next, shared.now(), SERVICE_REQUEUE))
 }
 
 #[cfg(test)]
@@ -944,9 +971,13 @@ mod tests {
 
     #[test]
     fn generated_names_look_like_kuberay() {
-        let n = generate_cluster_name("svc");
+        let t = Timestamp::from_second(1_767_225_600).unwrap();
+        let n = generate_cluster_name("svc", t, 1);
         let suffix = n.strip_prefix("svc-").unwrap();
         assert_eq!(suffix.len(), 5);
         assert!(suffix.bytes().all(|b| NAME_ALPHABET.contains(&b)));
+        // deterministic on the same clock, different for the next name in the same instant
+        assert_eq!(generate_cluster_name("svc", t, 1), n);
+        assert_ne!(generate_cluster_name("svc", t, 2), n);
     }
 }
