@@ -239,6 +239,15 @@ async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
 async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, start: Monotonic) {
     // an Event says a decision was applied only when it was
     let events = applied_events(&plan.decision, applied.actions);
+    // an Event is a write too: a deposed leader leaves the telling to the new one
+    let events = if ctx.is_leader() {
+        events
+    } else {
+        if !events.is_empty() {
+            tracing::info!(rayservice = %seen.key, events = events.len(), "not the leader (any more): Events not published");
+        }
+        vec![]
+    };
     for ev in events {
         ctx.events
             .publish(&reference(&seen.service, ev.child.as_deref()), ev)
@@ -476,6 +485,13 @@ async fn apply_action(
                     admitted_at: *admitted_at,
                     at: ctx.clock.monotonic(),
                 });
+                // two writes in one action: a leader deposed during the first writes no second
+                // (the next leader records the running, covered child itself)
+                if !ctx.is_leader() {
+                    return Err(Error::NotLeader {
+                        name: format!("{ns}/{name}"),
+                    });
+                }
                 decided.service_rv = apply::record_released(
                     &ctx.client,
                     ns,
