@@ -1011,3 +1011,99 @@ async fn a_leader_deposed_mid_decision_writes_nothing_more() {
     let _ = handle.await;
     let _ = emulator_stop.send(());
 }
+
+/// Issue #9 (b): a just-released child is never held again, even when the RayService in the
+/// cache does not show it in the released-children record. The record write fails (404) after
+/// the release, and the released child then grows past every slice (an autoscaler): uncovered,
+/// unsuspended and missing from the cached record, it must not be taken for tampering. Once the
+/// write goes through, the record is persisted although the child is still uncovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_just_released_child_is_never_held_again_while_its_record_is_missing() {
+    let _serial = SERIAL.lock().await;
+    raygate_testing::apiserver::init_logs();
+    let client = TestServer::get().client().await;
+    let ns = namespace("stale-record");
+    let emulator_stop = queues_and_emulator(&client, &ns, "2").await;
+    let faults = Faults::default();
+    let (stop, handle) = start_controller(faults.client().await);
+    let (_, pending) = held_upgrade(&client, &ns).await;
+    let services = Api::<RayService>::namespaced(client.clone(), &ns);
+    let clusters = Api::<RayCluster>::namespaced(client.clone(), &ns);
+    let recorded = || async {
+        services
+            .get("svc")
+            .await
+            .ok()
+            .and_then(|s| s.metadata.annotations)
+            .and_then(|a| a.get("raygate.io/released-children").cloned())
+            .unwrap_or_default()
+    };
+    // the gate's writes to the RayService fail from now on
+    faults.fail(Some(std::sync::Arc::new(|m, path, _| {
+        m == axum::http::Method::PATCH && path.ends_with("/rayservices/svc")
+    })));
+    set_quota(&client, &ns, "4").await;
+    let released = eventually(WAIT, "the pending child is released", || async {
+        let child = clusters.get(&pending).await.ok()?;
+        (child.spec.suspend == Some(false)).then_some(child)
+    })
+    .await;
+    assert!(
+        !recorded().await.split(',').any(|n| n == pending),
+        "the record write was to fail"
+    );
+    // the autoscaler grows it past any quota: 1 + 5 CPU > 4
+    let mut groups = serde_json::to_value(&released.spec.worker_group_specs).expect("groups");
+    groups[0]["replicas"] = json!(5);
+    groups[0]["maxReplicas"] = json!(10);
+    let grown = clusters
+        .patch(
+            &pending,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"workerGroupSpecs": groups}})),
+        )
+        .await
+        .expect("the child grows");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let c = clusters.get(&pending).await.expect("child");
+        assert_ne!(c.spec.suspend, Some(true), "{pending} was held again");
+        assert_eq!(
+            c.metadata.generation, grown.metadata.generation,
+            "{pending} was written"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !recorded().await.split(',').any(|n| n == pending),
+        "the record was still to be missing"
+    );
+    // the write goes through: the record is persisted while the child is still uncovered (the
+    // failures pushed the RayService's retry minutes out: a change wakes its reconcile)
+    faults.fail(None);
+    services
+        .patch(
+            "svc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"test/touch": "1"}}})),
+        )
+        .await
+        .expect("touch");
+    eventually(
+        Duration::from_secs(30),
+        "the release is recorded",
+        || async {
+            recorded()
+                .await
+                .split(',')
+                .any(|n| n == pending)
+                .then_some(())
+        },
+    )
+    .await;
+    let c = clusters.get(&pending).await.expect("child");
+    assert_ne!(c.spec.suspend, Some(true));
+    let _ = stop.send(());
+    let _ = handle.await;
+    let _ = emulator_stop.send(());
+}
