@@ -975,3 +975,127 @@ async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_ch
     assert_eq!(c["spec"]["suspend"], json!(false));
     env.stop().await;
 }
+
+/// Issue #9 (a): placement is part of a PodSet's shape. A released child carries the flavor's
+/// node labels raygate injected, yet its slice is not replaced for it; an upgrade that only moves
+/// the worker group to another GPU pool (`nodeSelector`) gets a PodSet of its own in the
+/// replacement slice, admitted on that pool's flavor, and the new child runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor() {
+    let _serial = lock().await;
+    let env = Env::new("pool-move").await;
+    let (pool_a, pool_b) = (format!("a-{}", env.ns), format!("b-{}", env.ns));
+    for (flavor, pool) in [(&pool_a, "a"), (&pool_b, "b")] {
+        apply(
+            &env.client,
+            json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                "metadata": {"name": flavor}, "spec": {"nodeLabels": {"gpu-pool": pool}}}),
+        )
+        .await;
+    }
+    apply(
+        &env.client,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": env.cq()},
+        "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+            {"name": pool_a, "resources": [{"name": "cpu", "nominalQuota": "4"}]},
+            {"name": pool_b, "resources": [{"name": "cpu", "nominalQuota": "4"}]}]}]}}),
+    )
+    .await;
+    apply(
+        &env.client,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "lq", "namespace": env.ns}, "spec": {"clusterQueue": env.cq()}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let first = env.wait_running("svc").await;
+    let c = env.clusters().get(&first).await.expect("child");
+    let worker = &c.spec.worker_group_specs.as_ref().expect("groups")[0];
+    let selector = |t: &k8s_openapi::api::core::v1::PodTemplateSpec| {
+        t.spec.as_ref().and_then(|s| s.node_selector.clone())
+    };
+    assert_eq!(
+        selector(&worker.template),
+        Some([("gpu-pool".to_string(), "a".to_string())].into()),
+        "pool a's label was injected"
+    );
+    assert!(
+        raygate::meta::annotation(&c.metadata, raygate::podsets::INJECTED_PLACEMENT_ANNOTATION)
+            .is_some()
+    );
+    // the injection is not a move: the released child's slice stays the only one
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let slices = env.all_slices("svc").await;
+    assert_eq!(
+        slices.len(),
+        1,
+        "no replacement for raygate's own injection"
+    );
+    // the upgrade moves the workers to pool b
+    let mut moved = group("w", 1, "1");
+    moved["template"]["spec"]["nodeSelector"] = json!({"gpu-pool": "b"});
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0", "workerGroupSpecs": [moved]}}}),
+    )
+    .await;
+    let replacement = eventually(
+        WAIT,
+        "the replacement is admitted with the moved group on pool b",
+        || async {
+            let live = env.live_slices("svc").await;
+            live.into_iter().find(|w| {
+                let on_b = w.spec.pod_sets.iter().find(|p| {
+                    selector(&p.template).and_then(|s| s.get("gpu-pool").cloned())
+                        == Some("b".to_string())
+                });
+                let assigned = |name: &str| {
+                    w.status
+                        .as_ref()?
+                        .admission
+                        .as_ref()?
+                        .pod_set_assignments
+                        .iter()
+                        .find(|a| a.name == name)
+                        .and_then(|a| a.flavors.get("cpu").cloned())
+                };
+                on_b.is_some_and(|p| assigned(&p.name).as_deref() == Some(pool_b.as_str()))
+            })
+        },
+    )
+    .await;
+    // the old child's workers stay charged to pool a in the same slice
+    let old_workers = replacement
+        .spec
+        .pod_sets
+        .iter()
+        .find(|p| p.name == "w")
+        .expect("the old workers' PodSet");
+    assert_eq!(old_workers.count, 1);
+    assert_eq!(
+        selector(&old_workers.template),
+        None,
+        "the user's placement"
+    );
+    eventually(WAIT, "the moved child runs on pool b", || async {
+        let child = env.pending_child("svc").await.or(
+            // promoted already
+            async {
+                let svc = env.services().get("svc").await.ok()?;
+                let name = svc.status?.active_service_status?.ray_cluster_name?;
+                (name != first).then_some(())?;
+                env.clusters().get_opt(&name).await.ok()?
+            }
+            .await,
+        )?;
+        let w = &child.spec.worker_group_specs.as_ref()?[0];
+        (child.spec.suspend != Some(true)
+            && selector(&w.template)?.get("gpu-pool").map(String::as_str) == Some("b"))
+        .then_some(())
+    })
+    .await;
+    env.stop().await;
+}

@@ -8,6 +8,7 @@
 //! previous cycle handed out (Kueue's cache assumes workloads the same way).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,6 +75,57 @@ fn may_have_committed(e: &kube::Error) -> bool {
     !matches!(e, kube::Error::Api(_))
 }
 
+/// Per-object backoff of the loop's failing writes (key: `workload/ns/name`,
+/// `clusterqueue/name`, `localqueue/ns/name`): after `n` consecutive failures a write of that
+/// object waits [`super::backoff`]`(n)` (2 s doubling, capped at 5 min, like the gate's) instead
+/// of being retried on every trigger and resync. A success forgets the object; a 409 is not a
+/// failure here (the loop re-reads and re-decides at once).
+#[derive(Debug, Default)]
+struct WriteBackoff {
+    entries: HashMap<String, Backoff>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Backoff {
+    failures: u32,
+    retry_at: Monotonic,
+}
+
+impl WriteBackoff {
+    /// Whether a write of `key` may be sent at `now`.
+    fn ready(&self, key: &str, now: Monotonic) -> bool {
+        self.entries.get(key).is_none_or(|b| now >= b.retry_at)
+    }
+
+    /// Records a failed write of `key` at `now`; returns the entry (failures so far, next try).
+    fn failed(&mut self, key: &str, now: Monotonic) -> Backoff {
+        let failures = self
+            .entries
+            .get(key)
+            .map_or(1, |b| b.failures.saturating_add(1));
+        let b = Backoff {
+            failures,
+            retry_at: now + super::backoff(failures),
+        };
+        self.entries.insert(key.to_string(), b);
+        b
+    }
+
+    fn succeeded(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+
+    /// The earliest instant a held-back write may be retried (for the loop's next wake-up).
+    fn next_retry(&self) -> Option<Monotonic> {
+        self.entries.values().map(|b| b.retry_at).min()
+    }
+
+    /// Forgets objects that are gone.
+    fn retain(&mut self, present: impl Fn(&str) -> bool) {
+        self.entries.retain(|k, _| present(k));
+    }
+}
+
 fn key(w: &Workload) -> String {
     format!(
         "{}/{}",
@@ -97,10 +149,18 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
     }
     tracing::info!("admission loop running");
     let mut assumed: HashMap<String, Assumed> = HashMap::new();
+    let mut backoff = WriteBackoff::default();
     loop {
+        // wake for the resync, or earlier when a held-back write may be retried
+        let now = ctx.clock.monotonic();
+        let wait = backoff
+            .next_retry()
+            .map_or(ctx.config.admission_resync, |at| {
+                at.saturating_since(now).min(ctx.config.admission_resync)
+            });
         tokio::select! {
             _ = trigger.notified() => {}
-            _ = tokio::time::sleep(ctx.config.admission_resync) => {}
+            _ = tokio::time::sleep(wait) => {}
             changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
         }
         if !ctx.is_leader() {
@@ -113,14 +173,19 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        run_cycle(&ctx, &mut assumed).await;
+        run_cycle(&ctx, &mut assumed, &mut backoff).await;
     }
 }
 
 /// One admission cycle: observe (the stores with the loop's assumptions laid over) → decide
 /// ([`admission::cycle`]) → apply (the statuses that changed) → report (metrics, logs).
-async fn run_cycle(ctx: &Context, assumed: &mut HashMap<String, Assumed>) {
+async fn run_cycle(
+    ctx: &Context,
+    assumed: &mut HashMap<String, Assumed>,
+    backoff: &mut WriteBackoff,
+) {
     let snapshot = snapshot(ctx, assumed);
+    forget_gone(backoff, &snapshot);
     let result = admission::cycle(
         &snapshot,
         &Options {
@@ -128,19 +193,79 @@ async fn run_cycle(ctx: &Context, assumed: &mut HashMap<String, Assumed>) {
         },
     );
     let now = ctx.clock.now();
-    let failed = apply(ctx, &snapshot, &result, now, assumed).await;
+    let failed = apply(ctx, &snapshot, &result, now, assumed, backoff).await;
     report(ctx, &snapshot, &result, &failed);
 }
 
-/// Writes a cycle's decisions, then the queues' status; returns the writes that failed (the
-/// next cycle retries them).
+/// Drops the backoff of objects no longer in the snapshot.
+fn forget_gone(backoff: &mut WriteBackoff, snapshot: &Snapshot) {
+    let mut present: HashSet<String> = snapshot
+        .workloads
+        .iter()
+        .map(|w| format!("workload/{}", key(w)))
+        .collect();
+    present.extend(snapshot.cluster_queues.iter().map(|c| {
+        format!(
+            "clusterqueue/{}",
+            c.metadata.name.as_deref().unwrap_or_default()
+        )
+    }));
+    present.extend(snapshot.local_queues.iter().map(|q| {
+        format!(
+            "localqueue/{}/{}",
+            q.metadata.namespace.as_deref().unwrap_or_default(),
+            q.metadata.name.as_deref().unwrap_or_default()
+        )
+    }));
+    backoff.retain(|k| present.contains(k));
+}
+
+/// A write that failed, and when the loop tries it again.
+struct Failed {
+    error: Error,
+    /// `None` for a conflict (re-decided on the next cycle); else the object's backoff.
+    backoff: Option<Backoff>,
+}
+
+/// Writes `key` through `write` unless its backoff holds it back (`None`), recording the outcome.
+async fn with_backoff<F>(
+    ctx: &Context,
+    backoff: &mut WriteBackoff,
+    key: &str,
+    failed: &mut Vec<Failed>,
+    write: F,
+) -> Option<bool>
+where
+    F: Future<Output = Result<(), Error>>,
+{
+    let now = ctx.clock.monotonic();
+    if !backoff.ready(key, now) {
+        tracing::debug!(object = key, "admission write held back by its backoff");
+        return None;
+    }
+    match write.await {
+        Ok(()) => {
+            backoff.succeeded(key);
+            Some(true)
+        }
+        Err(error) => {
+            let b = (!error.is_conflict()).then(|| backoff.failed(key, now));
+            failed.push(Failed { error, backoff: b });
+            Some(false)
+        }
+    }
+}
+
+/// Writes a cycle's decisions, then the queues' status; returns the writes that failed (a later
+/// cycle retries them, after the object's backoff; a write still backing off is not sent).
 async fn apply(
     ctx: &Context,
     snapshot: &Snapshot,
     result: &CycleResult,
     now: Timestamp,
     assumed: &mut HashMap<String, Assumed>,
-) -> Vec<Error> {
+    backoff: &mut WriteBackoff,
+) -> Vec<Failed> {
     let mut failed = vec![];
     let by_key: HashMap<String, &Workload> =
         snapshot.workloads.iter().map(|w| (key(w), w)).collect();
@@ -164,37 +289,36 @@ async fn apply(
             tracing::info!("leadership lost: the admission loop stops writing");
             break;
         }
-        match write_decision(ctx, w, d, now, assumed).await {
-            Ok(()) => {
-                if let Decision::Admit { workload, .. } = d {
-                    admitted.insert(workload.as_str());
-                }
-            }
-            Err(e) => failed.push(e),
+        let key = format!("workload/{}", d.workload());
+        let write = write_decision(ctx, w, d, now, assumed);
+        if with_backoff(ctx, backoff, &key, &mut failed, write).await == Some(true)
+            && let Decision::Admit { workload, .. } = d
+        {
+            admitted.insert(workload.as_str());
         }
     }
     for cq in &result.cluster_queues {
         if !ctx.is_leader() {
             break;
         }
-        if let Err(e) = write_cluster_queue(ctx, cq, now).await {
-            failed.push(e);
-        }
+        let key = format!("clusterqueue/{}", cq.name);
+        let write = write_cluster_queue(ctx, cq, now);
+        with_backoff(ctx, backoff, &key, &mut failed, write).await;
     }
     for lq in &result.local_queues {
         if !ctx.is_leader() {
             break;
         }
-        if let Err(e) = write_local_queue(ctx, lq, now).await {
-            failed.push(e);
-        }
+        let key = format!("localqueue/{}/{}", lq.namespace, lq.name);
+        let write = write_local_queue(ctx, lq, now);
+        with_backoff(ctx, backoff, &key, &mut failed, write).await;
     }
     failed
 }
 
 /// Every trace a cycle leaves: the cycle and pending counts, each ClusterQueue's usage, the
 /// failed writes (log and error metric).
-fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Error]) {
+fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Failed]) {
     ctx.metrics.admission_cycles.inc();
     tracing::debug!(
         workloads = snapshot.workloads.len(),
@@ -229,8 +353,19 @@ fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Er
             }
         }
     }
-    for e in failed {
-        tracing::warn!(error = %e, "admission write failed; the next cycle retries");
+    for f in failed {
+        let e = &f.error;
+        match f.backoff {
+            Some(b) => tracing::warn!(
+                error = %e,
+                consecutive_failures = b.failures,
+                retry_in_seconds = b.retry_at.saturating_since(ctx.clock.monotonic()).as_secs(),
+                "admission write failed; retrying after a backoff (2 s doubling, at most 5 min)"
+            ),
+            None => {
+                tracing::info!(error = %e, "admission write conflicted; re-deciding on the next cycle")
+            }
+        }
         ctx.metrics
             .errors
             .get_or_create(&StepLabels {
@@ -480,7 +615,7 @@ async fn write_local_queue(
 mod tests {
     use std::time::Duration;
 
-    use super::{Assumed, Monotonic, Overlay, may_have_committed, overlay};
+    use super::{Assumed, Monotonic, Overlay, WriteBackoff, may_have_committed, overlay};
 
     fn assumed(rv: u64, expires: Option<Monotonic>) -> Assumed {
         Assumed {
@@ -533,5 +668,42 @@ mod tests {
         assert!(!may_have_committed(&conflict));
         let timeout = kube::Error::Service("request timed out".into());
         assert!(may_have_committed(&timeout));
+    }
+
+    /// Issue #9 (c): a write that keeps failing is retried after 2 s, 4 s, 8 s … at most 5 min,
+    /// not on every trigger and resync; other objects are not held back; a success resets it.
+    #[test]
+    fn a_failing_write_backs_off_exponentially_capped_and_a_success_resets_it() {
+        let t0 = Monotonic::from_origin(Duration::from_secs(1000));
+        let mut b = WriteBackoff::default();
+        assert!(b.ready("workload/ns/a", t0));
+        assert_eq!(b.next_retry(), None);
+        let mut now = t0;
+        let mut waits = vec![];
+        for _ in 0..10 {
+            let e = b.failed("workload/ns/a", now);
+            let wait = e.retry_at.saturating_since(now);
+            waits.push(wait.as_secs());
+            // held back until the wait is over, not a moment before
+            assert!(!b.ready("workload/ns/a", now + (wait - Duration::from_millis(1))));
+            assert!(b.ready("workload/ns/a", now + wait));
+            assert_eq!(b.next_retry(), Some(e.retry_at));
+            now = now + wait;
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        // another object is not held back
+        assert!(b.ready("clusterqueue/cq", t0));
+        b.succeeded("workload/ns/a");
+        assert!(b.ready("workload/ns/a", t0));
+        assert_eq!(
+            b.failed("workload/ns/a", t0).failures,
+            1,
+            "reset by the success"
+        );
+        // a deleted object's backoff goes with it
+        b.failed("localqueue/ns/lq", t0);
+        b.retain(|k| k != "workload/ns/a");
+        assert!(b.ready("workload/ns/a", t0));
+        assert!(!b.ready("localqueue/ns/lq", t0));
     }
 }

@@ -74,6 +74,9 @@ struct Observed {
     key: String,
     /// The RayService, with this process's own Releases the store may not show yet laid over.
     service: Arc<RayService>,
+    /// The released-children record laid over, when the store's lacks children this process
+    /// released (its write lags, or failed).
+    overlaid: Option<String>,
     children: Vec<RayCluster>,
     /// The Workloads it owns.
     workloads: Vec<Workload>,
@@ -94,7 +97,7 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         .iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect();
-    let service = with_just_released(ctx, &key, service, &live);
+    let (service, overlaid) = with_just_released(ctx, &key, service, &live);
     let workloads: Vec<Workload> = ctx
         .stores
         .workloads
@@ -115,6 +118,7 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         name,
         key,
         service,
+        overlaid,
         children,
         workloads,
     }
@@ -151,10 +155,37 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
             .collect(),
     };
     let children: Vec<&RayCluster> = seen.children.iter().collect();
+    let decision = gate::decide(&seen.service, &children, &seen.workloads, &opts);
     Plan {
-        decision: gate::decide(&seen.service, &children, &seen.workloads, &opts),
+        decision: record_overlaid(decision, &seen.service, seen.overlaid.as_deref()),
         now,
     }
+}
+
+/// The decision, made to write the released-children record when it was decided on a record
+/// laid over from memory (`overlaid`) and nothing in it writes the record: a release whose record
+/// write failed is persisted even while the child is not covered (a grown child), so a restart
+/// (which forgets the memory) never holds it as tampered.
+fn record_overlaid(
+    mut decision: GateDecision,
+    service: &RayService,
+    overlaid: Option<&str>,
+) -> GateDecision {
+    let Some(value) = overlaid else {
+        return decision;
+    };
+    let records = decision.actions.iter().any(|a| {
+        matches!(
+            a,
+            GateAction::Release { .. } | GateAction::RecordReleased { .. }
+        )
+    });
+    if gate::queue_name(service).is_some() && decision.error.is_none() && !records {
+        decision.actions.push(GateAction::RecordReleased {
+            released: value.split(',').map(str::to_string).collect(),
+        });
+    }
+    decision
 }
 
 /// What was applied of a decision.
@@ -239,6 +270,15 @@ async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
 async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, start: Monotonic) {
     // an Event says a decision was applied only when it was
     let events = applied_events(&plan.decision, applied.actions);
+    // an Event is a write too: a deposed leader leaves the telling to the new one
+    let events = if ctx.is_leader() {
+        events
+    } else {
+        if !events.is_empty() {
+            tracing::info!(rayservice = %seen.key, events = events.len(), "not the leader (any more): Events not published");
+        }
+        vec![]
+    };
     for ev in events {
         ctx.events
             .publish(&reference(&seen.service, ev.child.as_deref()), ev)
@@ -296,12 +336,12 @@ fn with_just_released(
     key: &str,
     service: Arc<RayService>,
     live: &BTreeSet<String>,
-) -> Arc<RayService> {
+) -> (Arc<RayService>, Option<String>) {
     let Ok(mut map) = ctx.just_released.lock() else {
-        return service;
+        return (service, None);
     };
     let Some(just) = map.get(key) else {
-        return service;
+        return (service, None);
     };
     let recorded = service
         .metadata
@@ -316,15 +356,15 @@ fn with_just_released(
         map.insert(key.to_string(), still);
     }
     match annotation {
-        None => service,
+        None => (service, None),
         Some(value) => {
             tracing::debug!(rayservice = %key, released = %value, "the store lags the released-children record: using this process's own");
             let mut s = service.as_ref().clone();
             s.metadata
                 .annotations
                 .get_or_insert_with(Default::default)
-                .insert(gate::RELEASED_ANNOTATION.to_string(), value);
-            Arc::new(s)
+                .insert(gate::RELEASED_ANNOTATION.to_string(), value.clone());
+            (Arc::new(s), Some(value))
         }
     }
 }
@@ -476,6 +516,13 @@ async fn apply_action(
                     admitted_at: *admitted_at,
                     at: ctx.clock.monotonic(),
                 });
+                // two writes in one action: a leader deposed during the first writes no second
+                // (the next leader records the running, covered child itself)
+                if !ctx.is_leader() {
+                    return Err(Error::NotLeader {
+                        name: format!("{ns}/{name}"),
+                    });
+                }
                 decided.service_rv = apply::record_released(
                     &ctx.client,
                     ns,
@@ -636,7 +683,7 @@ pub fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) 
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::{applied_events, overlay_released};
+    use super::{applied_events, overlay_released, record_overlaid};
     use crate::gate::{EventType, GateAction, GateDecision, GateEvent};
 
     fn set(names: &[&str]) -> BTreeSet<String> {
@@ -656,6 +703,43 @@ mod tests {
         // an empty record
         let (ann, _) = overlay_released(Some(""), &set(&["b"]), &set(&["b"]));
         assert_eq!(ann.as_deref(), Some("b"));
+    }
+
+    /// Issue #9 (b): a record decided on from memory is written even when nothing else in the
+    /// decision writes it (the released child grew past its slice, so no `RecordReleased`).
+    #[test]
+    fn a_record_laid_over_from_memory_is_written() {
+        let svc: crate::types::ray::RayService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "namespace": "ns", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"rayClusterConfig": {"headGroupSpec": {"template": {}}}}
+        }))
+        .unwrap();
+        let d = record_overlaid(GateDecision::default(), &svc, Some("a,b"));
+        assert_eq!(
+            d.actions,
+            [GateAction::RecordReleased {
+                released: vec!["a".into(), "b".into()]
+            }]
+        );
+        // the store's record is complete: nothing added
+        assert!(
+            record_overlaid(GateDecision::default(), &svc, None)
+                .actions
+                .is_empty()
+        );
+        // a decision that writes the record anyway: not twice
+        let mut d = GateDecision::default();
+        d.actions.push(release("c"));
+        assert_eq!(record_overlaid(d, &svc, Some("a,b")).actions.len(), 1);
+        // opted out meanwhile: the opt-out removes the record, it is not written back
+        let mut out = svc.clone();
+        out.metadata.labels = None;
+        assert!(
+            record_overlaid(GateDecision::default(), &out, Some("a,b"))
+                .actions
+                .is_empty()
+        );
     }
 
     #[test]

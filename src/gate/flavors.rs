@@ -7,7 +7,9 @@
 //! (their `tolerations`, without duplicates). They are merged into the group's pod template; a
 //! node selector key the template already sets to another value is a conflict (Kueue:
 //! `BadPodSetsUpdate`), and the child is not released. `nodeTaints` only steer flavor matching;
-//! nothing of them reaches the pods.
+//! nothing of them reaches the pods. What was added is recorded on the child
+//! ([`INJECTED_PLACEMENT_ANNOTATION`]) and left out of its PodSets, since placement is part of a
+//! PodSet's shape: a released child must not look like a move to another pool.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,7 +17,7 @@ use k8s_openapi::api::core::v1::{PodSpec, Toleration};
 use serde_json::{Value, json};
 
 use super::{EventType, GateAction, GateDecision};
-use crate::podsets::{self, HEAD_GROUP, PodSet};
+use crate::podsets::{self, HEAD_GROUP, INJECTED_PLACEMENT_ANNOTATION, Injected, PodSet};
 use crate::types::kueue::{ResourceFlavorSpec, Workload};
 use crate::types::ray::RayCluster;
 
@@ -57,10 +59,10 @@ pub fn from_assignment(
     info
 }
 
-/// `podset.Merge` on a pod spec: `Err(key)` on a node selector conflict; `Ok(true)` when the
-/// spec changed.
-pub fn merge(spec: &mut PodSpec, info: &FlavorInfo) -> Result<bool, String> {
-    let mut changed = false;
+/// `podset.Merge` on a pod spec: `Err(key)` on a node selector conflict; otherwise what it
+/// added (empty when the spec did not change).
+pub fn merge(spec: &mut PodSpec, info: &FlavorInfo) -> Result<Injected, String> {
+    let mut added = Injected::default();
     let selector = spec.node_selector.get_or_insert_with(Default::default);
     for (k, v) in &info.node_selector {
         match selector.get(k) {
@@ -68,7 +70,7 @@ pub fn merge(spec: &mut PodSpec, info: &FlavorInfo) -> Result<bool, String> {
             Some(old) => return Err(format!("nodeSelector {k}={old} (flavor wants {v})")),
             None => {
                 selector.insert(k.clone(), v.clone());
-                changed = true;
+                added.node_selector.insert(k.clone(), v.clone());
             }
         }
     }
@@ -79,31 +81,30 @@ pub fn merge(spec: &mut PodSpec, info: &FlavorInfo) -> Result<bool, String> {
     for t in &info.tolerations {
         if !tolerations.contains(t) {
             tolerations.push(t.clone());
-            changed = true;
+            added.tolerations.push(t.clone());
         }
     }
     if tolerations.is_empty() {
         spec.tolerations = None;
     }
-    Ok(changed)
+    Ok(added)
 }
 
-/// The slice PodSet a child's PodSet is charged to: same group (annotation) and per-pod requests.
+/// The slice PodSet a child's PodSet is charged to: the same shape (group annotation, per-pod
+/// requests, placement).
 fn slice_podset<'a>(slice: &'a Workload, p: &PodSet) -> Option<&'a str> {
     slice
         .spec
         .pod_sets
         .iter()
-        .find(|sp| {
-            crate::slices::shape(sp)
-                .is_some_and(|(group, requests)| group == p.group && requests == p.requests)
-        })
+        .find(|sp| crate::slices::shape(sp).is_some_and(|s| s.fits(p)))
         .map(|sp| sp.name.as_str())
 }
 
 /// The merge patch that puts the flavors of `slice` onto `child`'s pod templates (with the
-/// child's resourceVersion as precondition: `workerGroupSpecs` is replaced whole), `Ok(None)`
-/// when nothing changes, `Err` on a node selector conflict.
+/// child's resourceVersion as precondition: `workerGroupSpecs` is replaced whole) and records
+/// what it added in [`INJECTED_PLACEMENT_ANNOTATION`] (so the child's PodSets stay the user's,
+/// see [`podsets::of_child`]); `Ok(None)` when nothing changes, `Err` on a node selector conflict.
 pub fn child_patch(
     child: &RayCluster,
     slice: &Workload,
@@ -113,7 +114,7 @@ pub fn child_patch(
         "RayCluster {}",
         child.metadata.name.as_deref().unwrap_or_default()
     );
-    let ps = podsets::of_cluster(&child.spec, &obj, "spec").map_err(|e| e.to_string())?;
+    let ps = podsets::of_child(child, &obj).map_err(|e| e.to_string())?;
     let info_for = |group: &str| -> FlavorInfo {
         ps.iter()
             .filter(|p| p.group == group)
@@ -122,24 +123,39 @@ pub fn child_patch(
             .unwrap_or_default()
     };
     let mut spec = child.spec.clone();
+    let mut record = podsets::injected_record(child);
     let mut changed = false;
+    let mut note = |group: &str, added: Injected| {
+        if !added.is_empty() {
+            changed = true;
+            record.entry(group.to_string()).or_default().extend(&added);
+        }
+    };
     let head = spec
         .head_group_spec
         .template
         .spec
         .get_or_insert_with(Default::default);
-    changed |= merge(head, &info_for(HEAD_GROUP)).map_err(|e| format!("{obj} head: {e}"))?;
+    note(
+        HEAD_GROUP,
+        merge(head, &info_for(HEAD_GROUP)).map_err(|e| format!("{obj} head: {e}"))?,
+    );
     for g in spec.worker_group_specs.iter_mut().flatten() {
         let info = info_for(&g.group_name);
         let pod = g.template.spec.get_or_insert_with(Default::default);
-        changed |= merge(pod, &info).map_err(|e| format!("{obj} group {}: {e}", g.group_name))?;
+        let added = merge(pod, &info).map_err(|e| format!("{obj} group {}: {e}", g.group_name))?;
+        note(&g.group_name, added);
     }
     if !changed {
         return Ok(None);
     }
+    let record = serde_json::to_string(&record).map_err(|e| format!("{obj}: {e}"))?;
     let head_spec = spec.head_group_spec.template.spec.as_ref();
     Ok(Some(json!({
-        "metadata": {"resourceVersion": child.metadata.resource_version},
+        "metadata": {
+            "resourceVersion": child.metadata.resource_version,
+            "annotations": {INJECTED_PLACEMENT_ANNOTATION: record},
+        },
         "spec": {
             "headGroupSpec": {"template": {"spec": {
                 "nodeSelector": head_spec.and_then(|s| s.node_selector.clone()),
@@ -292,11 +308,82 @@ mod tests {
             Value::Null
         );
         // applied once, it is not applied again
-        let mut done = c.clone();
+        let done = patched(&c, &patch);
+        assert_eq!(child_patch(&done, &w, &flavors()), Ok(None));
+    }
+
+    /// `child` with a [`child_patch`] merged in (the fields it sets).
+    fn patched(child: &RayCluster, patch: &Value) -> RayCluster {
+        let mut done = child.clone();
         let wg: Vec<crate::types::ray::WorkerGroupSpec> =
             serde_json::from_value(patch["spec"]["workerGroupSpecs"].clone()).unwrap();
         done.spec.worker_group_specs = Some(wg);
-        assert_eq!(child_patch(&done, &w, &flavors()), Ok(None));
+        let head: PodSpec = serde_json::from_value(json!({"containers": []})).unwrap();
+        let head_patch = &patch["spec"]["headGroupSpec"]["template"]["spec"];
+        let spec = done.spec.head_group_spec.template.spec.get_or_insert(head);
+        spec.node_selector = serde_json::from_value(head_patch["nodeSelector"].clone()).unwrap();
+        spec.tolerations = serde_json::from_value(head_patch["tolerations"].clone()).unwrap();
+        for (k, v) in patch["metadata"]["annotations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            done.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(k.clone(), v.as_str().unwrap().to_string());
+        }
+        done
+    }
+
+    /// Issue #9 (a): placement is part of a PodSet's shape, but what raygate injected is not
+    /// the user's placement: a released child has the PodSets it had before its release, so
+    /// its slice still covers it and no replacement is planned.
+    #[test]
+    fn a_released_child_s_injection_is_not_a_move_to_another_pool() {
+        let c = child(json!({"tolerations": [{"key": "mine", "operator": "Exists"}]}));
+        let w = slice_for(&c, &[("head", "h100"), ("gpu", "h100")]);
+        let patch = child_patch(&c, &w, &flavors()).unwrap().expect("a patch");
+        let record: podsets::InjectedRecord = serde_json::from_str(
+            patch["metadata"]["annotations"][INJECTED_PLACEMENT_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record.len(), 2, "head and gpu: {record:?}");
+        assert_eq!(record["gpu"].node_selector["pool"], "h100");
+        assert_eq!(
+            record["gpu"].tolerations.len(),
+            1,
+            "the user's own is not recorded"
+        );
+        let done = patched(&c, &patch);
+        let raw = podsets::of_cluster(&done.spec, "x", "spec").unwrap();
+        assert_eq!(
+            raw[1].placement().node_selector["pool"],
+            "h100",
+            "the injection is on the child"
+        );
+        let before = podsets::of_child(&c, "x").unwrap();
+        let after = podsets::of_child(&done, "x").unwrap();
+        assert_eq!(before.len(), after.len());
+        for (b, a) in before.iter().zip(&after) {
+            assert!(b.same_shape(a), "{b:?} vs {a:?}");
+        }
+        assert!(crate::slices::covers(&w, &after));
+        // a placement the user really changed is a new shape
+        let mut moved = done.clone();
+        let groups = moved.spec.worker_group_specs.as_mut().unwrap();
+        groups[0]
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .node_selector
+            .get_or_insert_with(Default::default)
+            .insert("zone".into(), "z2".into());
+        let moved = podsets::of_child(&moved, "x").unwrap();
+        assert!(!crate::slices::covers(&w, &moved));
     }
 
     #[test]

@@ -5,11 +5,16 @@
 //! PodSet name whose children disagree on per-pod requests so the totals stay exact.
 
 mod cluster;
+mod placement;
 mod pod;
 mod service;
 
 pub use cluster::{
     AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS, of_cluster,
+};
+pub use placement::{
+    INJECTED_PLACEMENT_ANNOTATION, Injected, InjectedRecord, Placement, injected_record, of_child,
+    strip,
 };
 pub use pod::{container_requests, pod_requests};
 pub(crate) use service::shape_name;
@@ -19,11 +24,12 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 use crate::quantity::Resources;
 
-/// A group of identical pods: `count` pods, each requesting `requests`.
+/// A group of identical pods: `count` pods, each requesting `requests`, placed as `template`
+/// says (its [`Placement`]: node selector and tolerations).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodSet {
     /// The Workload PodSet name (a DNS label): `head`, a lower-cased worker group name, or one of
-    /// those with a shape suffix when children disagree on per-pod requests.
+    /// those with a shape suffix when children disagree on per-pod requests or placement.
     pub name: String,
     /// The KubeRay group the pods belong to: `headgroup` or the worker `groupName`.
     pub group: String,
@@ -38,6 +44,18 @@ impl PodSet {
     /// `count` × `requests`.
     pub fn total(&self) -> Resources {
         self.requests.times(i64::from(self.count))
+    }
+
+    /// Where its pods may run: the template's node selector and tolerations.
+    pub fn placement(&self) -> Placement {
+        Placement::of(&self.template)
+    }
+
+    /// Same group, per-pod requests and placement: the same PodSet for quota, whatever its name.
+    pub fn same_shape(&self, other: &PodSet) -> bool {
+        self.group == other.group
+            && self.requests == other.requests
+            && self.placement() == other.placement()
     }
 }
 

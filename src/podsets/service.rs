@@ -2,7 +2,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{MAX_PODSETS, PodSet, PodSetError, of_cluster};
+use super::{MAX_PODSETS, PodSet, PodSetError, of_child, of_cluster};
 use crate::meta;
 use crate::types::ray::{RayCluster, RayService};
 
@@ -74,7 +74,9 @@ fn object_name(kind: &str, meta: &kube::api::ObjectMeta) -> String {
     )
 }
 
-/// A deterministic DNS-safe name for a PodSet whose per-pod requests differ from the plain one's.
+/// A deterministic DNS-safe name for a PodSet whose per-pod requests or placement differ from
+/// the plain one's. The hash covers the requests, and the placement when there is one (so names
+/// of PodSets without placement are what they were before placement was part of the shape).
 pub(crate) fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String {
     let mut h = Sha256::new();
     for (k, v) in podset.requests.iter() {
@@ -82,6 +84,21 @@ pub(crate) fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String 
         h.update(b"=");
         h.update(v.nanos().to_string().as_bytes());
         h.update(b";");
+    }
+    let placement = podset.placement();
+    if !placement.is_empty() {
+        h.update(b"|nodeSelector:");
+        for (k, v) in &placement.node_selector {
+            h.update(k.as_bytes());
+            h.update(b"=");
+            h.update(v.as_bytes());
+            h.update(b";");
+        }
+        h.update(b"|tolerations:");
+        for t in &placement.tolerations {
+            h.update(t.as_bytes());
+            h.update(b";");
+        }
     }
     let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let suffix = &hex[..hex_len];
@@ -98,8 +115,10 @@ pub(crate) fn shape_name(base: &str, podset: &PodSet, hex_len: usize) -> String 
 ///
 /// No child: the PodSets of `spec.rayClusterConfig`. Otherwise the union by PodSet name with
 /// counts summed; when children give one name different per-pod requests (a resource-changing
-/// upgrade), each distinct shape gets its own PodSet: the oldest child's keeps the plain name,
-/// others get a suffix from a hash of their requests. Order: head, the oldest child's groups, then
+/// upgrade) or a different placement (node selector, tolerations: a move to another pool), each
+/// distinct shape gets its own PodSet: the oldest child's keeps the plain name, others get a
+/// suffix from a hash of their requests and placement. A child's templates are read without
+/// what raygate injected into them ([`of_child`]). Order: head, the oldest child's groups, then
 /// new ones in order of appearance. A child being deleted still counts.
 pub fn of_service(
     service: &RayService,
@@ -121,7 +140,7 @@ pub fn of_service(
     let mut out: Vec<PodSet> = Vec::new();
     for child in children {
         let obj = object_name("RayCluster", &child.metadata);
-        for p in of_cluster(&child.spec, &obj, "spec")? {
+        for p in of_child(child, &obj)? {
             merge_podset(&mut out, p, &svc, &obj)?;
         }
     }
@@ -143,17 +162,18 @@ pub fn of_service(
 }
 
 /// Adds one child's PodSet `p` to the union `out`: summed into the PodSet of the same name and
-/// shape, or under a shape-suffixed name when the name's shape differs.
+/// shape (group, per-pod requests, placement), or under a shape-suffixed name when the name's
+/// shape differs.
 fn merge_podset(out: &mut Vec<PodSet>, p: PodSet, svc: &str, obj: &str) -> Result<(), PodSetError> {
     let mut name = p.name.clone();
     for hex_len in [8, 16, 64] {
         match out.iter().find(|o| o.name == name) {
-            Some(o) if o.requests != p.requests => name = shape_name(&p.name, &p, hex_len),
+            Some(o) if !o.same_shape(&p) => name = shape_name(&p.name, &p, hex_len),
             _ => break,
         }
     }
     match out.iter_mut().find(|o| o.name == name) {
-        Some(o) if o.requests == p.requests => {
+        Some(o) if o.same_shape(&p) => {
             o.count = o
                 .count
                 .checked_add(p.count)
@@ -311,6 +331,90 @@ mod tests {
         assert_eq!(total(&s.podsets).get("cpu"), Quantity::parse("27").unwrap());
         // deterministic
         assert_eq!(of_service(&service(), &kids).unwrap(), s);
+    }
+
+    /// Issue #9 (a): an upgrade that only moves a worker group to another GPU pool (node
+    /// selector, tolerations) gives a PodSet of its own; the head, unmoved, is summed.
+    #[test]
+    fn a_group_moved_to_another_pool_is_a_podset_of_its_own() {
+        let on_pool = |pool: Option<&str>| {
+            let mut v = g("gpu", 2, "4");
+            if let Some(pool) = pool {
+                v["template"]["spec"]["nodeSelector"] = json!({"gpu-pool": pool});
+                v["template"]["spec"]["tolerations"] = json!([{"key": "gpu-pool", "operator": "Equal", "value": pool, "effect": "NoSchedule"}]);
+            }
+            v
+        };
+        let podsets = |old: Option<&str>, new: Option<&str>| {
+            let all = [
+                child(
+                    "svc-aaaaa",
+                    "2026-01-01T00:00:00Z",
+                    "1",
+                    json!([on_pool(old)]),
+                ),
+                child(
+                    "svc-bbbbb",
+                    "2026-01-02T00:00:00Z",
+                    "1",
+                    json!([on_pool(new)]),
+                ),
+            ];
+            of_service(&service(), &children_of(&service(), &all))
+                .unwrap()
+                .podsets
+        };
+        for (old, new) in [(None, Some("b")), (Some("a"), Some("b")), (Some("a"), None)] {
+            let ps = podsets(old, new);
+            let names: Vec<_> = ps.iter().map(|p| (p.name.as_str(), p.count)).collect();
+            assert_eq!(names.len(), 3, "{old:?} → {new:?}: {names:?}");
+            assert_eq!(names[..2], [("head", 2), ("gpu", 2)]);
+            assert!(
+                names[2].0.starts_with("gpu-") && names[2].1 == 2,
+                "{names:?}"
+            );
+            assert_eq!(ps[2].placement(), on_pool_placement(new));
+        }
+        // the same pool on both: one PodSet
+        let same = podsets(Some("a"), Some("a"));
+        assert_eq!(same.len(), 2);
+        assert_eq!(same[1].count, 4);
+        // different pools give different suffixes (the hash covers the placement)
+        assert_ne!(
+            podsets(None, Some("b"))[2].name,
+            podsets(None, Some("c"))[2].name
+        );
+        // no placement: the suffix is what it was before placement counted: sha256 of
+        // "cpu=8000000000;memory=8589934592000000000;" (requests only)
+        let resized = [
+            child(
+                "svc-aaaaa",
+                "2026-01-01T00:00:00Z",
+                "1",
+                json!([g("gpu", 1, "4")]),
+            ),
+            child(
+                "svc-bbbbb",
+                "2026-01-02T00:00:00Z",
+                "1",
+                json!([g("gpu", 1, "8")]),
+            ),
+        ];
+        let s = of_service(&service(), &children_of(&service(), &resized)).unwrap();
+        assert_eq!(s.podsets[2].name, "gpu-2de72b11");
+    }
+
+    fn on_pool_placement(pool: Option<&str>) -> crate::podsets::Placement {
+        let mut t: k8s_openapi::api::core::v1::PodTemplateSpec =
+            serde_json::from_value(json!({"spec": {"containers": []}})).unwrap();
+        if let Some(pool) = pool {
+            let spec = t.spec.as_mut().unwrap();
+            spec.node_selector = Some([("gpu-pool".to_string(), pool.to_string())].into());
+            spec.tolerations = Some(vec![serde_json::from_value(
+                json!({"key": "gpu-pool", "operator": "Equal", "value": pool, "effect": "NoSchedule"}),
+            ).unwrap()]);
+        }
+        crate::podsets::Placement::of(&t)
     }
 
     #[test]

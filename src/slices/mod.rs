@@ -6,7 +6,8 @@
 //! scale-down shrinks the reserved slice in place. [`plan`] makes the same decisions from the
 //! RayService's desired PodSets and its not-finished Workloads, and goes beyond Kueue in two ways:
 //!
-//! * PodSets are matched to the chain's PodSets by worker group and per-pod requests, not by name.
+//! * PodSets are matched to the chain's PodSets by shape (worker group, per-pod requests and
+//!   placement: node selector and tolerations), not by name.
 //!   Names from [`crate::podsets::of_service`] move when children come and go (after a promotion
 //!   the surviving child's shape gets the plain name back); matching by shape keeps a slice from
 //!   being "scaled down in place" onto a cheaper shape of the same name.
@@ -23,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::conditions;
 use crate::meta;
-use crate::podsets::{PodSet, pod_requests, shape_name};
+use crate::podsets::{Placement, PodSet, pod_requests, shape_name};
 use crate::quantity::Resources;
 use crate::types::kueue::{
     self, ELASTIC_JOB_ANNOTATION, PriorityClassRef, QUEUE_NAME_LABEL,
@@ -100,8 +101,25 @@ pub struct SlicePlan {
     pub target: Option<String>,
 }
 
-/// Group and per-pod requests of a Workload PodSet (`None` when its template cannot be read).
-pub(crate) fn shape(ps: &kueue::PodSet) -> Option<(String, Resources)> {
+/// What makes PodSets the same for quota: KubeRay group, per-pod requests and placement (node
+/// selector, tolerations), whatever the name.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Shape {
+    pub group: String,
+    pub requests: Resources,
+    pub placement: Placement,
+}
+
+impl Shape {
+    /// Whether the desired PodSet `p` has this shape.
+    pub(crate) fn fits(&self, p: &PodSet) -> bool {
+        self.group == p.group && self.requests == p.requests && self.placement == p.placement()
+    }
+}
+
+/// The shape of a Workload PodSet (`None` when its template cannot be read). The template is the
+/// user's (desired PodSets leave out what raygate injected, see [`crate::podsets::of_child`]).
+pub(crate) fn shape(ps: &kueue::PodSet) -> Option<Shape> {
     let group = ps
         .template
         .metadata
@@ -114,7 +132,11 @@ pub(crate) fn shape(ps: &kueue::PodSet) -> Option<(String, Resources)> {
         Some(spec) => pod_requests(spec, "template.spec", &ps.name).ok()?,
         None => Resources::new(),
     };
-    Some((group, requests))
+    Some(Shape {
+        group,
+        requests,
+        placement: Placement::of(&ps.template),
+    })
 }
 
 /// Count a slice grants a PodSet: the admitted count capped by the spec count; 0 when unassigned.
@@ -156,20 +178,17 @@ fn workload_podset(p: &PodSet, name: &str) -> kueue::PodSet {
     }
 }
 
-/// Desired PodSets renamed onto `chain`'s PodSets by (group, per-pod requests), in the chain's
-/// order; chain PodSets nothing matches follow with count 0; desired PodSets new to the chain come
-/// last, under their own name or a shape-suffixed one when the chain uses that name already.
+/// Desired PodSets renamed onto `chain`'s PodSets by shape (group, per-pod requests, placement),
+/// in the chain's order; chain PodSets nothing matches follow with count 0; desired PodSets new
+/// to the chain come last, under their own name or a shape-suffixed one when the chain uses that
+/// name already.
 fn align(desired: &[PodSet], chain: &[kueue::PodSet]) -> Aligned {
-    let chain_shapes: Vec<Option<(String, Resources)>> = chain.iter().map(shape).collect();
+    let chain_shapes: Vec<Option<Shape>> = chain.iter().map(shape).collect();
     let mut matched: Vec<Option<&PodSet>> = vec![None; chain.len()];
     let mut unmatched: Vec<&PodSet> = Vec::new();
     for d in desired {
-        let slot = (0..chain.len()).find(|&i| {
-            matched[i].is_none()
-                && chain_shapes[i]
-                    .as_ref()
-                    .is_some_and(|(g, r)| *g == d.group && *r == d.requests)
-        });
+        let slot = (0..chain.len())
+            .find(|&i| matched[i].is_none() && chain_shapes[i].as_ref().is_some_and(|s| s.fits(d)));
         match slot {
             Some(i) => matched[i] = Some(d),
             None => unmatched.push(d),
@@ -245,7 +264,7 @@ fn scaled_down(stored: &[kueue::PodSet], counts: &[kueue::PodSet]) -> Vec<kueue:
         .collect()
 }
 
-/// Same names, counts and shapes (group and per-pod requests), in order.
+/// Same names, counts and shapes (group, per-pod requests, placement), in order.
 fn same_podsets(a: &[kueue::PodSet], b: &[kueue::PodSet]) -> bool {
     a.len() == b.len()
         && a.iter()
@@ -254,7 +273,7 @@ fn same_podsets(a: &[kueue::PodSet], b: &[kueue::PodSet]) -> bool {
 }
 
 /// Whether `w`, once admitted, grants every desired pod: each desired PodSet matches one of its
-/// PodSets by group and per-pod requests with a granted count at least as large. This is the
+/// PodSets by shape (group, per-pod requests, placement) with a granted count at least as large. This is the
 /// gate's shape-exact race guard.
 pub fn covers(w: &Workload, desired: &[PodSet]) -> bool {
     let aligned = align(desired, &w.spec.pod_sets);
@@ -528,10 +547,13 @@ fn follow_head(
     if !within_head {
         return scale_up(ctx, head, aligned, candidate, taken, actions);
     }
-    // Kueue keeps a reserved Workload's PodSets immutable but for count decreases
-    // (`validateImmutablePodSets`), so the in-place list is the head's own with new counts
-    // (as Kueue's `ApplyPodSetCounts`); a template change of the same shape (an image-only
-    // upgrade) is not written to a reserved slice.
+    // Kueue keeps a reserved Workload's PodSets immutable but for count decreases: Kueue
+    // v0.19.2 `pkg/webhooks/workload_webhook.go`, `ValidateWorkloadUpdate` →
+    // `validateImmutablePodSets` (same length, index by index) → `validateImmutablePodSet`
+    // (semantically equal once a lower `count` is put back; elastic workloads only). So the
+    // in-place list is the head's own with new counts (as Kueue's `ApplyPodSetCounts`); a
+    // template change of the same shape (an image-only upgrade) is not written to a reserved
+    // slice.
     let shrunk = scaled_down(&head.spec.pod_sets, &aligned.list);
     if shrunk != head.spec.pod_sets {
         actions.push(SliceAction::SetPodSets {

@@ -510,7 +510,7 @@ fn covers_is_shape_exact() {
             .spec
             .pod_sets
             .iter()
-            .map(|p| shape(p).unwrap().1.get("cpu"))
+            .map(|p| shape(p).unwrap().requests.get("cpu"))
             .next()
             .unwrap()
     );
@@ -519,13 +519,13 @@ fn covers_is_shape_exact() {
 /// Random sequences of desired PodSets and admissions.
 #[derive(Debug, Clone)]
 enum Event {
-    Desire(Vec<(usize, i32, u8, u8)>), // (group index, count, cpu, image)
+    Desire(Vec<(usize, i32, u8, u8, u8)>), // (group index, count, cpu, image, pool)
     AdmitNewest,
 }
 
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
-        3 => prop::collection::vec((0usize..4, 0i32..5, 1u8..3, 0u8..2), 0..4).prop_map(Event::Desire),
+        3 => prop::collection::vec((0usize..4, 0i32..5, 1u8..3, 0u8..2, 0u8..3), 0..4).prop_map(Event::Desire),
         2 => Just(Event::AdmitNewest),
     ]
 }
@@ -541,9 +541,11 @@ proptest! {
                 Event::Desire(groups) => {
                     desired = vec![head(1)];
                     let mut seen = BTreeSet::new();
-                    for (g, n, cpu, image) in groups {
+                    for (g, n, cpu, image, pool) in groups {
                         if seen.insert(g) {
-                            desired.push(ps_img(&format!("g{g}"), &format!("g{g}"), n, &cpu.to_string(), &format!("ray:{image}")));
+                            let p = ps_img(&format!("g{g}"), &format!("g{g}"), n, &cpu.to_string(), &format!("ray:{image}"));
+                            // pool 0: no node selector; 1, 2: a GPU pool
+                            desired.push(if pool == 0 { p } else { in_pool(p, &format!("p{pool}")) });
                         }
                     }
                 }
@@ -768,4 +770,88 @@ fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain(
     assert_eq!(expired(&ws, at(1100), &retention), [names[0].clone()]);
     // the newest two finished (400, 500) stay however old; the live slice is never a candidate
     assert_eq!(expired(&ws, at(100_000), &retention), names[..3].to_vec());
+}
+
+/// `p` placed on GPU pool `pool`: a node selector and a toleration.
+fn in_pool(mut p: PodSet, pool: &str) -> PodSet {
+    if let Some(spec) = p.template.spec.as_mut() {
+        spec.node_selector = Some([("gpu-pool".to_string(), pool.to_string())].into());
+        spec.tolerations = Some(vec![k8s_openapi::api::core::v1::Toleration {
+            key: Some("gpu-pool".into()),
+            value: Some(pool.into()),
+            operator: Some("Equal".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }]);
+    }
+    p
+}
+
+/// Issue #9 (a): an upgrade that only moves a worker group to another GPU pool gives a PodSet of
+/// its own, so the replacement is charged to the new pool's flavor (not counted into the old one).
+#[test]
+fn a_group_moved_to_another_pool_is_a_podset_of_its_own() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    let a = |n: i32, name: &str| in_pool(ps(name, "workers", n, "1"), "a");
+    let b = |n: i32, name: &str| in_pool(ps(name, "workers", n, "1"), "b");
+    step(&mut ws, &c, &[head(1), a(2, "workers")], &mut clock);
+    admit_counts(&mut ws[0]);
+    // the upgrade: the new child's workers on pool b (of_service names them with a suffix)
+    let p = plan(&c, &[head(2), a(2, "workers"), b(2, "workers-b")], &ws);
+    let [SliceAction::Create { workload, .. }] = p.actions.as_slice() else {
+        panic!("{p:?}")
+    };
+    assert_eq!(
+        counts(&workload.spec.pod_sets),
+        [("head", 2), ("workers", 2), ("workers-b", 2)]
+    );
+    let moved = &workload.spec.pod_sets[2].template;
+    assert_eq!(
+        moved.spec.as_ref().unwrap().node_selector,
+        Some([("gpu-pool".to_string(), "b".to_string())].into())
+    );
+    // the old slice covers neither the moved group nor the same group without a placement
+    assert!(covers(&ws[0], &[head(1), a(2, "workers")]));
+    assert!(!covers(&ws[0], &[head(1), b(2, "workers")]));
+    assert!(!covers(&ws[0], &[head(1), workers(2)]));
+    apply(&mut ws, &p, &mut clock);
+    admit_counts(&mut ws[1]);
+    // promoted: the old child is gone; the chain shrinks onto the pool-b PodSet in place
+    let p = plan(&c, &[head(1), b(2, "workers")], &ws);
+    let shrink = p
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            SliceAction::SetPodSets { pod_sets, .. } => Some(counts(pod_sets)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{p:?}"));
+    assert_eq!(shrink, [("head", 1), ("workers", 0), ("workers-b", 2)]);
+}
+
+/// Issue #9 (a): tolerations alone make a placement too, and their order does not.
+#[test]
+fn tolerations_alone_distinguish_podsets_but_their_order_does_not() {
+    let c = ctx(ChainMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    let tolerate = |keys: &[&str]| {
+        let mut p = workers(1);
+        p.template.spec.as_mut().unwrap().tolerations = Some(
+            keys.iter()
+                .map(|k| k8s_openapi::api::core::v1::Toleration {
+                    key: Some(k.to_string()),
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        p
+    };
+    step(&mut ws, &c, &[head(1), tolerate(&["x", "y"])], &mut clock);
+    admit_counts(&mut ws[0]);
+    assert!(covers(&ws[0], &[head(1), tolerate(&["y", "x"])]));
+    assert_eq!(plan(&c, &[head(1), tolerate(&["y", "x"])], &ws).actions, []);
+    assert!(!covers(&ws[0], &[head(1), tolerate(&["x"])]));
+    assert!(!covers(&ws[0], &[head(1), workers(1)]));
 }
