@@ -341,7 +341,13 @@ mod tests {
     /// its slice still covers it and no replacement is planned.
     #[test]
     fn a_released_child_s_injection_is_not_a_move_to_another_pool() {
-        let c = child(json!({"tolerations": [{"key": "mine", "operator": "Exists"}]}));
+        let mut c = child(&[]);
+        let gpu = &mut c.spec.worker_group_specs.as_mut().unwrap()[0];
+        gpu.template.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
+            key: Some("mine".into()),
+            operator: Some("Exists".into()),
+            ..Toleration::default()
+        }]);
         let w = slice_for(&c, &[("head", "h100"), ("gpu", "h100")]);
         let patch = child_patch(&c, &w, &flavors()).unwrap().expect("a patch");
         let record: podsets::InjectedRecord = serde_json::from_str(
