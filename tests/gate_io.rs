@@ -657,8 +657,9 @@ where
 /// watching it; returns the emulator's stop.
 async fn queues_and_emulator(client: &Client, ns: &str, cpu: &str) -> oneshot::Sender<()> {
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
-    tokio::spawn(raygate::dev::kuberay::run(
+    tokio::spawn(raygate_sim::kuberay::run(
         client.clone(),
+        Clock::wall(),
         EmulatorConfig {
             start_delay: Duration::from_millis(300),
             namespace: Some(ns.to_string()),
