@@ -132,9 +132,10 @@ impl FaultRule {
     fn matches(&self, r: &RequestInfo<'_>) -> bool {
         (self.verbs.is_empty() || self.verbs.contains(&r.verb))
             && (self.resources.is_empty()
-                || self.resources.iter().any(|x| {
-                    x == r.resource || *x == qualified(r.group, r.resource)
-                }))
+                || self
+                    .resources
+                    .iter()
+                    .any(|x| x == r.resource || *x == qualified(r.group, r.resource)))
             && self
                 .user_agent
                 .as_ref()
@@ -207,12 +208,26 @@ pub struct WatchDecision {
     pub gone: bool,
 }
 
+/// What was injected so far (a test under faults checks that they happened).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    /// Injected error answers by status code.
+    pub errors: std::collections::BTreeMap<u16, u64>,
+    /// Requests delayed by a latency rule.
+    pub delayed: u64,
+    /// Watch streams ended by [`Faults::watch_drops`].
+    pub watches_dropped: u64,
+    /// Watches answered 410 by [`Faults::rewatch_gone`].
+    pub watches_gone: u64,
+}
+
 /// Faults plus their random streams: the sim's fault state.
 #[derive(Clone, Debug, Default)]
 pub struct Injector {
     faults: Faults,
     seed: u64,
     streams: HashMap<String, u64>,
+    stats: FaultStats,
 }
 
 impl Injector {
@@ -221,7 +236,17 @@ impl Injector {
             faults,
             seed,
             streams: HashMap::new(),
+            stats: FaultStats::default(),
         }
+    }
+
+    pub fn stats(&self) -> &FaultStats {
+        &self.stats
+    }
+
+    /// Counts a watch stream ended by a drop.
+    pub fn count_drop(&mut self) {
+        self.stats.watches_dropped += 1;
     }
 
     /// Replaces the faults (the random streams go on where they were).
@@ -271,9 +296,13 @@ impl Injector {
                 acc += rate;
                 if x < acc {
                     out.error = Some(injected(*code, r));
+                    *self.stats.errors.entry(*code).or_default() += 1;
                     break;
                 }
             }
+        }
+        if !out.latency.is_zero() {
+            self.stats.delayed += 1;
         }
         out
     }
@@ -286,7 +315,11 @@ impl Injector {
         }
         let gone = from_version
             && self.faults.rewatch_gone_rate > 0.0
-            && self.draw(&format!("gone/{}/{}", r.group, r.resource)) < self.faults.rewatch_gone_rate;
+            && self.draw(&format!("gone/{}/{}", r.group, r.resource))
+                < self.faults.rewatch_gone_rate;
+        if gone {
+            self.stats.watches_gone += 1;
+        }
         WatchDecision {
             drop_after: self.faults.watch_drop_every,
             gone,
@@ -311,7 +344,9 @@ pub fn injected(code: u16, r: &RequestInfo<'_>) -> ApiError {
         409 => ApiError::conflict(r.group, r.resource, r.name),
         429 => ApiError::throttled(),
         500 => ApiError::internal_error("etcdserver: request timed out"),
-        503 => ApiError::service_unavailable("the server is currently unable to handle the request"),
+        503 => {
+            ApiError::service_unavailable("the server is currently unable to handle the request")
+        }
         other => {
             let mut e = ApiError::plain_failure(other, format!("injected {other}"));
             e.details = json!({});
@@ -411,7 +446,10 @@ mod tests {
         );
         let throttled = injected(429, &r);
         assert!(throttled.plain_text);
-        assert_eq!(throttled.message, "Too many requests, please try again later.");
+        assert_eq!(
+            throttled.message,
+            "Too many requests, please try again later."
+        );
         assert_eq!(throttled.details["retryAfterSeconds"], 1);
         let internal = injected(500, &r).to_status();
         assert_eq!(internal["reason"], "InternalError");
@@ -443,9 +481,49 @@ mod tests {
                 gone: true
             }
         );
-        assert!(!inj.decide_watch(&w, false).gone, "a watch from now cannot be too old");
+        assert!(
+            !inj.decide_watch(&w, false).gone,
+            "a watch from now cannot be too old"
+        );
         let other = req(Verb::Watch, "workloads", "test");
         assert_eq!(inj.decide_watch(&other, true), WatchDecision::default());
+    }
+
+    /// `raygate_testing::backend::FAULT_SEED` relies on this: under seed 25 the first write of
+    /// a stream keyed `patch/ray.io/rayservices` fails at a 10% rate.
+    #[test]
+    fn seed_25_fails_the_first_rayservice_patch() {
+        let faults = Faults::none().rule(FaultRule::writes().error(500, 0.1));
+        let r = RequestInfo {
+            group: "ray.io",
+            ..req(Verb::Patch, "rayservices", "x")
+        };
+        assert_eq!(
+            failures(&mut Injector::new(faults, 25), &r, 3),
+            [Some(500), None, None]
+        );
+    }
+
+    #[test]
+    fn what_was_injected_is_counted() {
+        let faults = Faults::none()
+            .rule(
+                FaultRule::writes()
+                    .error(500, 1.0)
+                    .latency(Duration::from_secs(1)),
+            )
+            .rewatch_gone(1.0);
+        let mut inj = Injector::new(faults, 0);
+        inj.decide(&req(Verb::Create, "workloads", "x"));
+        inj.decide(&req(Verb::Get, "workloads", "x"));
+        inj.decide_watch(&req(Verb::Watch, "workloads", "x"), true);
+        inj.count_drop();
+        let stats = inj.stats();
+        assert_eq!(stats.errors.get(&500), Some(&1));
+        assert_eq!(
+            (stats.delayed, stats.watches_gone, stats.watches_dropped),
+            (1, 1, 1)
+        );
     }
 
     #[test]

@@ -193,6 +193,11 @@ impl Sim {
         self.injector().set(faults);
     }
 
+    /// What the faults injected so far.
+    pub fn fault_stats(&self) -> faults::FaultStats {
+        self.injector().stats().clone()
+    }
+
     pub(crate) fn injector(&self) -> MutexGuard<'_, faults::Injector> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
     }

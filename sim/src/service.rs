@@ -95,6 +95,8 @@ struct WatchStream {
     bookmarks: bool,
     next_bookmark: Instant,
     deadline: Instant,
+    /// The deadline is an injected drop, not the client's `timeoutSeconds`.
+    dropped_at_deadline: bool,
     api_version: String,
     kind: String,
 }
@@ -119,7 +121,12 @@ impl WatchStream {
                     object: json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": rv.to_string()}}),
                 }))
             }
-            _ = tokio::time::sleep_until(self.deadline) => None,
+            _ = tokio::time::sleep_until(self.deadline) => {
+                if self.dropped_at_deadline {
+                    self.sim.injector().count_drop();
+                }
+                None
+            }
         }
     }
 }
@@ -192,6 +199,9 @@ impl Sim {
                     .map_or(std::time::Duration::from_secs(timeout), |d| {
                         d.min(std::time::Duration::from_secs(timeout))
                     }),
+            dropped_at_deadline: fault
+                .drop_after
+                .is_some_and(|d| d < std::time::Duration::from_secs(timeout)),
             api_version,
             kind,
         };
