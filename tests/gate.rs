@@ -2,7 +2,7 @@
 //! KubeRay v1.7 emulator run in-process against the real CRD API server and against the
 //! simulated cluster (`raygate-sim`), and every assertion reads the objects in the server.
 //! Each scenario is an `async fn(Backend)` listed once in [`on_both_servers!`], which makes
-//! `real::<name>` and `sim::<name>` tests of it; `sim_faults::<name>` runs a scenario with the
+//! `real::<name>` and `sim::<name>` tests of it, and `sim_faults::<name>`: the scenario with the
 //! controller's requests failing (10% 500s on writes, watch drops, 410s on re-watch).
 //!
 //! Real-server tests run one at a time: ClusterQueues are cluster-scoped and each test starts
@@ -29,8 +29,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// and the emulator share the cores with the test (two steps timed out at 20 s under load 6).
 const WAIT: Duration = Duration::from_secs(45);
 
-/// Runs every scenario on both servers. A new scenario is an `async fn name(backend: Backend)`
-/// starting with `Env::new(backend, "name")`, added to this list.
+/// Runs every scenario on both servers, and on the sim once more under faults. A new scenario
+/// is an `async fn name(backend: Backend)` starting with `Env::new(backend, "name")`, added to
+/// this list.
 macro_rules! on_both_servers {
     ($($name:ident),* $(,)?) => {
         /// On the real CRD API server.
@@ -52,13 +53,8 @@ macro_rules! on_both_servers {
                 }
             )*
         }
-    };
-}
-
-/// Runs these scenarios on a simulated cluster that fails the controller's requests
-/// ([`raygate_testing::backend::faults_for_the_actor`]).
-macro_rules! under_faults {
-    ($($name:ident),* $(,)?) => {
+        /// On a simulated cluster failing the controller's requests
+        /// ([`raygate_testing::backend::faults_for_the_actor`]).
         mod sim_faults {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,25 +67,6 @@ macro_rules! under_faults {
 }
 
 on_both_servers!(
-    an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back,
-    a_tampered_child_is_suspended_again,
-    bad_input_is_reported_and_leaves_other_services_alone,
-    an_autoscaler_scale_up_within_quota_gets_a_new_slice_and_suspends_nothing,
-    suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_new_spec,
-    a_restarted_controller_converges_without_duplicates_or_early_releases,
-    a_higher_priority_service_preempts_a_lower_one,
-    a_resource_changing_upgrade_with_an_added_group_is_charged_exactly,
-    removing_the_queue_label_frees_the_quota_and_hands_the_service_back,
-    a_queue_label_typo_is_fixed_by_relabelling,
-    finished_slices_are_deleted_after_the_retention,
-    a_child_with_invalid_podsets_is_still_held,
-    a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts,
-    a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits,
-    a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished,
-    the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child,
-);
-
-under_faults!(
     an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back,
     a_tampered_child_is_suspended_again,
     bad_input_is_reported_and_leaves_other_services_alone,
