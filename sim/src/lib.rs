@@ -75,6 +75,13 @@ impl SimBuilder {
         Ok(self)
     }
 
+    /// Serves `registry` (e.g. a clone of one built once for many sims) instead of the one
+    /// built so far.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
+    }
+
     /// Adds the CRDs of every `.yaml` file in `dir`.
     pub fn crds_dir(mut self, dir: impl AsRef<std::path::Path>) -> Result<Self, CrdError> {
         let mut paths: Vec<_> = std::fs::read_dir(dir.as_ref())

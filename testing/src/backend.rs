@@ -3,11 +3,12 @@
 //! a simulated cluster of its own (`raygate-sim`, in-process), with the same CRDs, so the two
 //! servers answer the same assertions.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use raygate_sim::{FaultRule, Faults, Sim};
+use raygate_sim::{FaultRule, Faults, Registry, Sim};
 
 use crate::apiserver::{KueueCrds, TestServer, crd_files, namespace};
 
@@ -93,17 +94,28 @@ impl Backend {
 /// ones) and namespace `ns`. Its clock starts at the wall clock's now and runs with tokio's
 /// clock, so timestamps written by actors that read the wall clock agree with the sim's.
 pub fn sim(ns: &str, faults: Faults, seed: u64) -> Sim {
-    let mut builder = Sim::builder()
+    Sim::builder()
+        .registry(upstream_registry().clone())
         .seed(seed)
         .namespace(ns)
         .faults(faults)
-        .clock(raygate_sim::Clock::starting_at(Timestamp::now()));
-    for file in crd_files(KueueCrds::Upstream) {
-        let text =
-            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        builder = builder
-            .crds_yaml(&text)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    }
-    builder.build()
+        .clock(raygate_sim::Clock::starting_at(Timestamp::now()))
+        .build()
+}
+
+/// The built-in kinds plus the upstream CRDs, read once per test process (the YAML is several
+/// MB; the sims of one test binary share it and its compiled schemas).
+fn upstream_registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut registry = Registry::with_builtins();
+        for file in crd_files(KueueCrds::Upstream) {
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            registry
+                .add_crds_yaml(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+        registry
+    })
 }
