@@ -1,21 +1,26 @@
-//! The gate end to end on a real API server: raygate's controller (built-in admission) and the
-//! KubeRay v1.7 emulator run in-process against the test server, and every assertion reads the
-//! objects in the server.
+//! The gate end to end, on two servers: raygate's controller (built-in admission) and the
+//! KubeRay v1.7 emulator run in-process against the real CRD API server and against the
+//! simulated cluster (`raygate-sim`), and every assertion reads the objects in the server.
+//! Each scenario is an `async fn(Backend)` listed once in [`on_both_servers!`], which makes
+//! `real::<name>` and `sim::<name>` tests of it, and `sim_faults::<name>`: the scenario with the
+//! controller's requests failing (10% 500s on writes, watch drops, 410s on re-watch).
 //!
-//! Tests in this binary run one at a time: ClusterQueues are cluster-scoped and each test starts
-//! its own controller, which watches every namespace.
+//! Real-server tests run one at a time: ClusterQueues are cluster-scoped and each test starts
+//! its own controller, which watches every namespace. Each sim test has a cluster of its own.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use raygate::controller::{Config, run};
+use raygate::controller::{Clock, Config, Monotonic, SystemClock, run_with};
+use raygate_sim::kuberay::EmulatorConfig;
 use raygate::gate::ERROR_ANNOTATION;
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::Clock;
-use raygate_sim::kuberay::EmulatorConfig;
-use raygate_testing::apiserver::{TestServer, eventually, namespace};
+use raygate_testing::apiserver::eventually;
+use raygate_testing::backend::Backend;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -24,22 +29,105 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// and the emulator share the cores with the test (two steps timed out at 20 s under load 6).
 const WAIT: Duration = Duration::from_secs(45);
 
+/// Runs every scenario on both servers, and on the sim once more under faults. A new scenario
+/// is an `async fn name(backend: Backend)` starting with `Env::new(backend, "name")`, added to
+/// this list.
+macro_rules! on_both_servers {
+    ($($name:ident),* $(,)?) => {
+        /// On the real CRD API server.
+        mod real {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let _serial = super::lock().await;
+                    super::$name(super::Backend::Real).await;
+                }
+            )*
+        }
+        /// On a simulated cluster of its own.
+        mod sim {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sim).await;
+                }
+            )*
+        }
+        /// On a simulated cluster failing the controller's requests
+        /// ([`raygate_testing::backend::faults_for_the_actor`]).
+        mod sim_faults {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::SimFaults).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_servers!(
+    an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back,
+    a_tampered_child_is_suspended_again,
+    bad_input_is_reported_and_leaves_other_services_alone,
+    an_autoscaler_scale_up_within_quota_gets_a_new_slice_and_suspends_nothing,
+    suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_new_spec,
+    a_restarted_controller_converges_without_duplicates_or_early_releases,
+    a_higher_priority_service_preempts_a_lower_one,
+    a_resource_changing_upgrade_with_an_added_group_is_charged_exactly,
+    removing_the_queue_label_frees_the_quota_and_hands_the_service_back,
+    a_queue_label_typo_is_fixed_by_relabelling,
+    finished_slices_are_deleted_after_the_retention,
+    a_child_with_invalid_podsets_is_still_held,
+    a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts,
+    a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits,
+    a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished,
+    the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child,
+    a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor,
+);
+
+/// The controller's clock on the sim: the sim's (its timestamps and raygate's agree).
+struct SimClock(raygate_sim::Clock);
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        Monotonic::from_origin(self.0.elapsed())
+    }
+}
+
 /// A controller and an emulator running for one test.
 struct Env {
     client: Client,
+    /// The controller's client (the faulty one on `Backend::SimFaults`).
+    controller_client: Client,
+    clock: Arc<dyn Clock>,
+    /// The simulated cluster on the sim backends.
+    sim: Option<raygate_sim::Sim>,
+    faulty: bool,
     ns: String,
     stops: Vec<oneshot::Sender<()>>,
     controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Env {
-    async fn new(test: &str) -> Env {
+    async fn new(backend: Backend, test: &str) -> Env {
         raygate_testing::apiserver::init_logs();
-        let client = TestServer::get().client().await;
-        let ns = namespace(test);
+        let cluster = backend.cluster(test).await;
+        let clock: Arc<dyn Clock> = match &cluster.sim {
+            Some(sim) => Arc::new(SimClock(sim.clock().clone())),
+            None => Arc::new(SystemClock::default()),
+        };
         let mut env = Env {
-            client,
-            ns,
+            client: cluster.client,
+            controller_client: cluster.actor_client,
+            clock,
+            sim: cluster.sim,
+            faulty: backend == Backend::SimFaults,
+            ns: cluster.ns,
             stops: vec![],
             controller: None,
         };
@@ -49,9 +137,13 @@ impl Env {
             namespace: Some(env.ns.clone()),
             ..Default::default()
         };
+        let emulator_clock = match &env.sim {
+            Some(sim) => sim.clock().clone(),
+            None => raygate_sim::Clock::wall(),
+        };
         tokio::spawn(raygate_sim::kuberay::run(
             env.client.clone(),
-            Clock::wall(),
+            emulator_clock,
             cfg,
             async move {
                 let _ = rx.await;
@@ -63,14 +155,18 @@ impl Env {
     }
 
     fn start_controller(&mut self) {
-        let (tx, rx) = oneshot::channel::<()>();
-        let config = Config {
+        self.spawn_controller(Config {
             admission_resync: Duration::from_millis(500),
             ..Default::default()
-        };
-        let client = self.client.clone();
+        });
+    }
+
+    fn spawn_controller(&mut self, config: Config) {
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.controller_client.clone();
+        let clock = self.clock.clone();
         let handle = tokio::spawn(async move {
-            run(client, config, async move {
+            run_with(client, config, clock, async move {
                 let _ = rx.await;
             })
             .await
@@ -233,6 +329,15 @@ impl Env {
 
     async fn stop(mut self) {
         self.kill_controller().await;
+        if let (true, Some(sim)) = (self.faulty, &self.sim) {
+            // converged *despite* faults: the seed fails the first RayService patch at least
+            let stats = sim.fault_stats();
+            eprintln!("faults injected: {stats:?}");
+            assert!(
+                stats.errors.get(&500).is_some_and(|n| *n > 0),
+                "no write failed: {stats:?}"
+            );
+        }
         for s in self.stops.drain(..) {
             let _ = s.send(());
         }
@@ -274,10 +379,8 @@ async fn lock() -> tokio::sync::MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back() {
-    let _serial = lock().await;
-    let env = Env::new("upgrade-gate").await;
+async fn an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back(backend: Backend) {
+    let env = Env::new(backend, "upgrade-gate").await;
     env.queues("3", json!({})).await;
     env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
         .await;
@@ -373,10 +476,8 @@ async fn an_upgrade_waits_for_quota_then_runs_and_the_slice_shrinks_back() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tampered_child_is_suspended_again() {
-    let _serial = lock().await;
-    let env = Env::new("tamper").await;
+async fn a_tampered_child_is_suspended_again(backend: Backend) {
+    let env = Env::new(backend, "tamper").await;
     env.queues("2", json!({})).await;
     let pending = env.held_upgrade().await;
     // someone unsuspends it without quota
@@ -396,10 +497,8 @@ async fn a_tampered_child_is_suspended_again() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_reported_and_leaves_other_services_alone() {
-    let _serial = lock().await;
-    let env = Env::new("bad-input").await;
+async fn bad_input_is_reported_and_leaves_other_services_alone(backend: Backend) {
+    let env = Env::new(backend, "bad-input").await;
     env.queues("10", json!({})).await;
     // a queue label naming no LocalQueue
     env.create_service("lost", queue("nope"), json!([group("w", 1, "1")]))
@@ -430,10 +529,10 @@ async fn bad_input_is_reported_and_leaves_other_services_alone() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_autoscaler_scale_up_within_quota_gets_a_new_slice_and_suspends_nothing() {
-    let _serial = lock().await;
-    let env = Env::new("autoscale").await;
+async fn an_autoscaler_scale_up_within_quota_gets_a_new_slice_and_suspends_nothing(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "autoscale").await;
     env.queues("4", json!({})).await;
     env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
         .await;
@@ -458,10 +557,10 @@ async fn an_autoscaler_scale_up_within_quota_gets_a_new_slice_and_suspends_nothi
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_new_spec() {
-    let _serial = lock().await;
-    let env = Env::new("suspend").await;
+async fn suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_new_spec(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "suspend").await;
     env.queues("2", json!({})).await;
     env.held_upgrade().await;
     env.patch_service("svc", json!({"spec": {"suspend": true}}))
@@ -487,10 +586,8 @@ async fn suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_controller_converges_without_duplicates_or_early_releases() {
-    let _serial = lock().await;
-    let mut env = Env::new("restart").await;
+async fn a_restarted_controller_converges_without_duplicates_or_early_releases(backend: Backend) {
+    let mut env = Env::new(backend, "restart").await;
     env.queues("2", json!({})).await;
     env.held_upgrade().await;
     eventually(WAIT, "a pending replacement slice", || async {
@@ -523,10 +620,8 @@ async fn a_restarted_controller_converges_without_duplicates_or_early_releases()
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_higher_priority_service_preempts_a_lower_one() {
-    let _serial = lock().await;
-    let env = Env::new("preempt").await;
+async fn a_higher_priority_service_preempts_a_lower_one(backend: Backend) {
+    let env = Env::new(backend, "preempt").await;
     env.queues(
         "2",
         json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
@@ -558,10 +653,8 @@ async fn a_higher_priority_service_preempts_a_lower_one() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resource_changing_upgrade_with_an_added_group_is_charged_exactly() {
-    let _serial = lock().await;
-    let env = Env::new("reshape").await;
+async fn a_resource_changing_upgrade_with_an_added_group_is_charged_exactly(backend: Backend) {
+    let env = Env::new(backend, "reshape").await;
     env.queues("5", json!({})).await;
     env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
         .await;
@@ -621,16 +714,7 @@ impl Env {
     /// Restarts the controller with `config` (test tweaks such as the slice retention).
     async fn restart_controller_with(&mut self, config: Config) {
         self.kill_controller().await;
-        let (tx, rx) = oneshot::channel::<()>();
-        let client = self.client.clone();
-        let handle = tokio::spawn(async move {
-            run(client, config, async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("controller runs");
-        });
-        self.controller = Some((tx, handle));
+        self.spawn_controller(config);
     }
 
     async fn all_slices(&self, service: &str) -> Vec<Workload> {
@@ -642,10 +726,8 @@ impl Env {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn removing_the_queue_label_frees_the_quota_and_hands_the_service_back() {
-    let _serial = lock().await;
-    let env = Env::new("opt-out").await;
+async fn removing_the_queue_label_frees_the_quota_and_hands_the_service_back(backend: Backend) {
+    let env = Env::new(backend, "opt-out").await;
     env.queues("2", json!({})).await;
     let pending = env.held_upgrade().await;
     env.patch_service(
@@ -683,10 +765,8 @@ async fn removing_the_queue_label_frees_the_quota_and_hands_the_service_back() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queue_label_typo_is_fixed_by_relabelling() {
-    let _serial = lock().await;
-    let env = Env::new("typo").await;
+async fn a_queue_label_typo_is_fixed_by_relabelling(backend: Backend) {
+    let env = Env::new(backend, "typo").await;
     env.queues("10", json!({})).await;
     env.create_service("svc", queue("lq-typo"), json!([group("w", 1, "1")]))
         .await;
@@ -708,10 +788,8 @@ async fn a_queue_label_typo_is_fixed_by_relabelling() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finished_slices_are_deleted_after_the_retention() {
-    let _serial = lock().await;
-    let mut env = Env::new("retention").await;
+async fn finished_slices_are_deleted_after_the_retention(backend: Backend) {
+    let mut env = Env::new(backend, "retention").await;
     env.restart_controller_with(Config {
         admission_resync: Duration::from_millis(500),
         finished_slice_retention: Some(raygate::slices::Retention {
@@ -745,10 +823,8 @@ async fn finished_slices_are_deleted_after_the_retention() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_child_with_invalid_podsets_is_still_held() {
-    let _serial = lock().await;
-    let env = Env::new("invalid-held").await;
+async fn a_child_with_invalid_podsets_is_still_held(backend: Backend) {
+    let env = Env::new(backend, "invalid-held").await;
     env.queues("2", json!({})).await;
     let pending = env.held_upgrade().await;
     // someone unsuspends the held child and gives it 18 worker groups (more than a Workload holds)
@@ -778,10 +854,8 @@ async fn a_child_with_invalid_podsets_is_still_held() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts() {
-    let _serial = lock().await;
-    let env = Env::new("count-only").await;
+async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts(backend: Backend) {
+    let env = Env::new(backend, "count-only").await;
     env.queues("4", json!({})).await;
     env.create_service("svc", queue("lq"), json!([group("w", 2, "1")]))
         .await;
@@ -823,10 +897,10 @@ async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts() 
 /// Issue #9 item 5: a pending child replaced by a second spec change is dangling (KubeRay
 /// deletes it after `rayClusterDeletionDelaySeconds`): it is not charged, and the newest pending
 /// child runs as soon as the active one plus it fit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits() {
-    let _serial = lock().await;
-    let env = Env::new("replaced-pending").await;
+async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "replaced-pending").await;
     env.queues("3", json!({})).await;
     let first_pending = env.held_upgrade().await;
     // KubeRay's default delay: the replaced child lingers far longer than this test
@@ -881,10 +955,10 @@ async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fit
 /// Issue #9 item 5: a first child held past `ray.io/initializing-timeout` is warned about
 /// before KubeRay fails the RayService, and once KubeRay gave up raygate finishes its slices, so
 /// quota that arrives later is not spent on a dead RayService.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished() {
-    let _serial = lock().await;
-    let env = Env::new("init-timeout").await;
+async fn a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "init-timeout").await;
     env.queues("1", json!({})).await;
     env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
         .await;
@@ -943,10 +1017,10 @@ async fn a_first_child_held_past_the_initializing_timeout_is_warned_then_its_sli
 /// Issue #9 item 6: a child released against a slice admitted on a flavor with `nodeLabels` and
 /// `tolerations` gets them on its pod templates (as Kueue's `RunWithPodSetsInfo` does) before it
 /// is unsuspended.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child() {
-    let _serial = lock().await;
-    let env = Env::new("flavor-pods").await;
+async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "flavor-pods").await;
     env.queues("4", json!({})).await;
     let flavor = format!("f-{}", env.ns);
     let toleration = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
@@ -980,10 +1054,8 @@ async fn the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_ch
 /// node labels raygate injected, yet its slice is not replaced for it; an upgrade that only moves
 /// the worker group to another GPU pool (`nodeSelector`) gets a PodSet of its own in the
 /// replacement slice, admitted on that pool's flavor, and the new child runs there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor() {
-    let _serial = lock().await;
-    let env = Env::new("pool-move").await;
+async fn a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor(backend: Backend) {
+    let env = Env::new(backend, "pool-move").await;
     let (pool_a, pool_b) = (format!("a-{}", env.ns), format!("b-{}", env.ns));
     for (flavor, pool) in [(&pool_a, "a"), (&pool_b, "b")] {
         apply(

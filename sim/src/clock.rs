@@ -49,6 +49,11 @@ impl Clock {
         self.epoch.checked_add(d).unwrap_or(Timestamp::MAX)
     }
 
+    /// Time on the clock since it was made (tokio time): a monotonic reading.
+    pub fn elapsed(&self) -> std::time::Duration {
+        Instant::now().saturating_duration_since(self.start)
+    }
+
     /// Current cluster time at the API's precision (RFC 3339, whole seconds), as the server
     /// writes `creationTimestamp` and `deletionTimestamp`.
     pub fn now_rfc3339(&self) -> String {

@@ -200,8 +200,9 @@ fn builtin_list_type(path: &[&str]) -> ListType {
     }
 }
 
-/// Every resource the sim serves.
-#[derive(Debug, Default)]
+/// Every resource the sim serves. Clones share their resource types (and the CRD schemas
+/// compiled on first use), so one registry read from YAML can serve many sims.
+#[derive(Clone, Debug, Default)]
 pub struct Registry {
     types: Vec<Arc<ResourceType>>,
 }

@@ -19,6 +19,9 @@ pub mod clock;
 /// The Pod eviction subresource (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod eviction;
+/// Fault injection: error rates, latency, watch drops and 410s, seeded (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod faults;
 /// Field ownership and server-side apply (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod fields;
@@ -57,6 +60,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use clock::Clock;
+pub use faults::{FaultRule, Faults, Verb};
 /// The `http` crate the Service speaks (for raw requests in tests).
 pub use http;
 pub use kinds::{CrdError, Registry};
@@ -71,6 +75,7 @@ pub struct SimBuilder {
     bookmark_interval: Duration,
     clock: Option<Clock>,
     namespaces: Vec<String>,
+    faults: Faults,
 }
 
 impl SimBuilder {
@@ -78,6 +83,13 @@ impl SimBuilder {
     pub fn crds_yaml(mut self, yaml: &str) -> Result<Self, CrdError> {
         self.registry.add_crds_yaml(yaml)?;
         Ok(self)
+    }
+
+    /// Serves `registry` (e.g. a clone of one built once for many sims) instead of the one
+    /// built so far.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
     }
 
     /// Adds the CRDs of every `.yaml` file in `dir`.
@@ -115,6 +127,12 @@ impl SimBuilder {
         self
     }
 
+    /// Faults to inject from the start (change them later with [`Sim::set_faults`]).
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
     pub fn clock(mut self, clock: Clock) -> Self {
         self.clock = Some(clock);
         self
@@ -137,6 +155,7 @@ impl SimBuilder {
             ))),
             clock,
             bookmark_interval: self.bookmark_interval,
+            faults: Arc::new(Mutex::new(faults::Injector::new(self.faults, self.seed))),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"]
             .into_iter()
@@ -155,6 +174,7 @@ pub struct Sim {
     state: Arc<Mutex<State>>,
     clock: Clock,
     bookmark_interval: Duration,
+    faults: Arc<Mutex<faults::Injector>>,
 }
 
 impl Sim {
@@ -166,6 +186,7 @@ impl Sim {
             bookmark_interval: Duration::from_secs(60),
             clock: None,
             namespaces: vec![],
+            faults: Faults::none(),
         }
     }
 
@@ -173,6 +194,29 @@ impl Sim {
     /// Call it inside a tokio runtime: the client's request buffer is a spawned task.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(service::SimService::new(self.clone()), "default")
+    }
+
+    /// A client whose requests carry `User-Agent: user_agent` (as each real client's do), so
+    /// fault rules can single it out ([`FaultRule::user_agent`]) and field managers default to it.
+    pub fn client_as(&self, user_agent: &str) -> kube::Client {
+        kube::Client::new(
+            service::SimService::new(self.clone()).with_user_agent(user_agent),
+            "default",
+        )
+    }
+
+    /// Replaces the injected faults (takes effect from the next request or watch).
+    pub fn set_faults(&self, faults: Faults) {
+        self.injector().set(faults);
+    }
+
+    /// What the faults injected so far.
+    pub fn fault_stats(&self) -> faults::FaultStats {
+        self.injector().stats().clone()
+    }
+
+    pub(crate) fn injector(&self) -> MutexGuard<'_, faults::Injector> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn clock(&self) -> &Clock {

@@ -18,6 +18,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::time::Instant;
 
 use crate::Sim;
+use crate::faults::{Decision, RequestInfo, Verb};
 use crate::handler::{self, ApiRequest};
 use crate::status::ApiError;
 use crate::store::WatchEvent;
@@ -28,11 +29,21 @@ pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 #[derive(Clone)]
 pub struct SimService {
     sim: Sim,
+    user_agent: Option<http::HeaderValue>,
 }
 
 impl SimService {
     pub fn new(sim: Sim) -> Self {
-        SimService { sim }
+        SimService {
+            sim,
+            user_agent: None,
+        }
+    }
+
+    /// Sends `User-Agent: agent` on requests that carry none.
+    pub fn with_user_agent(mut self, agent: &str) -> Self {
+        self.user_agent = http::HeaderValue::from_str(agent).ok();
+        self
     }
 }
 
@@ -49,17 +60,19 @@ fn json_response(code: u16, body: &Value) -> Response<ResponseBody> {
 }
 
 fn error_response(e: &ApiError) -> Response<ResponseBody> {
-    if e.plain_text {
+    let mut resp = if e.plain_text {
         let mut resp =
             Response::new(Full::new(Bytes::from(format!("{}\n", e.message))).boxed_unsync());
-        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+        *resp.status_mut() =
+            http::StatusCode::from_u16(e.code).unwrap_or(http::StatusCode::NOT_FOUND);
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        return resp;
-    }
-    let mut resp = json_response(e.code, &e.to_status());
+        resp
+    } else {
+        json_response(e.code, &e.to_status())
+    };
     // client-go resends a 429 or 5xx that carries Retry-After
     if let Some(secs) = e.details["retryAfterSeconds"].as_u64().filter(|s| *s > 0)
         && let Ok(v) = http::HeaderValue::from_str(&secs.to_string())
@@ -82,6 +95,8 @@ struct WatchStream {
     bookmarks: bool,
     next_bookmark: Instant,
     deadline: Instant,
+    /// The deadline is an injected drop, not the client's `timeoutSeconds`.
+    dropped_at_deadline: bool,
     api_version: String,
     kind: String,
 }
@@ -106,7 +121,12 @@ impl WatchStream {
                     object: json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": rv.to_string()}}),
                 }))
             }
-            _ = tokio::time::sleep_until(self.deadline) => None,
+            _ = tokio::time::sleep_until(self.deadline) => {
+                if self.dropped_at_deadline {
+                    self.sim.injector().count_drop();
+                }
+                None
+            }
         }
     }
 }
@@ -121,7 +141,30 @@ impl Sim {
         };
         let api_version = route.rt.api_version(&route.version);
         let kind = route.rt.kind.clone();
-        if let Err(e) = state.watch(&route, &req.query, tx.clone()) {
+        let from = req
+            .query
+            .get("resourceVersion")
+            .filter(|rv| !rv.is_empty() && *rv != "0");
+        let fault = self.injector().decide_watch(
+            &RequestInfo {
+                verb: Verb::Watch,
+                group: &route.rt.group,
+                resource: &route.rt.plural,
+                name: route.name.as_deref().unwrap_or_default(),
+                user_agent: &req.user_agent,
+            },
+            from.is_some(),
+        );
+        if let (true, Some(rv)) = (fault.gone, from) {
+            let e = ApiError::expired(format!(
+                "too old resource version: {rv} ({})",
+                state.store.revision()
+            ));
+            let _ = tx.send(WatchEvent {
+                typ: "ERROR",
+                object: e.to_status(),
+            });
+        } else if let Err(e) = state.watch(&route, &req.query, tx.clone()) {
             if e.code != 410 {
                 return error_response(&e);
             }
@@ -150,7 +193,15 @@ impl Sim {
             rx,
             bookmarks: req.query.get("allowWatchBookmarks").map(String::as_str) == Some("true"),
             next_bookmark: now + self.bookmark_interval(),
-            deadline: now + std::time::Duration::from_secs(timeout),
+            deadline: now
+                + fault
+                    .drop_after
+                    .map_or(std::time::Duration::from_secs(timeout), |d| {
+                        d.min(std::time::Duration::from_secs(timeout))
+                    }),
+            dropped_at_deadline: fault
+                .drop_after
+                .is_some_and(|d| d < std::time::Duration::from_secs(timeout)),
             api_version,
             kind,
         };
@@ -163,6 +214,43 @@ impl Sim {
             http::HeaderValue::from_static("application/json"),
         );
         resp
+    }
+
+    /// The injected fate of a request (nothing for a request that does not route: it fails on
+    /// its own).
+    fn fault(&self, parts: &http::request::Parts, body: &[u8]) -> Decision {
+        let watch = parts.uri.query().is_some_and(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .any(|(k, v)| k == "watch" && (v == "true" || v == "1"))
+        });
+        let route = {
+            let state = self.lock();
+            match handler::route(&state.registry, parts.uri.path()) {
+                Ok(r) => r,
+                Err(_) => return Decision::default(),
+            }
+        };
+        let Some(verb) = Verb::of(parts.method.as_str(), route.name.is_some(), watch) else {
+            return Decision::default();
+        };
+        let body_name = || {
+            serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v["metadata"]["name"].as_str().map(String::from))
+        };
+        let name = route.name.clone().or_else(body_name).unwrap_or_default();
+        let user_agent = parts
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        self.injector().decide(&RequestInfo {
+            verb,
+            group: &route.rt.group,
+            resource: &route.rt.plural,
+            name: &name,
+            user_agent,
+        })
     }
 
     /// Serves one request (the Service's body, also usable directly).
@@ -216,16 +304,32 @@ impl tower_service::Service<Request<kube::client::Body>> for SimService {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
+    fn call(&mut self, mut req: Request<kube::client::Body>) -> Self::Future {
         let sim = self.sim.clone();
+        if let Some(agent) = &self.user_agent {
+            req.headers_mut()
+                .entry(http::header::USER_AGENT)
+                .or_insert_with(|| agent.clone());
+        }
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            match body.collect().await {
-                Ok(c) => Ok(sim.serve(parts, c.to_bytes())),
-                Err(e) => Ok(error_response(&ApiError::bad_request(format!(
-                    "reading the request body: {e}"
-                )))),
+            let body = match body.collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    return Ok(error_response(&ApiError::bad_request(format!(
+                        "reading the request body: {e}"
+                    ))));
+                }
+            };
+            let fault = sim.fault(&parts, &body);
+            if !fault.latency.is_zero() {
+                tokio::time::sleep(fault.latency).await;
             }
+            if let Some(e) = fault.error {
+                tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code, "sim: injected fault");
+                return Ok(error_response(&e));
+            }
+            Ok(sim.serve(parts, body))
         })
     }
 }

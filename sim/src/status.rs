@@ -113,6 +113,35 @@ impl ApiError {
         Self::new(422, "Invalid", message, json!({}))
     }
 
+    /// `NewInternalError(err)`: "Internal error occurred: err", the error as the one cause.
+    pub fn internal_error(err: &str) -> Self {
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {err}"),
+            json!({"causes": [{"message": err}]}),
+        )
+    }
+
+    /// `NewServiceUnavailable(reason)`.
+    pub fn service_unavailable(reason: &str) -> Self {
+        Self::new(503, "ServiceUnavailable", reason.to_string(), json!({}))
+    }
+
+    /// The max-in-flight / priority-and-fairness filters' 429: plain text (Go's `http.Error`)
+    /// with `Retry-After: 1`, no `Status` body.
+    pub fn throttled() -> Self {
+        ApiError {
+            plain_text: true,
+            ..Self::new(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.".into(),
+                json!({"retryAfterSeconds": 1}),
+            )
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message.into(), json!({}))
     }

@@ -336,7 +336,7 @@ fn start(crds: KueueCrds) -> TestServer {
 }
 
 /// The CRD files a server gets.
-fn crd_files(crds: KueueCrds) -> Vec<PathBuf> {
+pub(crate) fn crd_files(crds: KueueCrds) -> Vec<PathBuf> {
     let up = crate::upstream::dir().join("upstream-crds");
     let mut files = vec![
         up.join("ray.io_rayservices.yaml"),
