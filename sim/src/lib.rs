@@ -11,6 +11,11 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// Actors: scheduler, kubelets, workload controllers (IO loops over pure decisions).
+pub mod actors;
+/// The Pod binding subresource and the pod status the server writes on create (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod binding;
 /// The virtual clock.
 pub mod clock;
 /// The Pod eviction subresource (pure).
