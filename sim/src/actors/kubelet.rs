@@ -474,7 +474,7 @@ mod io {
     use std::sync::Arc;
 
     use k8s_openapi::api::core::v1::{Node, Pod};
-    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
     use kube::runtime::reflector::Store;
     use kube::runtime::watcher;
     use tokio::sync::watch;
@@ -489,7 +489,27 @@ mod io {
         clock: Clock,
         node: String,
         config: Config,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let mut groups = Changes::default();
+        let cluster_pods: Store<Pod> = reflect(
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            &mut groups,
+        );
+        groups.wait_ready().await;
+        run_with(client, clock, node, config, shutdown, cluster_pods).await;
+    }
+
+    /// [`run`] reading representatives' groups from `cluster_pods` (a store of every Pod, as
+    /// a probe querying the API through a cache would see them).
+    async fn run_with(
+        client: kube::Client,
+        clock: Clock,
+        node: String,
+        config: Config,
         mut shutdown: watch::Receiver<bool>,
+        cluster_pods: Store<Pod>,
     ) {
         let mut changes = Changes::default();
         let pods: Store<Pod> = reflect(
@@ -513,24 +533,23 @@ mod io {
             let pod_list = pods.state();
             let mut groups = BTreeMap::new();
             for (ns, key, value, _) in kubelet.groups_due(&pod_list, now) {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                if let Ok(list) = api
-                    .list(&ListParams::default().labels(&format!("{key}={value}")))
-                    .await
-                {
-                    // the representative itself is on this node and named in the group
-                    let rep = pod_list
-                        .iter()
-                        .find(|p| {
-                            p.metadata.namespace.as_deref() == Some(ns.as_str())
-                                && p.metadata.labels.as_ref().and_then(|l| l.get(&key))
-                                    == Some(&value)
-                                && super::readiness_group(p).is_some()
-                        })
-                        .and_then(|p| p.metadata.name.clone())
-                        .unwrap_or_default();
-                    groups.insert((ns, key, value), group_state(list.items.iter(), &rep));
-                }
+                // the representative itself is on this node and named in the group
+                let rep = pod_list
+                    .iter()
+                    .find(|p| {
+                        p.metadata.namespace.as_deref() == Some(ns.as_str())
+                            && p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == Some(&value)
+                            && super::readiness_group(p).is_some()
+                    })
+                    .and_then(|p| p.metadata.name.clone())
+                    .unwrap_or_default();
+                let members = cluster_pods.state();
+                let members = members.iter().map(|p| &**p).filter(|p| {
+                    p.metadata.namespace.as_deref() == Some(ns.as_str())
+                        && p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == Some(&value)
+                });
+                let state = group_state(members, &rep);
+                groups.insert((ns, key, value), state);
             }
             let (actions, next) =
                 kubelet.step(node_up(node_obj.as_deref()), &pod_list, &groups, now);
@@ -596,6 +615,14 @@ mod io {
         let mut changes = Changes::default();
         let nodes: Store<Node> =
             reflect(Api::all(client.clone()), Default::default(), &mut changes);
+        // one cache of every pod for the representatives' probes (it wakes no one)
+        let mut group_watch = Changes::default();
+        let cluster_pods: Store<Pod> = reflect(
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            &mut group_watch,
+        );
+        group_watch.wait_ready().await;
         let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
         loop {
             if *shutdown.borrow() {
@@ -604,12 +631,13 @@ mod io {
             for n in nodes.state() {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 running.entry(name.clone()).or_insert_with(|| {
-                    tokio::spawn(run(
+                    tokio::spawn(run_with(
                         client.clone(),
                         clock.clone(),
                         name,
                         config.clone(),
                         shutdown.clone(),
+                        cluster_pods.clone(),
                     ))
                 });
             }
@@ -622,5 +650,117 @@ mod io {
             let _ = t.await;
         }
         let _ = Arc::new(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, ann: Value, probe: Option<(i32, i32, i32)>) -> Arc<Pod> {
+        let mut c = json!({"name": "c", "image": "x"});
+        if let Some((period, success, failure)) = probe {
+            c["readinessProbe"] = json!({"periodSeconds": period, "successThreshold": success, "failureThreshold": failure});
+        }
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns", "uid": name,
+                "labels": {"g": "1"}, "annotations": ann}, "spec": {"nodeName": "n", "containers": [c]}}))
+            .unwrap(),
+        )
+    }
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_767_225_600 + s).unwrap()
+    }
+
+    fn ready_writes(actions: &[Action]) -> Vec<bool> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Status { patch, .. } => {
+                    Some(patch["status"]["conditions"][2]["status"] == "True")
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Runs the kubelet second by second, returning the seconds at which readiness was written.
+    fn run(
+        k: &mut Kubelet,
+        pods: &[Arc<Pod>],
+        groups: &BTreeMap<(String, String, String), GroupState>,
+        from: i64,
+        to: i64,
+    ) -> Vec<(i64, bool)> {
+        let mut out = vec![];
+        for s in from..=to {
+            let (a, _) = k.step(true, pods, groups, t(s));
+            out.extend(ready_writes(&a).into_iter().map(|r| (s, r)));
+        }
+        out
+    }
+
+    #[test]
+    fn a_pod_starts_after_the_delay_and_is_ready_after_period_times_success_threshold() {
+        let mut k = Kubelet::new(&Config {
+            start_delay: Duration::from_secs(5),
+            stop_after: None,
+        });
+        let p = [pod("p", json!({}), Some((10, 2, 3)))];
+        let w = run(&mut k, &p, &BTreeMap::new(), 0, 30);
+        // running (not ready) at 5; probes at 15 and 25 → Ready at 25
+        assert_eq!(w, [(5, false), (25, true)]);
+        let (_, next) = k.step(true, &p, &BTreeMap::new(), t(31));
+        assert_eq!(next, Some(t(35)), "the next probe, on the period's grid");
+    }
+
+    #[test]
+    fn a_representative_goes_unready_failure_threshold_periods_after_its_group() {
+        let mut k = Kubelet::new(&Config {
+            start_delay: Duration::ZERO,
+            stop_after: None,
+        });
+        let rep = [pod(
+            "leader",
+            json!({READINESS_GROUP: "g", READINESS_GROUP_SIZE: "3"}),
+            Some((5, 1, 3)),
+        )];
+        let key = ("ns".to_string(), "g".to_string(), "1".to_string());
+        let mut groups = BTreeMap::from([(key.clone(), (2, 2))]);
+        assert_eq!(run(&mut k, &rep, &groups, 0, 10), [(0, false), (5, true)]);
+        groups.insert(key.clone(), (2, 1));
+        // failures at 15, 20, 25 → unready at 25: period × failureThreshold after 10
+        assert_eq!(run(&mut k, &rep, &groups, 11, 40), [(25, false)]);
+        groups.insert(key.clone(), (2, 2));
+        assert_eq!(run(&mut k, &rep, &groups, 41, 50), [(45, true)]);
+        // a missing member (the group has fewer than its size) also fails the probe
+        groups.insert(key, (1, 1));
+        assert_eq!(run(&mut k, &rep, &groups, 51, 70), [(65, false)]);
+    }
+
+    #[test]
+    fn a_deleted_pod_stops_then_is_removed_within_its_grace_period_and_a_down_node_does_nothing() {
+        let mut k = Kubelet::new(&Config {
+            start_delay: Duration::ZERO,
+            stop_after: Some(Duration::from_secs(3)),
+        });
+        let p = pod("p", json!({}), None);
+        let (a, _) = k.step(true, std::slice::from_ref(&p), &BTreeMap::new(), t(0));
+        assert_eq!(ready_writes(&a), [true]);
+        let mut deleting = (*p).clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(30)));
+        let d = [Arc::new(deleting)];
+        let (a, next) = k.step(true, &d, &BTreeMap::new(), t(1));
+        assert_eq!(ready_writes(&a), [false], "terminating: not ready");
+        assert_eq!(next, Some(t(4)));
+        // node down: nothing happens, however late
+        assert_eq!(k.step(false, &d, &BTreeMap::new(), t(100)), (vec![], None));
+        let (a, _) = k.step(true, &d, &BTreeMap::new(), t(101));
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::Delete { name, .. } if name == "p"))
+        );
     }
 }

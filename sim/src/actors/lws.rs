@@ -457,3 +457,142 @@ mod io {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_matches_the_standard_vectors() {
+        assert_eq!(sha1_hex(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(sha1_hex(b""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(
+            sha1_hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "84983e441c3bd26ebaae4aa1f95129e5e54670f1"
+        );
+    }
+
+    fn lws(policy: Option<&str>) -> Value {
+        let mut v = json!({"metadata": {"name": "w", "namespace": "ns", "uid": "lws-uid", "generation": 1,
+                "annotations": {EXCLUSIVE_TOPOLOGY: "ud"}},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 3,
+                "workerTemplate": {"metadata": {"labels": {"app": "w"}}, "spec": {"containers": [{"name": "c"}]}}}}});
+        if let Some(p) = policy {
+            v["spec"]["leaderWorkerTemplate"]["restartPolicy"] = json!(p);
+        }
+        v
+    }
+
+    fn as_pod(v: &Value, uid: &str) -> Arc<Pod> {
+        let mut p: Pod = serde_json::from_value(v.clone()).unwrap();
+        p.metadata.uid = Some(uid.into());
+        Arc::new(p)
+    }
+
+    fn created(actions: &[Action]) -> Vec<Value> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Create(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn deleted(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Delete { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_group_is_a_leader_then_its_workers_with_lws_labels_and_exclusive_affinity() {
+        let set = lws(None);
+        let first = created(&reconcile(&set, &[]));
+        assert_eq!(first.len(), 1, "the leader first");
+        let leader = &first[0];
+        assert_eq!(leader["metadata"]["name"], "w-0");
+        let key = group_key("ns", "w-0");
+        let labels = &leader["metadata"]["labels"];
+        assert_eq!(
+            (
+                &labels[NAME],
+                &labels[GROUP_INDEX],
+                &labels[WORKER_INDEX],
+                &labels[GROUP_KEY],
+                &labels["app"]
+            ),
+            (
+                &json!("w"),
+                &json!("0"),
+                &json!("0"),
+                &json!(key),
+                &json!("w")
+            )
+        );
+        assert_eq!(leader["metadata"]["annotations"][SIZE], "3");
+        // SetExclusiveAffinities: affinity to the own key, anti-affinity to other keys
+        let aff = &leader["spec"]["affinity"];
+        assert_eq!(
+            aff["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
+            "ud"
+        );
+        assert_eq!(
+            aff["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
+                ["matchExpressions"][1],
+            json!({"key": GROUP_KEY, "operator": "NotIn", "values": [key]})
+        );
+        let workers = created(&reconcile(&set, &[as_pod(leader, "L1")]));
+        let names: Vec<_> = workers
+            .iter()
+            .map(|w| w["metadata"]["name"].clone())
+            .collect();
+        assert_eq!(names, [json!("w-0-1"), json!("w-0-2")]);
+        assert_eq!(workers[1]["metadata"]["labels"][WORKER_INDEX], "2");
+        assert_eq!(workers[1]["metadata"]["annotations"][LEADER_NAME], "w-0");
+        assert_eq!(workers[1]["metadata"]["ownerReferences"][0]["uid"], "L1");
+    }
+
+    fn group(set: &Value) -> Vec<Arc<Pod>> {
+        let leader = created(&reconcile(set, &[])).remove(0);
+        let l = as_pod(&leader, "L1");
+        let mut all = vec![l.clone()];
+        for (i, w) in created(&reconcile(set, &[l])).iter().enumerate() {
+            all.push(as_pod(w, &format!("W{i}")));
+        }
+        all
+    }
+
+    #[test]
+    fn recreate_group_on_pod_restart_deletes_the_whole_group_when_one_member_goes() {
+        // pod_controller.go handleRestartPolicy: a deleted pod or a restarted container
+        let set = lws(None);
+        let mut pods = group(&set);
+        assert!(deleted(&reconcile(&set, &pods)).is_empty());
+        let mut w = (*pods[2]).clone();
+        w.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        pods[2] = Arc::new(w);
+        assert_eq!(deleted(&reconcile(&set, &pods)), ["w-0", "w-0-1"]);
+        // restartPolicy None: only the failed pod is replaced (after it is gone)
+        let none = lws(Some("None"));
+        assert!(deleted(&reconcile(&none, &pods)).is_empty());
+    }
+
+    #[test]
+    fn a_worker_of_an_older_leader_is_deleted_not_adopted() {
+        let set = lws(None);
+        let mut pods = group(&set);
+        let mut l = (*pods[0]).clone();
+        l.metadata.uid = Some("L2".into());
+        pods[0] = Arc::new(l);
+        let actions = reconcile(&set, &pods);
+        assert_eq!(deleted(&actions), ["w-0-1", "w-0-2"]);
+        assert!(created(&actions).is_empty(), "the names are still held");
+    }
+}
