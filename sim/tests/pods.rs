@@ -32,7 +32,15 @@ fn sim() -> Sim {
         .build()
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_every(Duration::from_secs(1), what, check).await
+}
+
+async fn eventually_every<T, F, Fut>(poll: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -46,7 +54,7 @@ where
             tokio::time::Instant::now() < deadline,
             "timed out waiting for: {what}"
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(poll).await;
     }
 }
 
@@ -205,7 +213,11 @@ async fn sixteen_nodes_and_two_hundred_lws_pods_run_an_hour_of_cluster_time() {
     for (i, replicas) in [7, 6, 6, 6].into_iter().enumerate() {
         create_lws(&client, lws_object(&format!("llm-{i}"), replicas, 8)).await;
     }
-    let ps = eventually("200 pods Ready", || all_ready(&client, 200)).await;
+    // the test's own LIST of 200 pods is not cheap in a debug build: poll every 10 s
+    let ps = eventually_every(Duration::from_secs(10), "200 pods Ready", || {
+        all_ready(&client, 200)
+    })
+    .await;
     let up = wall.elapsed();
     let node_ud: std::collections::HashMap<String, String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())

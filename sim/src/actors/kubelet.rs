@@ -103,6 +103,9 @@ struct Runtime {
     stopping: Option<Timestamp>,
     /// (started, ready, restarts, stopping) last written
     reported: Option<(bool, bool, i32, bool)>,
+    /// Whether the last probe's result, repeated, changes nothing (probes are then skipped: the
+    /// result can only change with a watch event, which wakes the kubelet).
+    settled: bool,
 }
 
 /// A group's members as a representative's probe sees them: (members, ready members), the
@@ -194,26 +197,10 @@ impl Kubelet {
         }
     }
 
-    /// Representative pods whose probe is due at `now` (the IO layer reads their groups).
-    pub fn groups_due(
-        &self,
-        pods: &[Arc<Pod>],
-        now: Timestamp,
-    ) -> Vec<(String, String, String, Option<usize>)> {
-        pods.iter()
-            .filter(|p| {
-                self.pods
-                    .get(&key(p))
-                    .and_then(|r| r.next_probe)
-                    .is_some_and(|t| t <= now)
-            })
-            .filter_map(|p| readiness_group(p))
-            .collect()
-    }
-
-    /// Advances every pod to `now`. `groups` holds the state of the groups [`Self::groups_due`]
-    /// named, keyed by (namespace, label key, value). Returns the actions and the next moment
-    /// anything is due.
+    /// Advances every pod to `now`. `groups` holds the state of the groups of the
+    /// representatives among `pods` ([`readiness_group`]), keyed by (namespace, label key,
+    /// value). Returns the actions and the next moment anything is due; between those, only a
+    /// change to the pods or groups (a watch event) can change anything.
     pub fn step(
         &mut self,
         node_up: bool,
@@ -236,6 +223,7 @@ impl Kubelet {
                     rt.successes = 0;
                     rt.failures = 0;
                     rt.next_probe = None;
+                    rt.settled = false;
                 }
             }
         }
@@ -260,6 +248,7 @@ impl Kubelet {
                 next_probe: None,
                 stopping: None,
                 reported: None,
+                settled: false,
             });
             if rt.uid != uid {
                 // a new pod of the same name
@@ -274,6 +263,7 @@ impl Kubelet {
                     next_probe: None,
                     stopping: None,
                     reported: None,
+                    settled: false,
                 };
             }
             let terminal = matches!(
@@ -322,9 +312,15 @@ impl Kubelet {
                     Some(p) => rt.next_probe = Some(plus(now, p.initial_delay + p.period)),
                 }
             }
-            if let (Some(p), Some(due)) = (readiness_probe(pod), rt.next_probe) {
+            if let (Some(p), Some(mut due)) = (readiness_probe(pod), rt.next_probe) {
+                let ok = probe_ok(pod, groups);
+                if due < now && rt.settled {
+                    // the probes skipped while settled all gave the settled result
+                    while due < now {
+                        due = plus(due, p.period);
+                    }
+                }
                 if now >= due {
-                    let ok = probe_ok(pod, groups);
                     if ok {
                         rt.successes += 1;
                         rt.failures = 0;
@@ -339,14 +335,18 @@ impl Kubelet {
                         }
                     }
                     // the next probe, on the period's grid
-                    let mut n = due;
-                    while n <= now {
-                        n = plus(n, p.period);
+                    while due <= now {
+                        due = plus(due, p.period);
                     }
-                    rt.next_probe = Some(n);
                 }
-                if let Some(n) = rt.next_probe {
-                    wake(n);
+                rt.next_probe = Some(due);
+                rt.settled = if ok {
+                    rt.ready && rt.failures == 0
+                } else {
+                    !rt.ready && rt.successes == 0
+                };
+                if !rt.settled {
+                    wake(due);
                 }
             }
             if let Some(a) = report(pod, rt) {
@@ -481,7 +481,7 @@ mod io {
 
     use super::{Action, Config, Kubelet, group_state, node_up};
     use crate::Clock;
-    use crate::actors::watch::{Changes, reflect};
+    use crate::actors::watch::{Changes, reflect, reflect_broadcast};
 
     /// Runs the kubelet of node `node` until `shutdown` turns true.
     pub async fn run(
@@ -492,7 +492,7 @@ mod io {
         shutdown: watch::Receiver<bool>,
     ) {
         let mut groups = Changes::default();
-        let cluster_pods: Store<Pod> = reflect(
+        let cluster_pods = reflect_broadcast(
             Api::all(client.clone()),
             watcher::Config::default(),
             &mut groups,
@@ -509,7 +509,7 @@ mod io {
         node: String,
         config: Config,
         mut shutdown: watch::Receiver<bool>,
-        cluster_pods: Store<Pod>,
+        (cluster_pods, mut group_changed): (Store<Pod>, watch::Receiver<()>),
     ) {
         let mut changes = Changes::default();
         let pods: Store<Pod> = reflect(
@@ -532,7 +532,11 @@ mod io {
             let node_obj = nodes.state().into_iter().next();
             let pod_list = pods.state();
             let mut groups = BTreeMap::new();
-            for (ns, key, value, _) in kubelet.groups_due(&pod_list, now) {
+            let representatives: Vec<_> = pod_list
+                .iter()
+                .filter_map(|p| super::readiness_group(p))
+                .collect();
+            for (ns, key, value, _) in representatives.iter().cloned() {
                 // the representative itself is on this node and named in the group
                 let rep = pod_list
                     .iter()
@@ -563,6 +567,8 @@ mod io {
             tokio::select! {
                 _ = changes.next() => {}
                 _ = tokio::time::sleep(sleep) => {}
+                // a representative's probe result moves with its group
+                Ok(()) = group_changed.changed(), if !representatives.is_empty() => {}
                 _ = shutdown.changed() => {}
             }
         }
@@ -615,9 +621,10 @@ mod io {
         let mut changes = Changes::default();
         let nodes: Store<Node> =
             reflect(Api::all(client.clone()), Default::default(), &mut changes);
-        // one cache of every pod for the representatives' probes (it wakes no one)
+        // one cache of every pod for the representatives' probes (it wakes only the kubelets
+        // holding representatives)
         let mut group_watch = Changes::default();
-        let cluster_pods: Store<Pod> = reflect(
+        let cluster_pods = reflect_broadcast(
             Api::all(client.clone()),
             watcher::Config::default(),
             &mut group_watch,
@@ -712,7 +719,10 @@ mod tests {
         // running (not ready) at 5; probes at 15 and 25 → Ready at 25
         assert_eq!(w, [(5, false), (25, true)]);
         let (_, next) = k.step(true, &p, &BTreeMap::new(), t(31));
-        assert_eq!(next, Some(t(35)), "the next probe, on the period's grid");
+        assert_eq!(
+            next, None,
+            "Ready and passing: settled, nothing to wake for"
+        );
     }
 
     #[test]
@@ -737,6 +747,44 @@ mod tests {
         // a missing member (the group has fewer than its size) also fails the probe
         groups.insert(key, (1, 1));
         assert_eq!(run(&mut k, &rep, &groups, 51, 70), [(65, false)]);
+    }
+
+    #[test]
+    fn a_settled_pod_is_not_woken_and_a_change_is_probed_on_its_original_grid() {
+        // the kubelet sleeps through probes whose result cannot change anything; when a watch
+        // event wakes it, the next probe is still on start + k × period
+        let mut k = Kubelet::new(&Config {
+            start_delay: Duration::ZERO,
+            stop_after: None,
+        });
+        let rep = [pod(
+            "leader",
+            json!({READINESS_GROUP: "g"}),
+            Some((5, 1, 3)),
+        )];
+        let key = ("ns".to_string(), "g".to_string(), "1".to_string());
+        let mut groups = BTreeMap::from([(key.clone(), (2, 2))]);
+        k.step(true, &rep, &groups, t(0));
+        let (a, next) = k.step(true, &rep, &groups, t(5));
+        assert_eq!(ready_writes(&a), [true]);
+        assert_eq!(next, None, "settled: nothing to wake for");
+        // an event at 52: the group lost a member's readiness
+        groups.insert(key, (2, 1));
+        let (a, next) = k.step(true, &rep, &groups, t(52));
+        assert!(a.is_empty());
+        assert_eq!(next, Some(t(55)));
+        let mut at = t(55);
+        let mut writes = vec![];
+        // only at the moments the kubelet asked for
+        loop {
+            let (a, next) = k.step(true, &rep, &groups, at);
+            writes.extend(ready_writes(&a).into_iter().map(|r| (at, r)));
+            match next {
+                Some(n) => at = n,
+                None => break,
+            }
+        }
+        assert_eq!(writes, [(t(65), false)], "failures at 55, 60, 65");
     }
 
     #[test]

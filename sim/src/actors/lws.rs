@@ -337,6 +337,55 @@ pub fn reconcile(lws: &Value, pods: &[Arc<Pod>]) -> Vec<Action> {
     actions
 }
 
+/// controller-runtime's expectations: writes made but not yet seen through the watch, so a pass
+/// that runs before the watch caught up does not repeat them.
+#[derive(Debug, Default)]
+pub struct Expectations {
+    creates: std::collections::HashSet<(String, String)>,
+    deletes: std::collections::HashSet<String>,
+}
+
+impl Expectations {
+    /// Forgets what the store now shows: created names present, deleted uids gone or deleting.
+    pub fn observe(&mut self, pods: &[Arc<Pod>]) {
+        let key = |p: &Pod| {
+            (
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        let names: std::collections::HashSet<_> = pods.iter().map(|p| key(p)).collect();
+        self.creates.retain(|k| !names.contains(k));
+        let live: std::collections::HashSet<&str> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.deletes.retain(|u| live.contains(u.as_str()));
+    }
+
+    /// Whether `action` still has to be done (and records it as done).
+    pub fn admit(&mut self, namespace: &str, action: &Action) -> bool {
+        match action {
+            Action::Create(p) => self.creates.insert((
+                namespace.to_string(),
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )),
+            Action::Delete { uid, .. } => self.deletes.insert(uid.clone()),
+            Action::Status(_) => true,
+        }
+    }
+
+    /// Forgets everything (a periodic resync trusts the store again).
+    pub fn clear(&mut self) {
+        self.creates.clear();
+        self.deletes.clear();
+    }
+}
+
 pub use io::run;
 
 mod io {
@@ -352,7 +401,7 @@ mod io {
     use kube::runtime::watcher;
     use tokio::sync::watch;
 
-    use super::{Action, NAME, reconcile};
+    use super::{Action, Expectations, NAME, reconcile};
     use crate::Clock;
     use crate::actors::watch::{Changes, reflect};
 
@@ -389,11 +438,13 @@ mod io {
             &mut changes,
         );
         changes.wait_ready().await;
+        let mut expectations = Expectations::default();
         loop {
             if *shutdown.borrow() {
                 return;
             }
             let all_pods = pods.state();
+            expectations.observe(&all_pods);
             for set in sets.state() {
                 let value = match serde_json::to_value(&*set) {
                     Ok(v) => v,
@@ -410,12 +461,14 @@ mod io {
                     .cloned()
                     .collect();
                 for action in reconcile(&value, &mine) {
-                    apply(&client, &ar, &ns, &name, action).await;
+                    if expectations.admit(&ns, &action) {
+                        apply(&client, &ar, &ns, &name, action).await;
+                    }
                 }
             }
             tokio::select! {
                 _ = changes.next() => {}
-                _ = tokio::time::sleep(resync) => {}
+                _ = tokio::time::sleep(resync) => expectations.clear(),
                 _ = shutdown.changed() => {}
             }
         }
@@ -582,6 +635,28 @@ mod tests {
         // restartPolicy None: only the failed pod is replaced (after it is gone)
         let none = lws(Some("None"));
         assert!(deleted(&reconcile(&none, &pods)).is_empty());
+    }
+
+    #[test]
+    fn expectations_keep_a_pass_from_repeating_writes_the_watch_has_not_shown_yet() {
+        let set = lws(None);
+        let mut exp = Expectations::default();
+        let first = reconcile(&set, &[]);
+        assert!(exp.admit("ns", &first[0]));
+        // the watch has not delivered the leader yet: the same create is not repeated
+        assert!(!exp.admit("ns", &reconcile(&set, &[])[0]));
+        let leader = as_pod(&created(&first)[0], "L1");
+        exp.observe(&[leader]);
+        assert!(
+            exp.admit("ns", &reconcile(&set, &[])[0]),
+            "seen, then gone: create again"
+        );
+        let del = Action::Delete {
+            name: "w-0".into(),
+            uid: "L1".into(),
+        };
+        assert!(exp.admit("ns", &del));
+        assert!(!exp.admit("ns", &del));
     }
 
     #[test]

@@ -814,11 +814,21 @@ mod io {
                     let message = fit.to_string();
                     if let Some((reason, message)) = unschedulable_condition(&pod, &message) {
                         tracing::debug!(pod = %name, %message, "unschedulable");
-                        let patch = json!({"status": {"conditions": [{
+                        let mut cond = json!({
                             "type": "PodScheduled", "status": "False",
                             "reason": reason, "message": message,
-                            "lastTransitionTime": clock.now_rfc3339(),
-                        }]}});
+                        });
+                        // the transition time moves only when the status does
+                        let was_false = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+                            .is_some_and(|c| c.status == "False");
+                        if !was_false {
+                            cond["lastTransitionTime"] = json!(clock.now_rfc3339());
+                        }
+                        let patch = json!({"status": {"conditions": [cond]}});
                         if let Err(e) = api
                             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                             .await

@@ -58,12 +58,41 @@ where
     reflect_with(api, Default::default(), config, changes)
 }
 
+/// [`reflect`], also announcing every change to any number of receivers (a shared cache).
+pub fn reflect_broadcast<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changes: &mut Changes,
+) -> (Store<K>, tokio::sync::watch::Receiver<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (tx, rx) = tokio::sync::watch::channel(());
+    let store = reflect_inner(api, Default::default(), config, changes, Some(tx));
+    (store, rx)
+}
+
 /// [`reflect`] for kinds with a runtime type (`DynamicObject`).
 pub fn reflect_with<K>(
     api: Api<K>,
     dyntype: K::DynamicType,
     config: watcher::Config,
     changes: &mut Changes,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    reflect_inner(api, dyntype, config, changes, None)
+}
+
+fn reflect_inner<K>(
+    api: Api<K>,
+    dyntype: K::DynamicType,
+    config: watcher::Config,
+    changes: &mut Changes,
+    broadcast: Option<tokio::sync::watch::Sender<()>>,
 ) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -80,6 +109,9 @@ where
                 tracing::debug!(error = %e, "watch error");
             }
             notify.notify_one();
+            if let Some(b) = &broadcast {
+                b.send_replace(());
+            }
         }
     });
     changes.tasks.push(task);
