@@ -471,7 +471,6 @@ pub use io::{run, run_all};
 
 mod io {
     use std::collections::{BTreeMap, HashMap};
-    use std::sync::Arc;
 
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -656,7 +655,6 @@ mod io {
         for (_, t) in running {
             let _ = t.await;
         }
-        let _ = Arc::new(());
     }
 }
 

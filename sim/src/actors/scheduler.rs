@@ -326,7 +326,6 @@ struct Spread {
     max_skew: i64,
     min_domains: i64,
     key: String,
-    selector: Selector,
     self_match: i64,
     /// domain value → matching pods
     counts: BTreeMap<String, i64>,
@@ -460,7 +459,6 @@ impl Snapshot {
                     min_domains: i64::from(c.min_domains.unwrap_or(1)),
                     key: c.topology_key.clone(),
                     self_match: i64::from(selector.matches(&labels)),
-                    selector,
                     counts,
                 }
             })
@@ -610,7 +608,6 @@ impl Snapshot {
                 s.counts.values().copied().min().unwrap_or(0)
             };
             let here = s.counts.get(&n.labels[&s.key]).copied().unwrap_or(0);
-            let _ = &s.selector;
             if here + s.self_match - global_min > s.max_skew {
                 return vec![R_SPREAD.into()];
             }
