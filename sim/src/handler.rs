@@ -89,7 +89,10 @@ pub fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> {
     if let Some(s) = subresource {
         let served = (s == "status" && rt.status_subresource)
             || (s == "scale" && rt.scale_subresource)
-            || (s == "eviction" && rt.builtin && rt.group.is_empty() && rt.kind == "Pod");
+            || (matches!(s, "eviction" | "binding")
+                && rt.builtin
+                && rt.group.is_empty()
+                && rt.kind == "Pod");
         if !served {
             return Err(ApiError::no_route());
         }
@@ -453,13 +456,17 @@ impl State {
         }
         obj["apiVersion"] = json!(route.rt.api_version(&route.version));
         obj["kind"] = json!(route.rt.kind);
+        let obj_spec = obj.get("spec").cloned().unwrap_or(Value::Null);
         if route.rt.status_subresource
             && let Some(m) = obj.as_object_mut()
         {
             match (route.rt.group.as_str(), route.rt.kind.as_str()) {
                 ("", "Node") => {}
                 ("", "Pod") => {
-                    m.insert("status".into(), json!({"phase": "Pending"}));
+                    m.insert(
+                        "status".into(),
+                        crate::binding::created_pod_status(&obj_spec),
+                    );
                 }
                 ("", "Namespace") => {
                     m.insert("status".into(), json!({"phase": "Active"}));
@@ -977,6 +984,14 @@ impl State {
         if route.subresource.as_deref() == Some("eviction") {
             return match req.method.as_str() {
                 "POST" => self.evict(&route, req, now),
+                m => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({m})"
+                ))),
+            };
+        }
+        if route.subresource.as_deref() == Some("binding") {
+            return match req.method.as_str() {
+                "POST" => self.bind(&route, req, &stamp),
                 m => Err(ApiError::method_not_allowed(format!(
                     "the server does not allow this method on the requested resource ({m})"
                 ))),

@@ -11,9 +11,12 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-/// Controllers of the simulated cluster, each a tokio task talking to the sim through a
-/// `kube::Client`.
+/// Actors: the core controllers (disruption, GC, ReplicaSet, node lifecycle), the scheduler,
+/// kubelets and the LWS-like controller (IO loops over pure decisions).
 pub mod actors;
+/// The Pod binding subresource and the pod status the server writes on create (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod binding;
 /// The virtual clock.
 pub mod clock;
 /// The Pod eviction subresource (pure).

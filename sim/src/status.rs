@@ -73,6 +73,19 @@ impl ApiError {
         )
     }
 
+    /// `errors.NewConflict(resource, name, err)`: "Operation cannot be fulfilled on ...: why".
+    pub fn conflict_because(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, resource)
+            ),
+            json!({"name": name, "group": group, "kind": resource}),
+        )
+    }
+
     /// Server-side apply conflicts (`NewApplyConflict`).
     pub fn apply_conflict(message: String, causes: Vec<Value>) -> Self {
         Self::new(409, "Conflict", message, json!({"causes": causes}))
