@@ -12,6 +12,9 @@ pub mod admission;
 /// Pure: the commands' text → text parts (`podsets`, `admit`).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod cli;
+/// Pure: startup checks of the installed CRDs (versions, fields, subresources) per admission mode.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod compat;
 /// Pure: status conditions as apimachinery's `meta` package finds and sets them.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod conditions;

@@ -114,6 +114,7 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
         lease_namespace: args.lease_namespace,
         identity,
         metrics_addr,
+        check_crds: true,
         finished_slice_retention: (args.finished_slice_retention_seconds > 0).then_some(
             raygate::slices::Retention {
                 after_finished: std::time::Duration::from_secs(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
@@ -362,7 +362,7 @@ async fn write_decision(
     let written = Api::<Workload>::namespaced(ctx.client.clone(), ns)
         .patch_status(
             name,
-            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &super::apply_params(ADMISSION_MANAGER),
             &Patch::Apply(&body),
         )
         .await;
@@ -433,7 +433,7 @@ async fn write_cluster_queue(
     Api::<ClusterQueue>::all(ctx.client.clone())
         .patch_status(
             &usage.name,
-            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &super::apply_params(ADMISSION_MANAGER),
             &Patch::Apply(&body),
         )
         .await
@@ -465,7 +465,7 @@ async fn write_local_queue(
     Api::<LocalQueue>::namespaced(ctx.client.clone(), &usage.namespace)
         .patch_status(
             &usage.name,
-            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &super::apply_params(ADMISSION_MANAGER),
             &Patch::Apply(&body),
         )
         .await
