@@ -30,6 +30,8 @@ pub mod gate;
 /// Pure: label selectors (`LabelSelector` objects and `labelSelector` query strings).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod labels;
+/// IO: reads a live cluster for `raygate status` (the summaries are pure, in [`cli::status`]).
+pub mod live;
 /// Pure: multi-document YAML into typed objects, errors naming document, object and field.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;
