@@ -47,6 +47,9 @@ pub mod quantity;
 /// Pure: Workload slice chains — which Workloads a RayService's current PodSets need.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod slices;
+/// Pure: the scrape-time gauges (held RayServices, hold duration and requests, pending slices).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod visibility;
 /// Pure: Workload state and Kueue's slice annotations (predicates, `replacement-for`, chain order).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod workload;

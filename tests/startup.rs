@@ -212,6 +212,56 @@ async fn a_rayservice_crd_without_spec_suspend_keeps_the_controller_not_ready_un
         },
     )
     .await;
+
+    // visibility: a child KubeRay created suspended is held (no slice is admitted: the
+    // LocalQueue does not exist), and /metrics says so per RayService, in OpenMetrics text
+    let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "svc-a", "namespace": ns,
+            "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
+        "spec": {"suspend": true, "headGroupSpec": {"rayStartParams": {}, "template": pod}}});
+    Api::<raygate::types::ray::RayCluster>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(child).unwrap(),
+        )
+        .await
+        .unwrap();
+    let held = format!(
+        "raygate_held_children{{namespace=\"{ns}\",rayservice=\"svc\",local_queue=\"lq\",cluster_queue=\"\"}} 1"
+    );
+    let metrics = eventually(
+        Duration::from_secs(30),
+        "the held child on /metrics",
+        || async {
+            http_get(port, "/metrics")
+                .await
+                .filter(|(code, body)| *code == 200 && body.contains(&held))
+                .map(|(_, body)| body)
+        },
+    )
+    .await;
+    assert!(
+        metrics
+            .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "{metrics}"
+    );
+    for line in [
+        "raygate_is_leader 1".to_string(),
+        format!(
+            "raygate_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        ),
+        format!(
+            "raygate_held_resources{{namespace=\"{ns}\",rayservice=\"svc\",local_queue=\"lq\",cluster_queue=\"\",resource=\"cpu\"}} 1.0"
+        ),
+        "raygate_cluster_queue_held_rayservices{cluster_queue=\"\"} 1".to_string(),
+        "# EOF".to_string(),
+    ] {
+        assert!(
+            metrics.contains(&line),
+            "{line} missing from /metrics:\n{metrics}"
+        );
+    }
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), controller).await;
 }

@@ -202,12 +202,7 @@ fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Er
         decisions = ?result.decisions,
         "admission cycle"
     );
-    let pending = result
-        .decisions
-        .iter()
-        .filter(|d| matches!(d, Decision::Pending { .. }))
-        .count();
-    ctx.metrics.pending_slices.set(pending as i64);
+    // raygate_pending_slices is computed at scrape time from the Workload cache (both modes)
     for usage in &result.cluster_queues {
         for f in &usage.reservation {
             for r in &f.resources {
