@@ -383,6 +383,11 @@ async fn write_decision(
             });
         }
     };
+    // Kueue's Events on the Workload (QuotaReserved + Admitted, Preempted/Evicted), once written
+    let reference = kube::Resource::object_ref(&updated, &());
+    for ev in crate::visibility::admission_events(d) {
+        ctx.events.publish(&reference, &ev).await;
+    }
     if let Decision::Admit { .. } = d {
         tracing::info!(workload = k, "admitted");
         if let Ok(mut m) = ctx.admitted_at.lock() {
