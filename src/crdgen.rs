@@ -3,7 +3,8 @@
 //! subset of Kueue v0.19's own CRD, so installing Kueue later replaces them without conversion.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,
+    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use kube::CustomResourceExt;
 
@@ -24,6 +25,26 @@ pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
     for crd in &mut out {
         let labels = crd.metadata.labels.get_or_insert_with(Default::default);
         labels.insert("app.kubernetes.io/part-of".into(), "raygate".into());
+        let (short, columns) = kueue_names(&crd.spec.names.plural);
+        crd.spec.names.short_names =
+            (!short.is_empty()).then(|| short.iter().map(|s| s.to_string()).collect());
+        for v in &mut crd.spec.versions {
+            v.additional_printer_columns = (!columns.is_empty()).then(|| {
+                columns
+                    .iter()
+                    .map(|(name, type_, json_path, description, priority)| {
+                        CustomResourceColumnDefinition {
+                            name: name.to_string(),
+                            type_: type_.to_string(),
+                            json_path: json_path.to_string(),
+                            description: Some(description.to_string()),
+                            priority: *priority,
+                            format: None,
+                        }
+                    })
+                    .collect()
+            });
+        }
         for v in &mut crd.spec.versions {
             if let Some(schema) = v
                 .schema
@@ -42,6 +63,129 @@ pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
             )
         })
         .collect()
+}
+
+/// A printer column: name, type, JSON path, description, priority.
+type Column = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<i32>,
+);
+
+/// Kueue v0.19's short names and printer columns for each kind (`kubectl get cq` works the same
+/// on raygate's CRDs as on Kueue's).
+fn kueue_names(plural: &str) -> (&'static [&'static str], &'static [Column]) {
+    const PENDING: Column = (
+        "Pending Workloads",
+        "integer",
+        ".status.pendingWorkloads",
+        "Number of pending workloads",
+        None,
+    );
+    match plural {
+        "clusterqueues" => (
+            &["cq"],
+            &[
+                (
+                    "Cohort",
+                    "string",
+                    ".spec.cohortName",
+                    "Cohort that this ClusterQueue belongs to",
+                    None,
+                ),
+                (
+                    "Strategy",
+                    "string",
+                    ".spec.queueingStrategy",
+                    "The queueing strategy used to prioritize workloads",
+                    Some(1),
+                ),
+                PENDING,
+                (
+                    "Admitted Workloads",
+                    "integer",
+                    ".status.admittedWorkloads",
+                    "Number of admitted workloads that haven't finished yet",
+                    Some(1),
+                ),
+            ],
+        ),
+        "cohorts" => (&["co"], &[]),
+        "localqueues" => (
+            &["queue", "queues", "lq"],
+            &[
+                (
+                    "ClusterQueue",
+                    "string",
+                    ".spec.clusterQueue",
+                    "Backing ClusterQueue",
+                    None,
+                ),
+                PENDING,
+                (
+                    "Admitted Workloads",
+                    "integer",
+                    ".status.admittedWorkloads",
+                    "Number of admitted workloads that haven't finished yet.",
+                    None,
+                ),
+            ],
+        ),
+        "resourceflavors" => (&["flavor", "flavors", "rf"], &[]),
+        "workloadpriorityclasses" => (
+            &["wpc"],
+            &[(
+                "Value",
+                "integer",
+                ".value",
+                "Value of workloadPriorityClass's Priority",
+                None,
+            )],
+        ),
+        "workloads" => (
+            &["kwl", "kueueworkload", "kueueworkloads"],
+            &[
+                (
+                    "Queue",
+                    "string",
+                    ".spec.queueName",
+                    "Name of the queue this workload was submitted to",
+                    None,
+                ),
+                (
+                    "Reserved in",
+                    "string",
+                    ".status.admission.clusterQueue",
+                    "Name of the ClusterQueue where the workload is reserving quota",
+                    None,
+                ),
+                (
+                    "Admitted",
+                    "string",
+                    ".status.conditions[?(@.type=='Admitted')].status",
+                    "Admission status",
+                    None,
+                ),
+                (
+                    "Finished",
+                    "string",
+                    ".status.conditions[?(@.type=='Finished')].status",
+                    "Workload finished",
+                    None,
+                ),
+                (
+                    "Age",
+                    "date",
+                    ".metadata.creationTimestamp",
+                    "Time this workload was created",
+                    None,
+                ),
+            ],
+        ),
+        _ => (&[], &[]),
+    }
 }
 
 /// Kueue's CRDs declare no `nullable`; raygate never writes nulls (unset fields are omitted), so
@@ -73,4 +217,32 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Err
         "# Generated by `raygate crdgen` from types/ (crate raygate-types); do not edit.\n{}",
         serde_yaml::to_string(crd)?
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    #[test]
+    fn short_names_and_printer_columns_equal_kueues() {
+        let dir = raygate_testing::upstream::dir().join("upstream-crds");
+        for (_, ours) in super::crds() {
+            let plural = &ours.spec.names.plural;
+            let path = dir.join(format!("kueue.x-k8s.io_{plural}.yaml"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let theirs: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(
+                ours.spec.names.short_names, theirs.spec.names.short_names,
+                "{plural}"
+            );
+            let columns = |crd: &CustomResourceDefinition| {
+                crd.spec
+                    .versions
+                    .iter()
+                    .find(|v| v.name == "v1beta2")
+                    .and_then(|v| v.additional_printer_columns.clone())
+            };
+            assert_eq!(columns(&ours), columns(&theirs), "{plural}");
+        }
+    }
 }

@@ -12,6 +12,9 @@ pub mod admission;
 /// Pure: the commands' text → text parts (`podsets`, `admit`).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod cli;
+/// Pure: startup checks of the installed CRDs (versions, fields, subresources) per admission mode.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod compat;
 /// Pure: status conditions as apimachinery's `meta` package finds and sets them.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod conditions;
@@ -27,6 +30,8 @@ pub mod gate;
 /// Pure: label selectors (`LabelSelector` objects and `labelSelector` query strings).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod labels;
+/// IO: reads a live cluster for `raygate status` (the summaries are pure, in [`cli::status`]).
+pub mod live;
 /// Pure: multi-document YAML into typed objects, errors naming document, object and field.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;
@@ -42,6 +47,9 @@ pub mod quantity;
 /// Pure: Workload slice chains — which Workloads a RayService's current PodSets need.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod slices;
+/// Pure: the scrape-time gauges (held RayServices, hold duration and requests, pending slices).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod visibility;
 /// Pure: Workload state and Kueue's slice annotations (predicates, `replacement-for`, chain order).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod workload;

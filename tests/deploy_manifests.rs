@@ -468,6 +468,11 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ("", "namespaces", &["get", "list", "watch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
     ("", "events", &["create", "patch"]),
+    (
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        &["get"],
+    ),
 ];
 
 /// What the controller does in its own namespace.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use raygate::cli::{self, Output};
 
 #[derive(Parser)]
@@ -48,9 +48,35 @@ enum Command {
         #[arg(long, default_value = "crds")]
         out: PathBuf,
     },
+    /// What raygate sees of a RayService (children, slices, what is held and why, the shortfall)
+    /// or a ClusterQueue (quota against usage, pending Workloads), read from a live cluster.
+    /// Also `kubectl raygate status ...` when installed as `kubectl-raygate`.
+    Status(StatusArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Development helpers for the dev cluster (hack/dev-cluster.sh): the KubeRay v1.7
     /// emulator, and apply/get without API discovery.
     Dev(dev::DevArgs),
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// rayservice/NAME or clusterqueue/NAME (also rayservices/, cq/).
+    target: raygate::live::Target,
+    /// Namespace of a RayService (default: the kubeconfig context's, else "default").
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    context: Option<String>,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    output: Output,
 }
 
 #[derive(clap::Args)]
@@ -117,6 +143,7 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
         lease_namespace: args.lease_namespace,
         identity,
         metrics_addr,
+        check_crds: true,
         finished_slice_retention: (args.finished_slice_retention_seconds > 0).then_some(
             raygate::slices::Retention {
                 after_finished: std::time::Duration::from_secs(
@@ -163,8 +190,27 @@ fn read_input(path: &PathBuf) -> anyhow::Result<String> {
     }
 }
 
+/// The command name: `kubectl raygate` when run as the kubectl plugin `kubectl-raygate`.
+fn command_name() -> &'static str {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let file = std::path::Path::new(&argv0)
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    if file.starts_with("kubectl-raygate") {
+        "kubectl raygate"
+    } else {
+        "raygate"
+    }
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().bin_name(command_name()).get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     match run(args) {
         Ok(code) => code,
         Err(e) => {
@@ -202,8 +248,36 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Status(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let text = runtime.block_on(status(args))?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let mut cmd = Args::command();
+            clap_complete::generate(shell, &mut cmd, command_name(), &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Dev(args) => dev::run(args),
     }
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<String> {
+    use raygate::live::{self, Target};
+    let client = live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let text = match &args.target {
+        Target::RayService(name) => {
+            let ns = live::default_namespace(&client, args.namespace.as_deref());
+            let report = live::service(&client, &ns, name).await?;
+            cli::render(&report, args.output, cli::status::service_table)?
+        }
+        Target::ClusterQueue(name) => {
+            let report = live::cluster_queue(&client, name).await?;
+            cli::render(&report, args.output, cli::status::queue_table)?
+        }
+    };
+    Ok(text)
 }
 
 /// Prints the output, or the input error on one line with exit code 2.

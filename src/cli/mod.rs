@@ -4,6 +4,7 @@
 mod admit;
 pub use admit::{AdmitReport, ClusterQueueRow, WorkloadRow, admit, admit_table, read_snapshot};
 mod podsets;
+pub mod status;
 
 pub use podsets::{PodSetRow, PodSetsReport, podsets, podsets_table};
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
@@ -326,12 +326,7 @@ fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Fa
         decisions = ?result.decisions,
         "admission cycle"
     );
-    let pending = result
-        .decisions
-        .iter()
-        .filter(|d| matches!(d, Decision::Pending { .. }))
-        .count();
-    ctx.metrics.pending_slices.set(pending as i64);
+    // raygate_pending_slices is computed at scrape time from the Workload cache (both modes)
     for usage in &result.cluster_queues {
         for f in &usage.reservation {
             for r in &f.resources {
@@ -497,7 +492,7 @@ async fn write_decision(
     let written = Api::<Workload>::namespaced(ctx.client.clone(), ns)
         .patch_status(
             name,
-            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &super::apply_params(ADMISSION_MANAGER),
             &Patch::Apply(&body),
         )
         .await;
@@ -523,6 +518,11 @@ async fn write_decision(
             });
         }
     };
+    // Kueue's Events on the Workload (QuotaReserved + Admitted, Preempted/Evicted), once written
+    let reference = kube::Resource::object_ref(&updated, &());
+    for ev in crate::visibility::admission_events(d) {
+        ctx.events.publish(&reference, &ev).await;
+    }
     if let Decision::Admit { .. } = d {
         tracing::info!(workload = k, "admitted");
         if let Ok(mut m) = ctx.admitted_at.lock() {
@@ -568,7 +568,7 @@ async fn write_cluster_queue(
     Api::<ClusterQueue>::all(ctx.client.clone())
         .patch_status(
             &usage.name,
-            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &super::apply_params(ADMISSION_MANAGER),
             &Patch::Apply(&body),
         )
         .await
@@ -600,7 +600,7 @@ async fn write_local_queue(
     Api::<LocalQueue>::namespaced(ctx.client.clone(), &usage.namespace)
         .patch_status(
             &usage.name,
-            &PatchParams::apply(ADMISSION_MANAGER).force(),
+            &super::apply_params(ADMISSION_MANAGER),
             &Patch::Apply(&body),
         )
         .await

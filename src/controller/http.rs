@@ -35,7 +35,16 @@ pub async fn serve(
     let app = Router::new()
         .route(
             "/metrics",
-            get(|State(h): State<Arc<Health>>| async move { h.ctx.metrics.encode() }),
+            get(|State(h): State<Arc<Health>>| async move {
+                scrape(&h.ctx);
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        super::metrics::CONTENT_TYPE,
+                    )],
+                    h.ctx.metrics.encode(),
+                )
+            }),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -62,4 +71,22 @@ pub async fn serve(
     {
         tracing::error!(error = %e, "metrics server stopped");
     }
+}
+
+/// Refreshes the gauges computed from the caches (held RayServices, pending slices, leadership).
+fn scrape(ctx: &Context) {
+    let services = ctx.stores.services.state();
+    let clusters = ctx.stores.clusters.state();
+    let workloads = ctx.stores.workloads.state();
+    let local_queues = ctx.stores.local_queues.state();
+    let cluster_refs: Vec<&crate::types::ray::RayCluster> =
+        clusters.iter().map(|c| c.as_ref()).collect();
+    let g = crate::visibility::gauges(
+        services.iter().map(|s| s.as_ref()),
+        &cluster_refs,
+        workloads.iter().map(|w| w.as_ref()),
+        local_queues.iter().map(|l| l.as_ref()),
+        ctx.clock.now(),
+    );
+    ctx.metrics.refresh(&g, ctx.is_leader());
 }

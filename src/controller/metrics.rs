@@ -25,6 +25,43 @@ pub struct UsageLabels {
     pub resource: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+/// A held RayService.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    pub namespace: String,
+    pub rayservice: String,
+    pub local_queue: String,
+    pub cluster_queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceResourceLabels {
+    pub namespace: String,
+    pub rayservice: String,
+    pub local_queue: String,
+    pub cluster_queue: String,
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub cluster_queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueResourceLabels {
+    pub cluster_queue: String,
+    pub resource: String,
+}
+
+/// The content type of `/metrics`: prometheus-client writes OpenMetrics text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// Every metric raygate exports.
 pub struct Metrics {
     pub registry: Registry,
@@ -37,6 +74,18 @@ pub struct Metrics {
     pub admission_cycles: Counter,
     /// Reserved quota per ClusterQueue, flavor and resource (display only: decisions use exact quantities).
     pub cluster_queue_usage: Family<UsageLabels, Gauge<f64, AtomicU64>>,
+    /// 1, labelled with the version.
+    pub build_info: Family<BuildLabels, Gauge>,
+    /// 1 while this replica holds the Lease (always without leader election).
+    pub is_leader: Gauge,
+    /// Per held RayService (scrape time, from the caches): children held, seconds since the
+    /// oldest held child was created, and the held children's requests by resource.
+    pub held_children: Family<ServiceLabels, Gauge>,
+    pub hold_duration: Family<ServiceLabels, Gauge<f64, AtomicU64>>,
+    pub held_resources: Family<ServiceResourceLabels, Gauge<f64, AtomicU64>>,
+    /// Per ClusterQueue: held RayServices and their held requests by resource.
+    pub cluster_queue_held: Family<QueueLabels, Gauge>,
+    pub cluster_queue_held_resources: Family<QueueResourceLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -87,7 +136,58 @@ impl Default for Metrics {
             "Reserved quota per ClusterQueue, flavor and resource",
             cluster_queue_usage.clone(),
         );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        registry.register("build_info", "raygate's version", build_info.clone());
+        let is_leader = Gauge::default();
+        registry.register(
+            "is_leader",
+            "1 while this replica holds the leader Lease (always 1 without leader election)",
+            is_leader.clone(),
+        );
+        let held_children = Family::<ServiceLabels, Gauge>::default();
+        registry.register(
+            "held_children",
+            "Children of a RayService that raygate holds suspended until quota covers them",
+            held_children.clone(),
+        );
+        let hold_duration = Family::<ServiceLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "hold_duration_seconds",
+            "Seconds since the oldest child raygate holds of a RayService was created",
+            hold_duration.clone(),
+        );
+        let held_resources = Family::<ServiceResourceLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "held_resources",
+            "Requests of the held children's pods by resource (cpu in cores, memory in bytes, GPUs)",
+            held_resources.clone(),
+        );
+        let cluster_queue_held = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "cluster_queue_held_rayservices",
+            "RayServices with a held child, per ClusterQueue",
+            cluster_queue_held.clone(),
+        );
+        let cluster_queue_held_resources =
+            Family::<QueueResourceLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "cluster_queue_held_resources",
+            "Requests of held children per ClusterQueue and resource",
+            cluster_queue_held_resources.clone(),
+        );
         Metrics {
+            build_info,
+            is_leader,
+            held_children,
+            hold_duration,
+            held_resources,
+            cluster_queue_held,
+            cluster_queue_held_resources,
             registry,
             reconciles,
             errors,
@@ -101,6 +201,57 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Replaces the scrape-time gauges with `g` (series of services no longer held disappear).
+    pub fn refresh(&self, g: &crate::visibility::Gauges, is_leader: bool) {
+        self.is_leader.set(i64::from(is_leader));
+        self.pending_slices.set(g.pending_slices as i64);
+        self.held_children.clear();
+        self.hold_duration.clear();
+        self.held_resources.clear();
+        self.cluster_queue_held.clear();
+        self.cluster_queue_held_resources.clear();
+        for h in &g.held {
+            let labels = ServiceLabels {
+                namespace: h.namespace.clone(),
+                rayservice: h.name.clone(),
+                local_queue: h.local_queue.clone(),
+                cluster_queue: h.cluster_queue.clone(),
+            };
+            self.held_children
+                .get_or_create(&labels)
+                .set(h.held_children as i64);
+            self.hold_duration
+                .get_or_create(&labels)
+                .set(h.hold_seconds);
+            for (resource, q) in h.held.iter() {
+                self.held_resources
+                    .get_or_create(&ServiceResourceLabels {
+                        namespace: h.namespace.clone(),
+                        rayservice: h.name.clone(),
+                        local_queue: h.local_queue.clone(),
+                        cluster_queue: h.cluster_queue.clone(),
+                        resource: resource.to_string(),
+                    })
+                    .set(q.nanos() as f64 / 1e9);
+            }
+        }
+        for (cq, (n, held)) in &g.cluster_queues {
+            self.cluster_queue_held
+                .get_or_create(&QueueLabels {
+                    cluster_queue: cq.clone(),
+                })
+                .set(*n as i64);
+            for (resource, q) in held.iter() {
+                self.cluster_queue_held_resources
+                    .get_or_create(&QueueResourceLabels {
+                        cluster_queue: cq.clone(),
+                        resource: resource.to_string(),
+                    })
+                    .set(q.nanos() as f64 / 1e9);
+            }
+        }
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {

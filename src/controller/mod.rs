@@ -14,6 +14,7 @@ mod gate;
 mod http;
 mod leader;
 mod metrics;
+mod startup;
 mod stores;
 
 use std::future::Future;
@@ -62,6 +63,23 @@ pub const ADMISSION_MANAGER: &str = "raygate-admission";
 /// Field manager of the leader-election Lease, distinct from every object writer's.
 pub const LEASE_MANAGER: &str = "raygate-leader";
 
+/// Server-side apply as `manager`, forced (each writer owns its fields), with strict field
+/// validation: a field the installed CRD does not know is an error, never a silent drop.
+pub(crate) fn apply_params(manager: &str) -> kube::api::PatchParams {
+    kube::api::PatchParams::apply(manager)
+        .force()
+        .validation(kube::api::ValidationDirective::Strict)
+}
+
+/// A merge patch as `manager`, with strict field validation (see [`apply_params`]).
+pub(crate) fn merge_params(manager: &str) -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..Default::default()
+    }
+    .validation(kube::api::ValidationDirective::Strict)
+}
+
 /// Who admits Workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum AdmissionMode {
@@ -88,6 +106,11 @@ pub struct Config {
     pub admission_resync: Duration,
     /// When finished slices are deleted; `None` keeps them (until their RayService is deleted).
     pub finished_slice_retention: Option<crate::slices::Retention>,
+    /// Check the installed CRDs before starting (`raygate controller` always does; off by default
+    /// for embedders whose server serves no CRD objects, e.g. the simulated cluster).
+    pub check_crds: bool,
+    /// How often a failed CRD check is retried.
+    pub check_crds_retry: Duration,
 }
 
 impl Default for Config {
@@ -102,6 +125,8 @@ impl Default for Config {
             metrics_addr: None,
             admission_resync: Duration::from_secs(10),
             finished_slice_retention: Some(crate::slices::Retention::default()),
+            check_crds: false,
+            check_crds_retry: Duration::from_secs(30),
         }
     }
 }
@@ -237,6 +262,15 @@ pub async fn run_with(
 ) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = shutdown_tx.send(true);
+    });
+    if config.check_crds
+        && !startup::wait_until_compatible(&client, &config, shutdown_rx.clone()).await?
+    {
+        return Ok(());
+    }
     let (stores, streams) = stores::start(client.clone(), config.admission).await;
     let leader = if config.leader_elect {
         leader::elect(client.clone(), &config).await?
@@ -256,10 +290,6 @@ pub async fn run_with(
         just_released: Default::default(),
     });
 
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = shutdown_tx.send(true);
-    });
     let mut tasks = Supervisor::default();
     if let Some(addr) = config.metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)

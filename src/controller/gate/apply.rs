@@ -16,10 +16,7 @@ use crate::types::kueue::{Workload, condition};
 use crate::types::ray::{RayCluster, RayService};
 
 fn merge(manager: &str) -> PatchParams {
-    PatchParams {
-        field_manager: Some(manager.to_string()),
-        ..Default::default()
-    }
+    crate::controller::merge_params(manager)
 }
 
 /// A merge patch of the RayService on the version decided on (`rv`, `None`: unconditional);
@@ -145,7 +142,7 @@ pub async fn slice(
             let name = workload.metadata.name.clone().unwrap_or_default();
             api.patch(
                 &name,
-                &PatchParams::apply(SLICES_MANAGER).force(),
+                &crate::controller::apply_params(SLICES_MANAGER),
                 &Patch::Apply(workload.as_ref()),
             )
             .await
@@ -190,7 +187,7 @@ pub async fn slice(
             });
             api.patch_status(
                 name,
-                &PatchParams::apply(SLICES_STATUS_MANAGER).force(),
+                &crate::controller::apply_params(SLICES_STATUS_MANAGER),
                 &Patch::Apply(&body),
             )
             .await
@@ -287,7 +284,7 @@ pub async fn pods_ready(
     Api::<Workload>::namespaced(client.clone(), ns)
         .patch_status(
             &pr.slice,
-            &PatchParams::apply(PODS_READY_MANAGER).force(),
+            &crate::controller::apply_params(PODS_READY_MANAGER),
             &Patch::Apply(&body),
         )
         .await

@@ -1,0 +1,178 @@
+//! `raygate status` against a live cluster: reads the objects (one GET or LIST each) and hands
+//! them to the pure summaries in [`crate::cli::status`].
+
+use std::path::Path;
+
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::cli::status::{QueueReport, ServiceReport, queue_report, service_report};
+use crate::types::kueue::{ClusterQueue, LocalQueue, Workload};
+use crate::types::ray::{
+    ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
+    RayCluster, RayService,
+};
+
+/// What `raygate status` was asked about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    RayService(String),
+    ClusterQueue(String),
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+
+    /// `rayservice/NAME` (also `rayservices`, `ray`... as kubectl's short forms) or `clusterqueue/NAME`
+    /// (`cq`, `clusterqueues`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, name) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: expected rayservice/NAME or clusterqueue/NAME"))?;
+        if name.is_empty() {
+            return Err(format!("{s:?}: the name is missing"));
+        }
+        match kind.to_ascii_lowercase().as_str() {
+            "rayservice" | "rayservices" | "rayservice.ray.io" | "rayservices.ray.io" => {
+                Ok(Target::RayService(name.into()))
+            }
+            "clusterqueue"
+            | "clusterqueues"
+            | "cq"
+            | "clusterqueue.kueue.x-k8s.io"
+            | "clusterqueues.kueue.x-k8s.io" => Ok(Target::ClusterQueue(name.into())),
+            other => Err(format!(
+                "{other:?}: raygate status knows rayservice/NAME and clusterqueue/NAME"
+            )),
+        }
+    }
+}
+
+/// Why `raygate status` failed, naming the object.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubeconfig: {0}")]
+    Config(String),
+    #[error("reading {what}: {source}")]
+    Read { what: String, source: kube::Error },
+    #[error("{what} not found")]
+    NotFound { what: String },
+}
+
+/// A client from `kubeconfig` (else `$KUBECONFIG`, `~/.kube/config`, in-cluster) and `context`.
+pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Client, Error> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| Error::Config(e.to_string()))?
+        }
+        None if context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?,
+        None => Config::infer()
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(|e| Error::Config(e.to_string()))
+}
+
+/// The namespace `-n` names, else the kubeconfig context's, else `default` (as kubectl).
+pub fn default_namespace(client: &Client, namespace: Option<&str>) -> String {
+    namespace
+        .map(str::to_string)
+        .unwrap_or_else(|| client.default_namespace().to_string())
+}
+
+/// A RayService, its children and its Workloads, summarised.
+pub async fn service(client: &Client, namespace: &str, name: &str) -> Result<ServiceReport, Error> {
+    let what = format!("RayService {namespace}/{name}");
+    let service = Api::<RayService>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Read {
+            what: what.clone(),
+            source,
+        })?
+        .ok_or(Error::NotFound { what })?;
+    let children = ListParams::default().labels(&format!(
+        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE},{ORIGINATED_FROM_CR_NAME_LABEL}={name}"
+    ));
+    let clusters = Api::<RayCluster>::namespaced(client.clone(), namespace)
+        .list(&children)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("RayClusters of {namespace}/{name}"),
+            source,
+        })?;
+    let workloads = Api::<Workload>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("{}={name}", crate::slices::RAYSERVICE_LABEL)))
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("Workloads of {namespace}/{name}"),
+            source,
+        })?;
+    Ok(service_report(&service, &clusters.items, &workloads.items))
+}
+
+/// A ClusterQueue, the LocalQueues feeding it and their Workloads, summarised.
+pub async fn cluster_queue(client: &Client, name: &str) -> Result<QueueReport, Error> {
+    let what = format!("ClusterQueue {name}");
+    let queue = Api::<ClusterQueue>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Read {
+            what: what.clone(),
+            source,
+        })?
+        .ok_or(Error::NotFound { what })?;
+    let local_queues = Api::<LocalQueue>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::Read {
+            what: "LocalQueues".into(),
+            source,
+        })?;
+    let workloads = Api::<Workload>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::Read {
+            what: "Workloads".into(),
+            source,
+        })?;
+    Ok(queue_report(&queue, &local_queues.items, &workloads.items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    #[test]
+    fn targets_take_kubectl_style_kind_slash_name() {
+        assert_eq!(
+            "rayservice/svc".parse(),
+            Ok(Target::RayService("svc".into()))
+        );
+        assert_eq!(
+            "RayServices/svc".parse(),
+            Ok(Target::RayService("svc".into()))
+        );
+        assert_eq!(
+            "cq/team-a".parse(),
+            Ok(Target::ClusterQueue("team-a".into()))
+        );
+        assert_eq!(
+            "pod/x".parse::<Target>(),
+            Err("\"pod\": raygate status knows rayservice/NAME and clusterqueue/NAME".into())
+        );
+        assert!("svc".parse::<Target>().is_err());
+        assert!("rayservice/".parse::<Target>().is_err());
+    }
+}
