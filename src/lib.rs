@@ -21,6 +21,9 @@ pub mod controller;
 pub mod crdgen;
 /// Development helpers: the KubeRay v1.7 emulator and `apply`/`get` for the dev cluster.
 pub mod dev;
+/// Pure: upgrade-domain drains — the plan (domains, phases, skips, blocks) and the contract preflight.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod drain;
 /// Pure: what to do about one opted-in RayService, its children and its slices.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod gate;
