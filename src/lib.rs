@@ -24,6 +24,9 @@ pub mod controller;
 pub mod crdgen;
 /// IO: `apply`/`get` without API discovery, for the dev cluster and the integration tests.
 pub mod dev;
+/// Pure: upgrade-domain drains — the plan (domains, phases, skips, blocks) and the contract preflight.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod drain;
 /// Pure: what to do about one opted-in RayService, its children and its slices.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod gate;

@@ -1,0 +1,147 @@
+//! `kubectl drain`'s pod rules and flags (`k8s.io/kubectl/pkg/drain/filters.go`, the filters
+//! `skipDeleted`, `daemonSet`, `mirrorPod`, `localStorage`, `unreplicated`, in that order), for
+//! one pod. The flags keep kubectl's names; `--disable-eviction` is not offered (raygate only
+//! evicts, so a PodDisruptionBudget is always honoured).
+//!
+//! Differences from kubectl, on purpose (README, "Decisions where upstream is silent"):
+//! finished pods are skipped rather than evicted (they hold no capacity and their logs stay), and
+//! a pod blocked both by local storage and by having no controller reports both at once, so one
+//! plan tells the operator every flag it needs.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use super::{controller_of, is_finished};
+use crate::labels::Selector;
+
+/// `kubernetes.io/config.mirror`: the kubelet's annotation on a static pod's mirror.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// kubectl's messages for a pod that stops the drain (`filters.go`; `errors()` prefixes
+/// "cannot delete " to those that lack it).
+pub const DAEMON_SET_FATAL: &str = "DaemonSet-managed Pods (use --ignore-daemonsets to ignore)";
+pub const LOCAL_STORAGE_FATAL: &str =
+    "Pods with local storage (use --delete-emptydir-data to override)";
+pub const UNMANAGED_FATAL: &str =
+    "cannot delete Pods that declare no controller (use --force to override)";
+/// kubectl's warnings for pods a flag let through (or, for DaemonSets, skipped).
+pub const DAEMON_SET_WARNING: &str = "ignoring DaemonSet-managed Pods";
+pub const LOCAL_STORAGE_WARNING: &str = "deleting Pods with local storage";
+pub const UNMANAGED_WARNING: &str = "deleting Pods that declare no controller";
+
+/// `kubectl drain`'s flags that decide which pods are drained (same names, same defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainRules {
+    /// `--ignore-daemonsets`: skip DaemonSet-managed pods instead of refusing to drain.
+    pub ignore_daemonsets: bool,
+    /// `--delete-emptydir-data`: evict pods with `emptyDir` volumes (their data is lost).
+    pub delete_emptydir_data: bool,
+    /// `--force`: evict pods that declare no controller, and pods of a DaemonSet that is gone.
+    pub force: bool,
+    /// `--pod-selector`: only pods matching this label query are drained ("" = all).
+    pub pod_selector: String,
+    /// `--skip-wait-for-delete-timeout`: skip pods deleting for longer than this many seconds
+    /// (0 = never skip).
+    pub skip_wait_for_delete_timeout_seconds: u64,
+}
+
+/// What the rules decide for one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not drained; the reason says why.
+    Skip(super::SkipReason),
+    /// Drained; a flag may have let it through with a warning.
+    Evict(Vec<super::Warning>),
+    /// Stops the drain of its domain until a flag is given or the pod changes.
+    Block(Vec<super::BlockReason>),
+}
+
+/// The checked rules: `pod_selector` parsed.
+pub(super) struct Rules<'a> {
+    pub flags: &'a DrainRules,
+    pub pod_selector: Selector,
+    pub now: Timestamp,
+}
+
+impl Rules<'_> {
+    /// kubectl's filter chain for one pod. `daemon_set_exists` answers for the pod's DaemonSet
+    /// controller (`None`: not observed, taken to exist).
+    pub fn verdict(&self, pod: &Pod, daemon_set_exists: impl Fn(&str) -> bool) -> Verdict {
+        use super::{BlockReason, SkipReason, Warning};
+        if !self.pod_selector.matches(pod.metadata.labels.as_ref()) {
+            return Verdict::Skip(SkipReason::NotSelected);
+        }
+        if self.deleting_too_long(pod) {
+            return Verdict::Skip(SkipReason::DeletingTooLong);
+        }
+        if is_finished(pod) {
+            return Verdict::Skip(SkipReason::Finished);
+        }
+        let mut warnings = Vec::new();
+        if let Some(owner) = controller_of(pod).filter(|o| o.kind == "DaemonSet") {
+            if !daemon_set_exists(&owner.name) {
+                if !self.flags.force {
+                    return Verdict::Block(vec![BlockReason::DaemonSetMissing {
+                        name: owner.name.clone(),
+                    }]);
+                }
+                warnings.push(Warning::DaemonSetMissing {
+                    name: owner.name.clone(),
+                });
+            } else if self.flags.ignore_daemonsets {
+                return Verdict::Skip(SkipReason::DaemonSet);
+            } else {
+                return Verdict::Block(vec![BlockReason::DaemonSet]);
+            }
+        }
+        if is_mirror(pod) {
+            return Verdict::Skip(SkipReason::Mirror);
+        }
+        let mut blocks = Vec::new();
+        if has_local_storage(pod) {
+            match self.flags.delete_emptydir_data {
+                true => warnings.push(Warning::LocalStorage),
+                false => blocks.push(BlockReason::LocalStorage),
+            }
+        }
+        if controller_of(pod).is_none() {
+            match self.flags.force {
+                true => warnings.push(Warning::Unmanaged),
+                false => blocks.push(BlockReason::Unmanaged),
+            }
+        }
+        match blocks.is_empty() {
+            true => Verdict::Evict(warnings),
+            false => Verdict::Block(blocks),
+        }
+    }
+
+    /// `skipDeletedFilter`: deleting for longer than `--skip-wait-for-delete-timeout` (whole
+    /// seconds, strictly greater, as kubectl compares).
+    fn deleting_too_long(&self, pod: &Pod) -> bool {
+        let timeout = self.flags.skip_wait_for_delete_timeout_seconds;
+        let Some(deleted) = pod.metadata.deletion_timestamp.as_ref() else {
+            return false;
+        };
+        let elapsed = self.now.duration_since(deleted.0).as_secs();
+        timeout > 0 && elapsed > 0 && elapsed as u64 > timeout
+    }
+}
+
+/// A static pod's mirror (the API server cannot delete it for good).
+pub fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+}
+
+/// Any `emptyDir` volume (kubectl's `hasLocalStorage`).
+pub fn has_local_storage(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| v.empty_dir.is_some())
+}

@@ -1,0 +1,265 @@
+//! Builders for the drain's unit and property tests: nodes, pods and budgets with the fields the
+//! drain reads. The upgrade-domain label is [`UD`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, Node, NodeSpec, NodeStatus, NodeSystemInfo, Pod,
+    PodReadinessGate, PodSpec, PodStatus, Probe, Taint, Volume,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+
+pub const UD: &str = "topology.example.com/upgrade-domain";
+
+fn meta(ns_name: &str) -> ObjectMeta {
+    let (ns, name) = ns_name.split_once('/').unwrap_or(("", ns_name));
+    ObjectMeta {
+        namespace: (!ns.is_empty()).then(|| ns.to_string()),
+        name: Some(name.to_string()),
+        generation: Some(1),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A node in upgrade domain `domain` (`""`: no domain label).
+pub fn node(name: &str, domain: &str) -> Node {
+    let mut n = Node {
+        metadata: meta(name),
+        spec: Some(NodeSpec::default()),
+        status: Some(NodeStatus::default()),
+    };
+    if !domain.is_empty() {
+        n = n.label(UD, domain);
+    }
+    n
+}
+
+pub trait NodeExt: Sized {
+    fn label(self, key: &str, value: &str) -> Self;
+    fn cordoned(self) -> Self;
+    fn tainted(self, taint: Taint) -> Self;
+    fn kubelet(self, version: &str) -> Self;
+}
+
+impl NodeExt for Node {
+    fn label(mut self, key: &str, value: &str) -> Self {
+        let labels = self.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn cordoned(mut self) -> Self {
+        self.spec.get_or_insert_default().unschedulable = Some(true);
+        self
+    }
+
+    fn tainted(mut self, taint: Taint) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        spec.taints.get_or_insert_default().push(taint);
+        self
+    }
+
+    fn kubelet(mut self, version: &str) -> Self {
+        let status = self.status.get_or_insert_default();
+        let info = status.node_info.get_or_insert_with(NodeSystemInfo::default);
+        info.kubelet_version = version.to_string();
+        self
+    }
+}
+
+pub fn taint(key: &str, effect: &str) -> Taint {
+    Taint {
+        key: key.to_string(),
+        effect: effect.to_string(),
+        ..Taint::default()
+    }
+}
+
+/// A Running pod `ns/name` bound to `node`, controlled by ReplicaSet `rs`.
+pub fn pod(ns_name: &str, node: &str) -> Pod {
+    Pod {
+        metadata: meta(ns_name),
+        spec: Some(PodSpec {
+            node_name: (!node.is_empty()).then(|| node.to_string()),
+            containers: vec![Container {
+                name: "main".to_string(),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Running".to_string()),
+            ..PodStatus::default()
+        }),
+    }
+    .owned_by("apps/v1", "ReplicaSet", "rs")
+}
+
+pub trait PodExt: Sized {
+    fn label(self, key: &str, value: &str) -> Self;
+    fn owned_by(self, api_version: &str, kind: &str, name: &str) -> Self;
+    fn unowned(self) -> Self;
+    fn phase(self, phase: &str) -> Self;
+    fn empty_dir(self) -> Self;
+    fn mirror(self) -> Self;
+    fn deleting_since(self, at: Timestamp) -> Self;
+    fn readiness_probe(self) -> Self;
+    fn readiness_gate(self) -> Self;
+}
+
+impl PodExt for Pod {
+    fn label(mut self, key: &str, value: &str) -> Self {
+        let labels = self.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn owned_by(mut self, api_version: &str, kind: &str, name: &str) -> Self {
+        self.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            name: name.to_string(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        self
+    }
+
+    fn unowned(mut self) -> Self {
+        self.metadata.owner_references = None;
+        self
+    }
+
+    fn phase(mut self, phase: &str) -> Self {
+        self.status.get_or_insert_default().phase = Some(phase.to_string());
+        self
+    }
+
+    fn empty_dir(mut self) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        spec.volumes.get_or_insert_default().push(Volume {
+            name: "scratch".to_string(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+        self
+    }
+
+    fn mirror(mut self) -> Self {
+        let a = self.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        a.insert(
+            super::rules::MIRROR_POD_ANNOTATION.to_string(),
+            "hash".to_string(),
+        );
+        self.owned_by("v1", "Node", "node")
+    }
+
+    fn deleting_since(mut self, at: Timestamp) -> Self {
+        self.metadata.deletion_timestamp = Some(Time(at));
+        self
+    }
+
+    fn readiness_probe(mut self) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        if let Some(c) = spec.containers.first_mut() {
+            c.readiness_probe = Some(Probe::default());
+        }
+        self
+    }
+
+    fn readiness_gate(mut self) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        spec.readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/group-ready".to_string(),
+        }]);
+        self
+    }
+}
+
+/// A budget `ns/name` with `matchLabels` and `minAvailable: 1`.
+pub fn pdb(ns_name: &str, match_labels: &[(&str, &str)]) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(ns_name),
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some(
+                    match_labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                match_expressions: None,
+            }),
+            min_available: Some(IntOrString::Int(1)),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+pub trait PdbExt: Sized {
+    fn min_available(self, v: IntOrString) -> Self;
+    fn max_unavailable(self, v: IntOrString) -> Self;
+    fn selector(self, selector: Option<LabelSelector>) -> Self;
+    fn observed(self, expected: i32, desired: i32) -> Self;
+    fn sync_failed(self, message: &str) -> Self;
+}
+
+impl PdbExt for PodDisruptionBudget {
+    fn min_available(mut self, v: IntOrString) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        (spec.min_available, spec.max_unavailable) = (Some(v), None);
+        self
+    }
+
+    fn max_unavailable(mut self, v: IntOrString) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        (spec.min_available, spec.max_unavailable) = (None, Some(v));
+        self
+    }
+
+    fn selector(mut self, selector: Option<LabelSelector>) -> Self {
+        self.spec.get_or_insert_default().selector = selector;
+        self
+    }
+
+    fn observed(mut self, expected: i32, desired: i32) -> Self {
+        self.status = Some(PodDisruptionBudgetStatus {
+            observed_generation: self.metadata.generation,
+            expected_pods: Some(expected),
+            desired_healthy: Some(desired),
+            current_healthy: Some(expected),
+            disruptions_allowed: Some((expected - desired).max(0)),
+            ..PodDisruptionBudgetStatus::default()
+        });
+        self
+    }
+
+    fn sync_failed(mut self, message: &str) -> Self {
+        let status = self.status.get_or_insert_default();
+        status.conditions = Some(vec![Condition {
+            type_: "DisruptionAllowed".to_string(),
+            status: "False".to_string(),
+            reason: "SyncFailed".to_string(),
+            message: message.to_string(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }]);
+        self
+    }
+}
+
+pub fn int(n: i32) -> IntOrString {
+    IntOrString::Int(n)
+}
+
+pub fn pct(s: &str) -> IntOrString {
+    IntOrString::String(s.to_string())
+}
