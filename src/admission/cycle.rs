@@ -573,8 +573,7 @@ impl Pass<'_> {
         if self.newly.is_empty() {
             return Vec::new();
         }
-        let mut admitted: Vec<Option<(usize, &[(usize, Quantity)])>> =
-            vec![None; ix.workloads.len()];
+        let mut admitted: Vec<preemption::Holding> = vec![None; ix.workloads.len()];
         let mut by_cq = self.admitted_by_cq.clone();
         for (i, c, totals) in &self.newly {
             admitted[*i] = Some((*c, totals.as_slice()));

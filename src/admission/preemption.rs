@@ -36,7 +36,10 @@ pub(crate) struct Preemptor<'a> {
 
 /// Quota held by a Workload admitted earlier in the same pass: (ClusterQueue, usage per
 /// (flavor, resource)). Indexed by Workload; empty when only the pass's starting holders count.
-pub(crate) type Admitted<'a> = [Option<(usize, &'a [(usize, Quantity)])>];
+pub(crate) type Admitted<'a> = [Holding<'a>];
+
+/// What one Workload holds: (ClusterQueue, usage per (flavor, resource)).
+pub(crate) type Holding<'a> = Option<(usize, &'a [(usize, Quantity)])>;
 
 /// Per-cycle facts about Workloads the search must respect.
 pub(crate) struct Exclusions<'a> {
