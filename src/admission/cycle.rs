@@ -12,12 +12,12 @@ use super::preemption::{self, Exclusions, Preemptor};
 use super::queues::{LocalQueueEntry, Queues};
 use super::quota::Usage;
 use super::status::{PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT};
-use super::workloads::{PodSetRequests, WorkloadEntry};
+use super::workloads::{PREEMPTOR_MARK, PodSetRequests, WorkloadEntry};
 use super::{ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options};
 use crate::quantity::Quantity;
 use crate::types::kueue::{
     Admission, FlavorUsage, LocalQueueFlavorUsage, LocalQueueResourceUsage, PodSetAssignment,
-    QueueingStrategy, ResourceUsage, StopPolicy, reason,
+    QueueingStrategy, ReclaimWithinCohort, ResourceUsage, StopPolicy, WithinClusterQueue, reason,
 };
 
 /// Usage per (flavor, resource) id.
@@ -63,13 +63,20 @@ fn charge(q: &Queues, usage: &mut Usage, cq: usize, items: &[(usize, Quantity)],
     }
 }
 
-/// Runs one pass, in Kueue's phases: quota-independent evictions, then every pending Workload in
-/// one global queue order (admit, or preempt and wait, or wait), then the usage report.
+/// Runs one pass, in Kueue's phases: quota-independent evictions, then the pending Workloads in
+/// rounds of one head per ClusterQueue (see [`rounds`]), then the usage report.
 pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
-    let mut pass = Pass::new(ix);
-    pass.evict_without_quota();
-    for i in nominate(ix) {
-        pass.process_entry(i);
+    let mut forbidden = vec![None; ix.workloads.len()];
+    let mut pass = one_pass(ix, forbidden.clone());
+    for _ in 0..MAX_RETRIES {
+        let extra = pass.reclaimable();
+        if extra.is_empty() {
+            break;
+        }
+        for (v, by) in extra {
+            forbidden[v] = Some(by);
+        }
+        pass = one_pass(ix, forbidden.clone());
     }
     let (cluster_queues, local_queues) = report_usage(&pass, options);
     CycleResult {
@@ -79,20 +86,133 @@ pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
     }
 }
 
-/// Pending Workloads in one global queue order: priority first (higher first), then the queue
-/// order time, then the key (by rank).
-fn nominate(ix: &Index) -> Vec<usize> {
-    let mut order: Vec<_> = ix
-        .sorted
-        .iter()
-        .filter(|&&i| ix.workloads[i].is_pending())
-        .map(|&i| {
-            let w = &ix.workloads[i];
-            (std::cmp::Reverse(w.priority), w.order_time, ix.rank[i], i)
-        })
-        .collect();
+/// How many times a pass is redone without the Workloads a waiting one could reclaim.
+const MAX_RETRIES: usize = 64;
+
+fn one_pass(ix: &Index, forbidden: Vec<Option<usize>>) -> Pass<'_> {
+    let mut pass = Pass::new(ix, forbidden);
+    pass.evict_without_quota();
+    let (stray, queues) = nominate(ix);
+    for i in stray {
+        pass.process_entry(i);
+    }
+    rounds(&mut pass, &queues);
+    pass.late(&queues);
+    pass
+}
+
+/// Pending Workloads: those with no ClusterQueue to queue in, and per ClusterQueue its pending
+/// Workloads in its own queue order: a Workload that preempted in an earlier pass first (Kueue
+/// keeps it at the front of its queue until its victims are gone), then priority (higher first),
+/// then the queue order time, then the key (by rank).
+fn nominate(ix: &Index) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut stray = Vec::new();
+    let mut order: Vec<_> = Vec::new();
+    for &i in &ix.sorted {
+        let w = &ix.workloads[i];
+        if !w.is_pending() {
+            continue;
+        }
+        match &w.target {
+            Ok(t) => order.push((
+                t.cq,
+                !w.preemptor,
+                std::cmp::Reverse(w.priority),
+                w.order_time,
+                ix.rank[i],
+                i,
+            )),
+            Err(_) => stray.push(i),
+        }
+    }
     order.sort_unstable();
-    order.into_iter().map(|(_, _, _, i)| i).collect()
+    let mut queues = vec![Vec::new(); ix.q.cqs.len()];
+    for (c, _, _, _, _, i) in order {
+        queues[c].push(i);
+    }
+    (stray, queues)
+}
+
+/// Kueue's scheduling cycles, folded into one pass. Each round is one Kueue cycle: the next
+/// pending Workload of every ClusterQueue still in the round (its head), ordered as Kueue's
+/// `classicalIterator` orders them (with `PrioritizePreemptorWorkloads`: a Workload that preempted
+/// in an earlier pass first, so the room its victims freed is its; then entries that fit without
+/// borrowing, against the usage
+/// at the start of the round; then higher priority; then the older queue order time; then the
+/// key), each processed against the usage the ones before it left. A ClusterQueue stays in the
+/// next round while its head was admitted or cannot be admitted whatever is preempted
+/// (BestEffortFIFO: Kueue moves on to the next Workload in its next cycle); it leaves the pass
+/// when its head preempts (Kueue keeps that head at the front until its victims are gone) or
+/// blocks a StrictFIFO queue, and the rest of its Workloads wait behind that head. Only
+/// Workloads that held quota when the pass started are preemption candidates, so quota lent
+/// in this pass is never reclaimed in it.
+fn rounds(pass: &mut Pass, queues: &[Vec<usize>]) {
+    let ix = pass.ix;
+    let mut cursor: Vec<usize> = vec![0; queues.len()];
+    let mut live: Vec<usize> = (0..queues.len())
+        .filter(|&c| !queues[c].is_empty())
+        .collect();
+    let mut heads: Vec<(HeadKey, usize, usize)> = Vec::new();
+    while !live.is_empty() {
+        heads.clear();
+        for &c in &live {
+            let i = queues[c][cursor[c]];
+            cursor[c] += 1;
+            let w = &ix.workloads[i];
+            let borrows = u8::from(pass.borrows(i, c));
+            let key = (
+                !w.preemptor,
+                borrows,
+                std::cmp::Reverse(w.priority),
+                w.order_time,
+                ix.rank[i],
+            );
+            heads.push((key, c, i));
+        }
+        heads.sort_unstable_by_key(|h| h.0);
+        let mut next = Vec::with_capacity(live.len());
+        for &(_, c, i) in &heads {
+            match pass.process_entry(i) {
+                Outcome::Continue if cursor[c] < queues[c].len() => next.push(c),
+                Outcome::Continue => {}
+                Outcome::Stop => {
+                    for &rest in &queues[c][cursor[c]..] {
+                        pass.process_entry(rest);
+                    }
+                    cursor[c] = queues[c].len();
+                }
+            }
+        }
+        next.sort_unstable();
+        live = next;
+    }
+}
+
+/// A head's place in a round: a preemptor from an earlier pass first, then borrows (0: no),
+/// priority (higher first), queue order time, rank.
+type HeadKey = (
+    bool,
+    u8,
+    std::cmp::Reverse<i32>,
+    k8s_openapi::jiff::Timestamp,
+    u32,
+);
+
+/// What processing a ClusterQueue's head means for the rest of the ClusterQueue in this pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Its next Workload is looked at in the next round.
+    Continue,
+    /// The rest wait behind this head (it preempts, or blocks a StrictFIFO queue).
+    Stop,
+}
+
+/// Why a ClusterQueue's Workloads wait behind one of them for the rest of a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    StrictFifo,
+    Preempting,
+    HeldBack,
 }
 
 /// One pass in progress: usage as decided so far and what happened to each Workload.
@@ -108,15 +228,19 @@ struct Pass<'a> {
     evicting: Vec<bool>,
     /// Evicted by a decision of this pass.
     evicted_now: Vec<bool>,
+    /// Chosen as a preemption victim in this pass (Kueue's `preemptedWorkloads`).
+    claimed: Vec<bool>,
     /// (Workload, ClusterQueue, usage per (flavor, resource)) admitted in this pass.
     newly: Vec<(usize, usize, Charges)>,
-    /// Per StrictFIFO ClusterQueue: the Workload the rest wait behind.
-    blocked: Vec<Option<usize>>,
+    /// Per ClusterQueue: the Workload the rest wait behind for the rest of the pass.
+    blocked: Vec<Option<(usize, Block)>>,
+    /// Not admitted in this pass: the Workload that could preempt it in the next one.
+    forbidden: Vec<Option<usize>>,
 }
 
 impl<'a> Pass<'a> {
     /// Every held quota charged to its ClusterQueue.
-    fn new(ix: &'a Index) -> Self {
+    fn new(ix: &'a Index, forbidden: Vec<Option<usize>>) -> Self {
         let q = &ix.q;
         let n = ix.workloads.len();
         let mut usage = Usage::new(&q.tree);
@@ -141,8 +265,10 @@ impl<'a> Pass<'a> {
                 .map(|w| w.held.is_some() && w.evicted)
                 .collect(),
             evicted_now: vec![false; n],
+            claimed: vec![false; n],
             newly: Vec::new(),
             blocked: vec![None; q.cqs.len()],
+            forbidden,
         }
     }
 
@@ -169,18 +295,43 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Whether Workload `i`, queued in ClusterQueue `c`, would borrow if admitted on the usage
+    /// as it stands (Kueue's `Assignment.Borrows()`, computed at nomination): it needs more of
+    /// some (flavor, resource) than is left of the ClusterQueue's own nominal quota.
+    fn borrows(&self, i: usize, c: usize) -> bool {
+        let ix = self.ix;
+        let Ok(podsets) = &ix.workloads[i].podsets else {
+            return false;
+        };
+        let a = flavors::assign(&ix.q, &self.usage, c, podsets, None);
+        a.mode != Mode::NoFit
+            && a.need
+                .iter()
+                .any(|&(fr, need)| self.usage.get(c, fr) + need > ix.q.tree.nodes[c].subtree[fr])
+    }
+
     /// Kueue's `processEntry` for one pending Workload: admit it if it fits, else preempt for it
     /// if that can make it fit, and leave it pending.
-    fn process_entry(&mut self, i: usize) {
+    fn process_entry(&mut self, i: usize) -> Outcome {
         let ix = self.ix;
         let w = &ix.workloads[i];
         let (c, podsets) = match self.admissible(w) {
             Ok(found) => found,
             Err((why, message)) => {
                 self.decisions.push(pending(w, why, message));
-                return;
+                return Outcome::Continue;
             }
         };
+        if let Some(by) = self.forbidden[i] {
+            let message = format!(
+                "not admitted in this pass: workload {} could preempt it to take back the quota it would use",
+                ix.workloads[by].key
+            );
+            self.decisions.push(pending(w, reason::PENDING, message));
+            // the rest of its queue waits: one of lower priority admitted now would be its victim
+            self.blocked[c] = Some((i, Block::HeldBack));
+            return Outcome::Stop;
+        }
         // a replacement slice: the slice it replaces, if that one still holds quota
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
         let old = spare.filter(|&o| {
@@ -195,20 +346,24 @@ impl<'a> Pass<'a> {
         let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
         if a.mode == Mode::Fit {
             self.admit(i, c, podsets, a, old);
-            return;
+            return Outcome::Continue;
         }
         let mut message = a
             .failure
             .as_ref()
             .map(|f| flavors::message(&ix.q, c, f, replacing.as_ref().map(|r| r.key)))
             .unwrap_or_default();
-        if a.mode == Mode::Preempt {
-            self.preempt(i, c, &a, spare, &mut message);
+        let mut outcome = Outcome::Continue;
+        if a.mode == Mode::Preempt && self.preempt(i, c, &a, spare, &mut message) {
+            self.blocked[c] = Some((i, Block::Preempting));
+            outcome = Outcome::Stop;
         }
         self.decisions.push(pending(w, reason::PENDING, message));
-        if ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
-            self.blocked[c] = Some(i);
+        if outcome == Outcome::Continue && ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
+            self.blocked[c] = Some((i, Block::StrictFifo));
+            outcome = Outcome::Stop;
         }
+        outcome
     }
 
     /// The ClusterQueue and PodSets of a Workload that may be admitted now, or why it may not
@@ -249,13 +404,24 @@ impl<'a> Pass<'a> {
             )));
         }
         let podsets = w.podsets.as_ref().map_err(|m| inadmissible(m.clone()))?;
-        if let Some(b) = self.blocked[c] {
+        if let Some((b, why)) = self.blocked[c] {
+            let head = &self.ix.workloads[b].key;
             return Err((
                 reason::PENDING,
-                format!(
-                    "waiting behind workload {} in StrictFIFO ClusterQueue {}",
-                    self.ix.workloads[b].key, info.name
-                ),
+                match why {
+                    Block::StrictFifo => format!(
+                        "waiting behind workload {head} in StrictFIFO ClusterQueue {}",
+                        info.name
+                    ),
+                    Block::HeldBack => format!(
+                        "waiting behind workload {head}, which is held back in this pass, in ClusterQueue {}",
+                        info.name
+                    ),
+                    Block::Preempting => format!(
+                        "waiting behind workload {head}, which is preempting for quota in ClusterQueue {}",
+                        info.name
+                    ),
+                },
             ));
         }
         Ok((c, podsets))
@@ -294,7 +460,9 @@ impl<'a> Pass<'a> {
     }
 
     /// Evicts the victims that make Workload `i` fit, if there are any, and keeps what it needs
-    /// for the rest of the pass (the room its victims free is its).
+    /// for the rest of the pass (the room its victims free is its). Returns whether it preempts:
+    /// false when nothing can make it fit, or when a victim it needs is already being evicted by
+    /// another Workload in this pass (Kueue skips an entry with overlapping preemption targets).
     fn preempt(
         &mut self,
         i: usize,
@@ -302,7 +470,7 @@ impl<'a> Pass<'a> {
         a: &Assignment,
         spare: Option<usize>,
         message: &mut String,
-    ) {
+    ) -> bool {
         let ix = self.ix;
         let p = Preemptor {
             workload: i,
@@ -314,13 +482,19 @@ impl<'a> Pass<'a> {
         let ex = Exclusions {
             gone: &self.gone,
             evicting: &self.evicting,
+            admitted: &[],
         };
         let victims = preemption::targets(ix, &mut self.usage, &self.admitted_by_cq, &p, &ex);
         if victims.is_empty() {
-            return;
+            return false;
+        }
+        if victims.iter().any(|v| self.claimed[v.workload]) {
+            message.push_str(". Workload has overlapping preemption targets with another workload");
+            return true;
         }
         let preemptor = &ix.workloads[i].key;
         for v in &victims {
+            self.claimed[v.workload] = true;
             if self.evicting[v.workload] {
                 continue;
             }
@@ -337,12 +511,136 @@ impl<'a> Pass<'a> {
             self.evicting[v.workload] = true;
             self.evicted_now[v.workload] = true;
         }
-        let _ = write!(
-            message,
-            ". Pending the preemption of {} workload(s)",
-            victims.len()
-        );
+        let _ = write!(message, "{PREEMPTOR_MARK}{} workload(s)", victims.len());
         charge(&ix.q, &mut self.usage, c, &a.need, true);
+        true
+    }
+}
+
+impl Pass<'_> {
+    /// A last round for the Workloads held back by a retry (see [`run`]) whose reclaimer was
+    /// admitted after all: each is looked at once more, in queue order, against the usage the
+    /// pass left (its next pass would admit it just so).
+    fn late(&mut self, queues: &[Vec<usize>]) {
+        let ix = self.ix;
+        if self.forbidden.iter().all(Option::is_none) {
+            return;
+        }
+        let mut admitted = vec![false; ix.workloads.len()];
+        for (i, _, _) in &self.newly {
+            admitted[*i] = true;
+        }
+        for (c, queue) in queues.iter().enumerate() {
+            let Some((head, Block::HeldBack)) = self.blocked[c] else {
+                continue;
+            };
+            if !self.forbidden[head].is_some_and(|by| admitted[by]) {
+                continue;
+            }
+            // the held-back head and everything that waited behind it, in queue order
+            let Some(at) = queue.iter().position(|&i| i == head) else {
+                continue;
+            };
+            self.blocked[c] = None;
+            for &i in &queue[at..] {
+                if self.blocked[c].is_some() {
+                    break;
+                }
+                let key = &ix.workloads[i].key;
+                self.decisions
+                    .retain(|d| !(matches!(d, Decision::Pending { .. }) && d.workload() == key));
+                self.forbidden[i] = None;
+                self.process_entry(i);
+            }
+            if let Some((b, _)) = self.blocked[c] {
+                // what still waits keeps its place behind the new head
+                for &i in queue[at..].iter().skip_while(|&&i| i != b).skip(1) {
+                    let key = &ix.workloads[i].key;
+                    if !self.decisions.iter().any(|d| d.workload() == key) {
+                        self.process_entry(i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Workloads admitted in this pass that a Workload left waiting in it could preempt in the
+    /// next pass (quota lent in this pass that its owner would reclaim, or a lower-priority
+    /// Workload of its own queue), each with that Workload: admitting them now would only make
+    /// the next pass evict them again.
+    fn reclaimable(&self) -> Vec<(usize, usize)> {
+        let ix = self.ix;
+        if self.newly.is_empty() {
+            return Vec::new();
+        }
+        let mut admitted: Vec<preemption::Holding> = vec![None; ix.workloads.len()];
+        let mut by_cq = self.admitted_by_cq.clone();
+        for (i, c, totals) in &self.newly {
+            admitted[*i] = Some((*c, totals.as_slice()));
+            by_cq[*c].push(*i);
+        }
+        let ex = Exclusions {
+            gone: &self.gone,
+            evicting: &self.evicting,
+            admitted: &admitted,
+        };
+        // per ClusterQueue: the lowest priority admitted in this pass
+        let mut lowest: Vec<Option<i32>> = vec![None; ix.q.cqs.len()];
+        for (i, c, _) in &self.newly {
+            let p = ix.workloads[*i].priority;
+            lowest[*c] = Some(lowest[*c].map_or(p, |l| l.min(p)));
+        }
+        let tree = &ix.q.tree;
+        let under_nominal = |usage: &Usage, c: usize| {
+            ix.q.cqs[c]
+                .frs
+                .iter()
+                .any(|&fr| usage.get(c, fr) < tree.nodes[c].subtree[fr])
+        };
+        let mut usage = self.usage.clone();
+        let mut out = Vec::new();
+        for &w in &ix.sorted {
+            let we = &ix.workloads[w];
+            if !we.is_pending() || admitted[w].is_some() || we.replaces.is_some() {
+                continue;
+            }
+            let (Ok(t), Ok(podsets)) = (&we.target, &we.podsets) else {
+                continue;
+            };
+            let cq = &ix.q.cqs[t.cq];
+            let may_reclaim = cq.reclaim != ReclaimWithinCohort::Never
+                && tree.nodes[t.cq].parent.is_some()
+                && under_nominal(&usage, t.cq);
+            let may_preempt_own = lowest[t.cq].is_some_and(|l| {
+                l < we.priority
+                    || (l == we.priority
+                        && cq.within == WithinClusterQueue::LowerOrNewerEqualPriority)
+            });
+            if !may_reclaim && !may_preempt_own {
+                continue;
+            }
+            let a = flavors::assign(&ix.q, &usage, t.cq, podsets, None);
+            if a.mode != Mode::Preempt {
+                continue;
+            }
+            let p = Preemptor {
+                workload: w,
+                cq: t.cq,
+                need: &a.need,
+                short: &a.short,
+                spare: None,
+            };
+            for v in preemption::targets(ix, &mut usage, &by_cq, &p, &ex) {
+                // a Workload that preempted for this room keeps it (else it would preempt again)
+                if admitted[v.workload].is_some()
+                    && !ix.workloads[v.workload].preemptor
+                    && !out.iter().any(|&(x, _)| x == v.workload)
+                {
+                    out.push((v.workload, w));
+                }
+            }
+        }
+        out
     }
 }
 

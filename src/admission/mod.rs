@@ -243,9 +243,13 @@ impl Scheduler {
                 reason, message, ..
             } = d
             {
-                // only QuotaReserved=False changes: nothing admission reads, no refresh
+                // only QuotaReserved=False changes: admission reads only whether it preempts
                 let s = w.status.get_or_insert_with(WorkloadStatus::default);
                 changed |= status::apply_pending_in_place(s, generation, reason, message, now);
+                if message.contains(workloads::PREEMPTOR_MARK) != self.index.workloads[i].preemptor
+                {
+                    self.refresh(i);
+                }
                 continue;
             }
             let mut s = apply_decision(w.status.as_ref(), generation, d, now);

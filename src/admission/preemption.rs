@@ -34,12 +34,34 @@ pub(crate) struct Preemptor<'a> {
     pub spare: Option<usize>,
 }
 
+/// Quota held by a Workload admitted earlier in the same pass: (ClusterQueue, usage per
+/// (flavor, resource)). Indexed by Workload; empty when only the pass's starting holders count.
+pub(crate) type Admitted<'a> = [Holding<'a>];
+
+/// What one Workload holds: (ClusterQueue, usage per (flavor, resource)).
+pub(crate) type Holding<'a> = Option<(usize, &'a [(usize, Quantity)])>;
+
 /// Per-cycle facts about Workloads the search must respect.
 pub(crate) struct Exclusions<'a> {
     /// Gone this cycle (finished): hold nothing.
     pub gone: &'a [bool],
     /// Already being evicted (status or earlier this cycle): preferred, not evicted twice.
     pub evicting: &'a [bool],
+    /// Admitted in this pass (see [`Admitted`]): what they hold, for a search that counts them.
+    pub admitted: &'a Admitted<'a>,
+}
+
+/// The ClusterQueue and usage `w` holds: from this pass's admissions, else from its status.
+fn holding<'a>(
+    ix: &'a Index,
+    ex: &Exclusions<'a>,
+    w: usize,
+) -> Option<(usize, &'a [(usize, Quantity)])> {
+    if let Some(Some(h)) = ex.admitted.get(w) {
+        return Some(*h);
+    }
+    let held = ix.workloads[w].held.as_ref()?;
+    Some((held.cq?, held.usage.as_slice()))
 }
 
 struct Candidate {
@@ -49,12 +71,9 @@ struct Candidate {
     evicting: bool,
 }
 
-fn uses_any(ix: &Index, w: usize, frs: &[usize]) -> bool {
-    ix.workloads[w].held.as_ref().is_some_and(|h| {
-        h.usage
-            .iter()
-            .any(|(fr, q)| !q.is_zero() && frs.contains(fr))
-    })
+fn uses_any(ix: &Index, ex: &Exclusions, w: usize, frs: &[usize]) -> bool {
+    holding(ix, ex, w)
+        .is_some_and(|(_, usage)| usage.iter().any(|(fr, q)| !q.is_zero() && frs.contains(fr)))
 }
 
 fn borrowing(ix: &Index, usage: &Usage, cq: usize, frs: &[usize]) -> bool {
@@ -62,12 +81,11 @@ fn borrowing(ix: &Index, usage: &Usage, cq: usize, frs: &[usize]) -> bool {
         .any(|&fr| usage.get(cq, fr) > ix.q.tree.nodes[cq].subtree[fr])
 }
 
-fn charge(ix: &Index, usage: &mut Usage, w: usize, add: bool) {
-    let Some(held) = &ix.workloads[w].held else {
+fn charge(ix: &Index, ex: &Exclusions, usage: &mut Usage, w: usize, add: bool) {
+    let Some((cq, held)) = holding(ix, ex, w) else {
         return;
     };
-    let Some(cq) = held.cq else { return };
-    for &(fr, v) in &held.usage {
+    for &(fr, v) in held {
         if add {
             ix.q.tree.add_usage(usage, cq, fr, v);
         } else {
@@ -87,6 +105,7 @@ fn fits(ix: &Index, usage: &Usage, p: &Preemptor, allow_borrowing: bool) -> bool
 /// Kueue's `minimalPreemptions`: `usage` is restored before returning.
 fn minimal(
     ix: &Index,
+    ex: &Exclusions,
     usage: &mut Usage,
     p: &Preemptor,
     candidates: &[&Candidate],
@@ -98,7 +117,7 @@ fn minimal(
         if !c.same_queue && !borrowing(ix, usage, c.cq, p.short) {
             continue;
         }
-        charge(ix, usage, c.workload, false);
+        charge(ix, ex, usage, c.workload, false);
         removed.push(c);
         if fits(ix, usage, p, allow_borrowing) {
             found = true;
@@ -107,7 +126,7 @@ fn minimal(
     }
     if !found {
         for c in removed.iter().rev() {
-            charge(ix, usage, c.workload, true);
+            charge(ix, ex, usage, c.workload, true);
         }
         return Vec::new();
     }
@@ -115,15 +134,15 @@ fn minimal(
     let mut i = removed.len().saturating_sub(1);
     while i > 0 {
         i -= 1;
-        charge(ix, usage, removed[i].workload, true);
+        charge(ix, ex, usage, removed[i].workload, true);
         if fits(ix, usage, p, allow_borrowing) {
             removed.remove(i);
         } else {
-            charge(ix, usage, removed[i].workload, false);
+            charge(ix, ex, usage, removed[i].workload, false);
         }
     }
     for c in removed.iter().rev() {
-        charge(ix, usage, c.workload, true);
+        charge(ix, ex, usage, c.workload, true);
     }
     removed
         .iter()
@@ -159,20 +178,20 @@ pub(crate) fn targets(
     if candidates.is_empty() {
         return Vec::new();
     }
-    let candidates = in_kueue_order(ix, candidates);
+    let candidates = in_kueue_order(ix, ex, candidates);
     let all: Vec<&Candidate> = candidates.iter().collect();
     if all.iter().all(|c| c.same_queue) {
-        return minimal(ix, usage, p, &all, true);
+        return minimal(ix, ex, usage, p, &all, true);
     }
     // reclaim from the cohort only while under nominal quota where it is short
     if under_nominal {
-        let t = minimal(ix, usage, p, &all, false);
+        let t = minimal(ix, ex, usage, p, &all, false);
         if !t.is_empty() {
             return t;
         }
     }
     let own: Vec<&Candidate> = candidates.iter().filter(|c| c.same_queue).collect();
-    minimal(ix, usage, p, &own, true)
+    minimal(ix, ex, usage, p, &own, true)
 }
 
 fn eligible(p: &Preemptor, ex: &Exclusions, w: usize) -> bool {
@@ -197,8 +216,9 @@ fn within_queue(
         let allowed = v.priority < me.priority
             || (cq.within == WithinClusterQueue::LowerOrNewerEqualPriority
                 && v.priority == me.priority
-                && (v.created, &v.key) > (me.created, &me.key));
-        if eligible(p, ex, w) && allowed && uses_any(ix, w, p.short) {
+                // Kueue: the preemptor's queue order timestamp strictly before the victim's
+                && v.order_time > me.order_time);
+        if eligible(p, ex, w) && allowed && uses_any(ix, ex, w, p.short) {
             candidates.push(Candidate {
                 workload: w,
                 cq: p.cq,
@@ -229,7 +249,7 @@ fn in_cohort(
         for &w in &admitted_by_cq[other] {
             let v = &ix.workloads[w];
             let allowed = cq.reclaim == ReclaimWithinCohort::Any || v.priority < me.priority;
-            if eligible(p, ex, w) && allowed && uses_any(ix, w, p.short) {
+            if eligible(p, ex, w) && allowed && uses_any(ix, ex, w, p.short) {
                 candidates.push(Candidate {
                     workload: w,
                     cq: other,
@@ -244,7 +264,7 @@ fn in_cohort(
 
 /// Kueue's order: being evicted already, other ClusterQueues, lower priority, most recently
 /// admitted first; then the key.
-fn in_kueue_order(ix: &Index, candidates: Vec<Candidate>) -> Vec<Candidate> {
+fn in_kueue_order(ix: &Index, ex: &Exclusions, candidates: Vec<Candidate>) -> Vec<Candidate> {
     let mut keyed: Vec<_> = candidates
         .into_iter()
         .map(|c| {
@@ -253,6 +273,8 @@ fn in_kueue_order(ix: &Index, candidates: Vec<Candidate>) -> Vec<Candidate> {
                 !c.evicting,
                 c.same_queue,
                 w.priority,
+                // admitted in this pass: the most recent of all
+                !matches!(ex.admitted.get(c.workload), Some(Some(_))),
                 std::cmp::Reverse(w.held.as_ref().map(|h| h.admitted_at)),
                 ix.rank[c.workload],
             );

@@ -689,12 +689,21 @@ fn lending_limit_keeps_part_of_the_quota_home() {
         "{}",
         message(&r, "b-6")
     );
-    assert_eq!(admitted_names(&r), ["b-5", "a-7"]);
+    // Kueue's cycle order: a-7 and then a-1 fit in a's nominal quota and go before b-5, which
+    // borrows; a-1 takes 1 of the 3 a lends, so b-5 (2 own + 3 lent) no longer fits
+    assert_eq!(admitted_names(&r), ["a-7", "a-1"]);
     assert!(
-        message(&r, "a-1").contains("0 available of nominal 10"),
+        message(&r, "b-5").contains("requested 5, 4 available of nominal 2"),
         "{}",
-        message(&r, "a-1")
+        message(&r, "b-5")
     );
+    // without a-1, b reaches its 5 and a keeps its 7
+    let mut s = s;
+    s.workloads
+        .retain(|w| w.metadata.name.as_deref() != Some("a-1"));
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(admitted_names(&r), ["a-7", "b-5"]);
+    assert_eq!(usage(&r, "b", "default", "cpu"), (q("5"), q("3")));
 }
 
 #[test]
@@ -1375,4 +1384,82 @@ fn a_request_too_large_to_account_is_inadmissible() {
         message(&r, "huge")
     );
     assert_eq!(admitted_names(&r), ["ok"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kueue's cycle order (issue #15)
+// ---------------------------------------------------------------------------------------------
+
+/// One cohort of ClusterQueues `cq-0..` (nominal 20 CPU, borrowing limit 100,
+/// `reclaimWithinCohort: Any`, `withinClusterQueue: LowerPriority`), `per_queue` Workloads of
+/// 20 CPU each, all of priority 0, created queue by queue (so `cq-0`'s are all older).
+fn probe(queues: usize, per_queue: usize) -> Snapshot {
+    let mut cqs = Vec::new();
+    let mut workloads = Vec::new();
+    let mut created = 0;
+    for k in 0..queues {
+        let name = format!("cq-{k}");
+        let mut c = cluster_queue(&name)
+            .cohort("all")
+            .flavor_quota("default", &[("cpu", "20")]);
+        set_quota(&mut c, "20", Some("100"), None);
+        cqs.push(with_preemption(
+            c,
+            WithinClusterQueue::LowerPriority,
+            ReclaimWithinCohort::Any,
+        ));
+        for i in 0..per_queue {
+            created += 1;
+            workloads.push(
+                workload(&format!("{name}-w{i}"))
+                    .queue(&name)
+                    .podset(podset("main").cpu("20"))
+                    .created(created),
+            );
+        }
+    }
+    snap(cqs, workloads)
+}
+
+#[test]
+fn each_queue_of_a_full_cohort_admits_its_first_workload_without_preemption() {
+    // Kueue v0.19: every ClusterQueue's head fits in its nominal quota and goes before any
+    // entry that borrows; the next heads would borrow from a full cohort, and nothing may be
+    // reclaimed (nobody borrows) or preempted (equal priority): 6 admitted, 0 preempted.
+    let (after, results) = final_state(probe(6, 10), &RELEASE);
+    let evictions: usize = results.iter().map(|r| evicted(r).len()).sum();
+    assert_eq!(evictions, 0);
+    let mut holders: Vec<String> = after
+        .workloads
+        .iter()
+        .filter(|w| holds_quota(w.status.as_ref()))
+        .map(|w| w.metadata.name.clone().unwrap())
+        .collect();
+    holders.sort();
+    let first: Vec<String> = (0..6).map(|k| format!("cq-{k}-w0")).collect();
+    assert_eq!(holders, first);
+    // all of it in the first pass; the second changes nothing
+    assert_eq!(admitted_names(&results[0]).len(), 6);
+    assert_eq!(results.len(), 2);
+}
+
+#[test]
+fn a_queue_borrows_only_after_every_queue_took_its_nominal_share() {
+    // 3 queues × 3 Workloads of 20 CPU, a cohort of 60: one round admits every head (no
+    // borrowing), and the second heads would all borrow from a full cohort.
+    let r = cycle(&probe(3, 3), &RELEASE);
+    assert_eq!(admitted_names(&r), ["cq-0-w0", "cq-1-w0", "cq-2-w0"]);
+    // with a 4th, empty queue lending 20, the oldest second head borrows it
+    let mut s = probe(3, 3);
+    let mut idle = cluster_queue("idle")
+        .cohort("all")
+        .flavor_quota("default", &[("cpu", "20")]);
+    set_quota(&mut idle, "20", None, None);
+    s.cluster_queues.push(idle);
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        admitted_names(&r),
+        ["cq-0-w0", "cq-1-w0", "cq-2-w0", "cq-0-w1"]
+    );
+    assert!(evicted(&r).is_empty());
 }

@@ -13,6 +13,9 @@ use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::Timestamp;
 
 use super::queues::{Queues, Target};
+
+/// The end of a preemptor's `QuotaReserved=False` message (written by `cycle`).
+pub(crate) const PREEMPTOR_MARK: &str = ". Pending the preemption of ";
 use crate::podsets::pod_requests;
 use crate::quantity::{Format, Quantity};
 use crate::types::kueue::{self, PodSetAssignment, Workload, WorkloadSpec, condition};
@@ -54,7 +57,6 @@ pub(crate) struct WorkloadEntry {
     pub key: String,
     pub namespace: String,
     pub priority: i32,
-    pub created: Timestamp,
     pub active: bool,
     pub target: Result<Target, String>,
     pub lq: Option<usize>,
@@ -67,6 +69,9 @@ pub(crate) struct WorkloadEntry {
     pub evicted: bool,
     /// Queue order time: the eviction time for a requeued Workload, else the creation time.
     pub order_time: Timestamp,
+    /// Pending, and preempted others for its quota in an earlier pass (its `QuotaReserved=False`
+    /// message says so): it goes first in its round.
+    pub preemptor: bool,
     /// A second object with the same key: ignored.
     pub duplicate: bool,
 }
@@ -158,6 +163,9 @@ impl Queues {
         let evicted_cond = conditions::find_true(conds, condition::EVICTED);
         let evicted = evicted_cond.is_some();
         let held = self.held_by(w, finished.is_none(), evicted);
+        let preemptor = held.is_none()
+            && conditions::find(conds, condition::QUOTA_RESERVED)
+                .is_some_and(|c| c.status == "False" && c.message.contains(PREEMPTOR_MARK));
         let order_time = match (evicted_cond, &held) {
             (Some(e), None) => e.last_transition_time.0,
             _ => created,
@@ -167,7 +175,6 @@ impl Queues {
             key,
             namespace: namespace.to_string(),
             priority: self.priority(&w.spec),
-            created,
             active: w.spec.active != Some(false),
             target,
             lq,
@@ -176,6 +183,7 @@ impl Queues {
             held,
             evicted,
             order_time,
+            preemptor,
             duplicate: false,
         }
     }
