@@ -252,7 +252,10 @@ impl State {
             None => 0,
         };
         let after = q.get("continue").filter(|c| !c.is_empty());
-        let mut items: Vec<(String, Value)> = self
+        // A page is cut before any object is copied: a first page of 500 out of 100,000 Pods
+        // copied every match (8.5 s in `benches/api_throughput.rs`).
+        let take = if limit > 0 { limit + 1 } else { usize::MAX };
+        let mut page: Vec<(String, Arc<Value>)> = self
             .store
             .list(&route.key(), route.namespace.as_deref())
             .into_iter()
@@ -263,17 +266,22 @@ impl State {
                     meta_str(&o, "namespace").unwrap_or_default(),
                     meta_str(&o, "name").unwrap_or_default()
                 );
-                (key, self.object_out(route, &o))
+                (key, o)
             })
             .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a.as_str()))
+            .take(take)
             .collect();
         let mut metadata = json!({"resourceVersion": self.store.revision().to_string()});
-        if limit > 0 && items.len() > limit {
-            items.truncate(limit);
-            if let Some((last, _)) = items.last() {
+        if limit > 0 && page.len() > limit {
+            page.truncate(limit);
+            if let Some((last, _)) = page.last() {
                 metadata["continue"] = json!(last);
             }
         }
+        let items: Vec<(String, Value)> = page
+            .into_iter()
+            .map(|(k, o)| (k, self.object_out(route, &o)))
+            .collect();
         Ok((
             200,
             json!({

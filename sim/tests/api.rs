@@ -499,7 +499,15 @@ async fn field_selectors_on_pods_and_their_errors() {
         )
         .await
         .unwrap();
+    assert_eq!(
+        rest.metadata.continue_, None,
+        "the last page has no continue"
+    );
     assert_eq!(names(rest), ["c"]);
+    // a page exactly as long as what is left is the last one
+    let exact = api.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(exact.metadata.continue_, None);
+    assert_eq!(names(exact), ["a", "b", "c"]);
 }
 
 #[tokio::test(start_paused = true)]
