@@ -5,8 +5,11 @@
 //! `real::<name>` and `sim::<name>` tests of it, and `sim_faults::<name>`: the scenario with the
 //! controller's requests failing (10% 500s on writes, watch drops, 410s on re-watch).
 //!
-//! Real-server tests run one at a time: ClusterQueues are cluster-scoped and each test starts
-//! its own controller, which watches every namespace. Each sim test has a cluster of its own.
+//! Real-server tests run one at a time on real time: ClusterQueues are cluster-scoped and each
+//! test starts its own controller, which watches every namespace. Each sim test has a cluster of
+//! its own and runs on tokio's paused clock (`start_paused`): the sim, the emulator and the
+//! controller read the sim's `Clock`, `eventually`'s deadlines and the scenarios' sleeps are
+//! tokio time, so a wait costs cluster time, not wall time. `WAIT` is then 45 s of cluster time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,10 +47,11 @@ macro_rules! on_both_servers {
                 }
             )*
         }
-        /// On a simulated cluster of its own.
+        /// On a simulated cluster of its own, on tokio's paused clock: every wait is cluster
+        /// time, which auto-advances whenever the sim, the emulator and the controller idle.
         mod sim {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test(start_paused = true)]
                 async fn $name() {
                     super::$name(super::Backend::Sim).await;
                 }
@@ -55,9 +59,10 @@ macro_rules! on_both_servers {
         }
         /// On a simulated cluster failing the controller's requests
         /// ([`raygate_testing::backend::faults_for_the_actor`]).
+        /// Paused clock, as `sim`.
         mod sim_faults {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test(start_paused = true)]
                 async fn $name() {
                     super::$name(super::Backend::SimFaults).await;
                 }
@@ -111,6 +116,8 @@ struct Env {
     ns: String,
     stops: Vec<oneshot::Sender<()>>,
     controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    /// When the scenario started, in wall time and in cluster time (the virtual-time speed-up).
+    started: (std::time::Instant, Timestamp),
 }
 
 impl Env {
@@ -124,12 +131,13 @@ impl Env {
         let mut env = Env {
             client: cluster.client,
             controller_client: cluster.actor_client,
-            clock,
+            clock: clock.clone(),
             sim: cluster.sim,
             faulty: backend == Backend::SimFaults,
             ns: cluster.ns,
             stops: vec![],
             controller: None,
+            started: (std::time::Instant::now(), clock.now()),
         };
         let (tx, rx) = oneshot::channel::<()>();
         let cfg = EmulatorConfig {
@@ -329,6 +337,16 @@ impl Env {
 
     async fn stop(mut self) {
         self.kill_controller().await;
+        let wall = self.started.0.elapsed().as_secs_f64();
+        let cluster = self
+            .clock
+            .now()
+            .duration_since(self.started.1)
+            .as_secs_f64();
+        eprintln!(
+            "timing {}: {cluster:.1} s of cluster time in {wall:.2} s of wall time",
+            self.ns
+        );
         if let (true, Some(sim)) = (self.faulty, &self.sim) {
             // converged *despite* faults: the seed fails the first RayService patch at least
             let stats = sim.fault_stats();
@@ -1169,5 +1187,52 @@ async fn a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor(back
         .then_some(())
     })
     .await;
+    env.stop().await;
+}
+
+/// The paused clock really runs: a held upgrade on the sim waits ten minutes of cluster time
+/// (the controller resyncing every 500 ms all along) in a few seconds of wall time, and what the
+/// controller then writes is stamped in cluster time, after those ten minutes.
+#[tokio::test(start_paused = true)]
+async fn on_the_paused_clock_a_held_upgrade_waits_its_cluster_minutes_in_seconds_of_wall_time() {
+    let env = Env::new(Backend::Sim, "paused-minutes").await;
+    env.queues("2", json!({})).await;
+    let pending = env.held_upgrade().await;
+    let (wall0, cluster0) = (std::time::Instant::now(), env.clock.now());
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let waited = env.clock.now().duration_since(cluster0);
+    let wall = wall0.elapsed();
+    assert!(waited.as_secs() >= 600, "cluster time moved {waited:?}");
+    assert!(
+        wall < Duration::from_secs(60),
+        "ten cluster minutes took {wall:?} of wall time"
+    );
+    let held = env
+        .clusters()
+        .get(&pending)
+        .await
+        .expect("the pending child");
+    assert_eq!(held.spec.suspend, Some(true), "still held without quota");
+    env.set_quota("4").await;
+    let reserved_at = eventually(WAIT, "the replacement slice is admitted", || async {
+        let live = env.live_slices("svc").await;
+        live.iter()
+            .filter_map(|w| condition(w, "QuotaReserved"))
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0)
+            .max()
+    })
+    .await;
+    assert!(
+        // conditions are stamped in whole seconds
+        reserved_at.as_second() >= cluster0.as_second() + 600,
+        "admitted at {reserved_at}, the wait began at {cluster0}: the controller's clock is the sim's"
+    );
+    eventually(WAIT, "the held child is released", || async {
+        let c = env.clusters().get(&pending).await.ok()?;
+        (c.spec.suspend != Some(true)).then_some(())
+    })
+    .await;
+    eprintln!("ten cluster minutes held in {wall:?} of wall time");
     env.stop().await;
 }

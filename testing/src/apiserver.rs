@@ -462,19 +462,21 @@ pub fn namespace(test: &str) -> String {
     )
 }
 
-/// Polls `check` every 20 ms until it returns `Some`, or panics with `what` after `timeout`.
+/// Polls `check` every 20 ms until it returns `Some`, or panics with `what` after `timeout`, both
+/// in tokio time (cluster time under a paused clock).
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
+    // tokio's clock: wall time on a running runtime, cluster time on a paused one
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
             return v;
         }
         assert!(
-            Instant::now() < deadline,
+            tokio::time::Instant::now() < deadline,
             "timed out after {timeout:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -6,7 +6,6 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use raygate_sim::{FaultRule, Faults, Registry, Sim};
 
@@ -91,15 +90,16 @@ impl Backend {
 }
 
 /// A simulated cluster with the CRDs the real test server gets (KubeRay's and Kueue's upstream
-/// ones) and namespace `ns`. Its clock starts at the wall clock's now and runs with tokio's
-/// clock, so timestamps written by actors that read the wall clock agree with the sim's.
+/// ones) and namespace `ns`. Its clock starts at the fixed epoch ([`raygate_sim::Clock`]'s
+/// default) and runs with tokio's clock: the emulator and the controller read it, so a scenario
+/// on a paused runtime writes the same timestamps on every run.
 pub fn sim(ns: &str, faults: Faults, seed: u64) -> Sim {
     Sim::builder()
         .registry(upstream_registry().clone())
         .seed(seed)
         .namespace(ns)
         .faults(faults)
-        .clock(raygate_sim::Clock::starting_at(Timestamp::now()))
+        .clock(raygate_sim::Clock::default())
         .build()
 }
 
