@@ -26,6 +26,11 @@ impl Shape<'_> {
         let n: Vec<&str> = names.iter().map(String::as_str).collect();
         self.rt.list_type(self.version, &n)
     }
+
+    fn map_is_atomic(&self, names: &[String]) -> bool {
+        let n: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.rt.map_is_atomic(self.version, &n)
+    }
 }
 
 fn key_token(item: &Value, keys: &[String]) -> Option<String> {
@@ -45,7 +50,8 @@ fn is_node(v: &Value) -> bool {
 
 fn collect(v: &Value, shape: Shape, names: &mut Vec<String>, cur: &mut Path, out: &mut FieldSet) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        // an atomic map is one leaf
+        Value::Object(m) if !m.is_empty() && !shape.map_is_atomic(names) => {
             if !cur.is_empty() {
                 out.insert(cur.clone());
             }
@@ -425,7 +431,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, shape: Shape, w: &Wri
 
 fn merge_into(live: &mut Value, applied: &Value, shape: Shape, names: &mut Vec<String>) {
     match (live, applied) {
-        (Value::Object(l), Value::Object(a)) => {
+        (Value::Object(l), Value::Object(a)) if !shape.map_is_atomic(names) => {
             for (k, av) in a {
                 names.push(k.clone());
                 match l.get_mut(k) {

@@ -337,12 +337,18 @@ impl State {
         }
     }
 
-    /// Schema pruning, defaults and validation (CRDs).
-    fn admit_schema(&self, route: &Route, obj: &mut Value) -> Result<(), ApiError> {
+    /// Schema pruning, defaults and validation (CRDs), CEL rules included (transition rules
+    /// against `old`, the stored object, on an update).
+    fn admit_schema(
+        &self,
+        route: &Route,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
         if let Some(schema) = route.rt.schema(&route.version) {
             schema.prune(obj);
             schema.default(obj);
-            let errs = schema.validate(obj);
+            let errs = schema.validate(obj, old);
             if !errs.is_empty() {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
                 return Err(ApiError::invalid(
@@ -487,7 +493,7 @@ impl State {
         if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "Namespace") {
             obj["spec"]["finalizers"] = json!(["kubernetes"]);
         }
-        self.admit_schema(route, &mut obj)?;
+        self.admit_schema(route, &mut obj, None)?;
         Ok(obj)
     }
 
@@ -575,7 +581,7 @@ impl State {
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
         new["apiVersion"] = json!(route.rt.api_version(&route.version));
         new["kind"] = json!(route.rt.kind);
-        self.admit_schema(route, &mut new)?;
+        self.admit_schema(route, &mut new, Some(old))?;
         if tracks_generation(&route.rt) {
             let drop_status = route.rt.status_subresource;
             if spec_part(&new, drop_status) != spec_part(old, drop_status) {

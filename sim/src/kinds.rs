@@ -135,6 +135,30 @@ impl ResourceType {
         )
     }
 
+    /// Whether the map at `path` is `x-kubernetes-map-type: atomic` (owned and applied whole).
+    pub fn map_is_atomic(&self, version: &str, path: &[&str]) -> bool {
+        if path.is_empty() || path.first() == Some(&"metadata") || self.builtin {
+            return false;
+        }
+        let Some(mut s) = self.schemas.get(version) else {
+            return false;
+        };
+        for field in path {
+            while let Some(items) = s.get("items") {
+                s = items;
+            }
+            s = match s
+                .get("properties")
+                .and_then(|p| p.get(*field))
+                .or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))
+            {
+                Some(next) => next,
+                None => return false,
+            };
+        }
+        s.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+    }
+
     /// How the list at `path` (field names from the object root) merges.
     pub fn list_type(&self, version: &str, path: &[&str]) -> ListType {
         if path.first() == Some(&"metadata") || self.builtin {

@@ -17,6 +17,9 @@ pub mod actors;
 /// The Pod binding subresource and the pod status the server writes on create (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod binding;
+/// CEL validation rules (`x-kubernetes-validations`) of CRD schemas (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod cel;
 /// The virtual clock.
 pub mod clock;
 /// The Pod eviction subresource (pure).

@@ -1,6 +1,7 @@
 //! Structural schemas of CRDs: pruning of unknown fields, `default`s, and validation with the
 //! real server's field-error shapes (`Invalid value`, `Required value`, `Unsupported value`).
-//! CEL rules (`x-kubernetes-validations`) are not evaluated (see the sim's README).
+//! CEL rules (`x-kubernetes-validations`) are evaluated by [`crate::cel`] after the schema checks,
+//! unless those found a blocking error (as `hasBlockingErr` in the server's strategy).
 
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Map, Value};
@@ -12,6 +13,7 @@ use crate::status::FieldCause;
 pub struct CompiledSchema {
     raw: Value,
     validator: Option<jsonschema::Validator>,
+    cel: crate::cel::CelRules,
 }
 
 /// OpenAPI v3 → JSON Schema draft 4: `nullable` adds `null` to the type; int-or-string drops it.
@@ -187,16 +189,15 @@ impl CompiledSchema {
             tracing::warn!(error = %e, "a CRD schema could not be compiled; objects of it are not validated");
         }
         CompiledSchema {
+            cel: crate::cel::CelRules::new(&raw),
             raw,
             validator: validator.ok(),
         }
     }
 
-    /// Whether the schema carries CEL rules (`x-kubernetes-validations`), which the sim skips.
+    /// Whether the schema carries CEL rules (`x-kubernetes-validations`).
     pub fn has_cel(&self) -> bool {
-        self.raw
-            .to_string()
-            .contains("\"x-kubernetes-validations\"")
+        self.cel.any()
     }
 
     /// Drops fields the schema does not declare (unless it preserves unknown fields).
@@ -209,8 +210,33 @@ impl CompiledSchema {
         default_value(obj, &self.raw);
     }
 
-    /// The field errors of `obj` (empty when valid).
-    pub fn validate(&self, obj: &Value) -> Vec<FieldCause> {
+    /// The field errors of `obj` (empty when valid): the schema's, then its CEL rules' (with
+    /// `old`, the stored object, on an update) unless a schema error blocks them.
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldCause> {
+        let mut out = self.validate_schema(obj);
+        if !self.cel.any() {
+            return out;
+        }
+        // `hasBlockingErr`: these types keep the server from running the rules
+        let blocking = out.iter().any(|e| {
+            matches!(
+                e.reason,
+                "FieldValueNotSupported"
+                    | "FieldValueRequired"
+                    | "FieldValueTooLong"
+                    | "FieldValueTooMany"
+                    | "FieldValueTypeInvalid"
+            )
+        });
+        if blocking {
+            out.push(cel_skipped());
+        } else {
+            out.extend(self.cel.validate(obj, old));
+        }
+        out
+    }
+
+    fn validate_schema(&self, obj: &Value) -> Vec<FieldCause> {
         let Some(v) = &self.validator else {
             return vec![];
         };
@@ -260,10 +286,6 @@ impl CompiledSchema {
             .collect();
         out.sort_by(|a, b| a.field.cmp(&b.field));
         out.dedup();
-        // the server skips CEL rules on a schema-invalid object, and says so
-        if !out.is_empty() && self.has_cel() {
-            out.push(cel_skipped());
-        }
         out
     }
 }
@@ -313,17 +335,17 @@ mod tests {
     fn type_required_and_enum_errors_have_the_servers_shape() {
         let s = schema();
         assert!(
-            s.validate(&json!({"spec": {"count": 1, "size": "10%", "opt": null}}))
+            s.validate_schema(&json!({"spec": {"count": 1, "size": "10%", "opt": null}}))
                 .is_empty()
         );
-        let errs = s.validate(&json!({"spec": {"count": "three"}}));
+        let errs = s.validate_schema(&json!({"spec": {"count": "three"}}));
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert_eq!(errs[0].field, "spec.count");
         assert_eq!(
             errs[0].text,
             "Invalid value: \"string\": spec.count in body must be of type integer: \"string\""
         );
-        let errs = s.validate(&json!({"spec": {"mode": "Medium"}}));
+        let errs = s.validate_schema(&json!({"spec": {"mode": "Medium"}}));
         let text: Vec<_> = errs
             .iter()
             .map(|e| format!("{}: {}", e.field, e.text))

@@ -256,6 +256,44 @@ impl FieldCause {
         }
     }
 
+    /// `field.Invalid` whose value may be omitted (`field.OmitValueType`, for objects and
+    /// lists): `Invalid value: detail`.
+    pub fn invalid_omitting(field: impl Into<String>, value: Option<&str>, detail: &str) -> Self {
+        match value {
+            Some(v) => Self::invalid(field, v, detail),
+            None => FieldCause {
+                reason: "FieldValueInvalid",
+                field: field.into(),
+                text: format!("Invalid value: {detail}"),
+            },
+        }
+    }
+
+    /// `field.Forbidden`.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        FieldCause {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            text: if detail.is_empty() {
+                "Forbidden".into()
+            } else {
+                format!("Forbidden: {detail}")
+            },
+        }
+    }
+
+    /// `field.Duplicate` (no detail; the value unless omitted).
+    pub fn duplicate(field: impl Into<String>, value: Option<&str>) -> Self {
+        FieldCause {
+            reason: "FieldValueDuplicate",
+            field: field.into(),
+            text: match value {
+                Some(v) => format!("Duplicate value: {v}"),
+                None => "Duplicate value".into(),
+            },
+        }
+    }
+
     /// A value of the wrong JSON type (`field.TypeInvalid`).
     pub fn type_invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
         FieldCause {
