@@ -1038,3 +1038,244 @@ async fn cel_rules_answer_as_on_the_real_api_server() {
     );
     assert!(diverged.is_empty(), "CEL divergences: {diverged:?}");
 }
+
+/// A CRD of this test's own exercising what the installed CRDs' rules do not: `messageExpression`,
+/// `reason`, `fieldPath`, `optionalOldSelf`, rules on `additionalProperties`, on list items of
+/// scalars, on map-list items with `oldSelf`, on `number`s, and on the status subresource.
+fn cel_check_crd() -> Value {
+    let string = |max: u32| json!({"type": "string", "maxLength": max});
+    let labels = json!({"type": "object", "maxProperties": 4, "additionalProperties": {"type": "string", "maxLength": 16,
+        "x-kubernetes-validations": [{"rule": "self.size() <= 5", "message": "label too long"}]}});
+    let tags = json!({"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 16,
+        "x-kubernetes-validations": [{"rule": "self.startsWith('t-')"}]}});
+    let port_item = json!({"type": "object", "required": ["name"], "properties": {"name": string(16), "port": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.port == oldSelf.port", "message": "a port keeps its number"}]});
+    let ports = json!({"type": "array", "maxItems": 4, "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"], "items": port_item});
+    let owner = json!({"type": "string", "maxLength": 16, "x-kubernetes-validations": [
+        {"rule": "!oldSelf.hasValue() || oldSelf.value() == self", "optionalOldSelf": true, "message": "owner is immutable"},
+        {"rule": "oldSelf.hasValue() || self.startsWith('team-')", "optionalOldSelf": true, "message": "a new owner is a team"},
+    ]});
+    let spec_rules = json!([
+        {"rule": "self.replicas <= self.max", "fieldPath": ".replicas", "reason": "FieldValueForbidden",
+         "messageExpression": "'replicas above max in mode ' + self.mode"},
+        {"rule": "!has(self.mode) || self.mode != 'legacy'", "message": "legacy is gone", "reason": "FieldValueRequired"},
+    ]);
+    let spec = json!({"type": "object", "x-kubernetes-validations": spec_rules, "properties": {
+        "replicas": {"type": "integer"}, "max": {"type": "integer"}, "mode": string(16),
+        "ratio": {"type": "number", "x-kubernetes-validations": [{"rule": "self <= 1.0", "message": "a ratio"}]},
+        "labels": labels, "tags": tags, "ports": ports, "owner": owner}});
+    let status = json!({"type": "object", "properties": {"phase": {"type": "string", "maxLength": 8,
+        "x-kubernetes-validations": [{"rule": "self in ['A', 'B']", "message": "unknown phase"}]}}});
+    let version = json!({"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec, "status": status}}}});
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "celchecks.cel.raygate.io"},
+        "spec": {"group": "cel.raygate.io", "scope": "Namespaced",
+            "names": {"kind": "CelCheck", "plural": "celchecks", "singular": "celcheck", "listKind": "CelCheckList"},
+            "versions": [version]}
+    })
+}
+
+const CC: &str = "/apis/cel.raygate.io/v1/namespaces/{ns}/celchecks";
+const CC_C: &str = "/apis/cel.raygate.io/v1/namespaces/{ns}/celchecks/c";
+
+fn cel_check(name: &str, spec: Value) -> Value {
+    let mut full = json!({"replicas": 1, "max": 2, "owner": "team-a", "ratio": 0.5, "labels": {"a": "x"},
+        "tags": ["t-1"], "ports": [{"name": "http", "port": 80}]});
+    for (k, v) in spec.as_object().into_iter().flatten() {
+        full[k] = v.clone();
+    }
+    json!({"apiVersion": "cel.raygate.io/v1", "kind": "CelCheck", "metadata": {"name": name}, "spec": full})
+}
+
+fn cel_check_steps() -> Vec<(Step, bool)> {
+    vec![
+        (
+            step(
+                "celcheck: create",
+                "POST",
+                CC,
+                JSON,
+                cel_check("c", json!({})),
+            ),
+            true,
+        ),
+        (
+            step(
+                "celcheck: messageExpression, fieldPath and reason",
+                "POST",
+                CC,
+                JSON,
+                cel_check("x1", json!({"replicas": 3, "mode": "fast"})),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: reason Required",
+                "POST",
+                CC,
+                JSON,
+                cel_check("x2", json!({"mode": "legacy"})),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: a rule on additionalProperties",
+                "POST",
+                CC,
+                JSON,
+                cel_check("x3", json!({"labels": {"a": "toolong"}})),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: a rule on scalar list items, no message",
+                "POST",
+                CC,
+                JSON,
+                cel_check("x4", json!({"tags": ["t-1", "x"]})),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: optionalOldSelf on create",
+                "POST",
+                CC,
+                JSON,
+                cel_check("x5", json!({"owner": "bob"})),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: a rule on a number",
+                "POST",
+                CC,
+                JSON,
+                cel_check("x6", json!({"ratio": 1.5})),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: optionalOldSelf on update",
+                "PATCH",
+                CC_C,
+                MERGE,
+                json!({"spec": {"owner": "team-b"}}),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: a new map-list item has no oldSelf",
+                "PATCH",
+                CC_C,
+                MERGE,
+                json!({"spec": {"ports": [{"name": "http", "port": 80}, {"name": "grpc", "port": 9}]}}),
+            ),
+            true,
+        ),
+        (
+            step(
+                "celcheck: a map-list item correlates by key",
+                "PATCH",
+                CC_C,
+                MERGE,
+                json!({"spec": {"ports": [{"name": "grpc", "port": 9}, {"name": "http", "port": 81}]}}),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: a rule on status",
+                "PATCH",
+                "/apis/cel.raygate.io/v1/namespaces/{ns}/celchecks/c/status",
+                MERGE,
+                json!({"status": {"phase": "C"}}),
+            ),
+            false,
+        ),
+        (
+            step(
+                "celcheck: a valid status",
+                "PATCH",
+                "/apis/cel.raygate.io/v1/namespaces/{ns}/celchecks/c/status",
+                MERGE,
+                json!({"status": {"phase": "A"}}),
+            ),
+            true,
+        ),
+        (
+            step(
+                "celcheck: server-side apply is validated too",
+                "PATCH",
+                "/apis/cel.raygate.io/v1/namespaces/{ns}/celchecks/c?fieldManager=m1&force=true",
+                APPLY,
+                json!({"apiVersion": "cel.raygate.io/v1", "kind": "CelCheck", "metadata": {"name": "c"}, "spec": {"replicas": 9}}),
+            ),
+            false,
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cel_rule_features_answer_as_on_the_real_api_server() {
+    let real = TestServer::get().client().await;
+    let ns = namespace("diff-celcheck");
+    let crd = cel_check_crd();
+    let sim = Sim::builder()
+        .crds_yaml(&crd.to_string())
+        .expect("the CelCheck CRD loads")
+        .namespace(&ns)
+        .build();
+    let simc = sim.client();
+    // the real server gets the CRD through its API (once per server) and serves it when established
+    let create = step(
+        "create the CelCheck CRD",
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        JSON,
+        crd,
+    );
+    let created = run(&real, &ns, &create).await;
+    assert!(
+        created["code"].is_null() || created["code"] == 409,
+        "the CRD is refused: {created}"
+    );
+    raygate_testing::apiserver::eventually(
+        Duration::from_secs(30),
+        "the CelCheck CRD is served",
+        || async {
+            let probe = step("list", "GET", CC, "", Value::Null);
+            let v = run(&real, &ns, &probe).await;
+            v["names"].is_array().then_some(())
+        },
+    )
+    .await;
+    let mut diverged = vec![];
+    let mut wrong = vec![];
+    for (s, valid) in cel_check_steps() {
+        let a = run(&real, &ns, &s).await;
+        let b = run(&simc, &ns, &s).await;
+        if (a["code"] == 422) == valid {
+            wrong.push((s.name, a.clone()));
+        }
+        eprintln!("{}: {a}", s.name);
+        if a != b {
+            eprintln!("DIVERGED {}\n  real: {a}\n  sim:  {b}", s.name);
+            diverged.push(s.name);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the real server did not answer as expected: {wrong:#?}"
+    );
+    assert!(diverged.is_empty(), "CEL divergences: {diverged:?}");
+}
