@@ -372,6 +372,29 @@ impl CelRules {
         self.root.is_some()
     }
 
+    /// Every rule of the schema (its source), and whether the crate could compile it (a rule it
+    /// cannot compile is not enforced).
+    pub fn rules(&self) -> Vec<(String, bool)> {
+        fn walk(n: &Node, out: &mut Vec<(String, bool)>) {
+            out.extend(
+                n.rules
+                    .iter()
+                    .map(|r| (r.rule.clone(), r.program.is_some())),
+            );
+            n.all_of.iter().for_each(|a| walk(a, out));
+            n.properties.iter().for_each(|(_, p)| walk(p, out));
+            n.additional
+                .iter()
+                .chain(n.items.iter())
+                .for_each(|c| walk(c, out));
+        }
+        let mut out = vec![];
+        if let Some(r) = &self.root {
+            walk(r, &mut out);
+        }
+        out
+    }
+
     /// The field errors of `obj` (an update when `old` is given), in the server's shapes.
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldCause> {
         let Some(root) = &self.root else {
@@ -712,6 +735,50 @@ mod tests {
                 "spec: Invalid value: \"object\": no such key: size evaluating rule: self.size != 3",
                 "spec: Invalid value: \"object\": no such key: size evaluating rule: no fours",
             ]
+        );
+    }
+
+    #[test]
+    fn the_installed_crds_expression_forms_run() {
+        // forms the Kueue CRDs use: `size()` as a method on maps and lists, `filter` then
+        // `size()`, `in` a list literal, `exists` over conditions, ternaries, map equality
+        let s = CelRules::new(
+            &json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "!has(self.topologyName) || self.nodeLabels.size() >= 1", "message": "labels"},
+                {"rule": "[has(self.a),has(self.b)].filter(x,x==true).size() == 1", "message": "one of"},
+                {"rule": "!has(self.effect) || self.effect in ['NoSchedule', 'NoExecute']", "message": "effect"},
+                {"rule": "has(self.conds) && self.conds.exists(c, c.type == 'Q' && c.status == 'True') ? self.n == 1 : true", "message": "q"},
+                {"rule": "!has(self.topologyName) || (has(self.nodeLabels) == has(oldSelf.nodeLabels) && (!has(self.nodeLabels) || self.nodeLabels == oldSelf.nodeLabels))", "message": "immutable"},
+            ],
+            "properties": {"topologyName": {"type": "string"}, "nodeLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "a": {"type": "string"}, "b": {"type": "string"}, "effect": {"type": "string"}, "n": {"type": "integer"},
+                "conds": {"type": "array", "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}}}}}}),
+        );
+        assert!(s.rules().iter().all(|(_, compiled)| *compiled));
+        let ok = json!({"spec": {"topologyName": "t", "nodeLabels": {"k": "v"}, "a": "x", "effect": "NoSchedule",
+            "conds": [{"type": "Q", "status": "True"}], "n": 1}});
+        assert!(
+            s.validate(&ok, None).is_empty(),
+            "{:?}",
+            s.validate(&ok, None)
+        );
+        let bad = json!({"spec": {"topologyName": "t", "nodeLabels": {}, "a": "x", "b": "y", "effect": "Sometimes",
+            "conds": [{"type": "Q", "status": "True"}], "n": 2}});
+        assert_eq!(
+            texts(&s.validate(&bad, None)),
+            [
+                "spec: Invalid value: labels",
+                "spec: Invalid value: one of",
+                "spec: Invalid value: effect",
+                "spec: Invalid value: q"
+            ]
+        );
+        let mut moved = ok.clone();
+        moved["spec"]["nodeLabels"] = json!({"k": "w"});
+        assert_eq!(
+            texts(&s.validate(&moved, Some(&ok))),
+            ["spec: Invalid value: immutable"]
         );
     }
 
