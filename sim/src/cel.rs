@@ -47,36 +47,49 @@ struct Node {
     /// `x-kubernetes-list-type`, `x-kubernetes-list-map-keys`.
     list_type: Option<String>,
     list_keys: Vec<String>,
-    /// The schema's types for converting values, for nodes without rules below too.
-    shape: Shape,
+    /// The schema's `number`s, for converting values (`None`: there are none).
+    shape: Option<Shape>,
+    /// The schema's `type` (`object` and `array` values are omitted from field errors).
+    typ: String,
 }
 
-/// What CEL needs to type a value: `number` is a double even when written as an integer.
+/// What CEL needs to type a value beyond its JSON: a `number` is a double even when written as
+/// an integer. Kept only along the paths that lead to a `number` (most schemas have none).
 #[derive(Clone, Default)]
 struct Shape {
-    typ: String,
+    number: bool,
     properties: HashMap<String, Shape>,
     additional: Option<Box<Shape>>,
     items: Option<Box<Shape>>,
 }
 
 impl Shape {
-    fn of(s: &Value) -> Shape {
-        Shape {
-            typ: s["type"].as_str().unwrap_or_default().to_string(),
+    /// `None` when nothing at or below `s` is a `number`.
+    fn of(s: &Value) -> Option<Shape> {
+        let child = |k: &str| {
+            s.get(k)
+                .filter(|c| c.is_object())
+                .and_then(Shape::of)
+                .map(Box::new)
+        };
+        let shape = Shape {
+            number: s["type"] == "number",
             properties: s["properties"]
                 .as_object()
-                .map(|p| p.iter().map(|(k, v)| (k.clone(), Shape::of(v))).collect())
+                .map(|p| {
+                    p.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), Shape::of(v)?)))
+                        .collect()
+                })
                 .unwrap_or_default(),
-            additional: s
-                .get("additionalProperties")
-                .filter(|a| a.is_object())
-                .map(|a| Box::new(Shape::of(a))),
-            items: s
-                .get("items")
-                .filter(|a| a.is_object())
-                .map(|a| Box::new(Shape::of(a))),
-        }
+            additional: child("additionalProperties"),
+            items: child("items"),
+        };
+        (shape.number
+            || !shape.properties.is_empty()
+            || shape.additional.is_some()
+            || shape.items.is_some())
+        .then_some(shape)
     }
 
     /// A JSON value as the server's `UnstructuredToVal` gives it to CEL.
@@ -84,9 +97,9 @@ impl Shape {
         match v {
             Value::Null => Cel::Null,
             Value::Bool(b) => Cel::Bool(*b),
-            Value::Number(n) => match (self.typ.as_str(), n.as_i64()) {
-                ("number", _) | (_, None) => Cel::Float(n.as_f64().unwrap_or_default()),
-                (_, Some(i)) => Cel::Int(i),
+            Value::Number(n) => match (self.number, n.as_i64()) {
+                (true, _) | (_, None) => Cel::Float(n.as_f64().unwrap_or_default()),
+                (false, Some(i)) => Cel::Int(i),
             },
             Value::String(s) => Cel::from(s.as_str()),
             Value::Array(items) => {
@@ -211,8 +224,8 @@ impl Rule {
 }
 
 impl Node {
-    fn of(s: &Value) -> Option<Node> {
-        let s = s.as_object()?;
+    fn of(schema: &Value) -> Option<Node> {
+        let s = schema.as_object()?;
         let rules: Vec<Rule> = s
             .get("x-kubernetes-validations")
             .and_then(Value::as_array)
@@ -237,6 +250,7 @@ impl Node {
             .and_then(Node::of)
             .map(Box::new);
         let items = s.get("items").and_then(Node::of).map(Box::new);
+        let rules_here = !rules.is_empty();
         if rules.is_empty()
             && all_of.is_empty()
             && properties.is_empty()
@@ -245,7 +259,6 @@ impl Node {
         {
             return None;
         }
-        let whole = Value::Object(s.clone());
         Some(Node {
             rules,
             all_of,
@@ -270,7 +283,12 @@ impl Node {
                         .collect()
                 })
                 .unwrap_or_default(),
-            shape: Shape::of(&whole),
+            shape: if rules_here { Shape::of(schema) } else { None },
+            typ: s
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 }
@@ -414,9 +432,15 @@ impl CelRules {
             }
             o
         };
+        let mut errs = vec![];
+        if root.rules.is_empty() && root.all_of.is_empty() {
+            // no rule sees the root: no copy of the objects
+            let ratchet = old.is_some_and(|o| o == obj);
+            validate_node(root, &FieldPath(None), obj, old, ratchet, &mut errs);
+            return errs;
+        }
         let obj = trim(obj);
         let old = old.map(trim);
-        let mut errs = vec![];
         // on an update the root correlates; a create has nothing to ratchet against
         let ratchet = old.as_ref().is_some_and(|o| *o == obj);
         validate_node(
@@ -509,8 +533,10 @@ fn validate_rules(
     if node.rules.is_empty() {
         return;
     }
-    let self_val = node.shape.to_cel(obj);
-    let old_val = old.map(|o| node.shape.to_cel(o));
+    let plain = Shape::default();
+    let shape = node.shape.as_ref().unwrap_or(&plain);
+    let self_val = shape.to_cel(obj);
+    let old_val = old.map(|o| shape.to_cel(o));
     for rule in &node.rules {
         let Some(program) = &rule.program else {
             continue;
@@ -531,7 +557,7 @@ fn validate_rules(
             ctx.add_variable_from_value("oldSelf", o.clone());
         }
         let here = path.render();
-        let value_text = || match node.shape.typ.as_str() {
+        let value_text = || match node.typ.as_str() {
             "object" | "array" => None,
             _ => Some(bad_value(obj)),
         };
@@ -547,7 +573,7 @@ fn validate_rules(
                 continue;
             }
             Err(e) => {
-                let ty = format!("{:?}", node.shape.typ);
+                let ty = format!("{:?}", node.typ);
                 errs.push(FieldCause::invalid(
                     here,
                     &ty,
