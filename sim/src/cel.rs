@@ -439,10 +439,11 @@ impl CelRules {
             validate_node(root, &FieldPath(None), obj, old, ratchet, &mut errs);
             return errs;
         }
+        // on an update the root correlates (the whole objects, metadata included); a create has
+        // nothing to ratchet against
+        let ratchet = old.is_some_and(|o| o == obj);
         let obj = trim(obj);
         let old = old.map(trim);
-        // on an update the root correlates; a create has nothing to ratchet against
-        let ratchet = old.as_ref().is_some_and(|o| *o == obj);
         validate_node(
             root,
             &FieldPath(None),
@@ -739,6 +740,19 @@ mod tests {
         assert_eq!(
             texts(&s.validate(&changed, Some(&old))),
             ["spec: Invalid value: size 3 is unlucky"]
+        );
+    }
+
+    #[test]
+    fn a_root_rule_ratchets_only_on_an_unchanged_object_metadata_included() {
+        let s = schema();
+        let old = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"size": 12}});
+        assert!(s.validate(&old.clone(), Some(&old)).is_empty());
+        let relabelled =
+            json!({"metadata": {"name": "a", "labels": {"x": "2"}}, "spec": {"size": 12}});
+        assert_eq!(
+            texts(&s.validate(&relabelled, Some(&old))),
+            ["<nil>: Invalid value: too big"]
         );
     }
 
