@@ -57,6 +57,9 @@ pub mod lws;
 /// Node lifecycle: reboot or replacement of a drained node; Node Ready writes; the NoExecute
 /// `not-ready`/`unreachable` taints of NotReady nodes (pkg/controller/nodelifecycle).
 pub mod node_lifecycle;
+/// PodGC: orphaned, terminated beyond the threshold, terminating on out-of-service nodes
+/// (pkg/controller/podgc).
+pub mod podgc;
 /// The ReplicaSet controller (pkg/controller/replicaset).
 pub mod replicaset;
 /// Exact quantities and per-pod requests (`resourcehelper.PodRequests`).
@@ -66,3 +69,5 @@ pub mod scheduler;
 /// Shared plumbing: reflector caches, the actors' one loop, shutdown, expectations, Events on
 /// the sim clock, a RESTMapper from discovery.
 pub mod support;
+/// NoExecute taint eviction (pkg/controller/tainteviction).
+pub mod taint_eviction;
