@@ -7,8 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use raygate_sim::Sim;
 use raygate_sim::actors::node_lifecycle::{self, Readiness};
 use raygate_sim::actors::{podgc, taint_eviction};
