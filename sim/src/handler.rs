@@ -481,6 +481,9 @@ impl State {
                         "status".into(),
                         crate::binding::created_pod_status(&obj_spec),
                     );
+                    if let Some(spec) = m.get_mut("spec") {
+                        crate::admission::default_toleration_seconds(spec);
+                    }
                 }
                 ("", "Namespace") => {
                     m.insert("status".into(), json!({"phase": "Active"}));

@@ -14,6 +14,9 @@
 /// Actors: the core controllers (disruption, GC, ReplicaSet, node lifecycle), the scheduler,
 /// kubelets and the LWS-like controller (IO loops over pure decisions).
 pub mod actors;
+/// Mutating admission on Pods: DefaultTolerationSeconds (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod admission;
 /// The Pod binding subresource and the pod status the server writes on create (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod binding;

@@ -821,3 +821,57 @@ async fn a_stale_disruption_target_condition_is_reset_after_two_minutes() {
         "{took:?}"
     );
 }
+
+/// The loop's expectations stand in for the ReplicaSet controller's `ControlleeExpectations`: a
+/// pass never runs on a cache that has not shown the pods the last one created, so scaling up
+/// creates each missing pod exactly once (no surplus created, then deleted).
+#[tokio::test(start_paused = true)]
+async fn a_replicaset_scaled_up_creates_each_missing_pod_exactly_once() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let sim = sim();
+    let client = sim.client();
+    let created = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let seen = created.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    tokio::spawn(
+        watcher(pods.clone(), watcher::Config::default())
+            .applied_objects()
+            .for_each(move |p| {
+                if let Ok(p) = p {
+                    seen.lock().unwrap().insert(p.uid().unwrap_or_default());
+                }
+                async {}
+            }),
+    );
+    let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), NS);
+    sets.create(&PostParams::default(), &rs_object("web", 1, None))
+        .await
+        .unwrap();
+    for replicas in [5, 12, 30] {
+        sets.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+        eventually("scaled", || async {
+            (pods_of(&client, "web").await.len() == replicas as usize).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    assert_eq!(
+        created.lock().unwrap().len(),
+        30,
+        "every pod ever created is one of the 30"
+    );
+    assert!(
+        pods_of(&client, "web")
+            .await
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_none())
+    );
+}

@@ -11,7 +11,6 @@
 //! changes after [`Config::lag`] (the controller's reaction lag: its informers and queue).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -20,11 +19,12 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatu
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use crate::Clock;
-use crate::actors::support::{self, Recorder, Wake};
+use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
 use crate::eviction::selector_object_matches;
 
 /// `DeletionTimeout`: how long an eviction's `disruptedPods` entry keeps a pod out of
@@ -570,29 +570,12 @@ impl Default for Config {
 /// The disruption controller's failing steps.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("listing {what}: {source}")]
-    List {
-        what: &'static str,
-        source: kube::Error,
-    },
     #[error("writing the status of PodDisruptionBudget {namespace}/{name}: {source}")]
     WriteStatus {
         namespace: String,
         name: String,
         source: kube::Error,
     },
-    #[error("every watch of the disruption controller ended")]
-    WatchesEnded,
-}
-
-async fn list<K>(api: Api<K>, what: &'static str) -> Result<Vec<K>, Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .map_err(|source| Error::List { what, source })
 }
 
 /// The `scale` finder's IO: RESTMapper through discovery, GET `.../scale`, and on 404 whether the
@@ -645,179 +628,166 @@ async fn scale_answer(client: &Client, ns: &str, r: &OwnerReference) -> ScaleAns
     }
 }
 
-/// Runs the disruption controller until `shutdown` completes.
+/// Runs the disruption controller until `shutdown`.
 pub async fn run(
     client: Client,
     clock: Clock,
     config: Config,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Into<Shutdown>,
 ) -> Result<(), Error> {
-    let mut wake = Wake::default()
-        .watch(Api::<Pod>::all(client.clone()))
-        .watch(Api::<PodDisruptionBudget>::all(client.clone()))
-        .watch(Api::<ReplicaSet>::all(client.clone()))
-        .watch(Api::<Deployment>::all(client.clone()))
-        .watch(Api::<StatefulSet>::all(client.clone()));
-    let mut recorder = Recorder::new(client.clone(), clock.clone(), "controllermanager");
-    let mut recheck: Option<tokio::time::Instant> = None;
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            more = wake.next(config.lag) => if !more { return Err(Error::WatchesEnded) },
-            _ = sleep_until(recheck), if recheck.is_some() => {}
-        }
-        recheck = match sync_all(&client, &clock, &mut recorder).await {
-            Ok(at) => at.map(|t| {
-                let wait = clock.now().duration_until(t);
-                let wait = Duration::try_from(wait).unwrap_or_default();
-                tokio::time::Instant::now() + wait + Duration::from_millis(1)
-            }),
-            Err(e) => {
-                tracing::warn!(error = %e, "disruption controller: sync failed; retrying in 1s");
-                Some(tokio::time::Instant::now() + Duration::from_secs(1))
-            }
-        };
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
-    }
-}
-
-/// Syncs every PDB once; the earliest recheck time.
-async fn sync_all(
-    client: &Client,
-    clock: &Clock,
-    recorder: &mut Recorder,
-) -> Result<Option<Timestamp>, Error> {
-    let pdbs = list(
-        Api::<PodDisruptionBudget>::all(client.clone()),
-        "PodDisruptionBudgets",
-    )
-    .await?;
-    let pods = list(Api::<Pod>::all(client.clone()), "Pods").await?;
-    let mut recheck: Option<Timestamp> = None;
-    for pod in &pods {
-        let Some(at) = stale_disruption_target(pod) else {
-            continue;
-        };
-        if at > clock.now() {
-            recheck = Some(recheck.map_or(at, |r| r.min(at)));
-            continue;
-        }
-        let mut next = pod.clone();
-        reset_disruption_target(&mut next, clock.now());
-        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        match api
-            .replace_status(&pod.name_any(), &PostParams::default(), &next)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(pod = %pod.name_any(), "disruption controller: reset a stale DisruptionTarget condition to False")
-            }
-            Err(e) => {
-                tracing::debug!(pod = %pod.name_any(), error = %e, "disruption controller: stale condition reset failed (next wake retries)")
-            }
-        }
-    }
-    if pdbs.is_empty() {
-        return Ok(recheck);
-    }
-    let mut w = Workloads {
-        replicasets: list(Api::all(client.clone()), "ReplicaSets").await?,
-        deployments: list(Api::all(client.clone()), "Deployments").await?,
-        statefulsets: list(Api::all(client.clone()), "StatefulSets").await?,
-        scales: BTreeMap::new(),
+    let mut c = Caches::default();
+    let actor = Controller {
+        pods: c.all(&client),
+        pdbs: c.all(&client),
+        replicasets: c.all(&client),
+        deployments: c.all(&client),
+        statefulsets: c.all(&client),
+        recorder: Recorder::new(client.clone(), clock.clone(), "controllermanager"),
+        client,
     };
-    for (i, message) in multiple_budgets(&pdbs, &pods) {
-        recorder
-            .publish(
-                support::reference(&pods[i]),
-                "Warning",
-                "MultiplePodDisruptionBudgets",
-                &message,
-            )
-            .await;
-    }
-    for pdb in &pdbs {
-        let ns = pdb.namespace().unwrap_or_default();
-        let selected = pods_for(pdb, &pods);
-        for pod in &selected {
-            if let Some(r) = controller_of(&pod.metadata) {
-                let key = (
-                    ns.clone(),
-                    r.api_version.clone(),
-                    r.kind.clone(),
-                    r.name.clone(),
-                );
-                let typed = matches!(controller_scale(r, &ns, &w), Ok(Some(_)));
-                if !typed && !w.scales.contains_key(&key) {
-                    let answer = scale_answer(client, &ns, r).await;
-                    w.scales.insert(key, answer);
-                }
-            }
-        }
-        let d = decide(pdb, &selected, &w, clock.now());
-        for n in &d.notes {
-            let on = match &n.pod {
-                Some(p) => match selected.iter().find(|x| x.name_any() == *p) {
-                    Some(pod) => support::reference(pod),
-                    None => continue,
-                },
-                None => support::reference(pdb),
+    support::run(actor, c, clock, config.lag, shutdown).await
+}
+
+struct Controller {
+    client: Client,
+    pods: Store<Pod>,
+    pdbs: Store<PodDisruptionBudget>,
+    replicasets: Store<ReplicaSet>,
+    deployments: Store<Deployment>,
+    statefulsets: Store<StatefulSet>,
+    recorder: Recorder,
+}
+
+fn owned<K>(store: &Store<K>) -> Vec<K>
+where
+    K: kube::Resource + Clone,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.state().iter().map(|o| (**o).clone()).collect()
+}
+
+impl Actor for Controller {
+    type Error = Error;
+
+    /// Syncs every PDB once; the earliest recheck time.
+    async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Error> {
+        let client = &self.client;
+        let pdbs = owned(&self.pdbs);
+        let mut recheck: Option<Timestamp> = None;
+        for pod in self.pods.state() {
+            let Some(at) = stale_disruption_target(&pod) else {
+                continue;
             };
-            recorder.publish(on, n.type_, n.reason, &n.message).await;
-        }
-        if let Some(e) = &d.failed {
-            tracing::info!(pdb = %pdb.name_any(), namespace = %ns, error = %e, "disruption controller: failSafe");
-        }
-        if let Some(status) = d.status {
-            let mut next = pdb.clone();
-            next.status = Some(status);
-            let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+            if at > now {
+                recheck = Some(recheck.map_or(at, |r| r.min(at)));
+                continue;
+            }
+            let mut next = (*pod).clone();
+            reset_disruption_target(&mut next, now);
+            let api: Api<Pod> =
+                Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
             match api
-                .replace_status(&pdb.name_any(), &PostParams::default(), &next)
+                .replace_status(&pod.name_any(), &PostParams::default(), &next)
                 .await
             {
-                Ok(_) => {}
-                // a 409 requeues without failSafe: the next wake reads the newer PDB
-                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                    recheck = Some(clock.now());
-                    continue;
+                Ok(written) => {
+                    expect.written(&self.pods, &written);
+                    tracing::info!(pod = %pod.name_any(), "disruption controller: reset a stale DisruptionTarget condition to False")
                 }
-                Err(source) => {
-                    return Err(Error::WriteStatus {
-                        namespace: ns,
-                        name: pdb.name_any(),
-                        source,
-                    });
+                Err(e) => {
+                    tracing::debug!(pod = %pod.name_any(), error = %e, "disruption controller: stale condition reset failed (next wake retries)")
                 }
             }
         }
-        if let Some(at) = d.recheck_at {
-            recheck = Some(recheck.map_or(at, |r| r.min(at)));
+        if pdbs.is_empty() {
+            return Ok(recheck.map(|t| t + Duration::from_millis(1)));
         }
+        let pods = owned(&self.pods);
+        let mut w = Workloads {
+            replicasets: owned(&self.replicasets),
+            deployments: owned(&self.deployments),
+            statefulsets: owned(&self.statefulsets),
+            scales: BTreeMap::new(),
+        };
+        for (i, message) in multiple_budgets(&pdbs, &pods) {
+            self.recorder
+                .publish(
+                    support::reference(&pods[i]),
+                    "Warning",
+                    "MultiplePodDisruptionBudgets",
+                    &message,
+                )
+                .await;
+        }
+        for pdb in &pdbs {
+            let ns = pdb.namespace().unwrap_or_default();
+            let selected = pods_for(pdb, &pods);
+            for pod in &selected {
+                if let Some(r) = controller_of(&pod.metadata) {
+                    let key = (
+                        ns.clone(),
+                        r.api_version.clone(),
+                        r.kind.clone(),
+                        r.name.clone(),
+                    );
+                    let typed = matches!(controller_scale(r, &ns, &w), Ok(Some(_)));
+                    if !typed && !w.scales.contains_key(&key) {
+                        let answer = scale_answer(client, &ns, r).await;
+                        w.scales.insert(key, answer);
+                    }
+                }
+            }
+            let d = decide(pdb, &selected, &w, now);
+            for n in &d.notes {
+                let on = match &n.pod {
+                    Some(p) => match selected.iter().find(|x| x.name_any() == *p) {
+                        Some(pod) => support::reference(pod),
+                        None => continue,
+                    },
+                    None => support::reference(pdb),
+                };
+                self.recorder
+                    .publish(on, n.type_, n.reason, &n.message)
+                    .await;
+            }
+            if let Some(e) = &d.failed {
+                tracing::info!(pdb = %pdb.name_any(), namespace = %ns, error = %e, "disruption controller: failSafe");
+            }
+            if let Some(status) = d.status {
+                let mut next = pdb.clone();
+                next.status = Some(status);
+                let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+                match api
+                    .replace_status(&pdb.name_any(), &PostParams::default(), &next)
+                    .await
+                {
+                    Ok(written) => expect.written(&self.pdbs, &written),
+                    // a 409 requeues without failSafe: the next wake reads the newer PDB
+                    Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                        recheck = Some(now);
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(Error::WriteStatus {
+                            namespace: ns,
+                            name: pdb.name_any(),
+                            source,
+                        });
+                    }
+                }
+            }
+            if let Some(at) = d.recheck_at {
+                recheck = Some(recheck.map_or(at, |r| r.min(at)));
+            }
+        }
+        Ok(recheck.map(|t| t + Duration::from_millis(1)))
     }
-    Ok(recheck)
 }
 
-impl crate::Sim {
+super::spawn_on_sim!(
     /// Starts the disruption controller on this cluster (until the handle is aborted or the runtime ends).
-    pub fn spawn_disruption_controller(
-        &self,
-        config: Config,
-    ) -> tokio::task::JoinHandle<Result<(), Error>> {
-        tokio::spawn(run(
-            self.client(),
-            self.clock().clone(),
-            config,
-            std::future::pending(),
-        ))
-    }
-}
+    spawn_disruption_controller
+);
 
 #[cfg(test)]
 mod tests;

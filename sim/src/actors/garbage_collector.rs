@@ -13,22 +13,24 @@
 //!   every dependent (a strategic-merge `$patch: delete` by uid), then the finalizer.
 //!
 //! The API server's half (DELETE's `propagationPolicy` → finalizers) is in `handler::delete`.
-//! [`plan`] is pure; [`run`] lists the covered kinds through the client and applies the plan.
+//! [`plan`] is pure; [`run`] keeps a cache of the covered kinds and applies the plan.
 
-use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions,
     PropagationPolicy,
 };
 use kube::discovery::ApiResource as Ar;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::Clock;
-use crate::actors::support::{self, Wake};
+use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::handler::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
 
 /// One object as the collector's graph sees it.
@@ -248,82 +250,93 @@ impl Config {
     }
 }
 
-/// The collector's failing steps.
+/// The collector's failing steps (none yet: a failed write is logged and retried by the next
+/// pass, which sees the newer state).
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("listing {kind}: {source}")]
-    List { kind: String, source: kube::Error },
-    #[error("every watch of the garbage collector ended")]
-    WatchesEnded,
-}
+pub enum Error {}
 
-/// Runs the collector until `shutdown` completes.
+/// Runs the collector until `shutdown`.
 pub async fn run(
     client: Client,
-    _clock: Clock,
+    clock: Clock,
     config: Config,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Into<Shutdown>,
 ) -> Result<(), Error> {
-    let mut wake = Wake::default();
-    for ar in &config.kinds {
-        wake = wake.watch(Api::<DynamicObject>::all_with(client.clone(), ar));
-    }
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            more = wake.next(config.lag) => if !more { return Err(Error::WatchesEnded) },
-        }
-        if let Err(e) = pass(&client, &config).await {
-            tracing::warn!(error = %e, "garbage collector: pass failed");
-        }
-    }
+    let mut c = Caches::default();
+    let stores = config
+        .kinds
+        .iter()
+        .map(|ar| {
+            c.reflect_with(
+                Api::all_with(client.clone(), ar),
+                ar.clone(),
+                Default::default(),
+            )
+        })
+        .collect();
+    let lag = config.lag;
+    let scopes = vec![];
+    let actor = Collector {
+        client,
+        config,
+        stores,
+        scopes,
+    };
+    support::run(actor, c, clock, lag, shutdown).await
+}
+
+struct Collector {
+    client: Client,
+    config: Config,
+    stores: Vec<Store<DynamicObject>>,
+    /// Whether each covered kind is namespaced (from discovery, once).
+    scopes: Vec<bool>,
 }
 
 struct Scope {
     kinds: Vec<Kind>,
     items: Vec<Item>,
-    objects: Vec<DynamicObject>,
+    objects: Vec<Arc<DynamicObject>>,
 }
 
-async fn observe(client: &Client, config: &Config) -> Result<Scope, Error> {
-    let mut scope = Scope {
-        kinds: vec![],
-        items: vec![],
-        objects: vec![],
-    };
-    for (k, ar) in config.kinds.iter().enumerate() {
-        let api = Api::<DynamicObject>::all_with(client.clone(), ar);
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|source| Error::List {
-                kind: ar.kind.clone(),
-                source,
-            })?;
-        let namespaced = support::rest_mapping(client, &ar.api_version, &ar.kind)
-            .await
-            .map(|(_, namespaced)| namespaced)
-            .unwrap_or(true);
-        scope.kinds.push(Kind {
-            group: ar.group.clone(),
-            kind: ar.kind.clone(),
-            namespaced,
-        });
-        for o in list.items {
-            scope.items.push(Item {
-                kind: k,
-                namespace: o.metadata.namespace.clone(),
-                name: o.name_any(),
-                uid: o.metadata.uid.clone().unwrap_or_default(),
-                owners: o.metadata.owner_references.clone().unwrap_or_default(),
-                finalizers: o.metadata.finalizers.clone().unwrap_or_default(),
-                deleting: o.metadata.deletion_timestamp.is_some(),
-            });
-            scope.objects.push(o);
+impl Collector {
+    async fn observe(&mut self) -> Scope {
+        if self.scopes.len() != self.config.kinds.len() {
+            self.scopes.clear();
+            for ar in &self.config.kinds {
+                let namespaced = support::rest_mapping(&self.client, &ar.api_version, &ar.kind)
+                    .await
+                    .map(|(_, namespaced)| namespaced)
+                    .unwrap_or(true);
+                self.scopes.push(namespaced);
+            }
         }
+        let mut scope = Scope {
+            kinds: vec![],
+            items: vec![],
+            objects: vec![],
+        };
+        for (k, (ar, store)) in self.config.kinds.iter().zip(&self.stores).enumerate() {
+            scope.kinds.push(Kind {
+                group: ar.group.clone(),
+                kind: ar.kind.clone(),
+                namespaced: self.scopes[k],
+            });
+            for o in store.state() {
+                scope.items.push(Item {
+                    kind: k,
+                    namespace: o.metadata.namespace.clone(),
+                    name: o.name_any(),
+                    uid: o.metadata.uid.clone().unwrap_or_default(),
+                    owners: o.metadata.owner_references.clone().unwrap_or_default(),
+                    finalizers: o.metadata.finalizers.clone().unwrap_or_default(),
+                    deleting: o.metadata.deletion_timestamp.is_some(),
+                });
+                scope.objects.push(o);
+            }
+        }
+        scope
     }
-    Ok(scope)
 }
 
 fn api_for(client: &Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
@@ -363,105 +376,123 @@ async fn still_absent(
     }
 }
 
-async fn pass(client: &Client, config: &Config) -> Result<(), Error> {
-    let scope = observe(client, config).await?;
-    for action in plan(&scope.items, &scope.kinds) {
-        let (i, result) = match &action {
-            Action::Delete {
-                item,
-                policy,
-                absent_owners,
-            } => {
-                let it = &scope.items[*item];
-                let mut confirmed = true;
-                for r in absent_owners {
-                    confirmed &= still_absent(client, config, &scope, it, r).await;
+impl Actor for Collector {
+    type Error = Error;
+
+    async fn pass(&mut self, _now: Timestamp, expect: &mut Expect) -> Pass<Error> {
+        let scope = self.observe().await;
+        let (client, config) = (&self.client, &self.config);
+        for action in plan(&scope.items, &scope.kinds) {
+            let (i, result) = match &action {
+                Action::Delete {
+                    item,
+                    policy,
+                    absent_owners,
+                } => {
+                    let it = &scope.items[*item];
+                    let mut confirmed = true;
+                    for r in absent_owners {
+                        confirmed &= still_absent(client, config, &scope, it, r).await;
+                    }
+                    if !confirmed {
+                        continue;
+                    }
+                    let dp = DeleteParams {
+                        propagation_policy: Some(match policy {
+                            Propagation::Foreground => PropagationPolicy::Foreground,
+                            Propagation::Background => PropagationPolicy::Background,
+                            Propagation::Orphan => PropagationPolicy::Orphan,
+                        }),
+                        preconditions: Some(Preconditions {
+                            uid: Some(it.uid.clone()),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
+                    tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?policy, "garbage collector: deleting an object whose owners are gone");
+                    let result = api.delete(&it.name, &dp).await.map(|_| ());
+                    if result.is_ok() {
+                        let key = ObjectRef::new_with(&it.name, config.kinds[it.kind].clone());
+                        let key = match &it.namespace {
+                            Some(ns) => key.within(ns),
+                            None => key,
+                        };
+                        expect.deleted(&self.stores[it.kind], key, Some(it.uid.clone()));
+                    }
+                    (*item, result)
                 }
-                if !confirmed {
-                    continue;
-                }
-                let dp = DeleteParams {
-                    propagation_policy: Some(match policy {
-                        Propagation::Foreground => PropagationPolicy::Foreground,
-                        Propagation::Background => PropagationPolicy::Background,
-                        Propagation::Orphan => PropagationPolicy::Orphan,
-                    }),
-                    preconditions: Some(Preconditions {
-                        uid: Some(it.uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
-                tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?policy, "garbage collector: deleting an object whose owners are gone");
-                (*item, api.delete(&it.name, &dp).await.map(|_| ()))
-            }
-            Action::RemoveOwners { item, uids } => {
-                let it = &scope.items[*item];
-                let refs: Vec<_> = uids
-                    .iter()
-                    .map(|u| json!({"$patch": "delete", "uid": u}))
-                    .collect();
-                let body = json!({"metadata": {"ownerReferences": refs, "uid": it.uid}});
-                let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
-                tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?uids, "garbage collector: removing owner references");
-                let patch = if config.kinds[it.kind].group.is_empty()
-                    || ["apps", "policy", "batch"].contains(&config.kinds[it.kind].group.as_str())
-                {
-                    api.patch(&it.name, &PatchParams::default(), &Patch::Strategic(body))
-                        .await
-                } else {
-                    // CRDs take no strategic merge patch: the collector falls back to a JSON
-                    // merge patch of the remaining references (`deleteOwnerRefJSONMergePatch`)
-                    let rest: Vec<_> = it
-                        .owners
+                Action::RemoveOwners { item, uids } => {
+                    let it = &scope.items[*item];
+                    let refs: Vec<_> = uids
                         .iter()
-                        .filter(|r| !uids.contains(&r.uid))
+                        .map(|u| json!({"$patch": "delete", "uid": u}))
                         .collect();
-                    let body = json!({"metadata": {"ownerReferences": rest, "uid": it.uid,
+                    let body = json!({"metadata": {"ownerReferences": refs, "uid": it.uid}});
+                    let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
+                    tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?uids, "garbage collector: removing owner references");
+                    let patch = if config.kinds[it.kind].group.is_empty()
+                        || ["apps", "policy", "batch"]
+                            .contains(&config.kinds[it.kind].group.as_str())
+                    {
+                        api.patch(&it.name, &PatchParams::default(), &Patch::Strategic(body))
+                            .await
+                    } else {
+                        // CRDs take no strategic merge patch: the collector falls back to a JSON
+                        // merge patch of the remaining references (`deleteOwnerRefJSONMergePatch`)
+                        let rest: Vec<_> = it
+                            .owners
+                            .iter()
+                            .filter(|r| !uids.contains(&r.uid))
+                            .collect();
+                        let body = json!({"metadata": {"ownerReferences": rest, "uid": it.uid,
                         "resourceVersion": scope.objects[*item].metadata.resource_version}});
-                    api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
-                        .await
-                };
-                (*item, patch.map(|_| ()))
-            }
-            Action::RemoveFinalizer { item, finalizer } => {
-                let it = &scope.items[*item];
-                let rest: Vec<&String> = it.finalizers.iter().filter(|f| f != finalizer).collect();
-                let body = json!({"metadata": {"finalizers": rest,
+                        api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
+                            .await
+                    };
+                    if let Ok(o) = &patch {
+                        expect.written_with(
+                            &self.stores[it.kind],
+                            o,
+                            config.kinds[it.kind].clone(),
+                        );
+                    }
+                    (*item, patch.map(|_| ()))
+                }
+                Action::RemoveFinalizer { item, finalizer } => {
+                    let it = &scope.items[*item];
+                    let rest: Vec<&String> =
+                        it.finalizers.iter().filter(|f| f != finalizer).collect();
+                    let body = json!({"metadata": {"finalizers": rest,
                     "resourceVersion": scope.objects[*item].metadata.resource_version}});
-                let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
-                tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, %finalizer, "garbage collector: removing finalizer");
-                (
-                    *item,
-                    api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
-                        .await
-                        .map(|_| ()),
-                )
+                    let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
+                    tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, %finalizer, "garbage collector: removing finalizer");
+                    let patch = api
+                        .patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
+                        .await;
+                    if let Ok(o) = &patch {
+                        expect.written_with(
+                            &self.stores[it.kind],
+                            o,
+                            config.kinds[it.kind].clone(),
+                        );
+                    }
+                    (*item, patch.map(|_| ()))
+                }
+            };
+            if let Err(e) = result {
+                // a conflict or a vanished object: the next pass sees the newer state
+                tracing::debug!(item = %scope.items[i].name, error = %e, "garbage collector: action failed");
             }
-        };
-        if let Err(e) = result {
-            // a conflict or a vanished object: the next pass sees the newer state
-            tracing::debug!(item = %scope.items[i].name, error = %e, "garbage collector: action failed");
         }
+        Ok(None)
     }
-    Ok(())
 }
 
-impl crate::Sim {
+super::spawn_on_sim!(
     /// Starts the garbage collector on this cluster (until the handle is aborted or the runtime ends).
-    pub fn spawn_garbage_collector(
-        &self,
-        config: Config,
-    ) -> tokio::task::JoinHandle<Result<(), Error>> {
-        tokio::spawn(run(
-            self.client(),
-            self.clock().clone(),
-            config,
-            std::future::pending(),
-        ))
-    }
-}
+    spawn_garbage_collector
+);
 
 #[cfg(test)]
 mod tests;

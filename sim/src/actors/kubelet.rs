@@ -471,8 +471,10 @@ pub use io::{run, run_all};
 
 mod io {
     use std::collections::{BTreeMap, HashMap};
+    use std::sync::Arc;
 
     use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::jiff::Timestamp;
     use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
     use kube::runtime::reflector::Store;
     use kube::runtime::watcher;
@@ -480,56 +482,84 @@ mod io {
 
     use super::{Action, Config, Kubelet, group_state, node_up};
     use crate::Clock;
-    use crate::actors::watch::{Changes, reflect, reflect_broadcast};
+    use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 
-    /// Runs the kubelet of node `node` until `shutdown` turns true.
+    /// Every Pod, as a probe querying the API through a cache sees them, and its change signal.
+    type ClusterPods = (Store<Pod>, watch::Receiver<()>);
+
+    /// Runs the kubelet of node `node` until `shutdown`.
     pub async fn run(
         client: kube::Client,
         clock: Clock,
         node: String,
         config: Config,
-        shutdown: watch::Receiver<bool>,
+        shutdown: impl Into<Shutdown>,
     ) {
-        let mut groups = Changes::default();
-        let cluster_pods = reflect_broadcast(
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            &mut groups,
-        );
-        groups.wait_ready().await;
-        run_with(client, clock, node, config, shutdown, cluster_pods).await;
+        let shutdown = shutdown.into();
+        if let Some((_cache, cluster_pods)) = cluster_pods(&client, &shutdown).await {
+            run_with(client, clock, node, config, shutdown, cluster_pods).await;
+        }
     }
 
-    /// [`run`] reading representatives' groups from `cluster_pods` (a store of every Pod, as
-    /// a probe querying the API through a cache would see them).
+    /// One cache of every pod for the representatives' probes (it wakes only the kubelets
+    /// holding representatives), once listed; `None` on shutdown first.
+    async fn cluster_pods(
+        client: &kube::Client,
+        shutdown: &Shutdown,
+    ) -> Option<(Caches, ClusterPods)> {
+        let mut cache = Caches::default();
+        let pods = cache.reflect_broadcast(Api::all(client.clone()), watcher::Config::default());
+        tokio::select! {
+            _ = shutdown.wait() => None,
+            _ = cache.wait_ready() => Some((cache, pods)),
+        }
+    }
+
+    /// [`run`] reading representatives' groups from `cluster_pods`.
     async fn run_with(
         client: kube::Client,
         clock: Clock,
         node: String,
         config: Config,
-        mut shutdown: watch::Receiver<bool>,
-        (cluster_pods, mut group_changed): (Store<Pod>, watch::Receiver<()>),
+        shutdown: Shutdown,
+        (cluster_pods, group_changed): ClusterPods,
     ) {
-        let mut changes = Changes::default();
-        let pods: Store<Pod> = reflect(
-            Api::all(client.clone()),
-            watcher::Config::default().fields(&format!("spec.nodeName={node}")),
-            &mut changes,
-        );
-        let nodes: Store<Node> = reflect(
-            Api::all(client.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={node}")),
-            &mut changes,
-        );
-        changes.wait_ready().await;
-        let mut kubelet = Kubelet::new(&config);
-        loop {
-            if *shutdown.borrow() {
-                return;
-            }
-            let now = clock.now();
-            let node_obj = nodes.state().into_iter().next();
-            let pod_list = pods.state();
+        let mut caches = Caches::default();
+        let actor = NodeAgent {
+            pods: caches.reflect(
+                Api::all(client.clone()),
+                watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+            ),
+            node: caches.reflect(
+                Api::all(client.clone()),
+                watcher::Config::default().fields(&format!("metadata.name={node}")),
+            ),
+            kubelet: Kubelet::new(&config),
+            client,
+            cluster_pods,
+            group_changed,
+            representatives: false,
+        };
+        support::drive(actor, caches, clock, std::time::Duration::ZERO, shutdown).await;
+    }
+
+    struct NodeAgent {
+        client: kube::Client,
+        pods: Store<Pod>,
+        node: Store<Node>,
+        cluster_pods: Store<Pod>,
+        group_changed: watch::Receiver<()>,
+        /// Whether a pod of this node is a group's representative (its probe follows the group).
+        representatives: bool,
+        kubelet: Kubelet,
+    }
+
+    impl Actor for NodeAgent {
+        type Error = std::convert::Infallible;
+
+        async fn pass(&mut self, now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
+            let node_obj = self.node.state().into_iter().next();
+            let pod_list = self.pods.state();
             let mut groups = BTreeMap::new();
             let representatives: Vec<_> = pod_list
                 .iter()
@@ -546,7 +576,7 @@ mod io {
                     })
                     .and_then(|p| p.metadata.name.clone())
                     .unwrap_or_default();
-                let members = cluster_pods.state();
+                let members = self.cluster_pods.state();
                 let members = members.iter().map(|p| &**p).filter(|p| {
                     p.metadata.namespace.as_deref() == Some(ns.as_str())
                         && p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == Some(&value)
@@ -554,21 +584,23 @@ mod io {
                 let state = group_state(members, &rep);
                 groups.insert((ns, key, value), state);
             }
+            self.representatives = !representatives.is_empty();
             let (actions, next) =
-                kubelet.step(node_up(node_obj.as_deref()), &pod_list, &groups, now);
+                self.kubelet
+                    .step(node_up(node_obj.as_deref()), &pod_list, &groups, now);
             for a in actions {
-                apply(&client, a).await;
+                apply(&self.client, a).await;
             }
-            let sleep = next
-                .map(|t| t.duration_since(clock.now()))
-                .map(|d| std::time::Duration::try_from(d).unwrap_or_default())
-                .unwrap_or(std::time::Duration::from_secs(3600));
-            tokio::select! {
-                _ = changes.next() => {}
-                _ = tokio::time::sleep(sleep) => {}
-                // a representative's probe result moves with its group
-                Ok(()) = group_changed.changed(), if !representatives.is_empty() => {}
-                _ = shutdown.changed() => {}
+            // without a due moment, a wake-up an hour on
+            Ok(Some(
+                next.unwrap_or(now + std::time::Duration::from_secs(3600)),
+            ))
+        }
+
+        /// A representative's probe result moves with its group.
+        async fn woken(&mut self) {
+            if !self.representatives || self.group_changed.changed().await.is_err() {
+                std::future::pending::<()>().await;
             }
         }
     }
@@ -610,50 +642,73 @@ mod io {
     }
 
     /// Runs a kubelet for every Node (started as Nodes appear; a kubelet whose Node is deleted
-    /// idles, as its pods wait for PodGC) until `shutdown` turns true.
+    /// idles, as its pods wait for PodGC) until `shutdown`.
     pub async fn run_all(
         client: kube::Client,
         clock: Clock,
         config: Config,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: impl Into<Shutdown>,
     ) {
-        let mut changes = Changes::default();
-        let nodes: Store<Node> =
-            reflect(Api::all(client.clone()), Default::default(), &mut changes);
-        // one cache of every pod for the representatives' probes (it wakes only the kubelets
-        // holding representatives)
-        let mut group_watch = Changes::default();
-        let cluster_pods = reflect_broadcast(
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            &mut group_watch,
-        );
-        group_watch.wait_ready().await;
-        let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
-        loop {
-            if *shutdown.borrow() {
-                break;
-            }
-            for n in nodes.state() {
+        let shutdown = shutdown.into();
+        let Some((_cache, cluster_pods)) = cluster_pods(&client, &shutdown).await else {
+            return;
+        };
+        let mut caches = Caches::default();
+        let nodes: Store<Node> = caches.all(&client);
+        let running = Running::default();
+        let spawner = Spawner {
+            client,
+            clock: clock.clone(),
+            config,
+            shutdown: shutdown.clone(),
+            nodes,
+            cluster_pods,
+            running: running.clone(),
+        };
+        support::drive(spawner, caches, clock, std::time::Duration::ZERO, shutdown).await;
+        let tasks: Vec<_> = running
+            .lock()
+            .map(|mut r| r.drain().map(|(_, t)| t).collect())
+            .unwrap_or_default();
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+
+    type Running = Arc<std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>>;
+
+    /// Starts a kubelet per Node as Nodes appear.
+    struct Spawner {
+        client: kube::Client,
+        clock: Clock,
+        config: Config,
+        shutdown: Shutdown,
+        nodes: Store<Node>,
+        cluster_pods: ClusterPods,
+        running: Running,
+    }
+
+    impl Actor for Spawner {
+        type Error = std::convert::Infallible;
+
+        async fn pass(&mut self, _now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
+            let Ok(mut running) = self.running.lock() else {
+                return Ok(None);
+            };
+            for n in self.nodes.state() {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 running.entry(name.clone()).or_insert_with(|| {
                     tokio::spawn(run_with(
-                        client.clone(),
-                        clock.clone(),
+                        self.client.clone(),
+                        self.clock.clone(),
                         name,
-                        config.clone(),
-                        shutdown.clone(),
-                        cluster_pods.clone(),
+                        self.config.clone(),
+                        self.shutdown.clone(),
+                        self.cluster_pods.clone(),
                     ))
                 });
             }
-            tokio::select! {
-                _ = changes.next() => {}
-                _ = shutdown.changed() => {}
-            }
-        }
-        for (_, t) in running {
-            let _ = t.await;
+            Ok(None)
         }
     }
 }

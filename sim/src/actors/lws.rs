@@ -393,17 +393,17 @@ mod io {
     use std::time::Duration;
 
     use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::jiff::Timestamp;
     use kube::api::{
         Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
         Preconditions,
     };
     use kube::runtime::reflector::Store;
     use kube::runtime::watcher;
-    use tokio::sync::watch;
 
     use super::{Action, Expectations, NAME, reconcile};
     use crate::Clock;
-    use crate::actors::watch::{Changes, reflect};
+    use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 
     /// The LWS resource.
     pub fn resource() -> ApiResource {
@@ -416,36 +416,56 @@ mod io {
         }
     }
 
-    /// Runs the controller until `shutdown` turns true (`resync`: a periodic pass besides watch
-    /// events).
+    /// Runs the controller until `shutdown` (`resync`: a periodic pass besides watch events,
+    /// which also forgets the expectations).
     pub async fn run(
         client: kube::Client,
-        _clock: Clock,
+        clock: Clock,
         resync: Duration,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: impl Into<Shutdown>,
     ) {
-        let mut changes = Changes::default();
+        let mut caches = Caches::default();
         let ar = resource();
-        let sets: Store<DynamicObject> = crate::actors::watch::reflect_with(
-            Api::all_with(client.clone(), &ar),
-            ar.clone(),
-            watcher::Config::default(),
-            &mut changes,
-        );
-        let pods: Store<Pod> = reflect(
-            Api::all(client.clone()),
-            watcher::Config::default().labels(NAME),
-            &mut changes,
-        );
-        changes.wait_ready().await;
-        let mut expectations = Expectations::default();
-        loop {
-            if *shutdown.borrow() {
-                return;
+        let actor = Controller {
+            sets: caches.reflect_with(
+                Api::all_with(client.clone(), &ar),
+                ar.clone(),
+                watcher::Config::default(),
+            ),
+            pods: caches.reflect(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(NAME),
+            ),
+            client,
+            ar,
+            resync,
+            resync_at: None,
+            expectations: Expectations::default(),
+        };
+        support::drive(actor, caches, clock, Duration::ZERO, shutdown.into()).await;
+    }
+
+    struct Controller {
+        client: kube::Client,
+        ar: ApiResource,
+        sets: Store<DynamicObject>,
+        pods: Store<Pod>,
+        resync: Duration,
+        /// When the next resync is due (a pass at or after it trusts the store again).
+        resync_at: Option<Timestamp>,
+        expectations: Expectations,
+    }
+
+    impl Actor for Controller {
+        type Error = std::convert::Infallible;
+
+        async fn pass(&mut self, now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
+            if self.resync_at.is_some_and(|at| now >= at) {
+                self.expectations.clear();
             }
-            let all_pods = pods.state();
-            expectations.observe(&all_pods);
-            for set in sets.state() {
+            let all_pods = self.pods.state();
+            self.expectations.observe(&all_pods);
+            for set in self.sets.state() {
                 let value = match serde_json::to_value(&*set) {
                     Ok(v) => v,
                     Err(_) => continue,
@@ -461,16 +481,14 @@ mod io {
                     .cloned()
                     .collect();
                 for action in reconcile(&value, &mine) {
-                    if expectations.admit(&ns, &action) {
-                        apply(&client, &ar, &ns, &name, action).await;
+                    if self.expectations.admit(&ns, &action) {
+                        apply(&self.client, &self.ar, &ns, &name, action).await;
                     }
                 }
             }
-            tokio::select! {
-                _ = changes.next() => {}
-                _ = tokio::time::sleep(resync) => expectations.clear(),
-                _ = shutdown.changed() => {}
-            }
+            let at = now + self.resync;
+            self.resync_at = Some(at);
+            Ok(Some(at))
         }
     }
 

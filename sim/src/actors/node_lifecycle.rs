@@ -18,18 +18,18 @@
 //! [`step`] is the pure decision; [`run`] the IO loop.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::Clock;
-use crate::actors::support::{self, Recorder, Wake};
+use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
 
 /// Asks for a reboot or a replacement.
 pub const LIFECYCLE: &str = "sim.raygate.io/lifecycle";
@@ -183,6 +183,9 @@ pub struct Config {
     pub kubelet_version: String,
     /// Reaction lag after a change.
     pub lag: Duration,
+    /// `--node-monitor-grace-period`: how long a node's Ready condition stays Unknown before the
+    /// `unreachable:NoExecute` taint (50 s since Kubernetes v1.32, 40 s before).
+    pub grace: Duration,
 }
 
 impl Default for Config {
@@ -192,6 +195,7 @@ impl Default for Config {
             join: Duration::from_secs(60),
             kubelet_version: "v1.36.0".into(),
             lag: Duration::ZERO,
+            grace: Duration::from_secs(50),
         }
     }
 }
@@ -324,92 +328,252 @@ pub fn step(node: &Node, nodes: &[Node], pods: &[Pod], config: &Config, now: Tim
     }
 }
 
+/// The NoExecute taint the node lifecycle controller puts on a node whose Ready condition is
+/// False (`NotReadyTaintTemplate`).
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// A node's Ready condition: its status and when it last changed.
+fn ready_condition(node: &Node) -> Option<(&str, Option<Timestamp>)> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| {
+            (
+                c.status.as_str(),
+                c.last_transition_time.as_ref().map(|t| t.0),
+            )
+        })
+}
+
+fn is_noexecute(t: &Taint, key: &str) -> bool {
+    t.key == key && t.effect == "NoExecute"
+}
+
+/// The node lifecycle controller's NoExecute tainting (`processTaintBaseEviction`,
+/// `doNoExecuteTaintingPass`), pure: the node's taints as they should be now — `None` when they
+/// already are — and when to look again.
+///
+/// - Ready `False` (the kubelet reports NotReady): `node.kubernetes.io/not-ready:NoExecute`
+///   (an `unreachable` one swapped for it), at once.
+/// - Ready `Unknown` (the kubelet stopped reporting): `node.kubernetes.io/unreachable:NoExecute`
+///   (a `not-ready` one swapped for it) once the condition has been Unknown for
+///   [`Config::grace`]. The sim writes `Unknown` the moment a kubelet stops (a reboot), where the
+///   real controller writes it after `--node-monitor-grace-period` without a heartbeat and
+///   taints on its next pass; so the taint lands when it would in a real cluster.
+/// - Ready `True`: both NoExecute taints removed (`markNodeAsReachable`).
+///
+/// New NoExecute taints carry `timeAdded` (now). Not modelled: the per-zone eviction rate
+/// limiter (`--node-eviction-rate`, 0.1 node/s) and the zone states (`PartialDisruption`,
+/// `FullDisruption`: no tainting while every node of a zone is NotReady).
+pub fn noexecute_taints(
+    node: &Node,
+    config: &Config,
+    now: Timestamp,
+) -> (Option<Vec<Taint>>, Option<Timestamp>) {
+    let Some((status, since)) = ready_condition(node) else {
+        return (None, None);
+    };
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let (want, drop) = match status {
+        "True" => (None, [NOT_READY_TAINT, UNREACHABLE_TAINT]),
+        "False" => (
+            Some(NOT_READY_TAINT),
+            [UNREACHABLE_TAINT, UNREACHABLE_TAINT],
+        ),
+        _ => {
+            let due = since.map_or(now, |s| {
+                s + SignedDuration::try_from(config.grace).unwrap_or_default()
+            });
+            if due > now {
+                return (None, Some(due));
+            }
+            (Some(UNREACHABLE_TAINT), [NOT_READY_TAINT, NOT_READY_TAINT])
+        }
+    };
+    let mut next: Vec<Taint> = taints
+        .iter()
+        .filter(|t| !drop.iter().any(|k| is_noexecute(t, k)))
+        .cloned()
+        .collect();
+    if let Some(key) = want
+        && !next.iter().any(|t| is_noexecute(t, key))
+    {
+        next.push(Taint {
+            key: key.into(),
+            effect: "NoExecute".into(),
+            time_added: Some(Time(Timestamp::from_second(now.as_second()).unwrap_or(now))),
+            value: None,
+        });
+    }
+    ((next != taints).then_some(next), None)
+}
+
 /// The lifecycle actor's failing steps.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("listing {what}: {source}")]
-    List {
-        what: &'static str,
-        source: kube::Error,
-    },
     #[error("{step} of node {node}: {source}")]
     Write {
         step: &'static str,
         node: String,
         source: kube::Error,
     },
-    #[error("every watch of the node lifecycle actor ended")]
-    WatchesEnded,
 }
 
-/// Runs the lifecycle actor until `shutdown` completes.
+/// Runs the lifecycle actor until `shutdown`.
 pub async fn run(
     client: Client,
     clock: Clock,
     config: Config,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Into<Shutdown>,
 ) -> Result<(), Error> {
-    let mut wake = Wake::default()
-        .watch(Api::<Node>::all(client.clone()))
-        .watch(Api::<Pod>::all(client.clone()));
-    let mut recorder = Recorder::new(client.clone(), clock.clone(), "node-lifecycle");
-    let mut next: Option<tokio::time::Instant> = None;
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            more = wake.next(config.lag) => if !more { return Err(Error::WatchesEnded) },
-            _ = async { if let Some(at) = next { tokio::time::sleep_until(at).await } }, if next.is_some() => {}
-        }
-        next = match pass(&client, &clock, &config, &mut recorder).await {
-            Ok(at) => at.map(|t| {
-                let wait = Duration::try_from(clock.now().duration_until(t)).unwrap_or_default();
-                tokio::time::Instant::now() + wait
-            }),
-            Err(e) => {
-                tracing::warn!(error = %e, "node lifecycle: pass failed; retrying in 1s");
-                Some(tokio::time::Instant::now() + Duration::from_secs(1))
-            }
-        };
+    let mut c = Caches::default();
+    let lag = config.lag;
+    let actor = Lifecycle {
+        nodes: c.all(&client),
+        pods: c.all(&client),
+        recorder: Recorder::new(client.clone(), clock.clone(), "node-lifecycle"),
+        client,
+        config,
+    };
+    support::run(actor, c, clock, lag, shutdown).await
+}
+
+struct Lifecycle {
+    client: Client,
+    config: Config,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    recorder: Recorder,
+}
+
+impl Actor for Lifecycle {
+    type Error = Error;
+
+    async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Error> {
+        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let pods: Vec<Pod> = self.pods.state().iter().map(|p| (**p).clone()).collect();
+        pass(
+            &self.client,
+            &self.config,
+            &mut self.recorder,
+            &self.nodes,
+            expect,
+            &nodes,
+            &pods,
+            now,
+        )
+        .await
     }
 }
 
+/// Writes `n`'s spec and metadata, then `status` on the stored object; the cache is to show the
+/// result before the next pass.
+async fn write_node(
+    api: &Api<Node>,
+    cache: &Store<Node>,
+    expect: &mut Expect,
+    mut n: Node,
+    status: NodeStatus,
+    (spec_step, status_step): (&'static str, &'static str),
+) -> Result<Node, Error> {
+    let name = n.name_any();
+    let write = |step: &'static str| {
+        let node = name.clone();
+        move |source| Error::Write { step, node, source }
+    };
+    n.status = None;
+    let mut stored = api
+        .replace(&name, &PostParams::default(), &n)
+        .await
+        .map_err(write(spec_step))?;
+    stored.status = Some(status);
+    let stored = api
+        .replace_status(&name, &PostParams::default(), &stored)
+        .await
+        .map_err(write(status_step))?;
+    expect.written(cache, &stored);
+    Ok(stored)
+}
+
+/// `n` Ready again: the Ready condition, no node-lifecycle taints, no lifecycle phase.
+fn brought_up(node: &Node, now: Timestamp) -> (Node, NodeStatus) {
+    let mut n = node.clone();
+    let mut status = n.status.take().unwrap_or_default();
+    set_ready(&mut status, &Readiness::Ready, now);
+    if let Some(t) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+        t.retain(|t| t.key != UNREACHABLE_TAINT && !is_noexecute(t, NOT_READY_TAINT));
+    }
+    let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    ann.remove(PHASE);
+    ann.remove(UNTIL);
+    (n, status)
+}
+
+async fn publish_ready(recorder: &mut Recorder, node: &Node) {
+    let message = format!("Node {} status is now: NodeReady", node.name_any());
+    let on = support::reference(node);
+    recorder.publish(on, "Normal", "NodeReady", &message).await;
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn pass(
     client: &Client,
-    clock: &Clock,
     config: &Config,
     recorder: &mut Recorder,
-) -> Result<Option<Timestamp>, Error> {
+    cache: &Store<Node>,
+    expect: &mut Expect,
+    nodes: &[Node],
+    pods: &[Pod],
+    now: Timestamp,
+) -> Pass<Error> {
     let api: Api<Node> = Api::all(client.clone());
-    let nodes = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::List {
-            what: "Nodes",
-            source,
-        })?
-        .items;
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::List {
-            what: "Pods",
-            source,
-        })?
-        .items;
     let mut next: Option<Timestamp> = None;
-    for node in &nodes {
+    let mut wake_at = |t: Timestamp| next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
+    for node in nodes {
         let name = node.name_any();
-        let now = clock.now();
         let node_name = name.clone();
         let write = |step: &'static str| {
             let node = node_name.clone();
             move |source| Error::Write { step, node, source }
         };
-        match step(node, &nodes, &pods, config, now) {
+        match step(node, nodes, pods, config, now) {
             Step::Wait(at) => {
                 if let Some(t) = at {
-                    next = Some(next.map_or(t, |n| n.min(t)));
+                    wake_at(t);
+                }
+                let (taints, at) = noexecute_taints(node, config, now);
+                if let Some(t) = at {
+                    wake_at(t);
+                }
+                if let Some(taints) = taints {
+                    let mut n = node.clone();
+                    let added: Vec<String> = taints
+                        .iter()
+                        .filter(|t| t.effect == "NoExecute" && t.time_added.is_some())
+                        .filter(|t| {
+                            !node
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.taints.as_ref())
+                                .is_some_and(|old| old.contains(t))
+                        })
+                        .map(|t| format!("{}:{}", t.key, t.effect))
+                        .collect();
+                    n.spec.get_or_insert_with(Default::default).taints =
+                        (!taints.is_empty()).then_some(taints);
+                    let stored = api
+                        .replace(&name, &PostParams::default(), &n)
+                        .await
+                        .map_err(write("tainting"))?;
+                    expect.written(cache, &stored);
+                    tracing::info!(node = %name, ?added, "node lifecycle: NoExecute taints updated");
                 }
             }
             Step::GoDown { until } => {
@@ -433,67 +597,38 @@ async fn pass(
                 ann.remove(LIFECYCLE);
                 ann.insert(PHASE.into(), "rebooting".into());
                 ann.insert(UNTIL.into(), until.to_string());
-                let stored = api
-                    .replace(&name, &PostParams::default(), &n)
-                    .await
-                    .map_err(write("taking down"))?;
-                let mut s = stored;
-                s.status = Some(status);
-                api.replace_status(&name, &PostParams::default(), &s)
-                    .await
-                    .map_err(write("marking NotReady"))?;
+                let steps = ("taking down", "marking NotReady");
+                write_node(&api, cache, expect, n, status, steps).await?;
+                let message = format!("Node {name} status is now: NodeNotReady");
+                let on = support::reference(node);
                 recorder
-                    .publish(
-                        support::reference(node),
-                        "Normal",
-                        "NodeNotReady",
-                        &format!("Node {name} status is now: NodeNotReady"),
-                    )
+                    .publish(on, "Normal", "NodeNotReady", &message)
                     .await;
-                next = Some(next.map_or(until, |x| x.min(until)));
+                wake_at(until);
             }
             Step::ComeUp { generation } => {
-                let mut n = node.clone();
-                let mut status = n.status.take().unwrap_or_default();
-                set_ready(&mut status, &Readiness::Ready, now);
+                let (mut n, mut status) = brought_up(node, now);
                 status
                     .node_info
                     .get_or_insert_with(Default::default)
                     .kubelet_version = config.kubelet_version.clone();
-                if let Some(t) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-                    t.retain(|t| t.key != UNREACHABLE_TAINT);
-                }
                 n.metadata
                     .labels
                     .get_or_insert_with(BTreeMap::new)
                     .insert(GENERATION.into(), generation.to_string());
-                let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
-                ann.remove(PHASE);
-                ann.remove(UNTIL);
-                let mut s = api
-                    .replace(&name, &PostParams::default(), &n)
-                    .await
-                    .map_err(write("bringing up"))?;
-                s.status = Some(status);
-                api.replace_status(&name, &PostParams::default(), &s)
-                    .await
-                    .map_err(write("marking Ready"))?;
-                recorder
-                    .publish(
-                        support::reference(node),
-                        "Warning",
-                        "Rebooted",
-                        &format!("Node {name} has been rebooted"),
-                    )
-                    .await;
-                recorder
-                    .publish(
-                        support::reference(node),
-                        "Normal",
-                        "NodeReady",
-                        &format!("Node {name} status is now: NodeReady"),
-                    )
-                    .await;
+                write_node(
+                    &api,
+                    cache,
+                    expect,
+                    n,
+                    status,
+                    ("bringing up", "marking Ready"),
+                )
+                .await?;
+                let message = format!("Node {name} has been rebooted");
+                let on = support::reference(node);
+                recorder.publish(on, "Warning", "Rebooted", &message).await;
+                publish_ready(recorder, node).await;
             }
             Step::Join { node: new, until } => {
                 let new_name = new.name_any();
@@ -513,17 +648,21 @@ async fn pass(
                     }
                 };
                 created.status = status;
-                api.replace_status(&new_name, &PostParams::default(), &created)
+                let created = api
+                    .replace_status(&new_name, &PostParams::default(), &created)
                     .await
                     .map_err(write("reporting the replacement"))?;
+                expect.written(cache, &created);
                 let mut old = node.clone();
                 let ann = old.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 ann.remove(LIFECYCLE);
                 ann.insert(PHASE.into(), "replaced".into());
                 ann.insert(REPLACED_BY.into(), new_name.clone());
-                api.replace(&name, &PostParams::default(), &old)
+                let stored = api
+                    .replace(&name, &PostParams::default(), &old)
                     .await
                     .map_err(write("marking replaced"))?;
+                expect.written(cache, &stored);
                 recorder
                     .publish(
                         support::reference(&created),
@@ -534,36 +673,19 @@ async fn pass(
                         ),
                     )
                     .await;
-                next = Some(next.map_or(until, |x| x.min(until)));
+                wake_at(until);
             }
             Step::Joined => {
-                let mut n = node.clone();
-                let mut status = n.status.take().unwrap_or_default();
-                set_ready(&mut status, &Readiness::Ready, now);
-                let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
-                ann.remove(PHASE);
-                ann.remove(UNTIL);
-                let mut s = api
-                    .replace(&name, &PostParams::default(), &n)
-                    .await
-                    .map_err(write("finishing the join"))?;
-                s.status = Some(status);
-                api.replace_status(&name, &PostParams::default(), &s)
-                    .await
-                    .map_err(write("marking Ready"))?;
-                recorder
-                    .publish(
-                        support::reference(node),
-                        "Normal",
-                        "NodeReady",
-                        &format!("Node {name} status is now: NodeReady"),
-                    )
-                    .await;
+                let (n, status) = brought_up(node, now);
+                let steps = ("finishing the join", "marking Ready");
+                write_node(&api, cache, expect, n, status, steps).await?;
+                publish_ready(recorder, node).await;
             }
             Step::Remove => {
                 api.delete(&name, &DeleteParams::default())
                     .await
                     .map_err(write("deleting the replaced node"))?;
+                expect.deleted(cache, ObjectRef::new(&name), node.metadata.uid.clone());
                 tracing::info!(node = %name, "node lifecycle: replaced node deleted");
             }
         }
@@ -571,20 +693,10 @@ async fn pass(
     Ok(next)
 }
 
-impl crate::Sim {
+super::spawn_on_sim!(
     /// Starts the node lifecycle actor on this cluster (until the handle is aborted or the runtime ends).
-    pub fn spawn_node_lifecycle(
-        &self,
-        config: Config,
-    ) -> tokio::task::JoinHandle<Result<(), Error>> {
-        tokio::spawn(run(
-            self.client(),
-            self.clock().clone(),
-            config,
-            std::future::pending(),
-        ))
-    }
-}
+    spawn_node_lifecycle
+);
 
 #[cfg(test)]
 mod tests;

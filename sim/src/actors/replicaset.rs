@@ -6,23 +6,25 @@
 //! replicas, fullyLabeledReplicas, readyReplicas, availableReplicas (minReadySeconds),
 //! observedGeneration.
 //!
-//! [`decide`] is pure; [`run`] is the IO loop.
+//! [`decide`] is pure; [`run`] is the IO loop over caches of ReplicaSets and Pods; the loop's
+//! expectations ([`support::Expect`]) stand in for the controller's `ControlleeExpectations`: no
+//! sync runs before the cache shows the pods the last one created or deleted.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::Clock;
-use crate::actors::support::Wake;
+use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::eviction::selector_object_matches;
 
 /// `burstReplicas`: at most this many creates or deletes per sync.
@@ -283,150 +285,133 @@ pub struct Config {
     pub lag: Duration,
 }
 
-/// The controller's failing steps.
+/// The controller's failing steps (none yet: a failed write is logged and the next pass retries).
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("listing {what}: {source}")]
-    List {
-        what: &'static str,
-        source: kube::Error,
-    },
-    #[error("every watch of the ReplicaSet controller ended")]
-    WatchesEnded,
-}
+pub enum Error {}
 
-/// Runs the ReplicaSet controller until `shutdown` completes.
+/// Runs the ReplicaSet controller until `shutdown`.
 pub async fn run(
     client: Client,
     clock: Clock,
     config: Config,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Into<Shutdown>,
 ) -> Result<(), Error> {
-    let mut wake = Wake::default()
-        .watch(Api::<ReplicaSet>::all(client.clone()))
-        .watch(Api::<Pod>::all(client.clone()));
-    let mut recheck: Option<tokio::time::Instant> = None;
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            more = wake.next(config.lag) => if !more { return Err(Error::WatchesEnded) },
-            _ = async { if let Some(at) = recheck { tokio::time::sleep_until(at).await } }, if recheck.is_some() => {}
+    let mut c = Caches::default();
+    let (sets, pods) = (c.all(&client), c.all(&client));
+    let actor = Controller { client, sets, pods };
+    support::run(actor, c, clock, config.lag, shutdown).await
+}
+
+struct Controller {
+    client: Client,
+    sets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+}
+
+impl Actor for Controller {
+    type Error = Error;
+
+    async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Error> {
+        let sets = self.sets.state();
+        if sets.is_empty() {
+            return Ok(None);
         }
-        recheck = match sync_all(&client, &clock).await {
-            Ok(after) => after.map(|d| tokio::time::Instant::now() + d),
-            Err(e) => {
-                tracing::warn!(error = %e, "replicaset controller: sync failed; retrying in 1s");
-                Some(tokio::time::Instant::now() + Duration::from_secs(1))
+        let client = &self.client;
+        let pods = self.pods.state();
+        let mut recheck: Option<Duration> = None;
+        for rs in &sets {
+            let ns = rs.namespace().unwrap_or_default();
+            let in_ns: Vec<Pod> = pods
+                .iter()
+                .filter(|p| p.namespace().as_deref() == Some(&ns))
+                .map(|p| (**p).clone())
+                .collect();
+            let plan = decide(rs, &in_ns, now);
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let name = rs.name_any();
+            let owner = controller_ref(rs);
+            for p in &plan.adopt {
+                let uid = in_ns
+                    .iter()
+                    .find(|x| x.name_any() == *p)
+                    .and_then(|x| x.metadata.uid.clone());
+                let body = json!({"metadata": {"ownerReferences": [owner], "uid": uid}});
+                match api
+                    .patch(p, &PatchParams::default(), &Patch::Strategic(body))
+                    .await
+                {
+                    Ok(written) => expect.written(&self.pods, &written),
+                    Err(e) => {
+                        tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: adoption failed")
+                    }
+                }
             }
-        };
+            for p in &plan.release {
+                let uid = in_ns
+                    .iter()
+                    .find(|x| x.name_any() == *p)
+                    .and_then(|x| x.metadata.uid.clone());
+                let body = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner.uid}], "uid": uid}});
+                match api
+                    .patch(p, &PatchParams::default(), &Patch::Strategic(body))
+                    .await
+                {
+                    Ok(written) => expect.written(&self.pods, &written),
+                    Err(e) => {
+                        tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: release failed")
+                    }
+                }
+            }
+            if !plan.create.is_empty() {
+                tracing::info!(rs = %name, namespace = %ns, count = plan.create.len(), "replicaset controller: creating pods");
+            }
+            for p in &plan.create {
+                match api.create(&PostParams::default(), p).await {
+                    Ok(created) => expect.written(&self.pods, &created),
+                    Err(e) => {
+                        tracing::warn!(rs = %name, error = %e, "replicaset controller: pod create failed")
+                    }
+                }
+            }
+            for p in &plan.delete {
+                tracing::info!(rs = %name, pod = %p, "replicaset controller: deleting a surplus pod");
+                let uid = in_ns
+                    .iter()
+                    .find(|x| x.name_any() == *p)
+                    .and_then(|x| x.metadata.uid.clone());
+                match api.delete(p, &DeleteParams::default()).await {
+                    Ok(_) => expect.deleted(&self.pods, ObjectRef::new(p).within(&ns), uid),
+                    Err(e) => {
+                        tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: delete failed")
+                    }
+                }
+            }
+            if let Some(status) = plan.status {
+                let mut next = (**rs).clone();
+                next.status = Some(status);
+                let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+                match rs_api
+                    .replace_status(&name, &PostParams::default(), &next)
+                    .await
+                {
+                    Ok(written) => expect.written(&self.sets, &written),
+                    Err(e) => {
+                        tracing::debug!(rs = %name, error = %e, "replicaset controller: status write failed (next sync retries)")
+                    }
+                }
+            }
+            if let Some(d) = plan.recheck_after {
+                recheck = Some(recheck.map_or(d, |r| r.min(d)));
+            }
+        }
+        Ok(recheck.map(|d| now + d))
     }
 }
 
-async fn sync_all(client: &Client, clock: &Clock) -> Result<Option<Duration>, Error> {
-    let sets = Api::<ReplicaSet>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::List {
-            what: "ReplicaSets",
-            source,
-        })?
-        .items;
-    if sets.is_empty() {
-        return Ok(None);
-    }
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::List {
-            what: "Pods",
-            source,
-        })?
-        .items;
-    let mut recheck: Option<Duration> = None;
-    for rs in &sets {
-        let ns = rs.namespace().unwrap_or_default();
-        let in_ns: Vec<Pod> = pods
-            .iter()
-            .filter(|p| p.namespace().as_deref() == Some(&ns))
-            .cloned()
-            .collect();
-        let plan = decide(rs, &in_ns, clock.now());
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let name = rs.name_any();
-        let owner = controller_ref(rs);
-        for p in &plan.adopt {
-            let uid = in_ns
-                .iter()
-                .find(|x| x.name_any() == *p)
-                .and_then(|x| x.metadata.uid.clone());
-            let body = json!({"metadata": {"ownerReferences": [owner], "uid": uid}});
-            if let Err(e) = api
-                .patch(p, &PatchParams::default(), &Patch::Strategic(body))
-                .await
-            {
-                tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: adoption failed");
-            }
-        }
-        for p in &plan.release {
-            let uid = in_ns
-                .iter()
-                .find(|x| x.name_any() == *p)
-                .and_then(|x| x.metadata.uid.clone());
-            let body = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner.uid}], "uid": uid}});
-            if let Err(e) = api
-                .patch(p, &PatchParams::default(), &Patch::Strategic(body))
-                .await
-            {
-                tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: release failed");
-            }
-        }
-        if !plan.create.is_empty() {
-            tracing::info!(rs = %name, namespace = %ns, count = plan.create.len(), "replicaset controller: creating pods");
-        }
-        for p in &plan.create {
-            if let Err(e) = api.create(&PostParams::default(), p).await {
-                tracing::warn!(rs = %name, error = %e, "replicaset controller: pod create failed");
-            }
-        }
-        for p in &plan.delete {
-            tracing::info!(rs = %name, pod = %p, "replicaset controller: deleting a surplus pod");
-            if let Err(e) = api.delete(p, &DeleteParams::default()).await {
-                tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: delete failed");
-            }
-        }
-        if let Some(status) = plan.status {
-            let mut next = rs.clone();
-            next.status = Some(status);
-            let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
-            if let Err(e) = rs_api
-                .replace_status(&name, &PostParams::default(), &next)
-                .await
-            {
-                tracing::debug!(rs = %name, error = %e, "replicaset controller: status write failed (next sync retries)");
-            }
-        }
-        if let Some(d) = plan.recheck_after {
-            recheck = Some(recheck.map_or(d, |r| r.min(d)));
-        }
-    }
-    Ok(recheck)
-}
-
-impl crate::Sim {
+super::spawn_on_sim!(
     /// Starts the ReplicaSet controller on this cluster (until the handle is aborted or the runtime ends).
-    pub fn spawn_replicaset_controller(
-        &self,
-        config: Config,
-    ) -> tokio::task::JoinHandle<Result<(), Error>> {
-        tokio::spawn(run(
-            self.client(),
-            self.clock().clone(),
-            config,
-            std::future::pending(),
-        ))
-    }
-}
+    spawn_replicaset_controller
+);
 
 #[cfg(test)]
 mod tests;

@@ -232,7 +232,8 @@ pub fn is_gated(pod: &Pod) -> bool {
         .is_some_and(|g| !g.is_empty())
 }
 
-fn tolerates(tols: &[Toleration], taint: &Taint) -> bool {
+/// Whether one of `tols` tolerates `taint` (`Toleration.ToleratesTaint`).
+pub(crate) fn tolerates(tols: &[Toleration], taint: &Taint) -> bool {
     tols.iter().any(|t| {
         let effect_ok = t
             .effect
@@ -715,14 +716,14 @@ mod io {
     use std::time::Duration;
 
     use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::jiff::Timestamp;
     use kube::api::{Api, Patch, PatchParams, PostParams};
     use kube::runtime::reflector::Store;
     use serde_json::json;
-    use tokio::sync::watch;
 
     use super::{Snapshot, queue_order, unschedulable_condition};
     use crate::Clock;
-    use crate::actors::watch::{Changes, reflect};
+    use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 
     /// Scheduler settings.
     #[derive(Clone, Debug)]
@@ -743,28 +744,47 @@ mod io {
         }
     }
 
-    /// Runs the scheduler until `shutdown` turns true.
+    /// Runs the scheduler until `shutdown`.
     pub async fn run(
         client: kube::Client,
         clock: Clock,
         config: Config,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: impl Into<Shutdown>,
     ) {
-        let pods_api: Api<Pod> = Api::all(client.clone());
-        let nodes_api: Api<Node> = Api::all(client.clone());
-        let mut changes = Changes::default();
-        let pods: Store<Pod> = reflect(pods_api, Default::default(), &mut changes);
-        let nodes: Store<Node> = reflect(nodes_api, Default::default(), &mut changes);
-        loop {
-            if *shutdown.borrow() {
-                return;
-            }
-            pass(&client, &clock, &config, &pods.state(), &nodes.state()).await;
-            tokio::select! {
-                _ = changes.next() => {}
-                _ = tokio::time::sleep(config.retry) => {}
-                _ = shutdown.changed() => {}
-            }
+        let mut c = Caches::default();
+        let (pods, nodes) = (c.all(&client), c.all(&client));
+        let actor = Scheduler {
+            client,
+            clock: clock.clone(),
+            config,
+            pods,
+            nodes,
+        };
+        support::drive(actor, c, clock, Duration::ZERO, shutdown.into()).await;
+    }
+
+    struct Scheduler {
+        client: kube::Client,
+        clock: Clock,
+        config: Config,
+        pods: Store<Pod>,
+        nodes: Store<Node>,
+    }
+
+    impl Actor for Scheduler {
+        type Error = std::convert::Infallible;
+
+        async fn pass(&mut self, now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
+            pass(
+                &self.client,
+                &self.clock,
+                &self.config,
+                &self.pods.state(),
+                &self.nodes.state(),
+            )
+            .await;
+            // unschedulable pods are retried on every change and after `retry`
+            Ok(Some(now + self.config.retry))
         }
     }
 

@@ -147,3 +147,65 @@ fn a_replaced_node_is_removed_once_its_replacement_is_ready_and_it_is_empty() {
         Step::Remove
     );
 }
+
+fn taint_keys(taints: &[Taint]) -> Vec<(&str, &str)> {
+    taints
+        .iter()
+        .map(|t| (t.key.as_str(), t.effect.as_str()))
+        .collect()
+}
+
+/// `processTaintBaseEviction`: False → not-ready:NoExecute at once; Unknown → unreachable:NoExecute
+/// once the condition has been Unknown for the grace period (the sim writes Unknown when the
+/// kubelet stops); True → both gone. Other taints are kept.
+#[test]
+fn a_not_ready_node_gets_its_noexecute_taint_unknown_after_the_grace_period() {
+    let config = Config::default();
+    let mut n = node("n", json!({}));
+    let mut status = n.status.take().unwrap();
+    set_ready(
+        &mut status,
+        &Readiness::NotReady("runtime down".into()),
+        now(),
+    );
+    n.status = Some(status.clone());
+    let (taints, at) = noexecute_taints(&n, &config, now());
+    let taints = taints.expect("tainted at once");
+    assert_eq!(at, None);
+    assert_eq!(
+        taint_keys(&taints),
+        [
+            ("gpu", "NoSchedule"),
+            ("node.kubernetes.io/unschedulable", "NoSchedule"),
+            (NOT_READY_TAINT, "NoExecute")
+        ]
+    );
+    assert_eq!(taints[2].time_added.as_ref().map(|t| t.0), Some(now()));
+    n.spec.as_mut().unwrap().taints = Some(taints);
+    assert_eq!(
+        noexecute_taints(&n, &config, now()),
+        (None, None),
+        "settled"
+    );
+    // the kubelet stops reporting: Unknown; the taint swaps only after the grace period
+    let t0 = now() + SignedDuration::from_secs(10);
+    set_ready(&mut status, &Readiness::Unknown, t0);
+    n.status = Some(status.clone());
+    let due = t0 + SignedDuration::from_secs(50);
+    assert_eq!(noexecute_taints(&n, &config, t0), (None, Some(due)));
+    let (taints, _) = noexecute_taints(&n, &config, due);
+    let taints = taints.expect("swapped");
+    assert_eq!(taint_keys(&taints)[2..], [(UNREACHABLE_TAINT, "NoExecute")]);
+    n.spec.as_mut().unwrap().taints = Some(taints);
+    // Ready again: the NoExecute taints go, the others stay
+    set_ready(&mut status, &Readiness::Ready, due);
+    n.status = Some(status);
+    let (taints, _) = noexecute_taints(&n, &config, due);
+    assert_eq!(
+        taint_keys(&taints.expect("untainted")),
+        [
+            ("gpu", "NoSchedule"),
+            ("node.kubernetes.io/unschedulable", "NoSchedule")
+        ]
+    );
+}
