@@ -1749,3 +1749,63 @@ fn the_image_and_the_identity_agree_with_the_charts_deployment() {
         );
     }
 }
+
+/// config/pod-gate is config/default plus exactly the pod gate's needs: pods
+/// get/list/watch/patch for raygate's ServiceAccount, the policy guarding the gate, and
+/// `--pod-gate` on the controller.
+#[test]
+fn the_pod_gate_install_grows_rbac_by_exactly_pods_get_list_watch_patch() {
+    let base = default_build().objects;
+    let gated = build(&config().join("pod-gate")).objects;
+    let cluster = |kind: &str, name: &str| (kind.to_string(), String::new(), name.to_string());
+    let added: BTreeSet<Id> = ids(&gated).difference(&ids(&base)).cloned().collect();
+    assert_eq!(
+        added,
+        [
+            cluster("ClusterRole", "raygate-pod-gate"),
+            cluster("ClusterRoleBinding", "raygate-pod-gate"),
+            cluster("ValidatingAdmissionPolicy", "raygate-pod-gate"),
+            cluster("ValidatingAdmissionPolicyBinding", "raygate-pod-gate"),
+        ]
+        .into()
+    );
+    let role = gated
+        .iter()
+        .find(|d| id(d) == cluster("ClusterRole", "raygate-pod-gate"))
+        .unwrap();
+    let role: ClusterRole = typed(role);
+    assert_eq!(
+        grants(role.rules.as_deref().unwrap_or_default()),
+        table(&[("", "pods", &["get", "list", "watch", "patch"])])
+    );
+    let binding = gated
+        .iter()
+        .find(|d| id(d) == cluster("ClusterRoleBinding", "raygate-pod-gate"))
+        .unwrap();
+    let binding: ClusterRoleBinding = typed(binding);
+    assert_eq!(binding.role_ref.name, "raygate-pod-gate");
+    assert_eq!(
+        serde_json::to_value(&binding.subjects).unwrap(),
+        json!([{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}])
+    );
+    // kustomize applies the Deployment patch (a strategic merge patch replacing the args)
+    let patches = build(&config().join("pod-gate")).patches;
+    let patch = one(&patches, "Deployment");
+    let args: Vec<String> = serde_json::from_value(
+        patch.value["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .unwrap();
+    let base_deployment: Deployment = typed(one(&base, "Deployment"));
+    let mut base_args = base_deployment
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .args
+        .clone()
+        .unwrap();
+    base_args.insert(2, "--pod-gate".into());
+    assert_eq!(args, base_args, "only --pod-gate added");
+}

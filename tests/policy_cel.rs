@@ -68,7 +68,11 @@ fn str_field<'a>(v: &'a Value, key: &str, what: &str) -> &'a str {
 }
 
 fn policy_docs() -> Vec<raygate::manifest::Doc> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/policy");
+    policy_docs_in("config/policy")
+}
+
+fn policy_docs_in(dir: &str) -> Vec<raygate::manifest::Doc> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .map(|e| e.expect("directory entry").path())
@@ -87,12 +91,15 @@ fn policy_docs() -> Vec<raygate::manifest::Doc> {
 }
 
 fn load_policy() -> Policy {
-    let docs = policy_docs();
+    load_policy_from(policy_docs(), "config/policy")
+}
+
+fn load_policy_from(docs: Vec<raygate::manifest::Doc>, dir: &str) -> Policy {
     let policies: Vec<_> = docs
         .iter()
         .filter(|d| d.kind == "ValidatingAdmissionPolicy")
         .collect();
-    assert_eq!(policies.len(), 1, "config/policy holds one policy");
+    assert_eq!(policies.len(), 1, "{dir} holds one policy");
     let spec = policies[0].value["spec"].clone();
     let named = |list: &str| -> Vec<Named> {
         spec[list]
@@ -162,7 +169,11 @@ struct Request {
     username: &'static str,
     object: Value,
     old_object: Value,
+    /// (group, resource, kind): a RayCluster unless built by [`Request::pod_update`].
+    target: (&'static str, &'static str, &'static str),
 }
+
+const RAYCLUSTERS: (&str, &str, &str) = ("ray.io", "rayclusters", "RayCluster");
 
 impl Request {
     fn create(username: &'static str, object: Value) -> Request {
@@ -171,6 +182,7 @@ impl Request {
             username,
             object,
             old_object: Value::Null,
+            target: RAYCLUSTERS,
         }
     }
 
@@ -180,6 +192,14 @@ impl Request {
             username,
             object,
             old_object,
+            target: RAYCLUSTERS,
+        }
+    }
+
+    fn pod_update(username: &'static str, old_object: Value, object: Value) -> Request {
+        Request {
+            target: ("", "pods", "Pod"),
+            ..Request::update(username, old_object, object)
         }
     }
 
@@ -189,6 +209,7 @@ impl Request {
             username,
             object: Value::Null,
             old_object,
+            target: RAYCLUSTERS,
         }
     }
 
@@ -199,9 +220,11 @@ impl Request {
             &self.object
         }["metadata"]["name"]
             .clone();
+        let (group, resource, kind) = self.target;
+        let version = "v1";
         json!({
-            "kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
-            "resource": {"group": "ray.io", "version": "v1", "resource": "rayclusters"},
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
             "name": name,
             "namespace": "serving",
             "operation": self.operation,
@@ -256,9 +279,9 @@ impl Policy {
                         .as_array()
                         .is_some_and(|l| l.iter().any(|v| v == want || v == "*"))
                 };
-                has("apiGroups", "ray.io")
+                has("apiGroups", req.target.0)
                     && has("apiVersions", "v1")
-                    && has("resources", "rayclusters")
+                    && has("resources", req.target.1)
                     && has("operations", req.operation)
             });
         let selector = &constraints["objectSelector"];
@@ -826,4 +849,143 @@ fn after_raygate_opts_a_child_out_the_policy_no_longer_blocks_the_user() {
     let req = Request::update("alice", stopped, raycluster(&not_opted_in(), Some(false)));
     assert!(policy.conditions(&req).is_err(), "not matched");
     assert!(!policy.constraints_match(&req));
+}
+
+// ---------------------------------------------------------------------------------------------
+// raygate-pod-gate (config/pod-gate): only raygate removes the raygate.io/quota scheduling gate
+// ---------------------------------------------------------------------------------------------
+
+const POD_GATE_MESSAGE: &str = "only raygate may remove the raygate.io/quota scheduling gate: raygate lifts it once an admitted workload slice grants the pod";
+
+fn pod_gate_policy() -> Policy {
+    let docs: Vec<_> = policy_docs_in("config/pod-gate")
+        .into_iter()
+        .filter(|d| d.kind.starts_with("ValidatingAdmissionPolicy"))
+        .collect();
+    load_policy_from(docs, "config/pod-gate")
+}
+
+/// A Ray pod with these scheduling gates (`None`: no `schedulingGates` field).
+fn ray_pod(node_type: Option<&str>, gates: Option<&[&str]>) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "svc-abcde-w-worker-x2f4k", "namespace": "serving",
+            "labels": {"ray.io/cluster": "svc-abcde"}},
+        "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.52.0"}]},
+    });
+    if let Some(t) = node_type {
+        pod["metadata"]["labels"]["ray.io/node-type"] = json!(t);
+    }
+    if let Some(gates) = gates {
+        pod["spec"]["schedulingGates"] = gates
+            .iter()
+            .map(|g| json!({"name": g}))
+            .collect::<Vec<_>>()
+            .into();
+    }
+    pod
+}
+
+#[test]
+fn the_pod_gate_policy_compiles_and_binds() {
+    let policy = pod_gate_policy();
+    assert_eq!(policy.validations.len(), 1);
+    assert_eq!(policy.validations[0].reason, "Forbidden");
+    assert_eq!(policy.validations[0].message, POD_GATE_MESSAGE);
+    let binding = policy_docs_in("config/pod-gate")
+        .into_iter()
+        .find(|d| d.kind == "ValidatingAdmissionPolicyBinding")
+        .expect("a binding");
+    assert_eq!(binding.value["spec"]["policyName"], "raygate-pod-gate");
+    assert_eq!(binding.value["spec"]["validationActions"], json!(["Deny"]));
+}
+
+#[test]
+fn nobody_but_raygate_removes_the_quota_gate_from_a_ray_pod() {
+    let policy = pod_gate_policy();
+    let gated = ray_pod(Some("worker"), Some(&["raygate.io/quota"]));
+    let with_other = ray_pod(
+        Some("worker"),
+        Some(&["example.com/other", "raygate.io/quota"]),
+    );
+    let removals = [
+        ray_pod(Some("worker"), None),
+        ray_pod(Some("worker"), Some(&[])),
+        // dropping the label in the same update does not escape (the old object matches)
+        ray_pod(None, None),
+    ];
+    for user in [KUBERAY, "alice"] {
+        for new in &removals {
+            assert_eq!(
+                policy.admit(&Request::pod_update(user, gated.clone(), new.clone())),
+                Decision::Denied(vec![POD_GATE_MESSAGE.into()]),
+                "{user}: {new}"
+            );
+        }
+        let other_only = ray_pod(Some("worker"), Some(&["example.com/other"]));
+        assert_eq!(
+            policy.admit(&Request::pod_update(user, with_other.clone(), other_only)),
+            Decision::Denied(vec![POD_GATE_MESSAGE.into()])
+        );
+    }
+    for new in &removals {
+        assert_eq!(
+            policy.admit(&Request::pod_update(RAYGATE, gated.clone(), new.clone())),
+            Decision::Allowed
+        );
+    }
+}
+
+#[test]
+fn the_pod_gate_policy_lets_everything_else_through() {
+    let policy = pod_gate_policy();
+    let gated = ray_pod(Some("head"), Some(&["raygate.io/quota"]));
+    // another gate removed, ours kept
+    let with_other = ray_pod(
+        Some("head"),
+        Some(&["example.com/other", "raygate.io/quota"]),
+    );
+    assert_eq!(
+        policy.admit(&Request::pod_update("alice", with_other, gated.clone())),
+        Decision::Allowed
+    );
+    // any other update of a gated pod (labels, annotations)
+    let mut relabelled = gated.clone();
+    relabelled["metadata"]["labels"]["team"] = json!("a");
+    assert_eq!(
+        policy.admit(&Request::pod_update(KUBERAY, gated.clone(), relabelled)),
+        Decision::Allowed
+    );
+    // a pod that was never gated by raygate
+    let ungated = ray_pod(Some("worker"), None);
+    assert_eq!(
+        policy.admit(&Request::pod_update("alice", ungated.clone(), ungated)),
+        Decision::ConditionFalse("gated-by-raygate".into())
+    );
+    let foreign = ray_pod(Some("worker"), Some(&["example.com/other"]));
+    assert_eq!(
+        policy.admit(&Request::pod_update(
+            "alice",
+            foreign,
+            ray_pod(Some("worker"), None)
+        )),
+        Decision::ConditionFalse("gated-by-raygate".into())
+    );
+    // not a Ray pod: not matched at all
+    let plain = ray_pod(None, Some(&["raygate.io/quota"]));
+    assert_eq!(
+        policy.admit(&Request::pod_update(
+            "alice",
+            plain.clone(),
+            ray_pod(None, None)
+        )),
+        Decision::NotMatched
+    );
+    // creates and deletes are not matched
+    let mut create = Request::pod_update("alice", Value::Null, gated.clone());
+    create.operation = "CREATE";
+    assert_eq!(policy.admit(&create), Decision::NotMatched);
+    let mut delete = Request::pod_update("alice", gated, Value::Null);
+    delete.operation = "DELETE";
+    assert_eq!(policy.admit(&delete), Decision::NotMatched);
 }

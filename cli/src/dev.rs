@@ -78,6 +78,8 @@ async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
                 start_delay: Duration::from_millis(start_delay_ms),
                 version: kuberay_version,
                 namespace,
+                // the dev cluster is the CRD-only server: pods are emulated by time
+                pods: false,
             };
             run_emulator(client, Clock::wall(), config, crate::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)

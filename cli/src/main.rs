@@ -101,6 +101,11 @@ struct ControllerArgs {
     /// Delete a finished slice this many seconds after it finished (0: keep finished slices).
     #[arg(long, default_value_t = 3600)]
     finished_slice_retention_seconds: u64,
+    /// The pod-level gate: put the `raygate.io/quota` scheduling gate on opted-in RayServices'
+    /// pod templates and lift it from pods the newest admitted slice grants (needs pods
+    /// get/list/watch/patch).
+    #[arg(long)]
+    pod_gate: bool,
     /// Keep the newest this many finished slices of each chain whatever their age (for debugging).
     #[arg(long, default_value_t = 3)]
     finished_slices_kept_per_chain: usize,
@@ -144,6 +149,7 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
         identity,
         metrics_addr,
         check_crds: true,
+        pod_gate: args.pod_gate,
         finished_slice_retention: (args.finished_slice_retention_seconds > 0).then_some(
             raygate::slices::Retention {
                 after_finished: std::time::Duration::from_secs(

@@ -10,9 +10,18 @@
 //! cleared), the top-level suspend state machine and the RayCluster status (`state`, conditions,
 //! desired replicas and resources).
 //!
-//! Pods are emulated by time: a RayCluster whose `spec.suspend` is not true "has pods" from the
-//! first reconcile that sees it so, and they are "ready" once [`EmulatorConfig::start_delay`] has
-//! passed. A ready cluster is what KubeRay calls a cluster whose head Pod is ready and whose Serve
+//! Pods, two ways ([`EmulatorConfig::pods`]):
+//! - where core/v1 is served (the simulated cluster), the RayCluster controller creates and
+//!   deletes real Pods as KubeRay v1.7 does ([`pods`]: head + `replicas × numOfHosts` workers with
+//!   KubeRay's names, labels and controller ownerReference, multi-host replicas, `workersToDelete`,
+//!   none while suspended), the sim's scheduler and kubelets run them, and the status (ready
+//!   workers, `HeadPodReady`, state) is read back from their readiness. A cluster deleted in the
+//!   background leaves its pods to the garbage collector and their kubelets' grace period;
+//! - against a server without Pods (the real CRD test server), pods are emulated by time: a
+//!   RayCluster whose `spec.suspend` is not true "has pods" from the first reconcile that sees it
+//!   so, and they are "ready" once [`EmulatorConfig::start_delay`] has passed.
+//!
+//! A ready cluster is what KubeRay calls a cluster whose head Pod is ready and whose Serve
 //! applications run, so it is promoted and serves.
 //!
 //! Time comes from the injected [`Clock`] (the sim's virtual clock, or [`Clock::wall`] against a
@@ -24,6 +33,7 @@
 
 mod cluster;
 mod hash;
+pub mod pods;
 mod service;
 mod status;
 
@@ -33,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -67,6 +78,9 @@ pub struct EmulatorConfig {
     pub version: String,
     /// Watch and reconcile only this namespace (KubeRay's `-watch-namespace`); `None`: all.
     pub namespace: Option<String>,
+    /// Create real Pods (the server must serve core/v1: on for the simulated cluster, off for
+    /// the CRD-only test server, where pods are emulated by time). Default off.
+    pub pods: bool,
 }
 
 impl Default for EmulatorConfig {
@@ -75,6 +89,7 @@ impl Default for EmulatorConfig {
             start_delay: Duration::from_secs(2),
             version: "v1.7.0".to_string(),
             namespace: None,
+            pods: false,
         }
     }
 }
@@ -100,6 +115,12 @@ pub enum EmulatorError {
     ServiceStatus { name: String, source: kube::Error },
     #[error("writing the status of RayCluster {name}: {source}")]
     ClusterStatus { name: String, source: kube::Error },
+    #[error("listing the Pods of RayCluster {name}: {source}")]
+    ListPods { name: String, source: kube::Error },
+    #[error("creating a Pod of RayCluster {name}: {source}")]
+    CreatePod { name: String, source: kube::Error },
+    #[error("deleting Pod {name}: {source}")]
+    DeletePod { name: String, source: kube::Error },
     #[error("hashing rayClusterConfig of RayService {name}: {source}")]
     Hash {
         name: String,
@@ -121,7 +142,10 @@ impl EmulatorError {
             | EmulatorError::DeleteCluster { source, .. }
             | EmulatorError::Finalizer { source, .. }
             | EmulatorError::ServiceStatus { source, .. }
-            | EmulatorError::ClusterStatus { source, .. } => source,
+            | EmulatorError::ClusterStatus { source, .. }
+            | EmulatorError::ListPods { source, .. }
+            | EmulatorError::CreatePod { source, .. }
+            | EmulatorError::DeletePod { source, .. } => source,
             EmulatorError::Hash { .. } | EmulatorError::Construct { .. } => return false,
         };
         matches!(source, kube::Error::Api(s) if s.code == 409)
@@ -203,7 +227,8 @@ impl Shared {
 
     /// KubeRay's readiness of a cluster for serving (`reconcileServe`): not suspended, its pods
     /// ready, and its status saying so (`HeadPodReady=True`, written by the RayCluster side), so
-    /// the status the RayService copies at promotion is the ready one.
+    /// the status the RayService copies at promotion is the ready one. With real pods the
+    /// condition, read from the head pod, is the whole answer.
     pub(crate) fn is_ready(&self, c: &RayCluster) -> bool {
         let head_ready = c.status.as_ref().is_some_and(|s| {
             s.conditions
@@ -212,7 +237,7 @@ impl Shared {
         });
         c.spec.suspend != Some(true)
             && head_ready
-            && self.ready_at(c).is_some_and(|t| t <= self.now())
+            && (self.config.pods || self.ready_at(c).is_some_and(|t| t <= self.now()))
     }
 
     pub(crate) fn deletion_time(&self, key: &str) -> Option<Timestamp> {
@@ -317,7 +342,13 @@ pub async fn run(
                 tracing::debug!(error = %e, "RayService controller event");
             }
         });
-    let cluster_controller = Controller::new(clusters, wc)
+    let mut cluster_controller = Controller::new(clusters, wc.clone());
+    if ctx.config.pods {
+        // KubeRay's pod cache holds only Ray pods (internal/managercache/cache.go)
+        let ray_pods = wc.labels("ray.io/node-type in (head,worker,redis-cleanup)");
+        cluster_controller = cluster_controller.owns(api::<Pod>(&client, ns.as_deref()), ray_pods);
+    }
+    let cluster_controller = cluster_controller
         .graceful_shutdown_on(stopped(stop_rx))
         .run(cluster::reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {
@@ -328,6 +359,7 @@ pub async fn run(
     tracing::info!(
         namespace = ns.as_deref().unwrap_or("<all>"),
         start_delay = ?ctx.config.start_delay,
+        pods = ctx.config.pods,
         version = %ctx.config.version,
         "KubeRay v1.7 emulator started"
     );

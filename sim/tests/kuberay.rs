@@ -893,3 +893,423 @@ async fn on_the_sims_virtual_clock_pods_start_in_cluster_time_and_every_stamp_is
     let ready_since = cs.other["stateTransitionTimes"]["ready"].as_str().unwrap();
     on_the_sim_clock("stateTransitionTimes.ready", ready_since.parse().unwrap());
 }
+
+/// The emulator with real pods (`EmulatorConfig::pods`), on the sim with its scheduler, a kubelet
+/// per node (containers stop only at the end of their grace period) and the garbage collector,
+/// all on the paused clock.
+mod with_pods {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::ApiResource;
+    use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
+    use raygate_sim::kuberay::pods::{
+        CLUSTER_LABEL, GROUP_LABEL, HOST_INDEX_LABEL, NODE_TYPE_LABEL, REPLICA_INDEX_LABEL,
+        REPLICA_NAME_LABEL,
+    };
+    use std::collections::BTreeSet;
+
+    const NS: &str = "serving";
+    /// Virtual time allowed for a condition.
+    const WAIT: Duration = Duration::from_secs(1800);
+    const GRACE: i64 = 45;
+
+    struct PodEnv {
+        sim: Sim,
+        clusters: Api<RayCluster>,
+        services: Api<RayService>,
+        pods: Api<Pod>,
+        _stop: tokio::sync::watch::Sender<bool>,
+    }
+
+    async fn setup() -> PodEnv {
+        let crds = raygate_testing::upstream::dir().join("upstream-crds");
+        let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
+        let sim = Sim::builder()
+            .crds_yaml(&crd("ray.io_rayservices.yaml"))
+            .unwrap()
+            .crds_yaml(&crd("ray.io_rayclusters.yaml"))
+            .unwrap()
+            .namespace(NS)
+            .build();
+        let client = sim.client();
+        let nodes: Api<Node> = Api::all(client.clone());
+        for i in 0..4 {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": format!("node-{i}"), "labels": {"kubernetes.io/hostname": format!("node-{i}")}},
+                "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap();
+            nodes.create(&PostParams::default(), &node).await.unwrap();
+        }
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let clock = sim.clock().clone();
+        tokio::spawn(scheduler::run(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown.clone(),
+        ));
+        let kubelets = kubelet::Config {
+            stop_after: None,
+            ..Default::default()
+        };
+        tokio::spawn(kubelet::run_all(
+            client.clone(),
+            clock.clone(),
+            kubelets,
+            shutdown,
+        ));
+        sim.spawn_garbage_collector(
+            garbage_collector::Config::default()
+                .cover(ApiResource::erase::<RayCluster>(&()))
+                .cover(ApiResource::erase::<RayService>(&())),
+        );
+        let config = EmulatorConfig {
+            namespace: Some(NS.into()),
+            pods: true,
+            ..Default::default()
+        };
+        tokio::spawn(run(
+            client.clone(),
+            clock,
+            config,
+            futures::future::pending(),
+        ));
+        PodEnv {
+            clusters: Api::namespaced(client.clone(), NS),
+            services: Api::namespaced(client.clone(), NS),
+            pods: Api::namespaced(client, NS),
+            sim,
+            _stop: stop,
+        }
+    }
+
+    async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn group(name: &str, replicas: i32, hosts: i32) -> Value {
+        json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 8,
+            "numOfHosts": hosts, "rayStartParams": {},
+            "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {
+                "terminationGracePeriodSeconds": GRACE,
+                "containers": [container("ray-worker", "rayproject/ray:2.52.0", "1")]}}})
+    }
+
+    fn raycluster(name: &str, groups: Value, suspend: bool) -> RayCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"rayVersion": "2.52.0", "suspend": suspend,
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                    "terminationGracePeriodSeconds": GRACE,
+                    "containers": [container("ray-head", "rayproject/ray:2.52.0", "1")]}}},
+                "workerGroupSpecs": groups}
+        }))
+        .unwrap()
+    }
+
+    async fn pods_of(env: &PodEnv, cluster: &str) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!("{CLUSTER_LABEL}={cluster}"));
+        env.pods.list(&lp).await.unwrap().items
+    }
+
+    fn lbl<'a>(p: &'a Pod, k: &str) -> &'a str {
+        p.labels().get(k).map(String::as_str).unwrap_or("")
+    }
+
+    fn is_ready(p: &Pod) -> bool {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }
+
+    async fn cluster_state(env: &PodEnv, name: &str) -> (Option<String>, i32) {
+        let s = env
+            .clusters
+            .get(name)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        (s.state, s.ready_worker_replicas.unwrap_or(0))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_gets_kuberay_s_pods_and_its_status_follows_their_readiness() {
+        let env = setup().await;
+        let rc = raycluster("rc", json!([group("tpu", 2, 2), group("cpu", 1, 1)]), false);
+        let rc = env
+            .clusters
+            .create(&PostParams::default(), &rc)
+            .await
+            .unwrap();
+        let ready = eventually("the cluster ready", || async {
+            let (state, workers) = cluster_state(&env, "rc").await;
+            (state.as_deref() == Some("ready")).then_some(workers)
+        })
+        .await;
+        assert_eq!(ready, 5, "2 replicas × 2 hosts + 1");
+        let pods = pods_of(&env, "rc").await;
+        assert_eq!(pods.len(), 6);
+        assert!(pods.iter().all(is_ready));
+        let head: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| lbl(p, NODE_TYPE_LABEL) == "head")
+            .collect();
+        assert_eq!(head.len(), 1);
+        assert!(
+            head[0].name_any().starts_with("rc-head-"),
+            "{}",
+            head[0].name_any()
+        );
+        assert_eq!(lbl(head[0], GROUP_LABEL), "headgroup");
+        for p in &pods {
+            let o = &p.owner_references()[0];
+            assert_eq!(
+                (o.kind.as_str(), o.uid.as_str(), o.controller),
+                ("RayCluster", rc.uid().unwrap().as_str(), Some(true))
+            );
+            assert!(p.spec.as_ref().unwrap().node_name.is_some(), "scheduled");
+        }
+        let tpu: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| lbl(p, GROUP_LABEL) == "tpu")
+            .collect();
+        assert!(
+            tpu.iter()
+                .all(|p| p.name_any().starts_with("rc-tpu-worker-"))
+        );
+        let replicas: BTreeSet<(&str, &str)> = tpu
+            .iter()
+            .map(|p| (lbl(p, REPLICA_NAME_LABEL), lbl(p, REPLICA_INDEX_LABEL)))
+            .collect();
+        assert_eq!(replicas.len(), 2);
+        assert_eq!(
+            replicas.iter().map(|r| r.1).collect::<BTreeSet<_>>(),
+            BTreeSet::from(["0", "1"])
+        );
+        let hosts: BTreeSet<&str> = tpu.iter().map(|p| lbl(p, HOST_INDEX_LABEL)).collect();
+        assert_eq!(hosts, BTreeSet::from(["0", "1"]));
+        let s = env.clusters.get("rc").await.unwrap().status.unwrap();
+        assert_eq!(s.available_worker_replicas, Some(5));
+        assert!(
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "HeadPodReady" && c.status == "True")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_suspended_cluster_has_no_pods_and_suspending_waits_out_the_grace_period() {
+        let env = setup().await;
+        let rc = raycluster("rc", json!([group("cpu", 2, 1)]), true);
+        env.clusters
+            .create(&PostParams::default(), &rc)
+            .await
+            .unwrap();
+        eventually("suspended", || async {
+            (cluster_state(&env, "rc").await.0.as_deref() == Some("suspended")).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            pods_of(&env, "rc").await.is_empty(),
+            "a suspended cluster has no pods"
+        );
+
+        let patch = |suspend: bool| json!({"spec": {"suspend": suspend}});
+        env.clusters
+            .patch("rc", &PatchParams::default(), &Patch::Merge(&patch(false)))
+            .await
+            .unwrap();
+        eventually("ready", || async {
+            (cluster_state(&env, "rc").await.0.as_deref() == Some("ready")).then_some(())
+        })
+        .await;
+        env.clusters
+            .patch("rc", &PatchParams::default(), &Patch::Merge(&patch(true)))
+            .await
+            .unwrap();
+        let asked = env.sim.clock().now();
+        eventually("pods terminating", || async {
+            let pods = pods_of(&env, "rc").await;
+            pods.iter()
+                .all(|p| p.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
+        .await;
+        eventually("suspended again", || async {
+            (cluster_state(&env, "rc").await.0.as_deref() == Some("suspended")).then_some(())
+        })
+        .await;
+        let took = env.sim.clock().now().duration_since(asked);
+        assert!(
+            took >= SignedDuration::from_secs(GRACE),
+            "suspended {took:?} after the suspend: before the pods' {GRACE} s grace period ended"
+        );
+        assert!(pods_of(&env, "rc").await.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_deleted_in_the_background_leaves_its_pods_for_their_grace_period() {
+        let env = setup().await;
+        let rc = raycluster("rc", json!([group("cpu", 2, 1)]), false);
+        env.clusters
+            .create(&PostParams::default(), &rc)
+            .await
+            .unwrap();
+        eventually("ready", || async {
+            (cluster_state(&env, "rc").await.0.as_deref() == Some("ready")).then_some(())
+        })
+        .await;
+        env.clusters
+            .delete("rc", &DeleteParams::background())
+            .await
+            .unwrap();
+        let deleted = env.sim.clock().now();
+        eventually("the cluster gone", || async {
+            env.clusters
+                .get_opt("rc")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        eventually("pods terminating", || async {
+            let pods = pods_of(&env, "rc").await;
+            (!pods.is_empty() && pods.iter().all(|p| p.metadata.deletion_timestamp.is_some()))
+                .then_some(())
+        })
+        .await;
+        let lingered = eventually("pods gone", || async {
+            pods_of(&env, "rc")
+                .await
+                .is_empty()
+                .then(|| env.sim.clock().now().duration_since(deleted))
+        })
+        .await;
+        assert!(
+            lingered >= SignedDuration::from_secs(GRACE),
+            "pods gone {lingered:?} after the cluster: sooner than their grace period"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_autoscaler_s_workers_to_delete_removes_exactly_the_named_replica() {
+        let env = setup().await;
+        let mut rc = raycluster("rc", json!([group("tpu", 3, 2)]), false);
+        rc.spec.enable_in_tree_autoscaling = Some(true);
+        env.clusters
+            .create(&PostParams::default(), &rc)
+            .await
+            .unwrap();
+        eventually("ready", || async {
+            (cluster_state(&env, "rc").await.0.as_deref() == Some("ready")).then_some(())
+        })
+        .await;
+        let pods = pods_of(&env, "rc").await;
+        let victim = pods
+            .iter()
+            .find(|p| lbl(p, REPLICA_INDEX_LABEL) == "1" && lbl(p, HOST_INDEX_LABEL) == "1")
+            .unwrap();
+        let replica = lbl(victim, REPLICA_NAME_LABEL).to_string();
+        // what the autoscaler writes: fewer replicas and the pod to remove
+        let patch = json!({"spec": {"workerGroupSpecs": [{"groupName": "tpu", "replicas": 2,
+            "minReplicas": 0, "maxReplicas": 8, "numOfHosts": 2, "rayStartParams": {},
+            "scaleStrategy": {"workersToDelete": [victim.name_any()]},
+            "template": group("tpu", 2, 2)["template"].clone()}]}});
+        env.clusters
+            .patch("rc", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let left = eventually("the replica gone", || async {
+            let pods = pods_of(&env, "rc").await;
+            let live: Vec<Pod> = pods
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            (live.len() == 5).then_some(live)
+        })
+        .await;
+        assert!(left.iter().all(|p| lbl(p, REPLICA_NAME_LABEL) != replica));
+        let indexes: BTreeSet<&str> = left
+            .iter()
+            .filter(|p| lbl(p, NODE_TYPE_LABEL) == "worker")
+            .map(|p| lbl(p, REPLICA_INDEX_LABEL))
+            .collect();
+        assert_eq!(indexes, BTreeSet::from(["0", "2"]));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(pods_of(&env, "rc").await.len(), 5, "nothing recreated");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rayservice_child_s_gated_pods_stay_pending_and_the_service_waits() {
+        let env = setup().await;
+        let mut rs = rayservice("svc", false);
+        rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["schedulingGates"] =
+            json!([{"name": "raygate.io/quota"}]);
+        let rs: RayService = serde_json::from_value(rs).unwrap();
+        env.services
+            .create(&PostParams::default(), &rs)
+            .await
+            .unwrap();
+        let child = eventually("a child with pods", || async {
+            let cs = env
+                .clusters
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items;
+            let c = cs.first()?.name_any();
+            (pods_of(&env, &c).await.len() == 2).then_some(c)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let pods = pods_of(&env, &child).await;
+        let worker = pods
+            .iter()
+            .find(|p| lbl(p, NODE_TYPE_LABEL) == "worker")
+            .unwrap();
+        assert!(
+            worker.spec.as_ref().unwrap().node_name.is_none(),
+            "gated: not scheduled"
+        );
+        assert_eq!(lbl(worker, "ray.io/serve"), "true");
+        let (state, workers) = cluster_state(&env, &child).await;
+        assert_ne!(state.as_deref(), Some("ready"));
+        assert_eq!(workers, 0);
+        // the gate lifted: the cluster becomes ready and the service serves
+        let patch = json!({"spec": {"schedulingGates": null}});
+        env.pods
+            .patch(
+                &worker.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .unwrap();
+        eventually("the service ready", || async {
+            let rs = env.services.get("svc").await.unwrap();
+            is(&rs, "Ready", "True", "NonZeroServeEndpoints").then_some(())
+        })
+        .await;
+    }
+}

@@ -134,6 +134,7 @@ struct Plan {
 fn decide(ctx: &Context, seen: &Observed) -> Plan {
     let now = ctx.clock.now();
     let opts = GateOptions {
+        pod_gate: ctx.config.pod_gate,
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,
@@ -584,6 +585,16 @@ async fn apply_action(
                     ns,
                     name,
                     *resume,
+                    decided.service_rv.as_deref(),
+                )
+                .await?
+            }
+            GateAction::GatePodTemplates { patch } => {
+                decided.service_rv = apply::gate_pod_templates(
+                    &ctx.client,
+                    ns,
+                    name,
+                    patch,
                     decided.service_rv.as_deref(),
                 )
                 .await?

@@ -16,6 +16,7 @@ mod leader;
 mod metrics;
 mod startup;
 mod stores;
+mod ungater;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,6 +47,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-slices`     | Workload slices: metadata and spec (apply), `Finished` (status apply) |
 // | `raygate-pods-ready` | the `PodsReady` condition on covering slices                        |
 // | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
+// | `raygate-ungater`    | Pod `spec.schedulingGates` (removes `raygate.io/quota` only)        |
 // | `raygate-leader`     | the leader-election Lease (kube-lease-manager)                      |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
@@ -60,6 +62,8 @@ pub const SLICES_STATUS_MANAGER: &str = SLICES_MANAGER;
 pub const PODS_READY_MANAGER: &str = "raygate-pods-ready";
 /// Field manager of admission's status writes (Workload, ClusterQueue, LocalQueue).
 pub const ADMISSION_MANAGER: &str = "raygate-admission";
+/// Field manager of the pod ungater's patches (removing the scheduling gate from pods).
+pub const UNGATER_MANAGER: &str = "raygate-ungater";
 /// Field manager of the leader-election Lease, distinct from every object writer's.
 pub const LEASE_MANAGER: &str = "raygate-leader";
 
@@ -111,6 +115,9 @@ pub struct Config {
     pub check_crds: bool,
     /// How often a failed CRD check is retried.
     pub check_crds_retry: Duration,
+    /// The pod-level gate: the `raygate.io/quota` scheduling gate on opted-in RayServices' pod
+    /// templates and the ungater that lifts it (needs a server that serves Pods).
+    pub pod_gate: bool,
 }
 
 impl Default for Config {
@@ -127,6 +134,7 @@ impl Default for Config {
             finished_slice_retention: Some(crate::slices::Retention::default()),
             check_crds: false,
             check_crds_retry: Duration::from_secs(30),
+            pod_gate: false,
         }
     }
 }
@@ -308,6 +316,12 @@ pub async fn run_with(
                 streams.admission_trigger.clone(),
                 shutdown_rx.clone(),
             ),
+        );
+    }
+    if config.pod_gate {
+        tasks.spawn(
+            "pod ungater",
+            ungater::run(ctx.clone(), shutdown_rx.clone()),
         );
     }
     for (name, driver) in streams.drivers {

@@ -20,6 +20,7 @@
 //!   a slice is admitted again. A suspend set by someone else is theirs: raygate never clears it,
 //!   and releases the chain's quota once the children are gone.
 
+pub mod pod_gate;
 pub mod pods_ready;
 
 use std::collections::BTreeSet;
@@ -82,6 +83,9 @@ pub enum GateAction {
         child: String,
         patch: serde_json::Value,
     },
+    /// Merge-patch `spec.rayClusterConfig` with `patch` (the [`pod_gate::POD_GATE`] scheduling
+    /// gate on every pod template; sent with the RayService's `resourceVersion`).
+    GatePodTemplates { patch: serde_json::Value },
     /// Set (`Some`) or clear (`None`) an annotation on the RayService.
     Annotate {
         key: &'static str,
@@ -176,6 +180,9 @@ pub struct GateOptions {
     pub now: Option<Timestamp>,
     /// ResourceFlavors by name (their node labels and tolerations reach released children).
     pub flavors: std::collections::BTreeMap<String, crate::types::kueue::ResourceFlavorSpec>,
+    /// Put [`pod_gate::POD_GATE`] on the pod templates of the RayService and its children (the
+    /// server serves Pods and the pod ungater runs).
+    pub pod_gate: bool,
 }
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
@@ -288,6 +295,9 @@ fn decide_opted_in(
     // Children KubeRay abandoned that never ran: neither released nor charged.
     let kept = children::without_abandoned(service, children, &released, &mut d);
     template_gate(service, queue, &kept, &mut released, &mut d);
+    if opts.pod_gate {
+        gate_pods(service, &kept, &mut d);
+    }
     let podsets = desired_podsets(service, &kept, &mut d);
     let suspended = service.spec.suspend == Some(true);
     let facts = Facts {
@@ -373,6 +383,44 @@ fn template_gate(
         ),
         None,
     );
+}
+
+/// Pod gate: [`pod_gate::POD_GATE`] on the pod templates of `spec.rayClusterConfig` and of every
+/// live child still without it, so every pod created from now on waits for the ungater.
+fn gate_pods(service: &RayService, children: &[&RayCluster], d: &mut GateDecision) {
+    if let Some(patch) = pod_gate::gate_templates_patch(&service.spec.ray_cluster_config) {
+        d.announce(
+            GateAction::GatePodTemplates { patch },
+            EventType::Normal,
+            "PodsGated",
+            format!(
+                "set scheduling gate {} on the pod templates of spec.rayClusterConfig: new pods wait until an admitted slice grants them (KubeRay's child hash ignores schedulingGates: no upgrade)",
+                pod_gate::POD_GATE
+            ),
+            None,
+        );
+    }
+    for child in children
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
+        if let Some(patch) = pod_gate::child_patch(child) {
+            let name = child_name(child);
+            d.announce(
+                GateAction::PatchChild {
+                    child: name.clone(),
+                    patch,
+                },
+                EventType::Normal,
+                "PodsGated",
+                format!(
+                    "set scheduling gate {} on {name}'s pod templates: its new pods wait until an admitted slice grants them",
+                    pod_gate::POD_GATE
+                ),
+                Some(&name),
+            );
+        }
+    }
 }
 
 /// The desired PodSets, or `None` with a Warning and [`ERROR_ANNOTATION`] when they cannot be

@@ -94,6 +94,7 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::OptOut { resume } => format!("OptOut resume={resume}"),
             GateAction::PatchChild { child, .. } => format!("PatchChild {child}"),
             GateAction::Annotate { key, value } => format!("Annotate {key} {}", value.is_some()),
+            GateAction::GatePodTemplates { .. } => "GatePodTemplates".into(),
         })
         .collect()
 }

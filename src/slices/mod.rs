@@ -139,6 +139,22 @@ pub(crate) fn shape(ps: &kueue::PodSet) -> Option<Shape> {
     })
 }
 
+/// What an admitted slice grants, PodSet by PodSet: KubeRay group, per-pod requests and granted
+/// count (for the pod ungater; a PodSet whose template cannot be read grants nothing).
+pub fn grants(w: &Workload) -> Vec<crate::gate::pod_gate::Grant> {
+    w.spec
+        .pod_sets
+        .iter()
+        .filter_map(|ps| {
+            shape(ps).map(|s| crate::gate::pod_gate::Grant {
+                group: s.group,
+                requests: s.requests,
+                count: granted(w, ps),
+            })
+        })
+        .collect()
+}
+
 /// Count a slice grants a PodSet: the admitted count capped by the spec count; 0 when unassigned.
 fn granted(w: &Workload, ps: &kueue::PodSet) -> i32 {
     let admitted = w

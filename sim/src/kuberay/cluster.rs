@@ -14,14 +14,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use super::pods::{self, CLUSTER_LABEL, PodsView, SuspendStatus};
 use super::status::merge_diff;
 use super::{EmulatorError, Shared, earlier, later, managed_externally, requeue_at};
 use raygate::conditions::{self, find, is_true};
@@ -33,13 +34,6 @@ pub(crate) const PROVISIONED: &str = "RayClusterProvisioned";
 pub(crate) const HEAD_POD_READY: &str = "HeadPodReady";
 pub(crate) const SUSPENDING: &str = "RayClusterSuspending";
 pub(crate) const SUSPENDED: &str = "RayClusterSuspended";
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum SuspendStatus {
-    None,
-    Suspending,
-    Suspended,
-}
 
 /// `utils.FindRayClusterSuspendStatus`.
 fn suspend_status(status: &RayClusterStatus) -> SuspendStatus {
@@ -139,26 +133,34 @@ fn is_gpu(name: &str) -> bool {
         .is_some_and(|(a, b)| digits(a) && digits(b))
 }
 
-/// The status v1.7 computes at `now`, and when to look again (pods becoming ready).
-fn compute(
+/// What the status is computed from: the pods (real ones, or emulated by time) and whether
+/// `reconcilePods` failed this pass.
+struct Observed {
+    pods: PodsView,
+    /// `reconcilePods` returned an error: the state is not moved to ready.
+    failed: bool,
+    /// When to look again (emulated pods becoming ready).
+    next: Option<Timestamp>,
+}
+
+/// Pods emulated by time (no core/v1 served): they exist from the first reconcile that sees the
+/// cluster unsuspended and are ready `start_delay` later.
+fn observe_by_time(
     rc: &RayCluster,
     old: &RayClusterStatus,
+    phase: SuspendStatus,
     ctx: &Shared,
     now: Timestamp,
-) -> (RayClusterStatus, Option<Timestamp>) {
+) -> Observed {
     let ns = rc.namespace().unwrap_or_default();
     let name = rc.name_any();
-    let suspend = rc.spec.suspend == Some(true);
-    let phase = suspend_status(old);
-
-    // reconcilePods
-    let pods = match phase {
+    let since = match phase {
         SuspendStatus::Suspending | SuspendStatus::Suspended => {
             ctx.pods_deleted(&ns, &name);
             None
         }
         // going to suspend: existing pods stay until the next reconcile, none are created
-        SuspendStatus::None if suspend => ctx.pods_since(rc),
+        SuspendStatus::None if rc.spec.suspend == Some(true) => ctx.pods_since(rc),
         SuspendStatus::None => {
             // a cluster that was ready before this emulator started keeps running
             let at = if is_true(&old.conditions, HEAD_POD_READY) {
@@ -169,16 +171,56 @@ fn compute(
             Some(ctx.pods_created(rc, at))
         }
     };
-    let ready_at = pods.map(|t| later(t, ctx.config.start_delay));
+    let ready_at = since.map(|t| later(t, ctx.config.start_delay));
     let ready = ready_at.is_some_and(|t| t <= now);
+    let (desired, _, _) = worker_replicas(&rc.spec);
+    let total = usize::try_from(desired).unwrap_or(0) + 1;
+    let pods = match (since, ready) {
+        (None, _) => PodsView {
+            total: 0,
+            ready_workers: 0,
+            available_workers: 0,
+            all_running: false,
+            head: None,
+        },
+        (Some(_), false) => PodsView {
+            total,
+            ready_workers: 0,
+            available_workers: 0,
+            all_running: false,
+            head: Some((
+                "False".into(),
+                "ContainersNotReady".into(),
+                "containers with unready status: [ray-head]".into(),
+            )),
+        },
+        (Some(_), true) => PodsView {
+            total,
+            ready_workers: desired,
+            available_workers: desired,
+            all_running: true,
+            head: Some((
+                "True".into(),
+                "HeadPodRunningAndReady".into(),
+                String::new(),
+            )),
+        },
+    };
+    Observed {
+        pods,
+        failed: false,
+        next: ready_at.filter(|_| !ready),
+    }
+}
 
-    // calculateStatus
-    let mut s = old.clone();
+/// Replica counts and desired resources (`calculateStatus`' first half).
+fn set_counts(s: &mut RayClusterStatus, rc: &RayCluster, pods: &PodsView) {
+    let ns = rc.namespace().unwrap_or_default();
+    let name = rc.name_any();
     s.observed_generation = rc.metadata.generation;
     let (desired, min, max) = worker_replicas(&rc.spec);
-    let running_workers = if ready { desired } else { 0 };
-    s.ready_worker_replicas = Some(running_workers);
-    s.available_worker_replicas = Some(running_workers);
+    s.ready_worker_replicas = Some(pods.ready_workers);
+    s.available_worker_replicas = Some(pods.available_workers);
     s.desired_worker_replicas = Some(desired);
     s.min_worker_replicas = Some(min);
     s.max_worker_replicas = Some(max);
@@ -189,14 +231,18 @@ fn compute(
     s.desired_memory = Some(res.get("memory").to_k8s());
     s.desired_gpu = Some(gpu.to_k8s());
     s.desired_tpu = Some(res.get("google.com/tpu").to_k8s());
-    if ready {
-        s.state = Some("ready".into());
-        s.other.remove("reason");
-    }
+}
 
+/// `HeadPodReady` and `RayClusterProvisioned`.
+fn set_pod_conditions(
+    s: &mut RayClusterStatus,
+    phase: SuspendStatus,
+    pods: &PodsView,
+    now: Timestamp,
+) {
     let c = &mut s.conditions;
-    match (pods, ready) {
-        (None, _) => conditions::set(
+    match &pods.head {
+        None => conditions::set(
             c,
             HEAD_POD_READY,
             "False",
@@ -205,51 +251,40 @@ fn compute(
             None,
             now,
         ),
-        (Some(_), false) => conditions::set(
-            c,
-            HEAD_POD_READY,
-            "False",
-            "ContainersNotReady",
-            "containers with unready status: [ray-head]",
-            None,
-            now,
-        ),
-        (Some(_), true) => conditions::set(
-            c,
-            HEAD_POD_READY,
-            "True",
-            "HeadPodRunningAndReady",
-            "",
-            None,
-            now,
-        ),
+        Some((status, reason, message)) => {
+            conditions::set(c, HEAD_POD_READY, status, reason, message, None, now)
+        }
     }
     if !is_true(c, PROVISIONED) && phase != SuspendStatus::Suspended {
-        if ready {
-            conditions::set(
-                c,
-                PROVISIONED,
+        let (status, reason, message) = if pods.all_running {
+            (
                 "True",
                 "AllPodRunningAndReadyFirstTime",
                 "All Ray Pods are ready for the first time",
-                None,
-                now,
-            );
+            )
         } else {
-            conditions::set(
-                c,
-                PROVISIONED,
+            (
                 "False",
                 "RayClusterPodsProvisioning",
                 "RayCluster Pods are being provisioned for first time",
-                None,
-                now,
-            );
-        }
+            )
+        };
+        conditions::set(c, PROVISIONED, status, reason, message, None, now);
     }
+}
+
+/// The suspend state machine's conditions.
+fn set_suspend_conditions(
+    s: &mut RayClusterStatus,
+    rc: &RayCluster,
+    phase: SuspendStatus,
+    pods: &PodsView,
+    now: Timestamp,
+) {
+    let c = &mut s.conditions;
     match phase {
-        SuspendStatus::Suspending => {
-            // the pods were deleted above
+        // suspended once the last pod (terminating ones included) is gone
+        SuspendStatus::Suspending if pods.total == 0 => {
             conditions::set(
                 c,
                 PROVISIONED,
@@ -262,6 +297,7 @@ fn compute(
             conditions::set(c, SUSPENDING, "False", SUSPENDING, "", None, now);
             conditions::set(c, SUSPENDED, "True", SUSPENDED, "", None, now);
         }
+        SuspendStatus::Suspending => {}
         SuspendStatus::Suspended => {
             if rc.spec.suspend == Some(false) {
                 conditions::set(c, SUSPENDED, "False", SUSPENDED, "", None, now);
@@ -269,34 +305,165 @@ fn compute(
         }
         SuspendStatus::None => {
             conditions::set(c, SUSPENDED, "False", SUSPENDED, "", None, now);
-            let suspending = if suspend { "True" } else { "False" };
+            let suspending = if rc.spec.suspend == Some(true) {
+                "True"
+            } else {
+                "False"
+            };
             conditions::set(c, SUSPENDING, suspending, SUSPENDING, "", None, now);
         }
     }
-    if suspend && pods.is_none() {
-        s.state = Some("suspended".into());
-        s.ready_worker_replicas = Some(0);
-        s.available_worker_replicas = Some(0);
-    }
-    if s.state != old.state
-        && let Some(state) = &s.state
-    {
-        let times = s
-            .other
-            .entry("stateTransitionTimes".to_string())
-            .or_insert_with(|| json!({}));
-        if !times.is_object() {
-            *times = json!({});
-        }
-        if let (Some(map), Ok(now)) = (times.as_object_mut(), serde_json::to_value(Time(now))) {
-            map.insert(state.clone(), now);
-        }
-    }
-    let next = ready_at.filter(|_| !ready);
-    (s, next)
 }
 
-/// Reconciles one RayCluster's status.
+/// `stateTransitionTimes[state] = now` when the state changed.
+fn stamp_state_transition(s: &mut RayClusterStatus, old: &RayClusterStatus, now: Timestamp) {
+    if s.state == old.state {
+        return;
+    }
+    let Some(state) = s.state.clone() else {
+        return;
+    };
+    let times = s
+        .other
+        .entry("stateTransitionTimes".to_string())
+        .or_insert_with(|| json!({}));
+    if !times.is_object() {
+        *times = json!({});
+    }
+    if let (Some(map), Ok(now)) = (times.as_object_mut(), serde_json::to_value(Time(now))) {
+        map.insert(state, now);
+    }
+}
+
+/// `calculateStatus` over what was observed.
+fn compute(
+    rc: &RayCluster,
+    old: &RayClusterStatus,
+    phase: SuspendStatus,
+    seen: &Observed,
+    now: Timestamp,
+) -> RayClusterStatus {
+    let mut s = old.clone();
+    set_counts(&mut s, rc, &seen.pods);
+    let desired = s.desired_worker_replicas.unwrap_or(0);
+    let expected = usize::try_from(desired).unwrap_or(0) + 1;
+    if !seen.failed && seen.pods.total == expected && seen.pods.all_running {
+        s.state = Some("ready".into());
+        s.other.remove("reason");
+    }
+    set_pod_conditions(&mut s, phase, &seen.pods, now);
+    set_suspend_conditions(&mut s, rc, phase, &seen.pods, now);
+    if rc.spec.suspend == Some(true) && seen.pods.total == 0 {
+        s.state = Some("suspended".into());
+    }
+    stamp_state_transition(&mut s, old, now);
+    s
+}
+
+/// Real pods (core/v1 served): `reconcilePods`' plan applied, then the pods as they are now.
+async fn observe_pods(
+    rc: &RayCluster,
+    phase: SuspendStatus,
+    ctx: &Shared,
+) -> Result<Observed, EmulatorError> {
+    let ns = rc.namespace().unwrap_or_default();
+    let full = format!("{ns}/{}", rc.name_any());
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let list = |api: Api<Pod>, full: String| async move {
+        let lp = ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", rc.name_any()));
+        api.list(&lp)
+            .await
+            .map(|l| l.items)
+            .map_err(|source| EmulatorError::ListPods { name: full, source })
+    };
+    let pods = list(api.clone(), full.clone()).await?;
+    let now = ctx.now();
+    let plan = pods::plan(rc, phase, &pods, &mut |group| {
+        super::service::generate_cluster_name(group, now, ctx.next_name_seq())
+    });
+    for pod in &plan.create {
+        let created = api
+            .create(&PostParams::default(), pod)
+            .await
+            .map_err(|source| EmulatorError::CreatePod {
+                name: full.clone(),
+                source,
+            })?;
+        tracing::info!(cluster = %full, pod = %created.name_any(), "created Ray pod");
+    }
+    for name in &plan.delete {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(cluster = %full, pod = %name, "deleted Ray pod"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => {
+                return Err(EmulatorError::DeletePod {
+                    name: format!("{ns}/{name}"),
+                    source,
+                });
+            }
+        }
+    }
+    if let Some(why) = &plan.requeue {
+        tracing::info!(cluster = %full, reason = %why, "reconcilePods requeues");
+    }
+    let pods = if plan.create.is_empty() && plan.delete.is_empty() {
+        pods
+    } else {
+        list(api, full).await?
+    };
+    Ok(Observed {
+        pods: pods::view(&pods),
+        failed: plan.requeue.is_some(),
+        // pods changing wake this reconciler; a failed pass retries soon, as KubeRay's does
+        next: plan
+            .requeue
+            .is_some()
+            .then(|| later(ctx.now(), Duration::from_secs(2))),
+    })
+}
+
+/// Writes the status when it changed (a merge patch of the difference, guarded by the
+/// resourceVersion read).
+async fn write_status(
+    api: &Api<RayCluster>,
+    rc: &RayCluster,
+    mut new: RayClusterStatus,
+    now: Timestamp,
+) -> Result<(), EmulatorError> {
+    let name = rc.name_any();
+    let full = format!("{}/{name}", rc.namespace().unwrap_or_default());
+    new.other.insert(
+        "lastUpdateTime".into(),
+        serde_json::to_value(Time(now)).unwrap_or(Value::Null),
+    );
+    let to_json = |s: &RayClusterStatus| serde_json::to_value(s).unwrap_or_else(|_| json!({}));
+    let old_json = rc.status.as_ref().map_or_else(|| json!({}), to_json);
+    let Some(diff) = merge_diff(&old_json, &to_json(&new)) else {
+        return Ok(());
+    };
+    let patch = json!({
+        "metadata": {"resourceVersion": rc.meta().resource_version},
+        "status": diff,
+    });
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| EmulatorError::ClusterStatus {
+            name: full.clone(),
+            source,
+        })?;
+    tracing::info!(
+        cluster = %full,
+        state = new.state.as_deref().unwrap_or(""),
+        ready_workers = new.ready_worker_replicas.unwrap_or(0),
+        desired_workers = new.desired_worker_replicas.unwrap_or(0),
+        suspended = is_true(&new.conditions, SUSPENDED),
+        head_ready = find(&new.conditions, HEAD_POD_READY).is_some_and(|c| c.status == "True"),
+        "RayCluster status"
+    );
+    Ok(())
+}
+
+/// Reconciles one RayCluster: its pods (real or emulated), then its status.
 pub(super) async fn reconcile(
     obj: Arc<RayCluster>,
     ctx: Arc<Shared>,
@@ -321,38 +488,18 @@ pub(super) async fn reconcile(
         return Ok(Action::await_change());
     }
     let old = rc.status.clone().unwrap_or_default();
+    let phase = suspend_status(&old);
+    let seen = if ctx.config.pods {
+        observe_pods(&rc, phase, &ctx).await?
+    } else {
+        observe_by_time(&rc, &old, phase, &ctx, ctx.now())
+    };
     let now = ctx.now();
-    let (mut new, next) = compute(&rc, &old, &ctx, now);
+    let new = compute(&rc, &old, phase, &seen, now);
     if new != old {
-        new.other.insert(
-            "lastUpdateTime".into(),
-            serde_json::to_value(Time(now)).unwrap_or(Value::Null),
-        );
-        let to_json = |s: &RayClusterStatus| serde_json::to_value(s).unwrap_or_else(|_| json!({}));
-        let old_json = rc.status.as_ref().map_or_else(|| json!({}), to_json);
-        if let Some(diff) = merge_diff(&old_json, &to_json(&new)) {
-            let patch = json!({
-                "metadata": {"resourceVersion": rc.meta().resource_version},
-                "status": diff,
-            });
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| EmulatorError::ClusterStatus {
-                    name: full.clone(),
-                    source,
-                })?;
-            tracing::info!(
-                cluster = %full,
-                state = new.state.as_deref().unwrap_or(""),
-                ready_workers = new.ready_worker_replicas.unwrap_or(0),
-                desired_workers = new.desired_worker_replicas.unwrap_or(0),
-                suspended = is_true(&new.conditions, SUSPENDED),
-                head_ready = find(&new.conditions, HEAD_POD_READY).is_some_and(|c| c.status == "True"),
-                "RayCluster status"
-            );
-        }
+        write_status(&api, &rc, new, now).await?;
     }
-    Ok(match next {
+    Ok(match seen.next {
         Some(t) => requeue_at(Some(t), ctx.now(), Duration::from_secs(300)),
         None => Action::await_change(),
     })

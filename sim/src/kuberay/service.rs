@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -447,101 +447,26 @@ async fn handle_suspend(
 ) -> Result<(), EmulatorError> {
     let (generation, now) = (rs.metadata.generation, ctx.now);
     let spec_suspend = rs.spec.suspend == Some(true);
-    let suspending = is_true(&status.conditions, SUSPENDING);
-    let suspended = is_true(&status.conditions, SUSPENDED);
-    if suspended {
+    if is_true(&status.conditions, SUSPENDED) {
         if !spec_suspend {
-            status.observed_generation = generation;
-            let g = status.observed_generation;
-            let c = &mut status.conditions;
-            conditions::set(
-                c,
-                SUSPENDED,
-                "False",
-                "RayServiceResumed",
-                "Spec.Suspend is false; RayService has resumed.",
-                g,
-                now,
-            );
-            remove_condition(c, READY);
-            conditions::set(
-                c,
-                READY,
-                "False",
-                "Initializing",
-                "RayService is initializing after resuming from suspend.",
-                g,
-                now,
-            );
-            remove_condition(c, UPGRADE_IN_PROGRESS);
-            conditions::set(
-                c,
-                UPGRADE_IN_PROGRESS,
-                "False",
-                "Initializing",
-                "RayService is initializing after resuming from suspend.",
-                g,
-                now,
-            );
+            mark_resumed(status, generation, now);
         }
         return Ok(());
     }
-    if !suspending {
-        if !spec_suspend {
-            return Ok(());
+    if !is_true(&status.conditions, SUSPENDING) {
+        if spec_suspend {
+            mark_suspending(status, generation, now);
         }
-        status.observed_generation = generation;
-        let g = status.observed_generation;
-        let c = &mut status.conditions;
-        conditions::set(
-            c,
-            SUSPENDING,
-            "True",
-            "SuspendRequested",
-            "Spec.Suspend is true; will delete all Kubernetes resources owned by this RayService.",
-            g,
-            now,
-        );
-        conditions::set(
-            c,
-            READY,
-            "False",
-            "SuspendInProgress",
-            "RayService is suspending.",
-            g,
-            now,
-        );
-        conditions::set(
-            c,
-            UPGRADE_IN_PROGRESS,
-            "False",
-            "SuspendInProgress",
-            "No upgrade in progress.",
-            g,
-            now,
-        );
-        conditions::set(
-            c,
-            ROLLBACK_IN_PROGRESS,
-            "False",
-            "SuspendInProgress",
-            "No rollback in progress.",
-            g,
-            now,
-        );
-        status.active_service_status = None;
-        status.pending_service_status = None;
-        status.num_serve_endpoints = Some(0);
-        status.service_status = None;
         return Ok(());
     }
     // Suspending is committed: the deletion runs to the end whatever the spec says now
     let children = ctx.children().await?;
     let g = status.observed_generation;
-    let c = &mut status.conditions;
-    if !ctx.delete_all_children(&children).await? {
+    if ctx.delete_all_children(&children).await? {
+        mark_suspended(&mut status.conditions, g, now);
+    } else {
         conditions::set(
-            c,
+            &mut status.conditions,
             SUSPENDING,
             "True",
             "SuspendInProgress",
@@ -549,17 +474,60 @@ async fn handle_suspend(
             g,
             now,
         );
-        return Ok(());
     }
-    let done = "All owned resources have been deleted.";
-    conditions::set(c, SUSPENDING, "False", "SuspendComplete", done, g, now);
-    conditions::set(c, SUSPENDED, "True", "SuspendComplete", done, g, now);
+    Ok(())
+}
+
+/// A suspended RayService whose `spec.suspend` went false: resumed, initializing again.
+fn mark_resumed(status: &mut RayServiceStatus, generation: Option<i64>, now: Timestamp) {
+    status.observed_generation = generation;
+    let g = status.observed_generation;
+    let c = &mut status.conditions;
+    conditions::set(
+        c,
+        SUSPENDED,
+        "False",
+        "RayServiceResumed",
+        "Spec.Suspend is false; RayService has resumed.",
+        g,
+        now,
+    );
+    let initializing = "RayService is initializing after resuming from suspend.";
+    remove_condition(c, READY);
+    conditions::set(c, READY, "False", "Initializing", initializing, g, now);
+    remove_condition(c, UPGRADE_IN_PROGRESS);
+    conditions::set(
+        c,
+        UPGRADE_IN_PROGRESS,
+        "False",
+        "Initializing",
+        initializing,
+        g,
+        now,
+    );
+}
+
+/// `spec.suspend` set on a running RayService: Suspending, serving status cleared.
+fn mark_suspending(status: &mut RayServiceStatus, generation: Option<i64>, now: Timestamp) {
+    status.observed_generation = generation;
+    let g = status.observed_generation;
+    let c = &mut status.conditions;
+    conditions::set(
+        c,
+        SUSPENDING,
+        "True",
+        "SuspendRequested",
+        "Spec.Suspend is true; will delete all Kubernetes resources owned by this RayService.",
+        g,
+        now,
+    );
+    let reason = "SuspendInProgress";
     conditions::set(
         c,
         READY,
         "False",
-        "SuspendComplete",
-        "RayService is suspended.",
+        reason,
+        "RayService is suspending.",
         g,
         now,
     );
@@ -567,7 +535,7 @@ async fn handle_suspend(
         c,
         UPGRADE_IN_PROGRESS,
         "False",
-        "SuspendComplete",
+        reason,
         "No upgrade in progress.",
         g,
         now,
@@ -576,12 +544,50 @@ async fn handle_suspend(
         c,
         ROLLBACK_IN_PROGRESS,
         "False",
-        "SuspendComplete",
+        reason,
         "No rollback in progress.",
         g,
         now,
     );
-    Ok(())
+    status.active_service_status = None;
+    status.pending_service_status = None;
+    status.num_serve_endpoints = Some(0);
+    status.service_status = None;
+}
+
+/// Every owned child gone: Suspended.
+fn mark_suspended(c: &mut Vec<Condition>, g: Option<i64>, now: Timestamp) {
+    let done = "All owned resources have been deleted.";
+    let reason = "SuspendComplete";
+    conditions::set(c, SUSPENDING, "False", reason, done, g, now);
+    conditions::set(c, SUSPENDED, "True", reason, done, g, now);
+    conditions::set(
+        c,
+        READY,
+        "False",
+        reason,
+        "RayService is suspended.",
+        g,
+        now,
+    );
+    conditions::set(
+        c,
+        UPGRADE_IN_PROGRESS,
+        "False",
+        reason,
+        "No upgrade in progress.",
+        g,
+        now,
+    );
+    conditions::set(
+        c,
+        ROLLBACK_IN_PROGRESS,
+        "False",
+        reason,
+        "No rollback in progress.",
+        g,
+        now,
+    );
 }
 
 /// `reconcileRayCluster`: returns the active and the pending child after creating or updating.
@@ -883,11 +889,31 @@ pub(super) async fn reconcile(
 
     let (active, pending) = reconcile_clusters(&ctx, &rs).await?;
 
+    let status = serving_status(&ctx, &rs, active.as_ref(), pending.as_ref())?;
+    let rs = ctx.write_status(rs, status).await?;
+    let next = next_look(
+        &shared,
+        &rs,
+        active.as_ref(),
+        pending.as_ref(),
+        next_deletion,
+    );
+    Ok(requeue_at(next, shared.now(), SERVICE_REQUEUE))
+}
+
+/// `reconcileServe` and `calculateStatus`: the serving candidates' readiness, promotion, a new
+/// pending cluster's name, serve endpoints and conditions.
+fn serving_status(
+    ctx: &Ctx<'_>,
+    rs: &RayService,
+    active: Option<&RayCluster>,
+    pending: Option<&RayCluster>,
+) -> Result<RayServiceStatus, EmulatorError> {
     // readiness of the serving candidates (reconcileServe)
-    let pending_ready = pending.as_ref().is_some_and(|c| shared.is_ready(c));
-    let active_ready = match (&active, &pending) {
+    let pending_ready = pending.is_some_and(|c| ctx.shared.is_ready(c));
+    let active_ready = match (active, pending) {
         (Some(a), None) => {
-            !should_prepare_new_cluster(&rs, Some(a), None, false)? && shared.is_ready(a)
+            !should_prepare_new_cluster(rs, Some(a), None, false)? && ctx.shared.is_ready(a)
         }
         _ => false,
     };
@@ -899,34 +925,27 @@ pub(super) async fn reconcile(
         active_name(&status).to_string(),
         pending_name(&status).to_string(),
     );
-    set_slot(&mut status.active_service_status, &a_name, active.as_ref());
-    set_slot(
-        &mut status.pending_service_status,
-        &p_name,
-        pending.as_ref(),
-    );
+    set_slot(&mut status.active_service_status, &a_name, active);
+    set_slot(&mut status.pending_service_status, &p_name, pending);
 
     // the head and serve Services point at the ready cluster; when that is not the active one,
     // reconcilePromotionAndServingStatus promotes the pending cluster
     let mut pending_serving = false;
-    let mut serving = active.as_ref();
+    let mut serving = active;
     if pending_ready || active_ready {
-        let target = if pending_ready {
-            pending.as_ref()
-        } else {
-            active.as_ref()
-        };
+        let target = if pending_ready { pending } else { active };
         let points_to = target.map(ResourceExt::name_any).unwrap_or_default();
         if a_name != points_to {
-            tracing::info!(service = %ctx.full(&name), old = %a_name, new = %p_name, "promoting the pending RayCluster to active");
+            tracing::info!(service = %ctx.full(&ctx.name), old = %a_name, new = %p_name, "promoting the pending RayCluster to active");
             status.active_service_status = status.pending_service_status.take();
-            serving = pending.as_ref();
+            serving = pending;
         }
         pending_serving = points_to == p_name;
     }
-    if should_prepare_new_cluster(&rs, active.as_ref(), pending.as_ref(), pending_serving)? {
-        let new_name = generate_cluster_name(&name, shared.now(), shared.next_name_seq());
-        tracing::info!(service = %ctx.full(&name), cluster = %new_name, "preparing a new pending RayCluster");
+    if should_prepare_new_cluster(rs, active, pending, pending_serving)? {
+        let new_name =
+            generate_cluster_name(&ctx.name, ctx.shared.now(), ctx.shared.next_name_seq());
+        tracing::info!(service = %ctx.full(&ctx.name), cluster = %new_name, "preparing a new pending RayCluster");
         status.pending_service_status = Some(RayServiceClusterStatus {
             ray_cluster_name: Some(new_name),
             ..Default::default()
@@ -934,8 +953,8 @@ pub(super) async fn reconcile(
     }
     // the serve Service selects the active cluster's pods once one has served
     status.num_serve_endpoints = Some(match serving {
-        Some(c) if !active_name(&status).is_empty() && shared.is_ready(c) => {
-            serve_endpoints(&rs, c)
+        Some(c) if !active_name(&status).is_empty() && ctx.shared.is_ready(c) => {
+            serve_endpoints(rs, c)
         }
         _ => 0,
     });
@@ -945,12 +964,21 @@ pub(super) async fn reconcile(
         .and_then(|t| parse_timeout(t));
     calculate_conditions(&mut status, initializing_timeout, ctx.now);
     status.service_status = is_true(&status.conditions, READY).then(|| "Running".to_string());
-    let rs = ctx.write_status(rs, status).await?;
+    Ok(status)
+}
 
-    // look again when a child becomes ready or a deletion is due; else KubeRay's 2 s resync
+/// When to look again: a child becoming ready, a deletion due, a pending child to create; else
+/// KubeRay's 2 s resync.
+fn next_look(
+    shared: &Shared,
+    rs: &RayService,
+    active: Option<&RayCluster>,
+    pending: Option<&RayCluster>,
+    next_deletion: Option<Timestamp>,
+) -> Option<Timestamp> {
     let status = rs.status.clone().unwrap_or_default();
     let mut next = next_deletion;
-    for c in [active.as_ref(), pending.as_ref()].into_iter().flatten() {
+    for c in [active, pending].into_iter().flatten() {
         if c.spec.suspend != Some(true)
             && let Some(t) = shared.ready_at(c)
             && t > shared.now()
@@ -962,7 +990,7 @@ pub(super) async fn reconcile(
         // the pending child is created on the next reconcile
         next = Some(shared.now());
     }
-    Ok(requeue_at(next, shared.now(), SERVICE_REQUEUE))
+    next
 }
 
 #[cfg(test)]

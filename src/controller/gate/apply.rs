@@ -58,6 +58,18 @@ pub async fn gate_template(
     patch_service_at(client, ns, name, "spec.rayClusterConfig.suspend", body, rv).await
 }
 
+/// The pod scheduling gate on `spec.rayClusterConfig`'s pod templates.
+pub async fn gate_pod_templates(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    patch: &serde_json::Value,
+    rv: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let body = json!({"spec": {"rayClusterConfig": patch}});
+    patch_service_at(client, ns, name, "pod template scheduling gates", body, rv).await
+}
+
 /// Records the released children on the RayService.
 pub async fn record_released(
     client: &Client,

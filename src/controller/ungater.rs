@@ -1,0 +1,231 @@
+//! The pod ungater (IO): lifts [`POD_GATE`] from the pods of opted-in RayServices' children that
+//! the newest admitted slice grants ([`pod_gate::ungate`] decides).
+//!
+//! Observe: Ray pods (`ray.io/node-type in (head,worker)`) from its own watch, RayServices,
+//! RayClusters and Workloads from the controller's stores. Apply: a JSON patch per pod whose
+//! `test` op pins the gate list it read, so a pod whose gates changed since is left for the next
+//! pass (422), never ungated twice or with another writer's gate dropped. Pods this process
+//! ungated count as ungated until the watch shows it, so a lagging cache never lets a second pass
+//! exceed the grant; a restarted process starts from a fresh LIST. Trace: an `Ungated` Event on
+//! the RayService and a log line per pod.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use super::Context;
+use crate::gate::pod_gate::{self, POD_GATE, PodView};
+use crate::gate::{EventType, GateEvent};
+use crate::podsets::{self, pod_requests};
+use crate::types::ray::RayService;
+use crate::workload;
+
+/// How often the ungater looks again without a pod change (a slice admitted, a store caught up).
+const RESYNC: Duration = Duration::from_secs(2);
+const CLUSTER_LABEL: &str = "ray.io/cluster";
+const GROUP_LABEL: &str = "ray.io/group";
+
+fn label<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+fn gates(p: &Pod) -> Vec<String> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .map(|g| g.iter().map(|g| g.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// The ungater's view of a pod (`None`: its requests cannot be read; it stays gated).
+fn view(p: &Pod, ungated_here: &HashSet<String>) -> Option<PodView> {
+    let name = p.metadata.name.clone()?;
+    let spec = p.spec.as_ref()?;
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    Some(PodView {
+        requests: pod_requests(spec, "spec", &name).ok()?,
+        group: label(p, GROUP_LABEL)?.to_string(),
+        created: p.metadata.creation_timestamp.as_ref()?.0,
+        gated: gates(p).iter().any(|g| g == POD_GATE) && !ungated_here.contains(&uid),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
+        name,
+    })
+}
+
+/// The pods to ungate for one RayService: `(pod, its gates as read)`.
+fn decide(
+    ctx: &Context,
+    service: &RayService,
+    pods: &[Arc<Pod>],
+    ungated_here: &HashSet<String>,
+) -> Vec<(Arc<Pod>, Vec<String>)> {
+    let ns = service.metadata.namespace.clone().unwrap_or_default();
+    let uid = service.metadata.uid.clone().unwrap_or_default();
+    let clusters = ctx.stores.clusters.state();
+    let children: BTreeSet<String> =
+        podsets::children_of(service, clusters.iter().map(|c| c.as_ref()))
+            .into_iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+    let workloads: Vec<crate::types::kueue::Workload> = ctx
+        .stores
+        .workloads
+        .state()
+        .iter()
+        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .filter(|w| {
+            w.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid && o.kind == "RayService")
+        })
+        .map(|w| w.as_ref().clone())
+        .collect();
+    let mut admitted: Vec<&crate::types::kueue::Workload> = workloads
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+        .filter(|w| workload::is_admitted(w.status.as_ref()))
+        .collect();
+    workload::sort_chain_order(&mut admitted, &workloads);
+    let Some(newest) = admitted.last() else {
+        return vec![];
+    };
+    let mine: Vec<&Arc<Pod>> = pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .filter(|p| label(p, CLUSTER_LABEL).is_some_and(|c| children.contains(c)))
+        .collect();
+    let views: Vec<PodView> = mine.iter().filter_map(|p| view(p, ungated_here)).collect();
+    let picked = pod_gate::ungate(&crate::slices::grants(newest), &views);
+    mine.into_iter()
+        .filter(|p| p.metadata.name.as_ref().is_some_and(|n| picked.contains(n)))
+        .map(|p| (p.clone(), gates(p)))
+        .collect()
+}
+
+/// Removes [`POD_GATE`] from `pod`, only if its gates are still `read`.
+async fn lift(client: &kube::Client, pod: &Pod, read: &[String]) -> Result<(), kube::Error> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let as_objects = |names: &[String]| -> Vec<serde_json::Value> {
+        names
+            .iter()
+            .map(|n| serde_json::json!({"name": n}))
+            .collect()
+    };
+    let kept: Vec<String> = read.iter().filter(|g| *g != POD_GATE).cloned().collect();
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/spec/schedulingGates", "value": as_objects(read)},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": as_objects(&kept)},
+    ]))
+    .map_err(kube::Error::SerdeError)?;
+    let params = PatchParams {
+        field_manager: Some(super::UNGATER_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch(&name, &params, &Patch::<()>::Json(patch))
+        .await
+        .map(|_| ())
+}
+
+/// One pass over every opted-in RayService.
+async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<String>) {
+    let all = pods.state();
+    // forget what the watch now shows ungated (or gone)
+    ungated_here.retain(|uid| {
+        all.iter().any(|p| {
+            p.metadata.uid.as_deref() == Some(uid.as_str())
+                && gates(p).iter().any(|g| g == POD_GATE)
+        })
+    });
+    for service in ctx.stores.services.state() {
+        if crate::gate::queue_name(&service).is_none() || !ctx.is_leader() {
+            continue;
+        }
+        for (pod, read) in decide(ctx, &service, &all, ungated_here) {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let key = format!(
+                "{}/{name}",
+                pod.metadata.namespace.as_deref().unwrap_or_default()
+            );
+            match lift(&ctx.client, &pod, &read).await {
+                Ok(()) => {
+                    ungated_here.insert(pod.metadata.uid.clone().unwrap_or_default());
+                    tracing::info!(pod = %key, gate = POD_GATE, "ungated: the newest admitted slice grants it");
+                    let ev = GateEvent {
+                        type_: EventType::Normal,
+                        reason: "Ungated",
+                        message: format!(
+                            "removed scheduling gate {POD_GATE} from pod {name}: the newest admitted slice grants it"
+                        ),
+                        child: None,
+                    };
+                    ctx.events
+                        .publish(&kube::Resource::object_ref(service.as_ref(), &()), &ev)
+                        .await;
+                }
+                // its gates changed since they were read: the next pass sees the new ones
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 || s.code == 404 => {
+                    tracing::debug!(pod = %key, code = s.code, "ungate skipped: the pod changed");
+                }
+                Err(e) => tracing::warn!(pod = %key, error = %e, "ungating failed; retrying"),
+            }
+        }
+    }
+}
+
+/// Runs the ungater until `shutdown` turns true.
+pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let api: Api<Pod> = Api::all(ctx.client.clone());
+    let config = watcher::Config::default().labels("ray.io/node-type in (head,worker)");
+    let (store, writer) = reflector::store();
+    let mut events = Box::pin(
+        watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects(),
+    );
+    let mut ungated_here = HashSet::new();
+    let mut synced = false;
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+            ev = events.next() => {
+                if ev.is_none() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep(RESYNC) => {}
+        }
+        if !synced {
+            synced = store
+                .wait_until_ready()
+                .now_or_never()
+                .is_some_and(|r| r.is_ok());
+            if !synced {
+                continue;
+            }
+        }
+        if ctx.stores.ready.pending().is_empty() {
+            pass(&ctx, &store, &mut ungated_here).await;
+        }
+    }
+}

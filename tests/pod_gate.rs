@@ -1,0 +1,378 @@
+//! The pod-level gate (#13) on the simulated cluster: raygate with `pod_gate` on, the KubeRay
+//! emulator creating real pods, the scheduler, a kubelet per node and the garbage collector, all
+//! on the paused clock. Growth of a running child beyond its slice waits at the scheduling gate
+//! until a replacement slice is admitted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use raygate::controller::{Clock, Config, Monotonic, run_with};
+use raygate::gate::pod_gate::POD_GATE;
+use raygate::types::kueue::{ClusterQueue, Workload};
+use raygate::types::ray::{RayCluster, RayService};
+use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
+use raygate_sim::kuberay::EmulatorConfig;
+use raygate_sim::{Faults, Sim};
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+
+const NS: &str = "serving";
+/// Virtual time allowed for a condition (the clock is paused: it costs no wall time).
+const WAIT: Duration = Duration::from_secs(600);
+
+struct SimClock(raygate_sim::Clock);
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        Monotonic::from_origin(self.0.elapsed())
+    }
+}
+
+struct Env {
+    sim: Sim,
+    client: Client,
+    controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    _stop: watch::Sender<bool>,
+}
+
+impl Env {
+    async fn new() -> Env {
+        raygate_testing::apiserver::init_logs();
+        let sim = raygate_testing::backend::sim(NS, Faults::none(), 0);
+        let client = sim.client();
+        let nodes: Api<Node> = Api::all(client.clone());
+        for i in 0..2 {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": format!("node-{i}")},
+                "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap();
+            nodes.create(&PostParams::default(), &node).await.unwrap();
+        }
+        let (stop, shutdown) = watch::channel(false);
+        let clock = sim.clock().clone();
+        tokio::spawn(scheduler::run(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(kubelet::run_all(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown,
+        ));
+        sim.spawn_garbage_collector(
+            garbage_collector::Config::default()
+                .cover(ApiResource::erase::<RayCluster>(&()))
+                .cover(ApiResource::erase::<RayService>(&())),
+        );
+        let emulator = EmulatorConfig {
+            namespace: Some(NS.into()),
+            pods: true,
+            ..Default::default()
+        };
+        tokio::spawn(raygate_sim::kuberay::run(
+            client.clone(),
+            clock,
+            emulator,
+            futures::future::pending(),
+        ));
+        let mut env = Env {
+            sim,
+            client,
+            controller: None,
+            _stop: stop,
+        };
+        env.start_controller();
+        env
+    }
+
+    fn start_controller(&mut self) {
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.sim.client_as("raygate");
+        let clock: Arc<dyn Clock> = Arc::new(SimClock(self.sim.clock().clone()));
+        let config = Config {
+            admission_resync: Duration::from_millis(500),
+            pod_gate: true,
+            ..Default::default()
+        };
+        let handle = tokio::spawn(async move {
+            run_with(client, config, clock, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("controller runs");
+        });
+        self.controller = Some((tx, handle));
+    }
+
+    async fn kill_controller(&mut self) {
+        if let Some((_, handle)) = self.controller.take() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+
+    async fn queues(&self, cpu: &str) {
+        let apply = |obj: Value| {
+            let client = self.client.clone();
+            async move {
+                raygate::dev::apply(&client, &obj.to_string(), "test", None)
+                    .await
+                    .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
+            }
+        };
+        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}})).await;
+        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+            "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}})).await;
+        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
+            "spec": {"clusterQueue": "cq"}})).await;
+    }
+
+    async fn set_quota(&self, cpu: &str) {
+        let api: Api<ClusterQueue> = Api::all(self.client.clone());
+        let mut cq = api.get("cq").await.unwrap();
+        cq.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
+        );
+        api.replace("cq", &PostParams::default(), &cq)
+            .await
+            .unwrap();
+    }
+
+    /// A RayService opted into `lq`: a 1-CPU head and `workers` 1-CPU workers.
+    async fn create_service(&self, workers: i32) {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10, "containers": [{"name": "ray",
+            "image": "rayproject/ray:2.52.0", "resources": {"requests": {"cpu": "1"}}}]}});
+        let svc = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"rayClusterDeletionDelaySeconds": 1, "serveConfigV2": "applications: []",
+                "rayClusterConfig": {"rayVersion": "2.52.0", "suspend": true,
+                    "headGroupSpec": {"rayStartParams": {}, "template": pod.clone()},
+                    "workerGroupSpecs": [{"groupName": "w", "replicas": workers, "minReplicas": 0,
+                        "maxReplicas": 10, "rayStartParams": {}, "template": pod}]}}
+        });
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn child(&self) -> Option<RayCluster> {
+        Api::<RayCluster>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+    }
+
+    /// What the autoscaler does on a scale-up: the child's worker replicas.
+    async fn scale_child(&self, replicas: i32) {
+        let c = self.child().await.unwrap();
+        let mut groups = serde_json::to_value(&c.spec.worker_group_specs).unwrap();
+        groups[0]["replicas"] = json!(replicas);
+        Api::<RayCluster>::namespaced(self.client.clone(), NS)
+            .patch(
+                &c.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"workerGroupSpecs": groups}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn workers(&self) -> Vec<Pod> {
+        let lp = ListParams::default().labels("ray.io/node-type=worker");
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// (gated, ungated) worker pods.
+    async fn worker_counts(&self) -> (usize, usize) {
+        let ws = self.workers().await;
+        let gated = ws.iter().filter(|p| is_gated(p)).count();
+        (gated, ws.len() - gated)
+    }
+
+    async fn slices(&self) -> Vec<Workload> {
+        Api::<Workload>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Waits for `check`, asserting the invariant on every look: never more ungated workers
+    /// than `max_ungated`.
+    async fn until<T, F, Fut>(&self, what: &str, max_ungated: usize, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (_, ungated) = self.worker_counts().await;
+            assert!(
+                ungated <= max_ungated,
+                "{ungated} workers ungated, more than the {max_ungated} granted"
+            );
+            if let Some(v) = check().await {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+fn is_gated(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == POD_GATE))
+}
+
+fn pending_slice(ws: &[Workload]) -> bool {
+    ws.iter().any(|w| {
+        w.status.as_ref().is_none_or(|s| {
+            !s.conditions
+                .iter()
+                .any(|c| c.type_ == "QuotaReserved" && c.status == "True")
+        })
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn autoscaler_growth_beyond_quota_waits_at_the_gate_until_a_replacement_slice_is_admitted() {
+    let env = Env::new().await;
+    env.queues("4").await;
+    env.create_service(2).await;
+    // head + 2 workers fit in 4 CPUs: released, every pod born gated and ungated by raygate
+    env.until("2 workers running", 2, || async {
+        let (gated, ungated) = env.worker_counts().await;
+        (gated == 0 && ungated == 2).then_some(())
+    })
+    .await;
+    let svc = Api::<RayService>::namespaced(env.client.clone(), NS)
+        .get("svc")
+        .await
+        .unwrap();
+    let head = svc
+        .spec
+        .ray_cluster_config
+        .head_group_spec
+        .template
+        .spec
+        .unwrap();
+    assert!(
+        head.scheduling_gates
+            .unwrap()
+            .iter()
+            .any(|g| g.name == POD_GATE),
+        "the RayService's head template carries the gate"
+    );
+
+    // the autoscaler grows the running child to 4 workers: 6 CPUs, quota 4
+    env.scale_child(4).await;
+    env.until(
+        "2 new workers created gated, a replacement slice pending",
+        2,
+        || async {
+            let (gated, _) = env.worker_counts().await;
+            (gated == 2 && pending_slice(&env.slices().await)).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let (gated, ungated) = env.worker_counts().await;
+    assert_eq!(
+        (gated, ungated),
+        (2, 2),
+        "growth past the slice stays gated"
+    );
+    let unscheduled = env
+        .workers()
+        .await
+        .iter()
+        .filter(|p| p.spec.as_ref().unwrap().node_name.is_none())
+        .count();
+    assert_eq!(unscheduled, 2, "gated pods are never scheduled");
+
+    // quota frees: the replacement slice is admitted and the new workers go
+    env.set_quota("6").await;
+    env.until("4 workers running", 4, || async {
+        let (gated, ungated) = env.worker_counts().await;
+        (gated == 0 && ungated == 4).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_restarted_mid_ungating_ungates_no_more_than_admitted() {
+    let mut env = Env::new().await;
+    env.queues("4").await;
+    env.create_service(2).await;
+    env.until("2 workers running", 2, || async {
+        let (gated, ungated) = env.worker_counts().await;
+        (gated == 0 && ungated == 2).then_some(())
+    })
+    .await;
+    env.kill_controller().await;
+    env.scale_child(5).await;
+    env.until("3 new workers gated", 2, || async {
+        (env.worker_counts().await.0 == 3).then_some(())
+    })
+    .await;
+    // the killed process' last write landed: one more worker ungated than the slice grants
+    let oldest_gated = env
+        .workers()
+        .await
+        .into_iter()
+        .filter(is_gated)
+        .min_by_key(|p| (p.creation_timestamp(), p.name_any()))
+        .unwrap();
+    Api::<Pod>::namespaced(env.client.clone(), NS)
+        .patch(
+            &oldest_gated.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"schedulingGates": null}})),
+        )
+        .await
+        .unwrap();
+    env.start_controller();
+    // the restarted controller sees 3 ungated for a grant of 2: it ungates nothing more
+    env.until("a replacement slice pending", 3, || async {
+        pending_slice(&env.slices().await).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(env.worker_counts().await, (2, 3));
+    env.set_quota("6").await;
+    env.until("5 workers running", 5, || async {
+        (env.worker_counts().await == (0, 5)).then_some(())
+    })
+    .await;
+}
