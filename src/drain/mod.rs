@@ -27,7 +27,7 @@ mod testing;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -44,6 +44,12 @@ pub use plan::{
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
 pub use rules::DrainRules;
+
+/// A map keyed by strings borrowed from the observed objects, hashed with foldhash (fixed seed:
+/// deterministic). The plan looks up every pod's node and label pairs; SipHash cost more there
+/// than the rest of the plan.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+pub(crate) type FastSet<K> = HashSet<K, foldhash::fast::FixedState>;
 
 /// Why a plan or a preflight cannot be made: bad options or input the operator must fix. Each
 /// variant names what was wrong.
