@@ -10,6 +10,8 @@
 //!   readiness on one representative per group, a PDB over the representatives only) and returns
 //!   [`Finding`]s, each naming the workload, the object and the fix.
 //!
+//! * [`rollout_options()`] checks a `NodeRollout`'s spec and turns it into those options.
+//!
 //! Nothing here does IO or reads a clock: the caller passes the objects it observed and `now`.
 
 mod generation;
@@ -17,6 +19,7 @@ mod pdb;
 mod plan;
 mod preflight;
 pub mod rules;
+mod spec;
 
 #[cfg(test)]
 mod preflight_tests;
@@ -44,6 +47,7 @@ pub use plan::{
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
 pub use rules::DrainRules;
+pub use spec::{InvalidSpec, RolloutOptions, SpecError, parse_duration, rollout_options};
 
 /// A map keyed by strings borrowed from the observed objects, hashed with foldhash (fixed seed:
 /// deterministic). The plan looks up every pod's node and label pairs; SipHash cost more there
