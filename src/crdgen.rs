@@ -262,6 +262,35 @@ mod tests {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
     #[test]
+    fn node_rollouts_show_phase_domain_progress_and_age_under_nro() {
+        let (file, crd) = super::crds()
+            .into_iter()
+            .find(|(_, c)| c.spec.group == "raygate.io")
+            .unwrap();
+        assert_eq!(file, "noderollouts.raygate.io.yaml");
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["nro".to_string()]));
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        let columns: Vec<(&str, &str)> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Phase", ".status.phase"),
+                ("Domain", ".status.currentDomain"),
+                ("Progress", ".status.progress"),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
     fn short_names_and_printer_columns_equal_kueues() {
         let dir = raygate_testing::upstream::dir().join("upstream-crds");
         for (_, ours) in super::crds()

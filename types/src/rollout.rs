@@ -41,6 +41,8 @@ fn default_upgrade_value() -> String {
 }
 
 /// A NodeRollout: which nodes to drain, upgrade domain by upgrade domain, and how.
+// clippy reads the printer columns' repeated `type_ = "string"` as a duplicated attribute
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "raygate.io",
