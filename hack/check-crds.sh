@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fails when crds/ or its copy config/crd/bases/ (what `kubectl apply -k config/default`
-# installs; kustomize cannot load ../../crds) or the Helm chart's copy differs from what
+# Fails when crds/ or its copies config/crd/bases/ and config/crd-raygate/ (what `kubectl apply -k
+# config/default` installs; kustomize cannot load ../../crds) or the Helm chart's copy differs from what
 # `raygate crdgen` generates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,14 @@ stale=0
 for dir in crds config/crd/bases; do
   if ! diff -ru "$dir" "$tmp/gen" >"$tmp/diff" 2>&1; then
     echo "$dir/ is stale: run 'cargo run -- crdgen --out $dir' and commit the result. Difference:" >&2
+    head -50 "$tmp/diff" >&2
+    stale=1
+  fi
+done
+# raygate's own CRDs, copied into config/crd-raygate (installed in every mode)
+for f in "$tmp"/gen/*.raygate.io.yaml; do
+  if ! diff -u "$f" "config/crd-raygate/$(basename "$f")" >"$tmp/diff" 2>&1; then
+    echo "config/crd-raygate/$(basename "$f") is stale: run 'cp crds/*.raygate.io.yaml config/crd-raygate/' and commit the result. Difference:" >&2
     head -50 "$tmp/diff" >&2
     stale=1
   fi

@@ -1,6 +1,8 @@
-//! The CRDs raygate installs when no Kueue is present: the `kueue.x-k8s.io/v1beta2` kinds it
-//! reads and writes, generated from the `raygate-types` crate in `types/` (`raygate crdgen`). Each is a structural
-//! subset of Kueue v0.19's own CRD, so installing Kueue later replaces them without conversion.
+//! The CRDs raygate installs, generated from the `raygate-types` crate in `types/` (`raygate
+//! crdgen`): its own `raygate.io/v1alpha1` `NodeRollout` (always installed), and the
+//! `kueue.x-k8s.io/v1beta2` kinds it reads and writes, installed when no Kueue is present. Each
+//! Kueue one is a structural subset of Kueue v0.19's own CRD, so installing Kueue later replaces
+//! them without conversion.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,
@@ -11,6 +13,12 @@ use kube::CustomResourceExt;
 use crate::types::kueue::{
     ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload, WorkloadPriorityClass,
 };
+use crate::types::rollout::NodeRollout;
+
+/// Whether a generated CRD is one of the Kueue kinds (installed only without a real Kueue).
+pub fn is_kueue(crd: &CustomResourceDefinition) -> bool {
+    crd.spec.group == "kueue.x-k8s.io"
+}
 
 /// Every generated CRD with the file name it is written to.
 pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
@@ -23,8 +31,6 @@ pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
         Workload::crd(),
     ];
     for crd in &mut out {
-        let labels = crd.metadata.labels.get_or_insert_with(Default::default);
-        labels.insert("app.kubernetes.io/part-of".into(), "raygate".into());
         let (short, columns) = kueue_names(&crd.spec.names.plural);
         crd.spec.names.short_names =
             (!short.is_empty()).then(|| short.iter().map(|s| s.to_string()).collect());
@@ -45,6 +51,22 @@ pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
                     .collect()
             });
         }
+    }
+    // raygate's own kinds carry their short names and columns in their derive.
+    let mut rollout = NodeRollout::crd();
+    for v in &mut rollout.spec.versions {
+        if let Some(schema) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            strip_null_enum_values(schema);
+        }
+    }
+    out.push(rollout);
+    for crd in &mut out {
+        let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert("app.kubernetes.io/part-of".into(), "raygate".into());
         for v in &mut crd.spec.versions {
             if let Some(schema) = v
                 .schema
@@ -211,6 +233,22 @@ fn strip_nullable(schema: &mut JSONSchemaProps) {
     }
 }
 
+/// Drops the `null` schemars lists among an optional enum's values: the server prunes a null
+/// of a non-nullable field before validating, so it can never be seen.
+fn strip_null_enum_values(schema: &mut JSONSchemaProps) {
+    if let Some(values) = schema.enum_.as_mut() {
+        values.retain(|v| !v.0.is_null());
+    }
+    schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .for_each(strip_null_enum_values);
+    if let Some(JSONSchemaPropsOrArray::Schema(items)) = schema.items.as_mut() {
+        strip_null_enum_values(items);
+    }
+}
+
 /// YAML of one CRD as written to `crds/`.
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
     Ok(format!(
@@ -224,9 +262,41 @@ mod tests {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
     #[test]
+    fn node_rollouts_show_phase_domain_progress_and_age_under_nro() {
+        let (file, crd) = super::crds()
+            .into_iter()
+            .find(|(_, c)| c.spec.group == "raygate.io")
+            .unwrap();
+        assert_eq!(file, "noderollouts.raygate.io.yaml");
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["nro".to_string()]));
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        let columns: Vec<(&str, &str)> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Phase", ".status.phase"),
+                ("Domain", ".status.currentDomain"),
+                ("Progress", ".status.progress"),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
     fn short_names_and_printer_columns_equal_kueues() {
         let dir = raygate_testing::upstream::dir().join("upstream-crds");
-        for (_, ours) in super::crds() {
+        for (_, ours) in super::crds()
+            .into_iter()
+            .filter(|(_, c)| super::is_kueue(c))
+        {
             let plural = &ours.spec.names.plural;
             let path = dir.join(format!("kueue.x-k8s.io_{plural}.yaml"));
             let text = std::fs::read_to_string(&path).unwrap();

@@ -230,6 +230,7 @@ fn every_kustomization_resolves_inside_config() {
         "config/default",
         "config/kueue-mode",
         "config/crd",
+        "config/crd-raygate",
         "config/rbac",
         "config/manager",
         "config/policy",
@@ -276,6 +277,10 @@ fn the_default_install_is_everything() {
             &format!("{kind}.kueue.x-k8s.io"),
         ));
     }
+    want.insert(cluster(
+        "CustomResourceDefinition",
+        "noderollouts.raygate.io",
+    ));
     assert_eq!(got, want);
 }
 
@@ -283,9 +288,12 @@ fn the_default_install_is_everything() {
 fn kueue_mode_is_the_default_install_without_crds_admitting_with_kueue() {
     let default = default_build();
     let kueue = build(&config().join("kueue-mode"));
+    // raygate's own CRDs stay: only Kueue's are left to Kueue
     let without_crds: BTreeSet<Id> = ids(&default.objects)
         .into_iter()
-        .filter(|(kind, _, _)| kind != "CustomResourceDefinition")
+        .filter(|(kind, _, name)| {
+            kind != "CustomResourceDefinition" || !name.ends_with(".kueue.x-k8s.io")
+        })
         .collect();
     assert_eq!(ids(&kueue.objects), without_crds);
     assert!(default.patches.is_empty());
@@ -466,6 +474,22 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
         &["get", "list", "watch"],
     ),
     ("", "namespaces", &["get", "list", "watch"]),
+    // NodeRollouts (#12): cordon/taint/label nodes, evict pods through the Eviction API only,
+    // watch the budgets.
+    ("", "nodes", &["get", "list", "watch", "patch"]),
+    ("", "pods", &["get", "list", "watch"]),
+    ("", "pods/eviction", &["create"]),
+    ("policy", "poddisruptionbudgets", &["get", "list", "watch"]),
+    (
+        "raygate.io",
+        "noderollouts",
+        &["get", "list", "watch", "patch"],
+    ),
+    (
+        "raygate.io",
+        "noderollouts/status",
+        &["get", "patch", "update"],
+    ),
     ("events.k8s.io", "events", &["create", "patch"]),
     ("", "events", &["create", "patch"]),
     (
@@ -786,13 +810,31 @@ fn the_installed_crds_are_a_current_copy_of_crds() {
             "config/crd/bases/{name} is stale: run `cargo run -- crdgen --out config/crd/bases`"
         );
     }
-    let listed: BTreeSet<String> = kustomization(&config().join("crd"))["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap().trim_start_matches("bases/").to_string())
-        .collect();
-    assert_eq!(listed, names(&generated), "config/crd installs every CRD");
+    let listed = |dir: &str| -> BTreeSet<String> {
+        kustomization(&config().join(dir))["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap().trim_start_matches("bases/").to_string())
+            .collect()
+    };
+    let (kueue, own): (BTreeSet<String>, BTreeSet<String>) = names(&generated)
+        .into_iter()
+        .partition(|n| n.ends_with(".kueue.x-k8s.io.yaml"));
+    assert_eq!(listed("crd"), kueue, "config/crd installs every Kueue CRD");
+    assert_eq!(
+        listed("crd-raygate"),
+        own,
+        "config/crd-raygate installs raygate's own CRDs"
+    );
+    for name in own {
+        let a = std::fs::read(generated.join(&name)).unwrap();
+        let b = std::fs::read(config().join("crd-raygate").join(&name)).unwrap();
+        assert!(
+            a == b,
+            "config/crd-raygate/{name} is stale: run `cp crds/*.raygate.io.yaml config/crd-raygate/`"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1253,7 +1295,8 @@ fn the_release_manifest_is_config_default_with_the_image_tag() {
         .iter()
         .filter(|k| **k == "CustomResourceDefinition")
         .count();
-    assert_eq!(crds, 6);
+    // six Kueue kinds and raygate's NodeRollout
+    assert_eq!(crds, 7);
     assert!(
         kinds[1..=crds]
             .iter()

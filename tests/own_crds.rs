@@ -218,3 +218,162 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let code = out.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, out))
 }
+
+/// raygate's `NodeRollout` CRD (`crds/noderollouts.raygate.io.yaml`) on the real server: a full
+/// spec and status are stored as written, the printer columns read the status, and each bad spec
+/// is refused with a 422 naming the field (schema patterns and minimums, and the CEL rules).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_rollout_crd_accepts_a_rollout_and_refuses_bad_specs_by_field() {
+    use kube::api::{ApiResource, DeleteParams, DynamicObject};
+    use raygate::types::rollout::NodeRollout;
+
+    raygate_testing::apiserver::init_logs();
+    let server = TestServer::get_with(KueueCrds::Raygate);
+    let client = server.client().await;
+    let resource = ApiResource::erase::<NodeRollout>(&());
+    let raw: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let object = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(
+            json!({"apiVersion": "raygate.io/v1alpha1", "kind": "NodeRollout",
+            "metadata": {"name": name}, "spec": spec}),
+        )
+        .unwrap()
+    };
+
+    let valid = json!({
+        "nodeSelector": {"matchLabels": {"pool": "gpu"}},
+        "generation": {"nodeInfo": "kubeletVersion", "targetValue": "v1.31.1"},
+        "udLabel": "topology.example.com/upgrade-domain",
+        "domainOrder": "Explicit", "explicitOrder": ["ud-b", "ud-a"],
+        "taintOutdated": true,
+        "handOff": {"mode": "Reboot", "label": "example.com/reboot", "value": "now"},
+        "drain": {"ignoreDaemonsets": true, "deleteEmptydirData": false, "force": false,
+                  "podSelector": "app!=agent", "skipWaitForDeleteTimeoutSeconds": 60},
+        "groups": {"preset": "Custom", "groupLabel": "group", "representative": "role=leader"},
+        "healthCheckWait": "30s", "healthCheckStable": "2m", "healthCheckRetryTimeout": "10m",
+        "domainTimeout": "1h", "rolloutTimeout": "12h",
+        "failureAction": "Abort", "maxUnavailableDomains": 2, "manual": true, "paused": false,
+    });
+    let rollouts: Api<NodeRollout> = Api::all(client.clone());
+    let _ = rollouts.delete("gpu-pool", &DeleteParams::default()).await;
+    raw.create(&PostParams::default(), &object("gpu-pool", valid.clone()))
+        .await
+        .unwrap();
+    let stored = rollouts.get("gpu-pool").await.unwrap();
+    assert_eq!(serde_json::to_value(&stored.spec).unwrap(), valid);
+    let options = raygate::drain::rollout_options(&stored.spec).unwrap();
+    assert_eq!(options.max_unavailable_domains, 2);
+
+    // defaults: the server fills them in from the schema
+    let _ = rollouts.delete("defaults", &DeleteParams::default()).await;
+    raw.create(
+        &PostParams::default(),
+        &object("defaults", json!({"nodeSelector": {}})),
+    )
+    .await
+    .unwrap();
+    let spec = &raw.get("defaults").await.unwrap().data["spec"];
+    assert_eq!(spec["udLabel"], "raygate.io/upgrade-domain", "{spec}");
+    assert_eq!(spec["maxUnavailableDomains"], 1, "{spec}");
+    assert_eq!(spec["failureAction"], "Pause", "{spec}");
+    assert_eq!(spec["domainOrder"], "Name", "{spec}");
+    assert_eq!(spec["handOff"]["mode"], "None", "{spec}");
+
+    // status: the subresource takes the controller's shape
+    let status = json!({"status": {"phase": "Running", "currentDomain": "ud-b", "progress": "1/2",
+        "targetGeneration": "v1.31.1",
+        "domains": [
+            {"name": "ud-b", "phase": "Done", "nodes": ["n1"], "protectedEvicted": 2, "protectedTotal": 2,
+             "otherEvicted": 8, "otherTotal": 8, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:10:00Z"},
+            {"name": "ud-a", "phase": "Draining", "nodes": ["n2"], "protectedEvicted": 0, "protectedTotal": 3,
+             "otherEvicted": 0, "otherTotal": 9,
+             "blockedBy": "PodDisruptionBudget ns/leaders: Cannot evict pod as it would violate the pod's disruption budget. The disruption budget leaders needs 3 healthy pods and has 3 currently",
+             "startedAt": "2026-01-01T00:10:00Z"}],
+        "conditions": [{"type": "Progressing", "status": "True", "reason": "Draining",
+            "message": "draining ud-a", "lastTransitionTime": "2026-01-01T00:10:00Z", "observedGeneration": 1}],
+        "observedGeneration": 1}});
+    rollouts
+        .patch_status("gpu-pool", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let stored = rollouts.get("gpu-pool").await.unwrap();
+    let got = stored.status.unwrap();
+    assert_eq!(got.progress.as_deref(), Some("1/2"));
+    assert_eq!(got.domains[1].protected_total, 3);
+    assert!(
+        got.domains[1]
+            .blocked_by
+            .as_deref()
+            .unwrap()
+            .contains("needs 3 healthy pods")
+    );
+
+    // refused, each with the server's own message naming the field
+    let refused = [
+        (
+            json!({"nodeSelector": {}, "maxUnavailableDomains": 0}),
+            "spec.maxUnavailableDomains: Invalid value: 0: maxUnavailableDomains must be at least 1",
+        ),
+        (
+            json!({"nodeSelector": {}, "healthCheckWait": "30 seconds"}),
+            "spec.healthCheckWait: Invalid value: \"30 seconds\": spec.healthCheckWait in body should match",
+        ),
+        (
+            json!({"nodeSelector": {}, "domainTimeout": "-5m"}),
+            "spec.domainTimeout: Invalid value: \"-5m\": spec.domainTimeout in body should match",
+        ),
+        (
+            json!({"nodeSelector": {}, "failureAction": "Rollback"}),
+            "spec.failureAction: Unsupported value: \"Rollback\": supported values: \"Pause\", \"Abort\"",
+        ),
+        (
+            json!({"nodeSelector": {}, "domainOrder": "Explicit"}),
+            "domainOrder Explicit needs explicitOrder",
+        ),
+        (
+            json!({"nodeSelector": {}, "explicitOrder": ["a"]}),
+            "explicitOrder is only read with domainOrder: Explicit",
+        ),
+        (
+            json!({"nodeSelector": {}, "domainOrder": "OldestGeneration"}),
+            "domainOrder OldestGeneration needs generation",
+        ),
+        (
+            json!({"nodeSelector": {}, "handOff": {"mode": "Replace"}}),
+            "handOff Reboot and Replace wait for nodes at the target generation",
+        ),
+        (json!({}), "say which nodes to roll"),
+        (
+            json!({"generation": {"label": "gen", "nodeInfo": "osImage"}}),
+            "spec.generation: Invalid value: set exactly one of label or nodeInfo",
+        ),
+        (
+            json!({"nodeSelector": {}, "groups": {"preset": "Custom"}}),
+            "preset Custom needs groupLabel and representative",
+        ),
+        (
+            json!({"nodeSelector": {}, "udLabel": ""}),
+            "udLabel must name a node label",
+        ),
+        (
+            json!({"nodeSelector": {}, "drain": {"skipWaitForDeleteTimeoutSeconds": -1}}),
+            "spec.drain.skipWaitForDeleteTimeoutSeconds: Invalid value: -1: skipWaitForDeleteTimeoutSeconds must not be negative",
+        ),
+    ];
+    for (i, (spec, message)) in refused.into_iter().enumerate() {
+        let err = raw
+            .create(
+                &PostParams::default(),
+                &object(&format!("bad-{i}"), spec.clone()),
+            )
+            .await
+            .expect_err(&format!("{spec} is refused"));
+        match err {
+            kube::Error::Api(ref s) => {
+                assert_eq!(s.code, 422, "{spec}: {s:?}");
+                assert!(s.message.contains(message), "{spec}: {}", s.message);
+            }
+            other => panic!("{spec}: {other}"),
+        }
+    }
+}

@@ -1007,7 +1007,11 @@ fn compare_schemas(
 
 #[test]
 fn generated_kueue_crds_are_structural_subsets_of_kueues() {
-    let crds = raygate::crdgen::crds();
+    // raygate's own CRDs (raygate.io) have no upstream to be a subset of
+    let crds: Vec<_> = raygate::crdgen::crds()
+        .into_iter()
+        .filter(|(_, crd)| raygate::crdgen::is_kueue(crd))
+        .collect();
     let mut mismatches = Vec::new();
     let mut paths = 0;
     for (file_name, crd) in &crds {

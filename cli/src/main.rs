@@ -1,6 +1,7 @@
 //! raygate's command line: a thin front over the library (and `raygate-sim` for `raygate dev`).
 
 mod dev;
+mod drain;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +44,8 @@ enum Command {
     },
     /// Run the controller: gate opted-in RayServices' children on admitted workload slices.
     Controller(ControllerArgs),
-    /// Write the kueue.x-k8s.io CRDs raygate installs (when Kueue is absent) into a directory.
+    /// Write the CRDs raygate installs (NodeRollout, and the kueue.x-k8s.io kinds for clusters
+    /// without Kueue) into a directory.
     Crdgen {
         #[arg(long, default_value = "crds")]
         out: PathBuf,
@@ -52,6 +54,9 @@ enum Command {
     /// or a ClusterQueue (quota against usage, pending Workloads), read from a live cluster.
     /// Also `kubectl raygate status ...` when installed as `kubectl-raygate`.
     Status(StatusArgs),
+    /// Upgrade-domain aware drains, read from a live cluster: `plan` (what would be drained,
+    /// domain by domain) and `check` (the group contract that makes it safe).
+    Drain(drain::DrainArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
     Completions {
         #[arg(value_enum)]
@@ -266,6 +271,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Dev(args) => dev::run(args),
+        Command::Drain(args) => Ok(drain::run(args)),
     }
 }
 

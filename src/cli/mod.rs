@@ -1,8 +1,9 @@
-//! The pure parts of raygate's command line: each command takes file text and returns output text
-//! or an error line. `main.rs` only parses flags, reads files and prints.
+//! The pure parts of raygate's command line: each command takes file text (or objects read by
+//! [`crate::live`]) and returns output text or an error line. `main.rs` only parses flags, reads files and prints.
 
 mod admit;
 pub use admit::{AdmitReport, ClusterQueueRow, WorkloadRow, admit, admit_table, read_snapshot};
+pub mod drain;
 mod podsets;
 pub mod status;
 

@@ -445,7 +445,7 @@ fn kv(m: &BTreeMap<String, String>) -> String {
 }
 
 /// Left-aligned columns, two spaces apart.
-fn columns(rows: &[Vec<String>]) -> String {
+pub(super) fn columns(rows: &[Vec<String>]) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|i| {

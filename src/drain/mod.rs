@@ -10,6 +10,8 @@
 //!   readiness on one representative per group, a PDB over the representatives only) and returns
 //!   [`Finding`]s, each naming the workload, the object and the fix.
 //!
+//! * [`rollout_options()`] checks a `NodeRollout`'s spec and turns it into those options.
+//!
 //! Nothing here does IO or reads a clock: the caller passes the objects it observed and `now`.
 
 mod generation;
@@ -17,6 +19,7 @@ mod pdb;
 mod plan;
 mod preflight;
 pub mod rules;
+mod spec;
 
 #[cfg(test)]
 mod preflight_tests;
@@ -27,7 +30,7 @@ mod testing;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -44,6 +47,13 @@ pub use plan::{
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
 pub use rules::DrainRules;
+pub use spec::{InvalidSpec, RolloutOptions, SpecError, parse_duration, rollout_options};
+
+/// A map keyed by strings borrowed from the observed objects, hashed with foldhash (fixed seed:
+/// deterministic). The plan looks up every pod's node and label pairs; SipHash cost more there
+/// than the rest of the plan.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+pub(crate) type FastSet<K> = HashSet<K, foldhash::fast::FixedState>;
 
 /// Why a plan or a preflight cannot be made: bad options or input the operator must fix. Each
 /// variant names what was wrong.

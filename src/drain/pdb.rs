@@ -2,9 +2,11 @@
 //! budget tolerates (as the disruption controller computes it).
 //!
 //! The index keeps, per namespace, each budget under one of its `matchLabels` pairs, so a pod is
-//! checked only against the budgets that could select it (no scan of every budget per pod).
+//! checked only against the budgets that could select it (no scan of every budget per pod). Its
+//! maps hash with foldhash: a pod's every label pair is looked up, and SipHash over those strings
+//! was the plan's largest cost at 100,000 pods.
 
-use std::collections::HashMap;
+use super::FastMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -30,14 +32,14 @@ impl IndexedPdb<'_> {
 
 #[derive(Default)]
 struct NamespacePdbs<'a> {
-    by_label: HashMap<(&'a str, &'a str), Vec<usize>>,
+    by_label: FastMap<(&'a str, &'a str), Vec<usize>>,
     unkeyed: Vec<usize>,
 }
 
 /// Budgets by namespace and by one of their `matchLabels` pairs.
 pub(super) struct PdbIndex<'a> {
     pdbs: Vec<IndexedPdb<'a>>,
-    namespaces: HashMap<&'a str, NamespacePdbs<'a>>,
+    namespaces: FastMap<&'a str, NamespacePdbs<'a>>,
     /// Budgets whose selector does not parse (the Eviction API skips them): `ns/name`.
     pub invalid: Vec<String>,
 }
@@ -46,7 +48,7 @@ impl<'a> PdbIndex<'a> {
     pub fn new(pdbs: &'a [PodDisruptionBudget]) -> Self {
         let mut index = PdbIndex {
             pdbs: Vec::with_capacity(pdbs.len()),
-            namespaces: HashMap::new(),
+            namespaces: FastMap::default(),
             invalid: Vec::new(),
         };
         for pdb in pdbs {
@@ -91,7 +93,9 @@ impl<'a> PdbIndex<'a> {
             .map(|&slot| &self.pdbs[slot])
             .filter(|p| p.selector.matches(labels))
             .collect();
-        found.sort_by(|a, b| a.name().cmp(b.name()));
+        if found.len() > 1 {
+            found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        }
         found
     }
 }

@@ -1,7 +1,7 @@
 //! The drain plan: target nodes → upgrade domains in order → per domain, the nodes to cordon
 //! (and taint) and the pods in two phases, skipped, or blocking.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
@@ -11,6 +11,7 @@ use super::generation::{Generation, GenerationTarget, compare_generations, node_
 use super::pdb::PdbIndex;
 use super::rules::{self, DrainRules, Rules, Verdict};
 use super::{Cluster, DrainError, check_domain_label, list, name, namespace, node_domain};
+use super::{FastMap, FastSet};
 use crate::labels::Selector;
 
 /// The order in which domains are drained.
@@ -383,14 +384,17 @@ fn by_domain<'a>(
     })
 }
 
-/// The pods bound to the target nodes, by node name.
-fn pods_by_node<'a>(pods: &'a [Pod], targets: &[&Node]) -> HashMap<&'a str, Vec<&'a Pod>> {
-    let wanted: HashSet<&str> = targets.iter().map(|n| name(&n.metadata)).collect();
-    let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::with_capacity(wanted.len());
+/// The pods bound to the target nodes, by node name (one lookup per pod).
+fn pods_by_node<'a>(pods: &'a [Pod], targets: &[&'a Node]) -> FastMap<&'a str, Vec<&'a Pod>> {
+    let mut by_node: FastMap<&str, Vec<&Pod>> = FastMap::default();
+    by_node.reserve(targets.len());
+    for node in targets {
+        by_node.insert(name(&node.metadata), Vec::new());
+    }
     for pod in pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        if let Some(node) = node.filter(|n| wanted.contains(n)) {
-            by_node.entry(node).or_default().push(pod);
+        if let Some(on_node) = node.and_then(|n| by_node.get_mut(n)) {
+            on_node.push(pod);
         }
     }
     by_node
@@ -399,7 +403,7 @@ fn pods_by_node<'a>(pods: &'a [Pod], targets: &[&Node]) -> HashMap<&'a str, Vec<
 struct DomainContext<'a> {
     options: &'a PlanOptions,
     rules: Rules<'a>,
-    pods: HashMap<&'a str, Vec<&'a Pod>>,
+    pods: FastMap<&'a str, Vec<&'a Pod>>,
     pdbs: PdbIndex<'a>,
     daemon_sets: Option<HashSet<(&'a str, &'a str)>>,
 }
@@ -430,7 +434,7 @@ impl DomainContext<'_> {
                 Some(g) => (&p.pod.namespace, g),
                 None => (&p.pod.namespace, &p.pod.name),
             })
-            .collect::<BTreeSet<_>>()
+            .collect::<FastSet<_>>()
             .len();
         sort(&mut plan);
         plan
@@ -501,11 +505,13 @@ impl DomainContext<'_> {
     }
 }
 
+/// Each list by pod. A pod is in one list once, so the keys are distinct and an unstable sort
+/// gives the same order as a stable one, without its buffer.
 fn sort(plan: &mut DomainPlan) {
-    plan.phase1.sort_by(|a, b| a.pod.cmp(&b.pod));
-    plan.phase2.sort();
-    plan.skipped.sort_by(|a, b| a.pod.cmp(&b.pod));
-    plan.blocked.sort_by(|a, b| a.pod.cmp(&b.pod));
+    plan.phase1.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
+    plan.phase2.sort_unstable();
+    plan.skipped.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
+    plan.blocked.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
     plan.warnings.sort_by(|a, b| a.0.cmp(&b.0));
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Every [`Finding`] names the workload, the object and the fix.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::pdb::{self, PdbIndex};
 use super::{Cluster, DrainError, check_domain_label, controller_of, is_finished, list};
-use super::{name, namespace, node_domain};
+use super::{FastMap, name, namespace, node_domain};
 use crate::labels::Selector;
 
 /// LeaderWorkerSet's group label (`GroupUniqueHashLabelKey`, set by its pod webhook on the
@@ -168,12 +168,13 @@ struct Workload<'a> {
 struct View<'a> {
     options: &'a PreflightOptions,
     representative: Selector,
-    domains: HashMap<&'a str, &'a str>,
+    domains: FastMap<&'a str, &'a str>,
     groups: BTreeMap<(&'a str, &'a str), Group<'a>>,
     workloads: BTreeMap<String, Workload<'a>>,
     pdbs: PdbIndex<'a>,
-    /// The live pods each budget selects, by budget `ns/name`.
-    selected: HashMap<String, (&'a PodDisruptionBudget, Vec<&'a Pod>)>,
+    /// The live pods each budget selects, by the budget's address in the observed slice (every
+    /// `&PodDisruptionBudget` here points into it): no `ns/name` string per selected pod.
+    selected: FastMap<usize, (&'a PodDisruptionBudget, Vec<&'a Pod>)>,
 }
 
 impl<'a> View<'a> {
@@ -191,7 +192,7 @@ impl<'a> View<'a> {
             groups: BTreeMap::new(),
             workloads: BTreeMap::new(),
             pdbs: PdbIndex::new(cluster.pdbs),
-            selected: HashMap::new(),
+            selected: FastMap::default(),
         };
         for pod in cluster.pods.iter().filter(|p| !is_finished(p)) {
             view.add_pod(pod);
@@ -202,7 +203,7 @@ impl<'a> View<'a> {
 
     fn add_pod(&mut self, pod: &'a Pod) {
         for p in self.pdbs.matching(pod) {
-            let entry = self.selected.entry(crate::meta::key(&p.pdb.metadata));
+            let entry = self.selected.entry(address(p.pdb));
             entry.or_insert_with(|| (p.pdb, Vec::new())).1.push(pod);
         }
         let label = &self.options.contract.group_label;
@@ -475,9 +476,14 @@ impl<'a> View<'a> {
 
     fn selected_by(&self, pdb: &PodDisruptionBudget) -> &[&'a Pod] {
         self.selected
-            .get(&crate::meta::key(&pdb.metadata))
+            .get(&address(pdb))
             .map_or(&[], |(_, pods)| pods.as_slice())
     }
+}
+
+/// A budget's identity within one preflight (see [`View::selected`]).
+fn address(pdb: &PodDisruptionBudget) -> usize {
+    std::ptr::from_ref(pdb) as usize
 }
 
 /// Check 3: budgets that can never allow a disruption.

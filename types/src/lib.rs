@@ -7,6 +7,8 @@
 //!   `Workload` and `WorkloadPriorityClass` as of Kueue v0.19: the fields admission needs. Their
 //!   generated CRDs (`raygate crdgen`) are structural subsets of Kueue's own, so a cluster can move
 //!   from raygate's built-in admission to a real Kueue without converting objects.
+//! * [`rollout`]: raygate's own `raygate.io/v1alpha1` `NodeRollout` (an upgrade-domain aware
+//!   drain), generated into a CRD by `raygate crdgen`.
 //!
 //! This crate holds types only: no logic.
 
@@ -14,5 +16,6 @@ pub mod kueue;
 #[doc(hidden)]
 pub mod object;
 pub mod ray;
+pub mod rollout;
 
 pub use k8s_openapi;

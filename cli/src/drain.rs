@@ -1,0 +1,108 @@
+//! `raygate drain plan|check`: read the cluster once, plan or check, print, exit with a code
+//! that says what was found (`raygate::cli::drain::exit`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
+use raygate::cli::{self, Output};
+use raygate::live;
+
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    #[command(subcommand)]
+    command: DrainCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum DrainCommand {
+    /// The drain, upgrade domain by upgrade domain: each domain's nodes, its protected pods
+    /// (phase 1, evicted first), the rest (phase 2), the pods skipped and those that block it.
+    /// Exit code 0: nothing blocks; 1: a pod blocks a domain; 2: no plan (bad flags or
+    /// input); 3: the cluster could not be read.
+    Plan {
+        #[command(flatten)]
+        flags: PlanFlags,
+        #[command(flatten)]
+        cluster: ClusterFlags,
+    },
+    /// The group contract (groups packed in one domain, a ready-gated representative per group,
+    /// one PodDisruptionBudget over the representatives): each finding with its fix.
+    /// Exit code 0: no finding; 1: findings; 2: bad flags or input; 3: the cluster could not be
+    /// read.
+    Check {
+        #[command(flatten)]
+        flags: CheckFlags,
+        #[command(flatten)]
+        cluster: ClusterFlags,
+    },
+}
+
+#[derive(clap::Args)]
+struct ClusterFlags {
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    context: Option<String>,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    output: Output,
+}
+
+/// The error line and the exit code.
+struct Failure(String, u8);
+
+pub fn run(args: DrainArgs) -> ExitCode {
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| Failure(format!("starting the async runtime: {e}"), exit::UNREADABLE))
+        .and_then(|rt| rt.block_on(command(args.command)));
+    match result {
+        Ok((text, code)) => {
+            print!("{text}");
+            ExitCode::from(code)
+        }
+        Err(Failure(message, code)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn read(cluster: &ClusterFlags) -> Result<live::DrainObjects, Failure> {
+    let unreadable = |e: live::Error| Failure(e.to_string(), exit::UNREADABLE);
+    let client = live::client(cluster.kubeconfig.as_deref(), cluster.context.as_deref())
+        .await
+        .map_err(unreadable)?;
+    live::drain_objects(&client).await.map_err(unreadable)
+}
+
+async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
+    let bad = |e: String| Failure(e, exit::BAD_INPUT);
+    match command {
+        DrainCommand::Plan { flags, cluster } => {
+            let options = flags.options().map_err(bad)?;
+            let objects = read(&cluster).await?;
+            let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
+            let plan = raygate::drain::plan(&objects.cluster(), &options, now)
+                .map_err(|e| bad(e.to_string()))?;
+            let text =
+                cli::render(&plan, cluster.output, plan_table).map_err(|e| bad(e.to_string()))?;
+            Ok((text, cli::drain::plan_exit_code(&plan)))
+        }
+        DrainCommand::Check { flags, cluster } => {
+            let options = flags.options().map_err(bad)?;
+            let objects = read(&cluster).await?;
+            let findings = raygate::drain::preflight(&objects.cluster(), &options)
+                .map_err(|e| bad(e.to_string()))?;
+            let report = CheckReport {
+                nodes: objects.nodes.len(),
+                pods: objects.pods.len(),
+                findings,
+            };
+            let text = cli::render(&report, cluster.output, check_table)
+                .map_err(|e| bad(e.to_string()))?;
+            Ok((text, report.exit_code()))
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! `raygate drain plan|check`. The real test API server serves no Nodes or Pods, so the command's
+//! functions run in-process against the simulated cluster (read through `kube::Client`, as the
+//! binary reads a live cluster); the built binary is run for its flags and exit codes.
+
+use std::process::Command;
+
+use kube::Client;
+use kube::api::{Api, PostParams};
+use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
+use raygate::cli::drain::{Groups, plan_exit_code};
+use raygate::cli::{Output, render};
+use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
+use raygate::types::k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use raygate::types::k8s_openapi::jiff::Timestamp;
+use raygate_sim::Sim;
+use serde_json::{Value, json};
+
+const UD: &str = "raygate.io/upgrade-domain";
+
+async fn node(client: &Client, name: &str, ud: &str) {
+    let n: Node =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {UD: ud}}})).unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &n)
+        .await
+        .unwrap();
+}
+
+async fn pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    labels: Value,
+    owner: Option<&str>,
+) {
+    let owners = match owner {
+        Some(kind) => {
+            json!([{"apiVersion": "apps/v1", "kind": kind, "name": format!("{name}-owner"),
+            "uid": format!("uid-{name}"), "controller": true}])
+        }
+        None => json!([]),
+    };
+    let probe = labels["role"] == "leader";
+    let mut container = json!({"name": "c", "image": "x"});
+    if probe {
+        container["readinessProbe"] = json!({"exec": {"command": ["true"]}});
+    }
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": owners},
+        "spec": {"nodeName": node, "containers": [container]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+}
+
+/// Two upgrade domains: ud-a (n1, n2) and ud-b (n3). Two groups of workload `w` (a leader and a
+/// worker each), one per domain, a budget over the leaders, a node agent on every node, and a
+/// pod without a controller on n2.
+async fn cluster() -> Sim {
+    let sim = Sim::builder().namespace("t").build();
+    sim.ensure_namespace("kube-system");
+    let client = sim.client();
+    for (n, ud) in [("n1", "ud-a"), ("n2", "ud-a"), ("n3", "ud-b")] {
+        node(&client, n, ud).await;
+        let labels = json!({"app": "agent"});
+        pod(
+            &client,
+            "kube-system",
+            &format!("agent-{n}"),
+            n,
+            labels,
+            Some("DaemonSet"),
+        )
+        .await;
+    }
+    for (group, node) in [("g1", "n1"), ("g2", "n3")] {
+        for role in ["leader", "worker"] {
+            let labels = json!({"app": "w", "group": group, "role": role});
+            let name = format!("w-{group}-{role}");
+            pod(&client, "t", &name, node, labels, Some("StatefulSet")).await;
+        }
+    }
+    pod(
+        &client,
+        "t",
+        "scratch",
+        "n2",
+        json!({"app": "scratch"}),
+        None,
+    )
+    .await;
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "w-leaders", "namespace": "t"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "w", "role": "leader"}}}}))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client, "t")
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    sim
+}
+
+fn plan_flags(args: &[&str]) -> PlanFlags {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        flags: PlanFlags,
+    }
+    let mut argv = vec!["plan"];
+    argv.extend(args);
+    Cmd::try_parse_from(argv).unwrap().flags
+}
+
+#[tokio::test]
+async fn plan_reads_the_cluster_and_prints_domains_phases_skips_and_blocks() {
+    let sim = cluster().await;
+    let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+    assert_eq!(
+        (objects.nodes.len(), objects.pods.len(), objects.pdbs.len()),
+        (3, 8, 1)
+    );
+    // the sim serves no DaemonSets: not observed, so every DaemonSet a pod names exists
+    assert!(objects.daemon_sets.is_none());
+
+    let options = plan_flags(&["--ignore-daemonsets", "--group-label", "group"])
+        .options()
+        .unwrap();
+    let plan = raygate::drain::plan(&objects.cluster(), &options, Timestamp::UNIX_EPOCH).unwrap();
+    let table = plan_table(&plan);
+    assert_eq!(
+        table,
+        "\
+#  DOMAIN  NODES      PHASE 1 (PROTECTED)  GROUPS  PHASE 2  SKIPPED          BLOCKED
+1  ud-a    2 [n1,n2]  1                    1       1        2 (DaemonSet 2)  1
+2  ud-b    1 [n3]     1                    1       1        1 (DaemonSet 1)  0
+2 domain(s), 3 node(s): phase 1 2, phase 2 2, skipped 3, blocked 1
+
+domain ud-a:
+  blocked: cannot delete Pods that declare no controller (use --force to override): t/scratch
+  warning: ignoring DaemonSet-managed Pods: kube-system/agent-n1, kube-system/agent-n2
+
+domain ud-b:
+  warning: ignoring DaemonSet-managed Pods: kube-system/agent-n3
+"
+    );
+    assert_eq!(plan_exit_code(&plan), exit::PROBLEMS);
+    assert_eq!(plan.domains[0].phase1[0].pod.name, "w-g1-leader");
+    assert_eq!(plan.domains[0].phase2[0].name, "w-g1-worker");
+
+    // --force lets the pod through (with kubectl's warning): nothing blocks
+    let options = plan_flags(&["--ignore-daemonsets", "--force", "--order", "explicit"]).options();
+    assert!(options.is_err(), "--order explicit without --domains");
+    let options = plan_flags(&[
+        "--ignore-daemonsets",
+        "--force",
+        "--order",
+        "explicit",
+        "--domains",
+        "ud-b,ud-a",
+    ])
+    .options()
+    .unwrap();
+    let plan = raygate::drain::plan(&objects.cluster(), &options, Timestamp::UNIX_EPOCH).unwrap();
+    assert_eq!(plan_exit_code(&plan), exit::OK);
+    let names: Vec<&str> = plan.domains.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["ud-b", "ud-a"]);
+    let table = plan_table(&plan);
+    assert!(
+        table.contains("  warning: deleting Pods that declare no controller: t/scratch\n"),
+        "{table}"
+    );
+
+    // JSON is the plan itself
+    let json: Value =
+        serde_json::from_str(&render(&plan, Output::Json, plan_table).unwrap()).unwrap();
+    assert_eq!(json["domains"][0]["name"], "ud-b");
+    assert_eq!(json["domains"][1]["phase1"][0]["pdb"], "w-leaders");
+
+    // a node selector that matches nothing is bad input
+    let options = plan_flags(&["-l", "pool=none"]).options().unwrap();
+    let err =
+        raygate::drain::plan(&objects.cluster(), &options, Timestamp::UNIX_EPOCH).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "no node matched: node selector \"pool=none\""
+    );
+}
+
+#[tokio::test]
+async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
+    let sim = cluster().await;
+    let client = sim.client();
+    let flags = CheckFlags {
+        ud_label: UD.into(),
+        groups: Groups::Custom,
+        group_label: Some("group".into()),
+        representative: Some("role=leader".into()),
+    };
+    let options = flags.options().unwrap();
+    let objects = raygate::live::drain_objects(&client).await.unwrap();
+    let findings = raygate::drain::preflight(&objects.cluster(), &options).unwrap();
+    let report = CheckReport {
+        nodes: objects.nodes.len(),
+        pods: objects.pods.len(),
+        findings,
+    };
+    assert_eq!(
+        check_table(&report),
+        "the group contract holds: no findings (3 nodes, 8 pods checked)\n"
+    );
+    assert_eq!(report.exit_code(), exit::OK);
+
+    // a third group split over both domains
+    pod(
+        &client,
+        "t",
+        "w-g3-leader",
+        "n1",
+        json!({"app": "w", "group": "g3", "role": "leader"}),
+        Some("StatefulSet"),
+    )
+    .await;
+    pod(
+        &client,
+        "t",
+        "w-g3-worker",
+        "n3",
+        json!({"app": "w", "group": "g3", "role": "worker"}),
+        Some("StatefulSet"),
+    )
+    .await;
+    let objects = raygate::live::drain_objects(&client).await.unwrap();
+    let findings = raygate::drain::preflight(&objects.cluster(), &options).unwrap();
+    let report = CheckReport {
+        nodes: objects.nodes.len(),
+        pods: objects.pods.len(),
+        findings,
+    };
+    assert_eq!(report.exit_code(), exit::PROBLEMS);
+    let table = check_table(&report);
+    assert!(
+        table.starts_with("1 finding(s) (3 nodes, 10 pods checked):\n"),
+        "{table}"
+    );
+    assert!(table.contains("\nGroupSplitAcrossDomains  "), "{table}");
+    assert!(table.contains("  problem: "), "{table}");
+    assert!(table.contains("  fix: "), "{table}");
+
+    // --groups custom without its two flags is refused before anything is read
+    let flags = CheckFlags {
+        group_label: None,
+        ..flags
+    };
+    assert_eq!(
+        flags.options().unwrap_err(),
+        "--groups custom needs --group-label and --representative"
+    );
+}
+
+fn raygate(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_raygate"))
+        .args(args)
+        .output()
+        .expect("the raygate binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_binary_exits_2_on_bad_flags_and_3_when_the_cluster_cannot_be_read() {
+    // bad flags: refused before the cluster is read (the kubeconfig does not even exist)
+    let missing = "/nonexistent/kubeconfig";
+    let (code, _, err) = raygate(&[
+        "drain",
+        "plan",
+        "--order",
+        "explicit",
+        "--kubeconfig",
+        missing,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        "error: --order explicit needs --domains (every domain, in order)\n"
+    );
+    let (code, _, err) = raygate(&[
+        "drain",
+        "check",
+        "--groups",
+        "custom",
+        "--kubeconfig",
+        missing,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    // clap's own usage errors are 2 as well
+    let (code, _, err) = raygate(&["drain", "plan", "--no-such-flag"]);
+    assert_eq!(code, Some(2), "{err}");
+
+    // an unreadable kubeconfig
+    let (code, out, err) = raygate(&["drain", "plan", "--kubeconfig", missing]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.starts_with("error: kubeconfig: /nonexistent/kubeconfig"),
+        "{err}"
+    );
+
+    // a server that serves no Nodes (the CRD-only test API server)
+    let server = raygate_testing::apiserver::TestServer::get();
+    let kubeconfig = server.kubeconfig.to_string_lossy().into_owned();
+    for command in ["plan", "check"] {
+        let (code, _, err) =
+            raygate(&["drain", command, "--kubeconfig", &kubeconfig, "-o", "json"]);
+        assert_eq!(code, Some(3), "{command}: {err}");
+        assert!(
+            err.starts_with("error: reading Nodes: "),
+            "{command}: {err}"
+        );
+    }
+}

@@ -1,0 +1,356 @@
+//! `raygate.io/v1alpha1` `NodeRollout`: an upgrade-domain aware drain of a set of nodes, run by
+//! raygate's controller (or `raygate drain run`). Cluster-scoped, like the nodes it drains.
+//!
+//! The spec is what `raygate drain plan` takes as flags, plus Service Fabric's monitored-upgrade
+//! knobs; the status is where the rollout is, domain by domain. Durations are strings in Go's
+//! `time.ParseDuration` form (`30s`, `5m`, `1h30m`), as `metav1.Duration` fields are written.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of raygate's own kinds.
+pub const GROUP: &str = "raygate.io";
+/// The default node label naming a node's upgrade domain.
+pub const DEFAULT_UPGRADE_DOMAIN_LABEL: &str = "raygate.io/upgrade-domain";
+/// The default label raygate puts on drained nodes for an upgrade agent (`reboot`/`replace`).
+pub const DEFAULT_UPGRADE_LABEL: &str = "raygate.io/upgrade";
+/// Its default value.
+pub const DEFAULT_UPGRADE_VALUE: &str = "requested";
+/// The taint `taintOutdated` puts on the target nodes (effect `NoSchedule`).
+pub const OUTDATED_TAINT_KEY: &str = "raygate.io/outdated";
+
+/// Go's `time.ParseDuration` syntax, non-negative (what the duration fields accept).
+pub const DURATION_PATTERN: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
+
+fn default_domain_label() -> String {
+    DEFAULT_UPGRADE_DOMAIN_LABEL.to_string()
+}
+
+fn default_max_unavailable_domains() -> i32 {
+    1
+}
+
+fn default_upgrade_label() -> String {
+    DEFAULT_UPGRADE_LABEL.to_string()
+}
+
+fn default_upgrade_value() -> String {
+    DEFAULT_UPGRADE_VALUE.to_string()
+}
+
+/// A NodeRollout: which nodes to drain, upgrade domain by upgrade domain, and how.
+// clippy reads the printer columns' repeated `type_ = "string"` as a duplicated attribute
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "raygate.io",
+    version = "v1alpha1",
+    kind = "NodeRollout",
+    plural = "noderollouts",
+    shortname = "nro",
+    status = "NodeRolloutStatus",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Where the rollout is: Pending, Running, Paused, Completed or Failed"
+    ),
+    printcolumn(
+        name = "Domain",
+        type_ = "string",
+        json_path = ".status.currentDomain",
+        description = "The upgrade domain(s) being drained now"
+    ),
+    printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Domains done of all domains"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp",
+        description = "Time this rollout was created"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.domainOrder != 'Explicit' || (has(self.explicitOrder) && size(self.explicitOrder) > 0)").message("domainOrder Explicit needs explicitOrder: the upgrade domains in the order to drain them"),
+    validation = Rule::new("self.domainOrder == 'Explicit' || !has(self.explicitOrder) || size(self.explicitOrder) == 0").message("explicitOrder is only read with domainOrder: Explicit"),
+    validation = Rule::new("self.domainOrder != 'OldestGeneration' || has(self.generation)").message("domainOrder OldestGeneration needs generation (where a node's generation is read)"),
+    validation = Rule::new("self.handOff.mode == 'None' || has(self.generation)").message("handOff Reboot and Replace wait for nodes at the target generation: set generation"),
+    validation = Rule::new("has(self.nodeSelector) || has(self.generation)").message("say which nodes to roll: nodeSelector, generation, or both"),
+)]
+pub struct NodeRolloutSpec {
+    /// The nodes to consider (an empty selector: every node). With `generation`, only the
+    /// outdated ones among them are drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// Drain only outdated nodes: those whose generation is not the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerationSpec>,
+    /// The node label whose value names a node's upgrade domain.
+    #[serde(default = "default_domain_label")]
+    #[x_kube(validation = Rule::new("self != ''").message("udLabel must name a node label"))]
+    pub ud_label: String,
+    /// The order in which domains are drained.
+    #[serde(default)]
+    pub domain_order: DomainOrderSpec,
+    /// With `domainOrder: Explicit`: every domain holding a target node, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub explicit_order: Vec<String>,
+    /// Taint each target node `raygate.io/outdated:NoSchedule` when its domain starts, so new
+    /// work avoids the old generation.
+    #[serde(default)]
+    pub taint_outdated: bool,
+    /// What happens to a drained domain's nodes.
+    #[serde(default)]
+    pub hand_off: HandOffSpec,
+    /// `kubectl drain`'s pod flags, same names.
+    #[serde(default)]
+    pub drain: DrainFlags,
+    /// How groups and their representatives are recognised (the contract preflight). Absent: no
+    /// preflight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupsSpec>,
+    /// After a domain's hand-off, wait this long before its first health check (Service
+    /// Fabric `HealthCheckWaitDuration`; default 0s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub health_check_wait: Option<String>,
+    /// How long a domain must stay healthy before the next starts (`HealthCheckStableDuration`).
+    /// Default: the representatives' readiness probes (period × failureThreshold, the slowest)
+    /// plus the disruption controller's lag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub health_check_stable: Option<String>,
+    /// Unhealthy this long is a failure (`HealthCheckRetryTimeout`; default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub health_check_retry_timeout: Option<String>,
+    /// One domain, from cordon to the end of its health gate (`UpgradeDomainTimeout`; default: no
+    /// limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub domain_timeout: Option<String>,
+    /// The whole rollout (`UpgradeTimeout`; default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub rollout_timeout: Option<String>,
+    /// What a failure (a timeout, a health check that never passes) does.
+    #[serde(default)]
+    pub failure_action: FailureActionSpec,
+    /// Domains drained (between cordon and the end of their health gate) at once.
+    #[serde(default = "default_max_unavailable_domains")]
+    #[x_kube(validation = Rule::new("self >= 1").message("maxUnavailableDomains must be at least 1"))]
+    pub max_unavailable_domains: i32,
+    /// Pause after each domain's health gate until resumed (Service Fabric's manual mode).
+    #[serde(default)]
+    pub manual: bool,
+    /// Stop starting new work; set back to false to resume.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// Where a node's generation is read, and which generation is current.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.label) != has(self.nodeInfo)").message("set exactly one of label or nodeInfo"),
+)]
+pub struct GenerationSpec {
+    /// A node label whose value is the node's generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// A `status.nodeInfo` field whose value is the node's generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_info: Option<NodeInfoFieldSpec>,
+    /// The current generation; nodes at any other are outdated. Absent: the newest among the
+    /// selected nodes (values compare as versions: `v1.9` < `v1.10`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_value: Option<String>,
+}
+
+/// A `status.nodeInfo` field.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum NodeInfoFieldSpec {
+    KubeletVersion,
+    OsImage,
+    KernelVersion,
+    ContainerRuntimeVersion,
+}
+
+/// The order in which domains are drained.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DomainOrderSpec {
+    /// By domain name.
+    #[default]
+    Name,
+    /// Domains whose drain disrupts the fewest protected groups first.
+    FewestProtectedGroups,
+    /// Domains holding the oldest generation first (needs `generation`).
+    OldestGeneration,
+    /// `explicitOrder`.
+    Explicit,
+}
+
+/// Who upgrades a drained domain's nodes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HandOffSpec {
+    #[serde(default)]
+    pub mode: HandOffMode,
+    /// The label put on drained nodes for the upgrade agent (`Reboot`, `Replace`).
+    #[serde(default = "default_upgrade_label")]
+    pub label: String,
+    /// Its value.
+    #[serde(default = "default_upgrade_value")]
+    pub value: String,
+}
+
+impl Default for HandOffSpec {
+    fn default() -> Self {
+        HandOffSpec {
+            mode: HandOffMode::None,
+            label: default_upgrade_label(),
+            value: default_upgrade_value(),
+        }
+    }
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HandOffMode {
+    /// Drain only: the nodes stay cordoned (and tainted) for the infrastructure to remove.
+    #[default]
+    None,
+    /// Label the drained nodes; wait until each is Ready at the target generation; uncordon.
+    Reboot,
+    /// Label the drained nodes; the infrastructure replaces them; wait for the domain's
+    /// capacity to return at the target generation.
+    Replace,
+}
+
+/// `kubectl drain`'s flags that decide which pods are drained (same names, same defaults).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainFlags {
+    /// `--ignore-daemonsets`.
+    #[serde(default)]
+    pub ignore_daemonsets: bool,
+    /// `--delete-emptydir-data`.
+    #[serde(default)]
+    pub delete_emptydir_data: bool,
+    /// `--force`.
+    #[serde(default)]
+    pub force: bool,
+    /// `--pod-selector`: a label query ("" = every pod).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_selector: String,
+    /// `--skip-wait-for-delete-timeout`, in seconds (0 = never skip).
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0").message("skipWaitForDeleteTimeoutSeconds must not be negative"))]
+    pub skip_wait_for_delete_timeout_seconds: i64,
+}
+
+/// How the preflight recognises groups.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.preset != 'Custom' || (has(self.groupLabel) && has(self.representative))").message("preset Custom needs groupLabel and representative"),
+)]
+pub struct GroupsSpec {
+    #[serde(default)]
+    pub preset: GroupPreset,
+    /// `Custom`: the pod label whose value names a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_label: Option<String>,
+    /// `Custom`: a label query selecting a group's representative (e.g. `role=leader`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub representative: Option<String>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GroupPreset {
+    /// LeaderWorkerSet: `leaderworkerset.sigs.k8s.io/group-key`, the leader represents.
+    #[default]
+    LeaderWorkerSet,
+    /// KubeRay multi-host replicas: `ray.io/worker-group-replica-name`, host 0 represents.
+    KubeRay,
+    Custom,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailureActionSpec {
+    /// Stop where it is (nodes stay cordoned) until resumed.
+    #[default]
+    Pause,
+    /// End the rollout: uncordon the nodes of domains not yet handed off.
+    Abort,
+}
+
+/// Where the rollout is.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRolloutStatus {
+    /// `Pending`, `Running`, `Paused`, `Completed` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The domain(s) being drained now, comma-separated (the printer column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_domain: Option<String>,
+    /// Domains done of all domains, e.g. `2/4`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// The generation nodes are brought to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_generation: Option<String>,
+    /// Every domain of the plan, in drain order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub domains: Vec<DomainStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One upgrade domain's progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainStatus {
+    pub name: String,
+    /// `Pending`, `Draining`, `HandingOff`, `HealthCheck`, `AwaitingResume`, `Done` or
+    /// `Aborted`.
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub nodes: Vec<String>,
+    /// Protected (phase 1) pods evicted / planned.
+    #[serde(default)]
+    pub protected_evicted: i32,
+    #[serde(default)]
+    pub protected_total: i32,
+    /// Other (phase 2) pods evicted / planned.
+    #[serde(default)]
+    pub other_evicted: i32,
+    #[serde(default)]
+    pub other_total: i32,
+    /// The PodDisruptionBudget refusing evictions and its message ("needs 3 healthy pods and
+    /// has 3").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// What it does or waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
