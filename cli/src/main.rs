@@ -1,6 +1,7 @@
 //! raygate's command line: a thin front over the library (and `raygate-sim` for `raygate dev`).
 
 mod dev;
+mod drain_run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,6 +61,11 @@ enum Command {
     /// Development helpers for the dev cluster (hack/dev-cluster.sh): the KubeRay v1.7
     /// emulator, and apply/get without API discovery.
     Dev(dev::DevArgs),
+    /// Upgrade-domain drains.
+    Drain {
+        #[command(subcommand)]
+        command: drain_run::DrainCommand,
+    },
 }
 
 #[derive(clap::Args)]
@@ -260,6 +266,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Dev(args) => dev::run(args),
+        Command::Drain { command } => drain_run::run(command),
     }
 }
 

@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+pub use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -172,9 +173,13 @@ pub enum Phase {
     #[default]
     Running,
     /// A failure with [`FailureAction::Pause`]; resumed by the operator.
-    Paused { reason: String },
+    Paused {
+        reason: String,
+    },
     /// A failure with [`FailureAction::Abort`]; final.
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
     Completed,
 }
 
@@ -497,7 +502,10 @@ impl<'a> Stepper<'a> {
             .domains
             .iter()
             .flat_map(|d| &d.phase1)
-            .filter_map(|p| self.pods.get(&(p.pod.namespace.as_str(), p.pod.name.as_str())))
+            .filter_map(|p| {
+                self.pods
+                    .get(&(p.pod.namespace.as_str(), p.pod.name.as_str()))
+            })
             .filter_map(|p| p.spec.as_ref())
             .flat_map(|s| &s.containers)
             .filter_map(|c| c.readiness_probe.as_ref())
@@ -607,7 +615,12 @@ impl<'a> Stepper<'a> {
         if was_paused {
             self.s.phase = Phase::Running;
             // a resumed rollout gets fresh timers (SF restarts the domain's timeout)
-            for d in self.s.domains.iter_mut().filter(|d| d.step.is_unavailable()) {
+            for d in self
+                .s
+                .domains
+                .iter_mut()
+                .filter(|d| d.step.is_unavailable())
+            {
                 d.started = Some(self.now);
                 d.health = Health::default();
                 d.refusal = None;
@@ -804,7 +817,11 @@ impl<'a> Stepper<'a> {
                     .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
             })
             .count();
-        let room = self.o.eviction_concurrency.max(1).saturating_sub(terminating);
+        let room = self
+            .o
+            .eviction_concurrency
+            .max(1)
+            .saturating_sub(terminating);
         let (targets, what, left): (Vec<EvictTarget>, &str, usize) = if !plan.phase1.is_empty() {
             let targets = plan
                 .phase1
@@ -850,7 +867,11 @@ impl<'a> Stepper<'a> {
         {
             return Err(format!("Retry-After until {at}"));
         }
-        let Some(pdb) = self.obs.pdbs.iter().find(|b| crate::meta::key(&b.metadata) == r.pdb)
+        let Some(pdb) = self
+            .obs
+            .pdbs
+            .iter()
+            .find(|b| crate::meta::key(&b.metadata) == r.pdb)
         else {
             // the budget is gone: nothing refuses any more
             return Ok(());
@@ -1165,7 +1186,11 @@ impl<'a> Stepper<'a> {
                     .iter()
                     .filter(|p| namespace(&p.metadata) == ns)
                     .filter(|p| {
-                        p.metadata.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str)
+                        p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(key))
+                            .map(String::as_str)
                             == Some(group)
                     })
                     .peekable();
@@ -1294,12 +1319,7 @@ fn replan(
         order: DomainOrder::Name,
         ..options.clone()
     };
-    super::plan(
-        &Cluster::new(&node_objects, &pods, obs.pdbs),
-        &options,
-        now,
-    )
-    .ok()
+    super::plan(&Cluster::new(&node_objects, &pods, obs.pdbs), &options, now).ok()
 }
 
 fn has_label(node: &Node, key: &str, value: &str) -> bool {

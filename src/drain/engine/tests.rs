@@ -127,7 +127,10 @@ impl World {
         for a in actions {
             match a {
                 Action::Cordon { node } => {
-                    self.node_mut(node).spec.get_or_insert_default().unschedulable = Some(true)
+                    self.node_mut(node)
+                        .spec
+                        .get_or_insert_default()
+                        .unschedulable = Some(true)
                 }
                 Action::Taint { node, taint } => self
                     .node_mut(node)
@@ -182,7 +185,8 @@ impl World {
 
     /// Terminating pods finish.
     fn terminate(&mut self) {
-        self.pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        self.pods
+            .retain(|p| p.metadata.deletion_timestamp.is_none());
     }
 
     fn advance(&mut self, s: i64) {
@@ -374,11 +378,19 @@ fn the_health_gate_waits_for_budgets_groups_and_the_stable_period() {
     w.set_healthy(1, 1);
     // within the wait: no check yet
     let (s, _) = w.step(&s, &o);
-    assert!(s.domains[0].message.contains("wait"), "{}", s.domains[0].message);
+    assert!(
+        s.domains[0].message.contains("wait"),
+        "{}",
+        s.domains[0].message
+    );
     w.advance(10);
     let (s, a) = w.step(&s, &o);
     assert!(cordons(&a).is_empty(), "domain b waits");
-    assert!(s.waiting.contains("group ga is not Ready again"), "{}", s.waiting);
+    assert!(
+        s.waiting.contains("group ga is not Ready again"),
+        "{}",
+        s.waiting
+    );
     ga_recovers(&mut w);
     let (s, _) = w.step(&s, &o);
     let healthy_since = s.domains[0].health.healthy_since.unwrap();
@@ -393,7 +405,10 @@ fn the_health_gate_waits_for_budgets_groups_and_the_stable_period() {
     w.set_healthy(2, 1);
     w.advance(29);
     let (s, a) = w.step(&s, &o);
-    assert!(cordons(&a).is_empty(), "29 s into the restarted stable period");
+    assert!(
+        cordons(&a).is_empty(),
+        "29 s into the restarted stable period"
+    );
     w.advance(1);
     let (s, a) = w.step(&s, &o);
     assert_eq!(s.domains[0].step, Step::Done);
@@ -547,9 +562,7 @@ fn reboot_labels_the_drained_nodes_waits_for_the_target_generation_and_uncordons
     for _ in 0..5 {
         let (next, a) = w.step(&s, &o);
         labelled.extend(a.iter().filter_map(|a| match a {
-            Action::LabelForUpgrade { node, key, value } => {
-                Some(format!("{node} {key}={value}"))
-            }
+            Action::LabelForUpgrade { node, key, value } => Some(format!("{node} {key}={value}")),
             _ => None,
         }));
         w.apply(&a, evicted);
@@ -559,19 +572,30 @@ fn reboot_labels_the_drained_nodes_waits_for_the_target_generation_and_uncordons
     assert_eq!(s.domains[0].step, Step::HandingOff);
     assert_eq!(
         labelled,
-        ["a1 raygate.io/upgrade=requested", "a2 raygate.io/upgrade=requested"]
+        [
+            "a1 raygate.io/upgrade=requested",
+            "a2 raygate.io/upgrade=requested"
+        ]
     );
     // a1 comes back at the target generation, Ready; a2 is still rebooting (NotReady)
-    w.node_mut("a1").metadata.labels.get_or_insert_default().insert("gen".into(), "2".into());
+    w.node_mut("a1")
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("gen".into(), "2".into());
     let a2 = w.node_mut("a2");
-    a2.metadata.labels.get_or_insert_default().insert("gen".into(), "2".into());
+    a2.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("gen".into(), "2".into());
     a2.status.as_mut().unwrap().conditions = None;
     let (s, a) = w.step(&s, &o);
     assert_eq!(
         a.iter()
             .filter_map(|a| match a {
-                Action::Uncordon { node, remove_label, .. } =>
-                    Some((node.as_str(), remove_label.clone())),
+                Action::Uncordon {
+                    node, remove_label, ..
+                } => Some((node.as_str(), remove_label.clone())),
                 _ => None,
             })
             .collect::<Vec<_>>(),
@@ -628,10 +652,16 @@ fn a_reboot_or_replace_hand_off_needs_a_generation() {
 fn none_leaves_the_nodes_cordoned_and_tainted() {
     let mut w = World::new();
     let mut o = World::options();
-    o.plan.taint = Some(crate::drain::testing::taint("raygate.io/outdated", "NoSchedule"));
+    o.plan.taint = Some(crate::drain::testing::taint(
+        "raygate.io/outdated",
+        "NoSchedule",
+    ));
     let s = w.start(&o);
     let (s, a) = w.step(&s, &o);
-    let taints = a.iter().filter(|a| matches!(a, Action::Taint { .. })).count();
+    let taints = a
+        .iter()
+        .filter(|a| matches!(a, Action::Taint { .. }))
+        .count();
     assert_eq!(taints, 2);
     assert!(evictions(&a).is_empty(), "not before the taints show");
     w.apply(&a, evicted);
@@ -750,9 +780,7 @@ fn script() -> impl Strategy<Value = Script> {
 fn world_of(script: &Script) -> World {
     let mut w = World::new();
     w.nodes = (0..script.pods.len())
-        .flat_map(|d| {
-            (0..2).map(move |i| ready_node(node(&format!("n{d}-{i}"), &format!("d{d}"))))
-        })
+        .flat_map(|d| (0..2).map(move |i| ready_node(node(&format!("n{d}-{i}"), &format!("d{d}")))))
         .collect();
     // a node outside the plan's selection
     w.nodes
@@ -763,12 +791,21 @@ fn world_of(script: &Script) -> World {
         .enumerate()
         .flat_map(|(d, pods)| {
             pods.iter().enumerate().map(move |(i, &leader)| {
-                member(&format!("p{d}-{i}"), &format!("n{d}-{}", i % 2), &format!("g{d}-{i}"), leader)
+                member(
+                    &format!("p{d}-{i}"),
+                    &format!("n{d}-{}", i % 2),
+                    &format!("g{d}-{i}"),
+                    leader,
+                )
             })
         })
         .chain([member("other-0", "other", "x", true)])
         .collect();
-    w.pdbs = vec![pdb("ns/leaders", &[("role", "leader")]).max_unavailable(int(1)).observed(3, 2)];
+    w.pdbs = vec![
+        pdb("ns/leaders", &[("role", "leader")])
+            .max_unavailable(int(1))
+            .observed(3, 2),
+    ];
     w
 }
 
