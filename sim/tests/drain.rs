@@ -752,3 +752,65 @@ async fn a_domain_timeout_with_abort_ends_the_rollout_and_uncordons_the_domain()
     );
     assert!(!cordoned(&node_obj(&client, "node-1").await));
 }
+
+/// `replace`: the drained node is labelled for the infrastructure (here the sim's node lifecycle
+/// through the same bridge), which adds a new node of the next generation to the domain and
+/// deletes the drained one; raygate waits until the domain's capacity is back.
+#[tokio::test(start_paused = true)]
+async fn replace_waits_until_the_domain_has_a_new_node_at_the_target_generation() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    layout(&client, &[1], 2, 1).await;
+    let agent = client.clone();
+    tokio::spawn(async move {
+        let stream = watcher(
+            Api::<Node>::all(agent.clone()),
+            watcher::Config::default().labels("raygate.io/upgrade=requested"),
+        )
+        .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(n)) = stream.next().await {
+            if !n.annotations().contains_key(node_lifecycle::LIFECYCLE)
+                && !n.annotations().contains_key(node_lifecycle::PHASE)
+                && n.labels()
+                    .get(node_lifecycle::GENERATION)
+                    .map(String::as_str)
+                    == Some("0")
+            {
+                node_lifecycle::request(&agent, &n.name_any(), "replace")
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let mut o = options();
+    o.plan.generation = Some(Generation {
+        source: GenerationSource::Label(node_lifecycle::GENERATION.into()),
+        target: GenerationTarget::Value("1".into()),
+    });
+    o.handoff = Handoff::replace();
+    let started = sim.clock().now();
+    let drain = start(&sim, o);
+    let states = drain.states.clone();
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let new = node_obj(&client, "node-0-g1").await;
+    assert_eq!(new.labels()[node_lifecycle::GENERATION], "1");
+    assert_eq!(new.labels()[UD], "ud-0");
+    assert!(node_lifecycle::is_ready(&new) && !cordoned(&new));
+    assert!(
+        states
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.waiting.contains("replace: 0 of 1 new node(s)")),
+        "it waited for the new node"
+    );
+    let took = sim.clock().now().duration_since(started);
+    assert!(
+        took >= SignedDuration::from_secs(60),
+        "the new node joins NotReady for 60 s: {took:?}"
+    );
+}
