@@ -36,6 +36,10 @@ enum DrainCommand {
         #[command(flatten)]
         cluster: ClusterFlags,
     },
+    /// Drain upgrade domain by upgrade domain: cordon, evict protected pods first (429s pause),
+    /// then the rest, hand off, and wait for the health gate before the next domain.
+    /// Exit code 0: completed; 1: failed or paused; 2: bad options; 130: interrupted.
+    Run(crate::drain_run::RunArgs),
 }
 
 #[derive(clap::Args)]
@@ -54,6 +58,12 @@ struct ClusterFlags {
 struct Failure(String, u8);
 
 pub fn run(args: DrainArgs) -> ExitCode {
+    if let DrainCommand::Run(run) = args.command {
+        return crate::drain_run::run(run).unwrap_or_else(|e| {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        });
+    }
     let result = tokio::runtime::Runtime::new()
         .map_err(|e| Failure(format!("starting the async runtime: {e}"), exit::UNREADABLE))
         .and_then(|rt| rt.block_on(command(args.command)));
@@ -104,5 +114,9 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
                 .map_err(|e| bad(e.to_string()))?;
             Ok((text, report.exit_code()))
         }
+        DrainCommand::Run(_) => Err(Failure(
+            "`drain run` runs its own engine loop, not a one-shot read".into(),
+            exit::BAD_INPUT,
+        )),
     }
 }

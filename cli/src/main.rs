@@ -2,6 +2,7 @@
 
 mod dev;
 mod drain;
+mod drain_run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

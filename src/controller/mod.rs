@@ -9,6 +9,8 @@
 
 mod admission;
 mod clock;
+/// The drain's executor: observe → `drain::engine::decide` → evict and patch nodes → report.
+pub mod drain;
 mod events;
 mod gate;
 mod http;
@@ -48,6 +50,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-pods-ready` | the `PodsReady` condition on covering slices                        |
 // | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
 // | `raygate-ungater`    | Pod `spec.schedulingGates` (removes `raygate.io/quota` only)        |
+// | `raygate-drain`      | Node cordon, taints, upgrade label, uncordon (`drain::DRAIN_MANAGER`) |
 // | `raygate-leader`     | the leader-election Lease (kube-lease-manager)                      |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 

@@ -14,6 +14,7 @@
 //!
 //! Nothing here does IO or reads a clock: the caller passes the objects it observed and `now`.
 
+pub mod engine;
 mod generation;
 mod pdb;
 mod plan;

@@ -1,0 +1,816 @@
+//! raygate's drain engine on the simulated cluster, through `kube::Client` as in production:
+//! LeaderWorkerSet groups with delegated readiness, one budget over the leaders, the disruption
+//! controller with its reaction lag, the scheduler, kubelets and (for reboots) the node
+//! lifecycle. On the paused clock: hours of cluster time in seconds.
+//!
+//! What the drain did is read from the cluster's own history: a watch on the pods records when
+//! each pod got the Eviction API's `DisruptionTarget` condition, and when pods became Ready.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use raygate::controller::drain::{self as executor, Run};
+use raygate::controller::{Clock, Monotonic};
+use raygate::drain::PlanOptions;
+use raygate::drain::engine::{FailureAction, Handoff, Options, Phase, State};
+use raygate::drain::{Generation, GenerationSource, GenerationTarget};
+use raygate_sim::Sim;
+use raygate_sim::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const NS: &str = "serving";
+const UD: &str = "topology.raygate.io/upgrade-domain";
+/// Target nodes are `pool=old`; the spare capacity the groups move to is `pool=new`.
+const POOL: &str = "pool";
+/// The disruption controller's reaction lag in these clusters.
+const LAG: Duration = Duration::from_secs(5);
+const WAIT: Duration = Duration::from_secs(3 * 3600);
+
+struct SimClock(raygate_sim::Clock);
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        Monotonic::from_origin(self.0.elapsed())
+    }
+}
+
+fn sim() -> Sim {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream-crds");
+    let lws = std::fs::read_to_string(root.join("leaderworkerset.x-k8s.io_leaderworkersets.yaml"))
+        .expect("../shared/upstream-crds holds the LWS CRD");
+    Sim::builder()
+        .crds_yaml(&lws)
+        .unwrap()
+        .namespace(NS)
+        .build()
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1800);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn node(name: &str, ud: &str, gpus: u32, pool: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {UD: ud, POOL: pool, "kubernetes.io/hostname": name,
+            node_lifecycle::GENERATION: "0"}},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+    }))
+    .unwrap()
+}
+
+/// Scheduler, kubelets, the LWS controller and the disruption controller (lag [`LAG`]).
+fn actors(sim: &Sim) -> watch::Sender<bool> {
+    let client = sim.client();
+    let (stop, shutdown) = watch::channel(false);
+    let clock = sim.clock().clone();
+    tokio::spawn(scheduler::run(
+        client.clone(),
+        clock.clone(),
+        Default::default(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(kubelet::run_all(
+        client.clone(),
+        clock.clone(),
+        kubelet::Config::default(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(lws::run(client, clock, Duration::from_secs(30), shutdown));
+    sim.spawn_disruption_controller(disruption::Config { lag: LAG });
+    stop
+}
+
+fn container(probe_period: i32, failure_threshold: i32) -> Value {
+    json!({"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
+            "periodSeconds": probe_period, "failureThreshold": failure_threshold}})
+}
+
+/// Issue #12's shape: groups of a leader and one worker packed into the leader's upgrade domain,
+/// the leader Ready only while its whole group is (probe 5 s × 3), the worker's own probe 1 s × 1.
+fn lws_object(replicas: usize) -> Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "llm", "namespace": NS},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {
+            "size": 2,
+            "leaderTemplate": {
+                "metadata": {"labels": {"role": "leader"},
+                    "annotations": {kubelet::READINESS_GROUP: lws::GROUP_KEY}},
+                "spec": {"containers": [container(5, 3)]},
+            },
+            "workerTemplate": {
+                "metadata": {"labels": {"role": "worker"}},
+                "spec": {
+                    "containers": [container(1, 1)],
+                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchExpressions": [{"key": lws::WORKER_INDEX, "operator": "In", "values": ["0"]}]},
+                        "matchLabelKeys": [lws::GROUP_KEY], "topologyKey": UD}]}},
+                },
+            },
+        }},
+    })
+}
+
+fn lws_api(client: &Client) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "leaderworkerset.x-k8s.io".into(),
+        version: "v1".into(),
+        api_version: "leaderworkerset.x-k8s.io/v1".into(),
+        kind: "LeaderWorkerSet".into(),
+        plural: "leaderworkersets".into(),
+    };
+    Api::namespaced_with(client.clone(), NS, &ar)
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+async fn pods(client: &Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// `groups[i]` LWS groups on node `node-i` (upgrade domain `ud-i`, `pool=old`), placed one domain
+/// at a time (the node is added, then the LWS scaled), then a spare node in its own domain with
+/// `spare_gpus` (`pool=new`), and a budget over the leaders: `minAvailable = groups − tolerate`.
+async fn layout(
+    client: &Client,
+    groups: &[usize],
+    spare_gpus: u32,
+    tolerate: usize,
+) -> BTreeMap<String, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut total = 0;
+    for (i, &g) in groups.iter().enumerate() {
+        nodes
+            .create(
+                &PostParams::default(),
+                &node(
+                    &format!("node-{i}"),
+                    &format!("ud-{i}"),
+                    2 * g as u32,
+                    "old",
+                ),
+            )
+            .await
+            .unwrap();
+        total += g;
+        if i == 0 {
+            let o: DynamicObject = serde_json::from_value(lws_object(total)).unwrap();
+            lws_api(client)
+                .create(&PostParams::default(), &o)
+                .await
+                .unwrap();
+        } else {
+            lws_api(client)
+                .patch(
+                    "llm",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": total}})),
+                )
+                .await
+                .unwrap();
+        }
+        eventually("every group Ready", || async {
+            let ps = pods(client).await;
+            (ps.len() == 2 * total && ps.iter().all(is_ready)).then_some(())
+        })
+        .await;
+    }
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("spare", "ud-spare", spare_gpus, "new"),
+        )
+        .await
+        .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "leaders", "namespace": NS},
+        "spec": {"minAvailable": total - tolerate, "selector": {"matchLabels": {"role": "leader"}}},
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    eventually("the budget computed", || async {
+        let b = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+            .get("leaders")
+            .await
+            .unwrap();
+        let s = b.status?;
+        (s.current_healthy == Some(total as i32) && s.disruptions_allowed == Some(tolerate as i32))
+            .then_some(())
+    })
+    .await;
+    // where each pod started: name → node
+    pods(client)
+        .await
+        .iter()
+        .map(|p| (p.name_any(), node_of(p)))
+        .collect()
+}
+
+/// `n` unprotected pods on `node` (controlled by a ReplicaSet, so kubectl's rules let them go).
+async fn batch(client: &Client, node: &str, n: usize) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for i in 0..n {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("batch-{node}-{i}"), "labels": {"app": "batch"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "batch",
+                    "uid": "batch-uid", "controller": true}]},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &p).await.unwrap();
+    }
+}
+
+/// What happened to pods, in the cluster's order.
+#[derive(Clone, Debug, PartialEq)]
+enum Seen {
+    /// The Eviction API accepted its eviction (`DisruptionTarget` / `EvictionByEvictionAPI`).
+    Evicted,
+    Ready,
+    Unready,
+}
+
+type History = Arc<Mutex<Vec<(Timestamp, String, String, Seen)>>>;
+
+/// Records, from a watch on the pods, every eviction and every Ready transition with the
+/// cluster time it was seen (name, uid).
+fn record(sim: &Sim) -> History {
+    let history: History = Arc::default();
+    let (client, clock, out) = (sim.client(), sim.clock().clone(), history.clone());
+    tokio::spawn(async move {
+        let mut last: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+        let stream = watcher(
+            Api::<Pod>::namespaced(client, NS),
+            watcher::Config::default(),
+        )
+        .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(p)) = stream.next().await {
+            let uid = p.uid().unwrap_or_default();
+            let evicted = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.type_ == "DisruptionTarget"
+                            && c.reason.as_deref() == Some("EvictionByEvictionAPI")
+                    })
+                });
+            let ready = is_ready(&p);
+            let before = last.insert(uid.clone(), (evicted, ready));
+            let (was_evicted, was_ready) = before.unwrap_or((false, false));
+            let mut h = out.lock().unwrap();
+            if evicted && !was_evicted {
+                h.push((clock.now(), p.name_any(), uid.clone(), Seen::Evicted));
+            }
+            if ready != was_ready {
+                let seen = if ready { Seen::Ready } else { Seen::Unready };
+                h.push((clock.now(), p.name_any(), uid, seen));
+            }
+        }
+    });
+    history
+}
+
+fn evictions(h: &History) -> Vec<(Timestamp, String)> {
+    h.lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.3 == Seen::Evicted)
+        .map(|e| (e.0, e.1.clone()))
+        .collect()
+}
+
+fn options() -> Options {
+    Options {
+        plan: PlanOptions {
+            domain_label: UD.into(),
+            node_selector: format!("{POOL}=old"),
+            group_label: Some(lws::GROUP_KEY.into()),
+            ..PlanOptions::default()
+        },
+        disruption_controller_lag: SignedDuration::try_from(LAG).unwrap(),
+        ..Options::default()
+    }
+}
+
+/// Runs the executor on `sim` until it ends or `limit` of cluster time passes; every state it
+/// reported is kept.
+struct Drain {
+    states: Arc<Mutex<Vec<State>>>,
+    handle: tokio::task::JoinHandle<Result<State, executor::DrainRunError>>,
+    resume: watch::Sender<u64>,
+    stop: watch::Sender<bool>,
+}
+
+fn start(sim: &Sim, options: Options) -> Drain {
+    let states: Arc<Mutex<Vec<State>>> = Arc::default();
+    let (resume, resumes) = watch::channel(0);
+    let (stop, mut stopped) = watch::channel(false);
+    let run = Run {
+        resumes,
+        ..Run::new(options)
+    };
+    let out = states.clone();
+    let handle = tokio::spawn(executor::run(
+        sim.client_as("raygate-drain"),
+        Arc::new(SimClock(sim.clock().clone())),
+        run,
+        move |s: &State| out.lock().unwrap().push(s.clone()),
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
+    Drain {
+        states,
+        handle,
+        resume,
+        stop,
+    }
+}
+
+impl Drain {
+    async fn finish(self) -> State {
+        tokio::time::timeout(WAIT, self.handle)
+            .await
+            .expect("the drain ends within its time")
+            .unwrap()
+            .unwrap()
+    }
+
+    fn seen(&self, f: impl Fn(&State) -> bool) -> Option<State> {
+        self.states.lock().unwrap().iter().find(|s| f(s)).cloned()
+    }
+}
+
+async fn node_obj(client: &Client, name: &str) -> Node {
+    Api::<Node>::all(client.clone()).get(name).await.unwrap()
+}
+
+fn cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Two domains: `ud-0` with two groups, `ud-1` with one, two unprotected pods on each node, a
+/// budget that tolerates one group down. Every leader of a domain is evicted before any other pod
+/// of it; the second leader of `ud-0` is refused (429) and evicted only once the first group is
+/// Ready again elsewhere and the budget allows it; the `none` hand-off leaves the nodes cordoned.
+#[tokio::test(start_paused = true)]
+async fn protected_pods_go_first_and_a_429_pauses_the_domain_until_the_group_recovers_elsewhere() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let placed = layout(&client, &[2, 1], 6, 1).await;
+    batch(&client, "node-0", 2).await;
+    batch(&client, "node-1", 2).await;
+    let history = record(&sim);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let drain = start(&sim, options());
+    let states = drain.states.clone();
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+
+    let evicted = evictions(&history);
+    let names: Vec<&str> = evicted.iter().map(|e| e.1.as_str()).collect();
+    eprintln!("evictions in the cluster's order: {names:?}");
+    for (i, ud_node) in ["node-0", "node-1"].iter().enumerate() {
+        let leaders: Vec<&String> = placed
+            .iter()
+            .filter(|(p, n)| *n == ud_node && !p.trim_start_matches("llm-").contains('-'))
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(leaders.len(), [2, 1][i]);
+        let position = |name: &str| names.iter().position(|n| *n == name);
+        let last_leader = leaders
+            .iter()
+            .map(|l| position(l).unwrap_or_else(|| panic!("{l} was evicted")))
+            .max()
+            .unwrap();
+        let first_batch = position(&format!("batch-{ud_node}-0"))
+            .min(position(&format!("batch-{ud_node}-1")))
+            .expect("the batch pods were evicted");
+        assert!(
+            last_leader < first_batch,
+            "{ud_node}: every protected pod before any other: {names:?}"
+        );
+    }
+    // ud-1's pods only after ud-0 is through
+    let position = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    assert!(position("batch-node-0-1").max(position("batch-node-0-0")) < position("llm-2"));
+
+    // the 429: ud-0's second leader was refused, with the budget's own words
+    let refused = states
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|s| s.domains[0].refusal.clone())
+        .expect("a 429 paused ud-0");
+    assert_eq!(refused.pdb, "serving/leaders");
+    assert!(
+        refused.message.contains("needs 2 healthy pods"),
+        "{}",
+        refused.message
+    );
+    // ... and evicted only after the first group was Ready again on the spare node
+    let (first, second) = (&evicted[0], &evicted[1]);
+    let h = history.lock().unwrap().clone();
+    let first_back = h
+        .iter()
+        .find(|e| e.1 == first.1 && e.3 == Seen::Ready && e.0 > first.0)
+        .expect("the first evicted group is Ready again");
+    assert!(
+        second.0 >= first_back.0,
+        "the second leader ({}) was evicted at {}, before the first group ({}) was Ready again at {}",
+        second.1,
+        second.0,
+        first.1,
+        first_back.0
+    );
+    let back_on = pods(&client).await;
+    assert!(
+        back_on
+            .iter()
+            .filter(|p| p.labels().contains_key(lws::GROUP_KEY))
+            .all(|p| node_of(p) == "spare" && is_ready(p)),
+        "every group runs on the spare node"
+    );
+    // none: the drained nodes stay cordoned
+    for n in ["node-0", "node-1"] {
+        assert!(cordoned(&node_obj(&client, n).await), "{n} stays cordoned");
+    }
+    assert!(!cordoned(&node_obj(&client, "spare").await));
+}
+
+/// The propagation race: while ud-0's group is coming back, a worker of the group in ud-2 dies;
+/// its leader still reports Ready for up to its probe's period × failureThreshold, and the
+/// budget (which tolerates two groups down) trails that by the disruption controller's lag. The
+/// health gate's stable period (computed: 5 s × 3 + 5 s) outlasts that, so ud-1's leader is not
+/// evicted while ud-2's group is down: its eviction is accepted only after that group is Ready
+/// again. (With the stable period at 0 it is evicted as soon as ud-0's group is Ready.)
+#[tokio::test(start_paused = true)]
+async fn the_next_domain_s_leader_is_not_evicted_while_a_dying_group_has_not_shown_yet() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let placed = layout(&client, &[1, 1, 1], 6, 2).await;
+    let leader_of = |node: &str| {
+        placed
+            .iter()
+            .find(|(p, n)| *n == node && !p.trim_start_matches("llm-").contains('-'))
+            .map(|(p, _)| p.clone())
+            .unwrap()
+    };
+    let (a, b, c) = (
+        leader_of("node-0"),
+        leader_of("node-1"),
+        leader_of("node-2"),
+    );
+    let c_worker = format!("{c}-1");
+    let history = record(&sim);
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let drain = start(&sim, options());
+    // ud-0's leader is evicted; its group is recreated on the spare node
+    let old_uid = pods_api.get(&a).await.unwrap().uid();
+    eventually("ud-0's group recreated", || async {
+        let p = pods_api.get_opt(&a).await.unwrap()?;
+        (p.uid() != old_uid && node_of(&p) == "spare").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // C's worker dies now: it reports unready at once, its leader only after its probe
+    let killed_at = sim.clock().now();
+    pods_api
+        .patch(
+            &c_worker,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {kubelet::FAIL_READINESS: "true"}}})),
+        )
+        .await
+        .unwrap();
+    pods_api
+        .patch_status(
+            &c_worker,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    pods_api
+        .patch(
+            &c_worker,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {kubelet::FAIL_READINESS: null}}})),
+        )
+        .await
+        .unwrap();
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let h = history.lock().unwrap().clone();
+    let c_back = h
+        .iter()
+        .find(|e| e.1 == c && e.3 == Seen::Ready && e.0 > killed_at)
+        .expect("C's leader Ready again")
+        .0;
+    let c_down = h
+        .iter()
+        .find(|e| e.1 == c && e.3 == Seen::Unready && e.0 > killed_at)
+        .expect("C's leader noticed")
+        .0;
+    let b_evicted = h
+        .iter()
+        .find(|e| e.1 == b && e.3 == Seen::Evicted)
+        .expect("B's leader evicted")
+        .0;
+    eprintln!(
+        "C's worker died at {killed_at}, its leader unready at {c_down}, Ready again at {c_back}; \
+         B's leader evicted at {b_evicted}"
+    );
+    assert!(
+        b_evicted > c_back,
+        "B's leader was evicted at {b_evicted} while C's group was down ({killed_at} – {c_back})"
+    );
+}
+
+/// `reboot`: the drained node is labelled for the upgrade agent (here a bridge to the sim's node
+/// lifecycle, as a system-upgrade-controller Plan selecting the label would), goes down, comes
+/// back Ready at the next generation, and raygate uncordons it and removes the label.
+#[tokio::test(start_paused = true)]
+async fn reboot_hands_the_drained_node_to_the_agent_and_uncordons_it_at_the_target_generation() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    layout(&client, &[1], 2, 1).await;
+    // the upgrade agent: reboots every node labelled for an upgrade
+    let agent = client.clone();
+    tokio::spawn(async move {
+        let stream = watcher(
+            Api::<Node>::all(agent.clone()),
+            watcher::Config::default().labels("raygate.io/upgrade=requested"),
+        )
+        .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(n)) = stream.next().await {
+            if !n.annotations().contains_key(node_lifecycle::LIFECYCLE)
+                && !n.annotations().contains_key(node_lifecycle::PHASE)
+                && n.labels()
+                    .get(node_lifecycle::GENERATION)
+                    .map(String::as_str)
+                    == Some("0")
+            {
+                node_lifecycle::request(&agent, &n.name_any(), "reboot")
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let mut o = options();
+    o.plan.generation = Some(Generation {
+        source: GenerationSource::Label(node_lifecycle::GENERATION.into()),
+        target: GenerationTarget::Value("1".into()),
+    });
+    o.handoff = Handoff::reboot();
+    let started = sim.clock().now();
+    let drain = start(&sim, o);
+    let states = drain.states.clone();
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let n = node_obj(&client, "node-0").await;
+    assert!(!cordoned(&n), "uncordoned after the reboot");
+    assert_eq!(n.labels()[node_lifecycle::GENERATION], "1");
+    assert!(!n.labels().contains_key("raygate.io/upgrade"));
+    assert!(
+        states
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.waiting.contains("node-0 (upgrading)")),
+        "it waited for the upgrade"
+    );
+    let took = sim.clock().now().duration_since(started);
+    assert!(
+        took >= SignedDuration::from_secs(120),
+        "the reboot takes 120 s: {took:?}"
+    );
+}
+
+/// A domain that can never drain (a budget that tolerates no disruption) hits its timeout.
+/// Returns the drain, the history and the state it failed with.
+async fn stuck_domain(sim: &Sim, action: FailureAction) -> (Drain, History, State) {
+    let client = sim.client();
+    layout(&client, &[1, 1], 4, 1).await;
+    // no disruption allowed at all
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .patch(
+            "leaders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minAvailable": 2}})),
+        )
+        .await
+        .unwrap();
+    let history = record(sim);
+    let mut o = options();
+    o.domain_timeout = Some(SignedDuration::from_secs(300));
+    o.failure_action = action;
+    let started = sim.clock().now();
+    let drain = start(sim, o);
+    let failed = eventually("the domain timeout", || async {
+        drain.seen(|s| !matches!(s.phase, Phase::Running))
+    })
+    .await;
+    let took = sim.clock().now().duration_since(started);
+    assert!(
+        took >= SignedDuration::from_secs(300) && took < SignedDuration::from_secs(310),
+        "{took:?}"
+    );
+    assert!(
+        evictions(&history).is_empty(),
+        "{action:?}: nothing evicted"
+    );
+    (drain, history, failed)
+}
+
+/// `failureAction: Pause`: the rollout pauses with the node cordoned, nothing more happens, and
+/// the operator's resume starts the domain again.
+#[tokio::test(start_paused = true)]
+async fn a_domain_timeout_with_pause_keeps_the_node_cordoned_until_resumed() {
+    let sim = sim();
+    let _actors = actors(&sim);
+    let client = sim.client();
+    let (drain, history, failed) = stuck_domain(&sim, FailureAction::Pause).await;
+    assert!(
+        matches!(&failed.phase, Phase::Paused { reason } if reason.contains("did not finish within its timeout (5m0s)")),
+        "{:?}",
+        failed.phase
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(cordoned(&node_obj(&client, "node-0").await));
+    assert!(evictions(&history).is_empty());
+    assert!(matches!(
+        drain.states.lock().unwrap().last().unwrap().phase,
+        Phase::Paused { .. }
+    ));
+    drain.resume.send(1).unwrap();
+    eventually("resumed", || async {
+        drain
+            .states
+            .lock()
+            .unwrap()
+            .last()
+            .is_some_and(|s| s.phase == Phase::Running)
+            .then_some(())
+    })
+    .await;
+    drain.stop.send(true).unwrap();
+    let end = drain.finish().await;
+    assert_eq!(end.resumes, 1);
+}
+
+/// `failureAction: Abort`: the rollout ends and the domain's node is uncordoned.
+#[tokio::test(start_paused = true)]
+async fn a_domain_timeout_with_abort_ends_the_rollout_and_uncordons_the_domain() {
+    let sim = sim();
+    let _actors = actors(&sim);
+    let client = sim.client();
+    let (drain, _, failed) = stuck_domain(&sim, FailureAction::Abort).await;
+    assert!(
+        matches!(failed.phase, Phase::Failed { .. }),
+        "{:?}",
+        failed.phase
+    );
+    let end = drain.finish().await;
+    assert!(matches!(end.phase, Phase::Failed { .. }), "{:?}", end.phase);
+    assert!(
+        !cordoned(&node_obj(&client, "node-0").await),
+        "abort gives the node back"
+    );
+    assert!(!cordoned(&node_obj(&client, "node-1").await));
+}
+
+/// `replace`: the drained node is labelled for the infrastructure (here the sim's node lifecycle
+/// through the same bridge), which adds a new node of the next generation to the domain and
+/// deletes the drained one; raygate waits until the domain's capacity is back.
+#[tokio::test(start_paused = true)]
+async fn replace_waits_until_the_domain_has_a_new_node_at_the_target_generation() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    layout(&client, &[1], 2, 1).await;
+    let agent = client.clone();
+    tokio::spawn(async move {
+        let stream = watcher(
+            Api::<Node>::all(agent.clone()),
+            watcher::Config::default().labels("raygate.io/upgrade=requested"),
+        )
+        .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(n)) = stream.next().await {
+            if !n.annotations().contains_key(node_lifecycle::LIFECYCLE)
+                && !n.annotations().contains_key(node_lifecycle::PHASE)
+                && n.labels()
+                    .get(node_lifecycle::GENERATION)
+                    .map(String::as_str)
+                    == Some("0")
+            {
+                node_lifecycle::request(&agent, &n.name_any(), "replace")
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let mut o = options();
+    o.plan.generation = Some(Generation {
+        source: GenerationSource::Label(node_lifecycle::GENERATION.into()),
+        target: GenerationTarget::Value("1".into()),
+    });
+    o.handoff = Handoff::replace();
+    let started = sim.clock().now();
+    let drain = start(&sim, o);
+    let states = drain.states.clone();
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let new = node_obj(&client, "node-0-g1").await;
+    assert_eq!(new.labels()[node_lifecycle::GENERATION], "1");
+    assert_eq!(new.labels()[UD], "ud-0");
+    assert!(node_lifecycle::is_ready(&new) && !cordoned(&new));
+    assert!(
+        states
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.waiting.contains("replace: 0 of 1 new node(s)")),
+        "it waited for the new node"
+    );
+    let took = sim.clock().now().duration_since(started);
+    assert!(
+        took >= SignedDuration::from_secs(60),
+        "the new node joins NotReady for 60 s: {took:?}"
+    );
+}

@@ -1,0 +1,421 @@
+//! The drain's executor (IO): observe Nodes, Pods and PodDisruptionBudgets through reflector
+//! stores → [`engine::decide`] → apply (evictions through the Eviction API, never a delete; node
+//! patches under the field manager [`DRAIN_MANAGER`]) → report (a log line and an Event per
+//! decision). One loop for `raygate drain run --local` and, later, the NodeRollout controller.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::SignedDuration;
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+
+use super::Clock;
+use crate::drain::engine::{
+    self, Action, EventType, EvictTarget, EvictionResult, Observation, Options, Outcome, State,
+};
+use crate::drain::{Cluster, DrainError};
+
+/// Field manager of the drain's node patches (cordon, taint, upgrade label, uncordon).
+pub const DRAIN_MANAGER: &str = "raygate-drain";
+
+/// Why a drain could not run (a failing write is not one: the engine retries it).
+#[derive(Debug, thiserror::Error)]
+pub enum DrainRunError {
+    #[error("planning the drain: {0}")]
+    Plan(#[source] DrainError),
+    #[error("starting the drain: {0}")]
+    Engine(#[source] engine::EngineError),
+    #[error("the watches ended before they listed every {kind}")]
+    NotSynced { kind: &'static str },
+}
+
+/// How the executor runs.
+pub struct Run {
+    pub options: Options,
+    /// Where to go on from (a previous run's state); `None`: plan afresh.
+    pub state: Option<State>,
+    /// How often to decide when nothing changed (timers: stable period, Retry-After, timeouts).
+    pub tick: Duration,
+    /// The operator's resumes (a counter, see [`Observation::resumes`]).
+    pub resumes: watch::Receiver<u64>,
+}
+
+impl Run {
+    pub fn new(options: Options) -> Self {
+        Run {
+            options,
+            state: None,
+            tick: Duration::from_secs(1),
+            resumes: watch::channel(0).1,
+        }
+    }
+}
+
+fn reflect<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    );
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::debug!(error = %e, "drain watch error; the watcher retries");
+            }
+            changed.notify_one();
+        }
+    });
+    (reader, task)
+}
+
+fn snapshot<K>(store: &Store<K>) -> Vec<K>
+where
+    K: reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.state().iter().map(|o| o.as_ref().clone()).collect()
+}
+
+/// Runs the drain until it completes or fails, or `shutdown` resolves (Ctrl-C: the state so far
+/// is returned, nodes stay as they are). `progress` sees every new state.
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    mut run: Run,
+    mut progress: impl FnMut(&State),
+    shutdown: impl Future<Output = ()>,
+) -> Result<State, DrainRunError> {
+    let changed = Arc::new(Notify::new());
+    let (nodes, t1) = reflect(Api::<Node>::all(client.clone()), changed.clone());
+    let (pods, t2) = reflect(Api::<Pod>::all(client.clone()), changed.clone());
+    let (pdbs, t3) = reflect(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        changed.clone(),
+    );
+    let _abort = AbortOnDrop(vec![t1, t2, t3]);
+    for (kind, ready) in [
+        ("Node", nodes.wait_until_ready().await),
+        ("Pod", pods.wait_until_ready().await),
+        ("PodDisruptionBudget", pdbs.wait_until_ready().await),
+    ] {
+        if ready.is_err() {
+            return Err(DrainRunError::NotSynced { kind });
+        }
+    }
+    let mut apply = Apply::new(client);
+    let mut state = match run.state.take() {
+        Some(state) => state,
+        None => {
+            let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
+            let plan =
+                crate::drain::plan(&Cluster::new(&n, &p, &b), &run.options.plan, clock.now())
+                    .map_err(DrainRunError::Plan)?;
+            for d in &plan.domains {
+                tracing::info!(
+                    domain = %d.name,
+                    nodes = d.nodes.len(),
+                    protected = d.phase1.len(),
+                    unprotected = d.phase2.len(),
+                    "drain plan"
+                );
+            }
+            State::new(&plan, &run.options).map_err(DrainRunError::Engine)?
+        }
+    };
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    // a closed resume channel (nobody can resume) must not wake the loop over and over
+    let mut resumes_open = true;
+    loop {
+        let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
+        let resumes = *run.resumes.borrow();
+        let obs = Observation {
+            nodes: &n,
+            pods: &p,
+            pdbs: &b,
+            outcomes: &outcomes,
+            resumes,
+        };
+        let (next, actions) = engine::decide(&state, &obs, clock.now(), &run.options);
+        outcomes = apply.all(&actions, &n).await;
+        if shape(&next.waiting) != shape(&state.waiting) || next.phase != state.phase {
+            tracing::info!(phase = ?next.phase, "drain: {}", next.waiting);
+        }
+        let changed_state = next != state;
+        state = next;
+        if changed_state {
+            progress(&state);
+        }
+        if state.is_finished() {
+            return Ok(state);
+        }
+        if !outcomes.is_empty() || actions.iter().any(|a| !matches!(a, Action::Report { .. })) {
+            // look again soon: what was just applied shows in the stores
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = &mut shutdown => return Ok(state),
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = changed.notified() => {}
+            r = run.resumes.changed(), if resumes_open => resumes_open = r.is_ok(),
+            _ = tokio::time::sleep(run.tick) => {}
+            _ = &mut shutdown => return Ok(state),
+        }
+    }
+}
+
+/// A status line without its numbers: counters and timers ticking are not news for the log.
+fn shape(line: &str) -> String {
+    line.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+struct Apply {
+    client: Client,
+    nodes: Api<Node>,
+    recorder: Recorder,
+    events: bool,
+}
+
+impl Apply {
+    fn new(client: Client) -> Self {
+        Apply {
+            nodes: Api::all(client.clone()),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "raygate-drain".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
+            client,
+            events: true,
+        }
+    }
+
+    fn params() -> PatchParams {
+        PatchParams {
+            field_manager: Some(DRAIN_MANAGER.into()),
+            ..PatchParams::default()
+        }
+    }
+
+    /// Applies `actions` in order; returns the evictions' outcomes.
+    async fn all(&mut self, actions: &[Action], nodes: &[Node]) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        for action in actions {
+            match action {
+                Action::Cordon { node } => {
+                    self.patch(node, "cordon", json!({"spec": {"unschedulable": true}}))
+                        .await
+                }
+                Action::Taint { node, taint } => {
+                    let mut taints = current_taints(nodes, node);
+                    taints.push(taint.clone());
+                    self.patch_taints(nodes, node, "taint", taints).await;
+                }
+                Action::LabelForUpgrade { node, key, value } => {
+                    self.patch(
+                        node,
+                        "label for upgrade",
+                        json!({"metadata": {"labels": {key: value}}}),
+                    )
+                    .await
+                }
+                Action::Uncordon {
+                    node,
+                    remove_taint,
+                    remove_label,
+                } => {
+                    let mut patch = json!({"spec": {"unschedulable": null}});
+                    if let Some(key) = remove_label {
+                        patch["metadata"] = json!({"labels": {key: null}});
+                    }
+                    if let Some(t) = remove_taint {
+                        let taints: Vec<Taint> = current_taints(nodes, node)
+                            .into_iter()
+                            .filter(|x| !(x.key == t.key && x.effect == t.effect))
+                            .collect();
+                        patch["spec"]["taints"] = json!(taints);
+                        patch["metadata"]["resourceVersion"] = json!(resource_version(nodes, node));
+                    }
+                    self.patch(node, "uncordon", patch).await
+                }
+                Action::Evict { target, dry_run } => {
+                    let result = self.evict(target, *dry_run).await;
+                    outcomes.push(Outcome {
+                        target: target.clone(),
+                        result,
+                    });
+                }
+                Action::Report {
+                    node,
+                    type_,
+                    reason,
+                    message,
+                } => self.report(node, *type_, reason, message).await,
+            }
+        }
+        outcomes
+    }
+
+    async fn patch(&self, node: &str, step: &str, patch: serde_json::Value) {
+        match self
+            .nodes
+            .patch(node, &Self::params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::info!(node, "drain: {step}"),
+            // the engine sees the node as it is at the next step and decides again
+            Err(e) => tracing::warn!(node, error = %e, "drain: {step} failed; retried"),
+        }
+    }
+
+    /// The whole taint list, guarded by the resourceVersion it was computed from (a taint added
+    /// meanwhile by someone else is a 409, and the next step recomputes).
+    async fn patch_taints(&self, nodes: &[Node], node: &str, step: &str, taints: Vec<Taint>) {
+        let patch = json!({
+            "metadata": {"resourceVersion": resource_version(nodes, node)},
+            "spec": {"taints": taints},
+        });
+        self.patch(node, step, patch).await
+    }
+
+    async fn evict(&self, t: &EvictTarget, dry_run: bool) -> EvictionResult {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &t.pod.namespace);
+        let params = EvictParams {
+            delete_options: Some(DeleteParams {
+                dry_run,
+                preconditions: t.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            }),
+            post_options: PostParams {
+                dry_run,
+                ..PostParams::default()
+            },
+        };
+        let result = match api.evict(&t.pod.name, &params).await {
+            Ok(_) => EvictionResult::Evicted,
+            Err(kube::Error::Api(s)) if s.code == 404 => EvictionResult::Gone,
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                let details = s.details.as_ref();
+                // the budget's own words are in the cause; the top message is generic
+                let cause = details
+                    .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))
+                    .map(|c| c.message.clone());
+                let retry = details
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|&s| s > 0)
+                    .map(|s| SignedDuration::from_secs(i64::from(s)));
+                EvictionResult::TooManyRequests {
+                    message: cause.unwrap_or_else(|| s.message.clone()),
+                    retry_after: retry,
+                }
+            }
+            Err(kube::Error::Api(s)) => EvictionResult::Failed {
+                code: s.code,
+                message: s.message.clone(),
+            },
+            Err(e) => EvictionResult::Failed {
+                code: 0,
+                message: e.to_string(),
+            },
+        };
+        match &result {
+            EvictionResult::Evicted => {
+                tracing::info!(pod = %t.pod, node = %t.pod.node, pdb = ?t.pdb, dry_run, "drain: evicted")
+            }
+            EvictionResult::Gone => tracing::info!(pod = %t.pod, "drain: already gone"),
+            EvictionResult::TooManyRequests { message, .. } => {
+                tracing::info!(pod = %t.pod, pdb = ?t.pdb, "drain: eviction refused (429): {message}")
+            }
+            EvictionResult::Failed { code, message } => {
+                tracing::warn!(pod = %t.pod, code, "drain: eviction failed: {message}")
+            }
+        }
+        result
+    }
+
+    async fn report(&mut self, node: &str, type_: EventType, reason: &str, message: &str) {
+        match type_ {
+            EventType::Normal => tracing::info!(node, reason, "{message}"),
+            EventType::Warning => tracing::warn!(node, reason, "{message}"),
+        }
+        if !self.events || node.is_empty() {
+            return;
+        }
+        let event = Event {
+            type_: match type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1024).collect()),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        let on = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..ObjectReference::default()
+        };
+        if let Err(e) = self.recorder.publish(&event, &on).await {
+            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                tracing::info!(
+                    "the Events API is not served here: drain events go to the log only"
+                );
+                self.events = false;
+            } else {
+                tracing::debug!(error = %e, "publishing a drain event failed");
+            }
+        }
+    }
+}
+
+fn find<'a>(nodes: &'a [Node], name: &str) -> Option<&'a Node> {
+    nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(name))
+}
+
+fn current_taints(nodes: &[Node], node: &str) -> Vec<Taint> {
+    find(nodes, node)
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+fn resource_version(nodes: &[Node], node: &str) -> Option<String> {
+    find(nodes, node).and_then(|n| n.metadata.resource_version.clone())
+}

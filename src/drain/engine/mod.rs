@@ -1,0 +1,1378 @@
+//! The drain's execution engine (pure): one step of a rollout, upgrade domain by upgrade domain,
+//! with Service Fabric's monitored-upgrade knobs.
+//!
+//! [`decide`] takes the rollout's [`State`], what the caller observed (nodes, pods, budgets, the
+//! outcomes of the evictions it sent since the last step, the operator's resumes), the time and
+//! the [`Options`], and returns the next state and the [`Action`]s to apply. Per domain:
+//!
+//! 1. **cordon** every node (and taint it, with a taint option);
+//! 2. **phase 1**: evict the pods a PodDisruptionBudget protects, through the Eviction API only.
+//!    A 429 pauses the domain: the budget's message is kept, `Retry-After` is honoured, and
+//!    evictions resume only once the *observed* budget is current and allows a disruption again;
+//! 3. **phase 2**, once no protected pod is left on the domain's nodes: the rest, at most
+//!    [`Options::eviction_concurrency`] terminating at a time;
+//! 4. once no pod is left: the **hand-off** ([`Handoff`]);
+//! 5. the **health gate**: after [`Options::health_check_wait`], every affected budget current
+//!    and satisfied and every evicted group Ready again, held for the stable period; unhealthy
+//!    for [`Options::health_check_retry_timeout`] is a failure.
+//!
+//! A domain over [`Options::domain_timeout`], or the rollout over [`Options::rollout_timeout`],
+//! fails too; a failure pauses the rollout or aborts it ([`FailureAction`]). At most
+//! [`Options::max_unavailable_domains`] domains are between cordon and the end of their health
+//! gate at once. The state is plain data (serde): every decision is re-derived from it and the
+//! live view, so a restarted caller goes on where the last one stopped.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+pub use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Cluster, DomainOrder, DomainPlan, Plan, PlanOptions, PodRef, compare_generations, name,
+    namespace, node_domain, node_generation,
+};
+
+/// The label [`Handoff::Reboot`] and [`Handoff::Replace`] put on drained nodes by default, for an
+/// upgrade agent (e.g. a system-upgrade-controller Plan selecting it).
+pub const UPGRADE_LABEL: &str = "raygate.io/upgrade";
+/// Its default value.
+pub const UPGRADE_REQUESTED: &str = "requested";
+
+/// What a failure (a timeout, a health check that never passes) does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureAction {
+    /// Stop where it is (nodes stay cordoned) until the operator resumes; the timers restart.
+    #[default]
+    Pause,
+    /// End the rollout: uncordon (and untaint) the nodes of the domains not yet handed off.
+    Abort,
+}
+
+/// Who upgrades a drained domain's nodes, and what raygate waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Handoff {
+    /// Drain only: the nodes stay cordoned (and tainted) for the infrastructure to remove later.
+    #[default]
+    None,
+    /// Label the drained nodes `label=value` for an upgrade agent, wait until each is Ready at
+    /// the target generation, then uncordon it (and remove the taint and the label).
+    Reboot { label: String, value: String },
+    /// Label the drained nodes `label=value`; the infrastructure adds new nodes and deletes the
+    /// drained ones. Wait until the domain has as many Ready, schedulable nodes at the target
+    /// generation (other than the drained ones) as were drained.
+    Replace { label: String, value: String },
+}
+
+impl Handoff {
+    pub fn reboot() -> Self {
+        Handoff::Reboot {
+            label: UPGRADE_LABEL.into(),
+            value: UPGRADE_REQUESTED.into(),
+        }
+    }
+
+    pub fn replace() -> Self {
+        Handoff::Replace {
+            label: UPGRADE_LABEL.into(),
+            value: UPGRADE_REQUESTED.into(),
+        }
+    }
+
+    fn mark(&self) -> Option<(&str, &str)> {
+        match self {
+            Handoff::None => None,
+            Handoff::Reboot { label, value } | Handoff::Replace { label, value } => {
+                Some((label, value))
+            }
+        }
+    }
+}
+
+/// The knobs, with Service Fabric's monitored-upgrade semantics where SF has the knob.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// What to drain (the same options as the plan).
+    pub plan: PlanOptions,
+    /// SF `HealthCheckWaitDuration`: after the hand-off, wait this long before the first health
+    /// check.
+    pub health_check_wait: SignedDuration,
+    /// SF `HealthCheckStableDuration`: how long the domain must stay healthy before the next
+    /// one starts. `None`: the representatives' readiness probes (period × failureThreshold, the
+    /// slowest) plus [`Options::disruption_controller_lag`].
+    pub health_check_stable: Option<SignedDuration>,
+    /// SF `HealthCheckRetryTimeout`: unhealthy this long (since the checks began or since the
+    /// domain was last healthy) is a failure.
+    pub health_check_retry_timeout: SignedDuration,
+    /// SF `UpgradeDomainTimeout`: from cordon to the end of the health gate (`None`: no limit).
+    pub domain_timeout: Option<SignedDuration>,
+    /// SF `UpgradeTimeout`: the whole rollout (`None`: no limit).
+    pub rollout_timeout: Option<SignedDuration>,
+    /// SF `FailureAction` (Rollback/Manual → Abort/Pause).
+    pub failure_action: FailureAction,
+    /// Domains between cordon and the end of their health gate at once (at least 1).
+    pub max_unavailable_domains: usize,
+    /// SF's manual mode: pause after each domain's health gate until resumed.
+    pub manual: bool,
+    /// Pods of a domain terminating (evicted, not gone yet) at once (at least 1).
+    pub eviction_concurrency: usize,
+    /// How long the disruption controller takes to reflect a pod's readiness in its budget.
+    pub disruption_controller_lag: SignedDuration,
+    /// The health gate waits until every evicted group is Ready again (off: budgets only, e.g.
+    /// KubeRay, whose recreated replicas get new names).
+    pub wait_for_evicted_groups: bool,
+    /// After an eviction failed other than with a 429, wait this long before the domain's next.
+    pub eviction_retry: SignedDuration,
+    pub handoff: Handoff,
+    /// Server-side dry-run evictions only: no cordon, no wait, no hand-off, no health gate.
+    pub dry_run: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            plan: PlanOptions::default(),
+            health_check_wait: SignedDuration::ZERO,
+            health_check_stable: None,
+            health_check_retry_timeout: SignedDuration::from_mins(10),
+            domain_timeout: None,
+            rollout_timeout: None,
+            failure_action: FailureAction::Pause,
+            max_unavailable_domains: 1,
+            manual: false,
+            eviction_concurrency: 10,
+            disruption_controller_lag: SignedDuration::from_secs(10),
+            wait_for_evicted_groups: true,
+            eviction_retry: SignedDuration::from_secs(5),
+            handoff: Handoff::None,
+            dry_run: false,
+        }
+    }
+}
+
+/// Why the engine cannot start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error(
+        "the {handoff} hand-off waits for nodes at the target generation: give a node generation \
+         option (a label or a status.nodeInfo field, and a target)"
+    )]
+    HandoffNeedsGeneration { handoff: &'static str },
+}
+
+/// The rollout as a whole.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "phase")]
+pub enum Phase {
+    #[default]
+    Running,
+    /// A failure with [`FailureAction::Pause`]; resumed by the operator.
+    Paused {
+        reason: String,
+    },
+    /// A failure with [`FailureAction::Abort`]; final.
+    Failed {
+        reason: String,
+    },
+    Completed,
+}
+
+/// Where one domain is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Step {
+    #[default]
+    Pending,
+    /// Cordon, phase 1, phase 2, waiting for pods to go.
+    Draining,
+    HandingOff,
+    HealthCheck,
+    /// Manual mode: through the health gate, waiting for the operator.
+    AwaitingResume,
+    Done,
+    /// The rollout was aborted while this domain was in progress.
+    Aborted,
+}
+
+impl Step {
+    /// Past cordon and not yet through the health gate.
+    pub fn is_unavailable(self) -> bool {
+        matches!(self, Step::Draining | Step::HandingOff | Step::HealthCheck)
+    }
+}
+
+/// A pod whose eviction the API accepted (or, in a dry run, answered).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evicted {
+    /// `namespace/name`.
+    pub pod: String,
+    pub uid: Option<String>,
+    /// The budget that protected it (`namespace/name`), for a phase-1 pod.
+    pub pdb: Option<String>,
+    /// Its group (see [`PlanOptions::group_label`]).
+    pub group: Option<String>,
+    pub at: Timestamp,
+    /// Dry run: how the API answered, when it refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// A 429 that pauses a domain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    /// `namespace/name` of the budget.
+    pub pdb: String,
+    pub pod: String,
+    /// The API's message (the budget's: "needs N healthy pods and has M currently").
+    pub message: String,
+    pub since: Timestamp,
+    /// `Retry-After`, when the API sent one.
+    pub retry_after: Option<Timestamp>,
+}
+
+/// The health gate's clock.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    /// The first check (after the health-check wait).
+    pub checking_since: Option<Timestamp>,
+    /// Healthy without a break since.
+    pub healthy_since: Option<Timestamp>,
+    /// The last check that found it healthy.
+    pub last_healthy: Option<Timestamp>,
+    /// Each affected budget's `currentHealthy` at the last check: a drop restarts the stable
+    /// period even while the budget stays satisfied.
+    pub current_healthy: BTreeMap<String, i32>,
+}
+
+/// One upgrade domain's progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainState {
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub step: Step,
+    /// When it was started (cordon): the domain timeout runs from here.
+    pub started: Option<Timestamp>,
+    pub evicted: Vec<Evicted>,
+    pub refusal: Option<Refusal>,
+    /// After a failed eviction: no eviction before this time.
+    pub retry_at: Option<Timestamp>,
+    pub handed_off: Option<Timestamp>,
+    pub health: Health,
+    /// What it does or waits for, for people.
+    pub message: String,
+}
+
+/// The rollout's state: plain data, the only memory between steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    #[serde(flatten)]
+    pub phase: Phase,
+    pub started: Option<Timestamp>,
+    pub target_generation: Option<String>,
+    /// The stable period in force (computed once, at the first step).
+    pub stable: Option<SignedDuration>,
+    /// The operator's resumes taken into account (see [`Observation::resumes`]).
+    pub resumes: u64,
+    pub domains: Vec<DomainState>,
+    /// Why it waits (or what it does), one line.
+    pub waiting: String,
+}
+
+impl State {
+    /// The state before the first step of `plan`.
+    pub fn new(plan: &Plan, options: &Options) -> Result<State, EngineError> {
+        let handoff = match options.handoff {
+            Handoff::None => None,
+            Handoff::Reboot { .. } => Some("reboot"),
+            Handoff::Replace { .. } => Some("replace"),
+        };
+        if let Some(handoff) = handoff
+            && !options.dry_run
+            && (plan.target_generation.is_none() || options.plan.generation.is_none())
+        {
+            return Err(EngineError::HandoffNeedsGeneration { handoff });
+        }
+        Ok(State {
+            target_generation: plan.target_generation.clone(),
+            domains: plan
+                .domains
+                .iter()
+                .map(|d| DomainState {
+                    name: d.name.clone(),
+                    nodes: d.nodes.iter().map(|n| n.name.clone()).collect(),
+                    ..DomainState::default()
+                })
+                .collect(),
+            ..State::default()
+        })
+    }
+
+    /// Every node the rollout may act on.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.domains
+            .iter()
+            .flat_map(|d| d.nodes.iter().map(String::as_str))
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Completed | Phase::Failed { .. })
+    }
+}
+
+/// What the API answered to an eviction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictionResult {
+    /// 2xx.
+    Evicted,
+    /// 404: the pod is already gone.
+    Gone,
+    /// 429: a budget refused (or is still being processed). `retry_after` from the header.
+    TooManyRequests {
+        message: String,
+        retry_after: Option<SignedDuration>,
+    },
+    /// Anything else (e.g. 500 for a pod under two budgets, 403).
+    Failed { code: u16, message: String },
+}
+
+/// A pod to evict, with what the engine needs back with the outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictTarget {
+    pub pod: PodRef,
+    /// The uid the decision saw (sent as a precondition).
+    pub uid: Option<String>,
+    /// `namespace/name` of the budget protecting it (phase 1).
+    pub pdb: Option<String>,
+    pub group: Option<String>,
+}
+
+/// An eviction the caller sent, and its result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub target: EvictTarget,
+    pub result: EvictionResult,
+}
+
+/// What the caller observed since the last step.
+#[derive(Clone, Copy, Debug)]
+pub struct Observation<'a> {
+    pub nodes: &'a [Node],
+    pub pods: &'a [Pod],
+    pub pdbs: &'a [PodDisruptionBudget],
+    /// Outcomes of the evictions sent since the last step.
+    pub outcomes: &'a [Outcome],
+    /// How many times the operator asked to resume, ever (a counter: a restart that replays it
+    /// resumes nothing twice).
+    pub resumes: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// What to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// `spec.unschedulable=true`.
+    Cordon { node: String },
+    /// Add `taint` to the node.
+    Taint { node: String, taint: Taint },
+    /// Through the Eviction API, never a delete.
+    Evict { target: EvictTarget, dry_run: bool },
+    /// Hand the node to the upgrade agent: label `key=value`.
+    LabelForUpgrade {
+        node: String,
+        key: String,
+        value: String,
+    },
+    /// `spec.unschedulable` off, and remove the taint and the upgrade label if given.
+    Uncordon {
+        node: String,
+        remove_taint: Option<Taint>,
+        remove_label: Option<String>,
+    },
+    /// Tell people: an Event on `node` (and a log line).
+    Report {
+        node: String,
+        type_: EventType,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// One step: the next state and the actions to apply (see the module header).
+pub fn decide(
+    state: &State,
+    obs: &Observation,
+    now: Timestamp,
+    options: &Options,
+) -> (State, Vec<Action>) {
+    let mut step = Stepper {
+        s: state.clone(),
+        obs,
+        now,
+        o: options,
+        actions: Vec::new(),
+        pods: obs
+            .pods
+            .iter()
+            .map(|p| ((namespace(&p.metadata), name(&p.metadata)), p))
+            .collect(),
+    };
+    step.run();
+    (step.s, step.actions)
+}
+
+struct Stepper<'a> {
+    s: State,
+    obs: &'a Observation<'a>,
+    now: Timestamp,
+    o: &'a Options,
+    actions: Vec<Action>,
+    pods: HashMap<(&'a str, &'a str), &'a Pod>,
+}
+
+impl<'a> Stepper<'a> {
+    fn run(&mut self) {
+        if self.s.is_finished() {
+            return;
+        }
+        if self.s.started.is_none() {
+            self.s.started = Some(self.now);
+            self.s.stable = Some(match self.o.health_check_stable {
+                Some(stable) => stable,
+                None => self.derived_stable(),
+            });
+        }
+        self.take_outcomes();
+        self.take_resumes();
+        if self.s.phase == Phase::Running {
+            self.check_rollout_timeout();
+        }
+        if self.s.phase == Phase::Running {
+            for i in 0..self.s.domains.len() {
+                if self.s.domains[i].step.is_unavailable() {
+                    self.domain(i);
+                }
+                if self.s.phase != Phase::Running {
+                    break;
+                }
+            }
+        }
+        if self.s.phase == Phase::Running {
+            self.start_domains();
+        }
+        if self.s.phase == Phase::Running && self.s.domains.iter().all(|d| d.step == Step::Done) {
+            self.s.phase = Phase::Completed;
+            let node = self.s.nodes().next().unwrap_or_default().to_string();
+            self.report(
+                &node,
+                EventType::Normal,
+                "RolloutCompleted",
+                format!("every upgrade domain ({}) is done", self.s.domains.len()),
+            );
+        }
+        self.s.waiting = self.waiting_line();
+    }
+
+    fn stable(&self) -> SignedDuration {
+        self.s.stable.unwrap_or(SignedDuration::ZERO)
+    }
+
+    /// The slowest representative's readiness probe (period × failureThreshold, Kubernetes'
+    /// defaults for unset fields) plus the disruption controller's lag.
+    fn derived_stable(&self) -> SignedDuration {
+        let nodes: BTreeSet<&str> = self.s.nodes().collect();
+        let Some(plan) = replan(self.obs, &nodes, &self.o.plan, self.now) else {
+            return self.o.disruption_controller_lag;
+        };
+        let probe = plan
+            .domains
+            .iter()
+            .flat_map(|d| &d.phase1)
+            .filter_map(|p| {
+                self.pods
+                    .get(&(p.pod.namespace.as_str(), p.pod.name.as_str()))
+            })
+            .filter_map(|p| p.spec.as_ref())
+            .flat_map(|s| &s.containers)
+            .filter_map(|c| c.readiness_probe.as_ref())
+            .map(|p| {
+                i64::from(p.period_seconds.unwrap_or(10).max(1))
+                    * i64::from(p.failure_threshold.unwrap_or(3).max(1))
+            })
+            .max()
+            .unwrap_or(0);
+        SignedDuration::from_secs(probe) + self.o.disruption_controller_lag
+    }
+
+    fn domain_of_node(&self, node: &str) -> Option<usize> {
+        self.s
+            .domains
+            .iter()
+            .position(|d| d.nodes.iter().any(|n| n == node))
+    }
+
+    fn take_outcomes(&mut self) {
+        for outcome in self.obs.outcomes {
+            let t = &outcome.target;
+            let Some(i) = self.domain_of_node(&t.pod.node) else {
+                continue;
+            };
+            let now = self.now;
+            let record = |refused: Option<String>| Evicted {
+                pod: t.pod.to_string(),
+                uid: t.uid.clone(),
+                pdb: t.pdb.clone(),
+                group: t.group.clone(),
+                at: now,
+                refused,
+            };
+            match &outcome.result {
+                EvictionResult::Evicted | EvictionResult::Gone => {
+                    let r = record(None);
+                    let d = &mut self.s.domains[i];
+                    if !d.evicted.iter().any(|e| e.pod == r.pod && e.uid == r.uid) {
+                        d.evicted.push(r);
+                    }
+                }
+                EvictionResult::TooManyRequests { message, .. } if self.o.dry_run => {
+                    let r = record(Some(format!("429: {message}")));
+                    self.s.domains[i].evicted.push(r);
+                }
+                EvictionResult::TooManyRequests {
+                    message,
+                    retry_after,
+                } => {
+                    let pdb = t.pdb.clone().unwrap_or_default();
+                    let retry_after = retry_after.and_then(|d| self.now.checked_add(d).ok());
+                    let node = t.pod.node.clone();
+                    self.report(
+                        &node,
+                        EventType::Warning,
+                        "EvictionRefused",
+                        format!(
+                            "evicting {} refused by PodDisruptionBudget {pdb}: {message}; the \
+                             domain waits until the budget allows a disruption again",
+                            t.pod
+                        ),
+                    );
+                    self.s.domains[i].refusal = Some(Refusal {
+                        pdb,
+                        pod: t.pod.to_string(),
+                        message: message.clone(),
+                        since: self.now,
+                        retry_after,
+                    });
+                }
+                EvictionResult::Failed { code, message } if self.o.dry_run => {
+                    let r = record(Some(format!("{code}: {message}")));
+                    self.s.domains[i].evicted.push(r);
+                }
+                EvictionResult::Failed { code, message } => {
+                    let node = t.pod.node.clone();
+                    let retry = self.now.checked_add(self.o.eviction_retry).ok();
+                    self.report(
+                        &node,
+                        EventType::Warning,
+                        "EvictionFailed",
+                        format!("evicting {} failed ({code}): {message}", t.pod),
+                    );
+                    let d = &mut self.s.domains[i];
+                    d.retry_at = retry;
+                    d.message = format!("evicting {} failed ({code}): {message}", t.pod);
+                }
+            }
+        }
+    }
+
+    fn take_resumes(&mut self) {
+        if self.obs.resumes <= self.s.resumes {
+            return;
+        }
+        self.s.resumes = self.obs.resumes;
+        let was_paused = matches!(self.s.phase, Phase::Paused { .. });
+        let awaiting = self
+            .s
+            .domains
+            .iter()
+            .any(|d| d.step == Step::AwaitingResume);
+        if !was_paused && !awaiting {
+            return;
+        }
+        if was_paused {
+            self.s.phase = Phase::Running;
+            // a resumed rollout gets fresh timers (SF restarts the domain's timeout)
+            for d in self
+                .s
+                .domains
+                .iter_mut()
+                .filter(|d| d.step.is_unavailable())
+            {
+                d.started = Some(self.now);
+                d.health = Health::default();
+                d.refusal = None;
+                d.retry_at = None;
+            }
+            self.s.started = Some(self.now);
+        }
+        for d in &mut self.s.domains {
+            if d.step == Step::AwaitingResume {
+                d.step = Step::Done;
+                d.message = "done".into();
+            }
+        }
+        let node = self.s.nodes().next().unwrap_or_default().to_string();
+        self.report(
+            &node,
+            EventType::Normal,
+            "RolloutResumed",
+            "resumed by the operator".into(),
+        );
+    }
+
+    fn check_rollout_timeout(&mut self) {
+        if let (Some(limit), Some(started)) = (self.o.rollout_timeout, self.s.started)
+            && self.now.duration_since(started) >= limit
+        {
+            self.fail(format!(
+                "the rollout did not finish within its timeout ({})",
+                human(limit)
+            ));
+        }
+    }
+
+    fn start_domains(&mut self) {
+        if self
+            .s
+            .domains
+            .iter()
+            .any(|d| d.step == Step::AwaitingResume)
+        {
+            return;
+        }
+        let max = self.o.max_unavailable_domains.max(1);
+        while self.s.phase == Phase::Running
+            && self
+                .s
+                .domains
+                .iter()
+                .filter(|d| d.step.is_unavailable())
+                .count()
+                < max
+        {
+            let Some(i) = self.s.domains.iter().position(|d| d.step == Step::Pending) else {
+                return;
+            };
+            let d = &mut self.s.domains[i];
+            d.step = Step::Draining;
+            d.started = Some(self.now);
+            let (node, message) = (
+                d.nodes.first().cloned().unwrap_or_default(),
+                format!(
+                    "upgrade domain {} started: cordoning {} node(s)",
+                    d.name,
+                    d.nodes.len()
+                ),
+            );
+            self.report(&node, EventType::Normal, "DomainStarted", message);
+            self.domain(i);
+        }
+    }
+
+    /// One active domain.
+    fn domain(&mut self, i: usize) {
+        if let (Some(limit), Some(started)) = (self.o.domain_timeout, self.s.domains[i].started)
+            && self.now.duration_since(started) >= limit
+        {
+            let d = &self.s.domains[i];
+            self.fail(format!(
+                "upgrade domain {} did not finish within its timeout ({}): {}",
+                d.name,
+                human(limit),
+                d.message
+            ));
+            return;
+        }
+        match self.s.domains[i].step {
+            Step::Draining if self.o.dry_run => self.dry_run(i),
+            Step::Draining => self.drain(i),
+            Step::HandingOff => self.hand_off(i),
+            Step::HealthCheck => self.health_gate(i),
+            _ => {}
+        }
+    }
+
+    fn domain_plan(&self, i: usize) -> Option<DomainPlan> {
+        let nodes: BTreeSet<&str> = self.s.domains[i].nodes.iter().map(String::as_str).collect();
+        replan(self.obs, &nodes, &self.o.plan, self.now)?
+            .domains
+            .into_iter()
+            .next()
+    }
+
+    fn pod(&self, p: &PodRef) -> Option<&'a Pod> {
+        self.pods
+            .get(&(p.namespace.as_str(), p.name.as_str()))
+            .copied()
+    }
+
+    fn target(&self, pod: &PodRef, pdb: Option<&str>, group: Option<String>) -> EvictTarget {
+        EvictTarget {
+            pod: pod.clone(),
+            uid: self.pod(pod).and_then(|p| p.metadata.uid.clone()),
+            pdb: pdb.map(|b| format!("{}/{b}", pod.namespace)),
+            group,
+        }
+    }
+
+    fn group_of(&self, pod: &PodRef) -> Option<String> {
+        let key = self.o.plan.group_label.as_ref()?;
+        self.pod(pod)?.metadata.labels.as_ref()?.get(key).cloned()
+    }
+
+    fn drain(&mut self, i: usize) {
+        let Some(plan) = self.domain_plan(i) else {
+            // every node of the domain is gone: nothing left to drain
+            self.drained(i);
+            return;
+        };
+        // 1. cordon (and taint), observed before anything is evicted
+        let mut cordoning = 0;
+        for n in &plan.nodes {
+            if n.cordon {
+                self.actions.push(Action::Cordon {
+                    node: n.name.clone(),
+                });
+            }
+            if let Some(taint) = &n.taint {
+                self.actions.push(Action::Taint {
+                    node: n.name.clone(),
+                    taint: taint.clone(),
+                });
+            }
+            cordoning += usize::from(n.cordon || n.taint.is_some());
+        }
+        if cordoning > 0 {
+            self.s.domains[i].message = format!("cordoning {cordoning} node(s)");
+            return;
+        }
+        if plan.is_blocked() {
+            self.s.domains[i].message =
+                format!("blocked (nothing evicted): {}", plan.errors().join("; "));
+            return;
+        }
+        // 2. a refusal holds the domain until the budget allows a disruption again
+        if let Some(refusal) = self.s.domains[i].refusal.clone() {
+            match self.refusal_lifted(&refusal) {
+                Ok(()) => {
+                    let node = self.s.domains[i].nodes.first().cloned().unwrap_or_default();
+                    self.report(
+                        &node,
+                        EventType::Normal,
+                        "EvictionResumed",
+                        format!(
+                            "PodDisruptionBudget {} allows a disruption again after {}",
+                            refusal.pdb,
+                            human(self.now.duration_since(refusal.since))
+                        ),
+                    );
+                    self.s.domains[i].refusal = None;
+                }
+                Err(why) => {
+                    self.s.domains[i].message = format!(
+                        "paused: PodDisruptionBudget {} refused evicting {}: {} ({why})",
+                        refusal.pdb, refusal.pod, refusal.message
+                    );
+                    return;
+                }
+            }
+        }
+        if let Some(at) = self.s.domains[i].retry_at {
+            if at > self.now {
+                return;
+            }
+            self.s.domains[i].retry_at = None;
+        }
+        // 3. phase 1, then phase 2, at most `eviction_concurrency` terminating at once
+        let terminating = plan
+            .phase1
+            .iter()
+            .map(|p| &p.pod)
+            .chain(&plan.phase2)
+            .filter(|p| {
+                self.pod(p)
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+            })
+            .count();
+        let room = self
+            .o
+            .eviction_concurrency
+            .max(1)
+            .saturating_sub(terminating);
+        let (targets, what, left): (Vec<EvictTarget>, &str, usize) = if !plan.phase1.is_empty() {
+            let targets = plan
+                .phase1
+                .iter()
+                .filter(|p| !self.is_terminating(&p.pod))
+                .map(|p| self.target(&p.pod, Some(&p.pdb), self.group_of(&p.pod)))
+                .collect();
+            (targets, "protected", plan.phase1.len())
+        } else {
+            let targets = plan
+                .phase2
+                .iter()
+                .filter(|p| !self.is_terminating(p))
+                .map(|p| self.target(p, None, self.group_of(p)))
+                .collect();
+            (targets, "unprotected", plan.phase2.len())
+        };
+        if left == 0 {
+            self.drained(i);
+            return;
+        }
+        for target in targets.into_iter().take(room) {
+            self.actions.push(Action::Evict {
+                target,
+                dry_run: false,
+            });
+        }
+        self.s.domains[i].message = format!(
+            "evicting {what} pods: {left} left on the domain's nodes ({terminating} terminating)"
+        );
+    }
+
+    fn is_terminating(&self, p: &PodRef) -> bool {
+        self.pod(p)
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+    }
+
+    /// Whether a 429 no longer holds: `Retry-After` passed and the observed budget is current
+    /// and allows a disruption.
+    fn refusal_lifted(&self, r: &Refusal) -> Result<(), String> {
+        if let Some(at) = r.retry_after
+            && at > self.now
+        {
+            return Err(format!("Retry-After until {at}"));
+        }
+        let Some(pdb) = self
+            .obs
+            .pdbs
+            .iter()
+            .find(|b| crate::meta::key(&b.metadata) == r.pdb)
+        else {
+            // the budget is gone: nothing refuses any more
+            return Ok(());
+        };
+        let status = pdb.status.as_ref();
+        let observed = status.and_then(|s| s.observed_generation);
+        if observed != pdb.metadata.generation {
+            return Err("the budget's status is not current".into());
+        }
+        let allowed = status.and_then(|s| s.disruptions_allowed).unwrap_or(0);
+        if allowed <= 0 {
+            return Err(format!(
+                "{} disruptions allowed; needs {} healthy, has {}",
+                allowed.max(0),
+                status.and_then(|s| s.desired_healthy).unwrap_or(0),
+                status.and_then(|s| s.current_healthy).unwrap_or(0)
+            ));
+        }
+        Ok(())
+    }
+
+    fn drained(&mut self, i: usize) {
+        let d = &mut self.s.domains[i];
+        d.step = Step::HandingOff;
+        d.message = "drained".into();
+        let (node, message) = (
+            d.nodes.first().cloned().unwrap_or_default(),
+            format!(
+                "upgrade domain {} drained ({} pod(s) evicted)",
+                d.name,
+                d.evicted.len()
+            ),
+        );
+        self.report(&node, EventType::Normal, "DomainDrained", message);
+        self.hand_off(i);
+    }
+
+    fn dry_run(&mut self, i: usize) {
+        let Some(plan) = self.domain_plan(i) else {
+            self.s.domains[i].step = Step::Done;
+            return;
+        };
+        let tried: BTreeSet<String> = self.s.domains[i]
+            .evicted
+            .iter()
+            .map(|e| e.pod.clone())
+            .collect();
+        let targets: Vec<EvictTarget> = plan
+            .phase1
+            .iter()
+            .map(|p| self.target(&p.pod, Some(&p.pdb), self.group_of(&p.pod)))
+            .chain(
+                plan.phase2
+                    .iter()
+                    .map(|p| self.target(p, None, self.group_of(p))),
+            )
+            .filter(|t| !tried.contains(&t.pod.to_string()))
+            .collect();
+        if targets.is_empty() {
+            let d = &mut self.s.domains[i];
+            d.step = Step::Done;
+            let refused = d.evicted.iter().filter(|e| e.refused.is_some()).count();
+            d.message = format!(
+                "dry run: {} eviction(s) sent, {refused} refused",
+                d.evicted.len()
+            );
+            return;
+        }
+        for target in targets {
+            self.actions.push(Action::Evict {
+                target,
+                dry_run: true,
+            });
+        }
+        self.s.domains[i].message = "dry run: evicting".into();
+    }
+
+    fn hand_off(&mut self, i: usize) {
+        let done = match &self.o.handoff {
+            Handoff::None => true,
+            Handoff::Reboot { label, value } => self.reboot(i, label, value),
+            Handoff::Replace { label, value } => self.replace(i, label, value),
+        };
+        if done {
+            let d = &mut self.s.domains[i];
+            d.step = Step::HealthCheck;
+            d.handed_off = Some(self.now);
+            d.health = Health::default();
+            d.message = "health check".into();
+            let (node, message) = (
+                d.nodes.first().cloned().unwrap_or_default(),
+                format!("upgrade domain {} handed off; health check follows", d.name),
+            );
+            self.report(&node, EventType::Normal, "DomainHandedOff", message);
+            self.health_gate(i);
+        }
+    }
+
+    fn node(&self, name: &str) -> Option<&'a Node> {
+        self.obs
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+    }
+
+    /// Whether the node's generation is at (or past) the target.
+    fn at_target(&self, node: &Node) -> bool {
+        let (Some(target), Some(generation)) = (&self.s.target_generation, &self.o.plan.generation)
+        else {
+            return false;
+        };
+        node_generation(node, &generation.source)
+            .is_some_and(|g| compare_generations(g, target) != std::cmp::Ordering::Less)
+    }
+
+    fn label_for_upgrade(&mut self, node: &Node, label: &str, value: &str) {
+        if !has_label(node, label, value) {
+            self.actions.push(Action::LabelForUpgrade {
+                node: name(&node.metadata).to_string(),
+                key: label.to_string(),
+                value: value.to_string(),
+            });
+        }
+    }
+
+    fn reboot(&mut self, i: usize, label: &str, value: &str) -> bool {
+        let names = self.s.domains[i].nodes.clone();
+        let mut waiting = Vec::new();
+        for n in &names {
+            let Some(node) = self.node(n) else {
+                waiting.push(format!("{n} (gone)"));
+                continue;
+            };
+            if !self.at_target(node) {
+                self.label_for_upgrade(node, label, value);
+                waiting.push(format!("{n} (upgrading)"));
+                continue;
+            }
+            if !node_ready(node) {
+                waiting.push(format!("{n} (not Ready)"));
+                continue;
+            }
+            let taint = self.o.plan.taint.clone().filter(|t| has_taint(node, t));
+            let mark = node
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(label))
+                .then(|| label.to_string());
+            if is_cordoned(node) || taint.is_some() || mark.is_some() {
+                self.actions.push(Action::Uncordon {
+                    node: n.clone(),
+                    remove_taint: taint,
+                    remove_label: mark,
+                });
+                waiting.push(format!("{n} (uncordoning)"));
+            }
+        }
+        self.s.domains[i].message = format!("reboot: waiting for {}", waiting.join(", "));
+        waiting.is_empty()
+    }
+
+    fn replace(&mut self, i: usize, label: &str, value: &str) -> bool {
+        let d = &self.s.domains[i];
+        let drained: BTreeSet<String> = d.nodes.iter().cloned().collect();
+        let domain = d.name.clone();
+        for n in &drained {
+            if let Some(node) = self.node(n)
+                && !self.at_target(node)
+            {
+                let node = node.clone();
+                self.label_for_upgrade(&node, label, value);
+            }
+        }
+        let new = self
+            .obs
+            .nodes
+            .iter()
+            .filter(|n| !drained.contains(name(&n.metadata)))
+            .filter(|n| node_domain(n, &self.o.plan.domain_label) == Some(domain.as_str()))
+            .filter(|n| node_ready(n) && !is_cordoned(n) && self.at_target(n))
+            .count();
+        self.s.domains[i].message = format!(
+            "replace: {new} of {} new node(s) Ready at the target generation",
+            drained.len()
+        );
+        new >= drained.len()
+    }
+
+    fn health_gate(&mut self, i: usize) {
+        let Some(handed_off) = self.s.domains[i].handed_off else {
+            return;
+        };
+        let wait_until = handed_off
+            .checked_add(self.o.health_check_wait)
+            .unwrap_or(handed_off);
+        if self.now < wait_until {
+            self.s.domains[i].message = format!("health check wait until {wait_until}");
+            return;
+        }
+        let (problems, counts) = self.health_problems(i);
+        let stable = self.stable();
+        let now = self.now;
+        let d = &mut self.s.domains[i];
+        let checking_since = *d.health.checking_since.get_or_insert(now);
+        let dropped = counts
+            .iter()
+            .any(|(k, v)| d.health.current_healthy.get(k).is_some_and(|old| v < old));
+        d.health.current_healthy = counts;
+        if !problems.is_empty() || dropped {
+            d.health.healthy_since = None;
+        }
+        if !problems.is_empty() {
+            let since = d.health.last_healthy.unwrap_or(checking_since);
+            let why = problems.join("; ");
+            d.message = format!("waiting for health: {why}");
+            if now.duration_since(since) >= self.o.health_check_retry_timeout {
+                let reason = format!(
+                    "upgrade domain {} stayed unhealthy for the health check retry timeout ({}): {why}",
+                    d.name,
+                    human(self.o.health_check_retry_timeout)
+                );
+                self.fail(reason);
+            }
+            return;
+        }
+        d.health.last_healthy = Some(now);
+        let since = *d.health.healthy_since.get_or_insert(now);
+        let held = now.duration_since(since);
+        if held < stable {
+            d.message = format!(
+                "healthy for {} of the stable period {}",
+                human(held),
+                human(stable)
+            );
+            return;
+        }
+        let node = d.nodes.first().cloned().unwrap_or_default();
+        let name = d.name.clone();
+        if self.o.manual {
+            d.step = Step::AwaitingResume;
+            d.message = "healthy; manual mode: waiting for the operator to resume".into();
+        } else {
+            d.step = Step::Done;
+            d.message = "done".into();
+        }
+        self.report(
+            &node,
+            EventType::Normal,
+            "DomainHealthy",
+            format!(
+                "upgrade domain {name} stayed healthy for {}{}",
+                human(stable),
+                if self.o.manual {
+                    "; manual mode: resume to go on"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+
+    /// What keeps the domain from being healthy, and each affected budget's `currentHealthy`.
+    fn health_problems(&self, i: usize) -> (Vec<String>, BTreeMap<String, i32>) {
+        let d = &self.s.domains[i];
+        let mut problems = Vec::new();
+        let mut counts = BTreeMap::new();
+        let budgets: BTreeSet<&str> = d.evicted.iter().filter_map(|e| e.pdb.as_deref()).collect();
+        for key in budgets {
+            let Some(pdb) = self
+                .obs
+                .pdbs
+                .iter()
+                .find(|b| crate::meta::key(&b.metadata) == key)
+            else {
+                continue; // a deleted budget protects nothing
+            };
+            let Some(status) = &pdb.status else {
+                problems.push(format!("PodDisruptionBudget {key} has no status yet"));
+                continue;
+            };
+            if status.observed_generation != pdb.metadata.generation {
+                problems.push(format!("PodDisruptionBudget {key} is not current"));
+                continue;
+            }
+            let (current, desired) = (
+                status.current_healthy.unwrap_or(0),
+                status.desired_healthy.unwrap_or(0),
+            );
+            counts.insert(key.to_string(), current);
+            if current < desired {
+                problems.push(format!(
+                    "PodDisruptionBudget {key} needs {desired} healthy pods and has {current}"
+                ));
+            }
+        }
+        // groups only: a pod without a group value is covered by its budget (a ReplicaSet's
+        // replacement has a new name, so there is nothing to wait for by name)
+        if let (true, Some(key)) = (self.o.wait_for_evicted_groups, &self.o.plan.group_label) {
+            let groups: BTreeSet<(&str, &str)> = d
+                .evicted
+                .iter()
+                .filter_map(|e| {
+                    let ns = e.pod.split_once('/').map_or("", |(ns, _)| ns);
+                    Some((ns, e.group.as_deref()?))
+                })
+                .collect();
+            for (ns, group) in groups {
+                let mut members = self
+                    .obs
+                    .pods
+                    .iter()
+                    .filter(|p| namespace(&p.metadata) == ns)
+                    .filter(|p| {
+                        p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(key))
+                            .map(String::as_str)
+                            == Some(group)
+                    })
+                    .peekable();
+                let ready = members.peek().is_some() && members.all(pod_serving);
+                if !ready {
+                    problems.push(format!("group {group} is not Ready again"));
+                }
+            }
+        }
+        (problems, counts)
+    }
+
+    /// A failure: pause or abort, as configured.
+    fn fail(&mut self, reason: String) {
+        let node = self.s.nodes().next().unwrap_or_default().to_string();
+        match self.o.failure_action {
+            FailureAction::Pause => {
+                self.report(
+                    &node,
+                    EventType::Warning,
+                    "RolloutPaused",
+                    format!("{reason}; paused until resumed"),
+                );
+                self.s.phase = Phase::Paused { reason };
+            }
+            FailureAction::Abort => {
+                self.report(
+                    &node,
+                    EventType::Warning,
+                    "RolloutAborted",
+                    format!("{reason}; aborted"),
+                );
+                self.abort();
+                self.s.phase = Phase::Failed { reason };
+            }
+        }
+    }
+
+    /// Gives back the nodes of the domains not handed off yet.
+    fn abort(&mut self) {
+        for i in 0..self.s.domains.len() {
+            if self.s.domains[i].step != Step::Draining
+                && self.s.domains[i].step != Step::HandingOff
+            {
+                continue;
+            }
+            self.s.domains[i].step = Step::Aborted;
+            for n in self.s.domains[i].nodes.clone() {
+                let Some(node) = self.node(&n) else { continue };
+                let taint = self.o.plan.taint.clone().filter(|t| has_taint(node, t));
+                let mark = self.o.handoff.mark().and_then(|(key, _)| {
+                    node.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(key))
+                        .then(|| key.to_string())
+                });
+                if is_cordoned(node) || taint.is_some() || mark.is_some() {
+                    self.actions.push(Action::Uncordon {
+                        node: n,
+                        remove_taint: taint,
+                        remove_label: mark,
+                    });
+                }
+            }
+        }
+    }
+
+    fn report(&mut self, node: &str, type_: EventType, reason: &'static str, message: String) {
+        self.actions.push(Action::Report {
+            node: node.to_string(),
+            type_,
+            reason,
+            message,
+        });
+    }
+
+    fn waiting_line(&self) -> String {
+        match &self.s.phase {
+            Phase::Completed => return "completed".into(),
+            Phase::Failed { reason } => return format!("failed: {reason}"),
+            Phase::Paused { reason } => return format!("paused: {reason}"),
+            Phase::Running => {}
+        }
+        let active: Vec<String> = self
+            .s
+            .domains
+            .iter()
+            .filter(|d| d.step.is_unavailable() || d.step == Step::AwaitingResume)
+            .map(|d| format!("domain {}: {}", d.name, d.message))
+            .collect();
+        active.join(" | ")
+    }
+}
+
+/// The plan of `nodes` only, as they are now (no generation filter: the targets are fixed).
+fn replan(
+    obs: &Observation,
+    nodes: &BTreeSet<&str>,
+    options: &PlanOptions,
+    now: Timestamp,
+) -> Option<Plan> {
+    let node_objects: Vec<Node> = obs
+        .nodes
+        .iter()
+        .filter(|n| nodes.contains(name(&n.metadata)))
+        .cloned()
+        .collect();
+    if node_objects.is_empty() {
+        return None;
+    }
+    let pods: Vec<Pod> = obs
+        .pods
+        .iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| nodes.contains(n))
+        })
+        .cloned()
+        .collect();
+    let options = PlanOptions {
+        node_selector: String::new(),
+        generation: None,
+        order: DomainOrder::Name,
+        ..options.clone()
+    };
+    super::plan(&Cluster::new(&node_objects, &pods, obs.pdbs), &options, now).ok()
+}
+
+fn has_label(node: &Node, key: &str, value: &str) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .is_some_and(|v| v == value)
+}
+
+fn has_taint(node: &Node, taint: &Taint) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key == taint.key && t.effect == taint.effect)
+        })
+}
+
+/// `spec.unschedulable`.
+pub fn is_cordoned(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// The node's Ready condition is True.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Ready and not being deleted.
+fn pod_serving(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `1h2m3s`-style, whole seconds.
+fn human(d: SignedDuration) -> String {
+    let s = d.as_secs().max(0);
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}

@@ -1,0 +1,871 @@
+//! The engine step by step on a small world the tests apply the actions to.
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition, Probe};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use proptest::prelude::*;
+
+use super::*;
+use crate::drain::testing::{NodeExt, PdbExt, PodExt, UD, int, node, pdb, pod};
+use crate::drain::{Generation, GenerationSource, GenerationTarget, plan};
+
+const GROUP: &str = "group";
+
+fn t0() -> Timestamp {
+    Timestamp::from_second(1_767_225_600).unwrap()
+}
+
+fn secs(s: i64) -> SignedDuration {
+    SignedDuration::from_secs(s)
+}
+
+fn ready(mut p: Pod) -> Pod {
+    p.status.get_or_insert_default().conditions = Some(vec![PodCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        ..PodCondition::default()
+    }]);
+    p
+}
+
+fn ready_node(n: Node) -> Node {
+    let mut n = n;
+    n.status.get_or_insert_default().conditions =
+        Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]);
+    n
+}
+
+fn member(name: &str, node: &str, group: &str, leader: bool) -> Pod {
+    let p = pod(&format!("ns/{name}"), node).label(GROUP, group);
+    let mut p = if leader { p.label("role", "leader") } else { p };
+    p.metadata.uid = Some(format!("uid-{name}"));
+    ready(p)
+}
+
+/// Two domains: `a` (nodes a1, a2: group ga, leader on a1, worker on a2, plus an unprotected
+/// pod) and `b` (node b1: group gb). One budget over the leaders, one disruption allowed.
+struct World {
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+    pdbs: Vec<PodDisruptionBudget>,
+    outcomes: Vec<Outcome>,
+    resumes: u64,
+    now: Timestamp,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            nodes: ["a1", "a2"]
+                .iter()
+                .map(|n| ready_node(node(n, "a")))
+                .chain([ready_node(node("b1", "b"))])
+                .collect(),
+            pods: vec![
+                member("ga-0", "a1", "ga", true),
+                member("ga-1", "a2", "ga", false),
+                ready(pod("ns/web", "a2")),
+                member("gb-0", "b1", "gb", true),
+                member("gb-1", "b1", "gb", false),
+            ],
+            pdbs: vec![pdb("ns/leaders", &[("role", "leader")]).observed(2, 1)],
+            outcomes: vec![],
+            resumes: 0,
+            now: t0(),
+        }
+    }
+
+    fn options() -> Options {
+        Options {
+            plan: PlanOptions {
+                domain_label: UD.into(),
+                group_label: Some(GROUP.into()),
+                ..PlanOptions::default()
+            },
+            health_check_stable: Some(secs(30)),
+            ..Options::default()
+        }
+    }
+
+    fn start(&self, options: &Options) -> State {
+        let p = plan(
+            &Cluster::new(&self.nodes, &self.pods, &self.pdbs),
+            &options.plan,
+            self.now,
+        )
+        .unwrap();
+        State::new(&p, options).unwrap()
+    }
+
+    fn step(&mut self, state: &State, options: &Options) -> (State, Vec<Action>) {
+        let obs = Observation {
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pdbs: &self.pdbs,
+            outcomes: &self.outcomes,
+            resumes: self.resumes,
+        };
+        let out = decide(state, &obs, self.now, options);
+        self.outcomes.clear();
+        out
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .unwrap()
+    }
+
+    /// Applies the actions; evictions are answered by `answer` (accepted ones mark the pod
+    /// terminating).
+    fn apply(&mut self, actions: &[Action], answer: impl Fn(&EvictTarget) -> EvictionResult) {
+        for a in actions {
+            match a {
+                Action::Cordon { node } => {
+                    self.node_mut(node)
+                        .spec
+                        .get_or_insert_default()
+                        .unschedulable = Some(true)
+                }
+                Action::Taint { node, taint } => self
+                    .node_mut(node)
+                    .spec
+                    .get_or_insert_default()
+                    .taints
+                    .get_or_insert_default()
+                    .push(taint.clone()),
+                Action::LabelForUpgrade { node, key, value } => {
+                    let n = self.node_mut(node);
+                    n.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .insert(key.clone(), value.clone());
+                }
+                Action::Uncordon {
+                    node,
+                    remove_taint,
+                    remove_label,
+                } => {
+                    let n = self.node_mut(node);
+                    let spec = n.spec.get_or_insert_default();
+                    spec.unschedulable = None;
+                    if let (Some(t), Some(ts)) = (remove_taint, spec.taints.as_mut()) {
+                        ts.retain(|x| x.key != t.key);
+                    }
+                    if let (Some(l), Some(ls)) = (remove_label, n.metadata.labels.as_mut()) {
+                        ls.remove(l);
+                    }
+                }
+                Action::Evict { target, .. } => {
+                    let result = answer(target);
+                    if result == EvictionResult::Evicted {
+                        let now = self.now;
+                        if let Some(p) = self
+                            .pods
+                            .iter_mut()
+                            .find(|p| p.metadata.name.as_deref() == Some(&target.pod.name))
+                        {
+                            p.metadata.deletion_timestamp = Some(Time(now));
+                        }
+                    }
+                    self.outcomes.push(Outcome {
+                        target: target.clone(),
+                        result,
+                    });
+                }
+                Action::Report { .. } => {}
+            }
+        }
+    }
+
+    /// Terminating pods finish.
+    fn terminate(&mut self) {
+        self.pods
+            .retain(|p| p.metadata.deletion_timestamp.is_none());
+    }
+
+    fn advance(&mut self, s: i64) {
+        self.now += secs(s);
+    }
+
+    fn set_healthy(&mut self, current: i32, desired: i32) {
+        let st = self.pdbs[0].status.get_or_insert_default();
+        st.current_healthy = Some(current);
+        st.desired_healthy = Some(desired);
+        st.disruptions_allowed = Some((current - desired).max(0));
+    }
+}
+
+fn evicted(_: &EvictTarget) -> EvictionResult {
+    EvictionResult::Evicted
+}
+
+fn evictions(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Evict { target, .. } => Some(target.pod.name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cordons(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Cordon { node } => Some(node.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reasons(actions: &[Action]) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Report { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs the world through domain a's drain (everything accepted, pods gone at once) up to the
+/// start of its health check.
+fn drain_domain_a(w: &mut World, o: &Options) -> State {
+    let mut s = w.start(o);
+    for _ in 0..10 {
+        let (next, actions) = w.step(&s, o);
+        w.apply(&actions, evicted);
+        w.terminate();
+        s = next;
+        if s.domains[0].step == Step::HealthCheck {
+            return s;
+        }
+        w.advance(1);
+    }
+    panic!("domain a never reached its health check: {s:?}");
+}
+
+/// The group ga comes back Ready on domain b's node... b1 is not cordoned yet: recreate there.
+fn ga_recovers(w: &mut World) {
+    w.pods.push(member("ga-0", "b1", "ga", true));
+    w.pods.push(member("ga-1", "b1", "ga", false));
+    w.set_healthy(2, 1);
+}
+
+#[test]
+fn the_first_step_cordons_the_first_domain_only_and_evicts_nothing_until_the_cordon_shows() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = w.start(&o);
+    let (s, actions) = w.step(&s, &o);
+    assert_eq!(cordons(&actions), ["a1", "a2"]);
+    assert!(evictions(&actions).is_empty());
+    assert_eq!(s.domains[0].step, Step::Draining);
+    assert_eq!(s.domains[1].step, Step::Pending);
+    assert!(reasons(&actions).contains(&"DomainStarted"));
+    // the cordon is not observed yet: the same again, still no eviction
+    let (_, again) = w.step(&s, &o);
+    assert_eq!(cordons(&again), ["a1", "a2"]);
+    assert!(evictions(&again).is_empty());
+}
+
+#[test]
+fn protected_pods_go_first_and_the_rest_only_once_they_are_gone() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = w.start(&o);
+    let (s, actions) = w.step(&s, &o);
+    w.apply(&actions, evicted);
+    let (s, actions) = w.step(&s, &o);
+    assert_eq!(evictions(&actions), ["ga-0"], "phase 1: the leader only");
+    w.apply(&actions, evicted);
+    // the leader terminates slowly: no phase-2 eviction while it is still there
+    let (s, actions) = w.step(&s, &o);
+    assert!(evictions(&actions).is_empty(), "{actions:?}");
+    assert!(
+        s.domains[0].message.contains("protected"),
+        "{}",
+        s.domains[0].message
+    );
+    w.terminate();
+    let (s, actions) = w.step(&s, &o);
+    assert_eq!(evictions(&actions), ["ga-1", "web"]);
+    assert_eq!(s.domains[0].evicted.len(), 1);
+}
+
+#[test]
+fn phase_two_keeps_at_most_the_concurrency_terminating() {
+    let mut w = World::new();
+    let o = Options {
+        eviction_concurrency: 1,
+        ..World::options()
+    };
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    w.terminate();
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-1"]);
+    w.apply(&a, evicted);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty(), "ga-1 is still terminating");
+    w.terminate();
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["web"]);
+}
+
+#[test]
+fn a_429_pauses_the_domain_until_retry_after_and_the_observed_budget_allows_again() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    let (s, a) = w.step(&s, &o);
+    let message = "The disruption budget leaders needs 1 healthy pods and has 1 currently";
+    w.apply(&a, |_| EvictionResult::TooManyRequests {
+        message: message.into(),
+        retry_after: Some(secs(10)),
+    });
+    w.set_healthy(1, 1);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert!(reasons(&a).contains(&"EvictionRefused"));
+    let refusal = s.domains[0].refusal.clone().unwrap();
+    assert_eq!(refusal.pdb, "ns/leaders");
+    assert_eq!(refusal.message, message);
+    assert!(s.waiting.contains(message), "{}", s.waiting);
+    // the budget allows again, but Retry-After has not passed
+    w.set_healthy(2, 1);
+    w.advance(5);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    // Retry-After passed, but the budget (observed) allows nothing
+    w.set_healthy(1, 1);
+    w.advance(10);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert!(s.waiting.contains("0 disruptions allowed"), "{}", s.waiting);
+    // a stale budget status does not lift it either
+    w.set_healthy(2, 1);
+    w.pdbs[0].metadata.generation = Some(2);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    w.pdbs[0].metadata.generation = Some(1);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    assert!(reasons(&a).contains(&"EvictionResumed"));
+    assert!(s.domains[0].refusal.is_none());
+}
+
+#[test]
+fn the_health_gate_waits_for_budgets_groups_and_the_stable_period() {
+    let mut w = World::new();
+    let o = Options {
+        health_check_wait: secs(10),
+        ..World::options()
+    };
+    let s = drain_domain_a(&mut w, &o);
+    w.set_healthy(1, 1);
+    // within the wait: no check yet
+    let (s, _) = w.step(&s, &o);
+    assert!(
+        s.domains[0].message.contains("wait"),
+        "{}",
+        s.domains[0].message
+    );
+    w.advance(10);
+    let (s, a) = w.step(&s, &o);
+    assert!(cordons(&a).is_empty(), "domain b waits");
+    assert!(
+        s.waiting.contains("group ga is not Ready again"),
+        "{}",
+        s.waiting
+    );
+    ga_recovers(&mut w);
+    let (s, _) = w.step(&s, &o);
+    let healthy_since = s.domains[0].health.healthy_since.unwrap();
+    w.advance(29);
+    let (s, a) = w.step(&s, &o);
+    assert!(cordons(&a).is_empty(), "29 s of a 30 s stable period");
+    // a drop in currentHealthy restarts the stable period even though still satisfied
+    w.set_healthy(1, 1);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].health.healthy_since, Some(w.now), "restarted");
+    assert!(w.now > healthy_since);
+    w.set_healthy(2, 1);
+    w.advance(29);
+    let (s, a) = w.step(&s, &o);
+    assert!(
+        cordons(&a).is_empty(),
+        "29 s into the restarted stable period"
+    );
+    w.advance(1);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::Done);
+    assert_eq!(cordons(&a), ["b1"], "the next domain starts");
+    assert!(reasons(&a).contains(&"DomainHealthy"));
+}
+
+#[test]
+fn the_default_stable_period_is_the_slowest_representative_probe_plus_the_lag() {
+    let mut w = World::new();
+    for p in w.pods.iter_mut().filter(|p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("role"))
+    }) {
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe {
+            period_seconds: Some(5),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        });
+    }
+    // a worker's slower probe does not count: workers are not representatives
+    w.pods[1].spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe {
+        period_seconds: Some(60),
+        ..Probe::default()
+    });
+    let o = Options {
+        health_check_stable: None,
+        disruption_controller_lag: secs(7),
+        ..World::options()
+    };
+    let s = w.start(&o);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.stable, Some(secs(22)));
+}
+
+#[test]
+fn an_unhealthy_domain_fails_after_the_retry_timeout() {
+    let mut w = World::new();
+    let o = Options {
+        health_check_retry_timeout: secs(60),
+        ..World::options()
+    };
+    let s = drain_domain_a(&mut w, &o);
+    w.advance(59);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.phase, Phase::Running);
+    w.advance(1);
+    let (s, a) = w.step(&s, &o);
+    assert!(matches!(&s.phase, Phase::Paused { reason } if reason.contains("retry timeout")));
+    assert!(reasons(&a).contains(&"RolloutPaused"));
+}
+
+#[test]
+fn a_domain_timeout_pauses_and_a_resume_restarts_its_timer() {
+    let mut w = World::new();
+    let o = Options {
+        domain_timeout: Some(secs(300)),
+        ..World::options()
+    };
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, |_| EvictionResult::TooManyRequests {
+        message: "needs 1 has 1".into(),
+        retry_after: None,
+    });
+    w.set_healthy(1, 1);
+    w.advance(300);
+    let (s, a) = w.step(&s, &o);
+    assert!(
+        matches!(&s.phase, Phase::Paused { reason } if reason.contains("domain a did not finish")),
+        "{:?}",
+        s.phase
+    );
+    assert!(evictions(&a).is_empty());
+    // paused: nothing happens, even when the budget allows again
+    w.set_healthy(2, 1);
+    w.advance(10);
+    let (s, a) = w.step(&s, &o);
+    assert!(a.is_empty(), "{a:?}");
+    w.resumes = 1;
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(s.phase, Phase::Running);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    assert_eq!(s.domains[0].started, Some(w.now));
+    // the same resume counter again resumes nothing twice
+    let (s2, _) = w.step(&s, &o);
+    assert_eq!(s2.resumes, 1);
+}
+
+#[test]
+fn a_domain_timeout_with_abort_uncordons_the_domain_and_ends_the_rollout() {
+    let mut w = World::new();
+    let o = Options {
+        domain_timeout: Some(secs(300)),
+        failure_action: FailureAction::Abort,
+        ..World::options()
+    };
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, |_| EvictionResult::TooManyRequests {
+        message: "needs 1 has 1".into(),
+        retry_after: None,
+    });
+    w.advance(300);
+    let (s, a) = w.step(&s, &o);
+    assert!(matches!(s.phase, Phase::Failed { .. }), "{:?}", s.phase);
+    let uncordoned: Vec<&str> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Uncordon { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uncordoned, ["a1", "a2"]);
+    assert_eq!(s.domains[0].step, Step::Aborted);
+    assert_eq!(s.domains[1].step, Step::Pending);
+    let (_, a) = w.step(&s, &o);
+    assert!(a.is_empty(), "a failed rollout does nothing more");
+}
+
+fn generation_options(handoff: Handoff) -> Options {
+    let mut o = World::options();
+    o.plan.generation = Some(Generation {
+        source: GenerationSource::Label("gen".into()),
+        target: GenerationTarget::Value("2".into()),
+    });
+    o.handoff = handoff;
+    o
+}
+
+fn with_generations(w: &mut World) {
+    for n in &mut w.nodes {
+        let l = n.metadata.labels.get_or_insert_default();
+        l.insert("gen".into(), "1".into());
+    }
+}
+
+#[test]
+fn reboot_labels_the_drained_nodes_waits_for_the_target_generation_and_uncordons() {
+    let o = generation_options(Handoff::reboot());
+    let mut w = World::new();
+    with_generations(&mut w);
+    let mut s = w.start(&o);
+    let mut labelled = vec![];
+    for _ in 0..5 {
+        let (next, a) = w.step(&s, &o);
+        labelled.extend(a.iter().filter_map(|a| match a {
+            Action::LabelForUpgrade { node, key, value } => Some(format!("{node} {key}={value}")),
+            _ => None,
+        }));
+        w.apply(&a, evicted);
+        w.terminate();
+        s = next;
+    }
+    assert_eq!(s.domains[0].step, Step::HandingOff);
+    assert_eq!(
+        labelled,
+        [
+            "a1 raygate.io/upgrade=requested",
+            "a2 raygate.io/upgrade=requested"
+        ]
+    );
+    // a1 comes back at the target generation, Ready; a2 is still rebooting (NotReady)
+    w.node_mut("a1")
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("gen".into(), "2".into());
+    let a2 = w.node_mut("a2");
+    a2.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("gen".into(), "2".into());
+    a2.status.as_mut().unwrap().conditions = None;
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Uncordon {
+                    node, remove_label, ..
+                } => Some((node.as_str(), remove_label.clone())),
+                _ => None,
+            })
+            .collect::<Vec<_>>(),
+        [("a1", Some(UPGRADE_LABEL.to_string()))]
+    );
+    w.apply(&a, evicted);
+    assert_eq!(s.domains[0].step, Step::HandingOff);
+    assert!(s.waiting.contains("a2 (not Ready)"), "{}", s.waiting);
+    *w.node_mut("a2") = ready_node(w.node_mut("a2").clone());
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::HealthCheck);
+    assert!(!is_cordoned(w.node_mut("a2")));
+}
+
+#[test]
+fn replace_waits_until_the_domain_has_new_nodes_at_the_target_generation() {
+    let mut w = World::new();
+    with_generations(&mut w);
+    let o = generation_options(Handoff::replace());
+    let mut s = w.start(&o);
+    for _ in 0..5 {
+        let (next, a) = w.step(&s, &o);
+        w.apply(&a, evicted);
+        w.terminate();
+        s = next;
+    }
+    assert_eq!(s.domains[0].step, Step::HandingOff);
+    w.nodes
+        .push(ready_node(node("a1-g2", "a")).label("gen", "2"));
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::HandingOff, "1 of 2 new nodes");
+    assert!(s.waiting.contains("1 of 2"), "{}", s.waiting);
+    w.nodes
+        .push(ready_node(node("a2-g2", "a")).label("gen", "2"));
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::HealthCheck);
+}
+
+#[test]
+fn a_reboot_or_replace_hand_off_needs_a_generation() {
+    let w = World::new();
+    let mut o = World::options();
+    o.handoff = Handoff::reboot();
+    let p = plan(&Cluster::new(&w.nodes, &w.pods, &w.pdbs), &o.plan, w.now).unwrap();
+    assert_eq!(
+        State::new(&p, &o),
+        Err(EngineError::HandoffNeedsGeneration { handoff: "reboot" })
+    );
+}
+
+#[test]
+fn none_leaves_the_nodes_cordoned_and_tainted() {
+    let mut w = World::new();
+    let mut o = World::options();
+    o.plan.taint = Some(crate::drain::testing::taint(
+        "raygate.io/outdated",
+        "NoSchedule",
+    ));
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    let taints = a
+        .iter()
+        .filter(|a| matches!(a, Action::Taint { .. }))
+        .count();
+    assert_eq!(taints, 2);
+    assert!(evictions(&a).is_empty(), "not before the taints show");
+    w.apply(&a, evicted);
+    let mut s = s;
+    for _ in 0..4 {
+        let (next, a) = w.step(&s, &o);
+        assert!(!a.iter().any(|a| matches!(a, Action::Uncordon { .. })));
+        w.apply(&a, evicted);
+        w.terminate();
+        s = next;
+    }
+    assert_eq!(s.domains[0].step, Step::HealthCheck);
+    assert!(is_cordoned(w.node_mut("a1")));
+}
+
+#[test]
+fn manual_mode_waits_for_a_resume_after_each_domain() {
+    let mut w = World::new();
+    let o = Options {
+        manual: true,
+        health_check_stable: Some(SignedDuration::ZERO),
+        ..World::options()
+    };
+    let s = drain_domain_a(&mut w, &o);
+    ga_recovers(&mut w);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::AwaitingResume);
+    assert!(cordons(&a).is_empty());
+    assert!(s.waiting.contains("manual"), "{}", s.waiting);
+    w.resumes = 1;
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::Done);
+    assert_eq!(cordons(&a), ["b1"]);
+}
+
+#[test]
+fn two_unavailable_domains_start_together() {
+    let mut w = World::new();
+    let o = Options {
+        max_unavailable_domains: 2,
+        ..World::options()
+    };
+    let s = w.start(&o);
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(cordons(&a), ["a1", "a2", "b1"]);
+}
+
+#[test]
+fn a_dry_run_sends_dry_run_evictions_of_both_phases_and_touches_no_node() {
+    let mut w = World::new();
+    let o = Options {
+        dry_run: true,
+        ..World::options()
+    };
+    let mut s = w.start(&o);
+    let mut sent = vec![];
+    for _ in 0..4 {
+        let (next, a) = w.step(&s, &o);
+        assert!(cordons(&a).is_empty());
+        assert!(
+            a.iter()
+                .all(|a| !matches!(a, Action::Evict { dry_run: false, .. }))
+        );
+        sent.extend(evictions(&a));
+        w.apply(&a, |_| EvictionResult::Evicted);
+        // a dry run changes nothing on the server
+        for p in &mut w.pods {
+            p.metadata.deletion_timestamp = None;
+        }
+        s = next;
+    }
+    assert_eq!(sent, ["ga-0", "ga-1", "web", "gb-0", "gb-1"]);
+    assert_eq!(s.phase, Phase::Completed);
+}
+
+#[test]
+fn the_state_round_trips_through_json() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = drain_domain_a(&mut w, &o);
+    let text = serde_json::to_string(&s).unwrap();
+    let back: State = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, s);
+    assert!(text.contains("\"phase\":\"running\""), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// property: the engine's invariants over random worlds and random API answers
+
+#[derive(Clone, Debug)]
+struct Script {
+    /// Pods per domain: (leader?, node index within the domain).
+    pods: Vec<Vec<bool>>,
+    /// Per step: the answer to evictions (0 accept, 1 429, 2 500), whether terminating pods
+    /// finish, whether the budget recovers.
+    steps: Vec<(u8, bool, bool)>,
+    max_unavailable: usize,
+    concurrency: usize,
+}
+
+fn script() -> impl Strategy<Value = Script> {
+    (
+        prop::collection::vec(prop::collection::vec(any::<bool>(), 0..5), 1..5),
+        prop::collection::vec((0u8..3, any::<bool>(), any::<bool>()), 1..60),
+        1usize..3,
+        1usize..4,
+    )
+        .prop_map(|(pods, steps, max_unavailable, concurrency)| Script {
+            pods,
+            steps,
+            max_unavailable,
+            concurrency,
+        })
+}
+
+fn world_of(script: &Script) -> World {
+    let mut w = World::new();
+    w.nodes = (0..script.pods.len())
+        .flat_map(|d| (0..2).map(move |i| ready_node(node(&format!("n{d}-{i}"), &format!("d{d}")))))
+        .collect();
+    // a node outside the plan's selection
+    w.nodes
+        .push(ready_node(node("other", "d0")).label("keep", "yes"));
+    w.pods = script
+        .pods
+        .iter()
+        .enumerate()
+        .flat_map(|(d, pods)| {
+            pods.iter().enumerate().map(move |(i, &leader)| {
+                member(
+                    &format!("p{d}-{i}"),
+                    &format!("n{d}-{}", i % 2),
+                    &format!("g{d}-{i}"),
+                    leader,
+                )
+            })
+        })
+        .chain([member("other-0", "other", "x", true)])
+        .collect();
+    w.pdbs = vec![
+        pdb("ns/leaders", &[("role", "leader")])
+            .max_unavailable(int(1))
+            .observed(3, 2),
+    ];
+    w
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn no_phase_two_eviction_while_protected_pods_remain_domains_stay_bounded_and_only_planned_nodes_are_touched(script in script()) {
+        let mut w = world_of(&script);
+        let mut o = World::options();
+        o.plan.node_selector = "keep!=yes".into();
+        o.max_unavailable_domains = script.max_unavailable;
+        o.eviction_concurrency = script.concurrency;
+        o.health_check_stable = Some(secs(5));
+        let mut s = w.start(&o);
+        let planned: BTreeSet<String> = s.nodes().map(String::from).collect();
+        prop_assert!(!planned.contains("other"));
+        for &(answer, finish, recover) in &script.steps {
+            let (next, actions) = w.step(&s, &o);
+            // never more than max_unavailable domains between cordon and the end of the gate
+            let unavailable = next.domains.iter().filter(|d| d.step.is_unavailable()).count();
+            prop_assert!(unavailable <= script.max_unavailable, "{next:?}");
+            for a in &actions {
+                let node = match a {
+                    Action::Cordon { node } | Action::Taint { node, .. }
+                    | Action::LabelForUpgrade { node, .. } | Action::Uncordon { node, .. } => node.clone(),
+                    Action::Evict { target, .. } => target.pod.node.clone(),
+                    Action::Report { .. } => continue,
+                };
+                prop_assert!(planned.contains(&node), "{a:?} acts outside the plan");
+                if let Action::Evict { target, .. } = a {
+                    // the pod's node is cordoned (as observed) before it is evicted
+                    let n = w.nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node.as_str())).unwrap();
+                    prop_assert!(is_cordoned(n), "{a:?} on an uncordoned node");
+                    if target.pdb.is_none() {
+                        // phase 2: no protected pod of the domain is left on its nodes
+                        let d = next.domains.iter().find(|d| d.nodes.contains(&node)).unwrap();
+                        let protected_left = w.pods.iter().any(|p| {
+                            p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| d.nodes.contains(n))
+                                && p.metadata.labels.as_ref().is_some_and(|l| l.contains_key("role"))
+                        });
+                        prop_assert!(!protected_left, "{a:?} while a protected pod remains");
+                    }
+                }
+            }
+            w.apply(&actions, |_| match answer {
+                0 => EvictionResult::Evicted,
+                1 => EvictionResult::TooManyRequests { message: "needs 2 has 2".into(), retry_after: None },
+                _ => EvictionResult::Failed { code: 500, message: "boom".into() },
+            });
+            if finish {
+                w.terminate();
+            }
+            if recover {
+                w.set_healthy(3, 2);
+            } else {
+                w.set_healthy(2, 2);
+            }
+            w.advance(3);
+            s = next;
+        }
+    }
+}
