@@ -69,7 +69,12 @@ pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
     let mut forbidden = vec![None; ix.workloads.len()];
     let mut pass = one_pass(ix, forbidden.clone());
     for _ in 0..MAX_RETRIES {
-        let extra = pass.reclaimable();
+        let mut extra = std::mem::take(&mut pass.conflicts);
+        for (v, by) in pass.reclaimable() {
+            if !extra.iter().any(|&(x, _)| x == v) {
+                extra.push((v, by));
+            }
+        }
         if extra.is_empty() {
             break;
         }
@@ -221,6 +226,13 @@ struct Pass<'a> {
     usage: Usage,
     /// Holders per ClusterQueue at the start of the pass: preemption candidates.
     admitted_by_cq: Vec<Vec<usize>>,
+    /// Holders per ClusterQueue, the pass's admissions included.
+    holders_now: Vec<Vec<usize>>,
+    /// Per Workload admitted in this pass: its ClusterQueue and usage.
+    admitted_now: Vec<Option<(usize, Charges)>>,
+    /// (admitted in this pass, pending Workload whose preemption in this pass would pick it):
+    /// the pass is redone without that admission (see [`run`]).
+    conflicts: Vec<(usize, usize)>,
     decisions: Vec<Decision>,
     /// Finished in this pass (a replaced slice): holds nothing.
     gone: Vec<bool>,
@@ -256,6 +268,9 @@ impl<'a> Pass<'a> {
         Pass {
             ix,
             usage,
+            holders_now: admitted_by_cq.clone(),
+            admitted_now: vec![None; n],
+            conflicts: Vec::new(),
             admitted_by_cq,
             decisions: Vec::new(),
             gone: vec![false; n],
@@ -456,6 +471,8 @@ impl<'a> Pass<'a> {
                 replaced_by: w.key.clone(),
             });
         }
+        self.holders_now[c].push(i);
+        self.admitted_now[i] = Some((c, a.totals.clone()));
         self.newly.push((i, c, a.totals));
     }
 
@@ -479,6 +496,24 @@ impl<'a> Pass<'a> {
             short: &a.short,
             spare,
         };
+        if !self.newly.is_empty() {
+            // Kueue, one cycle later, would count this pass's admissions as candidates (the most
+            // recently admitted first): one it would pick is not admitted in this pass after all
+            let ex = Exclusions {
+                gone: &self.gone,
+                evicting: &self.evicting,
+                admitted: &self.admitted_now,
+            };
+            let all = preemption::targets(ix, &mut self.usage, &self.holders_now, &p, &ex);
+            for v in all {
+                if self.admitted_now[v.workload].is_some()
+                    && !ix.workloads[v.workload].preemptor
+                    && !self.conflicts.iter().any(|&(x, _)| x == v.workload)
+                {
+                    self.conflicts.push((v.workload, i));
+                }
+            }
+        }
         let ex = Exclusions {
             gone: &self.gone,
             evicting: &self.evicting,
@@ -573,16 +608,12 @@ impl Pass<'_> {
         if self.newly.is_empty() {
             return Vec::new();
         }
-        let mut admitted: Vec<preemption::Holding> = vec![None; ix.workloads.len()];
-        let mut by_cq = self.admitted_by_cq.clone();
-        for (i, c, totals) in &self.newly {
-            admitted[*i] = Some((*c, totals.as_slice()));
-            by_cq[*c].push(*i);
-        }
+        let admitted = &self.admitted_now;
+        let by_cq = &self.holders_now;
         let ex = Exclusions {
             gone: &self.gone,
             evicting: &self.evicting,
-            admitted: &admitted,
+            admitted,
         };
         // per ClusterQueue: the lowest priority admitted in this pass
         let mut lowest: Vec<Option<i32>> = vec![None; ix.q.cqs.len()];
@@ -630,7 +661,7 @@ impl Pass<'_> {
                 short: &a.short,
                 spare: None,
             };
-            for v in preemption::targets(ix, &mut usage, &by_cq, &p, &ex) {
+            for v in preemption::targets(ix, &mut usage, by_cq, &p, &ex) {
                 // a Workload that preempted for this room keeps it (else it would preempt again)
                 if admitted[v.workload].is_some()
                     && !ix.workloads[v.workload].preemptor
