@@ -263,6 +263,9 @@ impl Scheduler {
             changed = true;
             self.refresh(i);
         }
+        if self.index.order.is_none() {
+            self.index.sort_queues();
+        }
         changed
     }
 
@@ -292,12 +295,16 @@ impl Scheduler {
 
     fn refresh(&mut self, i: usize) {
         let old_key = std::mem::take(&mut self.index.workloads[i].key);
+        let old_place = self.index.queue_key(i);
         let info = self.index.q.derive(&self.snapshot.workloads[i]);
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
         self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };
         if rekey {
             self.index.reindex_keys();
+        } else if self.index.queue_key(i) != old_place {
+            // it moved in its queue (or to another): sort again before the next pass
+            self.index.order = None;
         }
     }
 }
