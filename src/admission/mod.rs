@@ -245,10 +245,14 @@ impl Scheduler {
             {
                 // only QuotaReserved=False changes: admission reads only whether it preempts
                 let s = w.status.get_or_insert_with(WorkloadStatus::default);
-                changed |= status::apply_pending_in_place(s, generation, reason, message, now);
-                if message.contains(workloads::PREEMPTOR_MARK) != self.index.workloads[i].preemptor
-                {
-                    self.refresh(i);
+                // unchanged: the entry was derived from this very message
+                if status::apply_pending_in_place(s, generation, reason, message, now) {
+                    changed = true;
+                    if message.contains(workloads::PREEMPTOR_MARK)
+                        != self.index.workloads[i].preemptor
+                    {
+                        self.refresh(i);
+                    }
                 }
                 continue;
             }
