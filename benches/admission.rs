@@ -102,6 +102,15 @@ fn peak_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// CPU time this thread has run, from `/proc/thread-self/schedstat` (first field, ns): on a
+/// machine shared with other jobs it is steadier than wall time.
+fn cpu_time() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(Duration::from_nanos(
+        s.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
 /// Resets VmHWM so each shape reports its own peak (Linux `clear_refs` value 5).
 fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
@@ -137,6 +146,7 @@ fn run(shape: &Shape) {
     let mut cycle_times: Vec<Duration> = Vec::new();
     let mut running: Vec<String> = Vec::new();
     let wall = Instant::now();
+    let cpu = cpu_time();
     let mut now = start() + SignedDuration::from_secs(3600);
     loop {
         cycles += 1;
@@ -184,6 +194,7 @@ fn run(shape: &Shape) {
         }
     }
     let wall = wall.elapsed();
+    let cpu = cpu.zip(cpu_time()).map(|(a, b)| b.saturating_sub(a));
     let finished = sched
         .snapshot()
         .workloads
@@ -205,6 +216,13 @@ fn run(shape: &Shape) {
         in_cycle.as_secs_f64(),
         in_apply.as_secs_f64()
     );
+    match cpu {
+        Some(cpu) => println!(
+            "  whole workload CPU time  {:>10.3} s  (this thread on a CPU)",
+            cpu.as_secs_f64()
+        ),
+        None => println!("  whole workload CPU time  unavailable"),
+    }
     println!("  cycles                   {cycles:>10}");
     println!(
         "  cycle time p50 / p99     {:>10.3} ms / {:.3} ms",

@@ -69,7 +69,12 @@ pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
     let mut forbidden = vec![None; ix.workloads.len()];
     let mut pass = one_pass(ix, forbidden.clone());
     for _ in 0..MAX_RETRIES {
-        let extra = pass.reclaimable();
+        let mut extra = std::mem::take(&mut pass.conflicts);
+        for (v, by) in pass.reclaimable() {
+            if !extra.iter().any(|&(x, _)| x == v) {
+                extra.push((v, by));
+            }
+        }
         if extra.is_empty() {
             break;
         }
@@ -106,29 +111,32 @@ fn one_pass(ix: &Index, forbidden: Vec<Option<usize>>) -> Pass<'_> {
 /// keeps it at the front of its queue until its victims are gone), then priority (higher first),
 /// then the queue order time, then the key (by rank).
 fn nominate(ix: &Index) -> (Vec<usize>, Vec<Vec<usize>>) {
-    let mut stray = Vec::new();
-    let mut order: Vec<_> = Vec::new();
-    for &i in &ix.sorted {
-        let w = &ix.workloads[i];
-        if !w.is_pending() {
-            continue;
-        }
-        match &w.target {
-            Ok(t) => order.push((
-                t.cq,
-                !w.preemptor,
-                std::cmp::Reverse(w.priority),
-                w.order_time,
-                ix.rank[i],
-                i,
-            )),
-            Err(_) => stray.push(i),
-        }
-    }
-    order.sort_unstable();
+    let stray: Vec<usize> = ix
+        .sorted
+        .iter()
+        .copied()
+        .filter(|&i| ix.workloads[i].is_pending() && ix.workloads[i].target.is_err())
+        .collect();
     let mut queues = vec![Vec::new(); ix.q.cqs.len()];
-    for (c, _, _, _, _, i) in order {
-        queues[c].push(i);
+    let mut place = |i: usize| {
+        if let Ok(t) = &ix.workloads[i].target
+            && ix.workloads[i].is_pending()
+        {
+            queues[t.cq].push(i);
+        }
+    };
+    match &ix.order {
+        Some(order) => order.iter().for_each(|&i| place(i)),
+        None => {
+            let mut keyed: Vec<_> = ix
+                .sorted
+                .iter()
+                .filter(|&&i| ix.workloads[i].is_pending())
+                .filter_map(|&i| ix.queue_key(i))
+                .collect();
+            keyed.sort_unstable();
+            keyed.into_iter().for_each(|k| place(k.5));
+        }
     }
     (stray, queues)
 }
@@ -215,12 +223,91 @@ enum Block {
     HeldBack,
 }
 
+/// How many shapes per ClusterQueue [`Memo`] remembers.
+const MEMO_WIDTH: usize = 8;
+
+/// What a pass decided for a Workload that changed nothing, reused for the next Workload of the
+/// same ClusterQueue with the same PodSets (and, for a pending one, the same standing in
+/// preemption) while nothing changed in its cohort tree: a pass looks at thousands of pending
+/// Workloads of a few shapes against the same usage. Decisions are exactly those computed
+/// afresh; only the work is saved.
+struct Memo {
+    /// Per cohort tree root: bumped when usage, victims or the pass's admissions change in it.
+    epoch: Vec<u64>,
+    /// Per ClusterQueue: (a Workload, epoch, whether it would borrow).
+    borrows: Vec<Vec<(usize, u64, bool)>>,
+    /// Per ClusterQueue: (a Workload left pending without any change, epoch, its message).
+    pending: Vec<Vec<(usize, u64, String)>>,
+}
+
+impl Memo {
+    fn new(ix: &Index) -> Self {
+        Memo {
+            epoch: vec![0; ix.q.tree.nodes.len()],
+            borrows: vec![Vec::new(); ix.q.cqs.len()],
+            pending: vec![Vec::new(); ix.q.cqs.len()],
+        }
+    }
+
+    fn epoch(&self, ix: &Index, c: usize) -> u64 {
+        self.epoch[ix.q.cqs[c].root]
+    }
+
+    fn changed(&mut self, ix: &Index, c: usize) {
+        self.epoch[ix.q.cqs[c].root] += 1;
+    }
+
+    /// A remembered entry for `i` in `c` at the current epoch, `same` telling which Workloads
+    /// stand for `i`; stale entries are dropped.
+    fn find<T>(
+        entries: &mut Vec<(usize, u64, T)>,
+        epoch: u64,
+        same: impl Fn(usize) -> bool,
+    ) -> Option<&T> {
+        entries.retain(|e| e.1 == epoch);
+        entries.iter().find(|e| same(e.0)).map(|e| &e.2)
+    }
+
+    fn remember<T>(entries: &mut Vec<(usize, u64, T)>, entry: (usize, u64, T)) {
+        if entries.len() >= MEMO_WIDTH {
+            entries.remove(0);
+        }
+        entries.push(entry);
+    }
+}
+
+/// Same PodSets (names, counts, requests, node selectors).
+fn same_podsets(ix: &Index, a: usize, b: usize) -> bool {
+    a == b
+        || matches!(
+            (&ix.workloads[a].podsets, &ix.workloads[b].podsets),
+            (Ok(x), Ok(y)) if x == y
+        )
+}
+
+/// Same PodSets, and the same standing as a preemptor in ClusterQueue `c`: priority, and the
+/// queue order time where `withinClusterQueue` compares it.
+fn same_standing(ix: &Index, c: usize, a: usize, b: usize) -> bool {
+    let (x, y) = (&ix.workloads[a], &ix.workloads[b]);
+    x.priority == y.priority
+        && (ix.q.cqs[c].within != WithinClusterQueue::LowerOrNewerEqualPriority
+            || x.order_time == y.order_time)
+        && same_podsets(ix, a, b)
+}
+
 /// One pass in progress: usage as decided so far and what happened to each Workload.
 struct Pass<'a> {
     ix: &'a Index,
     usage: Usage,
     /// Holders per ClusterQueue at the start of the pass: preemption candidates.
     admitted_by_cq: Vec<Vec<usize>>,
+    /// Holders per ClusterQueue, the pass's admissions included.
+    holders_now: Vec<Vec<usize>>,
+    /// Per Workload admitted in this pass: its ClusterQueue and usage.
+    admitted_now: Vec<Option<(usize, Charges)>>,
+    /// (admitted in this pass, pending Workload whose preemption in this pass would pick it):
+    /// the pass is redone without that admission (see [`run`]).
+    conflicts: Vec<(usize, usize)>,
     decisions: Vec<Decision>,
     /// Finished in this pass (a replaced slice): holds nothing.
     gone: Vec<bool>,
@@ -236,6 +323,7 @@ struct Pass<'a> {
     blocked: Vec<Option<(usize, Block)>>,
     /// Not admitted in this pass: the Workload that could preempt it in the next one.
     forbidden: Vec<Option<usize>>,
+    memo: Memo,
 }
 
 impl<'a> Pass<'a> {
@@ -256,6 +344,9 @@ impl<'a> Pass<'a> {
         Pass {
             ix,
             usage,
+            holders_now: admitted_by_cq.clone(),
+            admitted_now: vec![None; n],
+            conflicts: Vec::new(),
             admitted_by_cq,
             decisions: Vec::new(),
             gone: vec![false; n],
@@ -269,6 +360,7 @@ impl<'a> Pass<'a> {
             newly: Vec::new(),
             blocked: vec![None; q.cqs.len()],
             forbidden,
+            memo: Memo::new(ix),
         }
     }
 
@@ -298,16 +390,22 @@ impl<'a> Pass<'a> {
     /// Whether Workload `i`, queued in ClusterQueue `c`, would borrow if admitted on the usage
     /// as it stands (Kueue's `Assignment.Borrows()`, computed at nomination): it needs more of
     /// some (flavor, resource) than is left of the ClusterQueue's own nominal quota.
-    fn borrows(&self, i: usize, c: usize) -> bool {
+    fn borrows(&mut self, i: usize, c: usize) -> bool {
         let ix = self.ix;
         let Ok(podsets) = &ix.workloads[i].podsets else {
             return false;
         };
+        let epoch = self.memo.epoch(ix, c);
+        if let Some(&b) = Memo::find(&mut self.memo.borrows[c], epoch, |r| same_podsets(ix, r, i)) {
+            return b;
+        }
         let a = flavors::assign(&ix.q, &self.usage, c, podsets, None);
-        a.mode != Mode::NoFit
+        let b = a.mode != Mode::NoFit
             && a.need
                 .iter()
-                .any(|&(fr, need)| self.usage.get(c, fr) + need > ix.q.tree.nodes[c].subtree[fr])
+                .any(|&(fr, need)| self.usage.get(c, fr) + need > ix.q.tree.nodes[c].subtree[fr]);
+        Memo::remember(&mut self.memo.borrows[c], (i, epoch, b));
+        b
     }
 
     /// Kueue's `processEntry` for one pending Workload: admit it if it fits, else preempt for it
@@ -332,6 +430,17 @@ impl<'a> Pass<'a> {
             self.blocked[c] = Some((i, Block::HeldBack));
             return Outcome::Stop;
         }
+        let epoch = self.memo.epoch(ix, c);
+        let memo = w.replaces.is_none();
+        if memo
+            && let Some(message) = Memo::find(&mut self.memo.pending[c], epoch, |r| {
+                same_standing(ix, c, r, i)
+            })
+        {
+            let message = message.clone();
+            self.decisions.push(pending(w, reason::PENDING, message));
+            return self.after_pending(i, c);
+        }
         // a replacement slice: the slice it replaces, if that one still holds quota
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
         let old = spare.filter(|&o| {
@@ -353,17 +462,26 @@ impl<'a> Pass<'a> {
             .as_ref()
             .map(|f| flavors::message(&ix.q, c, f, replacing.as_ref().map(|r| r.key)))
             .unwrap_or_default();
-        let mut outcome = Outcome::Continue;
         if a.mode == Mode::Preempt && self.preempt(i, c, &a, spare, &mut message) {
+            self.memo.changed(ix, c);
             self.blocked[c] = Some((i, Block::Preempting));
-            outcome = Outcome::Stop;
+            self.decisions.push(pending(w, reason::PENDING, message));
+            return Outcome::Stop;
+        }
+        if memo {
+            Memo::remember(&mut self.memo.pending[c], (i, epoch, message.clone()));
         }
         self.decisions.push(pending(w, reason::PENDING, message));
-        if outcome == Outcome::Continue && ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
+        self.after_pending(i, c)
+    }
+
+    /// A Workload left pending without preempting: a StrictFIFO queue waits behind it.
+    fn after_pending(&mut self, i: usize, c: usize) -> Outcome {
+        if self.ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
             self.blocked[c] = Some((i, Block::StrictFifo));
-            outcome = Outcome::Stop;
+            return Outcome::Stop;
         }
-        outcome
+        Outcome::Continue
     }
 
     /// The ClusterQueue and PodSets of a Workload that may be admitted now, or why it may not
@@ -438,6 +556,7 @@ impl<'a> Pass<'a> {
     ) {
         let ix = self.ix;
         let w = &ix.workloads[i];
+        self.memo.changed(ix, c);
         charge(&ix.q, &mut self.usage, c, &a.totals, true);
         self.decisions.push(Decision::Admit {
             workload: w.key.clone(),
@@ -456,6 +575,8 @@ impl<'a> Pass<'a> {
                 replaced_by: w.key.clone(),
             });
         }
+        self.holders_now[c].push(i);
+        self.admitted_now[i] = Some((c, a.totals.clone()));
         self.newly.push((i, c, a.totals));
     }
 
@@ -479,6 +600,24 @@ impl<'a> Pass<'a> {
             short: &a.short,
             spare,
         };
+        if !self.newly.is_empty() {
+            // Kueue, one cycle later, would count this pass's admissions as candidates (the most
+            // recently admitted first): one it would pick is not admitted in this pass after all
+            let ex = Exclusions {
+                gone: &self.gone,
+                evicting: &self.evicting,
+                admitted: &self.admitted_now,
+            };
+            let all = preemption::targets(ix, &mut self.usage, &self.holders_now, &p, &ex);
+            for v in all {
+                if self.admitted_now[v.workload].is_some()
+                    && !ix.workloads[v.workload].preemptor
+                    && !self.conflicts.iter().any(|&(x, _)| x == v.workload)
+                {
+                    self.conflicts.push((v.workload, i));
+                }
+            }
+        }
         let ex = Exclusions {
             gone: &self.gone,
             evicting: &self.evicting,
@@ -573,16 +712,12 @@ impl Pass<'_> {
         if self.newly.is_empty() {
             return Vec::new();
         }
-        let mut admitted: Vec<preemption::Holding> = vec![None; ix.workloads.len()];
-        let mut by_cq = self.admitted_by_cq.clone();
-        for (i, c, totals) in &self.newly {
-            admitted[*i] = Some((*c, totals.as_slice()));
-            by_cq[*c].push(*i);
-        }
+        let admitted = &self.admitted_now;
+        let by_cq = &self.holders_now;
         let ex = Exclusions {
             gone: &self.gone,
             evicting: &self.evicting,
-            admitted: &admitted,
+            admitted,
         };
         // per ClusterQueue: the lowest priority admitted in this pass
         let mut lowest: Vec<Option<i32>> = vec![None; ix.q.cqs.len()];
@@ -599,6 +734,9 @@ impl Pass<'_> {
         };
         let mut usage = self.usage.clone();
         let mut out = Vec::new();
+        // per ClusterQueue: Workloads already looked at (one with the same standing finds the
+        // same victims, on the same usage)
+        let mut seen: Vec<Vec<usize>> = vec![Vec::new(); ix.q.cqs.len()];
         for &w in &ix.sorted {
             let we = &ix.workloads[w];
             if !we.is_pending() || admitted[w].is_some() || we.replaces.is_some() {
@@ -607,6 +745,12 @@ impl Pass<'_> {
             let (Ok(t), Ok(podsets)) = (&we.target, &we.podsets) else {
                 continue;
             };
+            if seen[t.cq].iter().any(|&r| same_standing(ix, t.cq, r, w)) {
+                continue;
+            }
+            if seen[t.cq].len() < MEMO_WIDTH {
+                seen[t.cq].push(w);
+            }
             let cq = &ix.q.cqs[t.cq];
             let may_reclaim = cq.reclaim != ReclaimWithinCohort::Never
                 && tree.nodes[t.cq].parent.is_some()
@@ -630,7 +774,7 @@ impl Pass<'_> {
                 short: &a.short,
                 spare: None,
             };
-            for v in preemption::targets(ix, &mut usage, &by_cq, &p, &ex) {
+            for v in preemption::targets(ix, &mut usage, by_cq, &p, &ex) {
                 // a Workload that preempted for this room keeps it (else it would preempt again)
                 if admitted[v.workload].is_some()
                     && !ix.workloads[v.workload].preemptor

@@ -10,6 +10,16 @@
 use std::collections::HashMap;
 
 use super::queues::Queues;
+
+/// (ClusterQueue, not a preemptor, priority reversed, queue order time, rank, Workload).
+pub(crate) type QueueKey = (
+    usize,
+    bool,
+    std::cmp::Reverse<i32>,
+    k8s_openapi::jiff::Timestamp,
+    u32,
+    usize,
+);
 use super::workloads::WorkloadEntry;
 use super::{Options, Snapshot};
 
@@ -24,6 +34,9 @@ pub(crate) struct Index {
     pub sorted: Vec<usize>,
     /// Position of each Workload in `sorted`: compares like its key, without comparing strings.
     pub rank: Vec<u32>,
+    /// Every Workload with a ClusterQueue in queue order (see [`Index::queue_key`]), pending or
+    /// not; `None` when a change may have moved one (then a pass sorts afresh).
+    pub order: Option<Vec<usize>>,
 }
 
 impl Index {
@@ -39,7 +52,34 @@ impl Index {
             ..Index::default()
         };
         ix.reindex_keys();
+        ix.sort_queues();
         ix
+    }
+
+    /// A Workload's place in its ClusterQueue: a Workload that preempted in an earlier pass
+    /// first, then priority (higher first), then queue order time, then key (by rank).
+    pub fn queue_key(&self, i: usize) -> Option<QueueKey> {
+        let w = &self.workloads[i];
+        let t = w.target.as_ref().ok()?;
+        Some((
+            t.cq,
+            !w.preemptor,
+            std::cmp::Reverse(w.priority),
+            w.order_time,
+            self.rank[i],
+            i,
+        ))
+    }
+
+    /// Recomputes [`Index::order`].
+    pub fn sort_queues(&mut self) {
+        let mut keyed: Vec<QueueKey> = self
+            .sorted
+            .iter()
+            .filter_map(|&i| self.queue_key(i))
+            .collect();
+        keyed.sort_unstable();
+        self.order = Some(keyed.into_iter().map(|k| k.5).collect());
     }
 
     /// Rebuilds the key map and marks duplicates (the first in input order wins).
@@ -58,5 +98,6 @@ impl Index {
             self.rank[i] = u32::try_from(r).unwrap_or(u32::MAX);
         }
         self.sorted = sorted;
+        self.order = None;
     }
 }

@@ -245,10 +245,14 @@ impl Scheduler {
             {
                 // only QuotaReserved=False changes: admission reads only whether it preempts
                 let s = w.status.get_or_insert_with(WorkloadStatus::default);
-                changed |= status::apply_pending_in_place(s, generation, reason, message, now);
-                if message.contains(workloads::PREEMPTOR_MARK) != self.index.workloads[i].preemptor
-                {
-                    self.refresh(i);
+                // unchanged: the entry was derived from this very message
+                if status::apply_pending_in_place(s, generation, reason, message, now) {
+                    changed = true;
+                    if message.contains(workloads::PREEMPTOR_MARK)
+                        != self.index.workloads[i].preemptor
+                    {
+                        self.refresh(i);
+                    }
                 }
                 continue;
             }
@@ -262,6 +266,9 @@ impl Scheduler {
             w.status = Some(s);
             changed = true;
             self.refresh(i);
+        }
+        if self.index.order.is_none() {
+            self.index.sort_queues();
         }
         changed
     }
@@ -292,12 +299,16 @@ impl Scheduler {
 
     fn refresh(&mut self, i: usize) {
         let old_key = std::mem::take(&mut self.index.workloads[i].key);
+        let old_place = self.index.queue_key(i);
         let info = self.index.q.derive(&self.snapshot.workloads[i]);
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
         self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };
         if rekey {
             self.index.reindex_keys();
+        } else if self.index.queue_key(i) != old_place {
+            // it moved in its queue (or to another): sort again before the next pass
+            self.index.order = None;
         }
     }
 }

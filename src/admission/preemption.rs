@@ -36,10 +36,7 @@ pub(crate) struct Preemptor<'a> {
 
 /// Quota held by a Workload admitted earlier in the same pass: (ClusterQueue, usage per
 /// (flavor, resource)). Indexed by Workload; empty when only the pass's starting holders count.
-pub(crate) type Admitted<'a> = [Holding<'a>];
-
-/// What one Workload holds: (ClusterQueue, usage per (flavor, resource)).
-pub(crate) type Holding<'a> = Option<(usize, &'a [(usize, Quantity)])>;
+pub(crate) type Admitted = [Option<(usize, Vec<(usize, Quantity)>)>];
 
 /// Per-cycle facts about Workloads the search must respect.
 pub(crate) struct Exclusions<'a> {
@@ -48,7 +45,7 @@ pub(crate) struct Exclusions<'a> {
     /// Already being evicted (status or earlier this cycle): preferred, not evicted twice.
     pub evicting: &'a [bool],
     /// Admitted in this pass (see [`Admitted`]): what they hold, for a search that counts them.
-    pub admitted: &'a Admitted<'a>,
+    pub admitted: &'a Admitted,
 }
 
 /// The ClusterQueue and usage `w` holds: from this pass's admissions, else from its status.
@@ -57,8 +54,8 @@ fn holding<'a>(
     ex: &Exclusions<'a>,
     w: usize,
 ) -> Option<(usize, &'a [(usize, Quantity)])> {
-    if let Some(Some(h)) = ex.admitted.get(w) {
-        return Some(*h);
+    if let Some(Some((cq, usage))) = ex.admitted.get(w) {
+        return Some((*cq, usage.as_slice()));
     }
     let held = ix.workloads[w].held.as_ref()?;
     Some((held.cq?, held.usage.as_slice()))

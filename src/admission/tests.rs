@@ -1463,3 +1463,74 @@ fn a_queue_borrows_only_after_every_queue_took_its_nominal_share() {
     );
     assert!(evicted(&r).is_empty());
 }
+
+#[test]
+fn quota_lent_in_a_pass_is_not_reclaimed_from_an_older_holder_in_the_same_pass() {
+    // Issue #15, seed 3022 of `static_cohorts_do_not_churn` shrunk by hand: cohort of 7 CPU,
+    // a (nominal 2, reclaim Any), b (nominal 5) holding b-old (4). Round 1: a-1 fits without
+    // borrowing, then b-new borrows the last 2 CPU (b at 6 of 5). Round 2: a-2 is short by 1 and
+    // reclaims from b, which borrows. Kueue, one cycle after b-new's admission, would take the
+    // most recently admitted Workload, b-new, back; raygate used to look only at the pass's
+    // starting holders and evicted b-old. Now b-new is not admitted in this pass: a-2 fits, and
+    // nothing is preempted, now or later.
+    let mut a = cluster_queue("a")
+        .cohort("all")
+        .flavor_quota("default", &[("cpu", "2")]);
+    set_quota(&mut a, "2", None, None);
+    let mut b = cluster_queue("b")
+        .cohort("all")
+        .flavor_quota("default", &[("cpu", "5")]);
+    set_quota(&mut b, "5", None, None);
+    let s = snap(
+        vec![
+            with_preemption(
+                a,
+                WithinClusterQueue::LowerPriority,
+                ReclaimWithinCohort::Any,
+            ),
+            with_preemption(
+                b,
+                WithinClusterQueue::LowerPriority,
+                ReclaimWithinCohort::LowerPriority,
+            ),
+        ],
+        vec![
+            workload("b-old")
+                .queue("b")
+                .podset(podset("main").count(4).cpu("1"))
+                .created(0)
+                .admitted("b", "default", ts(1)),
+            workload("a-1")
+                .queue("a")
+                .podset(podset("main").cpu("1"))
+                .created(2),
+            workload("b-new")
+                .queue("b")
+                .podset(podset("main").count(2).cpu("1"))
+                .created(3),
+            workload("a-2")
+                .queue("a")
+                .podset(podset("main").cpu("1"))
+                .created(4),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert!(evicted(&r).is_empty(), "{:?}", r.decisions);
+    assert_eq!(admitted_names(&r), ["a-1", "a-2"]);
+    assert!(
+        message(&r, "b-new").contains("couldn't assign flavors"),
+        "{}",
+        message(&r, "b-new")
+    );
+    let (after, results) = final_state(s, &RELEASE);
+    let evictions: usize = results.iter().map(|r| evicted(r).len()).sum();
+    assert_eq!(evictions, 0);
+    let mut holders: Vec<String> = after
+        .workloads
+        .iter()
+        .filter(|w| holds_quota(w.status.as_ref()))
+        .map(|w| w.metadata.name.clone().unwrap())
+        .collect();
+    holders.sort();
+    assert_eq!(holders, ["a-1", "a-2", "b-old"]);
+}

@@ -22,7 +22,7 @@ use crate::types::kueue::{self, PodSetAssignment, Workload, WorkloadSpec, condit
 use crate::{conditions, meta, workload};
 
 /// One request of a PodSet: the total over its pods (non-zero entries only).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ResourceRequest {
     /// `None`: no ClusterQueue or Cohort has quota for this resource.
     pub res: Option<usize>,
@@ -31,7 +31,7 @@ pub(crate) struct ResourceRequest {
 }
 
 /// A PodSet's needs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PodSetRequests {
     pub name: String,
     pub count: i32,
