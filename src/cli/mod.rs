@@ -42,7 +42,7 @@ pub fn render<T: Serialize>(
         Output::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
             .map_err(|e| InputError::Render(e.to_string())),
-        Output::Yaml => serde_yaml::to_string(value).map_err(|e| InputError::Render(e.to_string())),
+        Output::Yaml => crate::manifest::to_yaml(value).map_err(|e| InputError::Render(e.to_string())),
         Output::Table => Ok(table(value)),
     }
 }
