@@ -279,8 +279,8 @@ pub async fn run_with(
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
+        events: EventSink::new(client.clone(), clock.clone(), config.identity.clone()),
         clock,
-        events: EventSink::new(client.clone()),
         config: config.clone(),
         stores,
         metrics: metrics.clone(),
