@@ -56,8 +56,7 @@ pub fn split_documents(text: &str) -> Vec<Chunk<'_>> {
     let mut start_line = 1usize;
     let mut offset = 0usize;
     let mut seen_separator = false;
-    let mut line_no = 1usize;
-    for line in text.split_inclusive('\n') {
+    for (line_no, line) in (1usize..).zip(text.split_inclusive('\n')) {
         let is_separator = line.starts_with("---") && line[3..].trim_end().is_empty();
         if is_separator {
             let body = &text[start..offset];
@@ -73,7 +72,6 @@ pub fn split_documents(text: &str) -> Vec<Chunk<'_>> {
             start_line = line_no + 1;
         }
         offset += line.len();
-        line_no += 1;
     }
     let body = &text[start..];
     if !is_blank(body) || (seen_separator && out.is_empty()) {
