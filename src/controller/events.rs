@@ -5,8 +5,9 @@
 //! raygate records Events itself instead of with kube-runtime's `Recorder`: that recorder stamps
 //! `eventTime`, `series.lastObservedTime` and the Event's name with the system clock
 //! (`Timestamp::now()` in kube-runtime 5.0's `events.rs`, no way to pass a time in), so on the
-//! simulated cluster's virtual clock its Events would carry the wall time (2026-11-23 when this
-//! was written) on a cluster whose clock reads 2026-01-01. Here time comes from the controller's
+//! simulated cluster's virtual clock its Events carry the wall time. Measured: stamped with the
+//! system clock, `tests/ops.rs` fails with "eventTime 2026-11-23T01:54:37Z is not cluster time
+//! (2026-01-01T00:00:00Z .. 2026-01-01T00:00:06Z)". Here time comes from the controller's
 //! [`Clock`]; `tests/ops.rs` checks every Event's time is cluster time.
 //!
 //! Series and deduplication follow client-go's `tools/events` broadcaster (what kube-runtime
