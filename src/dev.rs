@@ -117,11 +117,8 @@ pub const KINDS: &[Kind] = &[
 pub enum DevError {
     #[error("loading kubeconfig {path}: {reason}")]
     Kubeconfig { path: String, reason: String },
-    #[error("{what}: invalid YAML: {error}")]
-    Yaml {
-        what: String,
-        error: serde_yaml::Error,
-    },
+    #[error("{what}: invalid YAML: {reason}")]
+    Yaml { what: String, reason: String },
     #[error("{what}: {reason}")]
     Document { what: String, reason: String },
     #[error("{what}: raygate dev does not know kind {kind} ({api_version}); known: {known}")]
@@ -248,11 +245,11 @@ fn dynamic_api(
 /// The documents of a multi-document YAML text (empty documents skipped; `kind: List` expanded).
 pub fn documents(text: &str, source: &str) -> Result<Vec<(String, Value)>, DevError> {
     let mut out = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let what = format!("{source} document {}", i + 1);
-        let v = <Value as serde::Deserialize>::deserialize(de).map_err(|error| DevError::Yaml {
-            what: what.clone(),
-            error,
+    for chunk in crate::manifest::split_documents(text) {
+        let what = format!("{source} document {} (line {})", chunk.index, chunk.line);
+        let v = chunk.value().map_err(|reason| DevError::Yaml {
+            what: format!("{source} document {}", chunk.index),
+            reason,
         })?;
         match v {
             Value::Null => {}
@@ -422,9 +419,9 @@ pub async fn get(
         if i > 0 {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml::to_string(o).map_err(|error| DevError::Yaml {
+        out.push_str(&crate::manifest::to_yaml(o).map_err(|e| DevError::Yaml {
             what: format!("printing {}", kind.plural),
-            error,
+            reason: e.to_string(),
         })?);
     }
     Ok(out)

@@ -1,14 +1,115 @@
 //! Reading multi-document YAML manifests into typed objects, with errors that name the document,
-//! the object and the field path.
+//! its line, the object and the field path.
+//!
+//! YAML is read as Kubernetes reads it (`kubectl` and the API server use a YAML 1.1 reader): a
+//! plain `0755` is the octal integer 493 and `yes`/`no`/`on`/`off` are booleans. raygate reads
+//! it with serde-saphyr (what kube itself uses) with its legacy-octal option on, so an octal is
+//! an integer when the text is parsed, wherever it is, never a string repaired afterwards.
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+/// serde-saphyr's options for reading YAML as Kubernetes does: YAML 1.1 octals (`0755` = 493)
+/// and booleans, and one-line errors (the caller names the file and document).
+pub fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        with_snippet: false,
+    }
+}
+
+/// One YAML document read as Kubernetes reads it (see [`yaml_options`]).
+pub fn from_yaml<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    serde_saphyr::from_str_with_options(text, yaml_options())
+}
+
+/// `value` as YAML text.
+pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(value)
+}
+
+/// A YAML error as one line, its location counted from line `first_line` of the whole text.
+pub fn yaml_error_line(e: &serde_saphyr::Error, first_line: usize) -> String {
+    e.render_with_options(serde_saphyr::render_options! {
+        snippets: serde_saphyr::SnippetMode::Off,
+        line_offset: u64::try_from(first_line.saturating_sub(1)).unwrap_or_default(),
+    })
+}
+
+/// One document of a multi-document YAML text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk<'a> {
+    /// 1-based index of the document.
+    pub index: usize,
+    /// 1-based line of the text where the document starts.
+    pub line: usize,
+    pub text: &'a str,
+}
+
+/// Splits a multi-document text where `kubectl` does (k8s.io/apimachinery's YAMLReader): at
+/// lines that are `---` followed by nothing but whitespace. Empty documents keep their index; a
+/// text before the first separator that holds only blanks and comments is no document.
+pub fn split_documents(text: &str) -> Vec<Chunk<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    let mut start_line = 1usize;
+    let mut offset = 0usize;
+    let mut seen_separator = false;
+    for (line_no, line) in (1usize..).zip(text.split_inclusive('\n')) {
+        let is_separator = line.starts_with("---") && line[3..].trim_end().is_empty();
+        if is_separator {
+            let body = &text[start..offset];
+            if seen_separator || !is_blank(body) {
+                out.push(Chunk {
+                    index: out.len() + 1,
+                    line: start_line,
+                    text: body,
+                });
+            }
+            seen_separator = true;
+            start = offset + line.len();
+            start_line = line_no + 1;
+        }
+        offset += line.len();
+    }
+    let body = &text[start..];
+    if !is_blank(body) || (seen_separator && out.is_empty()) {
+        out.push(Chunk {
+            index: out.len() + 1,
+            line: start_line,
+            text: body,
+        });
+    }
+    out
+}
+
+impl Chunk<'_> {
+    /// The document as JSON (`null` when it holds only blanks and comments), or why it is not
+    /// valid YAML, with the line (of the whole text) the error points at.
+    pub fn value(&self) -> Result<Value, String> {
+        if is_blank(self.text) {
+            return Ok(Value::Null);
+        }
+        from_yaml(self.text).map_err(|e| yaml_error_line(&e, self.line))
+    }
+}
+
+/// Only blank lines and comments.
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#')
+    })
+}
 
 /// One object from a manifest file.
 #[derive(Clone, Debug)]
 pub struct Doc {
     /// 1-based index of the YAML document (items of a `List` share their document's index).
     pub index: usize,
+    /// 1-based line where the document starts.
+    pub line: usize,
     pub kind: String,
     pub value: Value,
 }
@@ -24,83 +125,17 @@ impl Doc {
         }
     }
 
-    /// Deserializes into `T`, reporting the failing field's path.
-    ///
-    /// Kubernetes reads manifests as YAML 1.1, where a plain `0777` is octal (511); serde_yaml
-    /// keeps it as the string `"0777"`. Where `T` wants an integer and finds such a string (as in
-    /// `defaultMode: 0777` in KubeRay's samples), it is read as octal, as `kubectl` would.
+    /// Deserializes into `T`, reporting the failing field's path. YAML 1.1 octals are already
+    /// integers here (see the module header).
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ManifestError> {
-        let mut value = std::borrow::Cow::Borrowed(&self.value);
-        for _ in 0..64 {
-            let err = match serde_path_to_error::deserialize::<_, T>(value.as_ref()) {
-                Ok(t) => return Ok(t),
-                Err(err) => err,
-            };
-            let octal = err.inner().to_string().contains("expected i")
-                && at_path(value.as_ref(), err.path())
-                    .and_then(Value::as_str)
-                    .and_then(yaml11_octal)
-                    .is_some();
-            if !octal {
-                return Err(ManifestError::Field {
-                    index: self.index,
-                    object: self.object(),
-                    path: err.path().to_string(),
-                    reason: err.into_inner().to_string(),
-                });
-            }
-            let slot = at_path_mut(value.to_mut(), err.path());
-            if let Some(slot) = slot {
-                let n = slot.as_str().and_then(yaml11_octal).unwrap_or_default();
-                *slot = Value::from(n);
-            }
-        }
-        Err(ManifestError::Field {
+        serde_path_to_error::deserialize::<_, T>(&self.value).map_err(|err| ManifestError::Field {
             index: self.index,
+            line: self.line,
             object: self.object(),
-            path: String::new(),
-            reason: "too many YAML 1.1 octal values".into(),
+            path: err.path().to_string(),
+            reason: err.into_inner().to_string(),
         })
     }
-}
-
-/// A YAML 1.1 octal integer (`0777`, `-010`), as Kubernetes' YAML reader takes it.
-fn yaml11_octal(s: &str) -> Option<i64> {
-    let (neg, digits) = match s.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let rest = digits.strip_prefix('0')?;
-    if rest.is_empty() || !rest.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-        return None;
-    }
-    let n = i64::from_str_radix(rest, 8).ok()?;
-    Some(if neg { -n } else { n })
-}
-
-fn at_path<'a>(mut v: &'a Value, path: &serde_path_to_error::Path) -> Option<&'a Value> {
-    for seg in path.iter() {
-        v = match seg {
-            serde_path_to_error::Segment::Seq { index } => v.get(*index)?,
-            serde_path_to_error::Segment::Map { key } => v.get(key.as_str())?,
-            _ => return None,
-        };
-    }
-    Some(v)
-}
-
-fn at_path_mut<'a>(
-    mut v: &'a mut Value,
-    path: &serde_path_to_error::Path,
-) -> Option<&'a mut Value> {
-    for seg in path.iter() {
-        v = match seg {
-            serde_path_to_error::Segment::Seq { index } => v.get_mut(*index)?,
-            serde_path_to_error::Segment::Map { key } => v.get_mut(key.as_str())?,
-            _ => return None,
-        };
-    }
-    Some(v)
 }
 
 /// Why a manifest could not be read.
@@ -108,11 +143,14 @@ fn at_path_mut<'a>(
 pub enum ManifestError {
     #[error("document {index}: not valid YAML: {reason}")]
     Yaml { index: usize, reason: String },
-    #[error("document {index}: not a Kubernetes object (a mapping with apiVersion and kind)")]
-    NotAnObject { index: usize },
-    #[error("document {index} ({object}): {path}: {reason}")]
+    #[error(
+        "document {index} (line {line}): not a Kubernetes object (a mapping with apiVersion and kind)"
+    )]
+    NotAnObject { index: usize, line: usize },
+    #[error("document {index} (line {line}, {object}): {path}: {reason}")]
     Field {
         index: usize,
+        line: usize,
         object: String,
         path: String,
         reason: String,
@@ -124,25 +162,24 @@ pub enum ManifestError {
 /// Splits YAML text into objects; empty documents are skipped, `List` items are expanded.
 pub fn read_documents(text: &str) -> Result<Vec<Doc>, ManifestError> {
     let mut out = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let index = i + 1;
-        let value: Value =
-            serde::Deserialize::deserialize(de).map_err(|e| ManifestError::Yaml {
-                index,
-                reason: e.to_string(),
-            })?;
+    for chunk in split_documents(text) {
+        let (index, line) = (chunk.index, chunk.line);
+        let value = chunk
+            .value()
+            .map_err(|reason| ManifestError::Yaml { index, reason })?;
         if value.is_null() {
             continue;
         }
+        let not_an_object = ManifestError::NotAnObject { index, line };
         let Some(kind) = value
             .get("kind")
             .and_then(Value::as_str)
             .map(str::to_string)
         else {
-            return Err(ManifestError::NotAnObject { index });
+            return Err(not_an_object);
         };
         if value.get("apiVersion").and_then(Value::as_str).is_none() {
-            return Err(ManifestError::NotAnObject { index });
+            return Err(not_an_object);
         }
         if kind == "List" {
             for item in value
@@ -154,16 +191,22 @@ pub fn read_documents(text: &str) -> Result<Vec<Doc>, ManifestError> {
                 let kind = item
                     .get("kind")
                     .and_then(Value::as_str)
-                    .ok_or(ManifestError::NotAnObject { index })?;
+                    .ok_or(ManifestError::NotAnObject { index, line })?;
                 out.push(Doc {
                     index,
+                    line,
                     kind: kind.to_string(),
                     value: item.clone(),
                 });
             }
             continue;
         }
-        out.push(Doc { index, kind, value });
+        out.push(Doc {
+            index,
+            line,
+            kind,
+            value,
+        });
     }
     Ok(out)
 }
@@ -192,26 +235,56 @@ mod tests {
     }
 
     #[test]
-    fn bad_yaml_and_non_objects_name_the_document() {
-        let e = read_documents("apiVersion: v1\nkind: A\n---\n: : :\n  - [").unwrap_err();
-        assert!(
-            e.to_string().starts_with("document 2: not valid YAML"),
-            "{e}"
+    fn bad_yaml_and_non_objects_name_the_document_and_line() {
+        let e = read_documents("apiVersion: v1\nkind: A\n---\nkind: B\nspec: {a: 1\n").unwrap_err();
+        // the line is the whole text's (the document starts at line 4)
+        assert_eq!(
+            e.to_string(),
+            "document 2: not valid YAML: unclosed bracket '{' at line 5, column 7"
         );
-        let e = read_documents("apiVersion: v1\nkind: A\n---\n- 1\n- 2\n").unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("document 2: not a Kubernetes object"),
-            "{e}"
+        let e = read_documents("apiVersion: v1\nkind: A\n---\n\n- 1\n- 2\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "document 2 (line 4): not a Kubernetes object (a mapping with apiVersion and kind)"
         );
     }
 
+    #[test]
+    fn documents_split_where_kubectl_splits_them() {
+        let text = "# header\n---\na: 1\n---   \n---\n# only a comment\n---\nb: |\n  --- not a separator\n";
+        let chunks = split_documents(text);
+        assert_eq!(
+            chunks
+                .iter()
+                .map(|c| (c.index, c.line, c.text))
+                .collect::<Vec<_>>(),
+            [
+                (1, 3, "a: 1\n"),
+                (2, 5, ""),
+                (3, 6, "# only a comment\n"),
+                (4, 8, "b: |\n  --- not a separator\n"),
+            ]
+        );
+        assert_eq!(chunks[3].value().unwrap()["b"], "--- not a separator\n");
+        assert_eq!(chunks[2].value().unwrap(), Value::Null);
+        assert_eq!(split_documents("a: 1").len(), 1);
+        assert!(split_documents("").is_empty());
+    }
+
+    /// Kubernetes reads YAML 1.1: a plain `0777` is octal (511), as `kubectl apply` stores it.
+    /// serde_yaml (YAML 1.2) read it as the string "0777", which raygate then repaired by matching
+    /// serde's "expected i32" error text; serde-saphyr's legacy-octal option reads it as 511 when
+    /// the text is parsed, in every position (typed field or untyped value), with no error text
+    /// matched.
     #[test]
     fn yaml_1_1_octal_integers_read_as_kubernetes_reads_them() {
         let docs = read_documents(
             "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c}\nspec:\n  headGroupSpec:\n    template:\n      spec:\n        containers: [{name: h}]\n        volumes: [{name: v, configMap: {name: m, defaultMode: 0777}}, {name: w, configMap: {name: m, defaultMode: 0644}}]\n",
         )
         .unwrap();
+        // already an integer in the untyped value, before any typed parse
+        let untyped = &docs[0].value["spec"]["headGroupSpec"]["template"]["spec"]["volumes"];
+        assert_eq!(untyped[0]["configMap"]["defaultMode"], 511);
         let c = docs[0].parse::<crate::types::ray::RayCluster>().unwrap();
         let vols = c
             .spec
@@ -229,9 +302,35 @@ mod tests {
             vols[1].config_map.as_ref().unwrap().default_mode,
             Some(0o644)
         );
-        // a string that is not octal stays an error naming the field
+
+        let v: Value = from_yaml(
+            "octal: 0755\nsigned: -010\nexplicit: 0o755\nquoted: \"0755\"\ndecimal: 755\nzero: 0\nnot_octal: 0980\n",
+        )
+        .unwrap();
+        assert_eq!(v["octal"], 493);
+        assert_eq!(v["signed"], -8);
+        assert_eq!(v["explicit"], 493);
+        assert_eq!(v["quoted"], "0755");
+        assert_eq!(v["decimal"], 755);
+        assert_eq!(v["zero"], 0);
+        // not octal digits: YAML 1.1 (go-yaml) reads a float, neither a string nor an error
+        assert_eq!(v["not_octal"].as_f64(), Some(980.0));
+
+        // YAML 1.1 booleans too, as kubectl reads them (a plain `n` is `false`: quote it)
+        let v: Value = from_yaml("a: yes\nb: off\nc: n\nd: \"n\"\n").unwrap();
+        assert_eq!(
+            (&v["a"], &v["b"], &v["c"], &v["d"]),
+            (
+                &Value::Bool(true),
+                &Value::Bool(false),
+                &Value::Bool(false),
+                &Value::from("n")
+            )
+        );
+
+        // a quoted string is a string: an integer field rejects it, naming the field
         let docs = read_documents(
-            "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c}\nspec:\n  headGroupSpec:\n    template:\n      spec:\n        containers: [{name: h}]\n        volumes: [{name: v, configMap: {name: m, defaultMode: '0789'}}]\n",
+            "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c}\nspec:\n  headGroupSpec:\n    template:\n      spec:\n        containers: [{name: h}]\n        volumes: [{name: v, configMap: {name: m, defaultMode: '0777'}}]\n",
         )
         .unwrap();
         let e = docs[0]
@@ -239,22 +338,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("volumes[0].configMap.defaultMode"), "{e}");
-        assert_eq!(yaml11_octal("0"), None);
-        assert_eq!(yaml11_octal("-010"), Some(-8));
     }
 
     #[test]
-    fn a_type_error_names_the_field_path() {
+    fn a_type_error_names_the_document_its_line_and_the_field_path() {
         let docs = read_documents(
-            "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c, namespace: n}\nspec:\n  headGroupSpec: {template: {}}\n  workerGroupSpecs:\n  - {groupName: g, replicas: many, template: {}}\n",
+            "apiVersion: v1\nkind: A\n---\n# the cluster\napiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: c, namespace: ns}\nspec:\n  headGroupSpec: {template: {}}\n  workerGroupSpecs:\n  - {groupName: g, replicas: many, template: {}}\n",
         )
         .unwrap();
-        let e = docs[0]
+        let e = docs[1]
             .parse::<crate::types::ray::RayCluster>()
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("document 1 (RayCluster n/c): spec.workerGroupSpecs[0].replicas"),
+            e.starts_with(
+                "document 2 (line 4, RayCluster ns/c): spec.workerGroupSpecs[0].replicas"
+            ),
             "{e}"
         );
     }

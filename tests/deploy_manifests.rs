@@ -1358,7 +1358,7 @@ const HELM_ANNOTATIONS: [&str; 1] = ["helm.sh/resource-policy"];
 
 fn yaml_value(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", rel(path)));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", rel(path)))
+    raygate::manifest::from_yaml(&text).unwrap_or_else(|e| panic!("{}: {e}", rel(path)))
 }
 
 /// Helm's `-f` merge: maps merge key by key, anything else replaces, null deletes.

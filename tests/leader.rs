@@ -2,8 +2,8 @@
 //! serves Leases from a CRD with the same group, version and fields. A CRD-served Lease accepts
 //! create, get and JSON/merge/apply patches but not the strategic-merge patches kube-lease-manager
 //! renews and takes over with (a built-in Lease does), so this test covers acquisition, writing
-//! only while holding, and stopping writes when the election fails; takeover by a standby needs a
-//! real cluster.
+//! only while holding, and stopping writes when the election fails; takeover by a standby is
+//! tested on the simulated cluster, which serves Leases (`tests/ops.rs`).
 
 use std::time::Duration;
 

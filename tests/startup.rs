@@ -20,7 +20,8 @@ fn crds_in(dir: &std::path::Path, names: &[&str]) -> Vec<CustomResourceDefinitio
             let path = dir.join(f);
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            raygate::manifest::from_yaml(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         })
         .collect()
 }

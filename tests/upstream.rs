@@ -306,9 +306,6 @@ struct Comparison {
     /// Tolerated: a number that became its own string form at a quantity leaf (k8s-openapi's
     /// `Quantity` is a string; the API server stores both forms as the same quantity).
     quantities_stringified: usize,
-    /// Tolerated: a YAML 1.1 octal integer (`0777`) that serde_yaml kept as a string and raygate
-    /// reads as the number Kubernetes reads (511).
-    octals_read: usize,
 }
 
 impl Comparison {
@@ -345,25 +342,12 @@ impl Comparison {
             {
                 self.quantities_stringified += 1;
             }
-            (Value::String(s), Value::Number(num))
-                if octal(s).is_some_and(|o| Some(o) == num.as_i64()) =>
-            {
-                self.octals_read += 1;
-            }
             _ if original == ours => {}
             _ => self
                 .differences
                 .push(format!("{path}: {original} became {ours}")),
         }
     }
-}
-
-/// A YAML 1.1 octal integer as Kubernetes reads it (`0777` → 511).
-fn octal(s: &str) -> Option<i64> {
-    let rest = s.strip_prefix('0')?;
-    (!rest.is_empty() && rest.bytes().all(|b| (b'0'..=b'7').contains(&b)))
-        .then(|| i64::from_str_radix(rest, 8).ok())
-        .flatten()
 }
 
 #[test]

@@ -30,8 +30,9 @@ enum Command {
         /// Multi-document YAML file ("-" for standard input).
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
-        #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
-        output: Output,
+        /// Default: a table on a terminal, JSON when piped.
+        #[arg(short = 'o', long = "output", value_enum)]
+        output: Option<Output>,
     },
     /// Run admission cycles on a file of Kueue objects (ResourceFlavor, Cohort, ClusterQueue,
     /// LocalQueue, WorkloadPriorityClass, Workload) until nothing changes; print each Workload's
@@ -40,8 +41,9 @@ enum Command {
         /// Multi-document YAML file ("-" for standard input).
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
-        #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
-        output: Output,
+        /// Default: a table on a terminal, JSON when piped.
+        #[arg(short = 'o', long = "output", value_enum)]
+        output: Option<Output>,
     },
     /// Run the controller: gate opted-in RayServices' children on admitted workload slices.
     Controller(ControllerArgs),
@@ -170,6 +172,12 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `-o` when not given: a table for a person at a terminal, JSON for a pipe or a file.
+fn stdout_default() -> Output {
+    use std::io::IsTerminal;
+    cli::default_output(std::io::stdout().is_terminal())
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -235,12 +243,14 @@ fn main() -> ExitCode {
 fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Podsets { file, output } => {
+            let output = output.unwrap_or_else(stdout_default);
             let text = read_input(&file)?;
             let result =
                 cli::podsets(&text).and_then(|r| cli::render(&r, output, cli::podsets_table));
             Ok(print_or_exit2(result))
         }
         Command::Admit { file, output } => {
+            let output = output.unwrap_or_else(stdout_default);
             let text = read_input(&file)?;
             let result = cli::admit(&text).and_then(|r| cli::render(&r, output, cli::admit_table));
             Ok(print_or_exit2(result))

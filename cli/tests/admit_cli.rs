@@ -103,8 +103,9 @@ fn unreadable_input_exits_2_with_one_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
-        stderr
-            .contains("document 1 (ClusterQueue team-a): spec.resourceGroups[0].coveredResources"),
+        stderr.contains(
+            "document 1 (line 1, ClusterQueue team-a): spec.resourceGroups[0].coveredResources"
+        ),
         "{stderr}"
     );
     assert!(out.stdout.is_empty());

@@ -212,7 +212,7 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         "yaml",
     ]);
     assert!(ok, "{err}");
-    let from_yaml: Value = serde_yaml::from_str(&yaml).unwrap();
+    let from_yaml: Value = raygate::manifest::from_yaml(&yaml).unwrap();
     assert_eq!(from_yaml, v);
 
     // the ClusterQueue: usage against quota, and the pending slice

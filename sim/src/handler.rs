@@ -794,7 +794,7 @@ impl State {
         };
         let text = std::str::from_utf8(&req.body)
             .map_err(|_| ApiError::bad_request("the body of the request is not UTF-8"))?;
-        let mut applied: Value = serde_yaml::from_str(text)
+        let mut applied: Value = raygate::manifest::from_yaml(text)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if !applied.is_object() {
             return Err(ApiError::bad_request(

@@ -234,8 +234,8 @@ pub struct Registry {
 /// A CRD that could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
-    #[error("reading CRD YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    #[error("reading CRD YAML: document {index}: {reason}")]
+    Yaml { index: usize, reason: String },
     #[error("reading {0}: {1}")]
     Io(String, std::io::Error),
     #[error("CRD {name}: missing {field}")]
@@ -342,8 +342,11 @@ impl Registry {
     /// Adds every CustomResourceDefinition in a (multi-document) YAML string.
     pub fn add_crds_yaml(&mut self, yaml: &str) -> Result<usize, CrdError> {
         let mut n = 0;
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let v: Value = serde::Deserialize::deserialize(doc)?;
+        for chunk in raygate::manifest::split_documents(yaml) {
+            let v = chunk.value().map_err(|reason| CrdError::Yaml {
+                index: chunk.index,
+                reason,
+            })?;
             if v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
                 self.add_crd(&v)?;
                 n += 1;

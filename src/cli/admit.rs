@@ -71,6 +71,7 @@ fn parse_kueue<T: DeserializeOwned>(doc: &Doc) -> Result<T, ManifestError> {
     if api_version(doc) != KUEUE_VERSION {
         return Err(ManifestError::Field {
             index: doc.index,
+            line: doc.line,
             object: doc.object(),
             path: "apiVersion".into(),
             reason: format!(
@@ -85,6 +86,7 @@ fn parse_kueue<T: DeserializeOwned>(doc: &Doc) -> Result<T, ManifestError> {
     {
         return Err(ManifestError::Field {
             index: doc.index,
+            line: doc.line,
             object: doc.object(),
             path: "metadata.name".into(),
             reason: "required".into(),
@@ -446,11 +448,11 @@ spec: {clusterQueue: team-a}
                 format!(
                     "{QUEUES}---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata: {{name: w}}\nspec: {{podSets: [{{name: main, count: many}}]}}\n"
                 ),
-                "document 4 (Workload default/w): spec.podSets[0].count",
+                "document 4 (line 21, Workload default/w): spec.podSets[0].count",
             ),
             (
                 QUEUES.replace("v1beta2\nkind: ClusterQueue", "v1beta1\nkind: ClusterQueue"),
-                "document 2 (ClusterQueue team-a): apiVersion: kueue.x-k8s.io/v1beta1 is not supported",
+                "document 2 (line 5, ClusterQueue team-a): apiVersion: kueue.x-k8s.io/v1beta1 is not supported",
             ),
             (
                 format!("{QUEUES}{}{}", workload("a", "1"), workload("a", "1")),

@@ -22,6 +22,16 @@ pub enum Output {
     Table,
 }
 
+/// The output format of `podsets` and `admit` without `-o`: a table on a terminal, JSON when
+/// the output goes to a pipe or a file (scripts keep the data).
+pub fn default_output(stdout_is_terminal: bool) -> Output {
+    if stdout_is_terminal {
+        Output::Table
+    } else {
+        Output::Json
+    }
+}
+
 /// Why a command failed on its input (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -43,7 +53,20 @@ pub fn render<T: Serialize>(
         Output::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
             .map_err(|e| InputError::Render(e.to_string())),
-        Output::Yaml => serde_yaml::to_string(value).map_err(|e| InputError::Render(e.to_string())),
+        Output::Yaml => {
+            crate::manifest::to_yaml(value).map_err(|e| InputError::Render(e.to_string()))
+        }
         Output::Table => Ok(table(value)),
+    }
+}
+
+#[cfg(test)]
+mod default_output_tests {
+    use super::{Output, default_output};
+
+    #[test]
+    fn without_o_a_terminal_gets_a_table_and_a_pipe_json() {
+        assert_eq!(default_output(true), Output::Table);
+        assert_eq!(default_output(false), Output::Json);
     }
 }

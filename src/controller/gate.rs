@@ -22,7 +22,11 @@ use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};
 use crate::workload;
 
-fn reference(service: &RayService, child: Option<&str>) -> ObjectReference {
+fn reference(
+    service: &RayService,
+    children: &[RayCluster],
+    child: Option<&str>,
+) -> ObjectReference {
     match child {
         None => service.object_ref(&()),
         Some(name) => ObjectReference {
@@ -30,6 +34,11 @@ fn reference(service: &RayService, child: Option<&str>) -> ObjectReference {
             kind: Some("RayCluster".into()),
             name: Some(name.to_string()),
             namespace: service.metadata.namespace.clone(),
+            // with its uid, `kubectl describe raycluster` lists the Event
+            uid: children
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
+                .and_then(|c| c.metadata.uid.clone()),
             ..Default::default()
         },
     }
@@ -282,7 +291,10 @@ async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, 
     };
     for ev in events {
         ctx.events
-            .publish(&reference(&seen.service, ev.child.as_deref()), ev)
+            .publish(
+                &reference(&seen.service, &seen.children, ev.child.as_deref()),
+                ev,
+            )
             .await;
     }
     for r in &applied.releases {

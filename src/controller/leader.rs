@@ -6,10 +6,26 @@ use tokio::sync::watch;
 
 use super::{Config, Error};
 
+/// A running election: whether this replica leads, and the task that releases the Lease.
+pub struct Election {
+    pub leads: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Election {
+    /// Stops contending and waits (at most `timeout`) until the Lease is released, so a standby
+    /// takes over at once instead of after the lease duration. Returns whether it was.
+    pub async fn release(self, timeout: std::time::Duration) -> bool {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(timeout, self.task).await.is_ok()
+    }
+}
+
 /// Starts contending for the Lease; the receiver says whether this replica holds it. When the
 /// election itself fails (the Lease API is gone, RBAC is missing), it turns `false` for good:
 /// a replica that cannot prove it leads never writes.
-pub async fn elect(client: Client, config: &Config) -> Result<watch::Receiver<bool>, Error> {
+pub async fn elect(client: Client, config: &Config) -> Result<Election, Error> {
     let lease = format!("{}/{}", config.lease_namespace, config.lease_name);
     let err = |e: kube_lease_manager::LeaseManagerError| Error::Lease {
         name: lease.clone(),
@@ -26,9 +42,15 @@ pub async fn elect(client: Client, config: &Config) -> Result<watch::Receiver<bo
         .map_err(err)?;
     let (mut held, task) = manager.watch().await;
     let (tx, rx) = watch::channel(*held.borrow());
-    tokio::spawn(async move {
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
         loop {
             tokio::select! {
+                // shutdown: drop our receiver so the manager releases the Lease
+                _ = stopped.changed() => {
+                    drop(held);
+                    break;
+                }
                 changed = held.changed() => {
                     if changed.is_err() {
                         break;
@@ -57,5 +79,9 @@ pub async fn elect(client: Client, config: &Config) -> Result<watch::Receiver<bo
             }
         }
     });
-    Ok(rx)
+    Ok(Election {
+        leads: rx,
+        stop,
+        task,
+    })
 }

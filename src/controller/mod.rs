@@ -283,15 +283,16 @@ pub async fn run_with(
         return Ok(());
     }
     let (stores, streams) = stores::start(client.clone(), config.admission).await;
-    let leader = if config.leader_elect {
-        leader::elect(client.clone(), &config).await?
+    let (leader, election) = if config.leader_elect {
+        let election = leader::elect(client.clone(), &config).await?;
+        (election.leads.clone(), Some(election))
     } else {
-        watch::channel(true).1
+        (watch::channel(true).1, None)
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
+        events: EventSink::new(client.clone(), clock.clone(), config.identity.clone()),
         clock,
-        events: EventSink::new(client.clone()),
         config: config.clone(),
         stores,
         metrics: metrics.clone(),
@@ -356,6 +357,16 @@ pub async fn run_with(
         e = tasks.first_unexpected_end(shutdown_rx.clone()) => Err(e),
     };
     tasks.abort_all();
+    // on SIGTERM (or a failure) the Lease is released before the process exits, awaited: a
+    // standby takes over at once instead of after the lease duration
+    if let Some(election) = election {
+        let lease = format!("{}/{}", config.lease_namespace, config.lease_name);
+        if election.release(LEASE_RELEASE_TIMEOUT).await {
+            tracing::info!(lease = %lease, "leader election stopped; the Lease is released");
+        } else {
+            tracing::warn!(lease = %lease, timeout = ?LEASE_RELEASE_TIMEOUT, "releasing the Lease timed out; a standby takes over when it expires");
+        }
+    }
     match &result {
         Ok(()) => tracing::info!("raygate controller stopped"),
         Err(e) => tracing::error!(error = %e, "raygate controller failed"),
@@ -413,6 +424,9 @@ impl Supervisor {
         self.tasks.abort_all();
     }
 }
+
+/// How long a stopping controller waits for its Lease to be released.
+const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Requeue interval for a healthy RayService: a safety resync, not the driver.
 pub(crate) fn resync() -> Action {

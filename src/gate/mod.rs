@@ -153,6 +153,20 @@ impl GateDecision {
         self.event(type_, reason, message, child);
     }
 
+    /// One more Event announcing the last pushed action (e.g. on the child it changes).
+    fn announce_last(
+        &mut self,
+        type_: EventType,
+        reason: &'static str,
+        message: String,
+        child: Option<&str>,
+    ) {
+        if let Some(action) = self.actions.len().checked_sub(1) {
+            self.announced.push((self.events.len(), action));
+            self.event(type_, reason, message, child);
+        }
+    }
+
     fn event(
         &mut self,
         type_: EventType,
@@ -650,9 +664,13 @@ fn release(
     let slice_name = meta::name(&slice.metadata);
     let message =
         format!("slice {slice_name} is admitted and covers every child: unsuspended {name}");
+    let on_child = format!(
+        "released by RayService {}: slice {slice_name} is admitted and covers every child",
+        meta::key(&f.service.metadata)
+    );
     d.announce(
         GateAction::Release {
-            child: name,
+            child: name.clone(),
             released: released.iter().cloned().collect(),
             slice: slice_name,
             admitted_at: admitted_at(slice),
@@ -662,6 +680,7 @@ fn release(
         message,
         None,
     );
+    d.announce_last(EventType::Normal, QUOTA_RELEASED, on_child, Some(&name));
 }
 
 /// Tell why a suspended child stays suspended.
@@ -679,7 +698,22 @@ fn hold_suspended(f: &Facts, name: &str, target: Option<&Workload>, d: &mut Gate
         format!("holding {name} suspended until an admitted slice covers it: {why}"),
         None,
     );
+    // the same on the RayCluster itself, where `kubectl describe raycluster` shows it
+    d.event(
+        EventType::Normal,
+        QUOTA_HELD,
+        format!(
+            "held suspended by RayService {} until an admitted slice covers it: {why}",
+            meta::key(&f.service.metadata)
+        ),
+        Some(name),
+    );
 }
+
+/// The reason of the Event on a child RayCluster the gate holds suspended for quota.
+pub const QUOTA_HELD: &str = "QuotaHeld";
+/// The reason of the Event on a child RayCluster the gate released.
+pub const QUOTA_RELEASED: &str = "QuotaReleased";
 
 fn eviction_reason(w: &Workload) -> &str {
     w.status

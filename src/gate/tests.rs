@@ -537,3 +537,62 @@ fn the_priority_class_label_resolves_into_the_slice_and_a_missing_class_warns() 
         Some("high")
     );
 }
+
+#[test]
+fn a_held_child_is_told_on_itself_with_the_service_slice_and_shortfall_and_its_release_too() {
+    let s = service(gated("svc-a"), None);
+    let (mut ws, mut t) = (vec![], 10);
+    let active = child("svc-a", 1, false, 1);
+    let d = decide(&s, &[&active], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    admit_counts(&mut ws[0]);
+    let pending = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    cond(
+        &mut ws[1],
+        condition::QUOTA_RESERVED,
+        "Pending",
+        "insufficient unused quota for cpu in flavor default, 1 more needed",
+        "False",
+    );
+    let slice = ws[1].metadata.name.clone().unwrap();
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    let held: Vec<_> = d
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.child.as_deref() == Some("svc-b"))
+        .collect();
+    assert_eq!(held.len(), 1, "{:?}", d.events);
+    let (i, ev) = held[0];
+    assert_eq!(ev.reason, QUOTA_HELD);
+    assert_eq!(
+        ev.message,
+        format!(
+            "held suspended by RayService ns/svc until an admitted slice covers it: slice {slice} is pending: insufficient unused quota for cpu in flavor default, 1 more needed"
+        )
+    );
+    // an observation: published whatever is applied
+    assert_eq!(d.announces(i), None);
+    // quota arrives: the release is told on the child too, once the release is applied
+    admit_counts(&mut ws[1]);
+    let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+    let (i, ev) = d
+        .events
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.child.as_deref() == Some("svc-b"))
+        .expect("an Event on svc-b");
+    assert_eq!(ev.reason, QUOTA_RELEASED);
+    assert_eq!(
+        ev.message,
+        format!("released by RayService ns/svc: slice {slice} is admitted and covers every child")
+    );
+    let release = d
+        .actions
+        .iter()
+        .position(|a| matches!(a, GateAction::Release { child, .. } if child == "svc-b"));
+    assert_eq!(d.announces(i), release);
+    assert!(release.is_some());
+}

@@ -375,7 +375,8 @@ async fn install_crds(server: &TestServer, crds: KueueCrds) {
         let text =
             std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let crd: CustomResourceDefinition =
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            serde_saphyr::from_str_with_options(&text, crate::yaml_options())
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         // created, never client-side applied: these are ~1 MB
         api.create(&PostParams::default(), &crd)
             .await

@@ -58,3 +58,13 @@ pub fn workspace_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.parent().map(PathBuf::from).unwrap_or(here)
 }
+
+/// serde-saphyr's options for reading YAML as Kubernetes does (YAML 1.1 octals: `0755` = 493);
+/// the same as `raygate::manifest::yaml_options`, which this crate cannot depend on.
+#[cfg(feature = "integration")]
+pub fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        with_snippet: false,
+    }
+}

@@ -82,7 +82,7 @@ pub fn crd(file_name: &str) -> Value {
     let path = dir().join("upstream-crds").join(file_name);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_yaml::from_str(&text)
+    serde_saphyr::from_str_with_options(&text, crate::yaml_options())
         .unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()))
 }
 

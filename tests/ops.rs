@@ -1,0 +1,503 @@
+//! Operations on the simulated cluster (`raygate-sim`, which serves Events and Leases; the real
+//! CRD API server serves neither): raygate's Events carry cluster time and tell holds on the
+//! RayClusters themselves and the built-in admission loop's decisions on the Workloads; a
+//! standby replica takes over when the leader stops (Lease released) or crashes (Lease expires).
+//! The test plays KubeRay: it creates each RayService's child, born suspended and labelled.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use raygate::controller::{Clock, Config, Monotonic, run_with};
+use raygate::types::kueue::Workload;
+use raygate::types::ray::{RayCluster, RayService};
+use raygate_sim::Sim;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// The controller's clock on the sim: the sim's.
+struct SimClock(raygate_sim::Clock);
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        Monotonic::from_origin(self.0.elapsed())
+    }
+}
+
+fn sim(ns: &str, clock: raygate_sim::Clock) -> Sim {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let upstream = raygate_testing::upstream::dir().join("upstream-crds");
+    let ray = |f: &str| std::fs::read_to_string(upstream.join(f)).unwrap();
+    Sim::builder()
+        .crds_dir(root.join("crds"))
+        .unwrap()
+        .crds_yaml(&ray("ray.io_rayservices.yaml"))
+        .unwrap()
+        .crds_yaml(&ray("ray.io_rayclusters.yaml"))
+        .unwrap()
+        .namespace(ns)
+        .clock(clock)
+        .build()
+}
+
+async fn eventually<T, F, Fut>(wait: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn apply(client: &Client, obj: Value) {
+    let (group, version) = obj["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let ar = kube::discovery::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: obj["apiVersion"].as_str().unwrap().into(),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()).replace("classs", "classes"),
+    };
+    let api: Api<kube::api::DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
+}
+
+/// ResourceFlavor `default`, ClusterQueue `cq` with `cpu` nominal quota (preempting lower
+/// priorities within it), LocalQueue `lq`, WorkloadPriorityClasses `low` (10) and `high` (100).
+async fn queues(client: &Client, ns: &str, cpu: &str) {
+    apply(client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}})).await;
+    apply(client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+        "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}})).await;
+    apply(client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": "cq"}})).await;
+    for (name, value) in [("low", 10), ("high", 100)] {
+        apply(client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value})).await;
+    }
+}
+
+fn pod(cpu: &str) -> Value {
+    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.51.0", "resources": {"requests": {"cpu": cpu}}}]}})
+}
+
+fn cluster_config(suspend: bool, worker_cpu: &str) -> Value {
+    json!({"rayVersion": "2.51.0", "suspend": suspend,
+        "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
+        "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": pod(worker_cpu)}]})
+}
+
+/// A RayService `name` at `priority` (head 1 CPU + one worker of `worker_cpu`), gated by raygate,
+/// and the child KubeRay creates from the gated template (born suspended).
+async fn service_with_child(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    priority: &str,
+    worker_cpu: &str,
+) {
+    let services: Api<RayService> = Api::namespaced(client.clone(), ns);
+    let svc = json!({"apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/priority-class": priority}},
+        "spec": {"serveConfigV2": "applications: []", "rayClusterConfig": cluster_config(false, worker_cpu)}});
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(svc).unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        &format!("{name}'s template is gated"),
+        || async {
+            let s = services.get(name).await.ok()?;
+            (s.spec.ray_cluster_config.suspend == Some(true)).then_some(())
+        },
+    )
+    .await;
+    let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": format!("{name}-a"), "namespace": ns, "labels": {
+            "ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayService"}},
+        "spec": cluster_config(true, worker_cpu)});
+    let clusters: Api<RayCluster> = Api::namespaced(client.clone(), ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(child).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// `Some` once `child` is released (unsuspended).
+async fn released(client: &Client, ns: &str, child: &str) -> Option<()> {
+    let clusters: Api<RayCluster> = Api::namespaced(client.clone(), ns);
+    let c = clusters.get(child).await.ok()?;
+    (c.spec.suspend == Some(false)).then_some(())
+}
+
+async fn slice_of(client: &Client, ns: &str, service: &str) -> Option<Workload> {
+    let workloads: Api<Workload> = Api::namespaced(client.clone(), ns);
+    workloads
+        .list(&ListParams::default().labels(&format!("raygate.io/rayservice={service}")))
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .next()
+}
+
+/// The Events regarding `kind`/`name` with `reason`.
+async fn events_on(client: &Client, ns: &str, kind: &str, name: &str, reason: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                })
+        })
+        .collect()
+}
+
+fn spawn_controller(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    config: Config,
+) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        run_with(client, config, clock, async move {
+            let _ = rx.await;
+        })
+        .await
+        .expect("controller runs");
+    });
+    (tx, handle)
+}
+
+/// On the paused clock (the sim's epoch, 2026-01-01, is far from the wall clock): every Event
+/// raygate writes is stamped with cluster time; a held RayCluster is told why on itself (the
+/// RayService, the slice, the shortfall), once however often it is decided again, and so is its
+/// release; the built-in admission loop's QuotaReserved, Admitted, Preempted and Evicted land
+/// on the Workloads.
+#[tokio::test(start_paused = true)]
+async fn events_carry_cluster_time_and_tell_holds_on_rayclusters_and_admission_on_workloads() {
+    raygate_testing::apiserver::init_logs();
+    let ns = "ops";
+    let sim = sim(ns, raygate_sim::Clock::default());
+    let epoch = sim.clock().now();
+    let client = sim.client();
+    queues(&client, ns, "4").await;
+    let clock: Arc<dyn Clock> = Arc::new(SimClock(sim.clock().clone()));
+    let (stop, controller) = spawn_controller(
+        sim.client_as("raygate"),
+        clock,
+        Config {
+            admission_resync: Duration::from_millis(500),
+            identity: "replica-a".into(),
+            ..Default::default()
+        },
+    );
+    let wait = Duration::from_secs(120);
+
+    // low (1 + 1 CPU) fits in 4: admitted, its child released
+    service_with_child(&client, ns, "low", "low", "1").await;
+    eventually(wait, "low-a is released", || released(&client, ns, "low-a")).await;
+    let low_slice = slice_of(&client, ns, "low").await.unwrap();
+    let low_slice = low_slice.metadata.name.unwrap();
+    for reason in ["QuotaReserved", "Admitted"] {
+        eventually(wait, &format!("{reason} on {low_slice}"), || async {
+            (!events_on(&client, ns, "Workload", &low_slice, reason)
+                .await
+                .is_empty())
+            .then_some(())
+        })
+        .await;
+    }
+    let on_low = eventually(wait, "QuotaReleased on low-a", || async {
+        events_on(&client, ns, "RayCluster", "low-a", "QuotaReleased")
+            .await
+            .pop()
+    })
+    .await;
+    assert_eq!(
+        on_low.note.as_deref(),
+        Some(format!("released by RayService {ns}/low: slice {low_slice} is admitted and covers every child").as_str())
+    );
+    let low_uid = Api::<RayCluster>::namespaced(client.clone(), ns)
+        .get("low-a")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_eq!(
+        on_low.regarding.and_then(|r| r.uid),
+        low_uid,
+        "kubectl describe finds it by uid"
+    );
+
+    // big (1 + 2 CPU) does not fit in the 2 left: held, told on big-a with the service, the
+    // slice and the shortfall
+    service_with_child(&client, ns, "big", "low", "2").await;
+    let big_slice = eventually(wait, "big's slice", || slice_of(&client, ns, "big")).await;
+    let big_slice = big_slice.metadata.name.unwrap();
+    let held = eventually(wait, "QuotaHeld on big-a", || async {
+        events_on(&client, ns, "RayCluster", "big-a", "QuotaHeld")
+            .await
+            .pop()
+    })
+    .await;
+    let note = held.note.clone().unwrap_or_default();
+    assert!(
+        note.starts_with(&format!("held suspended by RayService {ns}/big until an admitted slice covers it: slice {big_slice} is pending: ")),
+        "{note}"
+    );
+    assert!(note.ends_with("(1 more needed)"), "the shortfall: {note}");
+    // decided again and again (each change to the RayService reconciles it): still one Event,
+    // its repeats counted in a series
+    let services: Api<RayService> = Api::namespaced(client.clone(), ns);
+    for i in 0..3 {
+        services
+            .patch(
+                "big",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"touched": i.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let held = events_on(&client, ns, "RayCluster", "big-a", "QuotaHeld").await;
+    assert_eq!(held.len(), 1, "deduplicated: {held:?}");
+    let count = held[0].series.as_ref().map(|s| s.count);
+    assert!(
+        count.is_some_and(|c| c >= 2),
+        "a series counts the repeats: {count:?}"
+    );
+    assert!(released(&client, ns, "big-a").await.is_none());
+
+    // high (1 + 3 CPU, priority 100) preempts low
+    service_with_child(&client, ns, "high", "high", "3").await;
+    eventually(wait, "Preempted on low's slice", || async {
+        (!events_on(&client, ns, "Workload", &low_slice, "Preempted")
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    // raygate stops low; KubeRay (played here) deletes its child, which frees the quota
+    eventually(wait, "low is stopped", || async {
+        (services.get("low").await.ok()?.spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    Api::<RayCluster>::namespaced(client.clone(), ns)
+        .delete("low-a", &Default::default())
+        .await
+        .unwrap();
+    eventually(wait, "high-a is released", || {
+        released(&client, ns, "high-a")
+    })
+    .await;
+    // deactivating high's slice evicts it
+    let high_slice = slice_of(&client, ns, "high")
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
+    Api::<Workload>::namespaced(client.clone(), ns)
+        .patch(
+            &high_slice,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"active": false}})),
+        )
+        .await
+        .unwrap();
+    eventually(wait, "Evicted on high's slice", || async {
+        (!events_on(&client, ns, "Workload", &high_slice, "Evicted")
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+
+    // every Event: cluster time (not the wall clock's), reported by this replica
+    let now = sim.clock().now();
+    let events = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(events.len() >= 8, "{}", events.len());
+    for e in &events {
+        let t = e.event_time.as_ref().expect("eventTime").0;
+        assert!(
+            t >= epoch && t <= now,
+            "{:?} {:?}: eventTime {t} is not cluster time ({epoch} .. {now})",
+            e.reason,
+            e.regarding.as_ref().and_then(|r| r.name.clone())
+        );
+        if let Some(s) = &e.series {
+            assert!(s.last_observed_time.0 >= t && s.last_observed_time.0 <= now);
+        }
+        assert_eq!(e.reporting_controller.as_deref(), Some("raygate"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("replica-a"));
+    }
+    let _ = stop.send(());
+    controller.await.unwrap();
+}
+
+/// Two replicas on one sim, distinct identities: the leader gates; stopped (SIGTERM: the Lease
+/// is released, awaited), the standby takes over before the lease duration and gates on; the
+/// new leader crashed (its runtime dropped, nothing released), a third replica takes over once
+/// the Lease expires. Real time: kube-lease-manager reads the system clock, so the sim runs on
+/// the wall clock here (cluster time = wall time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
+    raygate_testing::apiserver::init_logs();
+    let ns = "ha";
+    let sim = sim(ns, raygate_sim::Clock::wall());
+    let client = sim.client();
+    queues(&client, ns, "20").await;
+    const LEASE_SECONDS: u64 = 3;
+    let config = |identity: &str| Config {
+        leader_elect: true,
+        lease_namespace: ns.into(),
+        identity: identity.into(),
+        lease_duration_seconds: LEASE_SECONDS,
+        admission_resync: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let holder = || async { leases.get("raygate").await.ok()?.spec?.holder_identity };
+    let wait = Duration::from_secs(60);
+
+    let (stop_a, a) = spawn_controller(sim.client_as("replica-a"), clock(), config("replica-a"));
+    eventually(wait, "replica-a leads", || async {
+        (holder().await? == "replica-a").then_some(())
+    })
+    .await;
+    // replica-b, the standby, on a runtime of its own (to crash it later)
+    let (crash_b, crashed) = std::sync::mpsc::channel::<()>();
+    let (client_b, clock_b, config_b) = (sim.client_as("replica-b"), clock(), config("replica-b"));
+    let b = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.spawn(run_with(
+            client_b,
+            config_b,
+            clock_b,
+            std::future::pending(),
+        ));
+        let _ = crashed.recv();
+        // a crash: every task dropped where it stands, nothing released
+        rt.shutdown_background();
+    });
+    service_with_child(&client, ns, "one", "low", "1").await;
+    eventually(wait, "the leader releases one-a", || {
+        released(&client, ns, "one-a")
+    })
+    .await;
+    assert_eq!(holder().await.as_deref(), Some("replica-a"));
+
+    // 1. the leader stops: the Lease is released before it exits, the standby takes it at once
+    let t0 = sim.clock().now();
+    let _ = stop_a.send(());
+    a.await.unwrap();
+    let released_lease = leases
+        .get("raygate")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_ne!(
+        released_lease.as_deref(),
+        Some("replica-a"),
+        "the Lease is released when run returns"
+    );
+    eventually(wait, "replica-b takes over", || async {
+        (holder().await? == "replica-b").then_some(())
+    })
+    .await;
+    let graceful = sim.clock().now().duration_since(t0);
+    eprintln!("takeover after the leader stopped (Lease released): {graceful:#}");
+    assert!(
+        graceful < k8s_openapi::jiff::SignedDuration::from_secs(LEASE_SECONDS as i64),
+        "a released Lease is taken before it would have expired: {graceful:#}"
+    );
+    service_with_child(&client, ns, "two", "low", "1").await;
+    eventually(wait, "the new leader releases two-a", || {
+        released(&client, ns, "two-a")
+    })
+    .await;
+
+    // 2. the new leader crashes: a third replica takes over once the Lease expires
+    let (stop_c, c) = spawn_controller(sim.client_as("replica-c"), clock(), config("replica-c"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        holder().await.as_deref(),
+        Some("replica-b"),
+        "a standby waits while the leader renews"
+    );
+    let t0 = sim.clock().now();
+    let _ = crash_b.send(());
+    tokio::task::spawn_blocking(move || b.join())
+        .await
+        .unwrap()
+        .unwrap();
+    eventually(wait, "replica-c takes over", || async {
+        (holder().await? == "replica-c").then_some(())
+    })
+    .await;
+    let crashed = sim.clock().now().duration_since(t0);
+    eprintln!("takeover after the leader crashed (Lease expired): {crashed:#}");
+    assert!(
+        crashed <= k8s_openapi::jiff::SignedDuration::from_secs(LEASE_SECONDS as i64 + 3),
+        "taken over within the lease duration (+ a renew period): {crashed:#}"
+    );
+    service_with_child(&client, ns, "three", "low", "1").await;
+    eventually(wait, "the third leader releases three-a", || {
+        released(&client, ns, "three-a")
+    })
+    .await;
+    let _ = stop_c.send(());
+    c.await.unwrap();
+}
