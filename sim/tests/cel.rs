@@ -15,7 +15,7 @@ fn every_rule_of_the_installed_crds_is_evaluated_by_the_sim() {
     for entry in std::fs::read_dir(&dir).expect("upstream CRDs") {
         let path = entry.expect("entry").path();
         let text = std::fs::read_to_string(&path).expect("CRD file");
-        let crd: Value = serde_yaml::from_str(&text).expect("CRD YAML");
+        let crd: Value = raygate::manifest::from_yaml(&text).expect("CRD YAML");
         for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
             let schema = &v["schema"]["openAPIV3Schema"];
             for (rule, compiled) in CelRules::new(schema).rules() {
