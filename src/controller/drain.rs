@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use k8s_openapi::jiff::SignedDuration;
-use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
@@ -21,6 +22,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::Clock;
+use super::events::EventSink;
 use crate::drain::engine::{
     self, Action, EventType, EvictTarget, EvictionResult, Observation, Options, Outcome, State,
 };
@@ -118,7 +120,7 @@ pub async fn run(
             return Err(DrainRunError::NotSynced { kind });
         }
     }
-    let mut apply = Apply::new(client);
+    let mut apply = Apply::new(client, clock.clone());
     let mut state = match run.state.take() {
         Some(state) => state,
         None => {
@@ -200,23 +202,16 @@ impl Drop for AbortOnDrop {
 struct Apply {
     client: Client,
     nodes: Api<Node>,
-    recorder: Recorder,
-    events: bool,
+    events: EventSink,
 }
 
 impl Apply {
-    fn new(client: Client) -> Self {
+    fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
+        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| DRAIN_MANAGER.into());
         Apply {
             nodes: Api::all(client.clone()),
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "raygate-drain".into(),
-                    instance: std::env::var("POD_NAME").ok(),
-                },
-            ),
+            events: EventSink::new(client.clone(), clock, instance),
             client,
-            events: true,
         }
     }
 
@@ -310,21 +305,15 @@ impl Apply {
 
     async fn evict(&self, t: &EvictTarget, dry_run: bool) -> EvictionResult {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &t.pod.namespace);
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
-                dry_run,
-                preconditions: t.uid.clone().map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            }),
-            post_options: PostParams {
-                dry_run,
-                ..PostParams::default()
-            },
+        let body = eviction(t, dry_run);
+        let post = PostParams {
+            dry_run,
+            ..PostParams::default()
         };
-        let result = match api.evict(&t.pod.name, &params).await {
+        let sent = api
+            .create_subresource::<_, serde_json::Value>("eviction", &t.pod.name, &post, &body)
+            .await;
+        let result = match sent {
             Ok(_) => EvictionResult::Evicted,
             Err(kube::Error::Api(s)) if s.code == 404 => EvictionResult::Gone,
             Err(kube::Error::Api(s)) if s.code == 429 => {
@@ -366,40 +355,31 @@ impl Apply {
         result
     }
 
-    async fn report(&mut self, node: &str, type_: EventType, reason: &str, message: &str) {
-        match type_ {
-            EventType::Normal => tracing::info!(node, reason, "{message}"),
-            EventType::Warning => tracing::warn!(node, reason, "{message}"),
-        }
-        if !self.events || node.is_empty() {
+    async fn report(&mut self, node: &str, type_: EventType, reason: &'static str, message: &str) {
+        if node.is_empty() {
+            match type_ {
+                EventType::Normal => tracing::info!(reason, "{message}"),
+                EventType::Warning => tracing::warn!(reason, "{message}"),
+            }
             return;
         }
-        let event = Event {
-            type_: match type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: reason.to_string(),
-            note: Some(message.chars().take(1024).collect()),
-            action: reason.to_string(),
-            secondary: None,
-        };
         let on = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
             name: Some(node.to_string()),
             ..ObjectReference::default()
         };
-        if let Err(e) = self.recorder.publish(&event, &on).await {
-            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                tracing::info!(
-                    "the Events API is not served here: drain events go to the log only"
-                );
-                self.events = false;
-            } else {
-                tracing::debug!(error = %e, "publishing a drain event failed");
-            }
-        }
+        let event = crate::gate::GateEvent {
+            type_: match type_ {
+                EventType::Normal => crate::gate::EventType::Normal,
+                EventType::Warning => crate::gate::EventType::Warning,
+            },
+            reason,
+            message: message.to_string(),
+            child: None,
+        };
+        // logs it too, and stamps it with the injected clock
+        self.events.publish(&on, &event).await;
     }
 }
 
@@ -418,4 +398,52 @@ fn current_taints(nodes: &[Node], node: &str) -> Vec<Taint> {
 
 fn resource_version(nodes: &[Node], node: &str) -> Option<String> {
     find(nodes, node).and_then(|n| n.metadata.resource_version.clone())
+}
+
+/// The Eviction sent for `t`: the pod's uid as a precondition (a pod recreated under the same name
+/// is not evicted by mistake) and the dry run, in the body's `deleteOptions` as the API server reads
+/// them. kube 5's `Api::evict` writes them under `delete_options`, which the server ignores.
+fn eviction(t: &EvictTarget, dry_run: bool) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: Some(t.pod.name.clone()),
+            namespace: Some(t.pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            dry_run: dry_run.then(|| vec!["All".to_string()]),
+            preconditions: t.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::*;
+
+    #[test]
+    fn the_eviction_body_carries_the_uid_precondition_and_dry_run_where_the_server_reads_them() {
+        let plan_pod = crate::drain::PodRef {
+            namespace: "ns".into(),
+            name: "leader-0".into(),
+            node: "n1".into(),
+        };
+        let t = EvictTarget {
+            pod: plan_pod,
+            uid: Some("u-1".into()),
+            pdb: None,
+            group: None,
+        };
+        let body = serde_json::to_value(eviction(&t, true)).expect("serialises");
+        assert_eq!(body["apiVersion"], "policy/v1");
+        assert_eq!(body["kind"], "Eviction");
+        assert_eq!(body["metadata"]["name"], "leader-0");
+        assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "u-1");
+        assert_eq!(body["deleteOptions"]["dryRun"], serde_json::json!(["All"]));
+        assert!(body.get("delete_options").is_none());
+    }
 }
