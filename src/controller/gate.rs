@@ -107,21 +107,7 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         .filter_map(|c| c.metadata.name.clone())
         .collect();
     let (service, overlaid) = with_just_released(ctx, &key, service, &live);
-    let workloads: Vec<Workload> = ctx
-        .stores
-        .workloads
-        .state()
-        .iter()
-        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|w| {
-            w.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.uid == uid && o.kind == "RayService")
-        })
-        .map(|w| w.as_ref().clone())
-        .collect();
+    let workloads = ctx.stores.slices_of(&ns, &uid);
     Observed {
         ns,
         name,

@@ -52,6 +52,24 @@ impl Stores {
             notified.await;
         }
     }
+
+    /// The Workloads (slices) a RayService owns, from the cache: same namespace, an owner
+    /// reference to the service's uid.
+    pub fn slices_of(&self, namespace: &str, service_uid: &str) -> Vec<Workload> {
+        self.workloads
+            .state()
+            .iter()
+            .filter(|w| w.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|w| {
+                w.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == service_uid && o.kind == "RayService")
+            })
+            .map(|w| w.as_ref().clone())
+            .collect()
+    }
 }
 
 /// Which watches have delivered their first complete list.

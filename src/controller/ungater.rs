@@ -79,21 +79,7 @@ fn decide(
             .into_iter()
             .filter_map(|c| c.metadata.name.clone())
             .collect();
-    let workloads: Vec<crate::types::kueue::Workload> = ctx
-        .stores
-        .workloads
-        .state()
-        .iter()
-        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|w| {
-            w.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.uid == uid && o.kind == "RayService")
-        })
-        .map(|w| w.as_ref().clone())
-        .collect();
+    let workloads = ctx.stores.slices_of(&ns, &uid);
     let mut admitted: Vec<&crate::types::kueue::Workload> = workloads
         .iter()
         .filter(|w| !workload::is_finished(w.status.as_ref()))
