@@ -9,7 +9,7 @@
 //! test starts its own controller, which watches every namespace. Each sim test has a cluster of
 //! its own and runs on tokio's paused clock (`start_paused`): the sim, the emulator and the
 //! controller read the sim's `Clock`, `eventually`'s deadlines and the scenarios' sleeps are
-//! tokio time, so a wait costs cluster time, not wall time. `WAIT` is then 45 s of cluster time.
+//! tokio time, so a wait costs cluster time, not wall time. `WAIT` is then 90 s of cluster time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// How long a scenario step may take. Generous: on a loaded 2-core machine the API server, etcd
 /// and the emulator share the cores with the test (two steps timed out at 20 s under load 6).
-const WAIT: Duration = Duration::from_secs(45);
+const WAIT: Duration = Duration::from_secs(90);
 
 /// Runs every scenario on both servers, and on the sim once more under faults. A new scenario
 /// is an `async fn name(backend: Backend)` starting with `Env::new(backend, "name")`, added to
@@ -221,13 +221,19 @@ impl Env {
 
     async fn set_quota(&self, cpu: &str) {
         let api: Api<ClusterQueue> = Api::all(self.client.clone());
-        let mut cq = api.get(&self.cq()).await.expect("ClusterQueue");
-        cq.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
-        );
-        api.replace(&self.cq(), &PostParams::default(), &cq)
-            .await
-            .expect("quota raised");
+        // read-modify-replace, again on a 409: the controller writes the queue's status meanwhile
+        for _ in 0..20 {
+            let mut cq = api.get(&self.cq()).await.expect("ClusterQueue");
+            cq.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
+            );
+            match api.replace(&self.cq(), &PostParams::default(), &cq).await {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => panic!("quota raised: {e}"),
+            }
+        }
+        panic!("quota raised: 20 conflicts in a row");
     }
 
     async fn create_service(&self, name: &str, labels: Value, workers: Value) {

@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// Holds back every LIST response of one resource (`path_suffix`, e.g. `/rayclusters`) until
 /// `until`: the controller's first view of that kind arrives late (a big cluster, a slow

@@ -142,13 +142,19 @@ impl Env {
 
     async fn set_quota(&self, cpu: &str) {
         let api: Api<ClusterQueue> = Api::all(self.client.clone());
-        let mut cq = api.get("cq").await.unwrap();
-        cq.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
-        );
-        api.replace("cq", &PostParams::default(), &cq)
-            .await
-            .unwrap();
+        // read-modify-replace, again on a 409: the controller writes the queue's status meanwhile
+        for _ in 0..20 {
+            let mut cq = api.get("cq").await.unwrap();
+            cq.spec.resource_groups[0].flavors[0].resources[0].nominal_quota = Some(
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
+            );
+            match api.replace("cq", &PostParams::default(), &cq).await {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => panic!("quota raised: {e}"),
+            }
+        }
+        panic!("quota raised: 20 conflicts in a row");
     }
 
     /// A RayService opted into `lq`: a 1-CPU head and `workers` 1-CPU workers.
