@@ -32,14 +32,6 @@ const RESYNC: Duration = Duration::from_secs(2);
 const CLUSTER_LABEL: &str = "ray.io/cluster";
 const GROUP_LABEL: &str = "ray.io/group";
 
-fn label<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
-    p.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map(String::as_str)
-}
-
 fn gates(p: &Pod) -> Vec<String> {
     p.spec
         .as_ref()
@@ -56,7 +48,7 @@ fn view(p: &Pod, ungated_here: &HashSet<String>) -> Option<PodView> {
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
     Some(PodView {
         requests: pod_requests(spec, "spec", &name).ok()?,
-        group: label(p, GROUP_LABEL)?.to_string(),
+        group: crate::meta::label(&p.metadata, GROUP_LABEL)?.to_string(),
         created: p.metadata.creation_timestamp.as_ref()?.0,
         gated: gates(p).iter().any(|g| g == POD_GATE) && !ungated_here.contains(&uid),
         finished: matches!(phase, Some("Succeeded" | "Failed")),
@@ -92,7 +84,9 @@ fn decide(
     let mine: Vec<&Arc<Pod>> = pods
         .iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|p| label(p, CLUSTER_LABEL).is_some_and(|c| children.contains(c)))
+        .filter(|p| {
+            crate::meta::label(&p.metadata, CLUSTER_LABEL).is_some_and(|c| children.contains(c))
+        })
         .collect();
     let views: Vec<PodView> = mine.iter().filter_map(|p| view(p, ungated_here)).collect();
     let picked = pod_gate::ungate(&crate::slices::grants(newest), &views);
