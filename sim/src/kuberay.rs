@@ -31,8 +31,10 @@
 //! [`service`], one for every RayCluster's status in [`cluster`]. They share in-memory timers, as
 //! KubeRay keeps its deletion timestamps in memory.
 
+mod autoscaler;
 mod cluster;
 mod hash;
+mod incremental;
 pub mod pods;
 mod service;
 mod status;
@@ -81,6 +83,27 @@ pub struct EmulatorConfig {
     /// Create real Pods (the server must serve core/v1: on for the simulated cluster, off for
     /// the CRD-only test server, where pods are emulated by time). Default off.
     pub pods: bool,
+    /// Emulate the Ray autoscaler on the children of `NewClusterWithIncrementalUpgrade`
+    /// RayServices (it sizes them to their Serve `target_capacity`). Default off: no worker
+    /// `replicas` change unless a test writes them.
+    pub autoscaler: Option<AutoscalerConfig>,
+}
+
+/// The emulated Ray autoscaler of incremental upgrades: at most `step` replicas per worker group
+/// per look, looks at least `period` apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoscalerConfig {
+    pub step: i32,
+    pub period: Duration,
+}
+
+impl Default for AutoscalerConfig {
+    fn default() -> Self {
+        AutoscalerConfig {
+            step: 1,
+            period: Duration::from_secs(5),
+        }
+    }
 }
 
 impl Default for EmulatorConfig {
@@ -90,6 +113,7 @@ impl Default for EmulatorConfig {
             version: "v1.7.0".to_string(),
             namespace: None,
             pods: false,
+            autoscaler: None,
         }
     }
 }
@@ -126,6 +150,8 @@ pub enum EmulatorError {
         name: String,
         source: serde_json::Error,
     },
+    #[error("scaling RayCluster {name} as the emulated autoscaler: {source}")]
+    Autoscale { name: String, source: kube::Error },
     #[error("building RayCluster {name}: {reason}")]
     Construct { name: String, reason: String },
 }
@@ -145,7 +171,8 @@ impl EmulatorError {
             | EmulatorError::ClusterStatus { source, .. }
             | EmulatorError::ListPods { source, .. }
             | EmulatorError::CreatePod { source, .. }
-            | EmulatorError::DeletePod { source, .. } => source,
+            | EmulatorError::DeletePod { source, .. }
+            | EmulatorError::Autoscale { source, .. } => source,
             EmulatorError::Hash { .. } | EmulatorError::Construct { .. } => return false,
         };
         matches!(source, kube::Error::Api(s) if s.code == 409)
@@ -163,6 +190,8 @@ pub(crate) struct Shared {
     deletion_at: Mutex<HashMap<String, Timestamp>>,
     /// Names generated so far (mixed into the next name, so two in the same instant differ).
     names_generated: Mutex<u64>,
+    /// `ns/name` of a RayCluster → when the emulated autoscaler last scaled it.
+    autoscaled_at: Mutex<HashMap<String, Timestamp>>,
 }
 impl Shared {
     fn new(client: Client, clock: Clock, config: EmulatorConfig) -> Self {
@@ -173,6 +202,7 @@ impl Shared {
             names_generated: Mutex::new(0),
             pods_since: Mutex::new(HashMap::new()),
             deletion_at: Mutex::new(HashMap::new()),
+            autoscaled_at: Mutex::new(HashMap::new()),
         }
     }
 
@@ -250,6 +280,14 @@ impl Shared {
 
     pub(crate) fn forget_deletion(&self, key: &str) {
         Self::lock(&self.deletion_at).remove(key);
+    }
+
+    pub(crate) fn autoscaled_at(&self, key: &str) -> Option<Timestamp> {
+        Self::lock(&self.autoscaled_at).get(key).copied()
+    }
+
+    pub(crate) fn autoscaled(&self, key: &str, at: Timestamp) {
+        Self::lock(&self.autoscaled_at).insert(key.to_string(), at);
     }
 }
 

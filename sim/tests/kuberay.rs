@@ -1313,3 +1313,273 @@ mod with_pods {
         .await;
     }
 }
+
+/// `NewClusterWithIncrementalUpgrade` with real pods and the emulated Ray autoscaler, on the sim's
+/// paused clock: KubeRay v1.7.0's `constructRayClusterForRayService` (pending child without
+/// `replicas`), `reconcileServeTargetCapacity` / `checkIfNeedTargetCapacityUpdate` (capacities
+/// step by `maxSurgePercent`), `calculateTrafficRoutedPercent` (traffic steps by `stepSizePercent`
+/// every `intervalSeconds`), `IsIncrementalUpgradeComplete` (promotion).
+mod incremental {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::ApiResource;
+    use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
+    use raygate_sim::kuberay::AutoscalerConfig;
+    use raygate_sim::kuberay::pods::{CLUSTER_LABEL, NODE_TYPE_LABEL};
+
+    const NS: &str = "serving";
+    const WAIT: Duration = Duration::from_secs(1800);
+
+    struct IncEnv {
+        _sim: Sim,
+        services: Api<RayService>,
+        clusters: Api<RayCluster>,
+        pods: Api<Pod>,
+        _stop: tokio::sync::watch::Sender<bool>,
+    }
+
+    async fn setup(autoscaler: AutoscalerConfig) -> IncEnv {
+        let crds = raygate_testing::upstream::dir().join("upstream-crds");
+        let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
+        let sim = Sim::builder()
+            .crds_yaml(&crd("ray.io_rayservices.yaml"))
+            .unwrap()
+            .crds_yaml(&crd("ray.io_rayclusters.yaml"))
+            .unwrap()
+            .namespace(NS)
+            .build();
+        let client = sim.client();
+        let nodes: Api<Node> = Api::all(client.clone());
+        for i in 0..2 {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": format!("node-{i}")},
+                "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap();
+            nodes.create(&PostParams::default(), &node).await.unwrap();
+        }
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let clock = sim.clock().clone();
+        tokio::spawn(scheduler::run(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(kubelet::run_all(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown,
+        ));
+        sim.spawn_garbage_collector(
+            garbage_collector::Config::default()
+                .cover(ApiResource::erase::<RayCluster>(&()))
+                .cover(ApiResource::erase::<RayService>(&())),
+        );
+        let config = EmulatorConfig {
+            namespace: Some(NS.into()),
+            pods: true,
+            autoscaler: Some(autoscaler),
+            ..Default::default()
+        };
+        tokio::spawn(run(
+            client.clone(),
+            clock,
+            config,
+            futures::future::pending(),
+        ));
+        IncEnv {
+            services: Api::namespaced(client.clone(), NS),
+            clusters: Api::namespaced(client.clone(), NS),
+            pods: Api::namespaced(client, NS),
+            _sim: sim,
+            _stop: stop,
+        }
+    }
+
+    fn service(image: &str) -> Value {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": 5,
+            "containers": [container("ray", image, "1")]}});
+        json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "namespace": NS},
+            "spec": {
+                "serveConfigV2": "applications: []\n",
+                "rayClusterDeletionDelaySeconds": 5,
+                "upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade",
+                    "clusterUpgradeOptions": {"gatewayClassName": "istio", "maxSurgePercent": 50,
+                        "stepSizePercent": 25, "intervalSeconds": 10}},
+                "rayClusterConfig": {"rayVersion": "2.52.0", "enableInTreeAutoscaling": true,
+                    "headGroupSpec": {"rayStartParams": {}, "template": pod.clone()},
+                    "workerGroupSpecs": [{"groupName": "w", "replicas": 4, "minReplicas": 0,
+                        "maxReplicas": 8, "rayStartParams": {}, "template": pod}]}
+            }
+        })
+    }
+
+    /// A side's `targetCapacity` and `trafficRoutedPercent` (-1: unset).
+    fn numbers(rs: &RayService, pending: bool) -> (i64, i64) {
+        let s = status(rs);
+        let slot = if pending {
+            s.pending_service_status
+        } else {
+            s.active_service_status
+        };
+        let get = |k: &str| {
+            slot.as_ref()
+                .and_then(|s| s.other.get(k))
+                .and_then(Value::as_i64)
+                .unwrap_or(-1)
+        };
+        (get("targetCapacity"), get("trafficRoutedPercent"))
+    }
+
+    /// Live (not terminating) worker pods of a cluster.
+    async fn workers(env: &IncEnv, cluster: &str) -> usize {
+        let lp = ListParams::default().labels(&format!(
+            "{CLUSTER_LABEL}={cluster},{NODE_TYPE_LABEL}=worker"
+        ));
+        env.pods
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count()
+    }
+
+    async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_incremental_upgrade_grows_the_pending_child_by_autoscaler_steps_and_moves_traffic_by_steps()
+     {
+        let env = setup(AutoscalerConfig {
+            step: 1,
+            period: Duration::from_secs(5),
+        })
+        .await;
+        let rs: RayService = serde_json::from_value(service("rayproject/ray:2.52.0")).unwrap();
+        env.services
+            .create(&PostParams::default(), &rs)
+            .await
+            .unwrap();
+        let old = eventually("the first cluster serves with 4 workers", || async {
+            let rs = env.services.get("svc").await.unwrap();
+            let a = active(&rs)?;
+            (is(&rs, "Ready", "True", "NonZeroServeEndpoints")
+                && workers(&env, &a).await == 4
+                && numbers(&rs, false) == (100, 100))
+                .then_some(a)
+        })
+        .await;
+
+        // an image change: an incremental upgrade
+        let patch = json!({"spec": {"rayClusterConfig": service("rayproject/ray:2.53.0")["spec"]["rayClusterConfig"]}});
+        env.services
+            .patch("svc", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let new = eventually("the pending child created", || async {
+            let rs = env.services.get("svc").await.unwrap();
+            let p = pending(&rs)?;
+            env.clusters.get_opt(&p).await.unwrap().map(|_| p)
+        })
+        .await;
+        let child = env.clusters.get(&new).await.unwrap();
+        let g = &child.spec.worker_group_specs.as_ref().unwrap()[0];
+        // KubeRay sends no replicas; the CRD's default makes it 0
+        assert_eq!(
+            g.replicas,
+            Some(0),
+            "the pending child starts without replicas"
+        );
+        assert_eq!(numbers(&env.services.get("svc").await.unwrap(), true).0, 0);
+
+        // watch the upgrade once a second until promotion
+        let mut capacities: Vec<(i64, i64)> = Vec::new();
+        let mut traffic: Vec<i64> = Vec::new();
+        let mut pending_workers: Vec<usize> = Vec::new();
+        let mut active_workers: Vec<usize> = Vec::new();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let rs = env.services.get("svc").await.unwrap();
+            if active(&rs).as_deref() == Some(new.as_str()) {
+                assert_eq!(pending(&rs), None);
+                assert_eq!(
+                    numbers(&rs, false),
+                    (100, 100),
+                    "the promoted side's numbers"
+                );
+                break;
+            }
+            let ((atc, _), (ptc, ptraffic)) = (numbers(&rs, false), numbers(&rs, true));
+            if ptc >= 0 && capacities.last() != Some(&(atc, ptc)) {
+                capacities.push((atc, ptc));
+            }
+            if ptraffic >= 0 && traffic.last() != Some(&ptraffic) {
+                traffic.push(ptraffic);
+            }
+            for (name, seen) in [(&new, &mut pending_workers), (&old, &mut active_workers)] {
+                let n = workers(&env, name).await;
+                if seen.last() != Some(&n) {
+                    seen.push(n);
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no promotion");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        // the active side's last step to 0 and the promotion land in one status write
+        assert_eq!(
+            capacities,
+            vec![(100, 0), (100, 50), (50, 50), (50, 100)],
+            "target capacities step by maxSurgePercent"
+        );
+        // 100 % and the active side's last capacity step follow within one pass: the traffic
+        // at 100 shows on the promoted side
+        assert_eq!(
+            traffic,
+            vec![0, 25, 50, 75],
+            "traffic steps by stepSizePercent"
+        );
+        assert_eq!(
+            pending_workers,
+            vec![0, 1, 2, 3, 4],
+            "the autoscaler grows the pending child one worker at a time"
+        );
+        // the active one shrinks to its 50 % capacity; its step to 0 promotes the pending child
+        // in the same pass, and the old child goes whole after the deletion delay
+        assert_eq!(active_workers, vec![4, 3, 2], "and shrinks the active one");
+        let rs = env.services.get("svc").await.unwrap();
+        let promoted = &status(&rs).active_service_status.unwrap().other;
+        assert!(promoted.contains_key("lastTrafficMigratedTime"));
+        eventually("the old child deleted after the deletion delay", || async {
+            env.clusters
+                .get_opt(&old)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert_eq!(workers(&env, &new).await, 4);
+    }
+}

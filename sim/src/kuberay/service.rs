@@ -1,5 +1,6 @@
 //! The RayService side: KubeRay v1.7's `RayServiceReconciler.Reconcile` (rayservice_controller.go)
-//! for the NewCluster strategy, without Services, Serve applications or the dashboard.
+//! for the NewCluster and the NewClusterWithIncrementalUpgrade strategies (the latter's numbers in
+//! [`super::incremental`]), without Services, Gateway objects, Serve applications or the dashboard.
 //!
 //! Order, as upstream: skip when `managedBy` names another controller → clean up dangling children
 //! (deletion delay, in-memory timers) → finalizer → `handleSuspend` → `reconcileRayCluster`
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::cluster::worker_replicas;
 use super::hash::cluster_spec_hash;
+use super::incremental::{self, Role, Side, Upgrade};
 use super::status::{merge_diff, remove_condition};
 use super::{
     DEFAULT_DELETION_DELAY, EmulatorError, RAYSERVICE_FINALIZER, SERVICE_REQUEUE, Shared, later,
@@ -213,7 +215,16 @@ pub(crate) fn construct_cluster(
             name: name.to_string(),
             reason: format!("RayService {} has no uid", rs.name_any()),
         })?;
-    let mut cluster = RayCluster::new(name, rs.spec.ray_cluster_config.clone());
+    let mut spec = rs.spec.ray_cluster_config.clone();
+    let status = rs.status.clone().unwrap_or_default();
+    if incremental::is_enabled(rs) && !active_name(&status).is_empty() {
+        // an incremental upgrade's pending cluster starts without `replicas`, "so that it
+        // autoscales based on the value of target_capacity from MinReplicas"
+        for g in spec.worker_group_specs.iter_mut().flatten() {
+            g.replicas = None;
+        }
+    }
+    let mut cluster = RayCluster::new(name, spec);
     cluster.metadata.namespace = rs.namespace();
     cluster.metadata.labels = Some(labels);
     cluster.metadata.annotations = Some(annotations);
@@ -887,7 +898,10 @@ pub(super) async fn reconcile(
         return Ok(Action::await_change());
     }
 
-    let (active, pending) = reconcile_clusters(&ctx, &rs).await?;
+    let (mut active, mut pending) = reconcile_clusters(&ctx, &rs).await?;
+    if incremental::is_enabled(&rs) {
+        autoscale_children(&ctx, &rs, &mut active, &mut pending).await?;
+    }
 
     let status = serving_status(&ctx, &rs, active.as_ref(), pending.as_ref())?;
     let rs = ctx.write_status(rs, status).await?;
@@ -901,6 +915,84 @@ pub(super) async fn reconcile(
     Ok(requeue_at(next, shared.now(), SERVICE_REQUEUE))
 }
 
+/// The emulated Ray autoscaler (when configured) on the active and the pending child of an
+/// incremental upgrade, each sized to its `targetCapacity` as the status holds it.
+async fn autoscale_children(
+    ctx: &Ctx<'_>,
+    rs: &RayService,
+    active: &mut Option<RayCluster>,
+    pending: &mut Option<RayCluster>,
+) -> Result<(), EmulatorError> {
+    let status = rs.status.clone().unwrap_or_default();
+    let sides = [
+        (active, &status.active_service_status, 100),
+        (pending, &status.pending_service_status, 0),
+    ];
+    for (slot, side, default) in sides {
+        let Some(c) = slot.as_ref() else {
+            continue;
+        };
+        let tc = Side::read(side.as_ref()).target_capacity.unwrap_or(default);
+        if let Some(updated) = super::autoscaler::autoscale(ctx.shared, rs, c, tc).await? {
+            *slot = Some(updated);
+        }
+    }
+    Ok(())
+}
+
+/// The incremental upgrade's part of `reconcileServe` and `calculateStatus`, on `status` (after
+/// the child statuses were copied, before promotion): the target capacities of the pending then
+/// the active child (`checkIfNeedTargetCapacityUpdate`, `reconcileServeTargetCapacity`, on a
+/// child whose dashboard answers: a ready one), the HTTPRoute's weights
+/// (`calculateTrafficRoutedPercent`, once the active child exists) and, when a Service points at
+/// a ready child, `trafficRoutedPercent` and `lastTrafficMigratedTime`. Returns the numbers.
+fn step_incremental(
+    ctx: &Ctx<'_>,
+    rs: &RayService,
+    status: &mut RayServiceStatus,
+    clusters: (Option<&RayCluster>, Option<&RayCluster>),
+    upgrading: bool,
+    any_ready: bool,
+) -> Upgrade {
+    let (active, pending) = clusters;
+    let mut u = Upgrade {
+        active: Side::read(status.active_service_status.as_ref()),
+        pending: Side::read(status.pending_service_status.as_ref()),
+    };
+    let Some(opts) = incremental::options(rs) else {
+        tracing::warn!(service = %ctx.full(&ctx.name), "ClusterUpgradeOptions are not set during upgrade");
+        return u;
+    };
+    let both_named = !active_name(status).is_empty() && !pending_name(status).is_empty();
+    if upgrading && both_named {
+        for (role, cluster) in [(Role::Pending, pending), (Role::Active, active)] {
+            let Some(c) = cluster.filter(|c| ctx.shared.is_ready(c)) else {
+                continue;
+            };
+            if !incremental::need_target_capacity_update(&u) {
+                continue;
+            }
+            if let Some(goal) = incremental::reconcile_target_capacity(&mut u, &opts, role) {
+                tracing::info!(service = %ctx.full(&ctx.name), cluster = %c.name_any(), ?role, target_capacity = goal, "updated target_capacity of serve applications");
+            }
+        }
+    }
+    if active.is_some() {
+        let pending_ready = pending.is_some_and(|c| ctx.shared.is_ready(c));
+        let weights = incremental::traffic_weights(&u, &opts, pending_ready, ctx.now);
+        if any_ready {
+            incremental::record_weights(&mut u, weights, pending.is_some(), ctx.now);
+        }
+    }
+    if let Some(slot) = status.active_service_status.as_mut() {
+        u.active.write(slot);
+    }
+    if let Some(slot) = status.pending_service_status.as_mut() {
+        u.pending.write(slot);
+    }
+    u
+}
+
 /// `reconcileServe` and `calculateStatus`: the serving candidates' readiness, promotion, a new
 /// pending cluster's name, serve endpoints and conditions.
 fn serving_status(
@@ -910,11 +1002,18 @@ fn serving_status(
     pending: Option<&RayCluster>,
 ) -> Result<RayServiceStatus, EmulatorError> {
     // readiness of the serving candidates (reconcileServe)
+    let incremental = incremental::is_enabled(rs);
+    let upgrading = rs
+        .status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, UPGRADE_IN_PROGRESS));
     let pending_ready = pending.is_some_and(|c| ctx.shared.is_ready(c));
     let active_ready = match (active, pending) {
         (Some(a), None) => {
             !should_prepare_new_cluster(rs, Some(a), None, false)? && ctx.shared.is_ready(a)
         }
+        // an incremental upgrade serves from both children
+        (Some(a), Some(_)) if incremental => ctx.shared.is_ready(a),
         _ => false,
     };
 
@@ -928,11 +1027,43 @@ fn serving_status(
     set_slot(&mut status.active_service_status, &a_name, active);
     set_slot(&mut status.pending_service_status, &p_name, pending);
 
-    // the head and serve Services point at the ready cluster; when that is not the active one,
-    // reconcilePromotionAndServingStatus promotes the pending cluster
     let mut pending_serving = false;
     let mut serving = active;
-    if pending_ready || active_ready {
+    if incremental {
+        let any_ready = pending_ready || active_ready;
+        let u = step_incremental(
+            ctx,
+            rs,
+            &mut status,
+            (active, pending),
+            upgrading,
+            any_ready,
+        );
+        if any_ready {
+            // the Services point at the active child during the upgrade (each child has its
+            // own Serve Service behind the HTTPRoute), else at the ready pending one
+            let points_to = if pending_ready && !upgrading {
+                p_name.as_str()
+            } else {
+                a_name.as_str()
+            };
+            // reconcilePromotionAndServingStatus, incremental: promote once the active capacity
+            // is 0 and the pending child takes all traffic; a first cluster at once
+            let promote = if upgrading {
+                pending.is_some() && incremental::is_complete(&u)
+            } else {
+                a_name.is_empty() && !p_name.is_empty()
+            };
+            if promote {
+                tracing::info!(service = %ctx.full(&ctx.name), old = %a_name, new = %p_name, "incremental upgrade complete: promoting the pending RayCluster to active");
+                status.active_service_status = status.pending_service_status.take();
+                serving = pending;
+            }
+            pending_serving = !p_name.is_empty() && points_to == p_name;
+        }
+    } else if pending_ready || active_ready {
+        // the head and serve Services point at the ready cluster; when that is not the active
+        // one, reconcilePromotionAndServingStatus promotes the pending cluster
         let target = if pending_ready { pending } else { active };
         let points_to = target.map(ResourceExt::name_any).unwrap_or_default();
         if a_name != points_to {
@@ -946,18 +1077,40 @@ fn serving_status(
         let new_name =
             generate_cluster_name(&ctx.name, ctx.shared.now(), ctx.shared.next_name_seq());
         tracing::info!(service = %ctx.full(&ctx.name), cluster = %new_name, "preparing a new pending RayCluster");
-        status.pending_service_status = Some(RayServiceClusterStatus {
+        let mut slot = RayServiceClusterStatus {
             ray_cluster_name: Some(new_name),
             ..Default::default()
-        });
+        };
+        if incremental {
+            // a first cluster starts at full capacity, an upgrade's pending one at 0
+            let first = active_name(&status).is_empty()
+                && Side::read(status.active_service_status.as_ref())
+                    .target_capacity
+                    .is_none();
+            Side {
+                target_capacity: Some(if first { 100 } else { 0 }),
+                ..Default::default()
+            }
+            .write(&mut slot);
+        }
+        status.pending_service_status = Some(slot);
     }
     // the serve Service selects the active cluster's pods once one has served
-    status.num_serve_endpoints = Some(match serving {
+    let mut endpoints = match serving {
         Some(c) if !active_name(&status).is_empty() && ctx.shared.is_ready(c) => {
             serve_endpoints(rs, c)
         }
         _ => 0,
-    });
+    };
+    // "During NewClusterWithIncrementalUpgrade, the pending RayCluster is also serving."
+    if incremental
+        && active.is_some()
+        && let Some(p) = pending.filter(|p| ctx.shared.is_ready(p))
+        && !pending_name(&status).is_empty()
+    {
+        endpoints = endpoints.saturating_add(serve_endpoints(rs, p));
+    }
+    status.num_serve_endpoints = Some(endpoints);
     let initializing_timeout = rs
         .annotations()
         .get(INITIALIZING_TIMEOUT_ANNOTATION)
@@ -989,6 +1142,17 @@ fn next_look(
     if !pending_name(&status).is_empty() && pending.is_none() {
         // the pending child is created on the next reconcile
         next = Some(shared.now());
+    }
+    if incremental::is_enabled(rs)
+        && let Some(opts) = incremental::options(rs)
+    {
+        let u = Upgrade {
+            active: Side::read(status.active_service_status.as_ref()),
+            pending: Side::read(status.pending_service_status.as_ref()),
+        };
+        if let Some(t) = incremental::next_traffic_step(&u, &opts) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
     }
     next
 }
