@@ -23,6 +23,9 @@
 pub mod pod_gate;
 pub mod pods_ready;
 
+#[cfg(test)]
+mod incremental_tests;
+
 use std::collections::BTreeSet;
 
 pub mod children;

@@ -1,0 +1,431 @@
+//! An incremental upgrade (`NewClusterWithIncrementalUpgrade`, #13 item 2) end to end on the
+//! simulated cluster: raygate with `pod_gate` on, the KubeRay emulator creating real pods with its
+//! emulated Ray autoscaler (the pending child grows one worker per step as its `targetCapacity`
+//! rises, the active one shrinks as its capacity falls), the scheduler, a kubelet per node and the
+//! garbage collector, all on the paused clock.
+//!
+//! Quota covers the active child and part of the surge. The pending child's growth is charged as
+//! it happens: a pod beyond the admitted slice waits at the scheduling gate with a replacement
+//! slice pending, and is ungated once the active child's shrink frees the quota. On every look:
+//! the pods running (ungated, bound, not terminating) never exceed what the admitted slice grants.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use raygate::controller::{Clock, Config, Monotonic, run_with};
+use raygate::gate::pod_gate::POD_GATE;
+use raygate::types::kueue::Workload;
+use raygate::types::ray::{RayCluster, RayService};
+use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
+use raygate_sim::kuberay::{AutoscalerConfig, EmulatorConfig};
+use raygate_sim::{Faults, Sim};
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+
+const NS: &str = "serving";
+/// Virtual time allowed for a condition (the clock is paused: it costs no wall time).
+const WAIT: Duration = Duration::from_secs(900);
+
+struct SimClock(raygate_sim::Clock);
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        Monotonic::from_origin(self.0.elapsed())
+    }
+}
+
+struct Env {
+    _sim: Sim,
+    client: Client,
+    _controller: (oneshot::Sender<()>, tokio::task::JoinHandle<()>),
+    _stop: watch::Sender<bool>,
+}
+
+impl Env {
+    async fn new() -> Env {
+        raygate_testing::apiserver::init_logs();
+        let sim = raygate_testing::backend::sim(NS, Faults::none(), 0);
+        let client = sim.client();
+        let nodes: Api<Node> = Api::all(client.clone());
+        for i in 0..2 {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": format!("node-{i}")},
+                "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap();
+            nodes.create(&PostParams::default(), &node).await.unwrap();
+        }
+        let (stop, shutdown) = watch::channel(false);
+        let clock = sim.clock().clone();
+        tokio::spawn(scheduler::run(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(kubelet::run_all(
+            client.clone(),
+            clock.clone(),
+            Default::default(),
+            shutdown,
+        ));
+        sim.spawn_garbage_collector(
+            garbage_collector::Config::default()
+                .cover(ApiResource::erase::<RayCluster>(&()))
+                .cover(ApiResource::erase::<RayService>(&())),
+        );
+        let emulator = EmulatorConfig {
+            namespace: Some(NS.into()),
+            pods: true,
+            autoscaler: Some(AutoscalerConfig {
+                step: 1,
+                period: Duration::from_secs(5),
+            }),
+            ..Default::default()
+        };
+        tokio::spawn(raygate_sim::kuberay::run(
+            client.clone(),
+            clock,
+            emulator,
+            futures::future::pending(),
+        ));
+        let (tx, rx) = oneshot::channel::<()>();
+        let raygate = sim.client_as("raygate");
+        let clock: Arc<dyn Clock> = Arc::new(SimClock(sim.clock().clone()));
+        let config = Config {
+            admission_resync: Duration::from_millis(500),
+            pod_gate: true,
+            ..Default::default()
+        };
+        let handle = tokio::spawn(async move {
+            run_with(raygate, config, clock, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("controller runs");
+        });
+        Env {
+            _sim: sim,
+            client,
+            _controller: (tx, handle),
+            _stop: stop,
+        }
+    }
+
+    async fn queues(&self, cpu: &str) {
+        let apply = |obj: Value| {
+            let client = self.client.clone();
+            async move {
+                raygate::dev::apply(&client, &obj.to_string(), "test", None)
+                    .await
+                    .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
+            }
+        };
+        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}})).await;
+        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+            "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}})).await;
+        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
+            "spec": {"clusterQueue": "cq"}})).await;
+    }
+
+    /// An incremental RayService opted into `lq`: a 1-CPU head and 4 1-CPU workers (the full
+    /// size), autoscaling on; `maxSurgePercent` 50, `stepSizePercent` 25 every 10 s; the old
+    /// child is deleted an hour after promotion (what its pods hold until they are gone is
+    /// item 3's, tested with the grace periods).
+    async fn create_service(&self) {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10, "containers": [{"name": "ray",
+            "image": "rayproject/ray:2.52.0", "resources": {"requests": {"cpu": "1"}}}]}});
+        let svc = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"rayClusterDeletionDelaySeconds": 3600, "serveConfigV2": "applications: []",
+                "upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade",
+                    "clusterUpgradeOptions": {"gatewayClassName": "istio", "maxSurgePercent": 50,
+                        "stepSizePercent": 25, "intervalSeconds": 10}},
+                "rayClusterConfig": {"rayVersion": "2.52.0", "suspend": true, "enableInTreeAutoscaling": true,
+                    "autoscalerOptions": {"resources": {"requests": {"cpu": "0"}, "limits": {"cpu": "0"}}},
+                    "headGroupSpec": {"rayStartParams": {}, "template": pod.clone()},
+                    "workerGroupSpecs": [{"groupName": "w", "replicas": 4, "minReplicas": 0,
+                        "maxReplicas": 8, "rayStartParams": {}, "template": pod}]}}
+        });
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn service(&self) -> RayService {
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .get("svc")
+            .await
+            .unwrap()
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default().labels("ray.io/node-type"))
+            .await
+            .unwrap()
+            .items
+    }
+
+    async fn slices(&self) -> Vec<Workload> {
+        Api::<Workload>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Waits for `check`, asserting the invariant on every look.
+    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            self.assert_within_admitted().await;
+            if let Some(v) = check().await {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Running pods (ungated, bound to a node, not terminating: a terminating pod's quota is
+    /// item 3's) never outnumber the pods the admitted slices grant (every pod here is 1 CPU).
+    async fn assert_within_admitted(&self) {
+        let pods = self.pods().await;
+        let running = pods
+            .iter()
+            .filter(|p| !is_gated(p) && p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .count();
+        let granted: i32 = self
+            .slices()
+            .await
+            .iter()
+            .filter(|w| reserved(w))
+            .map(granted_pods)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            running <= usize::try_from(granted).unwrap(),
+            "{running} pods running, the admitted slice grants {granted}: {:?}",
+            pods.iter()
+                .map(|p| (
+                    p.name_any(),
+                    is_gated(p),
+                    p.spec.as_ref().and_then(|s| s.node_name.clone())
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+fn is_gated(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == POD_GATE))
+}
+
+fn cond_true(w: &Workload, type_: &str) -> bool {
+    w.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    })
+}
+
+/// Holds quota: `QuotaReserved` and not `Finished`.
+fn reserved(w: &Workload) -> bool {
+    cond_true(w, "QuotaReserved") && !cond_true(w, "Finished")
+}
+
+/// Pods an admitted slice grants: Σ over its PodSets of the admitted count (capped by the spec's).
+fn granted_pods(w: &Workload) -> i32 {
+    let assignments = w
+        .status
+        .as_ref()
+        .and_then(|s| s.admission.as_ref())
+        .map(|a| a.pod_set_assignments.clone())
+        .unwrap_or_default();
+    w.spec
+        .pod_sets
+        .iter()
+        .map(|ps| {
+            assignments
+                .iter()
+                .find(|a| a.name == ps.name)
+                .map(|a| a.count.unwrap_or(ps.count).min(ps.count))
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// A slice waiting for quota (created, not reserved, not finished).
+fn pending_slice(ws: &[Workload]) -> bool {
+    ws.iter()
+        .any(|w| !cond_true(w, "QuotaReserved") && !cond_true(w, "Finished"))
+}
+
+fn cluster_of(p: &Pod) -> &str {
+    p.labels()
+        .get("ray.io/cluster")
+        .map(String::as_str)
+        .unwrap_or("")
+}
+
+fn workers_of<'a>(pods: &'a [Pod], cluster: &str) -> Vec<&'a Pod> {
+    pods.iter()
+        .filter(|p| cluster_of(p) == cluster)
+        .filter(|p| p.labels().get("ray.io/node-type").map(String::as_str) == Some("worker"))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+fn names(rs: &RayService) -> (String, String) {
+    let s = rs.status.clone().unwrap_or_default();
+    let name = |slot: Option<raygate::types::ray::RayServiceClusterStatus>| {
+        slot.and_then(|s| s.ray_cluster_name).unwrap_or_default()
+    };
+    (
+        name(s.active_service_status),
+        name(s.pending_service_status),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_incremental_upgrade_is_charged_as_the_pending_child_grows_and_never_runs_past_quota() {
+    let env = Env::new().await;
+    // the active child (head + 4 workers = 5 CPUs) and 2 of the surge: the pending head and one
+    // of the 2 workers its first 50 % step asks for
+    env.queues("7").await;
+    env.create_service().await;
+    let old = env
+        .until("the first child serves with 4 workers", || async {
+            let (active, _) = names(&env.service().await);
+            let pods = env.pods().await;
+            let ws = workers_of(&pods, &active);
+            (!active.is_empty() && ws.len() == 4 && ws.iter().all(|p| !is_gated(p)))
+                .then_some(active)
+        })
+        .await;
+
+    // an image change (a JSON patch of the images only: raygate owns the template's gate and
+    // suspend): KubeRay starts an incremental upgrade
+    let image = "rayproject/ray:2.53.0";
+    let patch = json!([
+        {"op": "replace", "path": "/spec/rayClusterConfig/headGroupSpec/template/spec/containers/0/image", "value": image},
+        {"op": "replace", "path": "/spec/rayClusterConfig/workerGroupSpecs/0/template/spec/containers/0/image", "value": image},
+    ]);
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(patch).unwrap()),
+        )
+        .await
+        .unwrap();
+    let new = env
+        .until("the pending child named", || async {
+            let (_, pending) = names(&env.service().await);
+            (!pending.is_empty()).then_some(pending)
+        })
+        .await;
+
+    // its first step asks for 2 workers: one fits, the other waits at the gate with a
+    // replacement slice pending
+    env.until(
+        "one pending worker running, one gated, a replacement slice pending",
+        || async {
+            let pods = env.pods().await;
+            let ws = workers_of(&pods, &new);
+            let gated = ws.iter().filter(|p| is_gated(p)).count();
+            (ws.len() == 2 && gated == 1 && pending_slice(&env.slices().await)).then_some(())
+        },
+    )
+    .await;
+    let gated_pod = workers_of(&env.pods().await, &new)
+        .into_iter()
+        .find(|p| is_gated(p))
+        .map(ResourceExt::name_any)
+        .unwrap();
+
+    // the traffic moves, the active child's capacity falls to 50 %: it shrinks, quota frees and
+    // the gated worker is ungated
+    env.until(
+        "the active child shrunk, the gated worker ungated",
+        || async {
+            let pods = env.pods().await;
+            let shrunk = workers_of(&pods, &old).len() <= 3;
+            let ungated = pods.iter().any(|p| {
+                p.name_any() == gated_pod
+                    && !is_gated(p)
+                    && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+            });
+            (shrunk && ungated).then_some(())
+        },
+    )
+    .await;
+
+    // the pending child's capacity rises to 100 %: it grows to 4 workers, the traffic follows,
+    // the active capacity reaches 0 and the pending child is promoted. The old child keeps its
+    // head and 2 workers until KubeRay deletes it, so the 4th new worker waits at the gate with
+    // a replacement slice pending
+    env.until("promoted, the 4th new worker gated", || async {
+        let (active, pending) = names(&env.service().await);
+        let pods = env.pods().await;
+        let ws = workers_of(&pods, &new);
+        let gated = ws.iter().filter(|p| is_gated(p)).count();
+        (active == new
+            && pending.is_empty()
+            && ws.len() == 4
+            && gated == 1
+            && workers_of(&pods, &old).len() == 2
+            && pending_slice(&env.slices().await))
+        .then_some(())
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while tokio::time::Instant::now() < deadline {
+        env.assert_within_admitted().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let pods = env.pods().await;
+    let gated = workers_of(&pods, &new)
+        .iter()
+        .filter(|p| is_gated(p))
+        .count();
+    assert_eq!(
+        gated, 1,
+        "the growth past quota stays gated while the old child lives"
+    );
+    // one admitted slice: both heads, the old child's 2 workers and 3 new ones = 7 pods
+    let held: Vec<i32> = env
+        .slices()
+        .await
+        .iter()
+        .filter(|w| reserved(w))
+        .map(granted_pods)
+        .collect();
+    assert_eq!(held, vec![7]);
+}
