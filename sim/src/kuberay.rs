@@ -8,7 +8,9 @@
 //! in status, promotion, delayed deletion of dangling children (old active or replaced pending),
 //! the `ray.io/initializing-timeout` terminal failure (`Ready=False/InitializingTimeout`, names
 //! cleared), the top-level suspend state machine and the RayCluster status (`state`, conditions,
-//! desired replicas and resources).
+//! desired replicas and resources). `NewClusterWithIncrementalUpgrade` steps target capacities and
+//! traffic as v1.7 does ([`incremental`]); an emulated Ray autoscaler
+//! ([`EmulatorConfig::autoscaler`], off by default) sizes those children to their capacity.
 //!
 //! Pods, two ways ([`EmulatorConfig::pods`]):
 //! - where core/v1 is served (the simulated cluster), the RayCluster controller creates and
