@@ -282,7 +282,7 @@ pub async fn run_with(
     {
         return Ok(());
     }
-    let (stores, streams) = stores::start(client.clone(), config.admission).await;
+    let (stores, streams) = stores::start(client.clone(), config.admission, config.pod_gate).await;
     let (leader, election) = if config.leader_elect {
         let election = leader::elect(client.clone(), &config).await?;
         (election.leads.clone(), Some(election))
@@ -325,7 +325,11 @@ pub async fn run_with(
     if config.pod_gate {
         tasks.spawn(
             "pod ungater",
-            ungater::run(ctx.clone(), shutdown_rx.clone()),
+            ungater::run(
+                ctx.clone(),
+                streams.pods_changed.clone(),
+                shutdown_rx.clone(),
+            ),
         );
     }
     for (name, driver) in streams.drivers {
