@@ -167,29 +167,37 @@ struct Watch<K: Resource<DynamicType = ()> + 'static> {
     driver: Driver,
 }
 
-/// A watch's driving task and the name the supervisor reports it by.
-pub type Driver = (String, BoxFuture<'static, ()>);
+/// A kind raygate watches (the bounds of kube's watcher and reflector store).
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
 
-/// The one watcher driver: lists and watches `api`, keeps its store, marks its kind ready on each
-/// complete list (pending again on a re-list), notifies `notify` on every event and passes
-/// deletions to `on_delete` (kube's shared dispatcher forwards applies only).
-fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    feed: Feed,
-    notify: Option<Arc<Notify>>,
-    ready: Arc<Readiness>,
-    on_delete: impl Fn(&K) + Send + 'static,
-) -> Watch<K>
-where
+impl<K> Watched for K where
     K: Resource<DynamicType = ()>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A watch's driving task and the name the supervisor reports it by.
+pub type Driver = (String, BoxFuture<'static, ()>);
+
+/// The one watcher driver: lists and watches `api`, keeps its store, marks its kind ready on each
+/// complete list (pending again on a re-list), notifies `notify` on every event and passes
+/// deletions to `on_delete` (kube's shared dispatcher forwards applies only).
+fn watch<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    feed: Feed,
+    notify: Option<Arc<Notify>>,
+    ready: Arc<Readiness>,
+    on_delete: impl Fn(&K) + Send + 'static,
+) -> Watch<K> {
     let label: &'static str = match K::kind(&()) {
         std::borrow::Cow::Borrowed(kind) => kind,
         // no typed kind has an owned name; should one, it is leaked once per watch started
@@ -244,21 +252,12 @@ where
 /// store and its driving task (named `watch <Kind>`), to be spawned by the caller. The kind is
 /// tracked in `ready` (pending until its first complete list, and again while it re-lists);
 /// `changed` is notified on every event.
-pub fn watch_store<K>(
+pub fn watch_store<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     ready: Arc<Readiness>,
     changed: Arc<Notify>,
-) -> (Store<K>, Driver)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) -> (Store<K>, Driver) {
     let w = watch(api, config, Feed::Store, Some(changed), ready, |_: &K| {});
     (w.store, w.driver)
 }
@@ -348,20 +347,11 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         workload_owner,
     );
     // the admission loop's inputs: stores only, each change triggers a cycle
-    fn queue_input<K>(
+    fn queue_input<K: Watched>(
         client: &Client,
         trigger: &Arc<Notify>,
         ready: &Arc<Readiness>,
-    ) -> (Store<K>, Driver)
-    where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    ) -> (Store<K>, Driver) {
         watch_store(
             Api::<K>::all(client.clone()),
             watch_config(),
