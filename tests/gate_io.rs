@@ -839,8 +839,8 @@ async fn a_replaced_slice_is_finished_only_after_its_replacement_s_admission_is_
 }
 
 /// Serves `coordination.k8s.io/v1` Leases from a CRD (the test server has no built-in Leases).
-/// Such a Lease takes create, get and JSON/merge/apply patches, not the strategic-merge patch
-/// kube-lease-manager renews with: the holder keeps the Lease until someone else writes it.
+/// Such a Lease takes create, get, PUT and JSON/merge/apply patches (not strategic-merge
+/// patches), with the same `resourceVersion` concurrency as a built-in one.
 async fn serve_leases(client: &Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crd = json!({
