@@ -713,11 +713,18 @@ async fn held_upgrade(client: &Client, ns: &str) -> (String, String) {
         )
         .await
         .expect("upgrade");
-    let pending = eventually(WAIT, "a held pending child", || async {
+    // held, and KubeRay done suspending it (`RayClusterSuspended=True`, its last status write):
+    // a later release patch pins the child's resourceVersion, which KubeRay must not move
+    let pending = eventually(WAIT, "a held pending child, suspended", || async {
         let svc = services.get("svc").await.ok()?;
         let name = svc.status?.pending_service_status?.ray_cluster_name?;
         let child = clusters.get_opt(&name).await.ok()??;
-        (child.spec.suspend == Some(true)).then_some(name)
+        let suspended = child.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "RayClusterSuspended" && c.status == "True")
+        });
+        (child.spec.suspend == Some(true) && suspended).then_some(name)
     })
     .await;
     (active, pending)
