@@ -499,11 +499,12 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
-/// What the controller does in its own namespace.
+/// What the controller does in its own namespace: the elector reads its Lease, creates it, and
+/// writes it with PUT (never a patch).
 const NAMESPACE_PERMISSIONS: &[(&str, &str, &[&str])] = &[(
     "coordination.k8s.io",
     "leases",
-    &["get", "create", "update", "patch"],
+    &["get", "create", "update"],
 )];
 
 /// Every (group, resource, verb) the rules grant.

@@ -713,11 +713,18 @@ async fn held_upgrade(client: &Client, ns: &str) -> (String, String) {
         )
         .await
         .expect("upgrade");
-    let pending = eventually(WAIT, "a held pending child", || async {
+    // held, and KubeRay done suspending it (`RayClusterSuspended=True`, its last status write):
+    // a later release patch pins the child's resourceVersion, which KubeRay must not move
+    let pending = eventually(WAIT, "a held pending child, suspended", || async {
         let svc = services.get("svc").await.ok()?;
         let name = svc.status?.pending_service_status?.ray_cluster_name?;
         let child = clusters.get_opt(&name).await.ok()??;
-        (child.spec.suspend == Some(true)).then_some(name)
+        let suspended = child.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "RayClusterSuspended" && c.status == "True")
+        });
+        (child.spec.suspend == Some(true) && suspended).then_some(name)
     })
     .await;
     (active, pending)
@@ -839,8 +846,8 @@ async fn a_replaced_slice_is_finished_only_after_its_replacement_s_admission_is_
 }
 
 /// Serves `coordination.k8s.io/v1` Leases from a CRD (the test server has no built-in Leases).
-/// Such a Lease takes create, get and JSON/merge/apply patches, not the strategic-merge patch
-/// kube-lease-manager renews with: the holder keeps the Lease until someone else writes it.
+/// Such a Lease takes create, get, PUT and JSON/merge/apply patches (not strategic-merge
+/// patches), with the same `resourceVersion` concurrency as a built-in one.
 async fn serve_leases(client: &Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crd = json!({

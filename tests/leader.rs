@@ -1,9 +1,10 @@
-//! Leader election on a real API server. The test server has no coordination.k8s.io, so the test
-//! serves Leases from a CRD with the same group, version and fields. A CRD-served Lease accepts
-//! create, get and JSON/merge/apply patches but not the strategic-merge patches kube-lease-manager
-//! renews and takes over with (a built-in Lease does), so this test covers acquisition, writing
-//! only while holding, and stopping writes when the election fails; takeover by a standby is
-//! tested on the simulated cluster, which serves Leases (`tests/ops.rs`).
+//! Leader election on a real API server: the check of raygate's elector against a real server's
+//! Lease semantics. The test server has no coordination.k8s.io, so the test serves Leases from a
+//! CRD with the same group, version and fields; the elector reads them with GET and writes them
+//! with create and PUT, whose optimistic concurrency (a 409 on a stale `resourceVersion`) is the
+//! same for every kind. Covered: acquisition, writing only while holding, a standby waiting out a
+//! crashed holder's Lease and taking it over, a stale write refused, and no writes once the
+//! election cannot reach the Lease. Takeover timing on cluster time: `tests/ops.rs`.
 
 use std::time::Duration;
 
@@ -43,6 +44,9 @@ async fn serve_leases(client: &kube::Client) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
+/// The replicas' Lease duration: renew deadline 2 s, retry period 0.4 s.
+const LEASE_SECONDS: u64 = 3;
+
 fn replica(
     client: &kube::Client,
     ns: &str,
@@ -56,7 +60,7 @@ fn replica(
         leader_elect: true,
         lease_namespace: ns.to_string(),
         identity: identity.to_string(),
-        lease_duration_seconds: 3,
+        lease_duration_seconds: LEASE_SECONDS,
         admission_resync: Duration::from_millis(500),
         ..Default::default()
     };
@@ -76,7 +80,8 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lease_holder_writes_and_a_failed_election_stops_writes() {
+async fn the_lease_holder_writes_a_standby_takes_over_on_expiry_and_a_failed_election_stops_writes()
+{
     raygate_testing::apiserver::init_logs();
     let client = TestServer::get().client().await;
     serve_leases(&client).await;
@@ -91,15 +96,13 @@ async fn the_lease_holder_writes_and_a_failed_election_stops_writes() {
     )
     .await;
     // the Lease is written under its own field manager, not a writer's of gated objects
-    let managers: Vec<String> = leases
-        .get("raygate")
-        .await
-        .unwrap()
+    let held_by_a = leases.get("raygate").await.unwrap();
+    let managers: Vec<String> = held_by_a
         .metadata
         .managed_fields
-        .into_iter()
+        .iter()
         .flatten()
-        .filter_map(|m| m.manager)
+        .filter_map(|m| m.manager.clone())
         .collect();
     assert!(
         managers
@@ -122,39 +125,95 @@ async fn the_lease_holder_writes_and_a_failed_election_stops_writes() {
         )
         .await
         .unwrap();
-    let gated = || async {
-        (services
+    let suspended = || async {
+        services
             .get("svc")
             .await
-            .ok()?
-            .spec
-            .ray_cluster_config
-            .suspend
-            == Some(true))
-        .then_some(())
+            .ok()
+            .and_then(|s| s.spec.ray_cluster_config.suspend)
+            == Some(true)
     };
-    eventually(Duration::from_secs(20), "the template gate", gated).await;
+    eventually(Duration::from_secs(20), "the template gate", || async {
+        suspended().await.then_some(())
+    })
+    .await;
+    let unsuspend = || async {
+        services
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"rayClusterConfig": {"suspend": null}}})),
+            )
+            .await
+            .unwrap();
+    };
 
-    // a standby never writes: its election cannot take the held Lease (here it even fails, as a
-    // CRD-served Lease rejects the strategic-merge patch a takeover uses)
-    let (_stop_b, b) = replica(&client, &ns, "replica-b");
+    // replica-a crashes (nothing released); a standby waits the Lease out, then takes it over and
+    // gates again, and nothing is gated by a replica that does not hold the Lease
     a.abort();
     let _ = a.await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    services
-        .patch(
-            "svc",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"rayClusterConfig": {"suspend": null}}})),
-        )
+    let before = leases.get("raygate").await.unwrap();
+    let b_started = std::time::Instant::now();
+    let (_stop_b, b) = replica(&client, &ns, "replica-b");
+    unsuspend().await;
+    eventually(
+        Duration::from_secs(60),
+        "replica-b takes over and gates",
+        || async {
+            if !suspended().await {
+                return None;
+            }
+            // read after the gate: whoever wrote it held the Lease before writing
+            assert_eq!(
+                holder(&leases).await.as_deref(),
+                Some("replica-b"),
+                "gated by a replica that does not hold the Lease"
+            );
+            Some(())
+        },
+    )
+    .await;
+    assert!(
+        b_started.elapsed() >= Duration::from_secs(LEASE_SECONDS),
+        "the standby waited out the crashed holder's Lease ({:?})",
+        b_started.elapsed()
+    );
+    let taken = leases.get("raygate").await.unwrap().spec.unwrap();
+    let a_spec = held_by_a.spec.clone().unwrap();
+    assert_eq!(taken.lease_transitions, Some(1));
+    assert!(taken.acquire_time.unwrap().0 > a_spec.acquire_time.unwrap().0);
+    assert_eq!(taken.lease_duration_seconds, Some(LEASE_SECONDS as i32));
+
+    // what the elector relies on: a write over a stale read is refused
+    match leases
+        .replace("raygate", &PostParams::default(), &before)
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        other => panic!("a PUT with a stale resourceVersion: {other:?}"),
+    }
+    assert_eq!(holder(&leases).await.as_deref(), Some("replica-b"));
+
+    // the election fails (the Lease API is gone): past the renew deadline the leader stops writing
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete("leases.coordination.k8s.io", &Default::default())
         .await
         .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "Leases are no longer served",
+        || async {
+            matches!(leases.get("raygate").await, Err(kube::Error::Api(s)) if s.code == 404)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(LEASE_SECONDS)).await;
+    unsuspend().await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let svc = services.get("svc").await.unwrap();
-    assert_eq!(
-        svc.spec.ray_cluster_config.suspend, None,
+    assert!(
+        !suspended().await,
         "a replica wrote without holding the Lease"
     );
-    assert_ne!(holder(&leases).await.as_deref(), Some("replica-b"));
     b.abort();
 }

@@ -1,7 +1,8 @@
 //! Operations on the simulated cluster (`raygate-sim`, which serves Events and Leases; the real
 //! CRD API server serves neither): raygate's Events carry cluster time and tell holds on the
 //! RayClusters themselves and the built-in admission loop's decisions on the Workloads; a
-//! standby replica takes over when the leader stops (Lease released) or crashes (Lease expires).
+//! standby replica takes over when the leader stops (Lease released) or crashes (Lease expires),
+//! all on the paused clock.
 //! The test plays KubeRay: it creates each RayService's child, born suspended and labelled.
 
 use std::future::Future;
@@ -383,17 +384,18 @@ async fn events_carry_cluster_time_and_tell_holds_on_rayclusters_and_admission_o
 
 /// Two replicas on one sim, distinct identities: the leader gates; stopped (SIGTERM: the Lease
 /// is released, awaited), the standby takes over before the lease duration and gates on; the
-/// new leader crashed (its runtime dropped, nothing released), a third replica takes over once
-/// the Lease expires. Real time: kube-lease-manager reads the system clock, so the sim runs on
-/// the wall clock here (cluster time = wall time).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// new leader crashed (its task dropped where it stands, nothing released), a third replica takes
+/// over once the Lease expires. On the paused clock: raygate's elector reads the controller's
+/// injected clock, so the Lease's times and expiry are cluster time like everything else.
+#[tokio::test(start_paused = true)]
 async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
     raygate_testing::apiserver::init_logs();
     let ns = "ha";
-    let sim = sim(ns, raygate_sim::Clock::wall());
+    let sim = sim(ns, raygate_sim::Clock::default());
     let client = sim.client();
     queues(&client, ns, "20").await;
     const LEASE_SECONDS: u64 = 3;
+    let lease_duration = Duration::from_secs(LEASE_SECONDS);
     let config = |identity: &str| Config {
         leader_elect: true,
         lease_namespace: ns.into(),
@@ -404,7 +406,8 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
     };
     let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let holder = || async { leases.get("raygate").await.ok()?.spec?.holder_identity };
+    let spec = || async { leases.get("raygate").await.ok()?.spec };
+    let holder = || async { spec().await?.holder_identity };
     let wait = Duration::from_secs(60);
 
     let (stop_a, a) = spawn_controller(sim.client_as("replica-a"), clock(), config("replica-a"));
@@ -412,44 +415,33 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
         (holder().await? == "replica-a").then_some(())
     })
     .await;
-    // replica-b, the standby, on a runtime of its own (to crash it later)
-    let (crash_b, crashed) = std::sync::mpsc::channel::<()>();
-    let (client_b, clock_b, config_b) = (sim.client_as("replica-b"), clock(), config("replica-b"));
-    let b = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.spawn(run_with(
-            client_b,
-            config_b,
-            clock_b,
-            std::future::pending(),
-        ));
-        let _ = crashed.recv();
-        // a crash: every task dropped where it stands, nothing released
-        rt.shutdown_background();
-    });
+    let (_stop_b, b) = spawn_controller(sim.client_as("replica-b"), clock(), config("replica-b"));
     service_with_child(&client, ns, "one", "low", "1").await;
     eventually(wait, "the leader releases one-a", || {
         released(&client, ns, "one-a")
     })
     .await;
-    assert_eq!(holder().await.as_deref(), Some("replica-a"));
+    // the leader renews on cluster time: many lease durations later it still holds the Lease
+    tokio::time::sleep(lease_duration * 5).await;
+    let first = spec().await.expect("the Lease");
+    assert_eq!(
+        (first.holder_identity.as_deref(), first.lease_transitions),
+        (Some("replica-a"), Some(0))
+    );
+    let renewed = first.renew_time.expect("renewTime").0;
+    let since = sim.clock().now().duration_since(renewed);
+    assert!(
+        since < k8s_openapi::jiff::SignedDuration::from_secs(1),
+        "renewTime is cluster time, renewed {since:#} ago"
+    );
 
     // 1. the leader stops: the Lease is released before it exits, the standby takes it at once
     let t0 = sim.clock().now();
     let _ = stop_a.send(());
     a.await.unwrap();
-    let released_lease = leases
-        .get("raygate")
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.holder_identity);
+    let released_lease = spec().await.expect("the Lease");
     assert_ne!(
-        released_lease.as_deref(),
+        released_lease.holder_identity.as_deref(),
         Some("replica-a"),
         "the Lease is released when run returns"
     );
@@ -460,8 +452,8 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
     let graceful = sim.clock().now().duration_since(t0);
     eprintln!("takeover after the leader stopped (Lease released): {graceful:#}");
     assert!(
-        graceful < k8s_openapi::jiff::SignedDuration::from_secs(LEASE_SECONDS as i64),
-        "a released Lease is taken before it would have expired: {graceful:#}"
+        graceful < k8s_openapi::jiff::SignedDuration::from_secs(1),
+        "a released Lease is taken at the standby's next retry: {graceful:#}"
     );
     service_with_child(&client, ns, "two", "low", "1").await;
     eventually(wait, "the new leader releases two-a", || {
@@ -471,28 +463,30 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
 
     // 2. the new leader crashes: a third replica takes over once the Lease expires
     let (stop_c, c) = spawn_controller(sim.client_as("replica-c"), clock(), config("replica-c"));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(lease_duration * 3).await;
     assert_eq!(
         holder().await.as_deref(),
         Some("replica-b"),
         "a standby waits while the leader renews"
     );
     let t0 = sim.clock().now();
-    let _ = crash_b.send(());
-    tokio::task::spawn_blocking(move || b.join())
-        .await
-        .unwrap()
-        .unwrap();
+    // a crash: the controller's future dropped where it stands, nothing released
+    b.abort();
+    let _ = b.await;
     eventually(wait, "replica-c takes over", || async {
         (holder().await? == "replica-c").then_some(())
     })
     .await;
     let crashed = sim.clock().now().duration_since(t0);
     eprintln!("takeover after the leader crashed (Lease expired): {crashed:#}");
+    let lease = k8s_openapi::jiff::SignedDuration::from_secs(LEASE_SECONDS as i64);
     assert!(
-        crashed <= k8s_openapi::jiff::SignedDuration::from_secs(LEASE_SECONDS as i64 + 3),
-        "taken over within the lease duration (+ a renew period): {crashed:#}"
+        crashed > lease - k8s_openapi::jiff::SignedDuration::from_secs(1)
+            && crashed <= lease + k8s_openapi::jiff::SignedDuration::from_secs(1),
+        "taken over once the Lease expired (its duration after the standby last saw it renewed): {crashed:#}"
     );
+    let third = spec().await.expect("the Lease");
+    assert_eq!(third.lease_transitions, Some(2), "a → b → c");
     service_with_child(&client, ns, "three", "low", "1").await;
     eventually(wait, "the third leader releases three-a", || {
         released(&client, ns, "three-a")

@@ -16,7 +16,7 @@ use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
 use raygate_sim::kuberay::EmulatorConfig;
-use raygate_sim::{Faults, Sim};
+use raygate_sim::{FaultRule, Faults, Sim, Verb};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
@@ -45,8 +45,13 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
+        Env::with_faults(Faults::none(), 0).await
+    }
+
+    /// With `faults` on the sim (seeded by `seed`).
+    async fn with_faults(faults: Faults, seed: u64) -> Env {
         raygate_testing::apiserver::init_logs();
-        let sim = raygate_testing::backend::sim(NS, Faults::none(), 0);
+        let sim = raygate_testing::backend::sim(NS, faults, seed);
         let client = sim.client();
         let nodes: Api<Node> = Api::all(client.clone());
         for i in 0..2 {
@@ -273,7 +278,42 @@ fn pending_slice(ws: &[Workload]) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn autoscaler_growth_beyond_quota_waits_at_the_gate_until_a_replacement_slice_is_admitted() {
-    let env = Env::new().await;
+    growth_beyond_quota_waits_at_the_gate(&Env::new().await).await;
+}
+
+/// The Ray pods' watch runs on the controller's one watch driver: every watch of the controller
+/// drops every 5 s, half its re-watches answer 410 Gone (a re-list), and half its pod LISTs fail
+/// with 500. Decisions wait for each complete new list; the ungater still ungates exactly what
+/// the slices grant, and no more, through every restart.
+#[tokio::test(start_paused = true)]
+async fn the_ungater_survives_a_dropping_relisting_and_failing_pods_watch() {
+    let faults = Faults::none()
+        .rule(
+            FaultRule::any()
+                .verbs(&[Verb::List])
+                .resource("pods")
+                .user_agent("raygate")
+                .error(500, 0.5),
+        )
+        .watch_drops(Duration::from_secs(5))
+        .rewatch_gone(0.5)
+        .watch_user_agent("raygate");
+    let env = Env::with_faults(faults, 7).await;
+    growth_beyond_quota_waits_at_the_gate(&env).await;
+    let stats = env.sim.fault_stats();
+    assert!(
+        stats.watches_dropped > 0 && stats.watches_gone > 0,
+        "the watches were dropped and re-listed: {stats:?}"
+    );
+    assert!(
+        stats.errors.get(&500).copied().unwrap_or(0) > 0,
+        "pod LISTs failed: {stats:?}"
+    );
+}
+
+/// Head + 2 workers admitted in 4 CPUs; the autoscaler grows the child to 4 workers: the 2 new
+/// ones wait at the gate (never scheduled) until quota is raised to 6.
+async fn growth_beyond_quota_waits_at_the_gate(env: &Env) {
     env.queues("4").await;
     env.create_service(2).await;
     // head + 2 workers fit in 4 CPUs: released, every pod born gated and ungated by raygate

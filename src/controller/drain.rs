@@ -7,22 +7,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use k8s_openapi::jiff::SignedDuration;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::Clock;
 use super::events::EventSink;
+use super::stores::{Readiness, watch_store};
 use crate::drain::engine::{
     self, Action, EventType, EvictTarget, EvictionResult, Observation, Options, Outcome, State,
 };
@@ -64,28 +63,6 @@ impl Run {
     }
 }
 
-fn reflect<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
-    K: 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
-    );
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::debug!(error = %e, "drain watch error; the watcher retries");
-            }
-            changed.notify_one();
-        }
-    });
-    (reader, task)
-}
-
 fn snapshot<K>(store: &Store<K>) -> Vec<K>
 where
     K: reflector::Lookup + Clone + 'static,
@@ -103,20 +80,45 @@ pub async fn run(
     mut progress: impl FnMut(&State),
     shutdown: impl Future<Output = ()>,
 ) -> Result<State, DrainRunError> {
+    // the controller's one watch driver: backoff, readiness per kind, re-lists tracked
     let changed = Arc::new(Notify::new());
-    let (nodes, t1) = reflect(Api::<Node>::all(client.clone()), changed.clone());
-    let (pods, t2) = reflect(Api::<Pod>::all(client.clone()), changed.clone());
-    let (pdbs, t3) = reflect(
-        Api::<PodDisruptionBudget>::all(client.clone()),
+    let ready = Arc::new(Readiness::default());
+    let (nodes, node_driver) = watch_store(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        ready.clone(),
         changed.clone(),
     );
-    let _abort = AbortOnDrop(vec![t1, t2, t3]);
-    for (kind, ready) in [
-        ("Node", nodes.wait_until_ready().await),
-        ("Pod", pods.wait_until_ready().await),
-        ("PodDisruptionBudget", pdbs.wait_until_ready().await),
+    let (pods, pod_driver) = watch_store(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default(),
+        ready.clone(),
+        changed.clone(),
+    );
+    let (pdbs, pdb_driver) = watch_store(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        watcher::Config::default(),
+        ready.clone(),
+        changed.clone(),
+    );
+    // dropped (the run returns): every watch stops
+    let mut drivers = tokio::task::JoinSet::new();
+    let mut kinds = std::collections::HashMap::new();
+    for (kind, (_, driver)) in [
+        ("Node", node_driver),
+        ("Pod", pod_driver),
+        ("PodDisruptionBudget", pdb_driver),
     ] {
-        if ready.is_err() {
+        kinds.insert(drivers.spawn(driver).id(), kind);
+    }
+    tokio::select! {
+        () = ready.wait() => {}
+        Some(ended) = drivers.join_next_with_id() => {
+            let id = match ended {
+                Ok((id, ())) => id,
+                Err(e) => e.id(),
+            };
+            let kind = kinds.get(&id).copied().unwrap_or("watched kind");
             return Err(DrainRunError::NotSynced { kind });
         }
     }
@@ -145,6 +147,13 @@ pub async fn run(
     // a closed resume channel (nobody can resume) must not wake the loop over and over
     let mut resumes_open = true;
     loop {
+        if !ready.pending().is_empty() {
+            // a watch is re-listing (410 Gone): decide again on its complete new list
+            tokio::select! {
+                () = ready.wait() => {}
+                _ = &mut shutdown => return Ok(state),
+            }
+        }
         let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
         let resumes = *run.resumes.borrow();
         let obs = Observation {
@@ -187,16 +196,6 @@ pub async fn run(
 /// A status line without its numbers: counters and timers ticking are not news for the log.
 fn shape(line: &str) -> String {
     line.chars().filter(|c| !c.is_ascii_digit()).collect()
-}
-
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
 }
 
 struct Apply {

@@ -51,7 +51,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
 // | `raygate-ungater`    | Pod `spec.schedulingGates` (removes `raygate.io/quota` only)        |
 // | `raygate-drain`      | Node cordon, taints, upgrade label, uncordon (`drain::DRAIN_MANAGER`) |
-// | `raygate-leader`     | the leader-election Lease (kube-lease-manager)                      |
+// | `raygate-leader`     | the leader-election Lease (`leader.rs`)                             |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
 /// Field manager of the gate's RayService/RayCluster patches.
@@ -282,9 +282,9 @@ pub async fn run_with(
     {
         return Ok(());
     }
-    let (stores, streams) = stores::start(client.clone(), config.admission).await;
+    let (stores, streams) = stores::start(client.clone(), config.admission, config.pod_gate).await;
     let (leader, election) = if config.leader_elect {
-        let election = leader::elect(client.clone(), &config).await?;
+        let election = leader::elect(client.clone(), &config, clock.clone())?;
         (election.leads.clone(), Some(election))
     } else {
         (watch::channel(true).1, None)
@@ -325,7 +325,11 @@ pub async fn run_with(
     if config.pod_gate {
         tasks.spawn(
             "pod ungater",
-            ungater::run(ctx.clone(), shutdown_rx.clone()),
+            ungater::run(
+                ctx.clone(),
+                streams.pods_changed.clone(),
+                shutdown_rx.clone(),
+            ),
         );
     }
     for (name, driver) in streams.drivers {

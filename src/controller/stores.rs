@@ -1,11 +1,13 @@
-//! One watch per kind, feeding reflector stores (and, for the gate's kinds, the controller).
+//! One watch per kind, feeding reflector stores (and, for the gate's kinds, the controller). Every
+//! watch in raygate runs on the one driver here ([`watch_store`] for readers outside [`Stores`],
+//! such as the drain executor): backoff on errors, readiness per kind, re-lists tracked.
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -36,21 +38,21 @@ pub struct Stores {
     pub priority_classes: Store<WorkloadPriorityClass>,
     /// `None` when the server serves no core/v1 Namespaces (then no namespace has labels).
     pub namespaces: Option<Store<Namespace>>,
+    /// The Ray pods ([`RAY_PODS`]) when the pod gate is on (`None` otherwise: raygate then reads
+    /// no pods).
+    pub pods: Option<Store<Pod>>,
     pub ready: Arc<Readiness>,
 }
+
+/// The label selector of the Ray pods raygate watches with the pod gate on: KubeRay's heads and
+/// workers.
+pub const RAY_PODS: &str = "ray.io/node-type in (head,worker)";
 
 impl Stores {
     /// Waits until every watch has delivered its first complete list.
     pub async fn wait_until_ready(&self) -> bool {
-        loop {
-            let notified = self.ready.changed.notified();
-            let pending: Vec<&'static str> = self.ready.pending();
-            if pending.is_empty() {
-                return true;
-            }
-            tracing::debug!(?pending, "waiting for caches");
-            notified.await;
-        }
+        self.ready.wait().await;
+        true
     }
 
     /// The Workloads (slices) a RayService owns, from the cache: same namespace, an owner
@@ -110,6 +112,19 @@ impl Readiness {
         }
     }
 
+    /// Waits until no watch is pending (every kind's latest list is complete).
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.changed.notified();
+            let pending: Vec<&'static str> = self.pending();
+            if pending.is_empty() {
+                return;
+            }
+            tracing::debug!(?pending, "waiting for caches");
+            notified.await;
+        }
+    }
+
     /// Kinds whose watch has not delivered a complete list (since its last (re)start).
     pub fn pending(&self) -> Vec<&'static str> {
         self.kinds
@@ -128,6 +143,8 @@ pub struct Streams {
     pub deleted: futures::channel::mpsc::UnboundedReceiver<ObjectRef<RayService>>,
     /// Notified on any change the admission loop cares about.
     pub admission_trigger: Arc<Notify>,
+    /// Notified on every event of the Ray pods' watch (never without the pod gate).
+    pub pods_changed: Arc<Notify>,
     /// The watches' tasks, named (`watch RayCluster`) for the supervisor.
     pub drivers: Vec<Driver>,
 }
@@ -150,31 +167,42 @@ struct Watch<K: Resource<DynamicType = ()> + 'static> {
     driver: Driver,
 }
 
-/// A watch's driving task and the name the supervisor reports it by.
-pub type Driver = (String, BoxFuture<'static, ()>);
+/// A kind raygate watches (the bounds of kube's watcher and reflector store).
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
 
-/// The one watcher driver: lists and watches `api`, keeps its store, marks its kind ready on each
-/// complete list (pending again on a re-list), notifies `notify` on every event and passes
-/// deletions to `on_delete` (kube's shared dispatcher forwards applies only).
-fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    feed: Feed,
-    notify: Option<Arc<Notify>>,
-    ready: Arc<Readiness>,
-    on_delete: impl Fn(&K) + Send + 'static,
-) -> Watch<K>
-where
+impl<K> Watched for K where
     K: Resource<DynamicType = ()>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
-    let kind = K::kind(&()).to_string();
-    let label: &'static str = Box::leak(kind.clone().into_boxed_str());
+}
+
+/// A watch's driving task and the name the supervisor reports it by.
+pub type Driver = (String, BoxFuture<'static, ()>);
+
+/// The one watcher driver: lists and watches `api`, keeps its store, marks its kind ready on each
+/// complete list (pending again on a re-list), notifies `notify` on every event and passes
+/// deletions to `on_delete` (kube's shared dispatcher forwards applies only).
+fn watch<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    feed: Feed,
+    notify: Option<Arc<Notify>>,
+    ready: Arc<Readiness>,
+    on_delete: impl Fn(&K) + Send + 'static,
+) -> Watch<K> {
+    let label: &'static str = match K::kind(&()) {
+        std::borrow::Cow::Borrowed(kind) => kind,
+        // no typed kind has an owned name; should one, it is leaked once per watch started
+        std::borrow::Cow::Owned(kind) => Box::leak(kind.into_boxed_str()),
+    };
     ready.expect(label);
     let events = watcher(api, config).default_backoff();
     let (store, stream, events) = match feed {
@@ -208,7 +236,7 @@ where
                 _ => {}
             }
             if let Err(e) = ev {
-                tracing::warn!(kind = %kind, error = %e, "watch error (retrying)");
+                tracing::warn!(kind = label, error = %e, "watch error (retrying)");
             }
             futures::future::ready(())
         })
@@ -218,6 +246,20 @@ where
         stream,
         driver: (format!("watch {label}"), driver),
     }
+}
+
+/// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain executor): its
+/// store and its driving task (named `watch <Kind>`), to be spawned by the caller. The kind is
+/// tracked in `ready` (pending until its first complete list, and again while it re-lists);
+/// `changed` is notified on every event.
+pub fn watch_store<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    ready: Arc<Readiness>,
+    changed: Arc<Notify>,
+) -> (Store<K>, Driver) {
+    let w = watch(api, config, Feed::Store, Some(changed), ready, |_: &K| {});
+    (w.store, w.driver)
 }
 
 /// Whether the server serves core/v1 Namespaces (the test API server does not).
@@ -243,9 +285,10 @@ pub(crate) fn rayservice_of(c: &RayCluster) -> Option<ObjectRef<RayService>> {
     meta::owning_rayservice(&c.metadata).map(|name| ObjectRef::new(name).within(ns))
 }
 
-/// Starts every watch.
-pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
+/// Starts every watch (the Ray pods' too with `pod_gate`).
+pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stores, Streams) {
     let trigger = Arc::new(Notify::new());
+    let pods_changed = Arc::new(Notify::new());
     let ready = Arc::new(Readiness::default());
     let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
     let child_owner = {
@@ -304,57 +347,62 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         workload_owner,
     );
     // the admission loop's inputs: stores only, each change triggers a cycle
-    fn queue_input<K>(client: &Client, trigger: &Arc<Notify>, ready: &Arc<Readiness>) -> Watch<K>
-    where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        watch(
+    fn queue_input<K: Watched>(
+        client: &Client,
+        trigger: &Arc<Notify>,
+        ready: &Arc<Readiness>,
+    ) -> (Store<K>, Driver) {
+        watch_store(
             Api::<K>::all(client.clone()),
             watch_config(),
-            Feed::Store,
-            Some(trigger.clone()),
             ready.clone(),
-            |_: &K| {},
+            trigger.clone(),
         )
     }
-    let cluster_queues = queue_input::<ClusterQueue>(&client, &trigger, &ready);
-    let local_queues = queue_input::<LocalQueue>(&client, &trigger, &ready);
-    let flavors = queue_input::<ResourceFlavor>(&client, &trigger, &ready);
-    let cohorts = queue_input::<Cohort>(&client, &trigger, &ready);
-    let priority_classes = queue_input::<WorkloadPriorityClass>(&client, &trigger, &ready);
+    let (cluster_queues, cq_driver) = queue_input::<ClusterQueue>(&client, &trigger, &ready);
+    let (local_queues, lq_driver) = queue_input::<LocalQueue>(&client, &trigger, &ready);
+    let (flavors, flavors_driver) = queue_input::<ResourceFlavor>(&client, &trigger, &ready);
+    let (cohorts, cohorts_driver) = queue_input::<Cohort>(&client, &trigger, &ready);
+    let (priority_classes, pc_driver) =
+        queue_input::<WorkloadPriorityClass>(&client, &trigger, &ready);
     let mut drivers = vec![
         services.driver,
         clusters.driver,
         workloads.driver,
-        cluster_queues.driver,
-        local_queues.driver,
-        flavors.driver,
-        cohorts.driver,
-        priority_classes.driver,
+        cq_driver,
+        lq_driver,
+        flavors_driver,
+        cohorts_driver,
+        pc_driver,
     ];
     let namespaces = if serves_namespaces(&client).await {
-        let ns = queue_input::<Namespace>(&client, &trigger, &ready);
-        drivers.push(ns.driver);
-        Some(ns.store)
+        let (store, driver) = queue_input::<Namespace>(&client, &trigger, &ready);
+        drivers.push(driver);
+        Some(store)
     } else {
         None
     };
+    let pods = pod_gate.then(|| {
+        let (store, driver) = watch_store(
+            Api::<Pod>::all(client.clone()),
+            watch_config().labels(RAY_PODS),
+            ready.clone(),
+            pods_changed.clone(),
+        );
+        drivers.push(driver);
+        store
+    });
     let stores = Stores {
         services: services.store,
         clusters: clusters.store,
         workloads: workloads.store,
-        cluster_queues: cluster_queues.store,
-        local_queues: local_queues.store,
-        flavors: flavors.store,
-        cohorts: cohorts.store,
-        priority_classes: priority_classes.store,
+        cluster_queues,
+        local_queues,
+        flavors,
+        cohorts,
+        priority_classes,
         namespaces,
+        pods,
         ready,
     };
     let streams = Streams {
@@ -363,6 +411,7 @@ pub async fn start(client: Client, mode: AdmissionMode) -> (Stores, Streams) {
         workloads: workloads.stream,
         deleted,
         admission_trigger: trigger,
+        pods_changed,
         drivers,
     };
     (stores, streams)

@@ -1,8 +1,8 @@
 //! The pod ungater (IO): lifts [`POD_GATE`] from the pods of opted-in RayServices' children that
 //! the newest admitted slice grants ([`pod_gate::ungate`] decides).
 //!
-//! Observe: Ray pods (`ray.io/node-type in (head,worker)`) from its own watch, RayServices,
-//! RayClusters and Workloads from the controller's stores. Apply: a JSON patch per pod whose
+//! Observe: Ray pods ([`super::stores::RAY_PODS`]), RayServices, RayClusters and Workloads from
+//! the controller's stores. Apply: a JSON patch per pod whose
 //! `test` op pins the gate list it read, so a pod whose gates changed since is left for the next
 //! pass (422), never ungated twice or with another writer's gate dropped. Pods this process
 //! ungated count as ungated until the watch shows it, so a lagging cache never lets a second pass
@@ -13,12 +13,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::watch;
+use kube::runtime::reflector::Store;
+use tokio::sync::{Notify, watch};
 
 use super::Context;
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
@@ -168,19 +166,18 @@ async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<Strin
     }
 }
 
-/// Runs the ungater until `shutdown` turns true.
-pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
-    let api: Api<Pod> = Api::all(ctx.client.clone());
-    let config = watcher::Config::default().labels("ray.io/node-type in (head,worker)");
-    let (store, writer) = reflector::store();
-    let mut events = Box::pin(
-        watcher(api, config)
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects(),
-    );
+/// Runs the ungater until `shutdown` turns true: a pass on every change of the Ray pods
+/// (`pods_changed`) and every [`RESYNC`], once every cache has a complete list.
+pub async fn run(
+    ctx: Arc<Context>,
+    pods_changed: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(pods) = ctx.stores.pods.clone() else {
+        tracing::error!("the pod ungater needs the Ray pods' store (pod gate on)");
+        return;
+    };
     let mut ungated_here = HashSet::new();
-    let mut synced = false;
     loop {
         tokio::select! {
             _ = shutdown.changed() => {
@@ -188,24 +185,11 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
                     return;
                 }
             }
-            ev = events.next() => {
-                if ev.is_none() {
-                    return;
-                }
-            }
+            () = pods_changed.notified() => {}
             () = tokio::time::sleep(RESYNC) => {}
         }
-        if !synced {
-            synced = store
-                .wait_until_ready()
-                .now_or_never()
-                .is_some_and(|r| r.is_ok());
-            if !synced {
-                continue;
-            }
-        }
         if ctx.stores.ready.pending().is_empty() {
-            pass(&ctx, &store, &mut ungated_here).await;
+            pass(&ctx, &pods, &mut ungated_here).await;
         }
     }
 }
