@@ -45,6 +45,12 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
+        Env::with_kubelet(Default::default()).await
+    }
+
+    /// [`Env::new`] with these kubelet settings (e.g. containers that take their whole grace
+    /// period to stop, as a serving Ray node draining its requests does).
+    async fn with_kubelet(kubelet: kubelet::Config) -> Env {
         raygate_testing::apiserver::init_logs();
         let sim = raygate_testing::backend::sim(NS, Faults::none(), 0);
         let client = sim.client();
@@ -69,7 +75,7 @@ impl Env {
         tokio::spawn(kubelet::run_all(
             client.clone(),
             clock.clone(),
-            Default::default(),
+            kubelet,
             shutdown,
         ));
         sim.spawn_garbage_collector(
@@ -159,7 +165,12 @@ impl Env {
 
     /// A RayService opted into `lq`: a 1-CPU head and `workers` 1-CPU workers.
     async fn create_service(&self, workers: i32) {
-        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10, "containers": [{"name": "ray",
+        self.create_service_graced(workers, 10).await;
+    }
+
+    /// [`Env::create_service`] whose pods take `grace` seconds to terminate.
+    async fn create_service_graced(&self, workers: i32, grace: i64) {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": grace, "containers": [{"name": "ray",
             "image": "rayproject/ray:2.52.0", "resources": {"requests": {"cpu": "1"}}}]}});
         let svc = json!({
             "apiVersion": "ray.io/v1", "kind": "RayService",
@@ -379,6 +390,148 @@ async fn a_controller_restarted_mid_ungating_ungates_no_more_than_admitted() {
     env.set_quota("6").await;
     env.until("5 workers running", 5, || async {
         (env.worker_counts().await == (0, 5)).then_some(())
+    })
+    .await;
+}
+
+impl Env {
+    /// The live pods (any state) of RayCluster `cluster`.
+    async fn pods_of(&self, cluster: &str) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!("ray.io/cluster={cluster}"));
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The active cluster's name in the RayService's status.
+    async fn active(&self) -> Option<String> {
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .get("svc")
+            .await
+            .ok()?
+            .status?
+            .active_service_status?
+            .ray_cluster_name
+            .filter(|n| !n.is_empty())
+    }
+
+    /// A Workload of someone else's in `lq`: `count` pods of 1 CPU.
+    async fn other_workload(&self, name: &str, count: i32) {
+        let w = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": count,
+                "template": {"spec": {"containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1"}}}]}}}]}});
+        raygate::dev::apply(&self.client, &w.to_string(), "test", None)
+            .await
+            .unwrap_or_else(|e| panic!("applying {w}: {e}"));
+    }
+
+    async fn admitted(&self, name: &str) -> bool {
+        Api::<Workload>::namespaced(self.client.clone(), NS)
+            .get(name)
+            .await
+            .ok()
+            .and_then(|w| w.status)
+            .is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "QuotaReserved" && c.status == "True")
+            })
+    }
+}
+
+/// Item 3 of #13: after a promotion KubeRay deletes the old cluster in the background and its
+/// pods terminate for their grace period (120 s here), still holding their CPUs. The old
+/// cluster's share of the slice stays charged until they are gone, so a Workload waiting for that
+/// quota is not admitted before.
+#[tokio::test(start_paused = true)]
+async fn a_promoted_service_s_old_pods_keep_their_quota_until_their_grace_period_ends() {
+    // Ray nodes that take their whole grace period to stop
+    let env = Env::with_kubelet(kubelet::Config {
+        stop_after: None,
+        ..Default::default()
+    })
+    .await;
+    env.queues("6").await;
+    env.create_service_graced(2, 120).await;
+    env.until("2 workers running", 2, || async {
+        (env.worker_counts().await == (0, 2)).then_some(())
+    })
+    .await;
+    let old = env
+        .until("an active cluster", 2, || async { env.active().await })
+        .await;
+
+    // an upgrade: the pending child (3 CPU) fits the 6 CPU next to the old one, runs, is promoted
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}})),
+        )
+        .await
+        .unwrap();
+    env.until("the new cluster promoted", 4, || async {
+        env.active().await.filter(|a| *a != old)
+    })
+    .await;
+    env.until("the old cluster deleted", 4, || async {
+        Api::<RayCluster>::namespaced(env.client.clone(), NS)
+            .get_opt(&old)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let gone_at = tokio::time::Instant::now();
+    let lingering = env.pods_of(&old).await;
+    assert_eq!(lingering.len(), 3, "the old head and 2 workers terminate");
+    assert!(
+        lingering
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some())
+    );
+
+    // someone else's Workload needs the 3 CPU the old pods still hold
+    env.other_workload("other", 3).await;
+    env.until("the other Workload admitted", 4, || async {
+        if !env.admitted("other").await {
+            return None;
+        }
+        let left = env.pods_of(&old).await.len();
+        assert_eq!(
+            left, 0,
+            "admitted while {left} pods of the old cluster still hold their CPUs"
+        );
+        Some(())
+    })
+    .await;
+    let waited = tokio::time::Instant::now() - gone_at;
+    assert!(
+        waited >= Duration::from_secs(100),
+        "admitted {waited:?} after the old cluster was deleted: its pods' grace period is 120 s"
+    );
+    // the chain settled on the new cluster's 3 CPU
+    env.until("one slice of 3 pods", 4, || async {
+        let live: Vec<Workload> = env
+            .slices()
+            .await
+            .into_iter()
+            .filter(|w| w.metadata.owner_references.is_some())
+            .filter(|w| {
+                w.status.as_ref().is_none_or(|s| {
+                    !s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Finished" && c.status == "True")
+                })
+            })
+            .collect();
+        (live.len() == 1 && live[0].spec.pod_sets.iter().map(|p| p.count).sum::<i32>() == 3)
+            .then_some(())
     })
     .await;
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -53,8 +54,18 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     let plan = decide(&ctx, &seen);
     let applied = apply(&ctx, &seen, &plan).await;
     report(&ctx, &seen, &plan, &applied, start).await;
-    applied.result.map(|()| resync())
+    // pods still holding quota: their going away changes the decision, and no watch of the
+    // gate's says so
+    let next = if plan.decision.held_back.is_empty() {
+        resync()
+    } else {
+        Action::requeue(PODS_HELD_RESYNC)
+    };
+    applied.result.map(|()| next)
 }
+
+/// How soon a RayService whose slice stays charged for terminating pods is looked at again.
+const PODS_HELD_RESYNC: Duration = Duration::from_secs(2);
 
 /// Why this RayService is not decided on now, as the requeue to return; `None`: decide.
 fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
@@ -68,6 +79,17 @@ fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
     }
     // never decide on a partial view: an empty RayCluster store would read as "no children"
     let unsynced = ctx.stores.ready.pending();
+    // with the pod gate, a slice shrinks only once its pods are gone: no decision before the
+    // pods are listed
+    let mut unsynced = unsynced;
+    if ctx.config.pod_gate
+        && ctx
+            .ray_pods
+            .get()
+            .is_none_or(|s| s.wait_until_ready().now_or_never().is_none())
+    {
+        unsynced.push("Pod");
+    }
     if !unsynced.is_empty() {
         tracing::debug!(rayservice = %format!("{}/{}", service.metadata.namespace.as_deref().unwrap_or_default(), service.metadata.name.as_deref().unwrap_or_default()), ?unsynced, "caches not synced: no decision yet");
         return Some(not_synced());
@@ -89,6 +111,8 @@ struct Observed {
     children: Vec<RayCluster>,
     /// The Workloads it owns.
     workloads: Vec<Workload>,
+    /// Its Ray pods, with the pod gate on.
+    pods: Option<Vec<gate::pod_gate::PodView>>,
 }
 
 fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
@@ -108,6 +132,11 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         .collect();
     let (service, overlaid) = with_just_released(ctx, &key, service, &live);
     let workloads = ctx.stores.slices_of(&ns, &uid);
+    let pods = if ctx.config.pod_gate {
+        super::ungater::pods_of(ctx, &service, &children)
+    } else {
+        None
+    };
     Observed {
         ns,
         name,
@@ -116,6 +145,7 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         overlaid,
         children,
         workloads,
+        pods,
     }
 }
 
@@ -130,6 +160,7 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
     let now = ctx.clock.now();
     let opts = GateOptions {
         pod_gate: ctx.config.pod_gate,
+        pods: seen.pods.clone(),
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,

@@ -246,6 +246,10 @@ pub struct Context {
     /// (key `ns/name` of the RayService), see [`gate::overlay_released`].
     pub just_released:
         std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<String>>>,
+    /// The Ray pods store (with `--pod-gate`), set once the ungater's watch starts; the gate
+    /// reads it so a slice shrinks only once the pods it covered are gone.
+    pub ray_pods:
+        std::sync::OnceLock<kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>>,
 }
 
 impl Context {
@@ -300,6 +304,7 @@ pub async fn run_with(
         admitted_at: Default::default(),
         failures: Default::default(),
         just_released: Default::default(),
+        ray_pods: Default::default(),
     });
 
     let mut tasks = Supervisor::default();
