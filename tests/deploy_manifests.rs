@@ -1809,6 +1809,11 @@ fn the_pod_gate_install_grows_rbac_by_exactly_pods_get_list_watch_patch() {
             cluster("ClusterRoleBinding", "raygate-pod-gate"),
             cluster("ValidatingAdmissionPolicy", "raygate-pod-gate"),
             cluster("ValidatingAdmissionPolicyBinding", "raygate-pod-gate"),
+            cluster("ValidatingAdmissionPolicy", "raygate-pod-gate-templates"),
+            cluster(
+                "ValidatingAdmissionPolicyBinding",
+                "raygate-pod-gate-templates"
+            ),
         ]
         .into()
     );

@@ -535,3 +535,99 @@ async fn a_promoted_service_s_old_pods_keep_their_quota_until_their_grace_period
     })
     .await;
 }
+
+/// Item 5 of #13: a worker group appended to a running RayService is an in-place update in
+/// KubeRay v1.7 (`shouldUpdateCluster`: the hash of the first `ray.io/num-worker-groups` groups
+/// still matches), so the running child gets the group and creates its pods at once, no new
+/// cluster, no suspended child. They wait at the gate until a replacement slice naming the new
+/// PodSet is admitted.
+#[tokio::test(start_paused = true)]
+async fn a_worker_group_appended_in_place_stays_gated_until_a_replacement_slice_covers_it() {
+    let env = Env::new().await;
+    env.queues("3").await;
+    env.create_service(2).await;
+    env.until("2 workers running", 2, || async {
+        (env.worker_counts().await == (0, 2)).then_some(())
+    })
+    .await;
+    let child = env.child().await.unwrap().name_any();
+
+    // the user appends group g2 (1 pod of 1 CPU). On a real API server the policy
+    // raygate-pod-gate-templates (config/pod-gate) refuses KubeRay's in-place update while the
+    // group's template lacks the gate, until raygate has put it on spec.rayClusterConfig; so the
+    // child gets the group gated (KubeRay copies the template). The simulated server runs no
+    // ValidatingAdmissionPolicy: the group is written as the child receives it, gated.
+    let svc = Api::<RayService>::namespaced(env.client.clone(), NS);
+    let s = svc.get("svc").await.unwrap();
+    let mut groups = serde_json::to_value(&s.spec.ray_cluster_config.worker_group_specs).unwrap();
+    let g2 = json!({"groupName": "g2", "replicas": 1, "minReplicas": 0, "maxReplicas": 2,
+        "rayStartParams": {}, "template": {"spec": {"schedulingGates": [{"name": POD_GATE}],
+            "containers": [{"name": "ray", "image": "rayproject/ray:2.52.0",
+                "resources": {"requests": {"cpu": "1"}}}]}}});
+    groups.as_array_mut().unwrap().push(g2);
+    svc.patch(
+        "svc",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": groups}}})),
+    )
+    .await
+    .unwrap();
+    let g2 = || async {
+        env.workers()
+            .await
+            .into_iter()
+            .filter(|p| p.labels().get("ray.io/group").map(String::as_str) == Some("g2"))
+            .collect::<Vec<Pod>>()
+    };
+    env.until(
+        "the g2 pod created gated, a replacement slice naming g2 pending",
+        2,
+        || async {
+            let pods = g2().await;
+            let slices = env.slices().await;
+            let names_g2 = slices.iter().any(|w| {
+                w.spec.pod_sets.iter().any(|p| {
+                    p.template
+                        .metadata
+                        .as_ref()
+                        .and_then(|m| m.annotations.as_ref())
+                        .and_then(|a| a.get("raygate.io/worker-group"))
+                        .map(String::as_str)
+                        == Some("g2")
+                })
+            });
+            (pods.len() == 1 && is_gated(&pods[0]) && names_g2 && pending_slice(&slices))
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let pods = g2().await;
+    assert!(is_gated(&pods[0]), "no slice covers g2 yet");
+    assert!(pods[0].spec.as_ref().unwrap().node_name.is_none());
+    let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        clusters.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+        [child.clone()],
+        "updated in place: no new cluster"
+    );
+    assert_eq!(
+        clusters[0].spec.worker_group_specs.as_ref().unwrap().len(),
+        2
+    );
+    // the replacement slice is charged only its delta: admitted once 1 more CPU is there
+    env.set_quota("4").await;
+    env.until("the g2 pod ungated and scheduled", 3, || async {
+        let pods = g2().await;
+        (pods.len() == 1
+            && !is_gated(&pods[0])
+            && pods[0].spec.as_ref().unwrap().node_name.is_some())
+        .then_some(())
+    })
+    .await;
+    assert_eq!(env.worker_counts().await, (0, 3));
+}
