@@ -631,3 +631,202 @@ async fn a_worker_group_appended_in_place_stays_gated_until_a_replacement_slice_
     .await;
     assert_eq!(env.worker_counts().await, (0, 3));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The sweep invariant (#13 item 5): random scale-ups, scale-downs, upgrades and quota changes
+// with the pod gate on; on every look, the pods that run (ungated, scheduled, not finished) never
+// exceed what an admitted slice grants, per KubeRay group and per-pod requests.
+// ---------------------------------------------------------------------------------------------
+
+/// xorshift64*: seeded, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+type ShapeKey = (String, raygate::quantity::Resources);
+
+/// Per (group, per-pod requests): the most any admitted, not finished slice grants.
+fn granted(slices: &[Workload]) -> Vec<(ShapeKey, i32)> {
+    let mut out: Vec<(ShapeKey, i32)> = Vec::new();
+    for w in slices {
+        let conds = w
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let is = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+        if !is("Admitted") || is("Finished") {
+            continue;
+        }
+        let mut per_slice: Vec<(ShapeKey, i32)> = Vec::new();
+        for g in raygate::slices::grants(w) {
+            let key = (g.group, g.requests);
+            match per_slice.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += g.count,
+                None => per_slice.push((key, g.count)),
+            }
+        }
+        for (key, n) in per_slice {
+            match out.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, m)) => *m = (*m).max(n),
+                None => out.push((key, n)),
+            }
+        }
+    }
+    out
+}
+
+/// Per (group, per-pod requests): the pods that run (ungated, bound to a node, not finished).
+fn running(pods: &[Pod]) -> Vec<(ShapeKey, i32)> {
+    let mut out: Vec<(ShapeKey, i32)> = Vec::new();
+    for p in pods {
+        let spec = p.spec.as_ref().unwrap();
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if is_gated(p) || spec.node_name.is_none() || matches!(phase, Some("Succeeded" | "Failed"))
+        {
+            continue;
+        }
+        let key = (
+            p.labels().get("ray.io/group").cloned().unwrap_or_default(),
+            raygate::podsets::pod_requests(spec, "spec", &p.name_any()).unwrap(),
+        );
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => out.push((key, 1)),
+        }
+    }
+    out
+}
+
+impl Env {
+    async fn ray_pods(&self) -> Vec<Pod> {
+        let lp = ListParams::default().labels("ray.io/node-type in (head,worker)");
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The invariant on one look. Slices are read before and after the pods (three reads, not
+    /// one snapshot): a pod that runs must be granted by one of the two slice readings.
+    async fn check_grants(&self, what: &str) {
+        let before = granted(&self.slices().await);
+        let pods = running(&self.ray_pods().await);
+        let after = granted(&self.slices().await);
+        for (key, n) in pods {
+            let grant = |g: &[(ShapeKey, i32)]| {
+                g.iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, c)| *c)
+                    .unwrap_or(0)
+            };
+            let allowed = grant(&before).max(grant(&after));
+            assert!(
+                n <= allowed,
+                "{what}: {n} pods of group {} ({:?} each) run, the admitted slices grant {allowed}",
+                key.0,
+                key.1
+            );
+        }
+    }
+
+    /// `secs` of cluster time, checking the invariant every half second.
+    async fn run_checked(&self, secs: u64, what: &str) {
+        for _ in 0..secs * 2 {
+            self.check_grants(what).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+async fn sweep(seed: u64) {
+    // Ray nodes take their whole grace period (10 s) to stop: terminating pods hold resources
+    let env = Env::with_kubelet(kubelet::Config {
+        stop_after: None,
+        ..Default::default()
+    })
+    .await;
+    let mut rng = Rng::new(seed);
+    env.queues(&(3 + rng.below(5)).to_string()).await;
+    env.create_service(1 + rng.below(3) as i32).await;
+    let mut log = format!("seed {seed}");
+    env.run_checked(30, &log).await;
+    let mut version = 0;
+    for _ in 0..8 {
+        let op = match rng.below(4) {
+            0 => {
+                let Some(active) = env.active().await else {
+                    continue;
+                };
+                let n = rng.below(6) as i32;
+                let api = Api::<RayCluster>::namespaced(env.client.clone(), NS);
+                let Ok(c) = api.get(&active).await else {
+                    continue;
+                };
+                let mut groups = serde_json::to_value(&c.spec.worker_group_specs).unwrap();
+                groups[0]["replicas"] = json!(n);
+                let _ = api
+                    .patch(
+                        &active,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"spec": {"workerGroupSpecs": groups}})),
+                    )
+                    .await;
+                format!("scale {active} to {n}")
+            }
+            1 => {
+                version += 1;
+                let cpu = 1 + rng.below(2);
+                let svc = Api::<RayService>::namespaced(env.client.clone(), NS);
+                let s = svc.get("svc").await.unwrap();
+                let mut groups =
+                    serde_json::to_value(&s.spec.ray_cluster_config.worker_group_specs).unwrap();
+                groups[0]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+                    json!(cpu.to_string());
+                let _ = svc
+                    .patch(
+                        "svc",
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"spec": {"rayClusterConfig": {
+                            "rayVersion": format!("2.53.{version}"),
+                            "workerGroupSpecs": groups}}})),
+                    )
+                    .await;
+                format!("upgrade to 2.53.{version}, workers of {cpu} CPU")
+            }
+            2 => {
+                let q = 2 + rng.below(9);
+                env.set_quota(&q.to_string()).await;
+                format!("quota {q}")
+            }
+            _ => "wait".to_string(),
+        };
+        let secs = 5 + rng.below(90);
+        log.push_str(&format!(" → {op}, {secs} s"));
+        env.run_checked(secs, &log).await;
+    }
+}
+
+/// A few seeds in CI; `RAYGATE_POD_SWEEP_SEEDS=n` runs seeds 0..n.
+#[tokio::test(start_paused = true)]
+async fn the_sweep_never_runs_more_pods_than_the_admitted_slices_grant() {
+    let seeds: u64 = std::env::var("RAYGATE_POD_SWEEP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    for seed in 0..seeds {
+        sweep(seed).await;
+    }
+}
