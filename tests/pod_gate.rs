@@ -612,7 +612,7 @@ async fn a_worker_group_appended_in_place_stays_gated_until_a_replacement_slice_
         .items;
     assert_eq!(
         clusters.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
-        [child.clone()],
+        [child],
         "updated in place: no new cluster"
     );
     assert_eq!(
