@@ -830,3 +830,84 @@ async fn the_sweep_never_runs_more_pods_than_the_admitted_slices_grant() {
         sweep(seed).await;
     }
 }
+
+/// KubeRay v1.7 adds the autoscaler sidecar (500m CPU, 512Mi) to the head pod with
+/// `enableInTreeAutoscaling`; raygate's head PodSet counts it (as Kueue v0.19.2's RayCluster
+/// integration does), so the head pod's requests match its grant and the ungater lets it run.
+#[tokio::test(start_paused = true)]
+async fn an_autoscaling_head_is_charged_its_sidecar_and_ungated() {
+    let env = Env::new().await;
+    // the sidecar requests memory too: the queue covers it
+    for obj in [
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}}),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+            "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "f",
+                "resources": [{"name": "cpu", "nominalQuota": "4"}, {"name": "memory", "nominalQuota": "1Gi"}]}]}]}}),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
+            "spec": {"clusterQueue": "cq"}}),
+    ] {
+        raygate::dev::apply(&env.client, &obj.to_string(), "test", None)
+            .await
+            .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
+    }
+    let pod = json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.52.0",
+        "resources": {"requests": {"cpu": "1"}}}]}});
+    let svc = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+        "spec": {"serveConfigV2": "applications: []",
+            "rayClusterConfig": {"rayVersion": "2.52.0", "enableInTreeAutoscaling": true,
+                "headGroupSpec": {"rayStartParams": {}, "template": pod.clone()},
+                "workerGroupSpecs": [{"groupName": "w", "replicas": 2, "minReplicas": 0,
+                    "maxReplicas": 10, "rayStartParams": {}, "template": pod}]}}
+    });
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(svc).unwrap(),
+        )
+        .await
+        .unwrap();
+    let head = env
+        .until("the head ungated and scheduled", 2, || async {
+            let lp = ListParams::default().labels("ray.io/node-type=head");
+            let heads = Api::<Pod>::namespaced(env.client.clone(), NS)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items;
+            heads
+                .into_iter()
+                .find(|p| !is_gated(p) && p.spec.as_ref().unwrap().node_name.is_some())
+        })
+        .await;
+    let containers: Vec<&str> = head
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(containers, ["ray", "autoscaler"]);
+    let slices = env.slices().await;
+    let head_set = slices[0]
+        .spec
+        .pod_sets
+        .iter()
+        .find(|p| p.name == "head")
+        .unwrap();
+    let requests =
+        raygate::podsets::pod_requests(head_set.template.spec.as_ref().unwrap(), "spec", "head")
+            .unwrap();
+    assert_eq!(
+        requests,
+        raygate::podsets::pod_requests(head.spec.as_ref().unwrap(), "spec", "head").unwrap(),
+        "the head PodSet's per-pod requests are the head pod's, sidecar included"
+    );
+    assert_eq!(
+        requests.get("cpu"),
+        raygate::quantity::Quantity::parse("1500m").unwrap(),
+        "1 CPU for ray, 500m for the sidecar"
+    );
+}
