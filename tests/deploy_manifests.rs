@@ -1810,6 +1810,11 @@ fn the_pod_gate_install_grows_rbac_by_exactly_pods_get_list_watch_patch() {
             cluster("ClusterRoleBinding", "raygate-pod-gate"),
             cluster("ValidatingAdmissionPolicy", "raygate-pod-gate"),
             cluster("ValidatingAdmissionPolicyBinding", "raygate-pod-gate"),
+            cluster("ValidatingAdmissionPolicy", "raygate-pod-gate-templates"),
+            cluster(
+                "ValidatingAdmissionPolicyBinding",
+                "raygate-pod-gate-templates"
+            ),
         ]
         .into()
     );
@@ -1852,4 +1857,65 @@ fn the_pod_gate_install_grows_rbac_by_exactly_pods_get_list_watch_patch() {
         .unwrap();
     base_args.insert(2, "--pod-gate".into());
     assert_eq!(args, base_args, "only --pod-gate added");
+}
+
+#[test]
+fn the_chart_with_the_pod_gate_is_config_pod_gate() {
+    let rendered = render_chart(
+        NAMESPACE,
+        json!({"podGate": {"enabled": true}, "namespace": {"create": true}}),
+    );
+    let pod_gate = build(&config().join("pod-gate"));
+    assert_eq!(ids(&rendered), ids(&pod_gate.objects));
+    for doc in &rendered {
+        let original = pod_gate.objects.iter().find(|d| id(d) == id(doc)).unwrap();
+        let want = if doc.kind == "Deployment" {
+            with_patched_args(&original.value, &pod_gate.patches[0].value)
+        } else {
+            original.value.clone()
+        };
+        assert_eq!(without_helm_metadata(&doc.value), want, "{}", doc.object());
+    }
+    check_rendered(&rendered);
+    // off by default: no pods RBAC, no policy, no flag
+    let default = render_chart(NAMESPACE, json!({}));
+    assert!(
+        !default
+            .iter()
+            .any(|d| d.value["metadata"]["name"] == "raygate-pod-gate")
+    );
+    assert!(!args(&chart_deployment(&default)).contains(&"--pod-gate".to_string()));
+    // in another namespace the policy and the binding follow it
+    let elsewhere = render_chart("platform", json!({"podGate": {"enabled": true}}));
+    let policy = elsewhere
+        .iter()
+        .find(|d| {
+            d.kind == "ValidatingAdmissionPolicy"
+                && d.value["metadata"]["name"] == "raygate-pod-gate"
+        })
+        .unwrap();
+    assert!(
+        policy.value["spec"]["variables"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:platform:raygate")
+    );
+    let binding = elsewhere
+        .iter()
+        .find(|d| {
+            d.kind == "ClusterRoleBinding" && d.value["metadata"]["name"] == "raygate-pod-gate"
+        })
+        .unwrap();
+    assert_eq!(binding.value["subjects"][0]["namespace"], "platform");
+    // with a real Kueue
+    let kueue = render_chart(
+        NAMESPACE,
+        json!({"podGate": {"enabled": true}, "admission": {"mode": "kueue"}}),
+    );
+    let args = args(&chart_deployment(&kueue));
+    assert!(
+        args.contains(&"--admission=kueue".to_string()) && args.contains(&"--pod-gate".to_string())
+    );
+    assert!(chart_values(&json!({"podGate": {"enabled": "yes"}})).is_err());
+    assert!(chart_values(&json!({"podGate": {"on": true}})).is_err());
 }

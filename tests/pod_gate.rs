@@ -45,11 +45,21 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
-        Env::with_faults(Faults::none(), 0).await
+        Env::build(Faults::none(), 0, Default::default()).await
     }
 
     /// With `faults` on the sim (seeded by `seed`).
     async fn with_faults(faults: Faults, seed: u64) -> Env {
+        Env::build(faults, seed, Default::default()).await
+    }
+
+    /// [`Env::new`] with these kubelet settings (e.g. containers that take their whole grace
+    /// period to stop, as a serving Ray node draining its requests does).
+    async fn with_kubelet(kubelet: kubelet::Config) -> Env {
+        Env::build(Faults::none(), 0, kubelet).await
+    }
+
+    async fn build(faults: Faults, seed: u64, kubelet: kubelet::Config) -> Env {
         raygate_testing::apiserver::init_logs();
         let sim = raygate_testing::backend::sim(NS, faults, seed);
         let client = sim.client();
@@ -74,7 +84,7 @@ impl Env {
         tokio::spawn(kubelet::run_all(
             client.clone(),
             clock.clone(),
-            Default::default(),
+            kubelet,
             shutdown,
         ));
         sim.spawn_garbage_collector(
@@ -164,7 +174,12 @@ impl Env {
 
     /// A RayService opted into `lq`: a 1-CPU head and `workers` 1-CPU workers.
     async fn create_service(&self, workers: i32) {
-        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10, "containers": [{"name": "ray",
+        self.create_service_graced(workers, 10).await;
+    }
+
+    /// [`Env::create_service`] whose pods take `grace` seconds to terminate.
+    async fn create_service_graced(&self, workers: i32, grace: i64) {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": grace, "containers": [{"name": "ray",
             "image": "rayproject/ray:2.52.0", "resources": {"requests": {"cpu": "1"}}}]}});
         let svc = json!({
             "apiVersion": "ray.io/v1", "kind": "RayService",
@@ -421,4 +436,522 @@ async fn a_controller_restarted_mid_ungating_ungates_no_more_than_admitted() {
         (env.worker_counts().await == (0, 5)).then_some(())
     })
     .await;
+}
+
+impl Env {
+    /// The live pods (any state) of RayCluster `cluster`.
+    async fn pods_of(&self, cluster: &str) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!("ray.io/cluster={cluster}"));
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The active cluster's name in the RayService's status.
+    async fn active(&self) -> Option<String> {
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .get("svc")
+            .await
+            .ok()?
+            .status?
+            .active_service_status?
+            .ray_cluster_name
+            .filter(|n| !n.is_empty())
+    }
+
+    /// A Workload of someone else's in `lq`: `count` pods of 1 CPU.
+    async fn other_workload(&self, name: &str, count: i32) {
+        let w = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": count,
+                "template": {"spec": {"containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1"}}}]}}}]}});
+        raygate::dev::apply(&self.client, &w.to_string(), "test", None)
+            .await
+            .unwrap_or_else(|e| panic!("applying {w}: {e}"));
+    }
+
+    async fn admitted(&self, name: &str) -> bool {
+        Api::<Workload>::namespaced(self.client.clone(), NS)
+            .get(name)
+            .await
+            .ok()
+            .and_then(|w| w.status)
+            .is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "QuotaReserved" && c.status == "True")
+            })
+    }
+}
+
+/// Item 3 of #13: after a promotion KubeRay deletes the old cluster in the background and its
+/// pods terminate for their grace period (120 s here), still holding their CPUs. The old
+/// cluster's share of the slice stays charged until they are gone, so a Workload waiting for that
+/// quota is not admitted before.
+#[tokio::test(start_paused = true)]
+async fn a_promoted_service_s_old_pods_keep_their_quota_until_their_grace_period_ends() {
+    // Ray nodes that take their whole grace period to stop
+    let env = Env::with_kubelet(kubelet::Config {
+        stop_after: None,
+        ..Default::default()
+    })
+    .await;
+    env.queues("6").await;
+    env.create_service_graced(2, 120).await;
+    env.until("2 workers running", 2, || async {
+        (env.worker_counts().await == (0, 2)).then_some(())
+    })
+    .await;
+    let old = env
+        .until("an active cluster", 2, || async { env.active().await })
+        .await;
+
+    // an upgrade: the pending child (3 CPU) fits the 6 CPU next to the old one, runs, is promoted
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}})),
+        )
+        .await
+        .unwrap();
+    env.until("the new cluster promoted", 4, || async {
+        env.active().await.filter(|a| *a != old)
+    })
+    .await;
+    env.until("the old cluster deleted", 4, || async {
+        Api::<RayCluster>::namespaced(env.client.clone(), NS)
+            .get_opt(&old)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let gone_at = tokio::time::Instant::now();
+    let lingering = env.pods_of(&old).await;
+    assert_eq!(lingering.len(), 3, "the old head and 2 workers terminate");
+    assert!(
+        lingering
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some())
+    );
+
+    // someone else's Workload needs the 3 CPU the old pods still hold
+    env.other_workload("other", 3).await;
+    env.until("the other Workload admitted", 4, || async {
+        if !env.admitted("other").await {
+            return None;
+        }
+        let left = env.pods_of(&old).await.len();
+        assert_eq!(
+            left, 0,
+            "admitted while {left} pods of the old cluster still hold their CPUs"
+        );
+        Some(())
+    })
+    .await;
+    let waited = tokio::time::Instant::now() - gone_at;
+    assert!(
+        waited >= Duration::from_secs(100),
+        "admitted {waited:?} after the old cluster was deleted: its pods' grace period is 120 s"
+    );
+    // the chain settled on the new cluster's 3 CPU
+    env.until("one slice of 3 pods", 4, || async {
+        let live: Vec<Workload> = env
+            .slices()
+            .await
+            .into_iter()
+            .filter(|w| w.metadata.owner_references.is_some())
+            .filter(|w| {
+                w.status.as_ref().is_none_or(|s| {
+                    !s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Finished" && c.status == "True")
+                })
+            })
+            .collect();
+        (live.len() == 1 && live[0].spec.pod_sets.iter().map(|p| p.count).sum::<i32>() == 3)
+            .then_some(())
+    })
+    .await;
+}
+
+/// Item 5 of #13: a worker group appended to a running RayService is an in-place update in
+/// KubeRay v1.7 (`shouldUpdateCluster`: the hash of the first `ray.io/num-worker-groups` groups
+/// still matches), so the running child gets the group and creates its pods at once, no new
+/// cluster, no suspended child. They wait at the gate until a replacement slice naming the new
+/// PodSet is admitted.
+#[tokio::test(start_paused = true)]
+async fn a_worker_group_appended_in_place_stays_gated_until_a_replacement_slice_covers_it() {
+    let env = Env::new().await;
+    env.queues("3").await;
+    env.create_service(2).await;
+    env.until("2 workers running", 2, || async {
+        (env.worker_counts().await == (0, 2)).then_some(())
+    })
+    .await;
+    let child = env.child().await.unwrap().name_any();
+
+    // the user appends group g2 (1 pod of 1 CPU). On a real API server the policy
+    // raygate-pod-gate-templates (config/pod-gate) refuses KubeRay's in-place update while the
+    // group's template lacks the gate, until raygate has put it on spec.rayClusterConfig; so the
+    // child gets the group gated (KubeRay copies the template). The simulated server runs no
+    // ValidatingAdmissionPolicy: the group is written as the child receives it, gated.
+    let svc = Api::<RayService>::namespaced(env.client.clone(), NS);
+    let s = svc.get("svc").await.unwrap();
+    let mut groups = serde_json::to_value(&s.spec.ray_cluster_config.worker_group_specs).unwrap();
+    let g2 = json!({"groupName": "g2", "replicas": 1, "minReplicas": 0, "maxReplicas": 2,
+        "rayStartParams": {}, "template": {"spec": {"schedulingGates": [{"name": POD_GATE}],
+            "containers": [{"name": "ray", "image": "rayproject/ray:2.52.0",
+                "resources": {"requests": {"cpu": "1"}}}]}}});
+    groups.as_array_mut().unwrap().push(g2);
+    svc.patch(
+        "svc",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": groups}}})),
+    )
+    .await
+    .unwrap();
+    let g2 = || async {
+        env.workers()
+            .await
+            .into_iter()
+            .filter(|p| p.labels().get("ray.io/group").map(String::as_str) == Some("g2"))
+            .collect::<Vec<Pod>>()
+    };
+    env.until(
+        "the g2 pod created gated, a replacement slice naming g2 pending",
+        2,
+        || async {
+            let pods = g2().await;
+            let slices = env.slices().await;
+            let names_g2 = slices.iter().any(|w| {
+                w.spec.pod_sets.iter().any(|p| {
+                    p.template
+                        .metadata
+                        .as_ref()
+                        .and_then(|m| m.annotations.as_ref())
+                        .and_then(|a| a.get("raygate.io/worker-group"))
+                        .map(String::as_str)
+                        == Some("g2")
+                })
+            });
+            (pods.len() == 1 && is_gated(&pods[0]) && names_g2 && pending_slice(&slices))
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let pods = g2().await;
+    assert!(is_gated(&pods[0]), "no slice covers g2 yet");
+    assert!(pods[0].spec.as_ref().unwrap().node_name.is_none());
+    let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        clusters.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+        [child],
+        "updated in place: no new cluster"
+    );
+    assert_eq!(
+        clusters[0].spec.worker_group_specs.as_ref().unwrap().len(),
+        2
+    );
+    // the replacement slice is charged only its delta: admitted once 1 more CPU is there
+    env.set_quota("4").await;
+    env.until("the g2 pod ungated and scheduled", 3, || async {
+        let pods = g2().await;
+        (pods.len() == 1
+            && !is_gated(&pods[0])
+            && pods[0].spec.as_ref().unwrap().node_name.is_some())
+        .then_some(())
+    })
+    .await;
+    assert_eq!(env.worker_counts().await, (0, 3));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sweep invariant (#13 item 5): random scale-ups, scale-downs, upgrades and quota changes
+// with the pod gate on; on every look, the pods that run (ungated, scheduled, not finished) never
+// exceed what an admitted slice grants, per KubeRay group and per-pod requests.
+// ---------------------------------------------------------------------------------------------
+
+/// xorshift64*: seeded, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+type ShapeKey = (String, raygate::quantity::Resources);
+
+/// Per (group, per-pod requests): the most any admitted, not finished slice grants.
+fn granted(slices: &[Workload]) -> Vec<(ShapeKey, i32)> {
+    let mut out: Vec<(ShapeKey, i32)> = Vec::new();
+    for w in slices {
+        let conds = w
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let is = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+        if !is("Admitted") || is("Finished") {
+            continue;
+        }
+        let mut per_slice: Vec<(ShapeKey, i32)> = Vec::new();
+        for g in raygate::slices::grants(w) {
+            let key = (g.group, g.requests);
+            match per_slice.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += g.count,
+                None => per_slice.push((key, g.count)),
+            }
+        }
+        for (key, n) in per_slice {
+            match out.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, m)) => *m = (*m).max(n),
+                None => out.push((key, n)),
+            }
+        }
+    }
+    out
+}
+
+/// Per (group, per-pod requests): the pods that run (ungated, bound to a node, not finished).
+fn running(pods: &[Pod]) -> Vec<(ShapeKey, i32)> {
+    let mut out: Vec<(ShapeKey, i32)> = Vec::new();
+    for p in pods {
+        let spec = p.spec.as_ref().unwrap();
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if is_gated(p) || spec.node_name.is_none() || matches!(phase, Some("Succeeded" | "Failed"))
+        {
+            continue;
+        }
+        let key = (
+            p.labels().get("ray.io/group").cloned().unwrap_or_default(),
+            raygate::podsets::pod_requests(spec, "spec", &p.name_any()).unwrap(),
+        );
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => out.push((key, 1)),
+        }
+    }
+    out
+}
+
+impl Env {
+    async fn ray_pods(&self) -> Vec<Pod> {
+        let lp = ListParams::default().labels("ray.io/node-type in (head,worker)");
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The invariant on one look. Slices are read before and after the pods (three reads, not
+    /// one snapshot): a pod that runs must be granted by one of the two slice readings.
+    async fn check_grants(&self, what: &str) {
+        let before = granted(&self.slices().await);
+        let pods = running(&self.ray_pods().await);
+        let after = granted(&self.slices().await);
+        for (key, n) in pods {
+            let grant = |g: &[(ShapeKey, i32)]| {
+                g.iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, c)| *c)
+                    .unwrap_or(0)
+            };
+            let allowed = grant(&before).max(grant(&after));
+            assert!(
+                n <= allowed,
+                "{what}: {n} pods of group {} ({:?} each) run, the admitted slices grant {allowed}",
+                key.0,
+                key.1
+            );
+        }
+    }
+
+    /// `secs` of cluster time, checking the invariant every half second.
+    async fn run_checked(&self, secs: u64, what: &str) {
+        for _ in 0..secs * 2 {
+            self.check_grants(what).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+async fn sweep(seed: u64) {
+    // Ray nodes take their whole grace period (10 s) to stop: terminating pods hold resources
+    let env = Env::with_kubelet(kubelet::Config {
+        stop_after: None,
+        ..Default::default()
+    })
+    .await;
+    let mut rng = Rng::new(seed);
+    env.queues(&(3 + rng.below(5)).to_string()).await;
+    env.create_service(1 + rng.below(3) as i32).await;
+    let mut log = format!("seed {seed}");
+    env.run_checked(30, &log).await;
+    let mut version = 0;
+    for _ in 0..8 {
+        let op = match rng.below(4) {
+            0 => {
+                let Some(active) = env.active().await else {
+                    continue;
+                };
+                let n = rng.below(6) as i32;
+                let api = Api::<RayCluster>::namespaced(env.client.clone(), NS);
+                let Ok(c) = api.get(&active).await else {
+                    continue;
+                };
+                let mut groups = serde_json::to_value(&c.spec.worker_group_specs).unwrap();
+                groups[0]["replicas"] = json!(n);
+                let _ = api
+                    .patch(
+                        &active,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"spec": {"workerGroupSpecs": groups}})),
+                    )
+                    .await;
+                format!("scale {active} to {n}")
+            }
+            1 => {
+                version += 1;
+                let cpu = 1 + rng.below(2);
+                let svc = Api::<RayService>::namespaced(env.client.clone(), NS);
+                let s = svc.get("svc").await.unwrap();
+                let mut groups =
+                    serde_json::to_value(&s.spec.ray_cluster_config.worker_group_specs).unwrap();
+                groups[0]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+                    json!(cpu.to_string());
+                let _ = svc
+                    .patch(
+                        "svc",
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"spec": {"rayClusterConfig": {
+                            "rayVersion": format!("2.53.{version}"),
+                            "workerGroupSpecs": groups}}})),
+                    )
+                    .await;
+                format!("upgrade to 2.53.{version}, workers of {cpu} CPU")
+            }
+            2 => {
+                let q = 2 + rng.below(9);
+                env.set_quota(&q.to_string()).await;
+                format!("quota {q}")
+            }
+            _ => "wait".to_string(),
+        };
+        let secs = 5 + rng.below(90);
+        log.push_str(&format!(" → {op}, {secs} s"));
+        env.run_checked(secs, &log).await;
+    }
+}
+
+/// A few seeds in CI; `RAYGATE_POD_SWEEP_SEEDS=n` runs seeds 0..n.
+#[tokio::test(start_paused = true)]
+async fn the_sweep_never_runs_more_pods_than_the_admitted_slices_grant() {
+    let seeds: u64 = std::env::var("RAYGATE_POD_SWEEP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    for seed in 0..seeds {
+        sweep(seed).await;
+    }
+}
+
+/// KubeRay v1.7 adds the autoscaler sidecar (500m CPU, 512Mi) to the head pod with
+/// `enableInTreeAutoscaling`; raygate's head PodSet counts it (as Kueue v0.19.2's RayCluster
+/// integration does), so the head pod's requests match its grant and the ungater lets it run.
+#[tokio::test(start_paused = true)]
+async fn an_autoscaling_head_is_charged_its_sidecar_and_ungated() {
+    let env = Env::new().await;
+    // the sidecar requests memory too: the queue covers it
+    for obj in [
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}}),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+            "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "f",
+                "resources": [{"name": "cpu", "nominalQuota": "4"}, {"name": "memory", "nominalQuota": "1Gi"}]}]}]}}),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
+            "spec": {"clusterQueue": "cq"}}),
+    ] {
+        raygate::dev::apply(&env.client, &obj.to_string(), "test", None)
+            .await
+            .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
+    }
+    let pod = json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.52.0",
+        "resources": {"requests": {"cpu": "1"}}}]}});
+    let svc = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+        "spec": {"serveConfigV2": "applications: []",
+            "rayClusterConfig": {"rayVersion": "2.52.0", "enableInTreeAutoscaling": true,
+                "headGroupSpec": {"rayStartParams": {}, "template": pod.clone()},
+                "workerGroupSpecs": [{"groupName": "w", "replicas": 2, "minReplicas": 0,
+                    "maxReplicas": 10, "rayStartParams": {}, "template": pod}]}}
+    });
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(svc).unwrap(),
+        )
+        .await
+        .unwrap();
+    let head = env
+        .until("the head ungated and scheduled", 2, || async {
+            let lp = ListParams::default().labels("ray.io/node-type=head");
+            let heads = Api::<Pod>::namespaced(env.client.clone(), NS)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items;
+            heads
+                .into_iter()
+                .find(|p| !is_gated(p) && p.spec.as_ref().unwrap().node_name.is_some())
+        })
+        .await;
+    let containers: Vec<&str> = head
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(containers, ["ray", "autoscaler"]);
+    let slices = env.slices().await;
+    let head_set = slices[0]
+        .spec
+        .pod_sets
+        .iter()
+        .find(|p| p.name == "head")
+        .unwrap();
+    let requests =
+        raygate::podsets::pod_requests(head_set.template.spec.as_ref().unwrap(), "spec", "head")
+            .unwrap();
+    assert_eq!(
+        requests,
+        raygate::podsets::pod_requests(head.spec.as_ref().unwrap(), "spec", "head").unwrap(),
+        "the head PodSet's per-pod requests are the head pod's, sidecar included"
+    );
+    assert_eq!(
+        requests.get("cpu"),
+        raygate::quantity::Quantity::parse("1500m").unwrap(),
+        "1 CPU for ray, 500m for the sidecar"
+    );
 }

@@ -858,9 +858,15 @@ fn after_raygate_opts_a_child_out_the_policy_no_longer_blocks_the_user() {
 const POD_GATE_MESSAGE: &str = "only raygate may remove the raygate.io/quota scheduling gate: raygate lifts it once an admitted workload slice grants the pod";
 
 fn pod_gate_policy() -> Policy {
+    pod_gate_dir_policy("raygate-pod-gate")
+}
+
+/// The policy (and its binding) named `name` in config/pod-gate.
+fn pod_gate_dir_policy(name: &str) -> Policy {
     let docs: Vec<_> = policy_docs_in("config/pod-gate")
         .into_iter()
         .filter(|d| d.kind.starts_with("ValidatingAdmissionPolicy"))
+        .filter(|d| d.value["metadata"]["name"] == name)
         .collect();
     load_policy_from(docs, "config/pod-gate")
 }
@@ -988,4 +994,151 @@ fn the_pod_gate_policy_lets_everything_else_through() {
     let mut delete = Request::pod_update("alice", gated, Value::Null);
     delete.operation = "DELETE";
     assert_eq!(policy.admit(&delete), Decision::NotMatched);
+}
+
+// ---------------------------------------------------------------------------------------------
+// raygate-pod-gate-templates (config/pod-gate): a child's pod templates stay gated
+// ---------------------------------------------------------------------------------------------
+
+const TEMPLATES_MESSAGE: &str = "every pod template of a child of an opted-in RayService must carry the raygate.io/quota scheduling gate (raygate puts it on spec.rayClusterConfig; KubeRay retries)";
+
+/// `cluster` with the raygate.io/quota gate on its head and on the first `workers` worker groups.
+fn gated(mut cluster: Value, head: bool, workers: usize) -> Value {
+    let gate = json!([{"name": "raygate.io/quota"}]);
+    if head {
+        cluster["spec"]["headGroupSpec"]["template"]["spec"]["schedulingGates"] = gate.clone();
+    }
+    for g in cluster["spec"]["workerGroupSpecs"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .take(workers)
+    {
+        g["template"]["spec"]["schedulingGates"] = gate.clone();
+    }
+    cluster
+}
+
+/// `cluster` with a worker group `g2` appended (KubeRay's in-place update), gated or not.
+fn appended(mut cluster: Value, gate: bool) -> Value {
+    let mut spec =
+        json!({"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.52.0"}]});
+    if gate {
+        spec["schedulingGates"] = json!([{"name": "raygate.io/quota"}]);
+    }
+    cluster["spec"]["workerGroupSpecs"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"groupName": "g2", "replicas": 1, "rayStartParams": {},
+            "template": {"spec": spec}}),
+        );
+    cluster
+}
+
+#[test]
+fn the_templates_policy_compiles_and_binds() {
+    let policy = pod_gate_dir_policy("raygate-pod-gate-templates");
+    assert_eq!(policy.validations.len(), 1);
+    assert_eq!(policy.validations[0].reason, "Forbidden");
+    assert_eq!(policy.validations[0].message, TEMPLATES_MESSAGE);
+    let binding = policy_docs_in("config/pod-gate")
+        .into_iter()
+        .find(|d| {
+            d.kind == "ValidatingAdmissionPolicyBinding"
+                && d.value["metadata"]["name"] == "raygate-pod-gate-templates"
+        })
+        .expect("a binding");
+    assert_eq!(
+        binding.value["spec"]["policyName"],
+        "raygate-pod-gate-templates"
+    );
+    assert_eq!(binding.value["spec"]["validationActions"], json!(["Deny"]));
+}
+
+#[test]
+fn kuberay_cannot_append_an_ungated_worker_group_to_an_opted_in_child() {
+    let policy = pod_gate_dir_policy("raygate-pod-gate-templates");
+    let running = gated(released(), true, 1);
+    // KubeRay's in-place update with the user's ungated group: refused, KubeRay retries
+    assert_eq!(
+        policy.admit(&Request::update(
+            KUBERAY,
+            running.clone(),
+            appended(running.clone(), false)
+        )),
+        denied_with(TEMPLATES_MESSAGE)
+    );
+    // once raygate gated spec.rayClusterConfig, the copied group carries the gate
+    assert_eq!(
+        policy.admit(&Request::update(
+            KUBERAY,
+            running.clone(),
+            appended(running.clone(), true)
+        )),
+        Decision::Allowed
+    );
+    // a child created from an ungated rayClusterConfig: refused; gated: allowed
+    assert_eq!(
+        policy.admit(&Request::create(KUBERAY, gated(held(), true, 0))),
+        denied_with(TEMPLATES_MESSAGE)
+    );
+    assert_eq!(
+        policy.admit(&Request::create(KUBERAY, gated(held(), false, 1))),
+        denied_with(TEMPLATES_MESSAGE)
+    );
+    assert_eq!(
+        policy.admit(&Request::create(KUBERAY, gated(held(), true, 1))),
+        Decision::Allowed
+    );
+    // an update dropping the gate from a running child's template
+    assert_eq!(
+        policy.admit(&Request::update(
+            "alice",
+            running.clone(),
+            gated(released(), true, 0)
+        )),
+        denied_with(TEMPLATES_MESSAGE)
+    );
+}
+
+#[test]
+fn the_templates_policy_lets_raygate_metadata_and_other_services_through() {
+    let policy = pod_gate_dir_policy("raygate-pod-gate-templates");
+    // raygate gates a child that ran before the pod gate was on (and patches its flavors)
+    let old = released();
+    assert_eq!(
+        policy.admit(&Request::update(
+            RAYGATE,
+            old.clone(),
+            gated(old.clone(), true, 1)
+        )),
+        Decision::Allowed
+    );
+    assert_eq!(
+        policy.admit(&Request::update(
+            RAYGATE,
+            old.clone(),
+            appended(old.clone(), false)
+        )),
+        Decision::Allowed
+    );
+    // a metadata-only update of an ungated child (a finalizer removed, a label added)
+    let mut relabelled = old.clone();
+    relabelled["metadata"]["labels"]["team"] = json!("a");
+    assert_eq!(
+        policy.admit(&Request::update(KUBERAY, old.clone(), relabelled)),
+        Decision::Allowed
+    );
+    // not opted in: not this policy's business
+    let free = raycluster(&not_opted_in(), None);
+    assert_eq!(
+        policy.admit(&Request::create(KUBERAY, free)),
+        Decision::NotMatched
+    );
+    // deletes are not matched
+    assert_eq!(
+        policy.admit(&Request::delete(KUBERAY, old)),
+        Decision::NotMatched
+    );
 }

@@ -53,8 +53,18 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     let plan = decide(&ctx, &seen);
     let applied = apply(&ctx, &seen, &plan).await;
     report(&ctx, &seen, &plan, &applied, start).await;
-    applied.result.map(|()| resync())
+    // pods still holding quota: their going away changes the decision, and no watch of the
+    // gate's says so
+    let next = if plan.decision.held_back.is_empty() {
+        resync()
+    } else {
+        Action::requeue(PODS_HELD_RESYNC)
+    };
+    applied.result.map(|()| next)
 }
+
+/// How soon a RayService whose slice stays charged for terminating pods is looked at again.
+const PODS_HELD_RESYNC: Duration = Duration::from_secs(2);
 
 /// Why this RayService is not decided on now, as the requeue to return; `None`: decide.
 fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
@@ -67,6 +77,8 @@ fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
         return Some(Action::requeue(Duration::from_secs(5)));
     }
     // never decide on a partial view: an empty RayCluster store would read as "no children"
+    // (with the pod gate the Ray pods are one of the kinds: a slice shrinks only once its pods
+    // are gone, so no decision before they are listed)
     let unsynced = ctx.stores.ready.pending();
     if !unsynced.is_empty() {
         tracing::debug!(rayservice = %format!("{}/{}", service.metadata.namespace.as_deref().unwrap_or_default(), service.metadata.name.as_deref().unwrap_or_default()), ?unsynced, "caches not synced: no decision yet");
@@ -89,6 +101,8 @@ struct Observed {
     children: Vec<RayCluster>,
     /// The Workloads it owns.
     workloads: Vec<Workload>,
+    /// Its Ray pods, with the pod gate on.
+    pods: Option<Vec<gate::pod_gate::PodView>>,
 }
 
 fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
@@ -108,6 +122,11 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         .collect();
     let (service, overlaid) = with_just_released(ctx, &key, service, &live);
     let workloads = ctx.stores.slices_of(&ns, &uid);
+    let pods = if ctx.config.pod_gate {
+        super::ungater::pods_of(ctx, &service, &children)
+    } else {
+        None
+    };
     Observed {
         ns,
         name,
@@ -116,6 +135,7 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
         overlaid,
         children,
         workloads,
+        pods,
     }
 }
 
@@ -130,6 +150,7 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
     let now = ctx.clock.now();
     let opts = GateOptions {
         pod_gate: ctx.config.pod_gate,
+        pods: seen.pods.clone(),
         mode: match ctx.config.admission {
             AdmissionMode::Builtin => ChainMode::Builtin,
             AdmissionMode::Kueue => ChainMode::KueueCompatible,

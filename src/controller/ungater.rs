@@ -20,6 +20,7 @@ use tokio::sync::{Notify, watch};
 
 use super::Context;
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
+use crate::gate::pods_held;
 use crate::gate::{EventType, GateEvent};
 use crate::podsets::{self, pod_requests};
 use crate::types::ray::RayService;
@@ -39,7 +40,7 @@ fn gates(p: &Pod) -> Vec<String> {
 }
 
 /// The ungater's view of a pod (`None`: its requests cannot be read; it stays gated).
-fn view(p: &Pod, ungated_here: &HashSet<String>) -> Option<PodView> {
+pub(super) fn view(p: &Pod, ungated_here: &HashSet<String>) -> Option<PodView> {
     let name = p.metadata.name.clone()?;
     let spec = p.spec.as_ref()?;
     let uid = p.metadata.uid.clone().unwrap_or_default();
@@ -69,6 +70,8 @@ fn decide(
             .into_iter()
             .filter_map(|c| c.metadata.name.clone())
             .collect();
+    let known = cluster_names(&clusters, &ns);
+    let name = service.metadata.name.clone().unwrap_or_default();
     let workloads = ctx.stores.slices_of(&ns, &uid);
     let mut admitted: Vec<&crate::types::kueue::Workload> = workloads
         .iter()
@@ -79,19 +82,71 @@ fn decide(
     let Some(newest) = admitted.last() else {
         return vec![];
     };
+    // pods of deleted children still hold their grant until they are gone
     let mine: Vec<&Arc<Pod>> = pods
         .iter()
         .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
         .filter(|p| {
-            crate::meta::label(&p.metadata, CLUSTER_LABEL).is_some_and(|c| children.contains(c))
+            crate::meta::label(&p.metadata, CLUSTER_LABEL)
+                .is_some_and(|c| pods_held::belongs(&name, c, &children, &known))
         })
         .collect();
-    let views: Vec<PodView> = mine.iter().filter_map(|p| view(p, ungated_here)).collect();
+    // a gated pod being deleted holds nothing and is never ungated
+    let views: Vec<PodView> = mine
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none() || !gates(p).iter().any(|g| g == POD_GATE)
+        })
+        .filter_map(|p| view(p, ungated_here))
+        .collect();
     let picked = pod_gate::ungate(&crate::slices::grants(newest), &views);
     mine.into_iter()
         .filter(|p| p.metadata.name.as_ref().is_some_and(|n| picked.contains(n)))
         .map(|p| (p.clone(), gates(p)))
         .collect()
+}
+
+/// The names of the RayClusters in namespace `ns`.
+pub(super) fn cluster_names(
+    clusters: &[Arc<crate::types::ray::RayCluster>],
+    ns: &str,
+) -> BTreeSet<String> {
+    clusters
+        .iter()
+        .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
+        .filter_map(|c| c.metadata.name.clone())
+        .collect()
+}
+
+/// The pods of `service` (of its live children, and of deleted ones still terminating) as the
+/// pure core sees them; `None` until the pod watch has listed (with `--pod-gate`).
+pub(super) fn pods_of(
+    ctx: &Context,
+    service: &RayService,
+    children: &[crate::types::ray::RayCluster],
+) -> Option<Vec<PodView>> {
+    // `Stores` tracks the pods' readiness with every other kind's: the gate decides only once
+    // all of them have listed
+    let store = ctx.stores.pods.as_ref()?;
+    let ns = service.metadata.namespace.clone().unwrap_or_default();
+    let name = service.metadata.name.clone().unwrap_or_default();
+    let live: BTreeSet<String> = children
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let known = cluster_names(&ctx.stores.clusters.state(), &ns);
+    Some(
+        store
+            .state()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
+            .filter(|p| {
+                crate::meta::label(&p.metadata, CLUSTER_LABEL)
+                    .is_some_and(|c| pods_held::belongs(&name, c, &live, &known))
+            })
+            .filter_map(|p| view(p, &HashSet::new()))
+            .collect(),
+    )
 }
 
 /// Removes [`POD_GATE`] from `pod`, only if its gates are still `read`.

@@ -21,6 +21,7 @@
 //!   and releases the chain's quota once the children are gone.
 
 pub mod pod_gate;
+pub mod pods_held;
 pub mod pods_ready;
 
 #[cfg(test)]
@@ -131,6 +132,10 @@ pub struct GateDecision {
     /// The `kueue.x-k8s.io/priority-class` label resolved: the class and its value (`None`
     /// without the label or when the class does not exist, with a Warning Event).
     pub priority: Option<(PriorityClassRef, i32)>,
+    /// Head PodSets kept charged past what the children need, for pods still holding resources
+    /// (with the pod gate on; see [`pods_held`]). While not empty, a pod going away changes the
+    /// decision: the controller looks again soon.
+    pub held_back: Vec<pods_held::HeldBack>,
 }
 
 impl GateDecision {
@@ -200,6 +205,9 @@ pub struct GateOptions {
     /// Put [`pod_gate::POD_GATE`] on the pod templates of the RayService and its children (the
     /// server serves Pods and the pod ungater runs).
     pub pod_gate: bool,
+    /// The RayService's Ray pods, of live and deleted children (`None`: pods are not watched,
+    /// only the children are charged). A slice shrinks or finishes only once they are gone.
+    pub pods: Option<Vec<pod_gate::PodView>>,
 }
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
@@ -315,7 +323,8 @@ fn decide_opted_in(
     if opts.pod_gate {
         gate_pods(service, &kept, &mut d);
     }
-    let podsets = desired_podsets(service, &kept, &mut d);
+    let podsets = desired_podsets(service, &kept, &mut d)
+        .map(|p| with_pods_held(service, p, workloads, opts.pods.as_deref(), &mut d));
     let suspended = service.spec.suspend == Some(true);
     let facts = Facts {
         service,
@@ -476,12 +485,60 @@ fn desired_podsets(
     }
 }
 
+/// The desired PodSets with the pods that still hold resources counted in ([`pods_held`]), with
+/// an Event naming what stays charged; as they are without pods.
+fn with_pods_held(
+    service: &RayService,
+    desired: Vec<PodSet>,
+    workloads: &[Workload],
+    pods: Option<&[pod_gate::PodView]>,
+    d: &mut GateDecision,
+) -> Vec<PodSet> {
+    let Some(pods) = pods else {
+        return desired;
+    };
+    let needed = pods_held::needed(&desired, workloads, pods);
+    if !needed.held_back.is_empty() {
+        let kept: Vec<String> = needed
+            .held_back
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} {} of PodSet {} (group {}; the children need {})",
+                    h.slice, h.kept, h.podset, h.group, h.desired
+                )
+            })
+            .collect();
+        d.event(
+            EventType::Normal,
+            "PodsTerminating",
+            format!(
+                "quota stays charged until the pods are gone: {}; RayService {}",
+                kept.join(", "),
+                meta::key(&service.metadata)
+            ),
+            None,
+        );
+    }
+    d.held_back = needed.held_back;
+    needed.podsets
+}
+
+/// Whether any child or any pod still holding resources remains.
+fn anything_runs(f: &Facts) -> bool {
+    !f.children.is_empty()
+        || f.opts
+            .pods
+            .as_deref()
+            .is_some_and(|p| p.iter().any(pods_held::holds))
+}
+
 /// Suspended by its owner: release the chain's quota once the pods are gone, make no new slice.
 fn owner_suspended(f: &Facts, d: &mut GateDecision) -> bool {
     if !f.suspended || f.raygate_suspended {
         return false;
     }
-    if f.children.is_empty() {
+    if !anything_runs(f) {
         for w in &f.live {
             d.actions.push(GateAction::Slice(SliceAction::Finish {
                 name: meta::name(&w.metadata),
@@ -506,7 +563,7 @@ fn plan_slices<'a>(f: &Facts<'a>, d: &mut GateDecision) -> Option<&'a Workload> 
         priority_class_ref: f.priority.map(|(r, _)| r.clone()),
         priority: f.priority.map(|(_, v)| *v),
         mode: f.opts.mode,
-        children_exist: !f.children.is_empty(),
+        children_exist: anything_runs(f),
     };
     let plan = match f.podsets {
         Some(podsets) => slices::plan(&ctx, podsets, f.workloads),

@@ -32,8 +32,11 @@ fn default_autoscaler_resources() -> ResourceRequirements {
     }
 }
 
-/// The head template as KubeRay runs it: with the autoscaler sidecar when autoscaling is on.
-fn head_template(spec: &RayClusterSpec) -> PodTemplateSpec {
+/// The head template as KubeRay runs it: with the autoscaler sidecar when autoscaling is on
+/// (KubeRay v1.7 `common/pod.go` `BuildAutoscalerContainer`: requests = limits = 500m CPU and
+/// 512Mi, replaced whole by `autoscalerOptions.resources`). Kueue v0.19.2 counts it the same way
+/// in its RayCluster head PodSet (`pkg/controller/jobs/raycluster/common.go`, #12405).
+pub fn head_template(spec: &RayClusterSpec) -> PodTemplateSpec {
     let mut template = spec.head_group_spec.template.clone();
     if spec.enable_in_tree_autoscaling == Some(true) {
         let resources = spec

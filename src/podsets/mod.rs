@@ -10,7 +10,8 @@ mod pod;
 mod service;
 
 pub use cluster::{
-    AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS, of_cluster,
+    AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS,
+    head_template, of_cluster,
 };
 pub use placement::{
     INJECTED_PLACEMENT_ANNOTATION, Injected, InjectedRecord, Placement, injected_record, of_child,

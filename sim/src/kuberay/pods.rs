@@ -5,9 +5,10 @@
 //! what `calculateStatus` reads back from them.
 //!
 //! Left out, as the simulated cluster has no use for them: containers' commands, env, probes and
-//! volumes KubeRay injects, Services, the autoscaler sidecar, the Recreate upgrade strategy and
-//! batch schedulers. The pods keep their template's spec (containers, resources, probes,
-//! scheduling gates, grace period, placement).
+//! volumes KubeRay injects, Services, the Recreate upgrade strategy and batch schedulers. The
+//! pods keep their template's spec (containers, resources, probes, scheduling gates, grace
+//! period, placement); the head gets the autoscaler sidecar (name and resources) when in-tree
+//! autoscaling is on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -190,9 +191,12 @@ pub(crate) fn head_pod(rc: &RayCluster) -> Pod {
     overrides.extend(string_map(head.other.get("labels")));
     let cluster = rc.name_any();
     let labels = label_pod("head", &cluster, HEAD_GROUP, overrides);
+    // with `enableInTreeAutoscaling`, KubeRay appends the autoscaler sidecar to the head pod
+    // (`BuildAutoscalerContainer`); raygate's PodSet math builds the same template
+    let template = raygate::podsets::head_template(&rc.spec);
     build_pod(
         rc,
-        &head.template,
+        &template,
         "head",
         generate_name(&cluster, "head"),
         labels,
@@ -754,6 +758,63 @@ mod tests {
         let p2 = plan(&rc, SuspendStatus::None, &rest, &mut names());
         assert_eq!(p2.delete, vec![cpu_victim.name_any()]);
         assert!(p2.create.is_empty(), "{:?}", p2.create);
+    }
+
+    #[test]
+    fn with_in_tree_autoscaling_the_head_pod_gets_kuberay_s_sidecar_and_its_requests() {
+        let mut rc = cluster(json!([group("cpu", 1, 1)]));
+        let head = |rc: &RayCluster| {
+            created(&plan(rc, SuspendStatus::None, &[], &mut names()), 0)
+                .into_iter()
+                .find(|p| lbl(p, NODE_TYPE_LABEL) == "head")
+                .unwrap()
+        };
+        let containers = |p: &Pod| -> Vec<String> {
+            p.spec
+                .as_ref()
+                .unwrap()
+                .containers
+                .iter()
+                .map(|c| c.name.clone())
+                .collect()
+        };
+        assert_eq!(containers(&head(&rc)), ["ray-head"]);
+        rc.spec.enable_in_tree_autoscaling = Some(true);
+        let pod = head(&rc);
+        assert_eq!(containers(&pod), ["ray-head", "autoscaler"]);
+        let sidecar = &pod.spec.as_ref().unwrap().containers[1];
+        let requests = sidecar
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap();
+        assert_eq!(requests["cpu"].0, "500m");
+        assert_eq!(requests["memory"].0, "512Mi");
+        // the pod's requests are what raygate charges for the head PodSet
+        let podsets = raygate::podsets::of_cluster(&rc.spec, "rc", "spec").unwrap();
+        let pod_requests =
+            raygate::podsets::pod_requests(pod.spec.as_ref().unwrap(), "spec", "head").unwrap();
+        assert_eq!(podsets[0].requests, pod_requests);
+        // autoscalerOptions.resources replace the default
+        rc.spec.autoscaler_options = serde_json::from_value(
+            json!({"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}),
+        )
+        .unwrap();
+        let pod = head(&rc);
+        let sidecar = &pod.spec.as_ref().unwrap().containers[1];
+        assert_eq!(
+            sidecar
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "1"
+        );
     }
 
     #[test]
