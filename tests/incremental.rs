@@ -139,15 +139,14 @@ impl Env {
 
     /// An incremental RayService opted into `lq`: a 1-CPU head and 4 1-CPU workers (the full
     /// size), autoscaling on; `maxSurgePercent` 50, `stepSizePercent` 25 every 10 s; the old
-    /// child is deleted an hour after promotion (what its pods hold until they are gone is
-    /// item 3's, tested with the grace periods).
+    /// child is deleted 180 s after promotion, and its pods hold their quota until they are gone.
     async fn create_service(&self) {
         let pod = json!({"spec": {"terminationGracePeriodSeconds": 10, "containers": [{"name": "ray",
             "image": "rayproject/ray:2.52.0", "resources": {"requests": {"cpu": "1"}}}]}});
         let svc = json!({
             "apiVersion": "ray.io/v1", "kind": "RayService",
             "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
-            "spec": {"rayClusterDeletionDelaySeconds": 3600, "serveConfigV2": "applications: []",
+            "spec": {"rayClusterDeletionDelaySeconds": 180, "serveConfigV2": "applications: []",
                 "upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade",
                     "clusterUpgradeOptions": {"gatewayClassName": "istio", "maxSurgePercent": 50,
                         "stepSizePercent": 25, "intervalSeconds": 10}},
@@ -209,13 +208,13 @@ impl Env {
         }
     }
 
-    /// Running pods (ungated, bound to a node, not terminating: a terminating pod's quota is
-    /// item 3's) never outnumber the pods the admitted slices grant (every pod here is 1 CPU).
+    /// Running pods (ungated, bound to a node; a terminating pod still holds its CPU until it
+    /// is gone) never outnumber the pods the admitted slices grant (every pod here is 1 CPU).
     async fn assert_within_admitted(&self) {
         let pods = self.pods().await;
         let running = pods
             .iter()
-            .filter(|p| !is_gated(p) && p.metadata.deletion_timestamp.is_none())
+            .filter(|p| !is_gated(p))
             .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
             .count();
         let granted: i32 = self
@@ -428,4 +427,33 @@ async fn an_incremental_upgrade_is_charged_as_the_pending_child_grows_and_never_
         .map(granted_pods)
         .collect();
     assert_eq!(held, vec![7]);
+
+    // KubeRay deletes the old child (background propagation): its pods terminate for their
+    // grace period still holding their CPUs, so the 4th new worker is ungated only once they
+    // are gone, and the slice then shrinks to the new child's 5 pods
+    env.until(
+        "the old child's pods gone, every new worker running",
+        || async {
+            let pods = env.pods().await;
+            let old_left = pods.iter().any(|p| cluster_of(p) == old);
+            let ws = workers_of(&pods, &new);
+            let running = ws
+                .iter()
+                .filter(|p| !is_gated(p) && p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                .count();
+            (!old_left && running == 4).then_some(())
+        },
+    )
+    .await;
+    env.until("the slice shrunk to the new child's 5 pods", || async {
+        let held: Vec<i32> = env
+            .slices()
+            .await
+            .iter()
+            .filter(|w| reserved(w))
+            .map(granted_pods)
+            .collect();
+        (held == vec![5]).then_some(())
+    })
+    .await;
 }
