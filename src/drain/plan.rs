@@ -46,7 +46,31 @@ pub struct PlanOptions {
     /// The pod label naming a group (e.g. LeaderWorkerSet's group key): protected pods of one
     /// group count once in [`DomainPlan::protected_groups`]. `None`: each protected pod counts.
     pub group_label: Option<String>,
+    /// Pod labels whose values (with the namespace) name a group's workload, e.g. KubeRay's
+    /// `ray.io/cluster` and `ray.io/group`. The health gate judges an evicted group recovered by
+    /// its workload's count of Ready groups, since a recreated group may get a new name. Empty:
+    /// the preset of a known group label ([`PlanOptions::workload_keys`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workload_labels: Vec<String>,
     pub rules: DrainRules,
+}
+
+impl PlanOptions {
+    /// The workload labels in force: [`PlanOptions::workload_labels`], else the preset of the
+    /// group label (KubeRay's replica name → cluster and worker group; LeaderWorkerSet's group
+    /// key → its name), else none (groups are then recognised by name only).
+    pub fn workload_keys(&self) -> Vec<&str> {
+        use super::preflight::{KUBERAY_CLUSTER, KUBERAY_GROUP, KUBERAY_REPLICA_NAME};
+        use super::preflight::{LWS_GROUP_KEY, LWS_NAME};
+        if !self.workload_labels.is_empty() {
+            return self.workload_labels.iter().map(String::as_str).collect();
+        }
+        match self.group_label.as_deref() {
+            Some(KUBERAY_REPLICA_NAME) => vec![KUBERAY_CLUSTER, KUBERAY_GROUP],
+            Some(LWS_GROUP_KEY) => vec![LWS_NAME],
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A pod, where it runs.

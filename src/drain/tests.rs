@@ -179,6 +179,26 @@ fn a_pod_of_a_deleted_daemonset_blocks_without_force_and_is_evicted_with_it() {
 }
 
 #[test]
+fn a_daemonset_kind_of_another_api_is_an_ordinary_controller_as_kubectl_reads_it() {
+    // filters.go (kubectl v0.36.3) isControllerRefDaemonSet: kind DaemonSet *and* apps/v1; an
+    // OpenKruise Advanced DaemonSet's pod is drained like a ReplicaSet's.
+    let kruise = pod("ns/agent", "n1").owned_by("apps.kruise.io/v1alpha1", "DaemonSet", "agent");
+    let d = one_pod(kruise, DrainRules::default());
+    assert!(!d.is_blocked(), "{:?}", d.errors());
+    assert_eq!(names(&d.phase2, |p| p.to_string()), ["ns/agent"]);
+    let ignoring = DrainRules {
+        ignore_daemonsets: true,
+        ..DrainRules::default()
+    };
+    let kruise = pod("ns/agent", "n1").owned_by("apps.kruise.io/v1alpha1", "DaemonSet", "agent");
+    assert_eq!(
+        one_pod(kruise, ignoring).phase2.len(),
+        1,
+        "not skipped either"
+    );
+}
+
+#[test]
 fn mirror_pods_are_skipped_whatever_the_flags() {
     // filters.go mirrorPodFilter: annotation kubernetes.io/config.mirror.
     let d = one_pod(
