@@ -814,3 +814,147 @@ async fn replace_waits_until_the_domain_has_a_new_node_at_the_target_generation(
         "the new node joins NotReady for 60 s: {took:?}"
     );
 }
+
+/// A node of `kubelet` version in upgrade domain `ud`, labelled with its generation too.
+fn versioned_node(name: &str, ud: &str, kubelet: &str, cpu: u32) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {UD: ud, "kubernetes.io/hostname": name,
+            "node.example.com/generation": kubelet.replace('.', "-")}},
+        "status": {
+            "allocatable": {"cpu": cpu.to_string(), "memory": "256Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"kubeletVersion": kubelet, "osImage": "", "kernelVersion": "",
+                "containerRuntimeVersion": "", "architecture": "amd64", "bootID": "",
+                "machineID": "", "operatingSystem": "linux", "systemUUID": "",
+                "kubeProxyVersion": ""},
+        }
+    }))
+    .unwrap()
+}
+
+/// Node generations with `taintOutdated`, from a NodeRollout spec: two nodes at kubelet
+/// v1.30.9 (`old-a` in ud-a, `old-b` in ud-b, roomy) and two at v1.30.10 (`new-c`, `new-d`,
+/// small). "Newest" is v1.30.10 (versions compare by number: a string order would pick v1.30.9);
+/// exactly the two old nodes are tainted `raygate.io/outdated:NoSchedule`, both from the first
+/// step; a pod created while ud-a is in its health check (ud-b not cordoned yet) is scheduled on
+/// the new generation although the scheduler's least-allocated score prefers `old-b`; only the
+/// old nodes are drained, the new ones are left as they were.
+#[tokio::test(start_paused = true)]
+async fn outdated_kubelets_are_tainted_up_front_new_work_lands_on_the_newest_and_only_they_drain() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in [
+        versioned_node("old-a", "ud-a", "v1.30.9", 64),
+        versioned_node("old-b", "ud-b", "v1.30.9", 64),
+        versioned_node("new-c", "ud-c", "v1.30.10", 8),
+        versioned_node("new-d", "ud-d", "v1.30.10", 8),
+    ] {
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+    }
+    for n in ["old-a", "old-b", "new-c"] {
+        batch(&client, n, 2).await;
+    }
+    let spec: raygate::types::rollout::NodeRolloutSpec = serde_json::from_value(json!({
+        "udLabel": UD, "generation": {"nodeInfo": "kubeletVersion"}, "taintOutdated": true,
+    }))
+    .unwrap();
+    let rollout = raygate::drain::rollout_options(&spec).unwrap();
+    // the label source sees the same two generations
+    let by_label = PlanOptions {
+        generation: Some(Generation {
+            source: GenerationSource::Label("node.example.com/generation".into()),
+            target: GenerationTarget::Newest,
+        }),
+        ..rollout.plan.clone()
+    };
+    let listed = nodes.list(&ListParams::default()).await.unwrap().items;
+    let label_plan = raygate::drain::plan(
+        &raygate::drain::Cluster::new(&listed, &[], &[]),
+        &by_label,
+        sim.clock().now(),
+    )
+    .unwrap();
+    assert_eq!(label_plan.target_generation.as_deref(), Some("v1-30-10"));
+    let o = Options {
+        plan: rollout.plan,
+        health_check_wait: SignedDuration::from_secs(60),
+        health_check_stable: Some(SignedDuration::ZERO),
+        ..options()
+    };
+    let history = record(&sim);
+    let drain = start(&sim, o);
+    eventually("ud-a in its health check", || async {
+        drain
+            .seen(|s| s.domains[0].step == raygate::drain::engine::Step::HealthCheck)
+            .map(|_| ())
+    })
+    .await;
+    let tainted = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t.key == "raygate.io/outdated" && t.effect == "NoSchedule")
+            })
+    };
+    let old_b = node_obj(&client, "old-b").await;
+    assert!(
+        tainted(&old_b) && !cordoned(&old_b),
+        "old-b: tainted, not yet cordoned"
+    );
+    let fresh: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "fresh", "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": "1"}}}]},
+    }))
+    .unwrap();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods_api
+        .create(&PostParams::default(), &fresh)
+        .await
+        .unwrap();
+    let placed = eventually("fresh scheduled", || async {
+        let p = pods_api.get("fresh").await.unwrap();
+        Some(node_of(&p)).filter(|n| !n.is_empty())
+    })
+    .await;
+    assert!(
+        placed == "new-c" || placed == "new-d",
+        "a new pod lands on the new generation, not {placed}"
+    );
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    assert_eq!(end.target_generation.as_deref(), Some("v1.30.10"));
+    let drained: Vec<Vec<String>> = end.domains.iter().map(|d| d.nodes.clone()).collect();
+    assert_eq!(
+        drained,
+        [vec!["old-a".to_string()], vec!["old-b".to_string()]]
+    );
+    for n in ["old-a", "old-b"] {
+        let node = node_obj(&client, n).await;
+        assert!(
+            cordoned(&node) && tainted(&node),
+            "{n} cordoned and tainted"
+        );
+    }
+    for n in ["new-c", "new-d"] {
+        let node = node_obj(&client, n).await;
+        assert!(!cordoned(&node) && !tainted(&node), "{n} untouched");
+    }
+    let mut evicted: Vec<String> = evictions(&history).into_iter().map(|e| e.1).collect();
+    evicted.sort();
+    assert_eq!(
+        evicted,
+        [
+            "batch-old-a-0",
+            "batch-old-a-1",
+            "batch-old-b-0",
+            "batch-old-b-1"
+        ]
+    );
+    let left: Vec<String> = pods(&client).await.iter().map(|p| p.name_any()).collect();
+    assert!(left.contains(&"batch-new-c-0".to_string()), "{left:?}");
+}
