@@ -958,3 +958,173 @@ async fn outdated_kubelets_are_tainted_up_front_new_work_lands_on_the_newest_and
     let left: Vec<String> = pods(&client).await.iter().map(|p| p.name_any()).collect();
     assert!(left.contains(&"batch-new-c-0".to_string()), "{left:?}");
 }
+
+/// A KubeRay multi-host worker group `gpu` (2 hosts per replica, one GPU each, readiness after
+/// 20 s) with `replicas`.
+fn gpu_group(replicas: i32) -> Value {
+    json!([{"groupName": "gpu", "replicas": replicas, "minReplicas": 0, "maxReplicas": 8,
+        "numOfHosts": 2, "rayStartParams": {},
+        "template": {"spec": {"terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "ray-worker", "image": "rayproject/ray:2.52.0",
+                "resources": {"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": "1"}},
+                "readinessProbe": {"httpGet": {"path": "/api/local_raylet_healthz", "port": 52365},
+                    "initialDelaySeconds": 20, "periodSeconds": 5, "failureThreshold": 10}}]}}}])
+}
+
+/// KubeRay (raycluster_controller.go `reconcileMultiHostWorkerGroup`, v1.7.0) deletes a
+/// multi-host replica that lost a pod whole, and creates a new one named
+/// `<group>-<5 random chars>` (`GenerateRayWorkerReplicaGroupName`) at the lowest free index.
+/// Two replicas of one RayCluster's worker group, each packed on one node of its own domain, a
+/// budget over the hosts 0 that tolerates both down (so only the health gate holds the next
+/// domain), a spare node. Draining ud-0 evicts replica A; the health gate recognises A's
+/// recreation on the spare node under a new name by its workload's Ready replicas back at two,
+/// and only then does ud-1 start: replica B is evicted after the new replica's both pods are
+/// Ready. (By replica name the gate would wait for A's name forever.)
+#[tokio::test(start_paused = true)]
+async fn a_kuberay_replica_recreated_under_a_new_name_counts_as_ready_again_for_the_next_domain() {
+    use raygate::types::ray::RayCluster;
+    use raygate_sim::kuberay::pods::{
+        HOST_INDEX_LABEL as KUBERAY_HOST_INDEX, REPLICA_NAME_LABEL as KUBERAY_REPLICA_NAME,
+    };
+    let crds = raygate_testing::upstream::dir().join("upstream-crds");
+    let sim = Sim::builder()
+        .crds_yaml(&std::fs::read_to_string(crds.join("ray.io_rayclusters.yaml")).unwrap())
+        .unwrap()
+        .namespace(NS)
+        .build();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    tokio::spawn(raygate_sim::kuberay::run(
+        client.clone(),
+        sim.clock().clone(),
+        raygate_sim::kuberay::EmulatorConfig {
+            namespace: Some(NS.into()),
+            pods: true,
+            ..Default::default()
+        },
+        futures::future::pending(),
+    ));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let clusters: Api<RayCluster> = Api::namespaced(client.clone(), NS);
+    nodes
+        .create(&PostParams::default(), &node("head", "ud-head", 0, "infra"))
+        .await
+        .unwrap();
+    let rc: RayCluster = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": NS},
+        "spec": {"rayVersion": "2.52.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0",
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi"}}}]}}},
+            "workerGroupSpecs": gpu_group(0)}
+    }))
+    .unwrap();
+    clusters.create(&PostParams::default(), &rc).await.unwrap();
+    let workers = |ps: Vec<Pod>| -> Vec<Pod> {
+        ps.into_iter()
+            .filter(|p| p.labels().contains_key(KUBERAY_REPLICA_NAME))
+            .collect()
+    };
+    // one replica per domain: a node, then one more replica onto it
+    for (i, replicas) in [(0, 1), (1, 2)] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &node(&format!("node-{i}"), &format!("ud-{i}"), 2, "old"),
+            )
+            .await
+            .unwrap();
+        clusters
+            .patch(
+                "rc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"workerGroupSpecs": gpu_group(replicas)}})),
+            )
+            .await
+            .unwrap();
+        eventually("the replicas Ready", || async {
+            let ws = workers(pods(&client).await);
+            (ws.len() == 2 * replicas as usize && ws.iter().all(is_ready)).then_some(())
+        })
+        .await;
+    }
+    nodes
+        .create(&PostParams::default(), &node("spare", "ud-spare", 4, "new"))
+        .await
+        .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "gpu-hosts-0", "namespace": NS},
+        "spec": {"minAvailable": 0, "selector": {"matchLabels": {KUBERAY_HOST_INDEX: "0"}}},
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    let placed = workers(pods(&client).await);
+    let replica_on = |node: &str| {
+        placed
+            .iter()
+            .find(|p| node_of(p) == node)
+            .map(|p| p.labels()[KUBERAY_REPLICA_NAME].clone())
+            .unwrap()
+    };
+    let (a, b) = (replica_on("node-0"), replica_on("node-1"));
+    let b_host0 = placed
+        .iter()
+        .find(|p| p.labels()[KUBERAY_REPLICA_NAME] == b && p.labels()[KUBERAY_HOST_INDEX] == "0")
+        .map(|p| p.name_any())
+        .unwrap();
+    let original: Vec<String> = pods(&client).await.iter().map(|p| p.name_any()).collect();
+    let history = record(&sim);
+    let o = Options {
+        plan: PlanOptions {
+            domain_label: UD.into(),
+            node_selector: format!("{POOL}=old"),
+            group_label: Some(KUBERAY_REPLICA_NAME.into()),
+            ..PlanOptions::default()
+        },
+        health_check_stable: Some(SignedDuration::from_secs(5)),
+        health_check_retry_timeout: SignedDuration::from_secs(600),
+        disruption_controller_lag: SignedDuration::try_from(LAG).unwrap(),
+        ..Options::default()
+    };
+    let end = start(&sim, o).finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    assert_eq!(
+        end.domains[0].workloads["serving/ray.io/cluster=rc,ray.io/group=gpu"].ready_groups,
+        2
+    );
+    let now = workers(pods(&client).await);
+    let names: std::collections::BTreeSet<String> = now
+        .iter()
+        .map(|p| p.labels()[KUBERAY_REPLICA_NAME].clone())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        !names.contains(&a) && !names.contains(&b),
+        "new names: {names:?}"
+    );
+    assert!(now.iter().all(|p| node_of(p) == "spare" && is_ready(p)));
+    // ud-1 started only once A's recreation was whole and Ready
+    let h = history.lock().unwrap().clone();
+    let b_evicted = h
+        .iter()
+        .find(|e| e.1 == b_host0 && e.3 == Seen::Evicted)
+        .expect("B's host 0 evicted")
+        .0;
+    let ready_before: std::collections::BTreeSet<&str> = h
+        .iter()
+        .filter(|e| e.3 == Seen::Ready && e.0 < b_evicted && !original.contains(&e.1))
+        .map(|e| e.1.as_str())
+        .collect();
+    eprintln!(
+        "replica {a} evicted; new pods Ready before {b_host0}'s eviction at {b_evicted}: {ready_before:?}"
+    );
+    assert_eq!(
+        ready_before.len(),
+        2,
+        "both pods of A's recreation Ready before B is evicted"
+    );
+}
