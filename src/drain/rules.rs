@@ -81,7 +81,8 @@ impl Rules<'_> {
             return Verdict::Skip(SkipReason::Finished);
         }
         let mut warnings = Vec::new();
-        if let Some(owner) = controller_of(pod).filter(|o| is_daemon_set(o)) {
+        let controller = controller_of(pod);
+        if let Some(owner) = controller.filter(|o| is_daemon_set(o)) {
             if !daemon_set_exists(&owner.name) {
                 if !self.flags.force {
                     return Verdict::Block(vec![BlockReason::DaemonSetMissing {
@@ -107,7 +108,7 @@ impl Rules<'_> {
                 false => blocks.push(BlockReason::LocalStorage),
             }
         }
-        if controller_of(pod).is_none() {
+        if controller.is_none() {
             match self.flags.force {
                 true => warnings.push(Warning::Unmanaged),
                 false => blocks.push(BlockReason::Unmanaged),

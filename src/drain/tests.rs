@@ -20,8 +20,20 @@ fn options() -> PlanOptions {
     }
 }
 
-fn run(nodes: &[Node], pods: &[Pod], pdbs: &[PodDisruptionBudget], o: &PlanOptions) -> Plan {
-    plan(&Cluster::new(nodes, pods, pdbs), o, now()).unwrap()
+/// The plan borrows the objects it was made from, and the tests build them inline: they are
+/// copied and leaked (a few per test).
+fn leak<T: Clone>(items: &[T]) -> &'static [T] {
+    Box::leak(items.to_vec().into_boxed_slice())
+}
+
+fn run(
+    nodes: &[Node],
+    pods: &[Pod],
+    pdbs: &[PodDisruptionBudget],
+    o: &PlanOptions,
+) -> Plan<'static> {
+    let cluster = Cluster::new(leak(nodes), leak(pods), leak(pdbs));
+    plan(&cluster, o, now()).unwrap()
 }
 
 fn run_err(nodes: &[Node], o: &PlanOptions) -> DrainError {
@@ -37,12 +49,12 @@ fn domain_names(p: &Plan) -> Vec<String> {
 }
 
 /// The single domain of a plan.
-fn only(p: &Plan) -> &DomainPlan {
+fn only<'p, 'a>(p: &'p Plan<'a>) -> &'p DomainPlan<'a> {
     assert_eq!(p.domains.len(), 1, "{p:#?}");
     &p.domains[0]
 }
 
-fn one_pod(pod: Pod, rules: DrainRules) -> DomainPlan {
+fn one_pod(pod: Pod, rules: DrainRules) -> DomainPlan<'static> {
     let o = PlanOptions { rules, ..options() };
     only(&run(&[node("n1", "a")], &[pod], &[], &o)).clone()
 }

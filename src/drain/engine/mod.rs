@@ -528,7 +528,7 @@ impl<'a> Stepper<'a> {
             .flat_map(|d| &d.phase1)
             .filter_map(|p| {
                 self.pods
-                    .get(&(p.pod.namespace.as_str(), p.pod.name.as_str()))
+                    .get(&(p.pod.namespace, p.pod.name))
             })
             .filter_map(|p| p.spec.as_ref())
             .flat_map(|s| &s.containers)
@@ -766,7 +766,7 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    fn domain_plan(&self, i: usize) -> Option<DomainPlan> {
+    fn domain_plan(&self, i: usize) -> Option<DomainPlan<'a>> {
         let nodes: BTreeSet<&str> = self.s.domains[i].nodes.iter().map(String::as_str).collect();
         replan(self.obs, &nodes, &self.o.plan, self.now)?
             .domains
@@ -774,22 +774,21 @@ impl<'a> Stepper<'a> {
             .next()
     }
 
-    fn pod(&self, p: &PodRef) -> Option<&'a Pod> {
-        self.pods
-            .get(&(p.namespace.as_str(), p.name.as_str()))
-            .copied()
+    fn pod<S: AsRef<str>>(&self, p: &PodRef<S>) -> Option<&'a Pod> {
+        let key = (p.namespace.as_ref(), p.name.as_ref());
+        self.pods.get(&key).copied()
     }
 
-    fn target(&self, pod: &PodRef, pdb: Option<&str>, group: Option<String>) -> EvictTarget {
+    fn target(&self, pod: &PodRef<&str>, pdb: Option<&str>, group: Option<String>) -> EvictTarget {
         EvictTarget {
-            pod: pod.clone(),
+            pod: pod.owned(),
             uid: self.pod(pod).and_then(|p| p.metadata.uid.clone()),
             pdb: pdb.map(|b| format!("{}/{b}", pod.namespace)),
             group,
         }
     }
 
-    fn group_of(&self, pod: &PodRef) -> Option<String> {
+    fn group_of(&self, pod: &PodRef<&str>) -> Option<String> {
         let key = self.o.plan.group_label.as_ref()?;
         self.pod(pod)?.metadata.labels.as_ref()?.get(key).cloned()
     }
@@ -888,7 +887,7 @@ impl<'a> Stepper<'a> {
                 .phase1
                 .iter()
                 .filter(|p| !self.is_terminating(&p.pod))
-                .map(|p| self.target(&p.pod, Some(&p.pdb), self.group_of(&p.pod)))
+                .map(|p| self.target(&p.pod, Some(p.pdb), self.group_of(&p.pod)))
                 .collect();
             (targets, "protected", plan.phase1.len())
         } else {
@@ -1006,7 +1005,7 @@ impl<'a> Stepper<'a> {
         (ready, size)
     }
 
-    fn is_terminating(&self, p: &PodRef) -> bool {
+    fn is_terminating(&self, p: &PodRef<&str>) -> bool {
         self.pod(p)
             .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
     }
@@ -1074,7 +1073,7 @@ impl<'a> Stepper<'a> {
         let targets: Vec<EvictTarget> = plan
             .phase1
             .iter()
-            .map(|p| self.target(&p.pod, Some(&p.pdb), self.group_of(&p.pod)))
+            .map(|p| self.target(&p.pod, Some(p.pdb), self.group_of(&p.pod)))
             .chain(
                 plan.phase2
                     .iter()
@@ -1515,39 +1514,19 @@ impl Workload {
 }
 
 /// The plan of `nodes` only, as they are now (no generation filter: the targets are fixed).
-fn replan(
-    obs: &Observation,
+fn replan<'a>(
+    obs: &Observation<'a>,
     nodes: &BTreeSet<&str>,
     options: &PlanOptions,
     now: Timestamp,
-) -> Option<Plan> {
-    let node_objects: Vec<Node> = obs
-        .nodes
-        .iter()
-        .filter(|n| nodes.contains(name(&n.metadata)))
-        .cloned()
-        .collect();
-    if node_objects.is_empty() {
-        return None;
-    }
-    let pods: Vec<Pod> = obs
-        .pods
-        .iter()
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| nodes.contains(n))
-        })
-        .cloned()
-        .collect();
+) -> Option<Plan<'a>> {
     let options = PlanOptions {
         node_selector: String::new(),
         generation: None,
         order: DomainOrder::Name,
         ..options.clone()
     };
-    super::plan(&Cluster::new(&node_objects, &pods, obs.pdbs), &options, now).ok()
+    super::plan::plan_nodes(&Cluster::new(obs.nodes, obs.pods, obs.pdbs), &options, now, nodes)
 }
 
 fn has_label(node: &Node, key: &str, value: &str) -> bool {
