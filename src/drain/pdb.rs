@@ -292,7 +292,11 @@ mod tests {
         assert_eq!(names(&p(&[("app", "x"), ("role", "leader")])), ["leaders"]);
         assert!(names(&p(&[("app", "x"), ("role", "worker")])).is_empty());
         assert!(names(&p(&[("role", "leader")])).is_empty());
-        assert_eq!(names(&p(&[("app", "y")])), ["by-expr"], "once, not per listed value");
+        assert_eq!(
+            names(&p(&[("app", "y")])),
+            ["by-expr"],
+            "once, not per listed value"
+        );
         assert_eq!(names(&p(&[("app", "z"), ("tier", "web")])), ["by-expr"]);
         assert!(names(&p(&[("app", "z"), ("tier", "cache")])).is_empty());
         assert!(names(&p(&[("app", "w")])).is_empty());

@@ -526,10 +526,7 @@ impl<'a> Stepper<'a> {
             .domains
             .iter()
             .flat_map(|d| &d.phase1)
-            .filter_map(|p| {
-                self.pods
-                    .get(&(p.pod.namespace, p.pod.name))
-            })
+            .filter_map(|p| self.pods.get(&(p.pod.namespace, p.pod.name)))
             .filter_map(|p| p.spec.as_ref())
             .flat_map(|s| &s.containers)
             .filter_map(|c| c.readiness_probe.as_ref())
@@ -1526,7 +1523,12 @@ fn replan<'a>(
         order: DomainOrder::Name,
         ..options.clone()
     };
-    super::plan::plan_nodes(&Cluster::new(obs.nodes, obs.pods, obs.pdbs), &options, now, nodes)
+    super::plan::plan_nodes(
+        &Cluster::new(obs.nodes, obs.pods, obs.pdbs),
+        &options,
+        now,
+        nodes,
+    )
 }
 
 fn has_label(node: &Node, key: &str, value: &str) -> bool {
