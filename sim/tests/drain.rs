@@ -814,3 +814,317 @@ async fn replace_waits_until_the_domain_has_a_new_node_at_the_target_generation(
         "the new node joins NotReady for 60 s: {took:?}"
     );
 }
+
+/// A node of `kubelet` version in upgrade domain `ud`, labelled with its generation too.
+fn versioned_node(name: &str, ud: &str, kubelet: &str, cpu: u32) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {UD: ud, "kubernetes.io/hostname": name,
+            "node.example.com/generation": kubelet.replace('.', "-")}},
+        "status": {
+            "allocatable": {"cpu": cpu.to_string(), "memory": "256Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"kubeletVersion": kubelet, "osImage": "", "kernelVersion": "",
+                "containerRuntimeVersion": "", "architecture": "amd64", "bootID": "",
+                "machineID": "", "operatingSystem": "linux", "systemUUID": "",
+                "kubeProxyVersion": ""},
+        }
+    }))
+    .unwrap()
+}
+
+/// Node generations with `taintOutdated`, from a NodeRollout spec: two nodes at kubelet
+/// v1.30.9 (`old-a` in ud-a, `old-b` in ud-b, roomy) and two at v1.30.10 (`new-c`, `new-d`,
+/// small). "Newest" is v1.30.10 (versions compare by number: a string order would pick v1.30.9);
+/// exactly the two old nodes are tainted `raygate.io/outdated:NoSchedule`, both from the first
+/// step; a pod created while ud-a is in its health check (ud-b not cordoned yet) is scheduled on
+/// the new generation although the scheduler's least-allocated score prefers `old-b`; only the
+/// old nodes are drained, the new ones are left as they were.
+#[tokio::test(start_paused = true)]
+async fn outdated_kubelets_are_tainted_up_front_new_work_lands_on_the_newest_and_only_they_drain() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in [
+        versioned_node("old-a", "ud-a", "v1.30.9", 64),
+        versioned_node("old-b", "ud-b", "v1.30.9", 64),
+        versioned_node("new-c", "ud-c", "v1.30.10", 8),
+        versioned_node("new-d", "ud-d", "v1.30.10", 8),
+    ] {
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+    }
+    for n in ["old-a", "old-b", "new-c"] {
+        batch(&client, n, 2).await;
+    }
+    let spec: raygate::types::rollout::NodeRolloutSpec = serde_json::from_value(json!({
+        "udLabel": UD, "generation": {"nodeInfo": "kubeletVersion"}, "taintOutdated": true,
+    }))
+    .unwrap();
+    let rollout = raygate::drain::rollout_options(&spec).unwrap();
+    // the label source sees the same two generations
+    let by_label = PlanOptions {
+        generation: Some(Generation {
+            source: GenerationSource::Label("node.example.com/generation".into()),
+            target: GenerationTarget::Newest,
+        }),
+        ..rollout.plan.clone()
+    };
+    let listed = nodes.list(&ListParams::default()).await.unwrap().items;
+    let label_plan = raygate::drain::plan(
+        &raygate::drain::Cluster::new(&listed, &[], &[]),
+        &by_label,
+        sim.clock().now(),
+    )
+    .unwrap();
+    assert_eq!(label_plan.target_generation.as_deref(), Some("v1-30-10"));
+    let o = Options {
+        plan: rollout.plan,
+        health_check_wait: SignedDuration::from_secs(60),
+        health_check_stable: Some(SignedDuration::ZERO),
+        ..options()
+    };
+    let history = record(&sim);
+    let drain = start(&sim, o);
+    eventually("ud-a in its health check", || async {
+        drain
+            .seen(|s| s.domains[0].step == raygate::drain::engine::Step::HealthCheck)
+            .map(|_| ())
+    })
+    .await;
+    let tainted = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t.key == "raygate.io/outdated" && t.effect == "NoSchedule")
+            })
+    };
+    let old_b = node_obj(&client, "old-b").await;
+    assert!(
+        tainted(&old_b) && !cordoned(&old_b),
+        "old-b: tainted, not yet cordoned"
+    );
+    let fresh: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "fresh", "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": "1"}}}]},
+    }))
+    .unwrap();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods_api
+        .create(&PostParams::default(), &fresh)
+        .await
+        .unwrap();
+    let placed = eventually("fresh scheduled", || async {
+        let p = pods_api.get("fresh").await.unwrap();
+        Some(node_of(&p)).filter(|n| !n.is_empty())
+    })
+    .await;
+    assert!(
+        placed == "new-c" || placed == "new-d",
+        "a new pod lands on the new generation, not {placed}"
+    );
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    assert_eq!(end.target_generation.as_deref(), Some("v1.30.10"));
+    let drained: Vec<Vec<String>> = end.domains.iter().map(|d| d.nodes.clone()).collect();
+    assert_eq!(
+        drained,
+        [vec!["old-a".to_string()], vec!["old-b".to_string()]]
+    );
+    for n in ["old-a", "old-b"] {
+        let node = node_obj(&client, n).await;
+        assert!(
+            cordoned(&node) && tainted(&node),
+            "{n} cordoned and tainted"
+        );
+    }
+    for n in ["new-c", "new-d"] {
+        let node = node_obj(&client, n).await;
+        assert!(!cordoned(&node) && !tainted(&node), "{n} untouched");
+    }
+    let mut evicted: Vec<String> = evictions(&history).into_iter().map(|e| e.1).collect();
+    evicted.sort();
+    assert_eq!(
+        evicted,
+        [
+            "batch-old-a-0",
+            "batch-old-a-1",
+            "batch-old-b-0",
+            "batch-old-b-1"
+        ]
+    );
+    let left: Vec<String> = pods(&client).await.iter().map(|p| p.name_any()).collect();
+    assert!(left.contains(&"batch-new-c-0".to_string()), "{left:?}");
+}
+
+/// A KubeRay multi-host worker group `gpu` (2 hosts per replica, one GPU each, readiness after
+/// 20 s) with `replicas`.
+fn gpu_group(replicas: i32) -> Value {
+    json!([{"groupName": "gpu", "replicas": replicas, "minReplicas": 0, "maxReplicas": 8,
+        "numOfHosts": 2, "rayStartParams": {},
+        "template": {"spec": {"terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "ray-worker", "image": "rayproject/ray:2.52.0",
+                "resources": {"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": "1"}},
+                "readinessProbe": {"httpGet": {"path": "/api/local_raylet_healthz", "port": 52365},
+                    "initialDelaySeconds": 20, "periodSeconds": 5, "failureThreshold": 10}}]}}}])
+}
+
+/// KubeRay (raycluster_controller.go `reconcileMultiHostWorkerGroup`, v1.7.0) deletes a
+/// multi-host replica that lost a pod whole, and creates a new one named
+/// `<group>-<5 random chars>` (`GenerateRayWorkerReplicaGroupName`) at the lowest free index.
+/// Two replicas of one RayCluster's worker group, each packed on one node of its own domain, a
+/// budget over the hosts 0 that tolerates both down (so only the health gate holds the next
+/// domain), a spare node. Draining ud-0 evicts replica A; the health gate recognises A's
+/// recreation on the spare node under a new name by its workload's Ready replicas back at two,
+/// and only then does ud-1 start: replica B is evicted after the new replica's both pods are
+/// Ready. (By replica name the gate would wait for A's name forever.)
+#[tokio::test(start_paused = true)]
+async fn a_kuberay_replica_recreated_under_a_new_name_counts_as_ready_again_for_the_next_domain() {
+    use raygate::types::ray::RayCluster;
+    use raygate_sim::kuberay::pods::{
+        HOST_INDEX_LABEL as KUBERAY_HOST_INDEX, REPLICA_NAME_LABEL as KUBERAY_REPLICA_NAME,
+    };
+    let crds = raygate_testing::upstream::dir().join("upstream-crds");
+    let sim = Sim::builder()
+        .crds_yaml(&std::fs::read_to_string(crds.join("ray.io_rayclusters.yaml")).unwrap())
+        .unwrap()
+        .namespace(NS)
+        .build();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    tokio::spawn(raygate_sim::kuberay::run(
+        client.clone(),
+        sim.clock().clone(),
+        raygate_sim::kuberay::EmulatorConfig {
+            namespace: Some(NS.into()),
+            pods: true,
+            ..Default::default()
+        },
+        futures::future::pending(),
+    ));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let clusters: Api<RayCluster> = Api::namespaced(client.clone(), NS);
+    nodes
+        .create(&PostParams::default(), &node("head", "ud-head", 0, "infra"))
+        .await
+        .unwrap();
+    let rc: RayCluster = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": NS},
+        "spec": {"rayVersion": "2.52.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0",
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi"}}}]}}},
+            "workerGroupSpecs": gpu_group(0)}
+    }))
+    .unwrap();
+    clusters.create(&PostParams::default(), &rc).await.unwrap();
+    let workers = |ps: Vec<Pod>| -> Vec<Pod> {
+        ps.into_iter()
+            .filter(|p| p.labels().contains_key(KUBERAY_REPLICA_NAME))
+            .collect()
+    };
+    // one replica per domain: a node, then one more replica onto it
+    for (i, replicas) in [(0, 1), (1, 2)] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &node(&format!("node-{i}"), &format!("ud-{i}"), 2, "old"),
+            )
+            .await
+            .unwrap();
+        clusters
+            .patch(
+                "rc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"workerGroupSpecs": gpu_group(replicas)}})),
+            )
+            .await
+            .unwrap();
+        eventually("the replicas Ready", || async {
+            let ws = workers(pods(&client).await);
+            (ws.len() == 2 * replicas as usize && ws.iter().all(is_ready)).then_some(())
+        })
+        .await;
+    }
+    nodes
+        .create(&PostParams::default(), &node("spare", "ud-spare", 4, "new"))
+        .await
+        .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "gpu-hosts-0", "namespace": NS},
+        "spec": {"minAvailable": 0, "selector": {"matchLabels": {KUBERAY_HOST_INDEX: "0"}}},
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    let placed = workers(pods(&client).await);
+    let replica_on = |node: &str| {
+        placed
+            .iter()
+            .find(|p| node_of(p) == node)
+            .map(|p| p.labels()[KUBERAY_REPLICA_NAME].clone())
+            .unwrap()
+    };
+    let (a, b) = (replica_on("node-0"), replica_on("node-1"));
+    let b_host0 = placed
+        .iter()
+        .find(|p| p.labels()[KUBERAY_REPLICA_NAME] == b && p.labels()[KUBERAY_HOST_INDEX] == "0")
+        .map(|p| p.name_any())
+        .unwrap();
+    let original: Vec<String> = pods(&client).await.iter().map(|p| p.name_any()).collect();
+    let history = record(&sim);
+    let o = Options {
+        plan: PlanOptions {
+            domain_label: UD.into(),
+            node_selector: format!("{POOL}=old"),
+            group_label: Some(KUBERAY_REPLICA_NAME.into()),
+            ..PlanOptions::default()
+        },
+        health_check_stable: Some(SignedDuration::from_secs(5)),
+        health_check_retry_timeout: SignedDuration::from_secs(600),
+        disruption_controller_lag: SignedDuration::try_from(LAG).unwrap(),
+        ..Options::default()
+    };
+    let end = start(&sim, o).finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    assert_eq!(
+        end.domains[0].workloads["serving/ray.io/cluster=rc,ray.io/group=gpu"].ready_groups,
+        2
+    );
+    let now = workers(pods(&client).await);
+    let names: std::collections::BTreeSet<String> = now
+        .iter()
+        .map(|p| p.labels()[KUBERAY_REPLICA_NAME].clone())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        !names.contains(&a) && !names.contains(&b),
+        "new names: {names:?}"
+    );
+    assert!(now.iter().all(|p| node_of(p) == "spare" && is_ready(p)));
+    // ud-1 started only once A's recreation was whole and Ready
+    let h = history.lock().unwrap().clone();
+    let b_evicted = h
+        .iter()
+        .find(|e| e.1 == b_host0 && e.3 == Seen::Evicted)
+        .expect("B's host 0 evicted")
+        .0;
+    let ready_before: std::collections::BTreeSet<&str> = h
+        .iter()
+        .filter(|e| e.3 == Seen::Ready && e.0 < b_evicted && !original.contains(&e.1))
+        .map(|e| e.1.as_str())
+        .collect();
+    eprintln!(
+        "replica {a} evicted; new pods Ready before {b_host0}'s eviction at {b_evicted}: {ready_before:?}"
+    );
+    assert_eq!(
+        ready_before.len(),
+        2,
+        "both pods of A's recreation Ready before B is evicted"
+    );
+}

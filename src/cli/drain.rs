@@ -177,6 +177,7 @@ impl PlanFlags {
                 ..Taint::default()
             }),
             group_label: self.group_label.clone(),
+            workload_labels: Vec::new(),
             rules: DrainRules {
                 ignore_daemonsets: self.ignore_daemonsets,
                 delete_emptydir_data: self.delete_emptydir_data,

@@ -1,10 +1,12 @@
 //! PodDisruptionBudgets: which budgets select a pod (as the Eviction API finds them), and what a
 //! budget tolerates (as the disruption controller computes it).
 //!
-//! The index keeps, per namespace, each budget under one of its `matchLabels` pairs, so a pod is
-//! checked only against the budgets that could select it (no scan of every budget per pod). Its
-//! maps hash with foldhash: a pod's every label pair is looked up, and SipHash over those strings
-//! was the plan's largest cost at 100,000 pods.
+//! The index keeps, per namespace, each budget under one of its `matchLabels` pairs (or, with
+//! none, under each value of one `In` requirement), so a pod is checked only against the budgets
+//! that could select it (no scan of every budget per pod), and then only against the rest of the
+//! selector (the pair it was found by already holds). Its maps hash with foldhash: a pod's every
+//! label pair is looked up, and SipHash over those strings was the plan's largest cost at 100,000
+//! pods.
 
 use super::FastMap;
 
@@ -21,11 +23,14 @@ pub const SYNC_FAILED: &str = "SyncFailed";
 
 pub(super) struct IndexedPdb<'a> {
     pub pdb: &'a PodDisruptionBudget,
+    /// The whole selector, for a budget found without its index key (unkeyed).
     selector: Selector,
+    /// The selector without the requirement its index key already satisfies.
+    rest: Selector,
 }
 
-impl IndexedPdb<'_> {
-    pub fn name(&self) -> &str {
+impl<'a> IndexedPdb<'a> {
+    pub fn name(&self) -> &'a str {
         super::name(&self.pdb.metadata)
     }
 }
@@ -67,12 +72,70 @@ impl<'a> PdbIndex<'a> {
             return;
         };
         let slot = self.pdbs.len();
-        self.pdbs.push(IndexedPdb { pdb, selector });
         let ns = self.namespaces.entry(namespace(&pdb.metadata)).or_default();
-        match spec_selector.match_labels.iter().flatten().next() {
-            Some((k, v)) => ns.by_label.entry((k, v)).or_default().push(slot),
-            None => ns.unkeyed.push(slot),
+        // a pod found under (key, value) has that label: the rest of the selector decides
+        let mut rest = spec_selector.clone();
+        if let Some((k, v)) = spec_selector.match_labels.iter().flatten().next() {
+            ns.by_label.entry((k, v)).or_default().push(slot);
+            rest.match_labels.iter_mut().for_each(|m| {
+                m.remove(k);
+            });
+        } else if let Some((i, e)) = spec_selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, e)| e.operator == "In")
+        {
+            let values: std::collections::BTreeSet<&str> =
+                e.values.iter().flatten().map(String::as_str).collect();
+            for v in values {
+                ns.by_label.entry((&e.key, v)).or_default().push(slot);
+            }
+            if let Some(es) = rest.match_expressions.as_mut() {
+                es.remove(i);
+            }
+        } else {
+            ns.unkeyed.push(slot);
         }
+        // the rest parses: it is the checked selector less one requirement
+        let rest = Selector::from_label_selector(&rest, "spec.selector")
+            .unwrap_or_else(|_| selector.clone());
+        self.pdbs.push(IndexedPdb {
+            pdb,
+            selector,
+            rest,
+        });
+    }
+
+    /// The first budget selecting `pod` (by name) and how many do: the plan's common case, with
+    /// no list built.
+    pub fn first_matching(&self, pod: &Pod) -> (Option<&IndexedPdb<'a>>, usize) {
+        let Some(ns) = self.namespaces.get(namespace(&pod.metadata)) else {
+            return (None, 0);
+        };
+        let labels = pod.metadata.labels.as_ref();
+        let unkeyed = ns
+            .unkeyed
+            .iter()
+            .map(|&slot| &self.pdbs[slot])
+            .filter(|p| p.selector.matches(labels));
+        let keyed = labels
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| ns.by_label.get(&(k.as_str(), v.as_str())))
+            .flatten()
+            .map(|&slot| &self.pdbs[slot])
+            .filter(|p| p.rest.matches(labels));
+        let mut first: Option<&IndexedPdb<'a>> = None;
+        let mut count = 0;
+        for p in unkeyed.chain(keyed) {
+            count += 1;
+            if first.is_none_or(|f| p.name() < f.name()) {
+                first = Some(p);
+            }
+        }
+        (first, count)
     }
 
     /// The budgets selecting `pod`, by name.
@@ -85,14 +148,15 @@ impl<'a> PdbIndex<'a> {
             .into_iter()
             .flatten()
             .filter_map(|(k, v)| ns.by_label.get(&(k.as_str(), v.as_str())))
-            .flatten();
-        let mut found: Vec<&IndexedPdb> = ns
+            .flatten()
+            .map(|&slot| &self.pdbs[slot])
+            .filter(|p| p.rest.matches(labels));
+        let unkeyed = ns
             .unkeyed
             .iter()
-            .chain(keyed)
             .map(|&slot| &self.pdbs[slot])
-            .filter(|p| p.selector.matches(labels))
-            .collect();
+            .filter(|p| p.selector.matches(labels));
+        let mut found: Vec<&IndexedPdb> = unkeyed.chain(keyed).collect();
         if found.len() > 1 {
             found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         }
@@ -192,6 +256,51 @@ pub(super) fn describe_spec(pdb: &PodDisruptionBudget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::testing::{PdbExt, PodExt, pdb, pod};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    #[test]
+    fn a_budget_found_by_its_index_key_still_checks_the_rest_of_its_selector() {
+        let expr = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|v| v.to_string()).collect()),
+        };
+        let pdbs = [
+            pdb("ns/leaders", &[("app", "x"), ("role", "leader")]),
+            pdb("ns/by-expr", &[]).selector(Some(LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![
+                    expr("app", "In", &["y", "z", "y"]),
+                    expr("tier", "NotIn", &["cache"]),
+                ]),
+            })),
+        ];
+        let index = PdbIndex::new(&pdbs);
+        let names = |p: &Pod| {
+            let (first, count) = index.first_matching(p);
+            let all: Vec<&str> = index.matching(p).iter().map(|b| b.name()).collect();
+            assert_eq!(count, all.len());
+            assert_eq!(first.map(|b| b.name()), all.first().copied());
+            all
+        };
+        let p = |labels: &[(&str, &str)]| {
+            labels
+                .iter()
+                .fold(pod("ns/p", "n1"), |p, (k, v)| p.label(k, v))
+        };
+        assert_eq!(names(&p(&[("app", "x"), ("role", "leader")])), ["leaders"]);
+        assert!(names(&p(&[("app", "x"), ("role", "worker")])).is_empty());
+        assert!(names(&p(&[("role", "leader")])).is_empty());
+        assert_eq!(
+            names(&p(&[("app", "y")])),
+            ["by-expr"],
+            "once, not per listed value"
+        );
+        assert_eq!(names(&p(&[("app", "z"), ("tier", "web")])), ["by-expr"]);
+        assert!(names(&p(&[("app", "z"), ("tier", "cache")])).is_empty());
+        assert!(names(&p(&[("app", "w")])).is_empty());
+    }
 
     #[test]
     fn percentages_round_up_as_the_disruption_controller_does() {

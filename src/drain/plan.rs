@@ -46,32 +46,65 @@ pub struct PlanOptions {
     /// The pod label naming a group (e.g. LeaderWorkerSet's group key): protected pods of one
     /// group count once in [`DomainPlan::protected_groups`]. `None`: each protected pod counts.
     pub group_label: Option<String>,
+    /// Pod labels whose values (with the namespace) name a group's workload, e.g. KubeRay's
+    /// `ray.io/cluster` and `ray.io/group`. The health gate judges an evicted group recovered by
+    /// its workload's count of Ready groups, since a recreated group may get a new name. Empty:
+    /// the preset of a known group label ([`PlanOptions::workload_keys`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workload_labels: Vec<String>,
     pub rules: DrainRules,
 }
 
-/// A pod, where it runs.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct PodRef {
-    pub namespace: String,
-    pub name: String,
-    pub node: String,
-}
-
-impl PodRef {
-    fn of(pod: &Pod) -> Self {
-        PodRef {
-            namespace: namespace(&pod.metadata).to_string(),
-            name: name(&pod.metadata).to_string(),
-            node: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default(),
+impl PlanOptions {
+    /// The workload labels in force: [`PlanOptions::workload_labels`], else the preset of the
+    /// group label (KubeRay's replica name → cluster and worker group; LeaderWorkerSet's group
+    /// key → its name), else none (groups are then recognised by name only).
+    pub fn workload_keys(&self) -> Vec<&str> {
+        use super::preflight::{KUBERAY_CLUSTER, KUBERAY_GROUP, KUBERAY_REPLICA_NAME};
+        use super::preflight::{LWS_GROUP_KEY, LWS_NAME};
+        if !self.workload_labels.is_empty() {
+            return self.workload_labels.iter().map(String::as_str).collect();
+        }
+        match self.group_label.as_deref() {
+            Some(KUBERAY_REPLICA_NAME) => vec![KUBERAY_CLUSTER, KUBERAY_GROUP],
+            Some(LWS_GROUP_KEY) => vec![LWS_NAME],
+            _ => Vec::new(),
         }
     }
 }
 
-impl std::fmt::Display for PodRef {
+/// A pod, where it runs. The plan's pods borrow from the observed objects (`PodRef<&str>`: no
+/// string copied per pod); [`PodRef::owned`] makes the owned one the engine keeps.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PodRef<S = String> {
+    pub namespace: S,
+    pub name: S,
+    pub node: S,
+}
+
+impl<'a> PodRef<&'a str> {
+    fn of(pod: &'a Pod) -> Self {
+        PodRef {
+            namespace: namespace(&pod.metadata),
+            name: name(&pod.metadata),
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn owned(&self) -> PodRef {
+        PodRef {
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+            node: self.node.to_string(),
+        }
+    }
+}
+
+impl<S: std::fmt::Display> std::fmt::Display for PodRef<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
@@ -79,11 +112,11 @@ impl std::fmt::Display for PodRef {
 
 /// A phase-1 pod: the one PodDisruptionBudget that guards it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ProtectedPod {
-    pub pod: PodRef,
-    pub pdb: String,
+pub struct ProtectedPod<'a> {
+    pub pod: PodRef<&'a str>,
+    pub pdb: &'a str,
     /// The pod's value of [`PlanOptions::group_label`].
-    pub group: Option<String>,
+    pub group: Option<&'a str>,
 }
 
 /// Why a pod on a target node is left alone.
@@ -102,8 +135,8 @@ pub enum SkipReason {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SkippedPod {
-    pub pod: PodRef,
+pub struct SkippedPod<'a> {
+    pub pod: PodRef<&'a str>,
     pub reason: SkipReason,
 }
 
@@ -143,8 +176,8 @@ impl BlockReason {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct BlockedPod {
-    pub pod: PodRef,
+pub struct BlockedPod<'a> {
+    pub pod: PodRef<&'a str>,
     pub reasons: Vec<BlockReason>,
 }
 
@@ -178,7 +211,7 @@ pub struct NodeAction {
 /// One upgrade domain's drain.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DomainPlan {
+pub struct DomainPlan<'a> {
     pub name: String,
     /// The oldest generation among its target nodes (with a generation option).
     pub generation: Option<String>,
@@ -186,16 +219,16 @@ pub struct DomainPlan {
     pub protected_groups: usize,
     pub nodes: Vec<NodeAction>,
     /// Evicted first, one PDB each; the Eviction API may refuse them (429) until groups recover.
-    pub phase1: Vec<ProtectedPod>,
+    pub phase1: Vec<ProtectedPod<'a>>,
     /// Evicted once phase 1 is gone; no PDB selects them.
-    pub phase2: Vec<PodRef>,
-    pub skipped: Vec<SkippedPod>,
-    pub blocked: Vec<BlockedPod>,
+    pub phase2: Vec<PodRef<&'a str>>,
+    pub skipped: Vec<SkippedPod<'a>>,
+    pub blocked: Vec<BlockedPod<'a>>,
     /// Pods evicted although a rule would have stopped them, because of a flag.
-    pub warnings: Vec<(PodRef, Warning)>,
+    pub warnings: Vec<(PodRef<&'a str>, Warning)>,
 }
 
-impl DomainPlan {
+impl DomainPlan<'_> {
     /// Whether a pod stops this domain's drain.
     pub fn is_blocked(&self) -> bool {
         !self.blocked.is_empty()
@@ -246,8 +279,8 @@ impl DomainPlan {
 /// The whole drain, domain by domain in order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub domains: Vec<DomainPlan>,
+pub struct Plan<'a> {
+    pub domains: Vec<DomainPlan<'a>>,
     /// The generation nodes are brought to (with a generation option).
     pub target_generation: Option<String>,
     /// Things the operator should know that change nothing (nodes left out, budgets ignored).
@@ -256,7 +289,31 @@ pub struct Plan {
 
 /// Plans the drain of `cluster` with `options`; `now` is only used for
 /// `--skip-wait-for-delete-timeout`.
-pub fn plan(cluster: &Cluster, options: &PlanOptions, now: Timestamp) -> Result<Plan, DrainError> {
+pub fn plan<'a>(
+    cluster: &Cluster<'a>,
+    options: &PlanOptions,
+    now: Timestamp,
+) -> Result<Plan<'a>, DrainError> {
+    plan_of(cluster, options, now, None)
+}
+
+/// The plan of exactly the nodes named `nodes` (neither selector nor generation applies), as
+/// the engine re-plans a domain it already chose; `None` when none of them exists.
+pub(super) fn plan_nodes<'a>(
+    cluster: &Cluster<'a>,
+    options: &PlanOptions,
+    now: Timestamp,
+    nodes: &std::collections::BTreeSet<&str>,
+) -> Option<Plan<'a>> {
+    plan_of(cluster, options, now, Some(nodes)).ok()
+}
+
+fn plan_of<'a>(
+    cluster: &Cluster<'a>,
+    options: &PlanOptions,
+    now: Timestamp,
+    only: Option<&std::collections::BTreeSet<&str>>,
+) -> Result<Plan<'a>, DrainError> {
     if options.order == DomainOrder::OldestGeneration && options.generation.is_none() {
         return Err(DrainError::OrderNeedsGeneration);
     }
@@ -267,7 +324,26 @@ pub fn plan(cluster: &Cluster, options: &PlanOptions, now: Timestamp) -> Result<
             .map_err(DrainError::PodSelector)?,
         now,
     };
-    let targets = select_targets(cluster.nodes, options)?;
+    let targets = match only {
+        None => select_targets(cluster.nodes, options)?,
+        Some(names) => {
+            let nodes: Vec<&Node> = cluster
+                .nodes
+                .iter()
+                .filter(|n| names.contains(name(&n.metadata)))
+                .collect();
+            if nodes.is_empty() {
+                return Err(DrainError::NoNodesMatched {
+                    what: "the domain's nodes".into(),
+                });
+            }
+            Targets {
+                nodes,
+                generation: None,
+                notes: Vec::new(),
+            }
+        }
+    };
     let domains = by_domain(&targets.nodes, &options.domain_label)?;
     let context = DomainContext {
         options,
@@ -284,7 +360,7 @@ pub fn plan(cluster: &Cluster, options: &PlanOptions, now: Timestamp) -> Result<
             list(&context.pdbs.invalid, 10)
         ));
     }
-    let mut domains: Vec<DomainPlan> = domains
+    let mut domains: Vec<DomainPlan<'a>> = domains
         .into_iter()
         .map(|(name, nodes)| context.domain(name, &nodes))
         .collect();
@@ -400,16 +476,16 @@ fn pods_by_node<'a>(pods: &'a [Pod], targets: &[&'a Node]) -> FastMap<&'a str, V
     by_node
 }
 
-struct DomainContext<'a> {
-    options: &'a PlanOptions,
-    rules: Rules<'a>,
+struct DomainContext<'a, 'o> {
+    options: &'o PlanOptions,
+    rules: Rules<'o>,
     pods: FastMap<&'a str, Vec<&'a Pod>>,
     pdbs: PdbIndex<'a>,
     daemon_sets: Option<HashSet<(&'a str, &'a str)>>,
 }
 
-impl DomainContext<'_> {
-    fn domain(&self, domain: &str, nodes: &[&Node]) -> DomainPlan {
+impl<'a> DomainContext<'a, '_> {
+    fn domain(&self, domain: &str, nodes: &[&'a Node]) -> DomainPlan<'a> {
         let mut plan = DomainPlan {
             name: domain.to_string(),
             ..DomainPlan::default()
@@ -430,9 +506,9 @@ impl DomainContext<'_> {
         plan.protected_groups = plan
             .phase1
             .iter()
-            .map(|p| match &p.group {
-                Some(g) => (&p.pod.namespace, g),
-                None => (&p.pod.namespace, &p.pod.name),
+            .map(|p| match p.group {
+                Some(g) => (p.pod.namespace, g),
+                None => (p.pod.namespace, p.pod.name),
             })
             .collect::<FastSet<_>>()
             .len();
@@ -455,7 +531,7 @@ impl DomainContext<'_> {
     }
 
     /// Puts one pod into phase 1, phase 2, skipped or blocked.
-    fn place(&self, pod: &Pod, plan: &mut DomainPlan) {
+    fn place(&self, pod: &'a Pod, plan: &mut DomainPlan<'a>) {
         let ns = namespace(&pod.metadata);
         let exists = |ds: &str| {
             self.daemon_sets
@@ -475,8 +551,9 @@ impl DomainContext<'_> {
             Verdict::Block(reasons) => (reasons, Vec::new()),
             Verdict::Evict(warnings) => (Vec::new(), warnings),
         };
-        let pdbs = self.pdbs.matching(pod);
-        if pdbs.len() > 1 {
+        let (pdb, count) = self.pdbs.first_matching(pod);
+        if count > 1 {
+            let pdbs = self.pdbs.matching(pod);
             let pdbs = pdbs.iter().map(|p| p.name().to_string()).collect();
             reasons.push(BlockReason::MultiplePdbs { pdbs });
         }
@@ -489,25 +566,25 @@ impl DomainContext<'_> {
         }
         let warnings = warnings.into_iter().map(|w| (pod_ref.clone(), w));
         plan.warnings.extend(warnings);
-        match pdbs.first() {
+        match pdb {
             None => plan.phase2.push(pod_ref),
             Some(pdb) => plan.phase1.push(ProtectedPod {
                 group: self.group_of(pod),
-                pdb: pdb.name().to_string(),
+                pdb: pdb.name(),
                 pod: pod_ref,
             }),
         }
     }
 
-    fn group_of(&self, pod: &Pod) -> Option<String> {
+    fn group_of(&self, pod: &'a Pod) -> Option<&'a str> {
         let key = self.options.group_label.as_ref()?;
-        pod.metadata.labels.as_ref()?.get(key).cloned()
+        pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
     }
 }
 
 /// Each list by pod. A pod is in one list once, so the keys are distinct and an unstable sort
 /// gives the same order as a stable one, without its buffer.
-fn sort(plan: &mut DomainPlan) {
+fn sort(plan: &mut DomainPlan<'_>) {
     plan.phase1.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
     plan.phase2.sort_unstable();
     plan.skipped.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
@@ -516,7 +593,7 @@ fn sort(plan: &mut DomainPlan) {
 }
 
 fn order_domains(
-    domains: &mut [DomainPlan],
+    domains: &mut [DomainPlan<'_>],
     nodes: &[Node],
     options: &PlanOptions,
     notes: &mut Vec<String>,
@@ -535,7 +612,7 @@ fn order_domains(
 }
 
 fn explicit_order(
-    domains: &mut [DomainPlan],
+    domains: &mut [DomainPlan<'_>],
     nodes: &[Node],
     order: &[String],
     options: &PlanOptions,

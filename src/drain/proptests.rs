@@ -147,7 +147,7 @@ fn rules_strategy() -> impl Strategy<Value = DrainRules> {
 fn placements(p: &Plan) -> BTreeMap<String, Vec<(String, &'static str)>> {
     let mut at: BTreeMap<String, Vec<(String, &'static str)>> = BTreeMap::new();
     for d in &p.domains {
-        let mut put = |pod: &PodRef, place| {
+        let mut put = |pod: &PodRef<&str>, place| {
             at.entry(pod.to_string())
                 .or_default()
                 .push((d.name.clone(), place));

@@ -1,6 +1,7 @@
-//! `kubectl drain`'s pod rules and flags (`k8s.io/kubectl/pkg/drain/filters.go`, the filters
-//! `skipDeleted`, `daemonSet`, `mirrorPod`, `localStorage`, `unreplicated`, in that order), for
-//! one pod. The flags keep kubectl's names; `--disable-eviction` is not offered (raygate only
+//! `kubectl drain`'s pod rules and flags (`k8s.io/kubectl/pkg/drain/filters.go` at kubectl
+//! v0.36.3, the filters `skipDeletedFilter`, `daemonSetFilter`, `mirrorPodFilter`,
+//! `localStorageFilter`, `unreplicatedFilter`, in that order; `--pod-selector` is the list's label
+//! selector in `drain.go`'s `GetPodsForDeletion`), for one pod. The flags keep kubectl's names; `--disable-eviction` is not offered (raygate only
 //! evicts, so a PodDisruptionBudget is always honoured).
 //!
 //! Differences from kubectl, on purpose (README, "Decisions where upstream is silent"):
@@ -9,6 +10,7 @@
 //! plan tells the operator every flag it needs.
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -19,12 +21,11 @@ use crate::labels::Selector;
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// kubectl's messages for a pod that stops the drain (`filters.go`; `errors()` prefixes
-/// "cannot delete " to those that lack it).
+/// "cannot delete ").
 pub const DAEMON_SET_FATAL: &str = "DaemonSet-managed Pods (use --ignore-daemonsets to ignore)";
 pub const LOCAL_STORAGE_FATAL: &str =
     "Pods with local storage (use --delete-emptydir-data to override)";
-pub const UNMANAGED_FATAL: &str =
-    "cannot delete Pods that declare no controller (use --force to override)";
+pub const UNMANAGED_FATAL: &str = "Pods that declare no controller (use --force to override)";
 /// kubectl's warnings for pods a flag let through (or, for DaemonSets, skipped).
 pub const DAEMON_SET_WARNING: &str = "ignoring DaemonSet-managed Pods";
 pub const LOCAL_STORAGE_WARNING: &str = "deleting Pods with local storage";
@@ -80,7 +81,8 @@ impl Rules<'_> {
             return Verdict::Skip(SkipReason::Finished);
         }
         let mut warnings = Vec::new();
-        if let Some(owner) = controller_of(pod).filter(|o| o.kind == "DaemonSet") {
+        let controller = controller_of(pod);
+        if let Some(owner) = controller.filter(|o| is_daemon_set(o)) {
             if !daemon_set_exists(&owner.name) {
                 if !self.flags.force {
                     return Verdict::Block(vec![BlockReason::DaemonSetMissing {
@@ -106,7 +108,7 @@ impl Rules<'_> {
                 false => blocks.push(BlockReason::LocalStorage),
             }
         }
-        if controller_of(pod).is_none() {
+        if controller.is_none() {
             match self.flags.force {
                 true => warnings.push(Warning::Unmanaged),
                 false => blocks.push(BlockReason::Unmanaged),
@@ -128,6 +130,12 @@ impl Rules<'_> {
         let elapsed = self.now.duration_since(deleted.0).as_secs();
         timeout > 0 && elapsed > 0 && elapsed as u64 > timeout
     }
+}
+
+/// `isControllerRefDaemonSet`: an `apps/v1` DaemonSet. Another API's `DaemonSet` kind (e.g.
+/// OpenKruise's `apps.kruise.io` one) is an ordinary controller to kubectl.
+fn is_daemon_set(owner: &OwnerReference) -> bool {
+    owner.kind == "DaemonSet" && owner.api_version == "apps/v1"
 }
 
 /// A static pod's mirror (the API server cannot delete it for good).

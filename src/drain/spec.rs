@@ -203,6 +203,10 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         order,
         taint,
         group_label: contract.as_ref().map(|c| c.group_label.clone()),
+        workload_labels: contract
+            .as_ref()
+            .map(|c| c.workload_labels.clone())
+            .unwrap_or_default(),
         rules: DrainRules {
             ignore_daemonsets: spec.drain.ignore_daemonsets,
             delete_emptydir_data: spec.drain.delete_emptydir_data,

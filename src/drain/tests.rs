@@ -20,8 +20,20 @@ fn options() -> PlanOptions {
     }
 }
 
-fn run(nodes: &[Node], pods: &[Pod], pdbs: &[PodDisruptionBudget], o: &PlanOptions) -> Plan {
-    plan(&Cluster::new(nodes, pods, pdbs), o, now()).unwrap()
+/// The plan borrows the objects it was made from, and the tests build them inline: they are
+/// copied and leaked (a few per test).
+fn leak<T: Clone>(items: &[T]) -> &'static [T] {
+    Box::leak(items.to_vec().into_boxed_slice())
+}
+
+fn run(
+    nodes: &[Node],
+    pods: &[Pod],
+    pdbs: &[PodDisruptionBudget],
+    o: &PlanOptions,
+) -> Plan<'static> {
+    let cluster = Cluster::new(leak(nodes), leak(pods), leak(pdbs));
+    plan(&cluster, o, now()).unwrap()
 }
 
 fn run_err(nodes: &[Node], o: &PlanOptions) -> DrainError {
@@ -37,12 +49,12 @@ fn domain_names(p: &Plan) -> Vec<String> {
 }
 
 /// The single domain of a plan.
-fn only(p: &Plan) -> &DomainPlan {
+fn only<'p, 'a>(p: &'p Plan<'a>) -> &'p DomainPlan<'a> {
     assert_eq!(p.domains.len(), 1, "{p:#?}");
     &p.domains[0]
 }
 
-fn one_pod(pod: Pod, rules: DrainRules) -> DomainPlan {
+fn one_pod(pod: Pod, rules: DrainRules) -> DomainPlan<'static> {
     let o = PlanOptions { rules, ..options() };
     only(&run(&[node("n1", "a")], &[pod], &[], &o)).clone()
 }
@@ -175,6 +187,26 @@ fn a_pod_of_a_deleted_daemonset_blocks_without_force_and_is_evicted_with_it() {
     assert_eq!(
         d.warning_lines(),
         ["daemonsets.apps \"gone\" not found: ns/orphan"]
+    );
+}
+
+#[test]
+fn a_daemonset_kind_of_another_api_is_an_ordinary_controller_as_kubectl_reads_it() {
+    // filters.go (kubectl v0.36.3) isControllerRefDaemonSet: kind DaemonSet *and* apps/v1; an
+    // OpenKruise Advanced DaemonSet's pod is drained like a ReplicaSet's.
+    let kruise = pod("ns/agent", "n1").owned_by("apps.kruise.io/v1alpha1", "DaemonSet", "agent");
+    let d = one_pod(kruise, DrainRules::default());
+    assert!(!d.is_blocked(), "{:?}", d.errors());
+    assert_eq!(names(&d.phase2, |p| p.to_string()), ["ns/agent"]);
+    let ignoring = DrainRules {
+        ignore_daemonsets: true,
+        ..DrainRules::default()
+    };
+    let kruise = pod("ns/agent", "n1").owned_by("apps.kruise.io/v1alpha1", "DaemonSet", "agent");
+    assert_eq!(
+        one_pod(kruise, ignoring).phase2.len(),
+        1,
+        "not skipped either"
     );
 }
 

@@ -124,8 +124,10 @@ pub struct Options {
     pub eviction_concurrency: usize,
     /// How long the disruption controller takes to reflect a pod's readiness in its budget.
     pub disruption_controller_lag: SignedDuration,
-    /// The health gate waits until every evicted group is Ready again (off: budgets only, e.g.
-    /// KubeRay, whose recreated replicas get new names).
+    /// The health gate waits until every evicted group is Ready again: as many Ready groups in
+    /// its workload as before the eviction (see [`PlanOptions::workload_keys`]; KubeRay
+    /// recreates a multi-host replica under a new name), or, without workload labels, the
+    /// group's name Ready again. Off: budgets only.
     pub wait_for_evicted_groups: bool,
     /// After an eviction failed other than with a 429, wait this long before the domain's next.
     pub eviction_retry: SignedDuration,
@@ -267,8 +269,24 @@ pub struct DomainState {
     pub retry_at: Option<Timestamp>,
     pub handed_off: Option<Timestamp>,
     pub health: Health,
+    /// Per workload (`namespace/label=value,...`) with a group about to be evicted: its Ready
+    /// groups just before, which the health gate waits to see again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workloads: BTreeMap<String, Baseline>,
     /// What it does or waits for, for people.
     pub message: String,
+}
+
+/// A workload's groups just before this domain evicted one of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Baseline {
+    /// Groups whose every pod was Ready and not terminating, with at least `group_size` pods.
+    pub ready_groups: usize,
+    /// The largest group's pod count (a recreated group counts once all its pods are back).
+    pub group_size: usize,
+    /// The groups of this domain the engine set out to evict.
+    pub groups: BTreeSet<String>,
 }
 
 /// The rollout's state: plain data, the only memory between steps.
@@ -430,6 +448,7 @@ pub fn decide(
             .iter()
             .map(|p| ((namespace(&p.metadata), name(&p.metadata)), p))
             .collect(),
+        untainted: 0,
     };
     step.run();
     (step.s, step.actions)
@@ -442,6 +461,8 @@ struct Stepper<'a> {
     o: &'a Options,
     actions: Vec<Action>,
     pods: HashMap<(&'a str, &'a str), &'a Pod>,
+    /// Nodes of domains not started yet that do not show the taint yet.
+    untainted: usize,
 }
 
 impl<'a> Stepper<'a> {
@@ -460,6 +481,9 @@ impl<'a> Stepper<'a> {
         self.take_resumes();
         if self.s.phase == Phase::Running {
             self.check_rollout_timeout();
+        }
+        if self.s.phase == Phase::Running {
+            self.taint_waiting_domains();
         }
         if self.s.phase == Phase::Running {
             for i in 0..self.s.domains.len() {
@@ -502,10 +526,7 @@ impl<'a> Stepper<'a> {
             .domains
             .iter()
             .flat_map(|d| &d.phase1)
-            .filter_map(|p| {
-                self.pods
-                    .get(&(p.pod.namespace.as_str(), p.pod.name.as_str()))
-            })
+            .filter_map(|p| self.pods.get(&(p.pod.namespace, p.pod.name)))
             .filter_map(|p| p.spec.as_ref())
             .flat_map(|s| &s.containers)
             .filter_map(|c| c.readiness_probe.as_ref())
@@ -516,6 +537,33 @@ impl<'a> Stepper<'a> {
             .max()
             .unwrap_or(0);
         SignedDuration::from_secs(probe) + self.o.disruption_controller_lag
+    }
+
+    /// With a taint option: taints the nodes of every domain not started yet, so new work avoids
+    /// the whole outdated generation from the first step (the cordon follows domain by domain),
+    /// and evicted pods do not land on a node drained later.
+    fn taint_waiting_domains(&mut self) {
+        let Some(taint) = self.o.plan.taint.clone().filter(|_| !self.o.dry_run) else {
+            return;
+        };
+        let waiting: Vec<String> = self
+            .s
+            .domains
+            .iter()
+            .filter(|d| d.step == Step::Pending)
+            .flat_map(|d| d.nodes.iter().cloned())
+            .collect();
+        for n in waiting {
+            if let Some(node) = self.node(&n)
+                && !has_taint(node, &taint)
+            {
+                self.actions.push(Action::Taint {
+                    node: n,
+                    taint: taint.clone(),
+                });
+                self.untainted += 1;
+            }
+        }
     }
 
     fn domain_of_node(&self, node: &str) -> Option<usize> {
@@ -715,7 +763,7 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    fn domain_plan(&self, i: usize) -> Option<DomainPlan> {
+    fn domain_plan(&self, i: usize) -> Option<DomainPlan<'a>> {
         let nodes: BTreeSet<&str> = self.s.domains[i].nodes.iter().map(String::as_str).collect();
         replan(self.obs, &nodes, &self.o.plan, self.now)?
             .domains
@@ -723,22 +771,21 @@ impl<'a> Stepper<'a> {
             .next()
     }
 
-    fn pod(&self, p: &PodRef) -> Option<&'a Pod> {
-        self.pods
-            .get(&(p.namespace.as_str(), p.name.as_str()))
-            .copied()
+    fn pod<S: AsRef<str>>(&self, p: &PodRef<S>) -> Option<&'a Pod> {
+        let key = (p.namespace.as_ref(), p.name.as_ref());
+        self.pods.get(&key).copied()
     }
 
-    fn target(&self, pod: &PodRef, pdb: Option<&str>, group: Option<String>) -> EvictTarget {
+    fn target(&self, pod: &PodRef<&str>, pdb: Option<&str>, group: Option<String>) -> EvictTarget {
         EvictTarget {
-            pod: pod.clone(),
+            pod: pod.owned(),
             uid: self.pod(pod).and_then(|p| p.metadata.uid.clone()),
             pdb: pdb.map(|b| format!("{}/{b}", pod.namespace)),
             group,
         }
     }
 
-    fn group_of(&self, pod: &PodRef) -> Option<String> {
+    fn group_of(&self, pod: &PodRef<&str>) -> Option<String> {
         let key = self.o.plan.group_label.as_ref()?;
         self.pod(pod)?.metadata.labels.as_ref()?.get(key).cloned()
     }
@@ -757,7 +804,10 @@ impl<'a> Stepper<'a> {
                     node: n.name.clone(),
                 });
             }
-            if let Some(taint) = &n.taint {
+            let tainting = |a: &Action| matches!(a, Action::Taint { node, .. } if *node == n.name);
+            if let Some(taint) = &n.taint
+                && !self.actions.iter().any(tainting)
+            {
                 self.actions.push(Action::Taint {
                     node: n.name.clone(),
                     taint: taint.clone(),
@@ -767,6 +817,13 @@ impl<'a> Stepper<'a> {
         }
         if cordoning > 0 {
             self.s.domains[i].message = format!("cordoning {cordoning} node(s)");
+            return;
+        }
+        if self.untainted > 0 {
+            self.s.domains[i].message = format!(
+                "tainting {} node(s) of later domains before evicting",
+                self.untainted
+            );
             return;
         }
         if plan.is_blocked() {
@@ -827,7 +884,7 @@ impl<'a> Stepper<'a> {
                 .phase1
                 .iter()
                 .filter(|p| !self.is_terminating(&p.pod))
-                .map(|p| self.target(&p.pod, Some(&p.pdb), self.group_of(&p.pod)))
+                .map(|p| self.target(&p.pod, Some(p.pdb), self.group_of(&p.pod)))
                 .collect();
             (targets, "protected", plan.phase1.len())
         } else {
@@ -843,7 +900,11 @@ impl<'a> Stepper<'a> {
             self.drained(i);
             return;
         }
-        for target in targets.into_iter().take(room) {
+        let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
+        for t in &targets {
+            self.note_baseline(i, t);
+        }
+        for target in targets {
             self.actions.push(Action::Evict {
                 target,
                 dry_run: false,
@@ -854,7 +915,94 @@ impl<'a> Stepper<'a> {
         );
     }
 
-    fn is_terminating(&self, p: &PodRef) -> bool {
+    /// Before `t`'s group is first evicted: its workload's Ready groups now, kept for the health
+    /// gate.
+    fn note_baseline(&mut self, i: usize, t: &EvictTarget) {
+        let (Some(group), Some(pod)) = (&t.group, self.pod(&t.pod)) else {
+            return;
+        };
+        let Some(workload) = self.workload_of(pod) else {
+            return;
+        };
+        if !self.s.domains[i].workloads.contains_key(&workload.key) {
+            let (ready_groups, group_size) = self.ready_groups(&workload, None);
+            let baseline = Baseline {
+                ready_groups,
+                group_size,
+                groups: BTreeSet::new(),
+            };
+            self.s.domains[i]
+                .workloads
+                .insert(workload.key.clone(), baseline);
+        }
+        if let Some(b) = self.s.domains[i].workloads.get_mut(&workload.key) {
+            b.groups.insert(group.clone());
+        }
+    }
+
+    /// The workload of a grouped pod: its namespace and its values of the workload labels (all
+    /// of them present), if the options name any.
+    fn workload_of(&self, pod: &Pod) -> Option<Workload> {
+        let group_key = self.o.plan.group_label.as_deref()?;
+        let keys = self.o.plan.workload_keys();
+        if keys.is_empty() {
+            return None;
+        }
+        let labels = pod.metadata.labels.as_ref()?;
+        labels.get(group_key)?;
+        let values = keys
+            .iter()
+            .map(|k| Some((k.to_string(), labels.get(*k)?.clone())))
+            .collect::<Option<Vec<_>>>()?;
+        let ns = namespace(&pod.metadata).to_string();
+        let key = format!(
+            "{ns}/{}",
+            values
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        Some(Workload {
+            key,
+            namespace: ns,
+            labels: values,
+        })
+    }
+
+    /// The workload's groups that are Ready (every pod Ready and not terminating, at least
+    /// `size` pods; `None`: the largest group's size), and that size.
+    fn ready_groups(&self, w: &Workload, size: Option<usize>) -> (usize, usize) {
+        let Some(group_key) = self.o.plan.group_label.as_deref() else {
+            return (0, 0);
+        };
+        let mut groups: BTreeMap<&str, (usize, bool)> = BTreeMap::new();
+        for p in self.obs.pods {
+            if namespace(&p.metadata) != w.namespace || super::is_finished(p) {
+                continue;
+            }
+            let Some(labels) = p.metadata.labels.as_ref() else {
+                continue;
+            };
+            if !w.labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                continue;
+            }
+            let Some(group) = labels.get(group_key) else {
+                continue;
+            };
+            let g = groups.entry(group.as_str()).or_insert((0, true));
+            g.0 += 1;
+            g.1 &= pod_serving(p);
+        }
+        let size = size.unwrap_or_else(|| groups.values().map(|g| g.0).max().unwrap_or(0));
+        let ready = groups
+            .values()
+            .filter(|(count, serving)| *serving && *count >= size)
+            .count();
+        (ready, size)
+    }
+
+    fn is_terminating(&self, p: &PodRef<&str>) -> bool {
         self.pod(p)
             .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
     }
@@ -922,7 +1070,7 @@ impl<'a> Stepper<'a> {
         let targets: Vec<EvictTarget> = plan
             .phase1
             .iter()
-            .map(|p| self.target(&p.pod, Some(&p.pdb), self.group_of(&p.pod)))
+            .map(|p| self.target(&p.pod, Some(p.pdb), self.group_of(&p.pod)))
             .chain(
                 plan.phase2
                     .iter()
@@ -1171,14 +1319,40 @@ impl<'a> Stepper<'a> {
         // groups only: a pod without a group value is covered by its budget (a ReplicaSet's
         // replacement has a new name, so there is nothing to wait for by name)
         if let (true, Some(key)) = (self.o.wait_for_evicted_groups, &self.o.plan.group_label) {
-            let groups: BTreeSet<(&str, &str)> = d
+            let mut groups: BTreeSet<(&str, &str)> = d
                 .evicted
                 .iter()
+                .filter(|e| e.refused.is_none())
                 .filter_map(|e| {
                     let ns = e.pod.split_once('/').map_or("", |(ns, _)| ns);
                     Some((ns, e.group.as_deref()?))
                 })
                 .collect();
+            // by workload: as many Ready groups as before, whatever their names now
+            for (key, baseline) in &d.workloads {
+                let ns = key.split_once('/').map_or("", |(ns, _)| ns);
+                let evicted: Vec<&str> = baseline
+                    .groups
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|g| groups.remove(&(ns, *g)))
+                    .collect();
+                if evicted.is_empty() {
+                    continue;
+                }
+                let Some(workload) = Workload::parse(key) else {
+                    continue;
+                };
+                let (ready, _) = self.ready_groups(&workload, Some(baseline.group_size));
+                if ready < baseline.ready_groups {
+                    problems.push(format!(
+                        "workload {key} has {ready} of its {} Ready groups back (evicted: {})",
+                        baseline.ready_groups,
+                        evicted.join(", ")
+                    ));
+                }
+            }
+            // by name: groups whose workload is not known
             for (ns, group) in groups {
                 let mut members = self
                     .obs
@@ -1229,8 +1403,30 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    /// Gives back the nodes of the domains not handed off yet.
+    /// Gives back the nodes of the domains not handed off yet, and takes the taint off the
+    /// nodes of domains not started.
     fn abort(&mut self) {
+        if let Some(taint) = self.o.plan.taint.clone() {
+            let waiting: Vec<String> = self
+                .s
+                .domains
+                .iter()
+                .filter(|d| d.step == Step::Pending)
+                .flat_map(|d| d.nodes.iter().cloned())
+                .collect();
+            for n in waiting {
+                if let Some(node) = self.node(&n)
+                    && has_taint(node, &taint)
+                    && !is_cordoned(node)
+                {
+                    self.actions.push(Action::Uncordon {
+                        node: n,
+                        remove_taint: Some(taint.clone()),
+                        remove_label: None,
+                    });
+                }
+            }
+        }
         for i in 0..self.s.domains.len() {
             if self.s.domains[i].step != Step::Draining
                 && self.s.domains[i].step != Step::HandingOff
@@ -1286,40 +1482,53 @@ impl<'a> Stepper<'a> {
     }
 }
 
+/// A group's workload: the namespace and the workload labels' values.
+struct Workload {
+    /// `namespace/k1=v1,k2=v2`.
+    key: String,
+    namespace: String,
+    labels: Vec<(String, String)>,
+}
+
+impl Workload {
+    /// The inverse of the key [`Stepper::workload_of`] writes (label keys and values hold no `,`
+    /// or `=`; a namespace no `/`).
+    fn parse(key: &str) -> Option<Workload> {
+        let (ns, rest) = key.split_once('/')?;
+        let labels = rest
+            .split(',')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Workload {
+            key: key.to_string(),
+            namespace: ns.to_string(),
+            labels,
+        })
+    }
+}
+
 /// The plan of `nodes` only, as they are now (no generation filter: the targets are fixed).
-fn replan(
-    obs: &Observation,
+fn replan<'a>(
+    obs: &Observation<'a>,
     nodes: &BTreeSet<&str>,
     options: &PlanOptions,
     now: Timestamp,
-) -> Option<Plan> {
-    let node_objects: Vec<Node> = obs
-        .nodes
-        .iter()
-        .filter(|n| nodes.contains(name(&n.metadata)))
-        .cloned()
-        .collect();
-    if node_objects.is_empty() {
-        return None;
-    }
-    let pods: Vec<Pod> = obs
-        .pods
-        .iter()
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| nodes.contains(n))
-        })
-        .cloned()
-        .collect();
+) -> Option<Plan<'a>> {
     let options = PlanOptions {
         node_selector: String::new(),
         generation: None,
         order: DomainOrder::Name,
         ..options.clone()
     };
-    super::plan(&Cluster::new(&node_objects, &pods, obs.pdbs), &options, now).ok()
+    super::plan::plan_nodes(
+        &Cluster::new(obs.nodes, obs.pods, obs.pdbs),
+        &options,
+        now,
+        nodes,
+    )
 }
 
 fn has_label(node: &Node, key: &str, value: &str) -> bool {

@@ -3,6 +3,8 @@
 use k8s_openapi::api::core::v1::{Pod, PodCondition, Probe};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeSet;
+
 use proptest::prelude::*;
 
 use super::*;
@@ -662,7 +664,7 @@ fn none_leaves_the_nodes_cordoned_and_tainted() {
         .iter()
         .filter(|a| matches!(a, Action::Taint { .. }))
         .count();
-    assert_eq!(taints, 2);
+    assert_eq!(taints, 3, "domain a's nodes and, up front, domain b's");
     assert!(evictions(&a).is_empty(), "not before the taints show");
     w.apply(&a, evicted);
     let mut s = s;
@@ -675,6 +677,189 @@ fn none_leaves_the_nodes_cordoned_and_tainted() {
     }
     assert_eq!(s.domains[0].step, Step::HealthCheck);
     assert!(is_cordoned(w.node_mut("a1")));
+}
+
+fn taints(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Taint { node, .. } => Some(node.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn taint_outdated_taints_every_domain_s_nodes_up_front_and_evicts_only_once_they_show() {
+    let mut w = World::new();
+    let mut o = World::options();
+    o.plan.taint = Some(crate::drain::testing::taint(
+        "raygate.io/outdated",
+        "NoSchedule",
+    ));
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(
+        cordons(&a),
+        ["a1", "a2"],
+        "the cordon goes domain by domain"
+    );
+    let mut tainted = taints(&a);
+    tainted.sort();
+    assert_eq!(
+        tainted,
+        ["a1", "a2", "b1"],
+        "the taint covers the generation at once"
+    );
+    // b1's taint does not show yet: domain a evicts nothing
+    let only_a: Vec<Action> = a
+        .iter()
+        .filter(|x| !matches!(x, Action::Taint { node, .. } if node == "b1"))
+        .cloned()
+        .collect();
+    w.apply(&only_a, evicted);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert_eq!(taints(&a), ["b1"]);
+    assert!(
+        s.domains[0]
+            .message
+            .contains("tainting 1 node(s) of later domains"),
+        "{}",
+        s.domains[0].message
+    );
+    w.apply(&a, evicted);
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    assert!(taints(&a).is_empty(), "nothing tainted twice");
+}
+
+#[test]
+fn abort_takes_the_up_front_taint_off_the_domains_not_started() {
+    let mut w = World::new();
+    let mut o = World::options();
+    o.plan.taint = Some(crate::drain::testing::taint(
+        "raygate.io/outdated",
+        "NoSchedule",
+    ));
+    o.rollout_timeout = Some(secs(10));
+    o.failure_action = FailureAction::Abort;
+    let s = w.start(&o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    w.advance(11);
+    let (s, a) = w.step(&s, &o);
+    assert!(matches!(s.phase, Phase::Failed { .. }), "{:?}", s.phase);
+    w.apply(&a, evicted);
+    for n in ["a1", "a2", "b1"] {
+        let node = w.node_mut(n).clone();
+        assert!(!is_cordoned(&node), "{n} uncordoned");
+        assert!(
+            !node
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == "raygate.io/outdated"),
+            "{n} untainted"
+        );
+    }
+}
+
+/// The World's groups as one workload (`app=llm`), as KubeRay's replicas of a worker group.
+fn one_workload(w: &mut World) {
+    for p in &mut w.pods {
+        let labels = p.metadata.labels.get_or_insert_default();
+        if labels.contains_key(GROUP) {
+            labels.insert("app".into(), "llm".into());
+        }
+    }
+}
+
+fn workload_options() -> Options {
+    let mut o = World::options();
+    o.plan.workload_labels = vec!["app".into()];
+    o
+}
+
+#[test]
+fn an_evicted_group_recreated_under_a_new_name_is_ready_again_by_its_workload_s_count() {
+    // KubeRay v1.7 (raycluster_controller.go reconcileMultiHostWorkerGroup): a replica that lost
+    // a pod is deleted whole and recreated as `<group>-<5 random>`, a name never seen before.
+    let mut w = World::new();
+    one_workload(&mut w);
+    let o = workload_options();
+    let s = drain_domain_a(&mut w, &o);
+    let baseline = &s.domains[0].workloads["ns/app=llm"];
+    assert_eq!((baseline.ready_groups, baseline.group_size), (2, 2));
+    assert_eq!(baseline.groups, BTreeSet::from(["ga".to_string()]));
+    w.set_healthy(1, 1);
+    let (s, _) = w.step(&s, &o);
+    assert!(
+        s.waiting
+            .contains("workload ns/app=llm has 1 of its 2 Ready groups back (evicted: ga)"),
+        "{}",
+        s.waiting
+    );
+    // the replacement's first pod: not a whole group yet
+    w.pods
+        .push(member("gc-0", "b1", "gc", true).label("app", "llm"));
+    w.set_healthy(2, 1);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.waiting.contains("1 of its 2"), "{}", s.waiting);
+    w.pods
+        .push(member("gc-1", "b1", "gc", false).label("app", "llm"));
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].health.healthy_since.is_some(), "{}", s.waiting);
+    assert!(!s.waiting.contains("group ga"), "not waited for by name");
+    w.advance(30);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::Done);
+}
+
+#[test]
+fn a_workload_short_of_its_groups_holds_the_gate_even_if_the_evicted_name_comes_back() {
+    // the same name back is not enough when the workload lost another group meanwhile
+    let mut w = World::new();
+    one_workload(&mut w);
+    let o = workload_options();
+    let s = drain_domain_a(&mut w, &o);
+    w.pods
+        .push(member("ga-0", "b1", "ga", true).label("app", "llm"));
+    w.pods
+        .push(member("ga-1", "b1", "ga", false).label("app", "llm"));
+    let gb = w
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some("gb-1"))
+        .unwrap();
+    gb.status = None; // unready
+    w.set_healthy(2, 1);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.waiting.contains("1 of its 2"), "{}", s.waiting);
+}
+
+#[test]
+fn the_kuberay_and_lws_group_labels_bring_their_workload_labels() {
+    use crate::drain::preflight::{KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
+    let with = |group: &str| PlanOptions {
+        group_label: Some(group.into()),
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        with(KUBERAY_REPLICA_NAME).workload_keys(),
+        ["ray.io/cluster", "ray.io/group"]
+    );
+    assert_eq!(
+        with(LWS_GROUP_KEY).workload_keys(),
+        ["leaderworkerset.sigs.k8s.io/name"]
+    );
+    assert!(with("group").workload_keys().is_empty());
+    let explicit = PlanOptions {
+        workload_labels: vec!["app".into()],
+        ..with(KUBERAY_REPLICA_NAME)
+    };
+    assert_eq!(explicit.workload_keys(), ["app"]);
 }
 
 #[test]
