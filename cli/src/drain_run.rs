@@ -7,13 +7,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use raygate::cli::rollout::{self, Ended, RolloutRequest};
+use raygate::cli::rollout::{Ended, RolloutRequest};
 use raygate::controller::SystemClock;
 use raygate::controller::drain::{self, Run};
 use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
 use raygate::drain::{DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions};
+use raygate::live_rollout as rollout;
 use raygate::types::rollout::{FailureActionSpec, HandOffMode};
 
 #[derive(Clone, Copy, clap::ValueEnum)]

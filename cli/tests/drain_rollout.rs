@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use raygate::cli::rollout::{Ended, RolloutRequest, create, follow};
+use raygate::cli::rollout::{Ended, RolloutRequest};
 use raygate::controller::rollout::{Rollouts, run};
 use raygate::controller::{Clock, Metrics, Monotonic};
+use raygate::live_rollout::{create, follow};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate::types::k8s_openapi::jiff::Timestamp;
 use raygate::types::rollout::NodeRollout;

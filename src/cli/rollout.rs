@@ -1,19 +1,13 @@
-//! `raygate drain run` without `--local`: the flags become a `NodeRollout` the controller runs;
-//! the command creates it and follows its status (one line per change), and Ctrl-C pauses it
-//! (`spec.paused=true`) instead of leaving it running unattended.
-
-use std::future::Future;
-use std::time::Duration;
+//! `raygate drain run` without `--local` (pure half): the flags become a `NodeRollout` spec the
+//! controller runs, and its status one line for the operator. The IO half (create, follow, pause
+//! on Ctrl-C) is [`crate::live_rollout`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use serde_json::json;
 
 use crate::drain::rollout as pure;
 use crate::types::rollout::{
     DrainFlags, FailureActionSpec, GenerationSpec, GroupPreset, GroupsSpec, HandOffMode,
-    HandOffSpec, NodeRollout, NodeRolloutSpec, NodeRolloutStatus,
+    HandOffSpec, NodeRolloutSpec, NodeRolloutStatus,
 };
 
 /// What `drain run` was asked for, as the NodeRollout's spec takes it.
@@ -184,28 +178,6 @@ impl Ended {
     }
 }
 
-/// Creates the rollout (`generateName: drain-` without a name). A 422 (the server's schema or
-/// CEL rules) is an `Err` with the server's message.
-pub async fn create(
-    client: &Client,
-    name: Option<&str>,
-    spec: NodeRolloutSpec,
-    dry_run: bool,
-) -> Result<NodeRollout, kube::Error> {
-    let mut o = NodeRollout::new(name.unwrap_or_default(), spec);
-    if name.is_none() {
-        o.metadata.name = None;
-        o.metadata.generate_name = Some("drain-".into());
-    }
-    let params = PostParams {
-        dry_run,
-        ..PostParams::default()
-    };
-    Api::<NodeRollout>::all(client.clone())
-        .create(&params, &o)
-        .await
-}
-
 /// One line for a status: phase, progress, current domain and why it waits.
 pub fn line(s: &NodeRolloutStatus) -> String {
     let phase = s.phase.as_deref().unwrap_or(pure::PENDING);
@@ -222,52 +194,6 @@ pub fn line(s: &NodeRolloutStatus) -> String {
     match &s.current_domain {
         Some(d) => format!("{phase} {progress} domain {d}: {why}"),
         None => format!("{phase} {progress}: {why}"),
-    }
-}
-
-/// Follows rollout `name` until it completes, fails or cannot run, or `interrupt` resolves (then
-/// sets `spec.paused=true`). `out` gets one line per change.
-pub async fn follow(
-    client: &Client,
-    name: &str,
-    mut out: impl FnMut(&str),
-    interrupt: impl Future<Output = ()>,
-) -> Result<Ended, kube::Error> {
-    let api: Api<NodeRollout> = Api::all(client.clone());
-    let mut interrupt = std::pin::pin!(interrupt);
-    let mut last = String::new();
-    loop {
-        let o = api.get(name).await?;
-        let s = o.status.clone().unwrap_or_default();
-        let current = (o.metadata.generation == s.observed_generation).then_some(&s);
-        if let Some(s) = current {
-            let l = line(s);
-            if l != last {
-                out(&l);
-                last = l;
-            }
-            let ready = crate::conditions::find(&s.conditions, pure::READY);
-            match s.phase.as_deref() {
-                Some(pure::COMPLETED) => return Ok(Ended::Completed),
-                Some(pure::FAILED_PHASE) => return Ok(Ended::Failed(last)),
-                _ => {}
-            }
-            if let Some(c) = ready.filter(|c| c.status == "False" && c.reason != "NodeConflict") {
-                return Ok(Ended::BadInput(format!("{}: {}", c.reason, c.message)));
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = &mut interrupt => {
-                api.patch(
-                    &o.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"paused": true}})),
-                )
-                .await?;
-                return Ok(Ended::Interrupted);
-            }
-        }
     }
 }
 
