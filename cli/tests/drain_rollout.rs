@@ -219,3 +219,26 @@ async fn an_upgrade_domain_label_no_node_has_is_bad_input_exit_2_and_a_dry_run_s
     assert_eq!(ended.exit_code(), 2);
     assert_eq!(pods(&client).await, 4, "nothing was evicted");
 }
+
+#[test]
+fn the_binary_exits_2_on_flags_a_node_rollout_cannot_take_before_reading_the_cluster() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_raygate"))
+        .args([
+            "drain",
+            "run",
+            "--domain-label",
+            UD,
+            "--group-label",
+            "team/group",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ])
+        .output()
+        .expect("the raygate binary runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--group-label team/group needs --representative QUERY"),
+        "{err}"
+    );
+}

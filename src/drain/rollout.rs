@@ -225,7 +225,7 @@ pub fn status(
     let mut s = prev.cloned().unwrap_or_default();
     s.observed_generation = generation;
     s.target_generation = state.target_generation.clone();
-    s.engine = serde_json::to_string(state).ok();
+    s.engine = serde_json::to_string(&compact(state)).ok();
     let awaiting = state.domains.iter().any(|d| d.step == Step::AwaitingResume);
     s.phase = Some(
         match (&state.phase, awaiting) {
@@ -259,6 +259,15 @@ pub fn status(
             let protected = evicted.clone().filter(|e| e.pdb.is_some()).count();
             let other = evicted.filter(|e| e.pdb.is_none()).count();
             let finished = matches!(d.step, Step::Done | Step::Aborted);
+            // a finished domain's evictions are not kept in `engine` (see `compact`): its
+            // counts stay as the status last had them
+            let (protected, other) = match before {
+                Some(b) if finished => (
+                    protected.max(usize::try_from(b.protected_evicted).unwrap_or(0)),
+                    other.max(usize::try_from(b.other_evicted).unwrap_or(0)),
+                ),
+                _ => (protected, other),
+            };
             DomainStatus {
                 name: d.name.clone(),
                 phase: step_name(d.step).into(),
@@ -288,6 +297,19 @@ pub fn status(
         })
         .collect();
     conditions(&mut s, state, generation, now);
+    s
+}
+
+/// The state as `status.engine` keeps it: a finished domain's evicted pods are dropped (the
+/// engine reads them only for that domain's health gate; the status keeps their counts), so the
+/// record grows with the domains in progress, not with the whole rollout.
+pub fn compact(state: &State) -> State {
+    let mut s = state.clone();
+    for d in &mut s.domains {
+        if matches!(d.step, Step::Done | Step::Aborted) {
+            d.evicted.clear();
+        }
+    }
     s
 }
 
@@ -668,12 +690,22 @@ mod tests {
         assert!(blocked.message.contains("needs 2 healthy pods and has 2"));
         assert!(crate::conditions::is_true(&out.conditions, PROGRESSING));
         assert!(!crate::conditions::is_true(&out.conditions, COMPLETE));
-        // the engine state round-trips through the status
+        // the engine state round-trips through the status, without a done domain's evictions
         let back: State = serde_json::from_str(out.engine.as_deref().unwrap()).unwrap();
-        assert_eq!(back, s);
-        // a finish time, once written, stays
-        let later = status(Some(&out), &s, Some(4), t(500));
+        assert_eq!(back, compact(&s));
+        assert!(back.domains[0].evicted.is_empty());
+        assert_eq!(back.domains[1], s.domains[1]);
+        // a finish time and a done domain's counts, once written, stay (also from the compact
+        // state a new leader reads)
+        let later = status(Some(&out), &back, Some(4), t(500));
         assert_eq!(later.domains[0].finished_at, Some(Time(t(80))));
+        assert_eq!(
+            (
+                later.domains[0].protected_evicted,
+                later.domains[0].other_evicted
+            ),
+            (1, 1)
+        );
     }
 
     #[test]
