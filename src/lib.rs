@@ -35,6 +35,9 @@ pub mod gate;
 pub mod labels;
 /// IO: reads a live cluster for `raygate status` (the summaries are pure, in [`cli::status`]).
 pub mod live;
+/// IO: `raygate drain run` creates a NodeRollout and follows it (the spec and lines are pure, in
+/// [`cli::rollout`]).
+pub mod live_rollout;
 /// Pure: multi-document YAML into typed objects, errors naming document, object and field.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;

@@ -1,17 +1,21 @@
-//! `raygate drain run --local`: the drain engine in-process against the kubeconfig's cluster
-//! (`raygate::controller::drain::run`, the loop the NodeRollout controller will run too).
+//! `raygate drain run`: creates a NodeRollout from the flags and follows it while the controller
+//! runs it (`raygate::cli::rollout`); `--local` runs the drain engine in this process instead
+//! (`raygate::controller::drain::run`, the loop the NodeRollout controller runs too).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use raygate::cli::rollout::{Ended, RolloutRequest};
 use raygate::controller::SystemClock;
 use raygate::controller::drain::{self, Run};
 use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
 use raygate::drain::{DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions};
+use raygate::live_rollout as rollout;
+use raygate::types::rollout::{FailureActionSpec, HandOffMode};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum HandoffArg {
@@ -28,9 +32,16 @@ pub enum FailureArg {
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Run the engine in this process (the NodeRollout controller is not there yet).
-    #[arg(long, required = true)]
+    /// Run the engine in this process instead of creating a NodeRollout for the controller.
+    #[arg(long)]
     local: bool,
+    /// The NodeRollout's name (default: generated, `drain-xxxxx`).
+    #[arg(long, conflicts_with = "local")]
+    name: Option<String>,
+    /// With --group-label other than a preset's (LeaderWorkerSet's group key, KubeRay's replica
+    /// name): the label query picking a group's representative (e.g. role=leader).
+    #[arg(long, conflicts_with = "local")]
+    representative: Option<String>,
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     #[arg(long)]
@@ -71,7 +82,8 @@ pub struct RunArgs {
     manual: bool,
     #[arg(long, default_value_t = 10)]
     eviction_concurrency: usize,
-    /// Server-side dry-run evictions only (nothing is cordoned or evicted).
+    /// With --local: server-side dry-run evictions only (nothing is cordoned or evicted).
+    /// Otherwise: a server-side dry-run create of the NodeRollout, and the plan printed.
     #[arg(long)]
     dry_run: bool,
     #[arg(long)]
@@ -133,9 +145,120 @@ fn options(a: &RunArgs) -> Options {
     }
 }
 
-/// Exit codes: 0 completed, 1 failed (aborted), 2 bad options, 130 interrupted (Ctrl-C: the
+fn request(a: &RunArgs) -> RolloutRequest {
+    RolloutRequest {
+        domain_label: a.domain_label.clone(),
+        selector: a.selector.clone(),
+        group_label: a.group_label.clone(),
+        representative: a.representative.clone(),
+        generation_label: a.generation_label.clone(),
+        generation_target: a.generation_target.clone(),
+        handoff: match a.handoff {
+            HandoffArg::None => HandOffMode::None,
+            HandoffArg::Reboot => HandOffMode::Reboot,
+            HandoffArg::Replace => HandOffMode::Replace,
+        },
+        health_check_wait_seconds: a.health_check_wait_seconds,
+        health_check_stable_seconds: a.health_check_stable_seconds,
+        health_check_retry_timeout_seconds: a.health_check_retry_timeout_seconds,
+        domain_timeout_seconds: a.domain_timeout_seconds,
+        rollout_timeout_seconds: a.rollout_timeout_seconds,
+        failure_action: match a.failure_action {
+            FailureArg::Pause => FailureActionSpec::Pause,
+            FailureArg::Abort => FailureActionSpec::Abort,
+        },
+        max_unavailable_domains: a.max_unavailable_domains,
+        manual: a.manual,
+        ignore_daemonsets: a.ignore_daemonsets,
+        delete_emptydir_data: a.delete_emptydir_data,
+        force: a.force,
+    }
+}
+
+/// Exit codes: 0 completed, 1 failed (aborted), 2 bad options (the server or the controller
+/// refused the rollout), 130 interrupted (Ctrl-C: the NodeRollout is paused; with --local the
 /// nodes stay as they are).
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.local {
+        return run_local(args);
+    }
+    let spec = match request(&args).spec() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client =
+            raygate::live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let created = match rollout::create(&client, args.name.as_deref(), spec.clone(), args.dry_run)
+            .await
+        {
+            Ok(o) => o,
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
+                eprintln!("error: the NodeRollout was refused: {}", s.message);
+                return Ok(ExitCode::from(2));
+            }
+            Err(e) => return Err(anyhow::Error::from(e).context("creating the NodeRollout")),
+        };
+        let name = created.metadata.name.clone().unwrap_or_default();
+        if args.dry_run {
+            return dry_run(&client, &spec).await;
+        }
+        eprintln!("NodeRollout {name} created; following it (Ctrl-C pauses it)");
+        let ended = rollout::follow(
+            &client,
+            &name,
+            |l| println!("{l}"),
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        )
+        .await
+        .context("following the NodeRollout")?;
+        match &ended {
+            Ended::Completed => println!("NodeRollout {name} completed"),
+            Ended::Failed(why) => eprintln!("NodeRollout {name} failed: {why}"),
+            Ended::BadInput(why) => eprintln!("error: NodeRollout {name} cannot run: {why}"),
+            Ended::Interrupted => eprintln!(
+                "interrupted: NodeRollout {name} is paused (spec.paused=true); evictions already \
+                 sent finish, nothing new starts. Go on with: kubectl patch nro {name} --type merge \
+                 -p '{{\"spec\":{{\"paused\":false}}}}'"
+            ),
+        }
+        Ok(ExitCode::from(ended.exit_code()))
+    })
+}
+
+/// `--dry-run`: the server accepted the spec (a dry-run create); print the plan it would run.
+async fn dry_run(
+    client: &kube::Client,
+    spec: &raygate::types::rollout::NodeRolloutSpec,
+) -> anyhow::Result<ExitCode> {
+    let options = match raygate::drain::rollout_options(spec) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let objects = raygate::live::drain_objects(client).await?;
+    let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
+    let plan = match raygate::drain::plan(&objects.cluster(), &options.plan, now) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    println!("dry run: the server accepts this NodeRollout; it would drain:");
+    print!("{}", raygate::cli::drain::plan_table(&plan));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let client =

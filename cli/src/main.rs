@@ -117,6 +117,11 @@ struct ControllerArgs {
     /// Keep the newest this many finished slices of each chain whatever their age (for debugging).
     #[arg(long, default_value_t = 3)]
     finished_slices_kept_per_chain: usize,
+    /// Run NodeRollouts (upgrade-domain aware drains) on the leader (needs the drain RBAC:
+    /// nodes patch, pods/eviction create, noderollouts/status patch). `--node-rollouts=false`
+    /// turns it off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    node_rollouts: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -158,6 +163,7 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
         metrics_addr,
         check_crds: true,
         pod_gate: args.pod_gate,
+        node_rollouts: args.node_rollouts,
         finished_slice_retention: (args.finished_slice_retention_seconds > 0).then_some(
             raygate::slices::Retention {
                 after_finished: std::time::Duration::from_secs(

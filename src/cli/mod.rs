@@ -5,6 +5,8 @@ mod admit;
 pub use admit::{AdmitReport, ClusterQueueRow, WorkloadRow, admit, admit_table, read_snapshot};
 pub mod drain;
 mod podsets;
+/// `drain run` over a NodeRollout: the spec from the flags, create, follow, pause on Ctrl-C.
+pub mod rollout;
 pub mod status;
 
 pub use podsets::{PodSetRow, PodSetsReport, podsets, podsets_table};

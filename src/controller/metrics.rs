@@ -25,6 +25,12 @@ pub struct UsageLabels {
     pub resource: String,
 }
 
+/// A NodeRollout phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
@@ -86,6 +92,12 @@ pub struct Metrics {
     /// Per ClusterQueue: held RayServices and their held requests by resource.
     pub cluster_queue_held: Family<QueueLabels, Gauge>,
     pub cluster_queue_held_resources: Family<QueueResourceLabels, Gauge<f64, AtomicU64>>,
+    /// NodeRollouts (the rollout controller): upgrade domains done, evictions by result
+    /// (`evicted`, `429`, `error`), seconds evictions were refused by budgets, rollouts by phase.
+    pub rollout_domains_completed: Counter,
+    pub rollout_evictions: Family<ResultLabels, Counter>,
+    pub rollout_blocked_seconds: Counter<f64, AtomicU64>,
+    pub rollouts: Family<PhaseLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -180,7 +192,35 @@ impl Default for Metrics {
             "Requests of held children per ClusterQueue and resource",
             cluster_queue_held_resources.clone(),
         );
+        let rollout_domains_completed = Counter::default();
+        registry.register(
+            "noderollout_domains_completed",
+            "Upgrade domains NodeRollouts completed",
+            rollout_domains_completed.clone(),
+        );
+        let rollout_evictions = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "noderollout_evictions",
+            "Evictions NodeRollouts sent, by result (evicted, 429, error)",
+            rollout_evictions.clone(),
+        );
+        let rollout_blocked_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "noderollout_pdb_blocked_seconds",
+            "Seconds NodeRollout domains waited on a PodDisruptionBudget's refusal (counted when the refusal ends)",
+            rollout_blocked_seconds.clone(),
+        );
+        let rollouts = Family::<PhaseLabels, Gauge>::default();
+        registry.register(
+            "noderollouts",
+            "NodeRollouts by phase (Pending, Running, Paused, Completed, Failed)",
+            rollouts.clone(),
+        );
         Metrics {
+            rollout_domains_completed,
+            rollout_evictions,
+            rollout_blocked_seconds,
+            rollouts,
             build_info,
             is_leader,
             held_children,
@@ -249,6 +289,39 @@ impl Metrics {
                     })
                     .set(q.nanos() as f64 / 1e9);
             }
+        }
+    }
+
+    /// Counts one NodeRollout state change (see `drain::rollout::changes`).
+    pub fn count_rollout(&self, c: &crate::drain::rollout::Counts) {
+        self.rollout_domains_completed.inc_by(c.domains_completed);
+        for (result, n) in [
+            ("evicted", c.evicted),
+            ("429", c.refused),
+            ("error", c.failed),
+        ] {
+            if n > 0 {
+                self.rollout_evictions
+                    .get_or_create(&ResultLabels {
+                        result: result.into(),
+                    })
+                    .inc_by(n);
+            }
+        }
+        if c.blocked_seconds > 0.0 {
+            self.rollout_blocked_seconds.inc_by(c.blocked_seconds);
+        }
+    }
+
+    /// Replaces the rollouts-by-phase gauge.
+    pub fn refresh_rollouts(&self, phases: &std::collections::BTreeMap<String, i64>) {
+        self.rollouts.clear();
+        for (phase, n) in phases {
+            self.rollouts
+                .get_or_create(&PhaseLabels {
+                    phase: phase.clone(),
+                })
+                .set(*n);
         }
     }
 

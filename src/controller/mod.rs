@@ -16,6 +16,8 @@ mod gate;
 mod http;
 mod leader;
 mod metrics;
+/// The NodeRollout controller: one worker per rollout on the leader, the executor, the status.
+pub mod rollout;
 mod startup;
 mod stores;
 mod ungater;
@@ -51,6 +53,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
 // | `raygate-ungater`    | Pod `spec.schedulingGates` (removes `raygate.io/quota` only)        |
 // | `raygate-drain`      | Node cordon, taints, upgrade label, uncordon (`drain::DRAIN_MANAGER`) |
+// | `raygate-rollout`    | NodeRollout status (`rollout::ROLLOUT_MANAGER`)                     |
 // | `raygate-leader`     | the leader-election Lease (`leader.rs`)                             |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
@@ -121,6 +124,9 @@ pub struct Config {
     /// The pod-level gate: the `raygate.io/quota` scheduling gate on opted-in RayServices' pod
     /// templates and the ungater that lifts it (needs a server that serves Pods).
     pub pod_gate: bool,
+    /// The NodeRollout controller (needs a server that serves Nodes, Pods and
+    /// PodDisruptionBudgets, and the NodeRollout CRD).
+    pub node_rollouts: bool,
 }
 
 impl Default for Config {
@@ -138,6 +144,7 @@ impl Default for Config {
             check_crds: false,
             check_crds_retry: Duration::from_secs(30),
             pod_gate: false,
+            node_rollouts: false,
         }
     }
 }
@@ -330,6 +337,20 @@ pub async fn run_with(
                 streams.pods_changed.clone(),
                 shutdown_rx.clone(),
             ),
+        );
+    }
+    if config.node_rollouts {
+        let rollouts = rollout::Rollouts {
+            client: client.clone(),
+            clock: ctx.clock.clone(),
+            metrics: metrics.clone(),
+            leader: ctx.leader.clone(),
+            identity: config.identity.clone(),
+            tick: Duration::from_secs(1),
+        };
+        tasks.spawn(
+            "noderollout controller",
+            rollout::run(rollouts, shutdown_rx.clone()),
         );
     }
     for (name, driver) in streams.drivers {

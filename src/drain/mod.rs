@@ -19,6 +19,8 @@ mod generation;
 mod pdb;
 mod plan;
 mod preflight;
+/// A NodeRollout's status, Events and metric deltas from the engine's state.
+pub mod rollout;
 pub mod rules;
 mod spec;
 

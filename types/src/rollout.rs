@@ -319,6 +319,10 @@ pub struct NodeRolloutStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The drain engine's state (compact JSON), written by the controller with every status so
+    /// a new leader goes on where the last one stopped. Not an interface: read the fields above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// One upgrade domain's progress.

@@ -1,0 +1,688 @@
+//! The NodeRollout controller on the simulated cluster, through `kube::Client` as in production:
+//! a `NodeRollout` object in, the controller (`raygate::controller::rollout::run`) plans it, runs
+//! the engine through the executor and writes the status; LeaderWorkerSet groups with delegated
+//! readiness, a budget over the leaders, the disruption controller with its lag, the scheduler and
+//! kubelets; the paused clock. What was evicted is read from the cluster's own history (a watch on
+//! the pods: the Eviction API's `DisruptionTarget` condition), never from the controller.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use raygate::controller::rollout::{self, Rollouts};
+use raygate::controller::{Clock, Metrics, Monotonic};
+use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
+use raygate_sim::Sim;
+use raygate_sim::actors::{disruption, kubelet, lws, scheduler};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const NS: &str = "serving";
+const UD: &str = "topology.raygate.io/upgrade-domain";
+const POOL: &str = "pool";
+const LAG: Duration = Duration::from_secs(5);
+
+struct SimClock(raygate_sim::Clock);
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    fn monotonic(&self) -> Monotonic {
+        Monotonic::from_origin(self.0.elapsed())
+    }
+}
+
+fn sim() -> Sim {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let lws = std::fs::read_to_string(
+        here.join("../../shared/upstream-crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
+    )
+    .expect("../shared/upstream-crds holds the LWS CRD");
+    let nro = std::fs::read_to_string(here.join("../crds/noderollouts.raygate.io.yaml"))
+        .expect("crds/ holds the NodeRollout CRD");
+    Sim::builder()
+        .crds_yaml(&lws)
+        .unwrap()
+        .crds_yaml(&nro)
+        .unwrap()
+        .namespace(NS)
+        .build()
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3 * 3600);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn node(name: &str, ud: &str, gpus: u32, pool: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {UD: ud, POOL: pool, "kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+    }))
+    .unwrap()
+}
+
+fn actors(sim: &Sim) -> watch::Sender<bool> {
+    let client = sim.client();
+    let (stop, shutdown) = watch::channel(false);
+    let clock = sim.clock().clone();
+    tokio::spawn(scheduler::run(
+        client.clone(),
+        clock.clone(),
+        Default::default(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(kubelet::run_all(
+        client.clone(),
+        clock.clone(),
+        kubelet::Config::default(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(lws::run(client, clock, Duration::from_secs(30), shutdown));
+    sim.spawn_disruption_controller(disruption::Config { lag: LAG });
+    stop
+}
+
+fn container(probe_period: i32, failure_threshold: i32) -> Value {
+    json!({"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
+            "periodSeconds": probe_period, "failureThreshold": failure_threshold}})
+}
+
+/// Groups of a leader and one worker packed into the leader's upgrade domain, the leader Ready
+/// only while its whole group is.
+fn lws_object(replicas: usize) -> Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "llm", "namespace": NS},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {
+            "size": 2,
+            "leaderTemplate": {
+                "metadata": {"labels": {"role": "leader"},
+                    "annotations": {kubelet::READINESS_GROUP: lws::GROUP_KEY}},
+                "spec": {"containers": [container(5, 3)]},
+            },
+            "workerTemplate": {
+                "metadata": {"labels": {"role": "worker"}},
+                "spec": {
+                    "containers": [container(1, 1)],
+                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchExpressions": [{"key": lws::WORKER_INDEX, "operator": "In", "values": ["0"]}]},
+                        "matchLabelKeys": [lws::GROUP_KEY], "topologyKey": UD}]}},
+                },
+            },
+        }},
+    })
+}
+
+fn lws_api(client: &Client) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "leaderworkerset.x-k8s.io".into(),
+        version: "v1".into(),
+        api_version: "leaderworkerset.x-k8s.io/v1".into(),
+        kind: "LeaderWorkerSet".into(),
+        plural: "leaderworkersets".into(),
+    };
+    Api::namespaced_with(client.clone(), NS, &ar)
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+async fn pods(client: &Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// `groups[i]` LWS groups on node `node-i` (domain `ud-i`, `pool=old`), then a spare node
+/// (`pool=new`, its own domain) with room for every group, and a budget over the leaders that
+/// tolerates one group down. Returns the pods at the start.
+async fn layout(client: &Client, groups: &[usize]) -> Start {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut total = 0;
+    for (i, &g) in groups.iter().enumerate() {
+        let n = node(
+            &format!("node-{i}"),
+            &format!("ud-{i}"),
+            2 * g as u32,
+            "old",
+        );
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+        total += g;
+        if i == 0 {
+            let o: DynamicObject = serde_json::from_value(lws_object(total)).unwrap();
+            lws_api(client)
+                .create(&PostParams::default(), &o)
+                .await
+                .unwrap();
+        } else {
+            lws_api(client)
+                .patch(
+                    "llm",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": total}})),
+                )
+                .await
+                .unwrap();
+        }
+        eventually("every group Ready", || async {
+            let ps = pods(client).await;
+            (ps.len() == 2 * total && ps.iter().all(is_ready)).then_some(())
+        })
+        .await;
+    }
+    let spare = node("spare", "ud-spare", 2 * total as u32, "new");
+    nodes.create(&PostParams::default(), &spare).await.unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "leaders", "namespace": NS},
+        "spec": {"minAvailable": total - 1, "selector": {"matchLabels": {"role": "leader"}}},
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    eventually("the budget computed", || async {
+        let b = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+            .get("leaders")
+            .await
+            .unwrap();
+        let s = b.status?;
+        (s.current_healthy == Some(total as i32) && s.disruptions_allowed == Some(1)).then_some(())
+    })
+    .await;
+    let ps = pods(client).await;
+    let uid = |p: &Pod| p.uid().unwrap_or_default();
+    Start {
+        leaders: ps
+            .iter()
+            .filter(|p| p.labels().get("role").map(String::as_str) == Some("leader"))
+            .map(uid)
+            .collect(),
+        all: ps.iter().map(uid).collect(),
+    }
+}
+
+/// The pods (uids) on the old pool before the rollout.
+struct Start {
+    leaders: Vec<String>,
+    all: Vec<String>,
+}
+
+/// What the cluster saw evicted is right for a drain of every old node: no pod twice, only pods
+/// that were there at the start (never a recreated one), and every leader (a worker may be gone
+/// before its turn: the LWS controller recreates the whole group when its leader goes). Returns
+/// how many.
+fn check_evictions(h: &History, start: &Start) -> usize {
+    let evicted = evicted_uids(h);
+    let distinct: std::collections::BTreeSet<&String> = evicted.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        evicted.len(),
+        "a pod was evicted twice: {evicted:?}"
+    );
+    for uid in &evicted {
+        assert!(start.all.contains(uid), "a recreated pod {uid} was evicted");
+    }
+    for uid in &start.leaders {
+        assert!(evicted.contains(uid), "leader {uid} was not evicted");
+    }
+    evicted.len()
+}
+
+type History = Arc<Mutex<Vec<(Timestamp, String, String)>>>;
+
+/// Every eviction the cluster saw (`DisruptionTarget`/`EvictionByEvictionAPI` appearing on a
+/// pod): time, pod name, uid.
+fn record_evictions(sim: &Sim) -> History {
+    let history: History = Arc::default();
+    let (client, clock, out) = (sim.client(), sim.clock().clone(), history.clone());
+    tokio::spawn(async move {
+        let mut seen: BTreeMap<String, bool> = BTreeMap::new();
+        let stream = watcher(
+            Api::<Pod>::namespaced(client, NS),
+            watcher::Config::default(),
+        )
+        .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(p)) = stream.next().await {
+            let uid = p.uid().unwrap_or_default();
+            let evicted = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.type_ == "DisruptionTarget"
+                            && c.reason.as_deref() == Some("EvictionByEvictionAPI")
+                    })
+                });
+            let was = seen.insert(uid.clone(), evicted).unwrap_or(false);
+            if evicted && !was {
+                out.lock().unwrap().push((clock.now(), p.name_any(), uid));
+            }
+        }
+    });
+    history
+}
+
+fn evicted_uids(h: &History) -> Vec<String> {
+    h.lock().unwrap().iter().map(|e| e.2.clone()).collect()
+}
+
+/// The controller on `sim`, leading, until the returned sender is dropped or the task aborted.
+fn controller(
+    sim: &Sim,
+    metrics: Arc<Metrics>,
+) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (stop, shutdown) = watch::channel(false);
+    let r = Rollouts {
+        client: sim.client_as("raygate"),
+        clock: Arc::new(SimClock(sim.clock().clone())),
+        metrics,
+        leader: watch::channel(true).1,
+        identity: "raygate-0".into(),
+        tick: Duration::from_secs(1),
+    };
+    (stop, tokio::spawn(rollout::run(r, shutdown)))
+}
+
+fn rollout_object(name: &str, spec: Value) -> NodeRollout {
+    serde_json::from_value(json!({
+        "apiVersion": "raygate.io/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// The old pool, upgrade domain by upgrade domain, LeaderWorkerSet groups, health stable 30 s.
+fn old_pool() -> Value {
+    json!({"nodeSelector": {"matchLabels": {POOL: "old"}}, "udLabel": UD,
+        "groups": {"preset": "LeaderWorkerSet"}, "healthCheckStable": "30s"})
+}
+
+async fn create(client: &Client, o: &NodeRollout) {
+    Api::<NodeRollout>::all(client.clone())
+        .create(&PostParams::default(), o)
+        .await
+        .unwrap();
+}
+
+async fn status(client: &Client, name: &str) -> NodeRolloutStatus {
+    Api::<NodeRollout>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
+fn condition<'a>(s: &'a NodeRolloutStatus, t: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+async fn wait_phase(client: &Client, name: &str, phase: &str) -> NodeRolloutStatus {
+    eventually(&format!("NodeRollout {name} {phase}"), || async {
+        let s = status(client, name).await;
+        (s.phase.as_deref() == Some(phase)).then_some(s)
+    })
+    .await
+}
+
+async fn cordoned(client: &Client) -> Vec<String> {
+    Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        .map(|n| n.name_any())
+        .collect()
+}
+
+async fn event_reasons(client: &Client, name: &str) -> Vec<String> {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| {
+            let on = e.regarding.as_ref();
+            on.and_then(|o| o.kind.as_deref()) == Some("NodeRollout")
+                && on.and_then(|o| o.name.as_deref()) == Some(name)
+        })
+        .filter_map(|e| e.reason.clone())
+        .collect()
+}
+
+/// Two domains with one group each: the controller drains ud-0, waits for its group to be Ready
+/// on the spare node (the health gate), then ud-1, and writes every step to the status.
+#[tokio::test(start_paused = true)]
+async fn a_node_rollout_is_drained_domain_by_domain_to_complete_with_its_status_filled() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let history = record_evictions(&sim);
+    let metrics = Arc::new(Metrics::default());
+    let (_stop, _ctl) = controller(&sim, metrics.clone());
+    create(&client, &rollout_object("kubelet-upgrade", old_pool())).await;
+    let running = wait_phase(&client, "kubelet-upgrade", "Running").await;
+    assert_eq!(running.domains.len(), 2);
+    assert_eq!(running.domains[0].nodes, vec!["node-0".to_string()]);
+    assert_eq!(
+        (
+            running.domains[0].protected_total,
+            running.domains[0].other_total
+        ),
+        (1, 1),
+        "the plan's counts: the leader is protected, the worker is not"
+    );
+    let done = wait_phase(&client, "kubelet-upgrade", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    assert_eq!(done.current_domain, None);
+    for d in &done.domains {
+        assert_eq!(d.phase, "Done", "{d:?}");
+        assert_eq!(d.protected_evicted, 1, "{d:?}");
+        assert!(d.other_evicted <= 1, "{d:?}");
+        let (started, finished) = (
+            d.started_at.clone().unwrap(),
+            d.finished_at.clone().unwrap(),
+        );
+        assert!(started.0 < finished.0, "{d:?}");
+    }
+    // the health gate: ud-1 started only after ud-0's group held Ready for the stable 30 s
+    let (a, b) = (
+        done.domains[0].started_at.as_ref().unwrap().0,
+        done.domains[1].started_at.as_ref().unwrap().0,
+    );
+    assert!(
+        b.duration_since(a).as_secs() >= 30,
+        "ud-0 at {a}, ud-1 at {b}"
+    );
+    assert_eq!(condition(&done, "Complete").map(|c| c.0), Some("True"));
+    assert_eq!(
+        condition(&done, "Progressing").map(|c| c.1),
+        Some("Completed")
+    );
+    assert_eq!(condition(&done, "Ready").map(|c| c.0), Some("True"));
+    assert!(done.engine.is_some());
+    assert_eq!(done.observed_generation, Some(1));
+    // read from the cluster: each leader once, nothing twice; the status counts the same
+    let n = check_evictions(&history, &start);
+    let counted: i32 = done
+        .domains
+        .iter()
+        .map(|d| d.protected_evicted + d.other_evicted)
+        .sum();
+    assert_eq!(counted as usize, n);
+    assert_eq!(cordoned(&client).await, vec!["node-0", "node-1"]);
+    let reasons = event_reasons(&client, "kubelet-upgrade").await;
+    for r in ["DomainStarted", "DomainCompleted", "RolloutCompleted"] {
+        assert!(
+            reasons.iter().any(|x| x == r),
+            "no {r} Event in {reasons:?}"
+        );
+    }
+    let text = metrics.encode();
+    assert!(
+        text.contains("raygate_noderollout_domains_completed_total 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "raygate_noderollout_evictions_total{{result=\"evicted\"}} {n}"
+        )),
+        "{text}"
+    );
+}
+
+/// ud-0 holds two groups and the budget tolerates one down: the second leader is refused (429).
+/// The controller is killed while the domain waits on the budget and a new one is started: it
+/// goes on from the status (the same domain start, the refusal, the evictions so far), evicts
+/// no pod twice, and the rollout completes.
+#[tokio::test(start_paused = true)]
+async fn a_controller_killed_mid_domain_is_replaced_by_one_that_goes_on_without_evicting_again() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[2, 1]).await;
+    let history = record_evictions(&sim);
+    let metrics = Arc::new(Metrics::default());
+    let (_stop, first) = controller(&sim, metrics.clone());
+    create(&client, &rollout_object("r", old_pool())).await;
+    let blocked = eventually("ud-0 blocked by the budget", || async {
+        let s = status(&client, "r").await;
+        s.domains
+            .first()
+            .filter(|d| d.blocked_by.is_some() && d.protected_evicted == 1)
+            .cloned()
+    })
+    .await;
+    assert!(
+        blocked
+            .blocked_by
+            .as_deref()
+            .unwrap()
+            .contains("needs 2 healthy pods"),
+        "{blocked:?}"
+    );
+    first.abort();
+    let _ = first.await;
+    let before_restart = evicted_uids(&history);
+    assert_eq!(
+        before_restart.len(),
+        1,
+        "one leader evicted before the kill"
+    );
+    // a while without a controller, then a new one
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (_stop2, _second) = controller(&sim, Arc::new(Metrics::default()));
+    let done = wait_phase(&client, "r", "Completed").await;
+    let d0 = &done.domains[0];
+    assert_eq!(
+        d0.started_at, blocked.started_at,
+        "the new controller went on with the domain the old one started"
+    );
+    assert_eq!(
+        d0.protected_evicted, 2,
+        "the eviction before the kill is remembered: {d0:?}"
+    );
+    check_evictions(&history, &start);
+}
+
+/// `spec.paused: true` while ud-0 drains: nothing new is evicted and ud-1 is not started, for as
+/// long as it stays paused; `false` goes on to Complete.
+#[tokio::test(start_paused = true)]
+async fn paused_stops_new_evictions_and_resuming_goes_on_to_complete() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[2, 1]).await;
+    let history = record_evictions(&sim);
+    let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
+    create(&client, &rollout_object("r", old_pool())).await;
+    eventually("the first eviction", || async {
+        (!evicted_uids(&history).is_empty()).then_some(())
+    })
+    .await;
+    let api = Api::<NodeRollout>::all(client.clone());
+    let pause = |paused: bool| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "r",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": paused}})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    pause(true).await;
+    let paused = wait_phase(&client, "r", "Paused").await;
+    assert_eq!(
+        condition(&paused, "Progressing").map(|c| c.1),
+        Some("PausedBySpec")
+    );
+    assert_eq!(paused.observed_generation, Some(2));
+    // in-flight evictions finish; then nothing for ten minutes
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let at_pause = evicted_uids(&history).len();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(
+        evicted_uids(&history).len(),
+        at_pause,
+        "evicted while paused"
+    );
+    assert_eq!(
+        cordoned(&client).await,
+        vec!["node-0"],
+        "ud-1 started while paused"
+    );
+    assert!(
+        event_reasons(&client, "r")
+            .await
+            .iter()
+            .any(|r| r == "Paused"),
+        "no Paused Event"
+    );
+    pause(false).await;
+    let done = wait_phase(&client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    assert_eq!(done.observed_generation, Some(3));
+    check_evictions(&history, &start);
+}
+
+/// Bad input, each a condition a user can act on, nothing cordoned or evicted, and a good rollout
+/// next to them completes: an upgrade-domain label no node has, a selector matching no node, a
+/// spec the API server's schema lets through but the controller cannot use.
+#[tokio::test(start_paused = true)]
+async fn bad_rollouts_get_a_condition_touch_nothing_and_leave_a_good_one_alone() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let history = record_evictions(&sim);
+    let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
+    let mut unknown_label = old_pool();
+    unknown_label["udLabel"] = json!("example.com/rack");
+    create(&client, &rollout_object("unknown-label", unknown_label)).await;
+    let mut no_nodes = old_pool();
+    no_nodes["nodeSelector"] = json!({"matchLabels": {POOL: "gone"}});
+    create(&client, &rollout_object("no-nodes", no_nodes)).await;
+    let mut bad_query = old_pool();
+    bad_query["drain"] = json!({"podSelector": "app in (a"});
+    create(&client, &rollout_object("bad-query", bad_query)).await;
+    for (name, reason, says) in [
+        (
+            "unknown-label",
+            "UnknownDomainLabel",
+            "no node carries the upgrade-domain label \"example.com/rack\"",
+        ),
+        ("no-nodes", "NoNodesMatched", "no node matched"),
+        ("bad-query", "InvalidSpec", "spec.drain.podSelector"),
+    ] {
+        let s = eventually(&format!("{name}: Ready=False/{reason}"), || async {
+            let s = status(&client, name).await;
+            (condition(&s, "Ready").map(|c| c.1) == Some(reason)).then_some(s)
+        })
+        .await;
+        let (st, _, message) = condition(&s, "Ready").unwrap();
+        assert_eq!(st, "False");
+        assert!(message.contains(says), "{name}: {message}");
+        assert_eq!(s.phase.as_deref(), Some("Pending"), "{name}");
+        assert!(s.engine.is_none(), "{name} started");
+        assert!(
+            event_reasons(&client, name)
+                .await
+                .iter()
+                .any(|r| r == reason),
+            "{name}: no {reason} Event"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(cordoned(&client).await.is_empty());
+    assert!(evicted_uids(&history).is_empty());
+    create(&client, &rollout_object("good", old_pool())).await;
+    wait_phase(&client, "good", "Completed").await;
+    check_evictions(&history, &start);
+}
+
+/// Two rollouts over the same nodes: the later one waits with a condition naming the first, and
+/// plans only once the first completed (by then nothing is left to evict).
+#[tokio::test(start_paused = true)]
+async fn a_node_in_two_active_rollouts_makes_the_later_one_wait_naming_the_other() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let history = record_evictions(&sim);
+    let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
+    create(&client, &rollout_object("first", old_pool())).await;
+    wait_phase(&client, "first", "Running").await;
+    let mut overlapping = old_pool();
+    overlapping["nodeSelector"] = json!({"matchLabels": {UD: "ud-1"}});
+    create(&client, &rollout_object("second", overlapping)).await;
+    let waiting = eventually("second waits", || async {
+        let s = status(&client, "second").await;
+        (condition(&s, "Ready").map(|c| c.1) == Some("NodeConflict")).then_some(s)
+    })
+    .await;
+    let message = condition(&waiting, "Ready").unwrap().2;
+    assert!(
+        message.contains("node(s) node-1 are drained by NodeRollout first"),
+        "{message}"
+    );
+    assert_eq!(waiting.phase.as_deref(), Some("Pending"));
+    wait_phase(&client, "first", "Completed").await;
+    wait_phase(&client, "second", "Completed").await;
+    // second found nothing left to evict: each leader once, nothing twice
+    check_evictions(&history, &start);
+}

@@ -1,0 +1,755 @@
+//! The NodeRollout controller (IO): one worker per `NodeRollout`, on the leader only.
+//!
+//! A worker checks the spec (`drain::rollout_options`), plans once (a paged read of Nodes, Pods,
+//! PodDisruptionBudgets and DaemonSets), claims the planned nodes against every other active
+//! rollout, and runs the engine through the executor ([`super::drain::run`]). Every state the
+//! executor reports becomes the status (`drain::rollout::status`, field manager
+//! [`ROLLOUT_MANAGER`]), with the engine's state in `status.engine`: a new leader reads it and
+//! goes on where the last one stopped. Nodes and pods are never trusted to that record alone: the
+//! engine re-derives every cordon and eviction from the live view, so a node already cordoned is
+//! not cordoned again and a pod already evicted (terminating or gone) is not evicted again.
+//!
+//! `spec.paused: true` stops the executor (an eviction already sent finishes; nothing new is
+//! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
+//! metrics come from the change between two states (`drain::rollout::changes`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, Patch};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, Notify, watch};
+
+use super::drain::{self as executor, DrainRunError, Run};
+use super::events::EventSink;
+use super::{Clock, Metrics};
+use crate::drain::engine::{Options, State};
+use crate::drain::rollout::{self as pure, NotReady};
+use crate::drain::{DrainError, rollout_options};
+use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
+
+/// Field manager of the NodeRollout status writes (the node patches keep
+/// [`super::drain::DRAIN_MANAGER`]).
+pub const ROLLOUT_MANAGER: &str = "raygate-rollout";
+
+/// How often a waiting rollout (a node conflict, a plan the cluster does not allow yet) is tried
+/// again.
+const RETRY: Duration = Duration::from_secs(10);
+/// The longest a status lags the engine when only its "why it waits" lines changed.
+const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// What the rollout controller needs.
+pub struct Rollouts {
+    pub client: Client,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<Metrics>,
+    /// True while this replica may write.
+    pub leader: watch::Receiver<bool>,
+    /// This replica's name (the Events' `reportingInstance`).
+    pub identity: String,
+    /// How often the executor decides when nothing changed.
+    pub tick: Duration,
+}
+
+/// A failing step, naming the rollout.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("reading the cluster to plan NodeRollout {name}: {source}")]
+    Read {
+        name: String,
+        source: crate::live::Error,
+    },
+    #[error("writing NodeRollout {name} status: {source}")]
+    WriteStatus { name: String, source: kube::Error },
+    #[error("re-reading NodeRollout {name} after a conflict: {source}")]
+    Reread { name: String, source: kube::Error },
+    #[error("NodeRollout {name}: its status was written by someone else meanwhile; re-reading")]
+    Superseded { name: String },
+    #[error("not writing NodeRollout {name}: this replica no longer holds the leader Lease")]
+    NotLeader { name: String },
+    #[error("running NodeRollout {name}: {source}")]
+    Executor { name: String, source: DrainRunError },
+}
+
+impl RolloutError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            RolloutError::Read { .. } => "rollout_read",
+            RolloutError::WriteStatus { .. } => "rollout_status",
+            RolloutError::Reread { .. } => "rollout_reread",
+            RolloutError::Superseded { .. } => "rollout_superseded",
+            RolloutError::NotLeader { .. } => "not_leader",
+            RolloutError::Executor { .. } => "rollout_executor",
+        }
+    }
+}
+
+struct Shared {
+    client: Client,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    leader: watch::Receiver<bool>,
+    tick: Duration,
+    events: EventSink,
+    store: Store<NodeRollout>,
+    /// Nodes claimed by the rollouts this process started (the store may not show their
+    /// status yet); checked and updated under the lock, so two new rollouts never both claim.
+    claims: Mutex<BTreeMap<String, BTreeSet<String>>>,
+}
+
+/// What a worker does next.
+enum Next {
+    /// Wait until the object changes.
+    WaitChange,
+    /// Wait until it changes, or `RETRY`.
+    Retry,
+    /// Look again at once.
+    Again,
+}
+
+/// Runs the controller until `shutdown` is true. Workers run only while `leader` is true; a
+/// replica that stops leading stops them (the executor stops at its next step).
+pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
+    let changed = Arc::new(Notify::new());
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(
+            Api::<NodeRollout>::all(r.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    );
+    let notify = changed.clone();
+    let watch_task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::debug!(error = %e, "NodeRollout watch error; the watcher retries");
+            }
+            notify.notify_one();
+        }
+    });
+    let _watch = AbortOnDrop(watch_task);
+    tokio::select! {
+        ready = store.wait_until_ready() => if ready.is_err() { return },
+        _ = shutdown.wait_for(|s| *s) => return,
+    }
+    let identity = r.identity.clone();
+    let sh = Arc::new(Shared {
+        events: EventSink::new(r.client.clone(), r.clock.clone(), identity),
+        client: r.client,
+        clock: r.clock,
+        metrics: r.metrics,
+        leader: r.leader.clone(),
+        tick: r.tick,
+        store,
+        claims: Mutex::default(),
+    });
+    let mut leader = r.leader;
+    let mut workers: HashMap<String, watch::Sender<Option<Arc<NodeRollout>>>> = HashMap::new();
+    // dropped with this future: a stopped controller stops its workers
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut leader_open = true;
+    tracing::info!("NodeRollout controller started");
+    loop {
+        while tasks.try_join_next().is_some() {}
+        let rollouts = sh.store.state();
+        let mut phases: BTreeMap<String, i64> = BTreeMap::new();
+        for o in &rollouts {
+            let phase = o.status.as_ref().and_then(|s| s.phase.clone());
+            *phases
+                .entry(phase.unwrap_or_else(|| pure::PENDING.into()))
+                .or_default() += 1;
+        }
+        sh.metrics.refresh_rollouts(&phases);
+        if *leader.borrow() {
+            let names: BTreeSet<String> = rollouts.iter().map(|o| o.name_any()).collect();
+            // a worker whose object is gone (or that ended) is dropped: its receiver closes
+            workers.retain(|name, tx| names.contains(name) && !tx.is_closed());
+            for o in rollouts {
+                let name = o.name_any();
+                match workers.get(&name) {
+                    Some(tx) => {
+                        tx.send_if_modified(|cur| {
+                            let newer = cur.as_ref().map(|c| c.resource_version())
+                                != Some(o.resource_version());
+                            if newer {
+                                *cur = Some(o.clone());
+                            }
+                            newer
+                        });
+                    }
+                    None => {
+                        let (tx, rx) = watch::channel(Some(o));
+                        tasks.spawn(worker(sh.clone(), name.clone(), rx));
+                        workers.insert(name, tx);
+                    }
+                }
+            }
+        } else if !workers.is_empty() {
+            tracing::info!("not leading: NodeRollout workers stop");
+            workers.clear();
+        }
+        tokio::select! {
+            _ = changed.notified() => {}
+            // a closed channel (a fixed leadership) must not wake the loop over and over
+            r = leader.changed(), if leader_open => leader_open = r.is_ok(),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+    }
+    workers.clear();
+    // the workers see their channel close and stop at the executor's next step
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One rollout, while this replica leads and the object exists.
+async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<Arc<NodeRollout>>>) {
+    let mut w = Worker {
+        sh: sh.clone(),
+        name: name.clone(),
+        written: None,
+    };
+    let mut failures = 0u32;
+    loop {
+        let Some(nro) = obj.borrow_and_update().clone() else {
+            break;
+        };
+        let next = match w.step(&nro, &mut obj).await {
+            Ok(next) => {
+                failures = 0;
+                next
+            }
+            Err(e) => {
+                failures += 1;
+                sh.metrics
+                    .errors
+                    .get_or_create(&super::metrics::StepLabels {
+                        step: e.metric_label().into(),
+                    })
+                    .inc();
+                if matches!(e, RolloutError::NotLeader { .. }) {
+                    tracing::info!(rollout = %name, "{e}");
+                    break;
+                }
+                tracing::warn!(rollout = %name, error = %e, "NodeRollout step failed; retried");
+                // what was written may not be what the server has: read it again
+                w.written = None;
+                let delay = super::backoff(failures);
+                tokio::select! {
+                    r = obj.changed() => if r.is_err() { break },
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                continue;
+            }
+        };
+        match next {
+            Next::Again => {}
+            Next::WaitChange => {
+                if obj.changed().await.is_err() {
+                    break;
+                }
+            }
+            Next::Retry => tokio::select! {
+                r = obj.changed() => if r.is_err() { break },
+                _ = tokio::time::sleep(RETRY) => {}
+            },
+        }
+    }
+    sh.claims.lock().await.remove(&name);
+}
+
+/// The last status this worker wrote, and the `resourceVersion` the server gave it.
+struct Written {
+    status: NodeRolloutStatus,
+    resource_version: Option<String>,
+}
+
+struct Worker {
+    sh: Arc<Shared>,
+    name: String,
+    written: Option<Written>,
+}
+
+impl Worker {
+    /// The status to start from: this worker's last write (the store may lag it), else the
+    /// object's.
+    fn current_status(&self, nro: &NodeRollout) -> Option<NodeRolloutStatus> {
+        match &self.written {
+            Some(w) => Some(w.status.clone()),
+            None => nro.status.clone(),
+        }
+    }
+
+    async fn step(
+        &mut self,
+        nro: &NodeRollout,
+        obj: &mut watch::Receiver<Option<Arc<NodeRollout>>>,
+    ) -> Result<Next, RolloutError> {
+        let now = self.sh.clock.now();
+        let prev = self.current_status(nro);
+        let prev_state: Option<State> = prev
+            .as_ref()
+            .and_then(|s| s.engine.as_deref())
+            .and_then(|e| serde_json::from_str(e).ok());
+        if prev_state.as_ref().is_some_and(State::is_finished) {
+            self.sh.claims.lock().await.remove(&self.name);
+            return Ok(Next::WaitChange);
+        }
+        let options = match rollout_options(&nro.spec) {
+            Ok(o) => o,
+            Err(e) => {
+                let why = NotReady {
+                    reason: "InvalidSpec",
+                    message: e.to_string(),
+                };
+                self.not_running(nro, prev.as_ref(), Some(&why), false)
+                    .await?;
+                return Ok(Next::WaitChange);
+            }
+        };
+        if options.paused {
+            self.not_running(nro, prev.as_ref(), None, true).await?;
+            return Ok(Next::WaitChange);
+        }
+        let engine = pure::engine_options(&options);
+        let (state, base) = match prev_state {
+            Some(state) => {
+                let paused_at = prev
+                    .as_ref()
+                    .and_then(|s| crate::conditions::find(&s.conditions, pure::PROGRESSING))
+                    .filter(|c| c.reason == "PausedBySpec")
+                    .map(|c| c.last_transition_time.0);
+                let state = match paused_at {
+                    Some(at) => {
+                        self.publish(nro, false, "Resumed", "spec.paused is false: going on")
+                            .await;
+                        pure::after_spec_pause(&state, at, now)
+                    }
+                    None => state,
+                };
+                self.sh
+                    .claims
+                    .lock()
+                    .await
+                    .insert(self.name.clone(), state.nodes().map(String::from).collect());
+                (state, prev)
+            }
+            None => match self.plan(&engine).await? {
+                Ok((state, planned)) => (state, Some(planned)),
+                Err(why) => {
+                    self.not_running(nro, prev.as_ref(), Some(&why), false)
+                        .await?;
+                    return Ok(Next::Retry);
+                }
+            },
+        };
+        self.execute(nro, state, base, engine, obj).await
+    }
+
+    /// Plans the rollout from a fresh read of the cluster and claims its nodes.
+    async fn plan(
+        &self,
+        options: &Options,
+    ) -> Result<Result<(State, NodeRolloutStatus), NotReady>, RolloutError> {
+        let objects = crate::live::drain_objects(&self.sh.client)
+            .await
+            .map_err(|source| RolloutError::Read {
+                name: self.name.clone(),
+                source,
+            })?;
+        let now = self.sh.clock.now();
+        let plan = match crate::drain::plan(&objects.cluster(), &options.plan, now) {
+            Ok(plan) => plan,
+            Err(e) => {
+                return Ok(Err(NotReady {
+                    reason: plan_reason(&e),
+                    message: plan_message(&e),
+                }));
+            }
+        };
+        let state = match State::new(&plan, options) {
+            Ok(s) => s,
+            Err(e) => {
+                return Ok(Err(NotReady {
+                    reason: "InvalidSpec",
+                    message: e.to_string(),
+                }));
+            }
+        };
+        let mine: BTreeSet<String> = state.nodes().map(String::from).collect();
+        let mut claims = self.sh.claims.lock().await;
+        let others: Vec<(String, BTreeSet<String>)> = self
+            .sh
+            .store
+            .state()
+            .iter()
+            .filter(|o| o.name_any() != self.name)
+            .filter_map(|o| Some((o.name_any(), pure::claimed_nodes(o.status.as_ref())?)))
+            .chain(
+                claims
+                    .iter()
+                    .filter(|(k, _)| **k != self.name)
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            )
+            .collect();
+        if let Some((other, nodes)) = pure::conflict(&mine, &others) {
+            return Ok(Err(NotReady {
+                reason: "NodeConflict",
+                message: format!(
+                    "node(s) {} are drained by NodeRollout {other}, which is still active: this \
+                     rollout waits until {other} completes or fails (or is deleted)",
+                    nodes.join(", ")
+                ),
+            }));
+        }
+        claims.insert(self.name.clone(), mine);
+        for d in &plan.domains {
+            tracing::info!(rollout = %self.name, domain = %d.name, nodes = d.nodes.len(),
+                protected = d.phase1.len(), unprotected = d.phase2.len(), "NodeRollout planned");
+        }
+        Ok(Ok((state, pure::planned(&plan))))
+    }
+
+    /// Runs the executor from `state` until it finishes or the object changes generation (or
+    /// goes, or this replica stops leading), writing the status on the way.
+    async fn execute(
+        &mut self,
+        nro: &NodeRollout,
+        state: State,
+        base: Option<NodeRolloutStatus>,
+        options: Options,
+        obj: &mut watch::Receiver<Option<Arc<NodeRollout>>>,
+    ) -> Result<Next, RolloutError> {
+        let generation = nro.metadata.generation;
+        let mut last = state.clone();
+        let first = pure::status(base.as_ref(), &state, generation, self.sh.clock.now());
+        self.write(nro, first).await?;
+        let resume_count = |o: &NodeRollout| {
+            pure::resumes(crate::meta::annotation(
+                &o.metadata,
+                pure::RESUME_ANNOTATION,
+            ))
+        };
+        let (resume_tx, resume_rx) = watch::channel(resume_count(nro));
+        let (progress_tx, mut progress_rx) = watch::channel(state.clone());
+        let mut stop = obj.clone();
+        let stopped = async move {
+            let _ = stop
+                .wait_for(|o| {
+                    o.as_ref()
+                        .is_none_or(|o| o.metadata.generation != generation)
+                })
+                .await;
+        };
+        let run = Run {
+            options,
+            state: Some(state),
+            tick: self.sh.tick,
+            resumes: resume_rx,
+        };
+        let exec = executor::run(
+            self.sh.client.clone(),
+            self.sh.clock.clone(),
+            run,
+            move |s: &State| {
+                progress_tx.send_replace(s.clone());
+            },
+            stopped,
+        );
+        let mut exec = std::pin::pin!(exec);
+        let mut current = Arc::new(nro.clone());
+        let (mut progress_open, mut obj_open) = (true, true);
+        let mut last_write = self.sh.clock.monotonic();
+        let end = loop {
+            tokio::select! {
+                end = &mut exec => break end,
+                r = progress_rx.changed(), if progress_open => {
+                    if r.is_err() {
+                        progress_open = false;
+                        continue;
+                    }
+                    let s = progress_rx.borrow_and_update().clone();
+                    let due = self.sh.clock.monotonic().saturating_since(last_write) >= STATUS_EVERY;
+                    if pure::needs_write_now(&last, &s) || due {
+                        self.report(&current, &mut last, s).await?;
+                        last_write = self.sh.clock.monotonic();
+                    }
+                }
+                r = obj.changed(), if obj_open => {
+                    if r.is_err() {
+                        obj_open = false;
+                        continue;
+                    }
+                    if let Some(o) = obj.borrow().clone() {
+                        resume_tx.send_replace(resume_count(&o));
+                        current = o;
+                    }
+                }
+            }
+        };
+        let end = end.map_err(|source| RolloutError::Executor {
+            name: self.name.clone(),
+            source,
+        })?;
+        self.report(&current, &mut last, end.clone()).await?;
+        if end.is_finished() {
+            self.sh.claims.lock().await.remove(&self.name);
+            return Ok(Next::WaitChange);
+        }
+        // stopped by a spec change (e.g. paused), a deleted object or lost leadership
+        Ok(Next::Again)
+    }
+
+    /// Writes the status for `state`, publishes the Events of the change from `last` and counts it.
+    async fn report(
+        &mut self,
+        nro: &NodeRollout,
+        last: &mut State,
+        state: State,
+    ) -> Result<(), RolloutError> {
+        let now = self.sh.clock.now();
+        let prev = self.current_status(nro);
+        let status = pure::status(prev.as_ref(), &state, nro.metadata.generation, now);
+        self.write(nro, status).await?;
+        let (notes, counts) = pure::changes(last, &state, now);
+        self.sh.metrics.count_rollout(&counts);
+        for n in notes {
+            self.publish(nro, n.warning, n.reason, &n.message).await;
+        }
+        *last = state;
+        Ok(())
+    }
+
+    /// The status of a rollout that does not run (bad spec, plan not possible, conflict,
+    /// paused), with an Event when it says something new.
+    async fn not_running(
+        &mut self,
+        nro: &NodeRollout,
+        prev: Option<&NodeRolloutStatus>,
+        why: Option<&NotReady>,
+        paused: bool,
+    ) -> Result<(), RolloutError> {
+        let now = self.sh.clock.now();
+        let status = pure::waiting_status(prev, why, paused, nro.metadata.generation, now);
+        let condition = |s: Option<&NodeRolloutStatus>, t: &str| {
+            s.and_then(|s| crate::conditions::find(&s.conditions, t))
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let news = condition(prev, pure::READY) != condition(Some(&status), pure::READY)
+            || condition(prev, pure::PROGRESSING) != condition(Some(&status), pure::PROGRESSING);
+        if prev == Some(&status) {
+            return Ok(());
+        }
+        self.write(nro, status).await?;
+        if news {
+            match (why, paused) {
+                (Some(why), _) => self.publish(nro, true, why.reason, &why.message).await,
+                (None, true) => {
+                    self.publish(
+                        nro,
+                        false,
+                        "Paused",
+                        "spec.paused is true: no new evictions; those already sent finish",
+                    )
+                    .await
+                }
+                (None, false) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A merge patch of the whole status, guarded by the `resourceVersion` of this worker's last
+    /// write (or of the object it read): a 409 re-reads, and goes on only if the status there is
+    /// still the one this worker knows.
+    async fn write(
+        &mut self,
+        nro: &NodeRollout,
+        status: NodeRolloutStatus,
+    ) -> Result<(), RolloutError> {
+        if !*self.sh.leader.borrow() {
+            return Err(RolloutError::NotLeader {
+                name: self.name.clone(),
+            });
+        }
+        let api: Api<NodeRollout> = Api::all(self.sh.client.clone());
+        let mut rv = match &self.written {
+            Some(w) => w.resource_version.clone(),
+            None => nro.metadata.resource_version.clone(),
+        };
+        let known = self.current_status(nro);
+        for attempt in 0..2 {
+            let body =
+                json!({"metadata": {"resourceVersion": rv}, "status": status_patch(&status)});
+            match api
+                .patch_status(
+                    &self.name,
+                    &super::merge_params(ROLLOUT_MANAGER),
+                    &Patch::Merge(&body),
+                )
+                .await
+            {
+                Ok(o) => {
+                    self.written = Some(Written {
+                        status,
+                        resource_version: o.metadata.resource_version,
+                    });
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {
+                    let fresh =
+                        api.get(&self.name)
+                            .await
+                            .map_err(|source| RolloutError::Reread {
+                                name: self.name.clone(),
+                                source,
+                            })?;
+                    let engine = |s: Option<&NodeRolloutStatus>| s.and_then(|s| s.engine.clone());
+                    if engine(fresh.status.as_ref()) != engine(known.as_ref()) {
+                        self.written = None;
+                        return Err(RolloutError::Superseded {
+                            name: self.name.clone(),
+                        });
+                    }
+                    rv = fresh.metadata.resource_version;
+                }
+                Err(source) => {
+                    return Err(RolloutError::WriteStatus {
+                        name: self.name.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(RolloutError::Superseded {
+            name: self.name.clone(),
+        })
+    }
+
+    async fn publish(&self, nro: &NodeRollout, warning: bool, reason: &'static str, message: &str) {
+        if !*self.sh.leader.borrow() {
+            return;
+        }
+        let on = ObjectReference {
+            api_version: Some("raygate.io/v1alpha1".into()),
+            kind: Some("NodeRollout".into()),
+            name: Some(self.name.clone()),
+            uid: nro.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let event = crate::gate::GateEvent {
+            type_: if warning {
+                crate::gate::EventType::Warning
+            } else {
+                crate::gate::EventType::Normal
+            },
+            reason,
+            message: message.to_string(),
+            child: None,
+        };
+        self.sh.events.publish(&on, &event).await;
+    }
+}
+
+/// The status as a merge patch: fields that are unset now are removed (`null`), lists replaced.
+fn status_patch(status: &NodeRolloutStatus) -> Value {
+    let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    if let Some(map) = v.as_object_mut() {
+        for key in [
+            "phase",
+            "currentDomain",
+            "progress",
+            "targetGeneration",
+            "observedGeneration",
+            "engine",
+        ] {
+            map.entry(key).or_insert(Value::Null);
+        }
+        for key in ["domains", "conditions"] {
+            map.entry(key).or_insert(json!([]));
+        }
+    }
+    v
+}
+
+/// The `Ready=False` reason for a plan the cluster does not allow.
+fn plan_reason(e: &DrainError) -> &'static str {
+    match e {
+        DrainError::UnknownDomainLabel { .. } => "UnknownDomainLabel",
+        DrainError::NodesWithoutDomain { .. } => "NodesWithoutDomain",
+        DrainError::NoNodesMatched { .. } => "NoNodesMatched",
+        DrainError::NoGeneration { .. } => "NoGeneration",
+        DrainError::UnknownDomain { .. } | DrainError::DomainsNotListed { .. } => {
+            "ExplicitOrderMismatch"
+        }
+        _ => "InvalidSpec",
+    }
+}
+
+/// The plan's error with what to do about it.
+fn plan_message(e: &DrainError) -> String {
+    let fix = match e {
+        DrainError::UnknownDomainLabel { .. } => {
+            "; label the nodes with their upgrade domain, or set spec.udLabel to the label they carry"
+        }
+        DrainError::NodesWithoutDomain { .. } => {
+            "; label those nodes with their upgrade domain, or leave them out with spec.nodeSelector"
+        }
+        DrainError::NoNodesMatched { .. } => {
+            "; check spec.nodeSelector and spec.generation against the nodes' labels (nothing was drained)"
+        }
+        _ => "",
+    };
+    format!("{e}{fix}; nothing was cordoned or evicted")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_patch_clears_what_is_no_longer_set() {
+        let s = NodeRolloutStatus {
+            phase: Some("Completed".into()),
+            ..NodeRolloutStatus::default()
+        };
+        let v = status_patch(&s);
+        assert_eq!(v["phase"], "Completed");
+        assert_eq!(v["currentDomain"], Value::Null);
+        assert!(v.get("currentDomain").is_some());
+        assert_eq!(v["domains"], json!([]));
+    }
+
+    #[test]
+    fn a_plan_error_says_what_to_fix_and_that_nothing_was_touched() {
+        let e = DrainError::UnknownDomainLabel {
+            key: "topology.example.com/ud".into(),
+        };
+        assert_eq!(plan_reason(&e), "UnknownDomainLabel");
+        let m = plan_message(&e);
+        assert!(
+            m.starts_with("no node carries the upgrade-domain label"),
+            "{m}"
+        );
+        assert!(m.ends_with("nothing was cordoned or evicted"), "{m}");
+    }
+}

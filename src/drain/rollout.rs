@@ -1,0 +1,821 @@
+//! A `NodeRollout`'s status, Events and metric deltas from the engine's state (pure).
+//!
+//! The controller (`controller::rollout`) runs the engine through the executor; everything it
+//! tells people is decided here from plain data: [`status`] turns the engine's [`State`] (and the
+//! status written before, for what the state does not keep: planned pod counts, finish times)
+//! into the `NodeRollout` status with its conditions; [`changes`] compares two states and says
+//! which Events to publish and what to count; [`conflict`] finds a node another active rollout
+//! already drains; [`engine_options`] maps the checked spec onto the engine's knobs.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::engine::{FailureAction, Handoff, Options, Phase, State, Step};
+use super::{Plan, RolloutOptions};
+use crate::types::rollout::{DomainStatus, FailureActionSpec, HandOffMode, NodeRolloutStatus};
+
+/// The annotation an operator bumps to resume a rollout the engine paused (a failure with
+/// `failureAction: Pause`, or manual mode after a domain): a counter, e.g.
+/// `kubectl annotate nro NAME raygate.io/resume=1 --overwrite`, then 2, 3, …
+pub const RESUME_ANNOTATION: &str = "raygate.io/resume";
+
+/// Condition types on a `NodeRollout`.
+pub const READY: &str = "Ready";
+pub const PROGRESSING: &str = "Progressing";
+pub const BLOCKED: &str = "Blocked";
+pub const COMPLETE: &str = "Complete";
+pub const FAILED: &str = "Failed";
+
+/// `status.phase` values.
+pub const PENDING: &str = "Pending";
+pub const RUNNING: &str = "Running";
+pub const PAUSED: &str = "Paused";
+pub const COMPLETED: &str = "Completed";
+pub const FAILED_PHASE: &str = "Failed";
+
+/// The engine's options for a checked spec. The health gate waits for every evicted group's
+/// workload to be Ready again by count (KubeRay recreates a multi-host replica under a new name,
+/// so groups are not waited for by name), whatever the preset.
+pub fn engine_options(o: &RolloutOptions) -> Options {
+    let mark = (o.hand_off.label.clone(), o.hand_off.value.clone());
+    Options {
+        plan: o.plan.clone(),
+        health_check_wait: o.health_check_wait,
+        health_check_stable: o.health_check_stable,
+        health_check_retry_timeout: o.health_check_retry_timeout,
+        domain_timeout: o.domain_timeout,
+        rollout_timeout: o.rollout_timeout,
+        failure_action: match o.failure_action {
+            FailureActionSpec::Pause => FailureAction::Pause,
+            FailureActionSpec::Abort => FailureAction::Abort,
+        },
+        max_unavailable_domains: o.max_unavailable_domains,
+        manual: o.manual,
+        wait_for_evicted_groups: true,
+        handoff: match o.hand_off.mode {
+            HandOffMode::None => Handoff::None,
+            HandOffMode::Reboot => Handoff::Reboot {
+                label: mark.0,
+                value: mark.1,
+            },
+            HandOffMode::Replace => Handoff::Replace {
+                label: mark.0,
+                value: mark.1,
+            },
+        },
+        ..Options::default()
+    }
+}
+
+/// The operator's resume counter from the annotation (absent or not a number: 0).
+pub fn resumes(annotation: Option<&str>) -> u64 {
+    annotation.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The first node of `mine` another active rollout drains: `(other rollout, its nodes among
+/// mine)`. `others` are `(name, nodes)` of rollouts that started and have not finished.
+pub fn conflict(
+    mine: &BTreeSet<String>,
+    others: &[(String, BTreeSet<String>)],
+) -> Option<(String, Vec<String>)> {
+    others.iter().find_map(|(name, nodes)| {
+        let shared: Vec<String> = mine.intersection(nodes).cloned().collect();
+        (!shared.is_empty()).then(|| (name.clone(), shared))
+    })
+}
+
+/// The nodes a status says its rollout drains, while it is active (started, not finished).
+pub fn claimed_nodes(status: Option<&NodeRolloutStatus>) -> Option<BTreeSet<String>> {
+    let s = status?;
+    s.engine.as_ref()?;
+    if matches!(s.phase.as_deref(), Some(COMPLETED | FAILED_PHASE)) {
+        return None;
+    }
+    Some(
+        s.domains
+            .iter()
+            .flat_map(|d| d.nodes.iter().cloned())
+            .collect(),
+    )
+}
+
+/// Why the controller does not run a rollout (yet): the `Ready=False` condition's reason and
+/// message, and the Event's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotReady {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The status of a rollout that does not run: `phase` (`Pending` or `Paused`), `Ready=False`
+/// with `why` (or, with `why` `None`, the previous Ready), and no engine state change.
+pub fn waiting_status(
+    prev: Option<&NodeRolloutStatus>,
+    why: Option<&NotReady>,
+    paused: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> NodeRolloutStatus {
+    let mut s = prev.cloned().unwrap_or_default();
+    s.observed_generation = generation;
+    let started = s.engine.is_some();
+    let c = &mut s.conditions;
+    match why {
+        Some(why) => {
+            crate::conditions::set(c, READY, "False", why.reason, &why.message, generation, now)
+        }
+        None if !crate::conditions::is_true(c, READY) => crate::conditions::set(
+            c,
+            READY,
+            "True",
+            "SpecValid",
+            "the spec is valid",
+            generation,
+            now,
+        ),
+        None => {}
+    }
+    if paused {
+        s.phase = Some(PAUSED.into());
+        crate::conditions::set(
+            c,
+            PROGRESSING,
+            "False",
+            "PausedBySpec",
+            "spec.paused is true: no new evictions (those already sent finish); set it to false \
+             to go on",
+            generation,
+            now,
+        );
+    } else if why.is_some() {
+        // a started rollout whose spec became unusable stops where it is
+        s.phase = Some(if started { PAUSED } else { PENDING }.into());
+        let message = why.map(|w| w.message.as_str()).unwrap_or_default();
+        crate::conditions::set(
+            c,
+            PROGRESSING,
+            "False",
+            "NotReady",
+            message,
+            generation,
+            now,
+        );
+    }
+    for (t, reason) in [(COMPLETE, "NotComplete"), (FAILED, "NotFailed")] {
+        if crate::conditions::find(c, t).is_none() {
+            crate::conditions::set(c, t, "False", reason, "", generation, now);
+        }
+    }
+    s
+}
+
+/// The status for a rollout just planned: every domain with its planned pod counts.
+pub fn planned(plan: &Plan) -> NodeRolloutStatus {
+    NodeRolloutStatus {
+        domains: plan
+            .domains
+            .iter()
+            .map(|d| DomainStatus {
+                name: d.name.clone(),
+                phase: step_name(Step::Pending).into(),
+                nodes: d.nodes.iter().map(|n| n.name.clone()).collect(),
+                protected_total: count(d.phase1.len()),
+                other_total: count(d.phase2.len()),
+                ..DomainStatus::default()
+            })
+            .collect(),
+        target_generation: plan.target_generation.clone(),
+        ..NodeRolloutStatus::default()
+    }
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The domain step as the status writes it.
+pub fn step_name(step: Step) -> &'static str {
+    match step {
+        Step::Pending => "Pending",
+        Step::Draining => "Draining",
+        Step::HandingOff => "HandingOff",
+        Step::HealthCheck => "HealthCheck",
+        Step::AwaitingResume => "AwaitingResume",
+        Step::Done => "Done",
+        Step::Aborted => "Aborted",
+    }
+}
+
+/// The status of a running (or finished) rollout from the engine's `state`. `prev` keeps what
+/// the state does not: planned pod counts and domains' finish times (a domain newly `Done` is
+/// stamped `now`).
+pub fn status(
+    prev: Option<&NodeRolloutStatus>,
+    state: &State,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> NodeRolloutStatus {
+    let mut s = prev.cloned().unwrap_or_default();
+    s.observed_generation = generation;
+    s.target_generation = state.target_generation.clone();
+    s.engine = serde_json::to_string(&compact(state)).ok();
+    let awaiting = state.domains.iter().any(|d| d.step == Step::AwaitingResume);
+    s.phase = Some(
+        match (&state.phase, awaiting) {
+            (Phase::Running, false) => RUNNING,
+            (Phase::Running, true) | (Phase::Paused { .. }, _) => PAUSED,
+            (Phase::Completed, _) => COMPLETED,
+            (Phase::Failed { .. }, _) => FAILED_PHASE,
+        }
+        .to_string(),
+    );
+    let current: Vec<&str> = state
+        .domains
+        .iter()
+        .filter(|d| d.step.is_unavailable() || d.step == Step::AwaitingResume)
+        .map(|d| d.name.as_str())
+        .collect();
+    s.current_domain = (!current.is_empty()).then(|| current.join(","));
+    let done = state
+        .domains
+        .iter()
+        .filter(|d| d.step == Step::Done)
+        .count();
+    s.progress = Some(format!("{done}/{}", state.domains.len()));
+    let old = std::mem::take(&mut s.domains);
+    s.domains = state
+        .domains
+        .iter()
+        .map(|d| {
+            let before = old.iter().find(|o| o.name == d.name);
+            let evicted = d.evicted.iter().filter(|e| e.refused.is_none());
+            let protected = evicted.clone().filter(|e| e.pdb.is_some()).count();
+            let other = evicted.filter(|e| e.pdb.is_none()).count();
+            let finished = matches!(d.step, Step::Done | Step::Aborted);
+            // a finished domain's evictions are not kept in `engine` (see `compact`): its
+            // counts stay as the status last had them
+            let (protected, other) = match before {
+                Some(b) if finished => (
+                    protected.max(usize::try_from(b.protected_evicted).unwrap_or(0)),
+                    other.max(usize::try_from(b.other_evicted).unwrap_or(0)),
+                ),
+                _ => (protected, other),
+            };
+            DomainStatus {
+                name: d.name.clone(),
+                phase: step_name(d.step).into(),
+                nodes: d.nodes.clone(),
+                protected_evicted: count(protected),
+                protected_total: before
+                    .map_or(0, |b| b.protected_total)
+                    .max(count(protected)),
+                other_evicted: count(other),
+                other_total: before.map_or(0, |b| b.other_total).max(count(other)),
+                blocked_by: d.refusal.as_ref().map(|r| {
+                    format!(
+                        "PodDisruptionBudget {} refused evicting {}: {}",
+                        r.pdb, r.pod, r.message
+                    )
+                }),
+                started_at: d.started.map(Time),
+                finished_at: if finished {
+                    before
+                        .and_then(|b| b.finished_at.clone())
+                        .or(Some(Time(now)))
+                } else {
+                    None
+                },
+                message: (!d.message.is_empty()).then(|| d.message.clone()),
+            }
+        })
+        .collect();
+    conditions(&mut s, state, generation, now);
+    s
+}
+
+/// The state as `status.engine` keeps it: a finished domain's evicted pods are dropped (the
+/// engine reads them only for that domain's health gate; the status keeps their counts), so the
+/// record grows with the domains in progress, not with the whole rollout.
+pub fn compact(state: &State) -> State {
+    let mut s = state.clone();
+    for d in &mut s.domains {
+        if matches!(d.step, Step::Done | Step::Aborted) {
+            d.evicted.clear();
+        }
+    }
+    s
+}
+
+fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>, now: Timestamp) {
+    let c = &mut s.conditions;
+    let set = |c: &mut Vec<_>, t: &str, st: &str, reason: &str, message: &str| {
+        crate::conditions::set(c, t, st, reason, message, generation, now)
+    };
+    let planned = format!(
+        "{} upgrade domain(s), {} node(s)",
+        state.domains.len(),
+        state.nodes().count()
+    );
+    set(c, READY, "True", "Planned", &planned);
+    let awaiting = state
+        .domains
+        .iter()
+        .find(|d| d.step == Step::AwaitingResume);
+    let resume = format!(
+        "annotate it to go on: kubectl annotate nro NAME {RESUME_ANNOTATION}={} --overwrite",
+        state.resumes + 1
+    );
+    match (&state.phase, awaiting) {
+        (Phase::Running, None) => set(c, PROGRESSING, "True", "Draining", &state.waiting),
+        (Phase::Running, Some(d)) => set(
+            c,
+            PROGRESSING,
+            "False",
+            "AwaitingResume",
+            &format!("manual mode: upgrade domain {} is done; {resume}", d.name),
+        ),
+        (Phase::Paused { reason }, _) => set(
+            c,
+            PROGRESSING,
+            "False",
+            "PausedOnFailure",
+            &format!("{reason}; {resume}"),
+        ),
+        (Phase::Completed, _) => set(c, PROGRESSING, "False", "Completed", "every domain is done"),
+        (Phase::Failed { reason }, _) => set(c, PROGRESSING, "False", "Failed", reason),
+    }
+    let refused = state.domains.iter().find_map(|d| {
+        let r = d.refusal.as_ref()?;
+        Some(format!(
+            "upgrade domain {}: PodDisruptionBudget {} refused evicting {}: {}",
+            d.name, r.pdb, r.pod, r.message
+        ))
+    });
+    let unhealthy = state
+        .domains
+        .iter()
+        .find(|d| d.step == Step::HealthCheck && d.message.starts_with("waiting for health"));
+    let blocked_pods = state
+        .domains
+        .iter()
+        .find(|d| d.step == Step::Draining && d.message.starts_with("blocked"));
+    match (refused, unhealthy, blocked_pods) {
+        _ if state.is_finished() => set(c, BLOCKED, "False", "NotBlocked", ""),
+        (Some(m), _, _) => set(c, BLOCKED, "True", "EvictionRefused", &m),
+        (None, Some(d), _) => set(
+            c,
+            BLOCKED,
+            "True",
+            "HealthCheck",
+            &format!("upgrade domain {}: {}", d.name, d.message),
+        ),
+        (None, None, Some(d)) => set(
+            c,
+            BLOCKED,
+            "True",
+            "PodsBlockDrain",
+            &format!("upgrade domain {}: {}", d.name, d.message),
+        ),
+        (None, None, None) => set(c, BLOCKED, "False", "NotBlocked", ""),
+    }
+    match &state.phase {
+        Phase::Completed => set(c, COMPLETE, "True", "Completed", &planned),
+        _ => set(c, COMPLETE, "False", "NotComplete", ""),
+    }
+    match &state.phase {
+        Phase::Failed { reason } => set(c, FAILED, "True", failure_reason(reason), reason),
+        _ => set(c, FAILED, "False", "NotFailed", ""),
+    }
+}
+
+/// `TimedOut` for the engine's timeout failures, `HealthCheckFailed` otherwise.
+fn failure_reason(reason: &str) -> &'static str {
+    if reason.contains("within its timeout") {
+        "TimedOut"
+    } else {
+        "HealthCheckFailed"
+    }
+}
+
+/// An Event to publish on the `NodeRollout`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What to count (the metrics) for one state change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    pub domains_completed: u64,
+    pub evicted: u64,
+    pub refused: u64,
+    pub failed: u64,
+    /// Seconds of PDB refusals that ended in this change.
+    pub blocked_seconds: f64,
+}
+
+/// The Events and counts of the change `old` → `new` at `now`: every domain start and finish, a
+/// 429 block and its end, a pause (a timeout says so), completion and failure.
+pub fn changes(old: &State, new: &State, now: Timestamp) -> (Vec<Note>, Counts) {
+    let mut notes = Vec::new();
+    let mut counts = Counts::default();
+    let note = |warning, reason, message: String| Note {
+        warning,
+        reason,
+        message,
+    };
+    for d in &new.domains {
+        let before = old.domains.iter().find(|o| o.name == d.name);
+        let was = before.map_or(Step::Pending, |b| b.step);
+        if was == Step::Pending && d.step != Step::Pending {
+            notes.push(note(
+                false,
+                "DomainStarted",
+                format!(
+                    "upgrade domain {} started: {} node(s) ({})",
+                    d.name,
+                    d.nodes.len(),
+                    d.nodes.join(", ")
+                ),
+            ));
+        }
+        if was != d.step && d.step == Step::AwaitingResume {
+            notes.push(note(
+                false,
+                "AwaitingResume",
+                format!(
+                    "upgrade domain {} is healthy; manual mode: annotate {RESUME_ANNOTATION} to go on",
+                    d.name
+                ),
+            ));
+        }
+        if was != Step::Done && d.step == Step::Done {
+            counts.domains_completed += 1;
+            notes.push(note(
+                false,
+                "DomainCompleted",
+                format!(
+                    "upgrade domain {} is done ({} pod(s) evicted)",
+                    d.name,
+                    d.evicted.iter().filter(|e| e.refused.is_none()).count()
+                ),
+            ));
+        }
+        let old_evicted = before.map_or(&[][..], |b| &b.evicted[..]);
+        for e in d.evicted.iter().filter(|e| !old_evicted.contains(e)) {
+            match e.refused.as_deref() {
+                None => counts.evicted += 1,
+                Some(r) if r.starts_with("429") => counts.refused += 1,
+                Some(_) => counts.failed += 1,
+            }
+        }
+        let old_refusal = before.and_then(|b| b.refusal.as_ref());
+        match (old_refusal, &d.refusal) {
+            (None, Some(r)) => {
+                counts.refused += 1;
+                notes.push(note(
+                    true,
+                    "EvictionBlocked",
+                    format!(
+                        "upgrade domain {}: PodDisruptionBudget {} refused evicting {}: {}; \
+                         waiting until it allows a disruption again",
+                        d.name, r.pdb, r.pod, r.message
+                    ),
+                ));
+            }
+            (Some(o), Some(r)) if o.since != r.since => {
+                counts.refused += 1;
+                counts.blocked_seconds += seconds(now.duration_since(o.since));
+            }
+            (Some(o), None) => {
+                let blocked = now.duration_since(o.since);
+                counts.blocked_seconds += seconds(blocked);
+                notes.push(note(
+                    false,
+                    "EvictionUnblocked",
+                    format!(
+                        "upgrade domain {}: PodDisruptionBudget {} allows a disruption again \
+                         after {}s",
+                        d.name,
+                        o.pdb,
+                        blocked.as_secs()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        let old_retry = before.and_then(|b| b.retry_at);
+        if d.retry_at.is_some() && d.retry_at != old_retry {
+            counts.failed += 1;
+        }
+    }
+    if old.phase != new.phase {
+        match &new.phase {
+            Phase::Paused { reason } => {
+                if reason.contains("within its timeout") {
+                    notes.push(note(true, "TimedOut", reason.clone()));
+                }
+                notes.push(note(
+                    true,
+                    "RolloutPaused",
+                    format!("{reason}; annotate {RESUME_ANNOTATION} to resume"),
+                ));
+            }
+            Phase::Failed { reason } => {
+                if reason.contains("within its timeout") {
+                    notes.push(note(true, "TimedOut", reason.clone()));
+                }
+                notes.push(note(true, "RolloutFailed", reason.clone()));
+            }
+            Phase::Completed => notes.push(note(
+                false,
+                "RolloutCompleted",
+                format!("every upgrade domain ({}) is done", new.domains.len()),
+            )),
+            Phase::Running if matches!(old.phase, Phase::Paused { .. }) => notes.push(note(
+                false,
+                "RolloutResumed",
+                "resumed by the operator".into(),
+            )),
+            Phase::Running => {}
+        }
+    }
+    (notes, counts)
+}
+
+fn seconds(d: SignedDuration) -> f64 {
+    d.as_secs_f64().max(0.0)
+}
+
+/// Whether the change `old` → `new` must reach the status at once (a restarted controller needs
+/// it: a step, an eviction, a refusal, the health gate's clock starting or breaking), rather than
+/// with the next periodic write (what only ticks: "why it waits" lines, the last healthy check).
+pub fn needs_write_now(old: &State, new: &State) -> bool {
+    fn shape(s: &State) -> State {
+        let mut s = s.clone();
+        s.waiting.clear();
+        for d in &mut s.domains {
+            d.message.clear();
+            d.health.last_healthy = None;
+            d.health.current_healthy.clear();
+        }
+        s
+    }
+    shape(old) != shape(new)
+}
+
+/// The state to go on from after `spec.paused` held the rollout from `paused_at` to `now`: the
+/// pause does not count against the domain and rollout timeouts (their start moves on by the
+/// pause), and the health gate's stable period starts over (nothing was watched meanwhile).
+pub fn after_spec_pause(state: &State, paused_at: Timestamp, now: Timestamp) -> State {
+    let pause = now.duration_since(paused_at).max(SignedDuration::ZERO);
+    let shift = |t: Option<Timestamp>| t.map(|t| t.checked_add(pause).unwrap_or(t));
+    let mut s = state.clone();
+    s.started = shift(s.started);
+    for d in s.domains.iter_mut().filter(|d| d.step.is_unavailable()) {
+        d.started = shift(d.started);
+        d.health = Default::default();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::engine::{DomainState, Evicted, Refusal};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn two_domains() -> State {
+        State {
+            started: Some(t(0)),
+            domains: vec![
+                DomainState {
+                    name: "ud-a".into(),
+                    nodes: vec!["n1".into(), "n2".into()],
+                    ..DomainState::default()
+                },
+                DomainState {
+                    name: "ud-b".into(),
+                    nodes: vec!["n3".into()],
+                    ..DomainState::default()
+                },
+            ],
+            ..State::default()
+        }
+    }
+
+    fn evicted(pod: &str, pdb: Option<&str>, at: Timestamp) -> Evicted {
+        Evicted {
+            pod: pod.into(),
+            uid: Some(format!("uid-{pod}")),
+            pdb: pdb.map(Into::into),
+            group: None,
+            at,
+            refused: None,
+        }
+    }
+
+    #[test]
+    fn the_status_shows_phase_progress_domains_and_the_blocking_budget() {
+        let mut s = two_domains();
+        s.domains[0].step = Step::Done;
+        s.domains[0].evicted = vec![
+            evicted("ns/leader-0", Some("ns/leaders"), t(10)),
+            evicted("ns/worker-0", None, t(20)),
+        ];
+        s.domains[1].step = Step::Draining;
+        s.domains[1].started = Some(t(60));
+        s.domains[1].refusal = Some(Refusal {
+            pdb: "ns/leaders".into(),
+            pod: "ns/leader-1".into(),
+            message: "The disruption budget leaders needs 2 healthy pods and has 2 currently"
+                .into(),
+            since: t(70),
+            retry_after: None,
+        });
+        s.waiting = "domain ud-b: paused".into();
+        let mut prev = NodeRolloutStatus {
+            domains: vec![DomainStatus {
+                name: "ud-a".into(),
+                protected_total: 1,
+                other_total: 1,
+                ..DomainStatus::default()
+            }],
+            ..NodeRolloutStatus::default()
+        };
+        prev.domains.push(DomainStatus {
+            name: "ud-b".into(),
+            protected_total: 1,
+            other_total: 3,
+            ..DomainStatus::default()
+        });
+        let out = status(Some(&prev), &s, Some(4), t(80));
+        assert_eq!(out.phase.as_deref(), Some("Running"));
+        assert_eq!(out.progress.as_deref(), Some("1/2"));
+        assert_eq!(out.current_domain.as_deref(), Some("ud-b"));
+        assert_eq!(out.observed_generation, Some(4));
+        let a = &out.domains[0];
+        assert_eq!(
+            (a.phase.as_str(), a.protected_evicted, a.other_evicted),
+            ("Done", 1, 1)
+        );
+        assert_eq!(a.finished_at, Some(Time(t(80))));
+        let b = &out.domains[1];
+        assert_eq!((b.protected_total, b.other_total), (1, 3));
+        assert_eq!(b.started_at, Some(Time(t(60))));
+        assert_eq!(
+            b.blocked_by.as_deref(),
+            Some(
+                "PodDisruptionBudget ns/leaders refused evicting ns/leader-1: The disruption \
+                 budget leaders needs 2 healthy pods and has 2 currently"
+            )
+        );
+        let blocked = crate::conditions::find(&out.conditions, BLOCKED).unwrap();
+        assert_eq!(
+            (blocked.status.as_str(), blocked.reason.as_str()),
+            ("True", "EvictionRefused")
+        );
+        assert!(blocked.message.contains("needs 2 healthy pods and has 2"));
+        assert!(crate::conditions::is_true(&out.conditions, PROGRESSING));
+        assert!(!crate::conditions::is_true(&out.conditions, COMPLETE));
+        // the engine state round-trips through the status, without a done domain's evictions
+        let back: State = serde_json::from_str(out.engine.as_deref().unwrap()).unwrap();
+        assert_eq!(back, compact(&s));
+        assert!(back.domains[0].evicted.is_empty());
+        assert_eq!(back.domains[1], s.domains[1]);
+        // a finish time and a done domain's counts, once written, stay (also from the compact
+        // state a new leader reads)
+        let later = status(Some(&out), &back, Some(4), t(500));
+        assert_eq!(later.domains[0].finished_at, Some(Time(t(80))));
+        assert_eq!(
+            (
+                later.domains[0].protected_evicted,
+                later.domains[0].other_evicted
+            ),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn a_failed_rollout_names_its_timeout_and_a_manual_pause_says_how_to_resume() {
+        let mut s = two_domains();
+        s.phase = Phase::Failed {
+            reason: "upgrade domain ud-a did not finish within its timeout (10m0s): x".into(),
+        };
+        let out = status(None, &s, Some(1), t(0));
+        assert_eq!(out.phase.as_deref(), Some("Failed"));
+        let failed = crate::conditions::find(&out.conditions, FAILED).unwrap();
+        assert_eq!(
+            (failed.status.as_str(), failed.reason.as_str()),
+            ("True", "TimedOut")
+        );
+        let mut s = two_domains();
+        s.domains[0].step = Step::AwaitingResume;
+        s.resumes = 2;
+        let out = status(None, &s, Some(1), t(0));
+        assert_eq!(out.phase.as_deref(), Some("Paused"));
+        let p = crate::conditions::find(&out.conditions, PROGRESSING).unwrap();
+        assert_eq!(p.reason, "AwaitingResume");
+        assert!(p.message.contains("raygate.io/resume=3"), "{}", p.message);
+    }
+
+    #[test]
+    fn changes_announce_domain_starts_finishes_blocks_and_count_evictions() {
+        let old = two_domains();
+        let mut new = old.clone();
+        new.domains[0].step = Step::Draining;
+        new.domains[0].evicted = vec![evicted("ns/leader-0", Some("ns/l"), t(5))];
+        new.domains[0].refusal = Some(Refusal {
+            pdb: "ns/l".into(),
+            pod: "ns/leader-1".into(),
+            message: "needs 2 healthy pods and has 2".into(),
+            since: t(5),
+            retry_after: None,
+        });
+        let (notes, counts) = changes(&old, &new, t(5));
+        let reasons: Vec<&str> = notes.iter().map(|n| n.reason).collect();
+        assert_eq!(reasons, vec!["DomainStarted", "EvictionBlocked"]);
+        assert!(notes[1].warning);
+        assert_eq!((counts.evicted, counts.refused), (1, 1));
+        let mut done = new.clone();
+        done.domains[0].refusal = None;
+        done.domains[0].step = Step::Done;
+        let (notes, counts) = changes(&new, &done, t(65));
+        let reasons: Vec<&str> = notes.iter().map(|n| n.reason).collect();
+        assert_eq!(reasons, vec!["DomainCompleted", "EvictionUnblocked"]);
+        assert_eq!(counts.domains_completed, 1);
+        assert_eq!(counts.blocked_seconds, 60.0);
+        assert_eq!(counts.evicted, 0, "an eviction is counted once");
+        let mut paused = done.clone();
+        paused.phase = Phase::Paused {
+            reason: "upgrade domain ud-b did not finish within its timeout (5m0s): x".into(),
+        };
+        let (notes, _) = changes(&done, &paused, t(400));
+        let reasons: Vec<&str> = notes.iter().map(|n| n.reason).collect();
+        assert_eq!(reasons, vec!["TimedOut", "RolloutPaused"]);
+    }
+
+    #[test]
+    fn a_node_in_an_active_rollout_is_a_conflict_naming_it() {
+        let mine: BTreeSet<String> = ["n1".into(), "n2".into()].into();
+        let others = vec![
+            ("a".to_string(), ["n9".to_string()].into()),
+            ("b".to_string(), ["n2".to_string(), "n3".to_string()].into()),
+        ];
+        assert_eq!(
+            conflict(&mine, &others),
+            Some(("b".to_string(), vec!["n2".to_string()]))
+        );
+        assert_eq!(conflict(&mine, &others[..1]), None);
+        let done = NodeRolloutStatus {
+            phase: Some("Completed".into()),
+            engine: Some("{}".into()),
+            domains: vec![DomainStatus {
+                name: "ud".into(),
+                nodes: vec!["n1".into()],
+                ..DomainStatus::default()
+            }],
+            ..NodeRolloutStatus::default()
+        };
+        assert_eq!(
+            claimed_nodes(Some(&done)),
+            None,
+            "a finished rollout claims nothing"
+        );
+        let running = NodeRolloutStatus {
+            phase: Some("Running".into()),
+            ..done
+        };
+        assert_eq!(
+            claimed_nodes(Some(&running)),
+            Some(["n1".to_string()].into())
+        );
+    }
+
+    #[test]
+    fn a_spec_pause_does_not_count_against_the_timeouts() {
+        let mut s = two_domains();
+        s.domains[0].step = Step::HealthCheck;
+        s.domains[0].started = Some(t(100));
+        s.domains[0].health.healthy_since = Some(t(150));
+        let out = after_spec_pause(&s, t(200), t(500));
+        assert_eq!(out.started, Some(t(300)));
+        assert_eq!(out.domains[0].started, Some(t(400)));
+        assert_eq!(out.domains[0].health.healthy_since, None);
+        assert_eq!(out.domains[1].started, None);
+    }
+
+    #[test]
+    fn the_resume_counter_is_the_annotation_s_number() {
+        assert_eq!(resumes(None), 0);
+        assert_eq!(resumes(Some("3")), 3);
+        assert_eq!(resumes(Some("yes")), 0);
+    }
+}
