@@ -345,7 +345,7 @@ mod tests {
         let pending = Decision::Pending {
             workload: "serving/s-1".into(),
             reason: "Pending".into(),
-            message: String::new(),
+            message: String::new().into(),
         };
         assert!(admission_events(&pending).is_empty());
     }
