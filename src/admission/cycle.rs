@@ -12,7 +12,7 @@ use super::preemption::{self, Exclusions, Preemptor};
 use super::queues::{LocalQueueEntry, Queues};
 use super::quota::Usage;
 use super::status::{PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT};
-use super::workloads::{PodSetRequests, WorkloadEntry};
+use super::workloads::{NO_SHAPE, PodSetRequests, WorkloadEntry};
 use super::{
     ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, PendingMessage,
     WaitingBehind, WaitingFor,
@@ -274,13 +274,10 @@ impl Memo {
     }
 }
 
-/// Same PodSets (names, counts, requests, node selectors).
+/// Same PodSets (names, counts, requests, node selectors): the same interned shape.
 fn same_podsets(ix: &Index, a: usize, b: usize) -> bool {
-    a == b
-        || matches!(
-            (&ix.workloads[a].podsets, &ix.workloads[b].podsets),
-            (Ok(x), Ok(y)) if x == y
-        )
+    let shape = ix.workloads[a].shape;
+    a == b || (shape != NO_SHAPE && shape == ix.workloads[b].shape)
 }
 
 /// Same PodSets, and the same standing as a preemptor in ClusterQueue `c`: priority, and the

@@ -425,6 +425,7 @@ impl Scheduler {
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
         self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };
+        self.index.intern_shape(i);
         if rekey {
             self.index.reindex_keys();
         } else if self.index.queue_key(i) != old_place {

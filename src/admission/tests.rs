@@ -1599,3 +1599,49 @@ fn other_shrunk_churn_seeds_settle_without_preemption() {
         assert_no_churn(seed);
     }
 }
+
+#[test]
+fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
+    // Issue #15: Decision::Pending carries its message in parts; what a status shows is
+    // unchanged, and comparing with a condition's text needs no formatted copy
+    let preempting = PendingMessage::Preempting {
+        text: "couldn't assign flavors to pod set main: insufficient unused quota".into(),
+        victims: 2,
+    };
+    let text = "couldn't assign flavors to pod set main: insufficient unused quota. Pending the preemption of 2 workload(s)";
+    assert_eq!(preempting.to_string(), text);
+    assert!(preempting.is(text));
+    assert!(preempting.is_preemptor());
+    assert!(!preempting.is(&text[..text.len() - 1]));
+    assert!(!preempting.is(&format!("{text}.")));
+    let waiting = PendingMessage::WaitingBehind(std::sync::Arc::new(WaitingBehind {
+        head: "default/a".into(),
+        cluster_queue: "cq".into(),
+        why: WaitingFor::StrictFifo,
+    }));
+    assert!(waiting.is("waiting behind workload default/a in StrictFIFO ClusterQueue cq"));
+    assert!(!waiting.is_preemptor());
+    // equal when they read the same, whatever their parts
+    assert_eq!(
+        waiting,
+        PendingMessage::from("waiting behind workload default/a in StrictFIFO ClusterQueue cq")
+    );
+    assert_ne!(waiting, PendingMessage::from("waiting"));
+    // a status showing the message is unchanged by it; another message changes it
+    let mut s = WorkloadStatus::default();
+    assert!(status::apply_pending_in_place(
+        &mut s,
+        Some(1),
+        "Pending",
+        &preempting,
+        ts(1)
+    ));
+    assert!(pending_unchanged(Some(&s), Some(1), "Pending", &preempting));
+    assert!(!pending_unchanged(Some(&s), Some(1), "Pending", &waiting));
+    assert!(!pending_unchanged(
+        Some(&s),
+        Some(2),
+        "Pending",
+        &preempting
+    ));
+}
