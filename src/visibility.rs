@@ -344,7 +344,7 @@ mod tests {
         );
         let pending = Decision::Pending {
             workload: "serving/s-1".into(),
-            reason: "Pending".into(),
+            reason: "Pending",
             message: String::new().into(),
         };
         assert!(admission_events(&pending).is_empty());

@@ -356,7 +356,7 @@ mod tests {
     fn pending_then_admitted_then_preempted_then_released() {
         let pending = Decision::Pending {
             workload: "ns/w".into(),
-            reason: "Pending".into(),
+            reason: "Pending",
             message: "couldn't assign flavors".into(),
         };
         let s1 = apply_decision(None, Some(1), &pending, t(10));

@@ -84,7 +84,7 @@ fn a_workload_that_does_not_fit_gets_a_message_naming_queue_flavor_resource_and_
         decision(&r, "big"),
         Some(&Decision::Pending {
             workload: "default/big".into(),
-            reason: "Pending".into(),
+            reason: "Pending",
             message: "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default of ClusterQueue team-a: requested 3, 2 available of nominal 3 (1 more needed)".into(),
         })
     );
@@ -883,7 +883,7 @@ fn hold_admits_nothing_new_and_keeps_what_runs() {
         decision(&r, "waiting"),
         Some(&Decision::Pending {
             workload: "default/waiting".into(),
-            reason: "Inadmissible".into(),
+            reason: "Inadmissible",
             message: "ClusterQueue cq is stopped".into()
         })
     );
@@ -929,7 +929,7 @@ fn deactivated_workloads_are_evicted_or_kept_out() {
         decision(&r, "waiting"),
         Some(&Decision::Pending {
             workload: "default/waiting".into(),
-            reason: "Inadmissible".into(),
+            reason: "Inadmissible",
             message: "the workload is deactivated".into()
         })
     );
