@@ -344,8 +344,8 @@ mod tests {
         );
         let pending = Decision::Pending {
             workload: "serving/s-1".into(),
-            reason: "Pending".into(),
-            message: String::new(),
+            reason: "Pending",
+            message: String::new().into(),
         };
         assert!(admission_events(&pending).is_empty());
     }

@@ -4,7 +4,7 @@
 //! stand once the decisions are applied.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::sync::Arc;
 
 use super::flavors::{self, Assignment, Mode, Replacing};
 use super::index::Index;
@@ -12,8 +12,11 @@ use super::preemption::{self, Exclusions, Preemptor};
 use super::queues::{LocalQueueEntry, Queues};
 use super::quota::Usage;
 use super::status::{PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT};
-use super::workloads::{PREEMPTOR_MARK, PodSetRequests, WorkloadEntry};
-use super::{ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options};
+use super::workloads::{NO_SHAPE, PodSetRequests, WorkloadEntry};
+use super::{
+    ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, PendingMessage,
+    WaitingBehind, WaitingFor,
+};
 use crate::quantity::Quantity;
 use crate::types::kueue::{
     Admission, FlavorUsage, LocalQueueFlavorUsage, LocalQueueResourceUsage, PodSetAssignment,
@@ -23,10 +26,10 @@ use crate::types::kueue::{
 /// Usage per (flavor, resource) id.
 type Charges = Vec<(usize, Quantity)>;
 
-fn pending(w: &WorkloadEntry, reason: &str, message: String) -> Decision {
+fn pending(w: &WorkloadEntry, reason: &'static str, message: PendingMessage) -> Decision {
     Decision::Pending {
         workload: w.key.clone(),
-        reason: reason.to_string(),
+        reason,
         message,
     }
 }
@@ -216,12 +219,7 @@ enum Outcome {
 }
 
 /// Why a ClusterQueue's Workloads wait behind one of them for the rest of a pass.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Block {
-    StrictFifo,
-    Preempting,
-    HeldBack,
-}
+type Block = WaitingFor;
 
 /// How many shapes per ClusterQueue [`Memo`] remembers.
 const MEMO_WIDTH: usize = 8;
@@ -237,7 +235,7 @@ struct Memo {
     /// Per ClusterQueue: (a Workload, epoch, whether it would borrow).
     borrows: Vec<Vec<(usize, u64, bool)>>,
     /// Per ClusterQueue: (a Workload left pending without any change, epoch, its message).
-    pending: Vec<Vec<(usize, u64, String)>>,
+    pending: Vec<Vec<(usize, u64, PendingMessage)>>,
 }
 
 impl Memo {
@@ -276,13 +274,10 @@ impl Memo {
     }
 }
 
-/// Same PodSets (names, counts, requests, node selectors).
+/// Same PodSets (names, counts, requests, node selectors): the same interned shape.
 fn same_podsets(ix: &Index, a: usize, b: usize) -> bool {
-    a == b
-        || matches!(
-            (&ix.workloads[a].podsets, &ix.workloads[b].podsets),
-            (Ok(x), Ok(y)) if x == y
-        )
+    let shape = ix.workloads[a].shape;
+    a == b || (shape != NO_SHAPE && shape == ix.workloads[b].shape)
 }
 
 /// Same PodSets, and the same standing as a preemptor in ClusterQueue `c`: priority, and the
@@ -293,6 +288,14 @@ fn same_standing(ix: &Index, c: usize, a: usize, b: usize) -> bool {
         && (ix.q.cqs[c].within != WithinClusterQueue::LowerOrNewerEqualPriority
             || x.order_time == y.order_time)
         && same_podsets(ix, a, b)
+}
+
+/// What a Workload short of quota did about it.
+enum Preempted {
+    /// Evicts this many Workloads (some may already be on their way out).
+    Victims(usize),
+    /// A victim it needs is already claimed by another Workload in this pass: it waits.
+    Overlapping,
 }
 
 /// One pass in progress: usage as decided so far and what happened to each Workload.
@@ -321,6 +324,8 @@ struct Pass<'a> {
     newly: Vec<(usize, usize, Charges)>,
     /// Per ClusterQueue: the Workload the rest wait behind for the rest of the pass.
     blocked: Vec<Option<(usize, Block)>>,
+    /// Per ClusterQueue: the message of the Workloads waiting behind `blocked`, made once.
+    waiting: Vec<Option<PendingMessage>>,
     /// Not admitted in this pass: the Workload that could preempt it in the next one.
     forbidden: Vec<Option<usize>>,
     memo: Memo,
@@ -359,6 +364,7 @@ impl<'a> Pass<'a> {
             claimed: vec![false; n],
             newly: Vec::new(),
             blocked: vec![None; q.cqs.len()],
+            waiting: vec![None; q.cqs.len()],
             forbidden,
             memo: Memo::new(ix),
         }
@@ -425,9 +431,10 @@ impl<'a> Pass<'a> {
                 "not admitted in this pass: workload {} could preempt it to take back the quota it would use",
                 ix.workloads[by].key
             );
-            self.decisions.push(pending(w, reason::PENDING, message));
+            self.decisions
+                .push(pending(w, reason::PENDING, message.into()));
             // the rest of its queue waits: one of lower priority admitted now would be its victim
-            self.blocked[c] = Some((i, Block::HeldBack));
+            self.block(c, i, Block::HeldBack);
             return Outcome::Stop;
         }
         let epoch = self.memo.epoch(ix, c);
@@ -457,17 +464,27 @@ impl<'a> Pass<'a> {
             self.admit(i, c, podsets, a, old);
             return Outcome::Continue;
         }
-        let mut message = a
+        let text: Arc<str> = a
             .failure
             .as_ref()
             .map(|f| flavors::message(&ix.q, c, f, replacing.as_ref().map(|r| r.key)))
-            .unwrap_or_default();
-        if a.mode == Mode::Preempt && self.preempt(i, c, &a, spare, &mut message) {
+            .unwrap_or_default()
+            .into();
+        if a.mode == Mode::Preempt
+            && let Some(preempted) = self.preempt(i, c, &a, spare)
+        {
+            let message = match preempted {
+                Preempted::Victims(victims) => PendingMessage::Preempting { text, victims },
+                Preempted::Overlapping => PendingMessage::from(format!(
+                    "{text}. Workload has overlapping preemption targets with another workload"
+                )),
+            };
             self.memo.changed(ix, c);
-            self.blocked[c] = Some((i, Block::Preempting));
+            self.block(c, i, Block::Preemption);
             self.decisions.push(pending(w, reason::PENDING, message));
             return Outcome::Stop;
         }
+        let message = PendingMessage::Text(text);
         if memo {
             Memo::remember(&mut self.memo.pending[c], (i, epoch, message.clone()));
         }
@@ -478,10 +495,20 @@ impl<'a> Pass<'a> {
     /// A Workload left pending without preempting: a StrictFIFO queue waits behind it.
     fn after_pending(&mut self, i: usize, c: usize) -> Outcome {
         if self.ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
-            self.blocked[c] = Some((i, Block::StrictFifo));
+            self.block(c, i, Block::StrictFifo);
             return Outcome::Stop;
         }
         Outcome::Continue
+    }
+
+    /// The rest of ClusterQueue `c` waits behind Workload `i` for the rest of the pass.
+    fn block(&mut self, c: usize, i: usize, why: Block) {
+        self.blocked[c] = Some((i, why));
+        self.waiting[c] = Some(PendingMessage::WaitingBehind(Arc::new(WaitingBehind {
+            head: self.ix.workloads[i].key.clone(),
+            cluster_queue: self.ix.q.cqs[c].name.clone(),
+            why,
+        })));
     }
 
     /// The ClusterQueue and PodSets of a Workload that may be admitted now, or why it may not
@@ -489,9 +516,9 @@ impl<'a> Pass<'a> {
     fn admissible(
         &self,
         w: &'a WorkloadEntry,
-    ) -> Result<(usize, &'a [PodSetRequests]), (&'static str, String)> {
+    ) -> Result<(usize, &'a [PodSetRequests]), (&'static str, PendingMessage)> {
         let q = &self.ix.q;
-        let inadmissible = |m: String| (reason::INADMISSIBLE, m);
+        let inadmissible = |m: String| (reason::INADMISSIBLE, PendingMessage::from(m));
         if !w.active {
             return Err(inadmissible("the workload is deactivated".to_string()));
         }
@@ -522,25 +549,10 @@ impl<'a> Pass<'a> {
             )));
         }
         let podsets = w.podsets.as_ref().map_err(|m| inadmissible(m.clone()))?;
-        if let Some((b, why)) = self.blocked[c] {
-            let head = &self.ix.workloads[b].key;
-            return Err((
-                reason::PENDING,
-                match why {
-                    Block::StrictFifo => format!(
-                        "waiting behind workload {head} in StrictFIFO ClusterQueue {}",
-                        info.name
-                    ),
-                    Block::HeldBack => format!(
-                        "waiting behind workload {head}, which is held back in this pass, in ClusterQueue {}",
-                        info.name
-                    ),
-                    Block::Preempting => format!(
-                        "waiting behind workload {head}, which is preempting for quota in ClusterQueue {}",
-                        info.name
-                    ),
-                },
-            ));
+        if self.blocked[c].is_some()
+            && let Some(m) = &self.waiting[c]
+        {
+            return Err((reason::PENDING, m.clone()));
         }
         Ok((c, podsets))
     }
@@ -581,8 +593,8 @@ impl<'a> Pass<'a> {
     }
 
     /// Evicts the victims that make Workload `i` fit, if there are any, and keeps what it needs
-    /// for the rest of the pass (the room its victims free is its). Returns whether it preempts:
-    /// false when nothing can make it fit, or when a victim it needs is already being evicted by
+    /// for the rest of the pass (the room its victims free is its). `None` when nothing can make
+    /// it fit; [`Preempted::Overlapping`] when a victim it needs is already being evicted by
     /// another Workload in this pass (Kueue skips an entry with overlapping preemption targets).
     fn preempt(
         &mut self,
@@ -590,8 +602,7 @@ impl<'a> Pass<'a> {
         c: usize,
         a: &Assignment,
         spare: Option<usize>,
-        message: &mut String,
-    ) -> bool {
+    ) -> Option<Preempted> {
         let ix = self.ix;
         let p = Preemptor {
             workload: i,
@@ -625,11 +636,10 @@ impl<'a> Pass<'a> {
         };
         let victims = preemption::targets(ix, &mut self.usage, &self.admitted_by_cq, &p, &ex);
         if victims.is_empty() {
-            return false;
+            return None;
         }
         if victims.iter().any(|v| self.claimed[v.workload]) {
-            message.push_str(". Workload has overlapping preemption targets with another workload");
-            return true;
+            return Some(Preempted::Overlapping);
         }
         let preemptor = &ix.workloads[i].key;
         for v in &victims {
@@ -650,56 +660,61 @@ impl<'a> Pass<'a> {
             self.evicting[v.workload] = true;
             self.evicted_now[v.workload] = true;
         }
-        let _ = write!(message, "{PREEMPTOR_MARK}{} workload(s)", victims.len());
         charge(&ix.q, &mut self.usage, c, &a.need, true);
-        true
+        Some(Preempted::Victims(victims.len()))
     }
 }
 
 impl Pass<'_> {
-    /// A last round for the Workloads held back by a retry (see [`run`]) whose reclaimer was
-    /// admitted after all: each is looked at once more, in queue order, against the usage the
-    /// pass left (its next pass would admit it just so).
+    /// The Workloads held back by a retry (see [`run`]) whose reclaimer was admitted after all,
+    /// with everything that waited behind them, looked at once more against the usage the pass
+    /// left, all such ClusterQueues together in Kueue's round order ([`rounds`]): their next pass
+    /// would admit them just so. Reopening them one ClusterQueue after another would let the
+    /// first one's borrowing entries take quota a later one's entry needs without borrowing,
+    /// which that entry then reclaims on the next pass (seed 6123 of `static_cohorts_do_not_churn`).
     fn late(&mut self, queues: &[Vec<usize>]) {
         let ix = self.ix;
         if self.forbidden.iter().all(Option::is_none) {
             return;
         }
         let mut admitted = vec![false; ix.workloads.len()];
-        for (i, _, _) in &self.newly {
-            admitted[*i] = true;
-        }
-        for (c, queue) in queues.iter().enumerate() {
-            let Some((head, Block::HeldBack)) = self.blocked[c] else {
-                continue;
-            };
-            if !self.forbidden[head].is_some_and(|by| admitted[by]) {
-                continue;
+        // reopening a ClusterQueue may admit the reclaimer another one's head was held back for
+        loop {
+            for (i, _, _) in &self.newly {
+                admitted[*i] = true;
             }
-            // the held-back head and everything that waited behind it, in queue order
-            let Some(at) = queue.iter().position(|&i| i == head) else {
-                continue;
-            };
-            self.blocked[c] = None;
-            for &i in &queue[at..] {
-                if self.blocked[c].is_some() {
-                    break;
+            let stale = |forbidden: &Option<usize>| forbidden.is_some_and(|by| admitted[by]);
+            let mut reopened = vec![false; ix.workloads.len()];
+            let mut tails: Vec<Vec<usize>> = vec![Vec::new(); queues.len()];
+            for (c, queue) in queues.iter().enumerate() {
+                let Some((head, Block::HeldBack)) = self.blocked[c] else {
+                    continue;
+                };
+                if !stale(&self.forbidden[head]) {
+                    continue;
                 }
-                let key = &ix.workloads[i].key;
-                self.decisions
-                    .retain(|d| !(matches!(d, Decision::Pending { .. }) && d.workload() == key));
-                self.forbidden[i] = None;
-                self.process_entry(i);
-            }
-            if let Some((b, _)) = self.blocked[c] {
-                // what still waits keeps its place behind the new head
-                for &i in queue[at..].iter().skip_while(|&&i| i != b).skip(1) {
-                    let key = &ix.workloads[i].key;
-                    if !self.decisions.iter().any(|d| d.workload() == key) {
-                        self.process_entry(i);
+                // the held-back head and everything that waited behind it, in queue order; one
+                // held back for a reclaimer still waiting stays held back
+                let Some(at) = queue.iter().position(|&i| i == head) else {
+                    continue;
+                };
+                self.blocked[c] = None;
+                for &i in &queue[at..] {
+                    if stale(&self.forbidden[i]) {
+                        self.forbidden[i] = None;
                     }
+                    reopened[i] = true;
                 }
+                tails[c] = queue[at..].to_vec();
             }
+            if tails.iter().all(Vec::is_empty) {
+                return;
+            }
+            self.decisions.retain(|d| {
+                !(matches!(d, Decision::Pending { .. })
+                    && ix.by_key.get(d.workload()).is_some_and(|&i| reopened[i]))
+            });
+            rounds(self, &tails);
         }
     }
 

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use super::queues::Queues;
+use super::workloads::{NO_SHAPE, PodSetRequests, shape_hash};
 
 /// (ClusterQueue, not a preemptor, priority reversed, queue order time, rank, Workload).
 pub(crate) type QueueKey = (
@@ -29,7 +30,10 @@ pub(crate) struct Index {
     pub q: Queues,
     /// Parallel to `Snapshot::workloads`.
     pub workloads: Vec<WorkloadEntry>,
-    pub by_key: HashMap<String, usize>,
+    pub by_key: HashMap<String, usize, foldhash::fast::FixedState>,
+    /// Shapes by hash: (shape id, its PodSets); a Workload's `shape` indexes `shape_podsets`.
+    shapes: HashMap<u64, Vec<u32>, foldhash::fast::FixedState>,
+    shape_podsets: Vec<Vec<PodSetRequests>>,
     /// Workload indexes sorted by key.
     pub sorted: Vec<usize>,
     /// Position of each Workload in `sorted`: compares like its key, without comparing strings.
@@ -51,9 +55,39 @@ impl Index {
             workloads,
             ..Index::default()
         };
+        for i in 0..ix.workloads.len() {
+            ix.intern_shape(i);
+        }
         ix.reindex_keys();
         ix.sort_queues();
         ix
+    }
+
+    /// Sets Workload `i`'s shape: the id of its PodSets, shared with every Workload whose
+    /// PodSets are equal (a pass compares shapes for each pending Workload; ids spare it
+    /// comparing the PodSets themselves).
+    pub fn intern_shape(&mut self, i: usize) {
+        let Ok(podsets) = &self.workloads[i].podsets else {
+            self.workloads[i].shape = NO_SHAPE;
+            return;
+        };
+        let ids = self.shapes.entry(shape_hash(podsets)).or_default();
+        let found = ids
+            .iter()
+            .copied()
+            .find(|&id| self.shape_podsets[id as usize] == *podsets);
+        let id = match found {
+            Some(id) => id,
+            None => {
+                let id = u32::try_from(self.shape_podsets.len()).unwrap_or(NO_SHAPE);
+                if id != NO_SHAPE {
+                    ids.push(id);
+                    self.shape_podsets.push(podsets.clone());
+                }
+                id
+            }
+        };
+        self.workloads[i].shape = id;
     }
 
     /// A Workload's place in its ClusterQueue: a Workload that preempted in an earlier pass

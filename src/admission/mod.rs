@@ -55,12 +55,13 @@ mod testing;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
 pub use status::{
     PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT, apply_decision, cluster_queue_status, finish,
-    local_queue_status, release_quota,
+    local_queue_status, pending_unchanged, release_quota,
 };
 
 use crate::types::kueue::{
@@ -98,11 +99,12 @@ pub enum Decision {
         workload: String,
         admission: Admission,
     },
-    /// Stay pending: `QuotaReserved=False` with `reason` (`Pending` or `Inadmissible`).
+    /// Stay pending: `QuotaReserved=False` with `reason` (`Pending` or `Inadmissible`) and
+    /// `message`, which is kept in parts and written out only where a status changes.
     Pending {
         workload: String,
-        reason: String,
-        message: String,
+        reason: &'static str,
+        message: PendingMessage,
     },
     /// Evict (`Preempted`, `ClusterQueueStopped`, `LocalQueueStopped` or `Deactivated`).
     Evict {
@@ -116,6 +118,127 @@ pub enum Decision {
         workload: String,
         replaced_by: String,
     },
+}
+
+/// The message of a `QuotaReserved=False` condition, in parts: a pass decides it for thousands of
+/// pending Workloads and a status write needs it for the few whose message changed, so it is
+/// shared (one allocation per ClusterQueue, shape and pass, not per Workload) and formatted
+/// ([`std::fmt::Display`]) only by a write. Compared with a condition's text without formatting
+/// ([`PendingMessage::is`]). Two messages are equal when they read the same.
+#[derive(Clone, Debug)]
+pub enum PendingMessage {
+    /// Formatted where decided (a flavor assignment failure: once per ClusterQueue, shape and
+    /// pass; the rare inadmissible reasons).
+    Text(Arc<str>),
+    /// `<text>. Pending the preemption of <victims> workload(s)`: it preempted for its quota.
+    Preempting { text: Arc<str>, victims: usize },
+    /// Waiting behind another Workload of its ClusterQueue for the rest of the pass.
+    WaitingBehind(Arc<WaitingBehind>),
+}
+
+/// Why the rest of a ClusterQueue waits behind `head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitingFor {
+    /// `head` does not fit and the queue is `StrictFIFO`.
+    StrictFifo,
+    /// `head` is held back in this pass (a Workload left waiting could preempt it).
+    HeldBack,
+    /// `head` is preempting for quota.
+    Preemption,
+}
+
+/// A Workload the rest of a ClusterQueue waits behind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingBehind {
+    pub head: String,
+    pub cluster_queue: String,
+    pub why: WaitingFor,
+}
+
+impl PendingMessage {
+    /// Whether the Workload preempted others for its quota (Kueue keeps it at the front of its
+    /// queue until they are gone).
+    pub fn is_preemptor(&self) -> bool {
+        matches!(self, PendingMessage::Preempting { .. })
+    }
+
+    /// Whether it reads `text`, compared piece by piece as it would be written.
+    pub fn is(&self, text: &str) -> bool {
+        if let PendingMessage::Text(t) = self {
+            return **t == *text;
+        }
+        let mut rest = Expect(text);
+        std::fmt::write(&mut rest, format_args!("{self}")).is_ok() && rest.0.is_empty()
+    }
+}
+
+/// A writer that only checks its input is the next part of the expected text.
+struct Expect<'a>(&'a str);
+
+impl std::fmt::Write for Expect<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        match self.0.strip_prefix(s) {
+            Some(rest) => {
+                self.0 = rest;
+                Ok(())
+            }
+            None => Err(std::fmt::Error),
+        }
+    }
+}
+
+impl std::fmt::Display for PendingMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PendingMessage::Text(t) => f.write_str(t),
+            PendingMessage::Preempting { text, victims } => {
+                write!(
+                    f,
+                    "{text}{}{victims} workload(s)",
+                    workloads::PREEMPTOR_MARK
+                )
+            }
+            PendingMessage::WaitingBehind(w) => {
+                let (head, cq) = (&w.head, &w.cluster_queue);
+                match w.why {
+                    WaitingFor::StrictFifo => write!(
+                        f,
+                        "waiting behind workload {head} in StrictFIFO ClusterQueue {cq}"
+                    ),
+                    WaitingFor::HeldBack => write!(
+                        f,
+                        "waiting behind workload {head}, which is held back in this pass, in ClusterQueue {cq}"
+                    ),
+                    WaitingFor::Preemption => write!(
+                        f,
+                        "waiting behind workload {head}, which is preempting for quota in ClusterQueue {cq}"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+impl PartialEq for PendingMessage {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (PendingMessage::Text(a), PendingMessage::Text(b)) => a == b,
+            (PendingMessage::Text(t), m) | (m, PendingMessage::Text(t)) => m.is(t),
+            (a, b) => a.to_string() == b.to_string(),
+        }
+    }
+}
+
+impl From<&str> for PendingMessage {
+    fn from(text: &str) -> Self {
+        PendingMessage::Text(text.into())
+    }
+}
+
+impl From<String> for PendingMessage {
+    fn from(text: String) -> Self {
+        PendingMessage::Text(text.into())
+    }
 }
 
 impl Decision {
@@ -248,9 +371,7 @@ impl Scheduler {
                 // unchanged: the entry was derived from this very message
                 if status::apply_pending_in_place(s, generation, reason, message, now) {
                     changed = true;
-                    if message.contains(workloads::PREEMPTOR_MARK)
-                        != self.index.workloads[i].preemptor
-                    {
+                    if message.is_preemptor() != self.index.workloads[i].preemptor {
                         self.refresh(i);
                     }
                 }
@@ -304,6 +425,7 @@ impl Scheduler {
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
         self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };
+        self.index.intern_shape(i);
         if rekey {
             self.index.reindex_keys();
         } else if self.index.queue_key(i) != old_place {

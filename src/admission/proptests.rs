@@ -728,13 +728,40 @@ fn run_static_case(seed: u64) -> Result<(), String> {
     Err("not stable after 50 passes".into())
 }
 
-/// Seeds 0..6000, every run the same. Seeds 3022 and 3729 used to preempt once on the second
-/// pass: a Workload short of quota in a pass looked only at the pass's starting holders, so it
-/// preempted one of those while Kueue would take back the one just admitted (pinned by
-/// `quota_lent_in_a_pass_is_not_reclaimed_from_an_older_holder_in_the_same_pass`).
+/// Seeds 0..6000 and the seeds beyond that used to churn, every run the same;
+/// `CHURN_SEEDS=a..b` runs the range a..b instead (0..20000 takes about 100 s of CPU in a dev
+/// build, see README). Seeds 3022 and 3729 used to preempt once on the second pass: a Workload
+/// short of quota in a pass looked only at the pass's starting holders, so it preempted one of
+/// those while Kueue would take back the one just admitted (pinned by
+/// `quota_lent_in_a_pass_is_not_reclaimed_from_an_older_holder_in_the_same_pass`). Seeds 6123,
+/// 7467, 7578, 7724 and 14021 did too: queues reopened at the end of a pass one after another
+/// instead of in round order, and not to a fixed point (pinned, shrunk, by
+/// `queues_reopened_at_the_end_of_a_pass_take_turns_in_round_order` and
+/// `a_head_held_back_for_a_reclaimer_admitted_by_another_reopened_queue_is_reopened_too`).
+/// Still open (issue #15): 9147, 9868, 10985, 14999 and 18403 in 0..20000.
 #[test]
 fn static_cohorts_do_not_churn() {
-    for seed in 0..6000u64 {
-        run_static_case(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    }
+    let seeds: Vec<u64> = match std::env::var("CHURN_SEEDS") {
+        Ok(range) => {
+            let (a, b) = range.split_once("..").expect("CHURN_SEEDS=a..b");
+            (a.parse().expect("a number")..b.parse().expect("a number")).collect()
+        }
+        Err(_) => (0..6000u64)
+            .chain([6123, 7467, 7578, 7724, 14021])
+            .collect(),
+    };
+    let failed: Vec<String> = seeds
+        .into_iter()
+        .filter_map(|seed| {
+            run_static_case(seed)
+                .err()
+                .map(|e| format!("seed {seed}: {e}"))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} seeds churn:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }

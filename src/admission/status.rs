@@ -8,7 +8,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::{ClusterQueueUsage, Decision, LocalQueueUsage};
+use super::{ClusterQueueUsage, Decision, LocalQueueUsage, PendingMessage};
 use crate::conditions;
 use crate::types::kueue::{
     ClusterQueueStatus, LocalQueueFlavorUsage, LocalQueueResourceUsage, LocalQueueStatus,
@@ -47,7 +47,7 @@ pub(crate) fn apply_pending_in_place(
     status: &mut WorkloadStatus,
     generation: Option<i64>,
     reason: &str,
-    message: &str,
+    message: &PendingMessage,
     now: Timestamp,
 ) -> bool {
     if pending_unchanged(Some(status), generation, reason, message) {
@@ -58,27 +58,28 @@ pub(crate) fn apply_pending_in_place(
         condition::QUOTA_RESERVED,
         "False",
         reason,
-        message,
+        &message.to_string(),
         generation,
         now,
     );
     true
 }
 
-/// True when applying a Pending decision would change nothing (the common case, checked cheaply).
-pub(crate) fn pending_unchanged(
+/// True when applying a Pending decision would change nothing (the common case, checked cheaply:
+/// the message is compared without being formatted).
+pub fn pending_unchanged(
     status: Option<&WorkloadStatus>,
     generation: Option<i64>,
     reason: &str,
-    message: &str,
+    message: &PendingMessage,
 ) -> bool {
     status
         .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
         .is_some_and(|c| {
             c.status == "False"
                 && c.reason == reason
-                && c.message == message
                 && c.observed_generation == generation
+                && message.is(&c.message)
         })
 }
 
@@ -106,7 +107,7 @@ pub fn apply_decision(
                 condition::QUOTA_RESERVED,
                 "False",
                 reason,
-                message,
+                &message.to_string(),
                 generation,
                 now,
             );
@@ -355,7 +356,7 @@ mod tests {
     fn pending_then_admitted_then_preempted_then_released() {
         let pending = Decision::Pending {
             workload: "ns/w".into(),
-            reason: "Pending".into(),
+            reason: "Pending",
             message: "couldn't assign flavors".into(),
         };
         let s1 = apply_decision(None, Some(1), &pending, t(10));
@@ -367,7 +368,7 @@ mod tests {
             Some(&s1),
             Some(1),
             "Pending",
-            "couldn't assign flavors"
+            &"couldn't assign flavors".into()
         ));
 
         let admit = Decision::Admit {

@@ -24,9 +24,10 @@ pub fn admitted_names(r: &CycleResult) -> Vec<String> {
         .collect()
 }
 
-pub fn message<'a>(r: &'a CycleResult, name: &str) -> &'a str {
+pub fn message(r: &CycleResult, name: &str) -> String {
     match decision(r, name) {
-        Some(Decision::Pending { message, .. } | Decision::Evict { message, .. }) => message,
+        Some(Decision::Pending { message, .. }) => message.to_string(),
+        Some(Decision::Evict { message, .. }) => message.clone(),
         other => panic!("no pending/evict decision for {name}: {other:?}"),
     }
 }

@@ -74,6 +74,29 @@ pub(crate) struct WorkloadEntry {
     pub preemptor: bool,
     /// A second object with the same key: ignored.
     pub duplicate: bool,
+    /// Its PodSets' shape: Workloads with equal PodSets share it ([`NO_SHAPE`] for invalid
+    /// PodSets), assigned by the index.
+    pub shape: u32,
+}
+
+/// The shape of Workloads whose PodSets are invalid: like no other.
+pub(crate) const NO_SHAPE: u32 = u32::MAX;
+
+/// A hash of PodSets (names, counts, requests, node selectors): equal PodSets hash equal.
+pub(crate) fn shape_hash(podsets: &[PodSetRequests]) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    for ps in podsets {
+        ps.name.hash(&mut h);
+        ps.count.hash(&mut h);
+        for r in &ps.requests {
+            r.res.hash(&mut h);
+            r.name.hash(&mut h);
+            r.total.nanos().hash(&mut h);
+        }
+        ps.node_selector.hash(&mut h);
+    }
+    h.finish()
 }
 
 impl WorkloadEntry {
@@ -185,6 +208,7 @@ impl Queues {
             order_time,
             preemptor,
             duplicate: false,
+            shape: NO_SHAPE,
         }
     }
 

@@ -474,6 +474,15 @@ async fn write_decision(
     assumed: &mut HashMap<String, Assumed>,
 ) -> Result<(), Error> {
     let k = d.workload();
+    // the common case, checked without formatting or cloning: a pending Workload already shows
+    // this very reason and message
+    if let Decision::Pending {
+        reason, message, ..
+    } = d
+        && admission::pending_unchanged(w.status.as_ref(), w.metadata.generation, reason, message)
+    {
+        return Ok(());
+    }
     let current = w.status.clone().unwrap_or_default();
     let next = admission::apply_decision(w.status.as_ref(), w.metadata.generation, d, now);
     let finished = matches!(d, Decision::FinishReplaced { .. });
