@@ -245,6 +245,7 @@ async fn evict_and_wait(
     loop {
         match api.evict(&name, &EvictParams::default()).await {
             Ok(_) => {
+                tracing::info!(pod = %id, "evicted");
                 counts.evictions.fetch_add(1, Relaxed);
                 break;
             }
@@ -417,9 +418,14 @@ impl ControllerClock for SimClock {
 }
 
 /// The upgrade agent for raygate's `reboot` hand-off (what a system-upgrade-controller Plan
-/// selecting the label would be): reboots every node labelled `raygate.io/upgrade=requested`
-/// through the sim's node lifecycle. Runs until aborted.
-pub fn reboot_agent(client: Client) -> tokio::task::JoinHandle<()> {
+/// selecting the label would be): reboots a node labelled `raygate.io/upgrade=requested` that is
+/// not at the `target` generation yet, once per generation (the label stays until raygate
+/// uncordons the upgraded node), through the sim's node lifecycle. Runs until aborted.
+pub fn reboot_agent(
+    client: Client,
+    generation_label: String,
+    target: String,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let stream = watcher::watcher(
             Api::<Node>::all(client.clone()),
@@ -427,12 +433,18 @@ pub fn reboot_agent(client: Client) -> tokio::task::JoinHandle<()> {
         )
         .applied_objects();
         let mut stream = std::pin::pin!(stream);
+        let mut requested: std::collections::BTreeSet<(String, String)> = Default::default();
         while let Some(event) = stream.next().await {
             let Ok(n) = event else { continue };
-            if !n.annotations().contains_key(node_lifecycle::LIFECYCLE)
-                && !n.annotations().contains_key(node_lifecycle::PHASE)
-                && let Err(e) = node_lifecycle::request(&client, &n.name_any(), "reboot").await
+            let generation = n.labels().get(&generation_label).cloned().unwrap_or_default();
+            if generation == target
+                || n.annotations().contains_key(node_lifecycle::LIFECYCLE)
+                || n.annotations().contains_key(node_lifecycle::PHASE)
+                || !requested.insert((n.name_any(), generation))
             {
+                continue;
+            }
+            if let Err(e) = node_lifecycle::request(&client, &n.name_any(), "reboot").await {
                 tracing::warn!(node = %n.name_any(), error = %e, "upgrade agent: reboot request failed");
             }
         }
@@ -445,7 +457,11 @@ async fn run_raygate(
     upgrade: &Upgrade,
 ) -> Result<Outcome, BaselineError> {
     let started = clock.now();
-    let agent = reboot_agent(client.clone());
+    let agent = reboot_agent(
+        client.clone(),
+        upgrade.generation_label.clone(),
+        upgrade.target.clone(),
+    );
     let options = EngineOptions {
         plan: PlanOptions {
             domain_label: upgrade.domain_label.clone(),
@@ -469,6 +485,7 @@ async fn run_raygate(
         Arc::new(SimClock(clock.clone())),
         Run::new(options),
         |s| {
+            tracing::debug!(phase = ?s.phase, waiting = %s.waiting, "raygate's drain");
             evictions = s.domains.iter().map(|d| d.evicted.len()).sum();
             refusals = refusals.max(s.domains.iter().filter(|d| d.refusal.is_some()).count());
         },
