@@ -24,8 +24,8 @@ use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
 use raygate::controller::{Clock as ControllerClock, Monotonic};
@@ -309,7 +309,11 @@ async fn kubectl_drain(
                 .filter(|p| !is_daemonset_or_mirror(p) && !is_finished(p)),
         );
     }
-    try_join_all(pods.iter().map(|p| evict_and_wait(client, p, retry, counts))).await?;
+    try_join_all(
+        pods.iter()
+            .map(|p| evict_and_wait(client, p, retry, counts)),
+    )
+    .await?;
     Ok(())
 }
 
@@ -356,7 +360,10 @@ async fn reboot_and_uncordon(
 }
 
 /// The nodes not at the target generation: (name, domain).
-async fn outdated(client: &Client, upgrade: &Upgrade) -> Result<Vec<(String, String)>, BaselineError> {
+async fn outdated(
+    client: &Client,
+    upgrade: &Upgrade,
+) -> Result<Vec<(String, String)>, BaselineError> {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -393,7 +400,12 @@ pub async fn run(
     for batch in batches(strategy, &nodes, upgrade.seed) {
         tracing::info!(strategy = %strategy.name(), nodes = ?batch, "draining");
         kubectl_drain(client, &batch, upgrade.retry, &counts).await?;
-        try_join_all(batch.iter().map(|n| reboot_and_uncordon(client, n, upgrade))).await?;
+        try_join_all(
+            batch
+                .iter()
+                .map(|n| reboot_and_uncordon(client, n, upgrade)),
+        )
+        .await?;
     }
     Ok(Outcome {
         strategy: strategy.name(),
@@ -436,7 +448,11 @@ pub fn reboot_agent(
         let mut requested: std::collections::BTreeSet<(String, String)> = Default::default();
         while let Some(event) = stream.next().await {
             let Ok(n) = event else { continue };
-            let generation = n.labels().get(&generation_label).cloned().unwrap_or_default();
+            let generation = n
+                .labels()
+                .get(&generation_label)
+                .cloned()
+                .unwrap_or_default();
             if generation == target
                 || n.annotations().contains_key(node_lifecycle::LIFECYCLE)
                 || n.annotations().contains_key(node_lifecycle::PHASE)
@@ -513,10 +529,15 @@ mod tests {
     use super::*;
 
     fn nodes() -> Vec<(String, String)> {
-        [("n-3", "ud-1"), ("n-0", "ud-0"), ("n-1", "ud-0"), ("n-2", "ud-1")]
-            .iter()
-            .map(|(n, d)| (n.to_string(), d.to_string()))
-            .collect()
+        [
+            ("n-3", "ud-1"),
+            ("n-0", "ud-0"),
+            ("n-1", "ud-0"),
+            ("n-2", "ud-1"),
+        ]
+        .iter()
+        .map(|(n, d)| (n.to_string(), d.to_string()))
+        .collect()
     }
 
     #[test]

@@ -68,8 +68,20 @@ impl Kind {
                 "clusterqueues",
                 false,
             ),
-            Kind::LocalQueue => ("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues", true),
-            Kind::NodeRollout => ("raygate.io", "v1alpha1", "NodeRollout", "noderollouts", false),
+            Kind::LocalQueue => (
+                "kueue.x-k8s.io",
+                "v1beta2",
+                "LocalQueue",
+                "localqueues",
+                true,
+            ),
+            Kind::NodeRollout => (
+                "raygate.io",
+                "v1alpha1",
+                "NodeRollout",
+                "noderollouts",
+                false,
+            ),
         }
     }
 }
@@ -269,7 +281,11 @@ impl History {
     /// Records an object as a watch delivered it (see [`compact`]).
     pub fn record_object(&mut self, at: Timestamp, kind: Kind, object: &Value) -> bool {
         let (namespace, name) = identity(object);
-        self.record(at, Key::new(kind, &namespace, &name), Some(compact(kind, object)))
+        self.record(
+            at,
+            Key::new(kind, &namespace, &name),
+            Some(compact(kind, object)),
+        )
     }
 
     /// The states now (after the last change).
@@ -341,19 +357,19 @@ fn condition_true(object: &Value, types: &[&str]) -> bool {
         .any(|c| types.contains(&c["type"].as_str().unwrap_or_default()) && c["status"] == "True")
 }
 
-/// Σ over `flavors[].resources[]` of `field`, per resource name.
+/// Σ over `flavors[].resources[]` of `field` (a quantity string or a number), per resource name.
 fn flavor_sum(flavors: &[Value], field: &str) -> Resources {
     let mut out = Resources::new();
-    for r in flavors.iter().flat_map(|f| f["resources"].as_array().into_iter().flatten()) {
-        if let (Some(name), Some(q)) = (r["name"].as_str(), r[field].as_str().or_else(|| None))
-            && let Ok(q) = Quantity::parse(q)
-        {
-            let mut one = Resources::new();
-            one.set(name, q);
-            out.add(&one);
-        } else if let (Some(name), Some(n)) = (r["name"].as_str(), r[field].as_i64())
-            && let Ok(q) = Quantity::parse(&n.to_string())
-        {
+    for r in flavors
+        .iter()
+        .flat_map(|f| f["resources"].as_array().into_iter().flatten())
+    {
+        let text = match &r[field] {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => continue,
+        };
+        if let (Some(name), Ok(q)) = (r["name"].as_str(), Quantity::parse(&text)) {
             let mut one = Resources::new();
             one.set(name, q);
             out.add(&one);
@@ -371,7 +387,10 @@ fn pod_state(object: &Value) -> PodState {
         .unwrap_or_default();
     let status = &object["status"];
     PodState {
-        uid: object["metadata"]["uid"].as_str().unwrap_or_default().into(),
+        uid: object["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
         labels: labels(object),
         node: object["spec"]["nodeName"].as_str().map(String::from),
         phase: status["phase"].as_str().unwrap_or("Pending").into(),
@@ -586,7 +605,10 @@ mod tests {
             panic!()
         };
         assert_eq!(q.nominal.get("nvidia.com/gpu"), Quantity::from_units(12));
-        assert_eq!(q.borrowing_limit.get("nvidia.com/gpu"), Quantity::from_units(3));
+        assert_eq!(
+            q.borrowing_limit.get("nvidia.com/gpu"),
+            Quantity::from_units(3)
+        );
         assert!(q.unlimited_borrowing.is_empty());
         assert_eq!(q.usage.get("nvidia.com/gpu"), Quantity::from_units(6));
         assert_eq!(q.cohort.as_deref(), Some("all"));

@@ -237,7 +237,10 @@ pub fn no_child_ran_uncovered(h: &History) -> Vec<Violation> {
                 .iter()
                 .map(|(c, n)| format!("RayCluster {ns}/{c} ({n} pods)"))
                 .collect();
-            now.insert(format!("{ns}/{svc}"), (objects, format!("RayService {ns}/{svc}: {message}")));
+            now.insert(
+                format!("{ns}/{svc}"),
+                (objects, format!("RayService {ns}/{svc}: {message}")),
+            );
         }
         now
     })
@@ -385,8 +388,10 @@ pub fn pdb_floor(pdb: &PdbState, selected: i32) -> Option<i32> {
     Some(floor.max(0))
 }
 
-/// Per budget at one instant: (healthy, floor, selected pods).
-fn budgets(states: &BTreeMap<Key, State>) -> BTreeMap<Key, (i32, i32)> {
+/// Per budget at one instant: (healthy pods, floor).
+type Budgets = BTreeMap<Key, (i32, i32)>;
+
+fn budgets(states: &BTreeMap<Key, State>) -> Budgets {
     let mut out = BTreeMap::new();
     for (k, s) in states {
         let State::Pdb(pdb) = s else { continue };
@@ -412,7 +417,7 @@ fn budgets(states: &BTreeMap<Key, State>) -> BTreeMap<Key, (i32, i32)> {
 fn walk_budgets(h: &History, mut f: impl FnMut(Timestamp, Option<Timestamp>, &Key, i32, i32)) {
     let mut met: BTreeSet<Key> = BTreeSet::new();
     let mut replay = h.replay();
-    let mut pending: Option<(Timestamp, BTreeMap<Key, (i32, i32)>)> = None;
+    let mut pending: Option<(Timestamp, Budgets)> = None;
     while let Some((at, states)) = replay.step() {
         if let Some((t, b)) = pending.take() {
             for (k, (healthy, floor)) in &b {
@@ -508,7 +513,10 @@ pub fn no_slice_leaked(h: &History) -> Vec<Violation> {
         } else if !has_child {
             format!("RayService {ns}/{svc} has no child left")
         } else if slices.len() > 1 {
-            format!("RayService {ns}/{svc} holds {} admitted slices", slices.len())
+            format!(
+                "RayService {ns}/{svc} holds {} admitted slices",
+                slices.len()
+            )
         } else {
             continue;
         };

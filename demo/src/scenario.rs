@@ -379,7 +379,9 @@ pub fn parse(text: &str, source: &str) -> Result<Checked, ScenarioError> {
                     return Err(field(
                         line,
                         format!("timeline[{i}].injectFault.verbs"),
-                        format!("unknown verb {verb:?} (get, list, watch, create, update, patch, delete)"),
+                        format!(
+                            "unknown verb {verb:?} (get, list, watch, create, update, patch, delete)"
+                        ),
                     ));
                 }
             }
@@ -565,7 +567,12 @@ async fn resolve(
     Ok((ar, caps.scope == Scope::Namespaced))
 }
 
-fn api_for(client: &Client, ar: &ApiResource, namespaced: bool, ns: Option<&str>) -> Api<DynamicObject> {
+fn api_for(
+    client: &Client,
+    ar: &ApiResource,
+    namespaced: bool,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
     if namespaced {
         Api::namespaced_with(client.clone(), ns.unwrap_or("default"), ar)
     } else {
@@ -597,14 +604,11 @@ async fn apply(client: &Client, objects: &[Value], line: u64) -> Result<(), RunE
 }
 
 fn node_object(shape: &ClusterShape, name: &str, domain: usize) -> Value {
-    let mut allocatable: BTreeMap<String, String> = [
-        ("cpu", "64"),
-        ("memory", "512Gi"),
-        ("pods", "110"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut allocatable: BTreeMap<String, String> =
+        [("cpu", "64"), ("memory", "512Gi"), ("pods", "110")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
     allocatable.extend(shape.allocatable.clone());
     let mut labels = shape.node_labels.clone();
     labels.insert(shape.domain_label.clone(), format!("ud-{domain}"));
@@ -645,7 +649,11 @@ async fn raise_quota(client: &Client, q: &RaiseQuota, line: u64) -> Result<(), R
             })?;
         let mut v = serde_json::to_value(&cq).unwrap_or_default();
         let mut done = false;
-        for g in v["spec"]["resourceGroups"].as_array_mut().into_iter().flatten() {
+        for g in v["spec"]["resourceGroups"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
             for f in g["flavors"].as_array_mut().into_iter().flatten() {
                 if done || q.flavor.as_deref().is_some_and(|n| f["name"] != n) {
                     continue;
@@ -687,7 +695,13 @@ async fn raise_quota(client: &Client, q: &RaiseQuota, line: u64) -> Result<(), R
 }
 
 impl Story {
-    async fn act(&mut self, action: &Action, line: u64, domain_label: &str, seed: u64) -> Result<(), RunError> {
+    async fn act(
+        &mut self,
+        action: &Action,
+        line: u64,
+        domain_label: &str,
+        seed: u64,
+    ) -> Result<(), RunError> {
         let client = self.client.clone();
         match action {
             Action::Apply(objects) => apply(&client, objects, line).await,
@@ -717,13 +731,12 @@ impl Story {
                     .group_label
                     .clone()
                     .unwrap_or_else(|| lws::GROUP_KEY.to_string());
-                let taint: Option<k8s_openapi::api::core::v1::Taint> = r.taint_outdated.then(|| {
-                    k8s_openapi::api::core::v1::Taint {
+                let taint: Option<k8s_openapi::api::core::v1::Taint> =
+                    r.taint_outdated.then(|| k8s_openapi::api::core::v1::Taint {
                         key: "raygate.io/outdated".into(),
                         effect: "NoSchedule".into(),
                         ..Default::default()
-                    }
-                });
+                    });
                 if let Some(t) = &taint {
                     taint_outdated(&client, t, &r.target, line).await?;
                 }
@@ -813,10 +826,18 @@ async fn taint_outdated(
             source,
         })?;
     for n in list.items {
-        if n.labels().get(node_lifecycle::GENERATION).map(String::as_str) == Some(target) {
+        if n.labels()
+            .get(node_lifecycle::GENERATION)
+            .map(String::as_str)
+            == Some(target)
+        {
             continue;
         }
-        let mut taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        let mut taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
         if taints.iter().any(|t| t.key == taint.key) {
             continue;
         }
@@ -863,20 +884,31 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
         kubelet::Config::default(),
         shutdown.clone(),
     ));
-    if pinned_kind(&client, &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"))
-        .await
-        .is_ok()
+    if pinned_kind(
+        &client,
+        &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+    )
+    .await
+    .is_ok()
     {
-        tokio::spawn(lws::run(client.clone(), clock.clone(), Duration::from_secs(30), shutdown.clone()));
+        tokio::spawn(lws::run(
+            client.clone(),
+            clock.clone(),
+            Duration::from_secs(30),
+            shutdown.clone(),
+        ));
     }
     sim.spawn_disruption_controller(disruption::Config {
         lag: Duration::from_secs(5),
     });
     sim.spawn_node_lifecycle(node_lifecycle::Config::default());
     let (emulator_tx, emulator_rx) = oneshot::channel::<()>();
-    if pinned_kind(&client, &GroupVersionKind::gvk("ray.io", "v1", "RayService"))
-        .await
-        .is_ok()
+    if pinned_kind(
+        &client,
+        &GroupVersionKind::gvk("ray.io", "v1", "RayService"),
+    )
+    .await
+    .is_ok()
     {
         tokio::spawn(raygate_sim::kuberay::run(
             client.clone(),
@@ -926,7 +958,9 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
     apply(&client, &s.objects, 1).await?;
     for (at, action, line) in &checked.steps {
         tokio::time::sleep_until(origin + *at).await;
-        story.act(action, *line, &s.cluster.domain_label, s.seed).await?;
+        story
+            .act(action, *line, &s.cluster.domain_label, s.seed)
+            .await?;
     }
     let deadline = origin + checked.within;
     let mut rollouts = vec![];
@@ -934,10 +968,7 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
         match tokio::time::timeout_at(deadline, handle).await {
             Ok(Ok(r)) => rollouts.push(r),
             Ok(Err(e)) => rollouts.push(Err(e.to_string())),
-            Err(_) => rollouts.push(Err(format!(
-                "not done within {:?}",
-                checked.within
-            ))),
+            Err(_) => rollouts.push(Err(format!("not done within {:?}", checked.within))),
         }
     }
     tokio::time::sleep_until((tokio::time::Instant::now() + checked.settle).min(deadline)).await;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use raygate_demo::baselines::{self, Outcome, Strategy, Upgrade};
 use raygate_demo::history::{History, Kind};
 use raygate_demo::invariants::{self, Window};
@@ -287,11 +287,7 @@ async fn measure(strategy: Strategy) -> Measured {
         disrupted_twice: by_group.values().filter(|t| t.len() > 1).count(),
         group_seconds_below_floor: invariants::seconds_below_pdb_floor(&history),
         below_floor: invariants::never_below_pdb_floor(&history),
-        not_at_target: invariants::every_node_at_target(
-            &history,
-            node_lifecycle::GENERATION,
-            "1",
-        ),
+        not_at_target: invariants::every_node_at_target(&history, node_lifecycle::GENERATION, "1"),
         outcome,
         history,
         window,
@@ -350,7 +346,10 @@ async fn raygate_keeps_every_group_above_the_floor_and_disrupts_each_once() {
 async fn a_naive_domain_by_domain_drain_takes_groups_below_the_floor() {
     let m = measure(Strategy::DomainByDomain).await;
     assert!(m.not_at_target.is_empty(), "{:?}", m.not_at_target);
-    assert!(!m.below_floor.is_empty(), "the checker flags the naive drain");
+    assert!(
+        !m.below_floor.is_empty(),
+        "the checker flags the naive drain"
+    );
     assert!(m.group_seconds_below_floor > 0.0);
     assert!(
         m.below_floor

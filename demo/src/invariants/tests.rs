@@ -102,7 +102,10 @@ fn quota_exceeded_by_running_pods_is_flagged_with_its_interval() {
     serving(&mut h, 8);
     put(&mut h, 1, Kind::Pod, "a-1", Some(ray_pod("svc-a", true)));
     put(&mut h, 2, Kind::Pod, "a-2", Some(ray_pod("svc-a", true)));
-    assert!(quota_never_exceeded(&h).is_empty(), "8 of 8 GPUs is within quota");
+    assert!(
+        quota_never_exceeded(&h).is_empty(),
+        "8 of 8 GPUs is within quota"
+    );
     // a third 4-GPU pod of the upgrade's child starts: 12 > 8
     put(&mut h, 10, Kind::Pod, "b-1", Some(ray_pod("svc-b", false)));
     // ... and a terminating pod still holds its GPUs until it is gone
@@ -116,7 +119,11 @@ fn quota_exceeded_by_running_pods_is_flagged_with_its_interval() {
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!((v[0].from, v[0].until), (t(10), Some(t(30))));
     assert_eq!(v[0].objects[0], "ClusterQueue/team");
-    assert!(v[0].message.contains("request 12, quota 8"), "{}", v[0].message);
+    assert!(
+        v[0].message.contains("request 12, quota 8"),
+        "{}",
+        v[0].message
+    );
 }
 
 #[test]
@@ -146,13 +153,37 @@ fn a_child_running_without_an_admitted_slice_is_flagged() {
     let mut clean = History::new();
     serving(&mut clean, 8);
     slice(&mut clean, 1, "svc-1", 2, true, false);
-    put(&mut clean, 2, Kind::Pod, "a-1", Some(ray_pod("svc-a", true)));
-    put(&mut clean, 2, Kind::Pod, "a-2", Some(ray_pod("svc-a", true)));
+    put(
+        &mut clean,
+        2,
+        Kind::Pod,
+        "a-1",
+        Some(ray_pod("svc-a", true)),
+    );
+    put(
+        &mut clean,
+        2,
+        Kind::Pod,
+        "a-2",
+        Some(ray_pod("svc-a", true)),
+    );
     // an upgrade: the replacement slice admitted and the old one finished in one instant
     slice(&mut clean, 5, "svc-2", 4, true, false);
     slice(&mut clean, 5, "svc-1", 2, true, true);
-    put(&mut clean, 6, Kind::Pod, "b-1", Some(ray_pod("svc-b", true)));
-    put(&mut clean, 6, Kind::Pod, "b-2", Some(ray_pod("svc-b", true)));
+    put(
+        &mut clean,
+        6,
+        Kind::Pod,
+        "b-1",
+        Some(ray_pod("svc-b", true)),
+    );
+    put(
+        &mut clean,
+        6,
+        Kind::Pod,
+        "b-2",
+        Some(ray_pod("svc-b", true)),
+    );
     assert!(no_child_ran_uncovered(&clean).is_empty());
 
     let mut bad = History::new();
@@ -166,8 +197,14 @@ fn a_child_running_without_an_admitted_slice_is_flagged() {
     assert_eq!((v[0].from, v[0].until), (t(2), Some(t(4))));
     assert!(v[0].message.contains("1 pods ran with no admitted slice"));
     assert_eq!((v[1].from, v[1].until), (t(6), None));
-    assert!(v[1].message.contains("3 pods ran, the admitted slice covers 2"));
-    assert!(v[1].objects.contains(&"RayCluster ns/svc-b (2 pods)".to_string()));
+    assert!(
+        v[1].message
+            .contains("3 pods ran, the admitted slice covers 2")
+    );
+    assert!(
+        v[1].objects
+            .contains(&"RayCluster ns/svc-b (2 pods)".to_string())
+    );
 }
 
 fn member(group: &str, size: usize, ready: bool, deleting: bool, leader: bool) -> State {
@@ -191,8 +228,20 @@ fn member(group: &str, size: usize, ready: bool, deleting: bool, leader: bool) -
 /// deleted) and up again (a new worker Ready 5 s later) at each of its `downs`.
 fn group_history(h: &mut History, groups: &[(&str, &[i64])]) {
     for (g, _) in groups {
-        put(h, 0, Kind::Pod, &format!("{g}-0"), Some(member(g, 2, true, false, true)));
-        put(h, 0, Kind::Pod, &format!("{g}-1"), Some(member(g, 2, true, false, false)));
+        put(
+            h,
+            0,
+            Kind::Pod,
+            &format!("{g}-0"),
+            Some(member(g, 2, true, false, true)),
+        );
+        put(
+            h,
+            0,
+            Kind::Pod,
+            &format!("{g}-1"),
+            Some(member(g, 2, true, false, false)),
+        );
     }
     let mut events: Vec<(i64, &str, Option<State>)> = vec![];
     for (g, downs) in groups {
@@ -267,22 +316,76 @@ fn the_floor_is_computed_as_the_disruption_controller_does() {
 #[test]
 fn groups_below_the_budget_s_floor_are_flagged_and_counted_in_group_seconds() {
     let mut h = History::new();
-    put(&mut h, 0, Kind::PodDisruptionBudget, "leaders", Some(leaders_pdb(Some(IntOrString::Int(2)), None)));
+    put(
+        &mut h,
+        0,
+        Kind::PodDisruptionBudget,
+        "leaders",
+        Some(leaders_pdb(Some(IntOrString::Int(2)), None)),
+    );
     // starting up below the floor is not a violation: the budget was never met yet
-    put(&mut h, 0, Kind::Pod, "a-0", Some(member("a", 1, false, false, true)));
-    put(&mut h, 0, Kind::Pod, "b-0", Some(member("b", 1, false, false, true)));
-    put(&mut h, 0, Kind::Pod, "c-0", Some(member("c", 1, false, false, true)));
+    put(
+        &mut h,
+        0,
+        Kind::Pod,
+        "a-0",
+        Some(member("a", 1, false, false, true)),
+    );
+    put(
+        &mut h,
+        0,
+        Kind::Pod,
+        "b-0",
+        Some(member("b", 1, false, false, true)),
+    );
+    put(
+        &mut h,
+        0,
+        Kind::Pod,
+        "c-0",
+        Some(member("c", 1, false, false, true)),
+    );
     for (i, g) in ["a", "b", "c"].iter().enumerate() {
-        put(&mut h, 10 + i as i64, Kind::Pod, &format!("{g}-0"), Some(member(g, 1, true, false, true)));
+        put(
+            &mut h,
+            10 + i as i64,
+            Kind::Pod,
+            &format!("{g}-0"),
+            Some(member(g, 1, true, false, true)),
+        );
     }
     // one group down: at the floor, fine
-    put(&mut h, 100, Kind::Pod, "a-0", Some(member("a", 1, false, true, true)));
+    put(
+        &mut h,
+        100,
+        Kind::Pod,
+        "a-0",
+        Some(member("a", 1, false, true, true)),
+    );
     assert!(never_below_pdb_floor(&h).is_empty());
     assert_eq!(seconds_below_pdb_floor(&h), 0.0);
     // two down for 30 s: one group below the floor
-    put(&mut h, 110, Kind::Pod, "b-0", Some(member("b", 1, false, false, true)));
-    put(&mut h, 140, Kind::Pod, "b-0", Some(member("b", 1, true, false, true)));
-    put(&mut h, 150, Kind::Pod, "a-0", Some(member("a", 1, true, false, true)));
+    put(
+        &mut h,
+        110,
+        Kind::Pod,
+        "b-0",
+        Some(member("b", 1, false, false, true)),
+    );
+    put(
+        &mut h,
+        140,
+        Kind::Pod,
+        "b-0",
+        Some(member("b", 1, true, false, true)),
+    );
+    put(
+        &mut h,
+        150,
+        Kind::Pod,
+        "a-0",
+        Some(member("a", 1, true, false, true)),
+    );
     let v = never_below_pdb_floor(&h);
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!((v[0].from, v[0].until), (t(110), Some(t(140))));
@@ -296,10 +399,26 @@ fn selectors_match_as_the_api_does() {
     let l = labels(&[("role", "leader"), ("tier", "gpu")]);
     let sel = |expr: serde_json::Value| -> LabelSelector { serde_json::from_value(expr).unwrap() };
     assert!(selector_matches(&sel(serde_json::json!({})), &l));
-    assert!(selector_matches(&sel(serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]})), &l));
-    assert!(!selector_matches(&sel(serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]})), &l));
-    assert!(selector_matches(&sel(serde_json::json!({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]})), &l));
-    assert!(!selector_matches(&sel(serde_json::json!({"matchLabels": {"role": "worker"}})), &l));
+    assert!(selector_matches(
+        &sel(
+            serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]})
+        ),
+        &l
+    ));
+    assert!(!selector_matches(
+        &sel(
+            serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]})
+        ),
+        &l
+    ));
+    assert!(selector_matches(
+        &sel(serde_json::json!({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]})),
+        &l
+    ));
+    assert!(!selector_matches(
+        &sel(serde_json::json!({"matchLabels": {"role": "worker"}})),
+        &l
+    ));
 }
 
 #[test]
@@ -318,7 +437,11 @@ fn a_slice_left_admitted_after_its_service_is_gone_is_leaked() {
     slice(&mut two, 5, "svc-2", 4, true, false);
     let v = no_slice_leaked(&two);
     assert_eq!(v.len(), 1);
-    assert!(v[0].message.contains("holds 2 admitted slices"), "{}", v[0].message);
+    assert!(
+        v[0].message.contains("holds 2 admitted slices"),
+        "{}",
+        v[0].message
+    );
 
     // the service deleted, its slice still admitted
     let mut gone = clean.clone();
@@ -369,5 +492,8 @@ fn check_all_runs_every_invariant() {
         },
     );
     let kinds: Vec<Invariant> = v.iter().map(|v| v.invariant).collect();
-    assert_eq!(kinds, vec![Invariant::RanUncovered, Invariant::NodeNotAtTarget]);
+    assert_eq!(
+        kinds,
+        vec![Invariant::RanUncovered, Invariant::NodeNotAtTarget]
+    );
 }

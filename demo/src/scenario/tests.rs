@@ -35,9 +35,19 @@ fn a_good_file_reads_into_a_timeline_in_time_order() {
     let c = parse(GOOD, "good.yaml").unwrap();
     assert_eq!(c.scenario.name, "quota then rollout");
     assert_eq!(c.scenario.seed, 3);
-    assert_eq!(c.scenario.cluster.domain_label, "topology.raygate.io/upgrade-domain");
-    let order: Vec<(u64, u64)> = c.steps.iter().map(|(at, _, line)| (at.as_secs(), *line)).collect();
-    assert_eq!(order, vec![(30, 14), (60, 16), (90, 18), (120, 20), (600, 12)]);
+    assert_eq!(
+        c.scenario.cluster.domain_label,
+        "topology.raygate.io/upgrade-domain"
+    );
+    let order: Vec<(u64, u64)> = c
+        .steps
+        .iter()
+        .map(|(at, _, line)| (at.as_secs(), *line))
+        .collect();
+    assert_eq!(
+        order,
+        vec![(30, 14), (60, 16), (90, 18), (120, 20), (600, 12)]
+    );
     assert!(matches!(&c.steps[0].1, Action::RaiseQuota(q) if q.to == "16"));
     assert!(matches!(&c.steps[4].1, Action::StartRollout(r) if r.k == Some(2) && r.target == "1"));
     assert_eq!(c.within, Duration::from_secs(3 * 3600));
@@ -74,7 +84,10 @@ fn a_step_without_an_action_or_with_two_names_the_step() {
         error(&text),
         "bad.yaml: line 16: timeline[2]: no action: give one of apply, patch, raiseQuota, startRollout, killController, restartController, injectFault, clearFaults, failNode, restoreNode"
     );
-    let text = GOOD.replace("    killController: {}\n", "    killController: {}\n    failNode: {node: ud0-n0}\n");
+    let text = GOOD.replace(
+        "    killController: {}\n",
+        "    killController: {}\n    failNode: {node: ud0-n0}\n",
+    );
     assert_eq!(
         error(&text),
         "bad.yaml: line 16: timeline[2]: one action per step, found killController and failNode"
@@ -86,9 +99,15 @@ fn a_bad_duration_and_a_bad_fault_name_the_field() {
     let e = error(&GOOD.replace("at: 1m30s", "at: soon"));
     assert!(e.starts_with("bad.yaml: line 18: timeline[3].at: "), "{e}");
     let e = error(&GOOD.replace("rate: 0.2", "rate: 2"));
-    assert_eq!(e, "bad.yaml: line 20: timeline[4].injectFault.rate: 2 is not a share between 0 and 1");
+    assert_eq!(
+        e,
+        "bad.yaml: line 20: timeline[4].injectFault.rate: 2 is not a share between 0 and 1"
+    );
     let e = error(&GOOD.replace("[patch, create]", "[patch, crate]"));
-    assert!(e.contains("line 20: timeline[4].injectFault.verbs: unknown verb \"crate\""), "{e}");
+    assert!(
+        e.contains("line 20: timeline[4].injectFault.verbs: unknown verb \"crate\""),
+        "{e}"
+    );
     let e = error(&GOOD.replace("k: 2", "k: 0"));
     assert!(e.contains("line 12: timeline[0].startRollout.k"), "{e}");
 }
