@@ -496,6 +496,8 @@ async fn run_raygate(
     };
     let mut evictions = 0;
     let mut refusals = 0;
+    // a refusal is counted when a domain's pause on a 429 starts
+    let mut paused: Vec<bool> = vec![];
     let end = executor::run(
         client.clone(),
         Arc::new(SimClock(clock.clone())),
@@ -503,7 +505,13 @@ async fn run_raygate(
         |s| {
             tracing::debug!(phase = ?s.phase, waiting = %s.waiting, "raygate's drain");
             evictions = s.domains.iter().map(|d| d.evicted.len()).sum();
-            refusals = refusals.max(s.domains.iter().filter(|d| d.refusal.is_some()).count());
+            paused.resize(s.domains.len(), false);
+            for (was, d) in paused.iter_mut().zip(&s.domains) {
+                if d.refusal.is_some() && !*was {
+                    refusals += 1;
+                }
+                *was = d.refusal.is_some();
+            }
         },
         std::future::pending(),
     )
