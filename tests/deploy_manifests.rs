@@ -51,6 +51,10 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     for entry in entries {
         let path = entry.expect("directory entry").path();
         if path.is_dir() {
+            // scenario files (raygate-demo's format, `demo/src/scenario.rs`) are not manifests
+            if path == config().join("scenarios") {
+                continue;
+            }
             out.extend(yaml_files(&path));
         } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             out.push(path);

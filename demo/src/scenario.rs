@@ -1,0 +1,1042 @@
+//! The scenario format: a cluster shape, objects, a timeline of actions and expectations, as one
+//! YAML document (read with serde-saphyr as raygate reads manifests), and its runner on the
+//! simulated cluster.
+//!
+//! ```yaml
+//! name: an upgrade waits for quota
+//! seed: 1
+//! cluster: {upgradeDomains: 2, nodesPerDomain: 2, allocatable: {nvidia.com/gpu: "4"}}
+//! objects: [ ... Kubernetes objects, applied in order at 0s ... ]
+//! timeline:
+//!   - at: 30s
+//!     patch: {apiVersion: ray.io/v1, kind: RayService, namespace: serving, name: svc,
+//!             patch: {spec: {rayClusterConfig: {rayVersion: "2.52.0"}}}}
+//!   - at: 5m
+//!     raiseQuota: {clusterQueue: team, resource: nvidia.com/gpu, to: "16"}
+//!   - at: 10m
+//!     startRollout: {strategy: raygate, target: "1"}
+//! expect:
+//!   within: 2h
+//!   violations: []          # the invariants expected to break (none)
+//!   objects:
+//!     - {apiVersion: ray.io/v1, kind: RayService, namespace: serving, name: svc,
+//!        path: /status/serviceStatus, equals: Running}
+//! ```
+//!
+//! Errors name the line and the field: serde-saphyr's own (unknown field, wrong type, with line
+//! and column) and the checks after it (a step with no action or two, a bad duration) point at
+//! the step's line.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::{ApiResource, Scope, pinned_kind};
+use kube::{Client, core::GroupVersionKind};
+use raygate_sim::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
+use raygate_sim::{FaultRule, Faults, Sim, Verb};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use serde_saphyr::Spanned;
+use tokio::sync::{oneshot, watch};
+
+use crate::baselines::{self, Outcome, SimClock, Strategy, Upgrade};
+use crate::history::{History, Kind};
+use crate::invariants::{self, Expect, Invariant, Violation, Window};
+use crate::recorder::Recorder;
+
+/// A scenario file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Seed of generated names and of random picks.
+    #[serde(default)]
+    pub seed: u64,
+    pub cluster: ClusterShape,
+    #[serde(default)]
+    pub controller: ControllerSpec,
+    /// Objects applied in order at the start (server-side apply).
+    #[serde(default)]
+    pub objects: Vec<Value>,
+    #[serde(default)]
+    pub timeline: Vec<Spanned<Step>>,
+    #[serde(default)]
+    pub expect: Expectations,
+}
+
+fn default_domain_label() -> String {
+    "topology.raygate.io/upgrade-domain".into()
+}
+
+/// The nodes: `upgradeDomains` × `nodesPerDomain`, named `ud<d>-n<i>`, labelled with their
+/// domain and generation 0.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterShape {
+    pub upgrade_domains: usize,
+    pub nodes_per_domain: usize,
+    /// Each node's allocatable resources (cpu, memory and pods default to 64, 512Gi, 110).
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, String>,
+    #[serde(default = "default_domain_label")]
+    pub domain_label: String,
+    /// Extra labels on every node.
+    #[serde(default)]
+    pub node_labels: BTreeMap<String, String>,
+    /// Namespaces to create.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// raygate's controller in the story.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ControllerSpec {
+    /// Run it from the start (a timeline may kill and restart it).
+    #[serde(default = "yes")]
+    pub run: bool,
+    #[serde(default)]
+    pub pod_gate: bool,
+}
+
+impl Default for ControllerSpec {
+    fn default() -> Self {
+        ControllerSpec {
+            run: true,
+            pod_gate: false,
+        }
+    }
+}
+
+/// One step: when (cluster time since the start, Go duration syntax), and exactly one action.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Step {
+    pub at: String,
+    pub apply: Option<Vec<Value>>,
+    pub patch: Option<PatchStep>,
+    pub raise_quota: Option<RaiseQuota>,
+    pub start_rollout: Option<StartRollout>,
+    pub kill_controller: Option<Empty>,
+    pub restart_controller: Option<Empty>,
+    pub inject_fault: Option<InjectFault>,
+    pub clear_faults: Option<Empty>,
+    pub fail_node: Option<NodeRef>,
+    pub restore_node: Option<NodeRef>,
+}
+
+/// `{}`: an action without parameters.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PatchStep {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// A JSON merge patch.
+    pub patch: Value,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RaiseQuota {
+    pub cluster_queue: String,
+    pub resource: String,
+    /// The new nominal quota (a Kubernetes quantity).
+    pub to: String,
+    /// The flavor (default: the first one covering the resource).
+    #[serde(default)]
+    pub flavor: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StrategyName {
+    Raygate,
+    NodeByNode,
+    RandomConcurrent,
+    DomainByDomain,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StartRollout {
+    pub strategy: StrategyName,
+    /// The generation every node ends at.
+    #[serde(default = "default_target")]
+    pub target: String,
+    /// `randomConcurrent`: nodes drained at once.
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// The pod label naming a group (default: LeaderWorkerSet's group key).
+    #[serde(default)]
+    pub group_label: Option<String>,
+    /// raygate: taint outdated nodes `raygate.io/outdated:NoSchedule` from the start.
+    #[serde(default)]
+    pub taint_outdated: bool,
+}
+
+fn default_target() -> String {
+    "1".into()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InjectFault {
+    /// get, list, watch, create, update, patch, delete (default: every write).
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    /// A plural (`workloads`) or `plural.group`.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// Only requests of this client (User-Agent prefix, e.g. `raygate`).
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    /// 409, 429, 500 or 503.
+    pub code: u16,
+    /// Share of matching requests failed (0..=1).
+    pub rate: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeRef {
+    pub node: String,
+}
+
+/// What must hold when the story ends.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Expectations {
+    /// The story's limit (cluster time); it ends earlier once the timeline and every rollout are
+    /// done and `settle` has passed.
+    #[serde(default)]
+    pub within: Option<String>,
+    #[serde(default)]
+    pub settle: Option<String>,
+    /// The invariants expected to break (a baseline's scenario); every other one must hold.
+    #[serde(default)]
+    pub violations: Vec<InvariantName>,
+    #[serde(default)]
+    pub objects: Vec<ObjectExpectation>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum InvariantName {
+    QuotaExceeded,
+    RanUncovered,
+    GroupDisruptedTwice,
+    BelowPdbFloor,
+    SliceLeaked,
+    NodeNotAtTarget,
+}
+
+impl InvariantName {
+    pub fn invariant(self) -> Invariant {
+        match self {
+            InvariantName::QuotaExceeded => Invariant::QuotaExceeded,
+            InvariantName::RanUncovered => Invariant::RanUncovered,
+            InvariantName::GroupDisruptedTwice => Invariant::GroupDisruptedTwice,
+            InvariantName::BelowPdbFloor => Invariant::BelowPdbFloor,
+            InvariantName::SliceLeaked => Invariant::SliceLeaked,
+            InvariantName::NodeNotAtTarget => Invariant::NodeNotAtTarget,
+        }
+    }
+}
+
+/// A field of an object at the end: `path` is a JSON pointer (`/status/serviceStatus`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ObjectExpectation {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub path: String,
+    pub equals: Value,
+}
+
+/// An action, once a step is checked.
+#[derive(Clone, Debug)]
+pub enum Action {
+    Apply(Vec<Value>),
+    Patch(PatchStep),
+    RaiseQuota(RaiseQuota),
+    StartRollout(StartRollout),
+    KillController,
+    RestartController,
+    InjectFault(InjectFault),
+    ClearFaults,
+    FailNode(String),
+    RestoreNode(String),
+}
+
+/// Why a scenario file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{file}: {message}")]
+    Yaml { file: String, message: String },
+    #[error("{file}: line {line}: {field}: {reason}")]
+    Field {
+        file: String,
+        line: u64,
+        field: String,
+        reason: String,
+    },
+}
+
+/// A scenario with its timeline checked: (at, action, line) in time order.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub scenario: Scenario,
+    pub steps: Vec<(Duration, Action, u64)>,
+    pub within: Duration,
+    pub settle: Duration,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    let d = raygate::drain::parse_duration(text)?;
+    Duration::try_from(d).map_err(|e| e.to_string())
+}
+
+/// Reads a scenario file (`source` names it in errors).
+pub fn parse(text: &str, source: &str) -> Result<Checked, ScenarioError> {
+    let scenario: Scenario =
+        raygate::manifest::from_yaml(text).map_err(|e| ScenarioError::Yaml {
+            file: source.into(),
+            message: raygate::manifest::yaml_error_line(&e, 1),
+        })?;
+    let field = |line: u64, field: String, reason: String| ScenarioError::Field {
+        file: source.into(),
+        line,
+        field,
+        reason,
+    };
+    if scenario.cluster.upgrade_domains == 0 || scenario.cluster.nodes_per_domain == 0 {
+        return Err(field(
+            1,
+            "cluster".into(),
+            "needs at least one upgrade domain and one node per domain".into(),
+        ));
+    }
+    let mut steps = vec![];
+    for (i, s) in scenario.timeline.iter().enumerate() {
+        let line = s.referenced.line();
+        let at = duration(&s.value.at)
+            .map_err(|reason| field(line, format!("timeline[{i}].at"), reason))?;
+        let step = s.value.clone();
+        let mut actions: Vec<(&str, Action)> = vec![];
+        if let Some(v) = step.apply {
+            actions.push(("apply", Action::Apply(v)));
+        }
+        if let Some(v) = step.patch {
+            actions.push(("patch", Action::Patch(v)));
+        }
+        if let Some(v) = step.raise_quota {
+            actions.push(("raiseQuota", Action::RaiseQuota(v)));
+        }
+        if let Some(v) = step.start_rollout {
+            if v.strategy == StrategyName::RandomConcurrent && v.k.unwrap_or(0) == 0 {
+                return Err(field(
+                    line,
+                    format!("timeline[{i}].startRollout.k"),
+                    "randomConcurrent needs k ≥ 1 (nodes drained at once)".into(),
+                ));
+            }
+            actions.push(("startRollout", Action::StartRollout(v)));
+        }
+        if step.kill_controller.is_some() {
+            actions.push(("killController", Action::KillController));
+        }
+        if step.restart_controller.is_some() {
+            actions.push(("restartController", Action::RestartController));
+        }
+        if let Some(v) = step.inject_fault {
+            if !(0.0..=1.0).contains(&v.rate) {
+                return Err(field(
+                    line,
+                    format!("timeline[{i}].injectFault.rate"),
+                    format!("{} is not a share between 0 and 1", v.rate),
+                ));
+            }
+            for verb in &v.verbs {
+                if verb_of(verb).is_none() {
+                    return Err(field(
+                        line,
+                        format!("timeline[{i}].injectFault.verbs"),
+                        format!(
+                            "unknown verb {verb:?} (get, list, watch, create, update, patch, delete)"
+                        ),
+                    ));
+                }
+            }
+            actions.push(("injectFault", Action::InjectFault(v)));
+        }
+        if step.clear_faults.is_some() {
+            actions.push(("clearFaults", Action::ClearFaults));
+        }
+        if let Some(v) = step.fail_node {
+            actions.push(("failNode", Action::FailNode(v.node)));
+        }
+        if let Some(v) = step.restore_node {
+            actions.push(("restoreNode", Action::RestoreNode(v.node)));
+        }
+        match actions.len() {
+            1 => {
+                if let Some((_, a)) = actions.pop() {
+                    steps.push((at, a, line));
+                }
+            }
+            0 => {
+                return Err(field(
+                    line,
+                    format!("timeline[{i}]"),
+                    "no action: give one of apply, patch, raiseQuota, startRollout, killController, restartController, injectFault, clearFaults, failNode, restoreNode".into(),
+                ));
+            }
+            _ => {
+                let names: Vec<&str> = actions.iter().map(|(n, _)| *n).collect();
+                return Err(field(
+                    line,
+                    format!("timeline[{i}]"),
+                    format!("one action per step, found {}", names.join(" and ")),
+                ));
+            }
+        }
+    }
+    steps.sort_by_key(|(at, _, line)| (*at, *line));
+    let within = match &scenario.expect.within {
+        Some(w) => duration(w).map_err(|r| field(1, "expect.within".into(), r))?,
+        None => Duration::from_secs(4 * 3600),
+    };
+    let settle = match &scenario.expect.settle {
+        Some(w) => duration(w).map_err(|r| field(1, "expect.settle".into(), r))?,
+        None => Duration::from_secs(120),
+    };
+    Ok(Checked {
+        scenario,
+        steps,
+        within,
+        settle,
+    })
+}
+
+fn verb_of(name: &str) -> Option<Verb> {
+    Some(match name {
+        "get" => Verb::Get,
+        "list" => Verb::List,
+        "watch" => Verb::Watch,
+        "create" => Verb::Create,
+        "update" => Verb::Update,
+        "patch" => Verb::Patch,
+        "delete" => Verb::Delete,
+        _ => return None,
+    })
+}
+
+/// Why a scenario could not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("creating node {node}: {source}")]
+    CreateNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("line {line}: resolving {kind} ({api_version}): {source}")]
+    Resolve {
+        line: u64,
+        kind: String,
+        api_version: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("line {line}: {what}: {source}")]
+    Write {
+        line: u64,
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("line {line}: {what}: {reason}")]
+    Step {
+        line: u64,
+        what: String,
+        reason: String,
+    },
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Report {
+    pub name: String,
+    pub started: Timestamp,
+    pub ended: Timestamp,
+    pub history: History,
+    pub violations: Vec<Violation>,
+    pub rollouts: Vec<Result<Outcome, String>>,
+    /// Expectations not met, one line each (violations not expected, expected ones that did not
+    /// happen, objects whose field differs, a rollout that failed).
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// The running story: the sim, its actors, raygate's controller.
+struct Story {
+    sim: Sim,
+    client: Client,
+    controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    pod_gate: bool,
+    faults: Faults,
+    rollouts: Vec<tokio::task::JoinHandle<Result<Outcome, String>>>,
+    expect: Expect,
+    _stop: watch::Sender<bool>,
+    _emulator: oneshot::Sender<()>,
+}
+
+impl Story {
+    fn start_controller(&mut self) {
+        if self.controller.is_some() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.sim.client_as("raygate");
+        let clock = Arc::new(SimClock(self.sim.clock().clone()));
+        let config = raygate::controller::Config {
+            admission_resync: Duration::from_millis(500),
+            pod_gate: self.pod_gate,
+            ..Default::default()
+        };
+        let handle = tokio::spawn(async move {
+            if let Err(e) = raygate::controller::run_with(client, config, clock, async move {
+                let _ = rx.await;
+            })
+            .await
+            {
+                tracing::error!(error = %e, "raygate's controller stopped");
+            }
+        });
+        self.controller = Some((tx, handle));
+    }
+
+    /// No graceful shutdown: the process is gone.
+    async fn kill_controller(&mut self) {
+        if let Some((_, handle)) = self.controller.take() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+}
+
+async fn resolve(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    line: u64,
+) -> Result<(ApiResource, bool), RunError> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = pinned_kind(client, &gvk)
+        .await
+        .map_err(|source| RunError::Resolve {
+            line,
+            kind: kind.into(),
+            api_version: api_version.into(),
+            source,
+        })?;
+    Ok((ar, caps.scope == Scope::Namespaced))
+}
+
+fn api_for(
+    client: &Client,
+    ar: &ApiResource,
+    namespaced: bool,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    if namespaced {
+        Api::namespaced_with(client.clone(), ns.unwrap_or("default"), ar)
+    } else {
+        Api::all_with(client.clone(), ar)
+    }
+}
+
+/// Server-side applies `objects` in order (field manager `raygate-scenario`, forced).
+async fn apply(client: &Client, objects: &[Value], line: u64) -> Result<(), RunError> {
+    for o in objects {
+        let api_version = o["apiVersion"].as_str().unwrap_or_default();
+        let kind = o["kind"].as_str().unwrap_or_default();
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+        let (ar, namespaced) = resolve(client, api_version, kind, line).await?;
+        let api = api_for(client, &ar, namespaced, o["metadata"]["namespace"].as_str());
+        api.patch(
+            name,
+            &PatchParams::apply("raygate-scenario").force(),
+            &Patch::Apply(o),
+        )
+        .await
+        .map_err(|source| RunError::Write {
+            line,
+            what: format!("applying {kind} {name}"),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn node_object(shape: &ClusterShape, name: &str, domain: usize) -> Value {
+    let mut allocatable: BTreeMap<String, String> =
+        [("cpu", "64"), ("memory", "512Gi"), ("pods", "110")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    allocatable.extend(shape.allocatable.clone());
+    let mut labels = shape.node_labels.clone();
+    labels.insert(shape.domain_label.clone(), format!("ud-{domain}"));
+    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels.insert(node_lifecycle::GENERATION.into(), "0".into());
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": allocatable, "capacity": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+/// The kinds this sim serves (a CRD not installed is left out of the history).
+async fn served(client: &Client) -> Vec<Kind> {
+    let mut out = vec![];
+    for kind in Kind::ALL {
+        let (group, version, kind_name, _, _) = kind.resource();
+        let gvk = GroupVersionKind::gvk(group, version, kind_name);
+        if pinned_kind(client, &gvk).await.is_ok() {
+            out.push(kind);
+        }
+    }
+    out
+}
+
+async fn raise_quota(client: &Client, q: &RaiseQuota, line: u64) -> Result<(), RunError> {
+    let (ar, _) = resolve(client, "kueue.x-k8s.io/v1beta2", "ClusterQueue", line).await?;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let what = format!("raising ClusterQueue {}'s {}", q.cluster_queue, q.resource);
+    // read-modify-replace, again on a 409 (the controller writes the queue's status meanwhile)
+    for _ in 0..20 {
+        let cq = api
+            .get(&q.cluster_queue)
+            .await
+            .map_err(|source| RunError::Write {
+                line,
+                what: what.clone(),
+                source,
+            })?;
+        let mut v = serde_json::to_value(&cq).unwrap_or_default();
+        let mut done = false;
+        for g in v["spec"]["resourceGroups"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            for f in g["flavors"].as_array_mut().into_iter().flatten() {
+                if done || q.flavor.as_deref().is_some_and(|n| f["name"] != n) {
+                    continue;
+                }
+                for r in f["resources"].as_array_mut().into_iter().flatten() {
+                    if r["name"] == q.resource.as_str() {
+                        r["nominalQuota"] = json!(q.to);
+                        done = true;
+                    }
+                }
+            }
+        }
+        if !done {
+            return Err(RunError::Step {
+                line,
+                what,
+                reason: "no flavor of the queue covers the resource".into(),
+            });
+        }
+        let object: DynamicObject = serde_json::from_value(v).map_err(|e| RunError::Step {
+            line,
+            what: what.clone(),
+            reason: e.to_string(),
+        })?;
+        match api
+            .replace(&q.cluster_queue, &Default::default(), &object)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(source) => return Err(RunError::Write { line, what, source }),
+        }
+    }
+    Err(RunError::Step {
+        line,
+        what,
+        reason: "20 conflicts in a row".into(),
+    })
+}
+
+impl Story {
+    async fn act(
+        &mut self,
+        action: &Action,
+        line: u64,
+        domain_label: &str,
+        seed: u64,
+    ) -> Result<(), RunError> {
+        let client = self.client.clone();
+        match action {
+            Action::Apply(objects) => apply(&client, objects, line).await,
+            Action::Patch(p) => {
+                let (ar, namespaced) = resolve(&client, &p.api_version, &p.kind, line).await?;
+                api_for(&client, &ar, namespaced, p.namespace.as_deref())
+                    .patch(&p.name, &PatchParams::default(), &Patch::Merge(&p.patch))
+                    .await
+                    .map(|_| ())
+                    .map_err(|source| RunError::Write {
+                        line,
+                        what: format!("patching {} {}", p.kind, p.name),
+                        source,
+                    })
+            }
+            Action::RaiseQuota(q) => raise_quota(&client, q, line).await,
+            Action::StartRollout(r) => {
+                let strategy = match r.strategy {
+                    StrategyName::Raygate => Strategy::Raygate,
+                    StrategyName::NodeByNode => Strategy::NodeByNode,
+                    StrategyName::DomainByDomain => Strategy::DomainByDomain,
+                    StrategyName::RandomConcurrent => Strategy::RandomConcurrent {
+                        k: r.k.unwrap_or(1),
+                    },
+                };
+                let group_label = r
+                    .group_label
+                    .clone()
+                    .unwrap_or_else(|| lws::GROUP_KEY.to_string());
+                let taint: Option<k8s_openapi::api::core::v1::Taint> =
+                    r.taint_outdated.then(|| k8s_openapi::api::core::v1::Taint {
+                        key: "raygate.io/outdated".into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    });
+                if let Some(t) = &taint {
+                    taint_outdated(&client, t, &r.target, line).await?;
+                }
+                let upgrade = Upgrade {
+                    domain_label: domain_label.into(),
+                    target: r.target.clone(),
+                    seed,
+                    group_label: Some(group_label.clone()),
+                    taint,
+                    ..Upgrade::default()
+                };
+                self.expect.group_label = Some(group_label);
+                self.expect.generation =
+                    Some((node_lifecycle::GENERATION.to_string(), r.target.clone()));
+                let clock = self.sim.clock().clone();
+                self.rollouts.push(tokio::spawn(async move {
+                    baselines::run(&client, &clock, &strategy, &upgrade)
+                        .await
+                        .map_err(|e| e.to_string())
+                }));
+                Ok(())
+            }
+            Action::KillController => {
+                self.kill_controller().await;
+                Ok(())
+            }
+            Action::RestartController => {
+                self.start_controller();
+                Ok(())
+            }
+            Action::InjectFault(f) => {
+                let mut rule = if f.verbs.is_empty() {
+                    FaultRule::writes()
+                } else {
+                    let verbs: Vec<Verb> = f.verbs.iter().filter_map(|v| verb_of(v)).collect();
+                    FaultRule::any().verbs(&verbs)
+                };
+                if let Some(r) = &f.resource {
+                    rule = rule.resource(r.clone());
+                }
+                if let Some(ua) = &f.user_agent {
+                    rule = rule.user_agent(ua.clone());
+                }
+                self.faults = self.faults.clone().rule(rule.error(f.code, f.rate));
+                self.sim.set_faults(self.faults.clone());
+                Ok(())
+            }
+            Action::ClearFaults => {
+                self.faults = Faults::none();
+                self.sim.set_faults(Faults::none());
+                Ok(())
+            }
+            Action::FailNode(n) | Action::RestoreNode(n) => {
+                let readiness = if matches!(action, Action::FailNode(_)) {
+                    node_lifecycle::Readiness::Unknown
+                } else {
+                    node_lifecycle::Readiness::Ready
+                };
+                node_lifecycle::write_ready(&client, self.sim.clock(), n, &readiness)
+                    .await
+                    .map(|_| ())
+                    .map_err(|source| RunError::Write {
+                        line,
+                        what: format!("node {n}"),
+                        source,
+                    })
+            }
+        }
+    }
+}
+
+async fn taint_outdated(
+    client: &Client,
+    taint: &k8s_openapi::api::core::v1::Taint,
+    target: &str,
+    line: u64,
+) -> Result<(), RunError> {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes
+        .list(&Default::default())
+        .await
+        .map_err(|source| RunError::Write {
+            line,
+            what: "listing nodes".into(),
+            source,
+        })?;
+    for n in list.items {
+        if n.labels()
+            .get(node_lifecycle::GENERATION)
+            .map(String::as_str)
+            == Some(target)
+        {
+            continue;
+        }
+        let mut taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(|t| t.key == taint.key) {
+            continue;
+        }
+        taints.push(taint.clone());
+        nodes
+            .patch(
+                &n.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": taints}})),
+            )
+            .await
+            .map_err(|source| RunError::Write {
+                line,
+                what: format!("tainting node {}", n.name_any()),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Runs a checked scenario on `sim` (built with the CRDs its objects need): the nodes, the core
+/// actors (scheduler, kubelets, LWS, disruption controller with a 5 s lag, node lifecycle), the
+/// KubeRay emulator with pods, raygate's controller, the objects, the timeline; then the
+/// invariants over the recorded history and the expectations.
+pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
+    let s = &checked.scenario;
+    let client = sim.client();
+    let clock = sim.clock().clone();
+    let started = clock.now();
+    let origin = tokio::time::Instant::now();
+    for ns in &s.cluster.namespaces {
+        sim.ensure_namespace(ns);
+    }
+    let (stop, shutdown) = watch::channel(false);
+    tokio::spawn(scheduler::run(
+        client.clone(),
+        clock.clone(),
+        Default::default(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(kubelet::run_all(
+        client.clone(),
+        clock.clone(),
+        kubelet::Config::default(),
+        shutdown.clone(),
+    ));
+    if pinned_kind(
+        &client,
+        &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+    )
+    .await
+    .is_ok()
+    {
+        tokio::spawn(lws::run(
+            client.clone(),
+            clock.clone(),
+            Duration::from_secs(30),
+            shutdown.clone(),
+        ));
+    }
+    sim.spawn_disruption_controller(disruption::Config {
+        lag: Duration::from_secs(5),
+    });
+    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    let (emulator_tx, emulator_rx) = oneshot::channel::<()>();
+    if pinned_kind(
+        &client,
+        &GroupVersionKind::gvk("ray.io", "v1", "RayService"),
+    )
+    .await
+    .is_ok()
+    {
+        tokio::spawn(raygate_sim::kuberay::run(
+            client.clone(),
+            clock.clone(),
+            raygate_sim::kuberay::EmulatorConfig {
+                pods: true,
+                ..Default::default()
+            },
+            async move {
+                let _ = emulator_rx.await;
+            },
+        ));
+    }
+    let recorder = Recorder::start(&client, &clock, &served(&client).await);
+    recorder.synced().await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for d in 0..s.cluster.upgrade_domains {
+        for i in 0..s.cluster.nodes_per_domain {
+            let name = format!("ud{d}-n{i}");
+            let node = serde_json::from_value(node_object(&s.cluster, &name, d)).map_err(|e| {
+                RunError::Step {
+                    line: 1,
+                    what: format!("node {name}"),
+                    reason: e.to_string(),
+                }
+            })?;
+            nodes
+                .create(&Default::default(), &node)
+                .await
+                .map_err(|source| RunError::CreateNode { node: name, source })?;
+        }
+    }
+    let mut story = Story {
+        sim: sim.clone(),
+        client: client.clone(),
+        controller: None,
+        pod_gate: s.controller.pod_gate,
+        faults: Faults::none(),
+        rollouts: vec![],
+        expect: Expect::default(),
+        _stop: stop,
+        _emulator: emulator_tx,
+    };
+    if s.controller.run {
+        story.start_controller();
+    }
+    apply(&client, &s.objects, 1).await?;
+    for (at, action, line) in &checked.steps {
+        tokio::time::sleep_until(origin + *at).await;
+        story
+            .act(action, *line, &s.cluster.domain_label, s.seed)
+            .await?;
+    }
+    let deadline = origin + checked.within;
+    let mut rollouts = vec![];
+    for handle in std::mem::take(&mut story.rollouts) {
+        match tokio::time::timeout_at(deadline, handle).await {
+            Ok(Ok(r)) => rollouts.push(r),
+            Ok(Err(e)) => rollouts.push(Err(e.to_string())),
+            Err(_) => rollouts.push(Err(format!("not done within {:?}", checked.within))),
+        }
+    }
+    tokio::time::sleep_until((tokio::time::Instant::now() + checked.settle).min(deadline)).await;
+    let history = recorder.history();
+    story.kill_controller().await;
+    let ended = clock.now();
+    let mut expect = story.expect.clone();
+    expect.rollout = rollouts
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|o| Window {
+            from: o.started,
+            to: o.finished,
+        })
+        .reduce(|a, b| Window {
+            from: a.from.min(b.from),
+            to: a.to.max(b.to),
+        });
+    let violations = invariants::check_all(&history, &expect);
+    let mut failures = vec![];
+    let expected: Vec<Invariant> = s.expect.violations.iter().map(|v| v.invariant()).collect();
+    for v in &violations {
+        if !expected.contains(&v.invariant) {
+            failures.push(format!("invariant broken: {v}"));
+        }
+    }
+    for e in &expected {
+        if !violations.iter().any(|v| v.invariant == *e) {
+            failures.push(format!("expected {e:?} to break; it held"));
+        }
+    }
+    for r in &rollouts {
+        if let Err(e) = r {
+            failures.push(format!("rollout failed: {e}"));
+        }
+    }
+    for o in &s.expect.objects {
+        let found = match resolve(&client, &o.api_version, &o.kind, 1).await {
+            Ok((ar, namespaced)) => api_for(&client, &ar, namespaced, o.namespace.as_deref())
+                .get_opt(&o.name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|obj| serde_json::to_value(obj).ok())
+                .and_then(|v| v.pointer(&o.path).cloned()),
+            Err(_) => None,
+        };
+        if found.as_ref() != Some(&o.equals) {
+            failures.push(format!(
+                "{} {}: {} is {}, expected {}",
+                o.kind,
+                o.name,
+                o.path,
+                found.map_or_else(|| "absent".to_string(), |v| v.to_string()),
+                o.equals
+            ));
+        }
+    }
+    Ok(Report {
+        name: s.name.clone(),
+        started,
+        ended,
+        history,
+        violations,
+        rollouts,
+        failures,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,131 @@
+//! Every scenario shipped in `config/scenarios/`, run on the simulated cluster on the paused
+//! clock: each ends with its expectations met (the invariants it expects to hold hold, the ones a
+//! baseline is expected to break break).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use raygate_demo::scenario;
+use raygate_sim::Sim;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// KubeRay's, Kueue's and LWS's upstream CRDs, and raygate's NodeRollout.
+fn sim(seed: u64) -> Sim {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    Sim::builder()
+        .crds_dir(root().join("../shared/upstream-crds"))
+        .expect("../shared/upstream-crds")
+        .crds_yaml(
+            &std::fs::read_to_string(root().join("crds/noderollouts.raygate.io.yaml")).unwrap(),
+        )
+        .unwrap()
+        .seed(seed)
+        .build()
+}
+
+async fn run(file: &str) -> scenario::Report {
+    let wall = std::time::Instant::now();
+    let path = root().join("config/scenarios").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let checked = scenario::parse(&text, file).unwrap_or_else(|e| panic!("{e}"));
+    let report = scenario::run(sim(checked.scenario.seed), &checked)
+        .await
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    eprintln!(
+        "{file}: {} cluster-seconds in {:.1} s wall, {} changes recorded, {} violations",
+        report.ended.duration_since(report.started).as_secs(),
+        wall.elapsed().as_secs_f64(),
+        report.history.changes.len(),
+        report.violations.len()
+    );
+    for v in &report.violations {
+        eprintln!("  {v}");
+    }
+    for r in &report.rollouts {
+        match r {
+            Ok(o) => eprintln!(
+                "  rollout {}: {} s, {} evictions, {} 429s",
+                o.strategy,
+                o.took().as_secs(),
+                o.evictions,
+                o.refusals
+            ),
+            Err(e) => eprintln!("  rollout failed: {e}"),
+        }
+    }
+    assert!(report.passed(), "{file}: {:#?}", report.failures);
+    report
+}
+
+/// The held upgrade's story, from the history: two children; the second one was suspended (held)
+/// for minutes while the first ran, then ran itself; the first is gone at the end.
+fn assert_held_then_released(report: &scenario::Report) {
+    use raygate_demo::history::{Kind, State};
+    let mut suspended_since: BTreeMap<String, k8s_openapi::jiff::Timestamp> = BTreeMap::new();
+    let mut held_for: BTreeMap<String, i64> = BTreeMap::new();
+    let mut ran: BTreeSet<String> = BTreeSet::new();
+    for c in &report.history.changes {
+        match (&c.key.kind, &c.state) {
+            (Kind::RayCluster, Some(State::RayCluster(rc))) if rc.suspended => {
+                suspended_since.entry(c.key.name.clone()).or_insert(c.at);
+            }
+            (Kind::RayCluster, Some(State::RayCluster(_))) => {
+                if let Some(since) = suspended_since.remove(&c.key.name) {
+                    *held_for.entry(c.key.name.clone()).or_default() +=
+                        c.at.duration_since(since).as_secs();
+                }
+            }
+            (Kind::Pod, Some(State::Pod(p))) if p.running() => {
+                if let Some(rc) = p.labels.get("ray.io/cluster") {
+                    ran.insert(rc.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    eprintln!("held: {held_for:?}; ran: {ran:?}");
+    assert_eq!(ran.len(), 2, "both children ran: {ran:?}");
+    assert!(
+        held_for.values().any(|s| *s >= 300),
+        "the upgrade's child was held for minutes: {held_for:?}"
+    );
+    let children: Vec<_> = report
+        .history
+        .current()
+        .keys()
+        .filter(|k| k.kind == Kind::RayCluster)
+        .collect();
+    assert_eq!(children.len(), 1, "the old child is gone: {children:?}");
+}
+
+macro_rules! scenarios {
+    ($($name:ident => $file:literal),* $(,)?) => {$(
+        #[tokio::test(start_paused = true)]
+        async fn $name() {
+            let _ = run($file).await;
+        }
+    )*};
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_held_upgrade() {
+    assert_held_then_released(&run("quota-held-upgrade.yaml").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_held_upgrade_controller_killed() {
+    assert_held_then_released(&run("quota-held-upgrade-controller-killed.yaml").await);
+}
+
+scenarios! {
+    rollout_raygate => "rollout-raygate.yaml",
+    rollout_domain_by_domain => "rollout-domain-by-domain.yaml",
+    rollout_node_by_node => "rollout-node-by-node.yaml",
+    rollout_random_2 => "rollout-random-2.yaml",
+}
