@@ -108,28 +108,35 @@ impl<'a> PdbIndex<'a> {
         });
     }
 
+    /// Every budget selecting `pod`, unordered: the namespace's budgets keyed by one of the pod's
+    /// label pairs (checked against the rest of their selector), then the unkeyed ones.
+    fn selecting<'s>(&'s self, pod: &'s Pod) -> impl Iterator<Item = &'s IndexedPdb<'a>> + 's {
+        let ns = self.namespaces.get(namespace(&pod.metadata));
+        let labels = pod.metadata.labels.as_ref();
+        let keyed = ns.into_iter().flat_map(move |ns| {
+            labels
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| ns.by_label.get(&(k.as_str(), v.as_str())))
+                .flatten()
+                .map(|&slot| &self.pdbs[slot])
+                .filter(move |p| p.rest.matches(labels))
+        });
+        let unkeyed = ns.into_iter().flat_map(move |ns| {
+            ns.unkeyed
+                .iter()
+                .map(|&slot| &self.pdbs[slot])
+                .filter(move |p| p.selector.matches(labels))
+        });
+        keyed.chain(unkeyed)
+    }
+
     /// The first budget selecting `pod` (by name) and how many do: the plan's common case, with
     /// no list built.
     pub fn first_matching(&self, pod: &Pod) -> (Option<&IndexedPdb<'a>>, usize) {
-        let Some(ns) = self.namespaces.get(namespace(&pod.metadata)) else {
-            return (None, 0);
-        };
-        let labels = pod.metadata.labels.as_ref();
-        let unkeyed = ns
-            .unkeyed
-            .iter()
-            .map(|&slot| &self.pdbs[slot])
-            .filter(|p| p.selector.matches(labels));
-        let keyed = labels
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| ns.by_label.get(&(k.as_str(), v.as_str())))
-            .flatten()
-            .map(|&slot| &self.pdbs[slot])
-            .filter(|p| p.rest.matches(labels));
         let mut first: Option<&IndexedPdb<'a>> = None;
         let mut count = 0;
-        for p in unkeyed.chain(keyed) {
+        for p in self.selecting(pod) {
             count += 1;
             if first.is_none_or(|f| p.name() < f.name()) {
                 first = Some(p);
@@ -140,23 +147,7 @@ impl<'a> PdbIndex<'a> {
 
     /// The budgets selecting `pod`, by name.
     pub fn matching(&self, pod: &Pod) -> Vec<&IndexedPdb<'a>> {
-        let Some(ns) = self.namespaces.get(namespace(&pod.metadata)) else {
-            return Vec::new();
-        };
-        let labels = pod.metadata.labels.as_ref();
-        let keyed = labels
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| ns.by_label.get(&(k.as_str(), v.as_str())))
-            .flatten()
-            .map(|&slot| &self.pdbs[slot])
-            .filter(|p| p.rest.matches(labels));
-        let unkeyed = ns
-            .unkeyed
-            .iter()
-            .map(|&slot| &self.pdbs[slot])
-            .filter(|p| p.selector.matches(labels));
-        let mut found: Vec<&IndexedPdb> = unkeyed.chain(keyed).collect();
+        let mut found: Vec<&IndexedPdb> = self.selecting(pod).collect();
         if found.len() > 1 {
             found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         }

@@ -539,6 +539,16 @@ impl<'a> Stepper<'a> {
         SignedDuration::from_secs(probe) + self.o.disruption_controller_lag
     }
 
+    /// The nodes of the domains not started yet.
+    fn nodes_of_pending_domains(&self) -> Vec<String> {
+        self.s
+            .domains
+            .iter()
+            .filter(|d| d.step == Step::Pending)
+            .flat_map(|d| d.nodes.iter().cloned())
+            .collect()
+    }
+
     /// With a taint option: taints the nodes of every domain not started yet, so new work avoids
     /// the whole outdated generation from the first step (the cordon follows domain by domain),
     /// and evicted pods do not land on a node drained later.
@@ -546,14 +556,7 @@ impl<'a> Stepper<'a> {
         let Some(taint) = self.o.plan.taint.clone().filter(|_| !self.o.dry_run) else {
             return;
         };
-        let waiting: Vec<String> = self
-            .s
-            .domains
-            .iter()
-            .filter(|d| d.step == Step::Pending)
-            .flat_map(|d| d.nodes.iter().cloned())
-            .collect();
-        for n in waiting {
+        for n in self.nodes_of_pending_domains() {
             if let Some(node) = self.node(&n)
                 && !has_taint(node, &taint)
             {
@@ -1407,14 +1410,7 @@ impl<'a> Stepper<'a> {
     /// nodes of domains not started.
     fn abort(&mut self) {
         if let Some(taint) = self.o.plan.taint.clone() {
-            let waiting: Vec<String> = self
-                .s
-                .domains
-                .iter()
-                .filter(|d| d.step == Step::Pending)
-                .flat_map(|d| d.nodes.iter().cloned())
-                .collect();
-            for n in waiting {
+            for n in self.nodes_of_pending_domains() {
                 if let Some(node) = self.node(&n)
                     && has_taint(node, &taint)
                     && !is_cordoned(node)
