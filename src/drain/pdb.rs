@@ -108,27 +108,33 @@ impl<'a> PdbIndex<'a> {
         });
     }
 
-    /// Every budget selecting `pod`, unordered: the namespace's budgets keyed by one of the pod's
-    /// label pairs (checked against the rest of their selector), then the unkeyed ones.
-    fn selecting<'s>(&'s self, pod: &'s Pod) -> impl Iterator<Item = &'s IndexedPdb<'a>> + 's {
-        let ns = self.namespaces.get(namespace(&pod.metadata));
+    /// Calls `f` with every budget selecting `pod`, unordered: the namespace's budgets keyed by
+    /// one of the pod's label pairs (checked against the rest of their selector), then the
+    /// unkeyed ones.
+    fn each_selecting<'s>(&'s self, pod: &Pod, mut f: impl FnMut(&'s IndexedPdb<'a>)) {
+        let Some(ns) = self.namespaces.get(namespace(&pod.metadata)) else {
+            return;
+        };
         let labels = pod.metadata.labels.as_ref();
-        let keyed = ns.into_iter().flat_map(move |ns| {
-            labels
+        for (k, v) in labels.into_iter().flatten() {
+            for &slot in ns
+                .by_label
+                .get(&(k.as_str(), v.as_str()))
                 .into_iter()
                 .flatten()
-                .filter_map(|(k, v)| ns.by_label.get(&(k.as_str(), v.as_str())))
-                .flatten()
-                .map(|&slot| &self.pdbs[slot])
-                .filter(move |p| p.rest.matches(labels))
-        });
-        let unkeyed = ns.into_iter().flat_map(move |ns| {
-            ns.unkeyed
-                .iter()
-                .map(|&slot| &self.pdbs[slot])
-                .filter(move |p| p.selector.matches(labels))
-        });
-        keyed.chain(unkeyed)
+            {
+                let p = &self.pdbs[slot];
+                if p.rest.matches(labels) {
+                    f(p);
+                }
+            }
+        }
+        for &slot in &ns.unkeyed {
+            let p = &self.pdbs[slot];
+            if p.selector.matches(labels) {
+                f(p);
+            }
+        }
     }
 
     /// The first budget selecting `pod` (by name) and how many do: the plan's common case, with
@@ -136,18 +142,19 @@ impl<'a> PdbIndex<'a> {
     pub fn first_matching(&self, pod: &Pod) -> (Option<&IndexedPdb<'a>>, usize) {
         let mut first: Option<&IndexedPdb<'a>> = None;
         let mut count = 0;
-        for p in self.selecting(pod) {
+        self.each_selecting(pod, |p| {
             count += 1;
             if first.is_none_or(|f| p.name() < f.name()) {
                 first = Some(p);
             }
-        }
+        });
         (first, count)
     }
 
     /// The budgets selecting `pod`, by name.
     pub fn matching(&self, pod: &Pod) -> Vec<&IndexedPdb<'a>> {
-        let mut found: Vec<&IndexedPdb> = self.selecting(pod).collect();
+        let mut found: Vec<&IndexedPdb> = Vec::new();
+        self.each_selecting(pod, |p| found.push(p));
         if found.len() > 1 {
             found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         }
