@@ -316,9 +316,18 @@ fn controller(
     sim: &Sim,
     metrics: Arc<Metrics>,
 ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    controller_on(sim, sim.client_as("raygate"), metrics)
+}
+
+/// [`controller`] with its own client.
+fn controller_on(
+    sim: &Sim,
+    client: Client,
+    metrics: Arc<Metrics>,
+) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
     let (stop, shutdown) = watch::channel(false);
     let r = Rollouts {
-        client: sim.client_as("raygate"),
+        client,
         clock: Arc::new(SimClock(sim.clock().clone())),
         metrics,
         leader: watch::channel(true).1,
@@ -684,5 +693,213 @@ async fn a_node_in_two_active_rollouts_makes_the_later_one_wait_naming_the_other
     wait_phase(&client, "first", "Completed").await;
     wait_phase(&client, "second", "Completed").await;
     // second found nothing left to evict: each leader once, nothing twice
+    check_evictions(&history, &start);
+}
+
+/// A group split across upgrade domains (its leader on node-0, its worker on node-1, both
+/// unmanaged): the rollout's `ContractSatisfied` condition is False with the finding's check as
+/// the reason and the workload, object and fix in the message, and a Warning Event; the rollout
+/// is not stopped by it. Once the split group is gone, the next check (within a minute) makes
+/// the condition True again and the rollout completes.
+#[tokio::test(start_paused = true)]
+async fn a_group_split_across_domains_makes_the_contract_condition_false_without_stopping_the_rollout()
+ {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let pods_api = Api::<Pod>::namespaced(client.clone(), NS);
+    for (name, node, index) in [("split-0", "node-0", "0"), ("split-0-1", "node-1", "1")] {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS, "labels": {
+                lws::NAME: "other", lws::GROUP_KEY: "split", lws::WORKER_INDEX: index}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
+                "readinessProbe": {"exec": {"command": ["true"]}}}]},
+        }))
+        .unwrap();
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+    }
+    let history = record_evictions(&sim);
+    let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
+    create(&client, &rollout_object("r", old_pool())).await;
+    let s = eventually("ContractSatisfied=False", || async {
+        let s = status(&client, "r").await;
+        (condition(&s, "ContractSatisfied").map(|c| c.0) == Some("False")).then_some(s)
+    })
+    .await;
+    let (_, reason, message) = condition(&s, "ContractSatisfied").unwrap();
+    assert_eq!(reason, "GroupSplitAcrossDomains", "{message}");
+    assert!(message.starts_with("2 finding(s)"), "{message}");
+    for says in [
+        "GroupSplitAcrossDomains: LeaderWorkerSet serving/other: group serving/split",
+        "1 in ud-0, 1 in ud-1",
+        "Fix: pack each group into one domain",
+        "NoPdbOnRepresentatives",
+    ] {
+        assert!(message.contains(says), "no {says:?} in {message}");
+    }
+    assert_eq!(
+        s.phase.as_deref(),
+        Some("Running"),
+        "the contract warns, it does not stop the rollout"
+    );
+    assert!(
+        event_reasons(&client, "r")
+            .await
+            .iter()
+            .any(|r| r == "ContractBroken"),
+        "no ContractBroken Event"
+    );
+    let gone = sim.clock().now();
+    for name in ["split-0", "split-0-1"] {
+        let dp = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        pods_api.delete(name, &dp).await.unwrap();
+    }
+    let holds = eventually("ContractSatisfied=True", || async {
+        let s = status(&client, "r").await;
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "ContractSatisfied")?;
+        (c.status == "True").then(|| (c.reason.clone(), c.last_transition_time.0))
+    })
+    .await;
+    assert_eq!(holds.0, "ContractHolds");
+    assert!(
+        holds.1.duration_since(gone).as_secs() <= 61,
+        "checked again within a minute: split gone at {gone}, holds at {}",
+        holds.1
+    );
+    assert!(
+        event_reasons(&client, "r")
+            .await
+            .iter()
+            .any(|r| r == "ContractSatisfied")
+    );
+    wait_phase(&client, "r", "Completed").await;
+    check_evictions(&history, &start);
+}
+
+/// A `kube::Client` for the controller that dies with its process right after its first
+/// eviction is served: that eviction's answer and every later request never come back (as from
+/// a controller killed right after the call), so nothing it would write after the eviction
+/// reaches the server.
+#[derive(Clone)]
+struct DiesAfterEviction {
+    inner: raygate_sim::service::SimService,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for DiesAfterEviction {
+    type Response = raygate_sim::http::Response<raygate_sim::service::ResponseBody>;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: raygate_sim::http::Request<kube::client::Body>) -> Self::Future {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dead = self.dead.clone();
+        if dead.load(SeqCst) {
+            return Box::pin(futures::future::pending());
+        }
+        let eviction = req.method() == raygate_sim::http::Method::POST
+            && req.uri().path().ends_with("/eviction");
+        let served = self.inner.call(req);
+        Box::pin(async move {
+            let resp = served.await?;
+            if eviction && resp.status().is_success() {
+                dead.store(true, SeqCst);
+            }
+            if dead.load(SeqCst) {
+                return futures::future::pending().await;
+            }
+            Ok(resp)
+        })
+    }
+}
+
+/// The controller dies right after it sent ud-0's first eviction (the leader), before any later
+/// status write; the evicted group cannot come back (no room: the spare node is cordoned). The
+/// next controller goes on from the status, which was written before the eviction was sent (the
+/// workload's baseline and the eviction decided): it counts the eviction and its health gate
+/// waits for the group, so ud-1 is not started while the group is down; once there is room
+/// again, the rollout completes.
+#[tokio::test(start_paused = true)]
+async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_waits_for_the_group() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let nodes = Api::<Node>::all(client.clone());
+    let spare = |unschedulable: bool| {
+        let nodes = nodes.clone();
+        async move {
+            let v = if unschedulable {
+                json!(true)
+            } else {
+                Value::Null
+            };
+            nodes
+                .patch(
+                    "spare",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": v}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    spare(true).await;
+    let history = record_evictions(&sim);
+    let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dying = kube::Client::new(
+        DiesAfterEviction {
+            inner: raygate_sim::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+            dead: dead.clone(),
+        },
+        "default",
+    );
+    let (_stop, first) = controller_on(&sim, dying, Arc::new(Metrics::default()));
+    create(&client, &rollout_object("r", old_pool())).await;
+    eventually("the first eviction sent", || async {
+        dead.load(SeqCst).then_some(())
+    })
+    .await;
+    first.abort();
+    let _ = first.await;
+    eventually("the leader evicted", || async {
+        (evicted_uids(&history).len() == 1).then_some(())
+    })
+    .await;
+    let (_stop2, _second) = controller(&sim, Arc::new(Metrics::default()));
+    // far beyond the stable period (30 s), within the retry timeout (10 min)
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let s = status(&client, "r").await;
+    assert!(
+        !cordoned(&client).await.contains(&"node-1".to_string()),
+        "ud-1 started while ud-0's evicted group is down: {s:?}"
+    );
+    let (blocked, reason, message) = condition(&s, "Blocked").unwrap();
+    assert_eq!((blocked, reason), ("True", "HealthCheck"), "{message}");
+    assert!(message.contains("Ready groups back"), "{message}");
+    assert_eq!(
+        s.domains[0].protected_evicted, 1,
+        "the eviction sent before the kill is counted: {:?}",
+        s.domains[0]
+    );
+    spare(false).await;
+    let done = wait_phase(&client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
     check_evictions(&history, &start);
 }

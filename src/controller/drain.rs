@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use serde_json::json;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::Clock;
 use super::events::EventSink;
@@ -50,6 +50,19 @@ pub struct Run {
     pub tick: Duration,
     /// The operator's resumes (a counter, see [`Observation::resumes`]).
     pub resumes: watch::Receiver<u64>,
+    /// Where to store a state durably before its evictions are sent (the NodeRollout
+    /// controller's status): the engine's bookkeeping for an eviction (the workload's baseline,
+    /// the eviction itself) is then never lost to a crash right after it. `None` (`drain run
+    /// --local`): nothing is stored.
+    pub write_ahead: Option<mpsc::Sender<WriteAhead>>,
+}
+
+/// A state to store before the step's evictions are sent (see [`Run::write_ahead`]).
+pub struct WriteAhead {
+    pub state: State,
+    /// Answer `true` once it is stored; `false` (or dropping it): nothing of the step is
+    /// applied, and it is decided again.
+    pub stored: oneshot::Sender<bool>,
 }
 
 impl Run {
@@ -59,6 +72,7 @@ impl Run {
             state: None,
             tick: Duration::from_secs(1),
             resumes: watch::channel(0).1,
+            write_ahead: None,
         }
     }
 }
@@ -164,6 +178,33 @@ pub async fn run(
             resumes,
         };
         let (next, actions) = engine::decide(&state, &obs, clock.now(), &run.options);
+        let evicts = actions
+            .iter()
+            .any(|a| matches!(a, Action::Evict { dry_run: false, .. }));
+        if let (true, Some(store)) = (evicts, &run.write_ahead) {
+            let (stored, answer) = oneshot::channel();
+            let asked = store
+                .send(WriteAhead {
+                    state: next.clone(),
+                    stored,
+                })
+                .await
+                .is_ok();
+            let stored = asked
+                && tokio::select! {
+                    r = answer => r.unwrap_or(false),
+                    _ = &mut shutdown => return Ok(state),
+                };
+            if !stored {
+                // nothing of this step is applied; the outcomes so far are taken next time
+                tracing::info!("drain: the state was not stored; its evictions wait");
+                tokio::select! {
+                    _ = tokio::time::sleep(run.tick) => {}
+                    _ = &mut shutdown => return Ok(state),
+                }
+                continue;
+            }
+        }
         outcomes = apply.all(&actions, &n).await;
         if shape(&next.waiting) != shape(&state.waiting) || next.phase != state.phase {
             tracing::info!(phase = ?next.phase, "drain: {}", next.waiting);

@@ -9,6 +9,12 @@
 //! engine re-derives every cordon and eviction from the live view, so a node already cordoned is
 //! not cordoned again and a pod already evicted (terminating or gone) is not evicted again.
 //!
+//! With `spec.groups`, the group contract's preflight (`drain::preflight`, as `raygate drain
+//! check`) runs over the live cluster when the rollout is planned (on the plan's read), when a
+//! worker starts running it, and every [`CONTRACT_EVERY`] while it runs; its findings become the
+//! `ContractSatisfied` condition (`drain::rollout::contract`) and a Warning Event when it turns
+//! `False`. It warns, it does not stop the rollout: the budgets still protect what they select.
+//!
 //! `spec.paused: true` stops the executor (an eviction already sent finishes; nothing new is
 //! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
 //! metrics come from the change between two states (`drain::rollout::changes`).
@@ -24,14 +30,14 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, Notify, watch};
+use tokio::sync::{Mutex, Notify, mpsc, watch};
 
-use super::drain::{self as executor, DrainRunError, Run};
+use super::drain::{self as executor, DrainRunError, Run, WriteAhead};
 use super::events::EventSink;
 use super::{Clock, Metrics};
 use crate::drain::engine::{Options, State};
 use crate::drain::rollout::{self as pure, NotReady};
-use crate::drain::{DrainError, rollout_options};
+use crate::drain::{DrainError, PreflightOptions, rollout_options};
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// Field manager of the NodeRollout status writes (the node patches keep
@@ -43,6 +49,9 @@ pub const ROLLOUT_MANAGER: &str = "raygate-rollout";
 const RETRY: Duration = Duration::from_secs(10);
 /// The longest a status lags the engine when only its "why it waits" lines changed.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How often a running rollout's group contract is checked again (a paged read of Nodes, Pods,
+/// PodDisruptionBudgets and DaemonSets, as the plan's).
+pub const CONTRACT_EVERY: Duration = Duration::from_secs(60);
 
 /// What the rollout controller needs.
 pub struct Rollouts {
@@ -227,6 +236,9 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
         sh: sh.clone(),
         name: name.clone(),
         written: None,
+        preflight: None,
+        contract: None,
+        contract_checked: None,
     };
     let mut failures = 0u32;
     loop {
@@ -287,6 +299,12 @@ struct Worker {
     sh: Arc<Shared>,
     name: String,
     written: Option<Written>,
+    /// The spec's group contract (`None`: no `groups`, no preflight).
+    preflight: Option<PreflightOptions>,
+    /// The last preflight's condition.
+    contract: Option<pure::Contract>,
+    /// When the preflight last ran.
+    contract_checked: Option<super::Monotonic>,
 }
 
 impl Worker {
@@ -326,6 +344,7 @@ impl Worker {
                 return Ok(Next::WaitChange);
             }
         };
+        self.preflight = options.preflight.clone();
         if options.paused {
             self.not_running(nro, prev.as_ref(), None, true).await?;
             return Ok(Next::WaitChange);
@@ -353,7 +372,7 @@ impl Worker {
                     .insert(self.name.clone(), state.nodes().map(String::from).collect());
                 (state, prev)
             }
-            None => match self.plan(&engine).await? {
+            None => match self.plan(nro, &engine).await? {
                 Ok((state, planned)) => (state, Some(planned)),
                 Err(why) => {
                     self.not_running(nro, prev.as_ref(), Some(&why), false)
@@ -365,9 +384,11 @@ impl Worker {
         self.execute(nro, state, base, engine, obj).await
     }
 
-    /// Plans the rollout from a fresh read of the cluster and claims its nodes.
+    /// Plans the rollout from a fresh read of the cluster (and checks the group contract on
+    /// it) and claims its nodes.
     async fn plan(
-        &self,
+        &mut self,
+        nro: &NodeRollout,
         options: &Options,
     ) -> Result<Result<(State, NodeRolloutStatus), NotReady>, RolloutError> {
         let objects = crate::live::drain_objects(&self.sh.client)
@@ -376,6 +397,7 @@ impl Worker {
                 name: self.name.clone(),
                 source,
             })?;
+        self.check_contract(nro, Some(&objects)).await;
         let now = self.sh.clock.now();
         let plan = match crate::drain::plan(&objects.cluster(), &options.plan, now) {
             Ok(plan) => plan,
@@ -441,7 +463,15 @@ impl Worker {
     ) -> Result<Next, RolloutError> {
         let generation = nro.metadata.generation;
         let mut last = state.clone();
-        let first = pure::status(base.as_ref(), &state, generation, self.sh.clock.now());
+        let due = |at: Option<super::Monotonic>, now: super::Monotonic| {
+            at.is_none_or(|at| now.saturating_since(at) >= CONTRACT_EVERY)
+        };
+        if self.preflight.is_some() && due(self.contract_checked, self.sh.clock.monotonic()) {
+            self.check_contract(nro, None).await;
+        }
+        let now = self.sh.clock.now();
+        let mut first = pure::status(base.as_ref(), &state, generation, now);
+        self.with_contract(&mut first, generation, now);
         self.write(nro, first).await?;
         let resume_count = |o: &NodeRollout| {
             pure::resumes(crate::meta::annotation(
@@ -460,11 +490,14 @@ impl Worker {
                 })
                 .await;
         };
+        // the executor stores each state with new evictions here before it sends them
+        let (ahead_tx, mut ahead_rx) = mpsc::channel::<WriteAhead>(1);
         let run = Run {
             options,
             state: Some(state),
             tick: self.sh.tick,
             resumes: resume_rx,
+            write_ahead: Some(ahead_tx),
         };
         let exec = executor::run(
             self.sh.client.clone(),
@@ -479,9 +512,29 @@ impl Worker {
         let mut current = Arc::new(nro.clone());
         let (mut progress_open, mut obj_open) = (true, true);
         let mut last_write = self.sh.clock.monotonic();
+        // the contract check's timer (cluster time: tokio's, paused in the simulated cluster)
+        let mut recheck =
+            tokio::time::interval_at(tokio::time::Instant::now() + CONTRACT_EVERY, CONTRACT_EVERY);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let end = loop {
             tokio::select! {
                 end = &mut exec => break end,
+                Some(ahead) = ahead_rx.recv() => {
+                    // what the executor reported before is older than this state
+                    progress_rx.mark_unchanged();
+                    self.report(&current, &mut last, ahead.state).await?;
+                    last_write = self.sh.clock.monotonic();
+                    let _ = ahead.stored.send(true);
+                }
+                _ = recheck.tick(), if self.preflight.is_some() => {
+                    let before = self.contract.clone();
+                    self.check_contract(&current, None).await;
+                    if self.contract != before {
+                        let s = progress_rx.borrow().clone();
+                        self.report(&current, &mut last, s).await?;
+                        last_write = self.sh.clock.monotonic();
+                    }
+                }
                 r = progress_rx.changed(), if progress_open => {
                     if r.is_err() {
                         progress_open = false;
@@ -528,7 +581,8 @@ impl Worker {
     ) -> Result<(), RolloutError> {
         let now = self.sh.clock.now();
         let prev = self.current_status(nro);
-        let status = pure::status(prev.as_ref(), &state, nro.metadata.generation, now);
+        let mut status = pure::status(prev.as_ref(), &state, nro.metadata.generation, now);
+        self.with_contract(&mut status, nro.metadata.generation, now);
         self.write(nro, status).await?;
         let (notes, counts) = pure::changes(last, &state, now);
         self.sh.metrics.count_rollout(&counts);
@@ -549,7 +603,8 @@ impl Worker {
         paused: bool,
     ) -> Result<(), RolloutError> {
         let now = self.sh.clock.now();
-        let status = pure::waiting_status(prev, why, paused, nro.metadata.generation, now);
+        let mut status = pure::waiting_status(prev, why, paused, nro.metadata.generation, now);
+        self.with_contract(&mut status, nro.metadata.generation, now);
         let condition = |s: Option<&NodeRolloutStatus>, t: &str| {
             s.and_then(|s| crate::conditions::find(&s.conditions, t))
                 .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
@@ -576,6 +631,71 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Runs the group contract's preflight (on `objects`, else on a fresh read) and keeps its
+    /// condition; an Event when it turns. A read that fails keeps the last condition.
+    async fn check_contract(
+        &mut self,
+        nro: &NodeRollout,
+        objects: Option<&crate::live::DrainObjects>,
+    ) {
+        let Some(preflight) = self.preflight.clone() else {
+            self.contract = None;
+            return;
+        };
+        let read;
+        let objects = match objects {
+            Some(o) => o,
+            None => match crate::live::drain_objects(&self.sh.client).await {
+                Ok(o) => {
+                    read = o;
+                    &read
+                }
+                Err(e) => {
+                    tracing::warn!(rollout = %self.name, error = %e,
+                        "reading the cluster to check the group contract failed; retried");
+                    return;
+                }
+            },
+        };
+        let findings = crate::drain::preflight(&objects.cluster(), &preflight);
+        let new = pure::contract(findings.as_deref());
+        self.contract_checked = Some(self.sh.clock.monotonic());
+        // a new worker (a new leader) knows the condition from the status
+        let old = self.contract.clone().or_else(|| {
+            let status = self.current_status(nro)?;
+            let c = crate::conditions::find(&status.conditions, pure::CONTRACT_SATISFIED)?;
+            Some(pure::Contract {
+                status: match c.status.as_str() {
+                    "True" => "True",
+                    "False" => "False",
+                    _ => "Unknown",
+                },
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+        });
+        if let Some(note) = pure::contract_note(old.as_ref(), &new) {
+            tracing::info!(rollout = %self.name, reason = note.reason, "{}", note.message);
+            self.publish(nro, note.warning, note.reason, &note.message)
+                .await;
+        }
+        self.contract = Some(new);
+    }
+
+    /// Puts the contract's condition on `status` (removes it when the spec has no `groups`).
+    fn with_contract(
+        &self,
+        status: &mut NodeRolloutStatus,
+        generation: Option<i64>,
+        now: k8s_openapi::jiff::Timestamp,
+    ) {
+        match (&self.preflight, &self.contract) {
+            (None, _) => pure::set_contract(status, None, generation, now),
+            (Some(_), Some(c)) => pure::set_contract(status, Some(c), generation, now),
+            (Some(_), None) => {}
+        }
     }
 
     /// A merge patch of the whole status, guarded by the `resourceVersion` of this worker's last

@@ -5,7 +5,9 @@
 //! status written before, for what the state does not keep: planned pod counts, finish times)
 //! into the `NodeRollout` status with its conditions; [`changes`] compares two states and says
 //! which Events to publish and what to count; [`conflict`] finds a node another active rollout
-//! already drains; [`engine_options`] maps the checked spec onto the engine's knobs.
+//! already drains; [`engine_options`] maps the checked spec onto the engine's knobs;
+//! [`contract`] turns the group-contract preflight's findings into the `ContractSatisfied`
+//! condition.
 
 use std::collections::BTreeSet;
 
@@ -13,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::engine::{FailureAction, Handoff, Options, Phase, State, Step};
-use super::{Plan, RolloutOptions};
+use super::{Check, DrainError, Finding, Plan, RolloutOptions};
 use crate::types::rollout::{DomainStatus, FailureActionSpec, HandOffMode, NodeRolloutStatus};
 
 /// The annotation an operator bumps to resume a rollout the engine paused (a failure with
@@ -27,6 +29,12 @@ pub const PROGRESSING: &str = "Progressing";
 pub const BLOCKED: &str = "Blocked";
 pub const COMPLETE: &str = "Complete";
 pub const FAILED: &str = "Failed";
+/// The group contract's preflight (`raygate drain check`) over the live cluster, for a rollout
+/// whose spec names `groups`.
+pub const CONTRACT_SATISFIED: &str = "ContractSatisfied";
+
+/// How many findings the `ContractSatisfied` message spells out (the rest are counted).
+const FINDINGS_SHOWN: usize = 3;
 
 /// `status.phase` values.
 pub const PENDING: &str = "Pending";
@@ -396,6 +404,120 @@ fn failure_reason(reason: &str) -> &'static str {
         "TimedOut"
     } else {
         "HealthCheckFailed"
+    }
+}
+
+/// The `ContractSatisfied` condition's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Contract {
+    /// `True`, `False`, or `Unknown` (the preflight could not run).
+    pub status: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// How much a broken check endangers the rollout, most severe first: a budget that never allows
+/// a disruption or a pod under two budgets stops the drain (every eviction refused); a split
+/// group is broken by more than one domain; unprotected representatives or a budget over workers
+/// let the drain take several groups down at once; a representative without a readiness signal
+/// hides a broken group from its budget; crowded domains only slow the drain down.
+pub fn severity(check: Check) -> u8 {
+    match check {
+        Check::PdbNeverAllowsDisruption => 0,
+        Check::MultiplePdbs => 1,
+        Check::GroupSplitAcrossDomains => 2,
+        Check::NoPdbOnRepresentatives => 3,
+        Check::PdbSelectsWorkers => 4,
+        Check::RepresentativeWithoutReadinessProbe => 5,
+        Check::GroupsShareDomain => 6,
+    }
+}
+
+/// The `ContractSatisfied` condition for a preflight's outcome: `True`/`ContractHolds` without
+/// findings; `False` with the most severe finding's check as the reason and, as the message, the
+/// count and the first findings, each naming its workload, object, problem and fix (as
+/// `raygate drain check` prints them); `Unknown`/`CheckFailed` when the preflight could not run.
+pub fn contract(findings: Result<&[Finding], &DrainError>) -> Contract {
+    let findings = match findings {
+        Ok(f) => f,
+        Err(e) => {
+            return Contract {
+                status: "Unknown",
+                reason: "CheckFailed".into(),
+                message: format!("the group contract could not be checked: {e}"),
+            };
+        }
+    };
+    let mut sorted: Vec<&Finding> = findings.iter().collect();
+    // stable: within one severity, the preflight's order (check, workload, object)
+    sorted.sort_by_key(|f| severity(f.check));
+    let Some(worst) = sorted.first() else {
+        return Contract {
+            status: "True",
+            reason: "ContractHolds".into(),
+            message: "the group contract holds: no findings".into(),
+        };
+    };
+    let shown: Vec<String> = sorted
+        .iter()
+        .take(FINDINGS_SHOWN)
+        .map(ToString::to_string)
+        .collect();
+    let more = sorted.len().saturating_sub(FINDINGS_SHOWN);
+    let mut message = format!(
+        "{} finding(s); the rollout goes on (the budgets still protect what they select): {}",
+        sorted.len(),
+        shown.join(" | ")
+    );
+    if more > 0 {
+        message.push_str(&format!(
+            " | and {more} more: see `raygate drain check --groups ...`"
+        ));
+    }
+    Contract {
+        status: "False",
+        reason: format!("{:?}", worst.check),
+        message,
+    }
+}
+
+/// Sets (or, with `None`: a spec without `groups`, removes) the `ContractSatisfied` condition.
+pub fn set_contract(
+    s: &mut NodeRolloutStatus,
+    c: Option<&Contract>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    match c {
+        Some(c) => crate::conditions::set(
+            &mut s.conditions,
+            CONTRACT_SATISFIED,
+            c.status,
+            &c.reason,
+            &c.message,
+            generation,
+            now,
+        ),
+        None => s.conditions.retain(|x| x.type_ != CONTRACT_SATISFIED),
+    }
+}
+
+/// The Event of a contract change: a Warning `ContractBroken` when it turns `False` (or its most
+/// severe finding changes), a Normal `ContractSatisfied` when it holds again.
+pub fn contract_note(old: Option<&Contract>, new: &Contract) -> Option<Note> {
+    let was = old.map(|c| (c.status, c.reason.as_str()));
+    match new.status {
+        "False" if was != Some(("False", new.reason.as_str())) => Some(Note {
+            warning: true,
+            reason: "ContractBroken",
+            message: new.message.clone(),
+        }),
+        "True" if was.is_some_and(|(s, _)| s == "False") => Some(Note {
+            warning: false,
+            reason: "ContractSatisfied",
+            message: new.message.clone(),
+        }),
+        _ => None,
     }
 }
 
@@ -810,6 +932,88 @@ mod tests {
         assert_eq!(out.domains[0].started, Some(t(400)));
         assert_eq!(out.domains[0].health.healthy_since, None);
         assert_eq!(out.domains[1].started, None);
+    }
+
+    fn finding(check: Check, workload: &str) -> Finding {
+        Finding {
+            check,
+            workload: format!("LeaderWorkerSet serving/{workload}"),
+            object: format!("group serving/{workload}-0"),
+            problem: "the group's pods are in 2 upgrade domains".into(),
+            fix: "pack each group into one domain".into(),
+        }
+    }
+
+    #[test]
+    fn the_contract_condition_takes_the_most_severe_finding_and_names_the_first_ones() {
+        let findings = vec![
+            finding(Check::GroupsShareDomain, "a"),
+            finding(Check::GroupSplitAcrossDomains, "b"),
+            finding(Check::RepresentativeWithoutReadinessProbe, "c"),
+            finding(Check::GroupSplitAcrossDomains, "d"),
+            finding(Check::NoPdbOnRepresentatives, "e"),
+        ];
+        let c = contract(Ok(&findings));
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason, "GroupSplitAcrossDomains");
+        assert!(c.message.starts_with("5 finding(s)"), "{}", c.message);
+        // the first three by severity, each with its workload, object and fix
+        let b = c
+            .message
+            .find("GroupSplitAcrossDomains: LeaderWorkerSet serving/b: group serving/b-0");
+        let d = c.message.find("serving/d: group serving/d-0");
+        let e = c
+            .message
+            .find("NoPdbOnRepresentatives: LeaderWorkerSet serving/e");
+        assert!(b < d && d < e && b.is_some(), "{}", c.message);
+        assert!(
+            c.message.contains("Fix: pack each group into one domain"),
+            "{}",
+            c.message
+        );
+        assert!(!c.message.contains("serving/a:"), "{}", c.message);
+        assert!(c.message.contains("and 2 more"), "{}", c.message);
+        let ok = contract(Ok(&[]));
+        assert_eq!((ok.status, ok.reason.as_str()), ("True", "ContractHolds"));
+        let e = DrainError::UnknownDomainLabel { key: "x/ud".into() };
+        let unknown = contract(Err(&e));
+        assert_eq!(
+            (unknown.status, unknown.reason.as_str()),
+            ("Unknown", "CheckFailed")
+        );
+    }
+
+    #[test]
+    fn the_contract_condition_is_set_and_removed_and_an_event_marks_it_turning() {
+        let broken = contract(Ok(&[finding(Check::PdbSelectsWorkers, "a")]));
+        let ok = contract(Ok(&[]));
+        let mut s = NodeRolloutStatus::default();
+        set_contract(&mut s, Some(&broken), Some(2), t(0));
+        let c = crate::conditions::find(&s.conditions, CONTRACT_SATISFIED).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "PdbSelectsWorkers")
+        );
+        assert_eq!(c.observed_generation, Some(2));
+        set_contract(&mut s, None, Some(3), t(1));
+        assert!(crate::conditions::find(&s.conditions, CONTRACT_SATISFIED).is_none());
+        let n = contract_note(None, &broken).unwrap();
+        assert_eq!((n.warning, n.reason), (true, "ContractBroken"));
+        assert!(
+            contract_note(Some(&broken), &broken).is_none(),
+            "no news, no Event"
+        );
+        let worse = contract(Ok(&[finding(Check::PdbNeverAllowsDisruption, "a")]));
+        assert_eq!(
+            contract_note(Some(&broken), &worse).map(|n| n.reason),
+            Some("ContractBroken")
+        );
+        let n = contract_note(Some(&broken), &ok).unwrap();
+        assert_eq!((n.warning, n.reason), (false, "ContractSatisfied"));
+        assert!(
+            contract_note(None, &ok).is_none(),
+            "holding from the start is no news"
+        );
     }
 
     #[test]

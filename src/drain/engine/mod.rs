@@ -264,6 +264,11 @@ pub struct DomainState {
     /// When it was started (cordon): the domain timeout runs from here.
     pub started: Option<Timestamp>,
     pub evicted: Vec<Evicted>,
+    /// Evictions decided in the last step whose answer has not been taken yet (the caller may
+    /// store the state before it sends them: a caller that died after sending finds them here
+    /// and [`decide`] settles them from the live view).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sending: Vec<Evicted>,
     pub refusal: Option<Refusal>,
     /// After a failed eviction: no eviction before this time.
     pub retry_at: Option<Timestamp>,
@@ -478,6 +483,7 @@ impl<'a> Stepper<'a> {
             });
         }
         self.take_outcomes();
+        self.settle_unanswered();
         self.take_resumes();
         if self.s.phase == Phase::Running {
             self.check_rollout_timeout();
@@ -582,6 +588,10 @@ impl<'a> Stepper<'a> {
             let Some(i) = self.domain_of_node(&t.pod.node) else {
                 continue;
             };
+            let pod = t.pod.to_string();
+            self.s.domains[i]
+                .sending
+                .retain(|e| !(e.pod == pod && e.uid == t.uid));
             let now = self.now;
             let record = |refused: Option<String>| Evicted {
                 pod: t.pod.to_string(),
@@ -644,6 +654,27 @@ impl<'a> Stepper<'a> {
                     let d = &mut self.s.domains[i];
                     d.retry_at = retry;
                     d.message = format!("evicting {} failed ({code}): {message}", t.pod);
+                }
+            }
+        }
+    }
+
+    /// Evictions decided before whose answer never came (the caller stopped, or died, between
+    /// sending them and the next step): a pod that is gone, replaced (another uid) or terminating
+    /// was evicted (its group is waited for, it is counted); one still running was not (it is a
+    /// target again).
+    fn settle_unanswered(&mut self) {
+        for i in 0..self.s.domains.len() {
+            for e in std::mem::take(&mut self.s.domains[i].sending) {
+                let (ns, name) = e.pod.split_once('/').unwrap_or(("", e.pod.as_str()));
+                let live = self.pods.get(&(ns, name)).copied();
+                let evicted = match live {
+                    None => true,
+                    Some(p) => p.metadata.uid != e.uid || p.metadata.deletion_timestamp.is_some(),
+                };
+                let d = &mut self.s.domains[i];
+                if evicted && !d.evicted.iter().any(|x| x.pod == e.pod && x.uid == e.uid) {
+                    d.evicted.push(e);
                 }
             }
         }
@@ -906,6 +937,15 @@ impl<'a> Stepper<'a> {
         let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
         for t in &targets {
             self.note_baseline(i, t);
+            let intent = Evicted {
+                pod: t.pod.to_string(),
+                uid: t.uid.clone(),
+                pdb: t.pdb.clone(),
+                group: t.group.clone(),
+                at: self.now,
+                refused: None,
+            };
+            self.s.domains[i].sending.push(intent);
         }
         for target in targets {
             self.actions.push(Action::Evict {

@@ -1054,3 +1054,62 @@ proptest! {
         }
     }
 }
+
+/// The caller stored the state of the step that decided an eviction, sent it and died before
+/// the answer reached the next step (a NodeRollout controller killed right after the call): the
+/// next step, from that stored state and the live view, counts a terminating (or gone) pod as
+/// evicted, so the health gate waits for its group; a pod still running was not evicted and is a
+/// target again.
+#[test]
+fn an_eviction_whose_answer_never_came_is_settled_from_the_live_view() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = w.start(&o);
+    let (s, actions) = w.step(&s, &o);
+    w.apply(&actions, evicted);
+    let (stored, actions) = w.step(&s, &o);
+    assert_eq!(evictions(&actions), ["ga-0"]);
+    let d = &stored.domains[0];
+    assert_eq!(d.sending.len(), 1, "the decided eviction is in the state");
+    assert_eq!(d.sending[0].group.as_deref(), Some("ga"));
+    assert!(d.evicted.is_empty());
+    // the state survives a restart: through JSON, as status.engine keeps it
+    let stored: State = serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
+    // sent and accepted, but the answer is lost with the caller
+    w.apply(&actions, evicted);
+    w.outcomes.clear();
+    let (s, actions) = w.step(&stored, &o);
+    assert!(evictions(&actions).is_empty(), "not evicted again");
+    assert!(s.domains[0].sending.is_empty());
+    assert_eq!(s.domains[0].evicted.len(), 1, "counted: {:?}", s.domains[0]);
+    assert_eq!(s.domains[0].evicted[0].pdb.as_deref(), Some("ns/leaders"));
+    // ... and its group is waited for once the domain is drained
+    let mut s = s;
+    for _ in 0..10 {
+        w.terminate();
+        let (next, actions) = w.step(&s, &o);
+        w.apply(&actions, evicted);
+        s = next;
+        if s.domains[0].step == Step::HealthCheck {
+            break;
+        }
+        w.advance(1);
+    }
+    w.set_healthy(1, 1);
+    let (s, a) = w.step(&s, &o);
+    assert!(cordons(&a).is_empty(), "domain b waits");
+    assert!(
+        s.waiting.contains("group ga is not Ready again"),
+        "{}",
+        s.waiting
+    );
+    // the same stored state, but the eviction never reached the server: the leader is a
+    // target again
+    let mut w = World::new();
+    let (_, actions) = w.step(&w.start(&o), &o);
+    w.apply(&actions, evicted);
+    let (s, actions) = w.step(&stored, &o);
+    assert!(s.domains[0].evicted.is_empty());
+    assert_eq!(evictions(&actions), ["ga-0"], "evicted again, once");
+    assert_eq!(s.domains[0].sending.len(), 1);
+}
