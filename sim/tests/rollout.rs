@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,163 +15,22 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use raygate::controller::Metrics;
 use raygate::controller::rollout::{self, Rollouts};
-use raygate::controller::{Clock, Metrics, Monotonic};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
-use raygate_sim::actors::{disruption, kubelet, lws, scheduler};
+use raygate_sim::actors::lws;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-const NS: &str = "serving";
-const UD: &str = "topology.raygate.io/upgrade-domain";
-const POOL: &str = "pool";
-const LAG: Duration = Duration::from_secs(5);
-
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
+mod gang;
+use gang::*;
 
 fn sim() -> Sim {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let lws = std::fs::read_to_string(
-        here.join("../../shared/upstream-crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
-    )
-    .expect("../shared/upstream-crds holds the LWS CRD");
-    let nro = std::fs::read_to_string(here.join("../crds/noderollouts.raygate.io.yaml"))
-        .expect("crds/ holds the NodeRollout CRD");
-    Sim::builder()
-        .crds_yaml(&lws)
-        .unwrap()
-        .crds_yaml(&nro)
-        .unwrap()
-        .namespace(NS)
-        .build()
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3 * 3600);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-fn node(name: &str, ud: &str, gpus: u32, pool: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {UD: ud, POOL: pool, "kubernetes.io/hostname": name}},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }
-    }))
-    .unwrap()
-}
-
-fn actors(sim: &Sim) -> watch::Sender<bool> {
-    let client = sim.client();
-    let (stop, shutdown) = watch::channel(false);
-    let clock = sim.clock().clone();
-    tokio::spawn(scheduler::run(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        clock.clone(),
-        kubelet::Config::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(lws::run(client, clock, Duration::from_secs(30), shutdown));
-    sim.spawn_disruption_controller(disruption::Config { lag: LAG });
-    stop
-}
-
-fn container(probe_period: i32, failure_threshold: i32) -> Value {
-    json!({"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
-            "periodSeconds": probe_period, "failureThreshold": failure_threshold}})
-}
-
-/// Groups of a leader and one worker packed into the leader's upgrade domain, the leader Ready
-/// only while its whole group is.
-fn lws_object(replicas: usize) -> Value {
-    json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "llm", "namespace": NS},
-        "spec": {"replicas": replicas, "leaderWorkerTemplate": {
-            "size": 2,
-            "leaderTemplate": {
-                "metadata": {"labels": {"role": "leader"},
-                    "annotations": {kubelet::READINESS_GROUP: lws::GROUP_KEY}},
-                "spec": {"containers": [container(5, 3)]},
-            },
-            "workerTemplate": {
-                "metadata": {"labels": {"role": "worker"}},
-                "spec": {
-                    "containers": [container(1, 1)],
-                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "labelSelector": {"matchExpressions": [{"key": lws::WORKER_INDEX, "operator": "In", "values": ["0"]}]},
-                        "matchLabelKeys": [lws::GROUP_KEY], "topologyKey": UD}]}},
-                },
-            },
-        }},
-    })
-}
-
-fn lws_api(client: &Client) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "leaderworkerset.x-k8s.io".into(),
-        version: "v1".into(),
-        api_version: "leaderworkerset.x-k8s.io/v1".into(),
-        kind: "LeaderWorkerSet".into(),
-        plural: "leaderworkersets".into(),
-    };
-    Api::namespaced_with(client.clone(), NS, &ar)
-}
-
-fn is_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
-async fn pods(client: &Client) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), NS)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
+    sim_with(&["crds/noderollouts.raygate.io.yaml"])
 }
 
 /// `groups[i]` LWS groups on node `node-i` (domain `ud-i`, `pool=old`), then a spare node
