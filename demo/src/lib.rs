@@ -6,7 +6,8 @@
 //! - [`invariants`]: pure checks over a history, each returning violations with time and objects;
 //! - [`baselines`]: naive drains to compare raygate's with (test actors, never in the production
 //!   library);
-//! - [`scenario`]: the scenario file format and its runner.
+//! - [`scenario`]: the scenario file format and its runner;
+//! - [`report`]: the self-contained HTML report of runs (charts drawn from their histories).
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -18,4 +19,7 @@ pub mod history;
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod invariants;
 pub mod recorder;
+/// The HTML report (pure but for `report::write`).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod report;
 pub mod scenario;
