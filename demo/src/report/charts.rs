@@ -51,6 +51,15 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// An axis value: whole numbers without decimals, others with one.
+fn tick(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
 /// Draws on a fresh SVG of `width` × `height` and returns its text.
 fn svg(
     width: u32,
@@ -131,12 +140,14 @@ pub fn time_chart(
             .configure_mesh()
             .light_line_style(GRID)
             .bold_line_style(GRID)
-            .x_desc("seconds since the rollout started")
+            .x_desc("seconds since the rollout started (a story without one: since its start)")
             .y_desc(y_desc)
             .label_style((FONT, 16))
             .axis_desc_style((FONT, 17))
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.1}"))
+            // whole units while they are few (pods, GPUs)
+            .y_labels((y_top.ceil() as usize + 1).clamp(2, 11))
+            .y_label_formatter(&|y| tick(*y))
             .draw()
             .map_err(err)?;
         for line in lines {
@@ -238,7 +249,8 @@ pub fn bars(caption: &str, unit: &str, bars: &[Bar], width: u32) -> Result<Strin
             .light_line_style(GRID)
             .bold_line_style(GRID)
             .label_style((FONT, 15))
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_labels(6)
+            .y_label_formatter(&|y| tick(*y))
             .draw()
             .map_err(err)?;
         chart

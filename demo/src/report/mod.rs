@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::baselines::Outcome;
-use crate::history::History;
+use crate::history::{History, Kind, State};
 use crate::invariants::{self, Violation, Window};
 use charts::{Bar, Line};
 use series::{Phase, Steps};
@@ -116,12 +116,15 @@ pub struct Metrics {
     pub evictions: usize,
     /// 429s received.
     pub refusals: usize,
-    /// Groups going from up to down in the rollout (the whole history without one).
-    pub disruptions: usize,
-    pub disrupted_twice: usize,
-    pub group_seconds_below_floor: f64,
-    /// The largest overrun of any ClusterQueue's quota by running pods, as a share of it.
-    pub peak_quota_overrun: f64,
+    /// Groups going from up to down in the rollout (the whole history without one); `None`: no
+    /// pod carries the group label.
+    pub disruptions: Option<usize>,
+    pub disrupted_twice: Option<usize>,
+    /// `None`: no PodDisruptionBudget in the history.
+    pub group_seconds_below_floor: Option<f64>,
+    /// The largest overrun of any ClusterQueue's quota by running pods, as a share of it;
+    /// `None`: no ClusterQueue in the history.
+    pub peak_quota_overrun: Option<f64>,
     pub violations: usize,
 }
 
@@ -131,27 +134,41 @@ pub fn metrics(run: &Run, group_label: Option<&str>) -> Metrics {
     let window = run
         .rollout()
         .or_else(|| run.history.span().map(|(from, to)| Window { from, to }));
-    let by_group = match (group_label, window) {
-        (Some(label), Some(window)) => invariants::group_disruptions(&run.history, label, window),
-        _ => Default::default(),
+    let grouped = |label: &str| {
+        run.history
+            .changes
+            .iter()
+            .any(|c| matches!(&c.state, Some(State::Pod(p)) if p.labels.contains_key(label)))
     };
-    let peak_quota_overrun = run
+    let by_group = match (group_label, window) {
+        (Some(label), Some(window)) if grouped(label) => {
+            Some(invariants::group_disruptions(&run.history, label, window))
+        }
+        _ => None,
+    };
+    let queues = run
         .t0()
         .map(|t0| series::queues(&run.history, t0))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let budgets = run
+        .history
+        .changes
         .iter()
-        .map(|q| q.peak_overrun)
-        .fold(0.0, f64::max);
+        .any(|c| c.key.kind == Kind::PodDisruptionBudget);
     Metrics {
         rollout_seconds: run
             .rollout()
             .map(|w| w.to.duration_since(w.from).as_secs_f64()),
         evictions: run.outcomes.iter().map(|o| o.evictions).sum(),
         refusals: run.outcomes.iter().map(|o| o.refusals).sum(),
-        disruptions: by_group.values().map(Vec::len).sum(),
-        disrupted_twice: by_group.values().filter(|t| t.len() > 1).count(),
-        group_seconds_below_floor: invariants::seconds_below_pdb_floor(&run.history),
-        peak_quota_overrun,
+        disruptions: by_group.as_ref().map(|g| g.values().map(Vec::len).sum()),
+        disrupted_twice: by_group
+            .as_ref()
+            .map(|g| g.values().filter(|t| t.len() > 1).count()),
+        group_seconds_below_floor: budgets
+            .then(|| invariants::seconds_below_pdb_floor(&run.history)),
+        peak_quota_overrun: (!queues.is_empty())
+            .then(|| queues.iter().map(|q| q.peak_overrun).fold(0.0, f64::max)),
         violations: run.violations.len(),
     }
 }
@@ -260,13 +277,13 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
          <th>invariants broken</th></tr>",
     );
     for (i, (run, m)) in input.runs.iter().zip(metrics).enumerate() {
-        let bad = |broken: bool, text: String| {
-            if broken {
-                format!(r#"<span class="bad">{text}</span>"#)
-            } else {
-                text
-            }
+        // a number, red when it shows a broken promise; a dash when not measured
+        let cell = |v: Option<f64>, text: &dyn Fn(f64) -> String| match v {
+            Some(v) if v > 0.0 => format!(r#"<span class="bad">{}</span>"#, text(v)),
+            Some(v) => text(v),
+            None => "—".into(),
         };
+        let count = |v: f64| format!("{v:.0}");
         let _ = write!(
             out,
             "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
@@ -276,17 +293,11 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
             m.rollout_seconds.map_or_else(|| "—".into(), seconds),
             m.evictions,
             m.refusals,
-            m.disruptions,
-            bad(m.disrupted_twice > 0, m.disrupted_twice.to_string()),
-            bad(
-                m.group_seconds_below_floor > 0.0,
-                format!("{:.0}", m.group_seconds_below_floor)
-            ),
-            bad(
-                m.peak_quota_overrun > 0.0,
-                format!("{:.0}%", m.peak_quota_overrun * 100.0)
-            ),
-            bad(m.violations > 0, m.violations.to_string()),
+            m.disruptions.map_or_else(|| "—".into(), |d| d.to_string()),
+            cell(m.disrupted_twice.map(|d| d as f64), &count),
+            cell(m.group_seconds_below_floor, &count),
+            cell(m.peak_quota_overrun, &|v| format!("{:.0}%", v * 100.0)),
+            cell(Some(m.violations as f64), &count),
         );
     }
     out.push_str("</table>");
@@ -305,14 +316,13 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
     out
 }
 
-fn run_legend(input: &Input, extra: &[(String, String)]) -> String {
-    let mut items: Vec<(String, String)> = input
+fn run_legend(input: &Input) -> String {
+    let items: Vec<(String, String)> = input
         .runs
         .iter()
         .enumerate()
         .map(|(i, r)| (charts::hex(charts::run_colour(i)), r.name.clone()))
         .collect();
-    items.extend(extra.iter().cloned());
     legend(&items)
 }
 
@@ -322,32 +332,23 @@ fn line_width(i: usize) -> u32 {
     if i == 0 { 6 } else { 2 }
 }
 
-/// Dashed reference lines (floors, quotas), one per distinct series.
-fn references<'a>(per_run: &[(usize, &'a Steps)], what: &str) -> Vec<(String, &'a Steps)> {
-    let mut distinct: Vec<(Vec<usize>, &Steps)> = vec![];
-    for (i, s) in per_run {
-        match distinct.iter_mut().find(|(_, d)| d == s) {
-            Some((runs, _)) => runs.push(*i),
-            None => distinct.push((vec![*i], s)),
-        }
+/// Dashed reference lines (floors, quotas): one line across every run's time when all runs
+/// hold the same constant value (the common case: one budget, one quota), else one per run.
+fn references(input: &Input, per_run: &[(usize, &Steps)], what: &str) -> Vec<(String, Steps)> {
+    let constant = |s: &Steps| -> Option<f64> {
+        let v = s.first()?.1;
+        s.iter().all(|(_, w)| *w == v).then_some(v)
+    };
+    let values: Vec<Option<f64>> = per_run.iter().map(|(_, s)| constant(s)).collect();
+    if let Some(Some(v)) = values.first()
+        && values.iter().all(|w| *w == Some(*v))
+    {
+        let (from, to) = charts::time_range(per_run.iter().map(|(_, s)| *s));
+        return vec![(what.to_string(), vec![(from, *v), (to, *v)])];
     }
-    let one = distinct.len() == 1;
-    distinct
-        .into_iter()
-        .map(|(runs, s)| {
-            let label = if one {
-                what.to_string()
-            } else {
-                format!(
-                    "{what} (run {})",
-                    runs.iter()
-                        .map(|i| (i + 1).to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            (label, s)
-        })
+    per_run
+        .iter()
+        .map(|(i, s)| (format!("{what} ({})", input.runs[*i].name), (*s).clone()))
         .collect()
 }
 
@@ -367,7 +368,9 @@ fn availability(input: &Input) -> String {
         .collect();
     names.sort();
     names.dedup();
-    let mut body = run_legend(input, &[(charts::hex(charts::FLOOR), "floor".into())]);
+    let mut body = String::from(
+        r#"<p class="note">The pods each PodDisruptionBudget selects that are Ready and not being deleted, per run (with a budget on the groups' leaders and delegated readiness: the available groups), against the budget's floor (dashed). Each second under the floor costs a group-second per missing group.</p>"#,
+    );
     if names.is_empty() {
         body.push_str(r#"<p class="note">No PodDisruptionBudget in these histories.</p>"#);
     }
@@ -388,9 +391,10 @@ fn availability(input: &Input) -> String {
             })
             .collect();
         let floors: Vec<(usize, &Steps)> = found.iter().map(|(i, b)| (*i, &b.floor)).collect();
-        for (label, steps) in references(&floors, "floor") {
+        let floors = references(input, &floors, "floor");
+        for (label, steps) in &floors {
             lines.push(Line {
-                label,
+                label: label.clone(),
                 colour: charts::FLOOR,
                 width: 2,
                 dashed: true,
@@ -428,9 +432,8 @@ fn quota(input: &Input) -> String {
         .collect();
     names.sort();
     names.dedup();
-    let mut body = run_legend(
-        input,
-        &[(charts::hex(charts::QUOTA), "quota (dashed)".into())],
+    let mut body = String::from(
+        r#"<p class="note">The requests of the pods charged to each ClusterQueue that hold their resources (bound, not finished: a terminating pod still holds its GPUs), per run, against the quota (dashed: nominal, plus the borrowing limit in a cohort).</p>"#,
     );
     if names.is_empty() {
         body.push_str(r#"<p class="note">No ClusterQueue in these histories.</p>"#);
@@ -473,9 +476,10 @@ fn quota(input: &Input) -> String {
             .filter(|(_, l)| !l.is_empty())
             .map(|((i, _), l)| (*i, l))
             .collect();
-        for (label, steps) in references(&quotas, "quota") {
+        let quotas = references(input, &quotas, "quota");
+        for (label, steps) in &quotas {
             lines.push(Line {
-                label,
+                label: label.clone(),
                 colour: charts::QUOTA,
                 width: 2,
                 dashed: true,
@@ -516,6 +520,9 @@ fn gantts(input: &Input, metrics: &[Metrics]) -> String {
             .map(|p| (charts::hex(charts::phase_colour(*p)), p.name().to_string()))
             .collect::<Vec<_>>(),
     );
+    body.push_str(
+        r#"<p class="note">Per upgrade domain, from its nodes and pods: <b>cordoned</b> with pods still on it (a drain waiting), <b>evicting</b>, <b>upgrading</b> (empty, handed to the upgrade agent, rebooting), <b>recovering</b> (back, the pods that ran on it not all healthy again).</p>"#,
+    );
     if rows.is_empty() {
         body.push_str(r#"<p class="note">No rollout in these runs.</p>"#);
     }
@@ -553,7 +560,7 @@ fn comparison(input: &Input, metrics: &[Metrics]) -> String {
             .collect()
     };
     let width = 318;
-    let mut body = run_legend(input, &[]);
+    let mut body = run_legend(input);
     body.push_str(r#"<div class="row">"#);
     let panels: [(&str, &str, Vec<Bar>); 4] = [
         (
@@ -564,17 +571,17 @@ fn comparison(input: &Input, metrics: &[Metrics]) -> String {
         (
             "group disruptions",
             "",
-            metric(&|m: &Metrics| Some(m.disruptions as f64)),
+            metric(&|m: &Metrics| m.disruptions.map(|d| d as f64)),
         ),
         (
             "group-seconds below the floor",
             "",
-            metric(&|m: &Metrics| Some(m.group_seconds_below_floor)),
+            metric(&|m: &Metrics| m.group_seconds_below_floor),
         ),
         (
             "peak quota overrun",
             "%",
-            metric(&|m: &Metrics| Some(m.peak_quota_overrun * 100.0)),
+            metric(&|m: &Metrics| m.peak_quota_overrun.map(|o| o * 100.0)),
         ),
     ];
     for (caption, unit, bars) in &panels {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use raygate::quantity::{Quantity, Resources};
 
-use crate::history::{ClusterQueueState, History, Key, Kind, PodState, State};
+use crate::history::{ClusterQueueState, History, Key, PodState, State};
 use crate::invariants::{pdb_floor, queue_of_pod, selector_matches};
 
 /// Seconds from `t0` to `at` (negative before it).

@@ -117,17 +117,36 @@ fn metrics_read_the_history_and_the_rollouts_account() {
     let m = metrics(&run("raygate", false), Some(LWS_GROUP_KEY));
     assert_eq!(m.rollout_seconds, Some(30.0));
     assert_eq!((m.evictions, m.refusals), (2, 1));
-    assert_eq!((m.disruptions, m.disrupted_twice), (2, 0));
-    assert_eq!(m.group_seconds_below_floor, 0.0);
+    assert_eq!((m.disruptions, m.disrupted_twice), (Some(2), Some(0)));
+    assert_eq!(m.group_seconds_below_floor, Some(0.0));
     // 3 GPUs on a quota of 2
-    assert!((m.peak_quota_overrun - 0.5).abs() < 1e-9);
+    assert_eq!(m.peak_quota_overrun, Some(0.5));
 
     // both groups down from 20 s (g1 evicted) to 25 s (g0 back): 1 group-second × 5
     let m = metrics(&run("UD by UD", true), Some(LWS_GROUP_KEY));
-    assert_eq!(m.group_seconds_below_floor, 5.0);
-    assert_eq!(m.disruptions, 2);
-    // no group label: disruptions not counted
-    assert_eq!(metrics(&run("x", true), None).disruptions, 0);
+    assert_eq!(m.group_seconds_below_floor, Some(5.0));
+    assert_eq!(m.disruptions, Some(2));
+    // no group label, or no pod with it: disruptions not counted
+    assert_eq!(metrics(&run("x", true), None).disruptions, None);
+    assert_eq!(
+        metrics(&run("x", true), Some("no-such-label")).disruptions,
+        None
+    );
+}
+
+#[test]
+fn what_a_history_does_not_hold_is_not_measured() {
+    let mut h = History::new();
+    h.record(
+        t(0),
+        Key::new(Kind::Pod, "ns", "p"),
+        Some(leader("g", "n0", true, false)),
+    );
+    let m = metrics(&Run::new("no budget, no queue", h), Some(LWS_GROUP_KEY));
+    assert_eq!(m.group_seconds_below_floor, None);
+    assert_eq!(m.peak_quota_overrun, None);
+    assert_eq!(m.rollout_seconds, None);
+    assert_eq!(m.disruptions, Some(0));
 }
 
 #[test]
@@ -200,6 +219,11 @@ fn the_page_is_self_contained_with_every_chart() {
     // the summary flags the baseline's time below the floor and the overrun of both
     assert!(page.contains(r#"<span class="bad">5</span>"#));
     assert_eq!(count(&page, r#"<span class="bad">50%</span>"#), 2);
+    // both runs' floor and quota are the same constant: one line each, not one per run
+    assert!(
+        !page.contains("floor (raygate)") && !page.contains("quota (raygate)"),
+        "one floor, one quota"
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use raygate::quantity::Resources;
 
 use super::*;
-use crate::history::{LocalQueueState, NodeState, PdbState};
+use crate::history::{Kind, LocalQueueState, NodeState, PdbState};
 
 const UD: &str = "topology.raygate.io/upgrade-domain";
 
