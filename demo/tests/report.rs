@@ -210,6 +210,11 @@ fn the_report_renders_every_chart_in_a_headless_browser() {
     assert_eq!(m[0].group_seconds_below_floor, Some(0.0));
     assert!(m[1].group_seconds_below_floor.unwrap() > 0.0, "{:?}", m[1]);
     assert_eq!(m[2].peak_quota_overrun, Some(0.0));
+    let held = report::series::held(&runs[2].history, runs[2].t0().unwrap());
+    assert!(
+        held.iter().any(|h| h.to - h.from >= 300.0),
+        "the upgrade's child held for minutes: {held:?}"
+    );
     let mut input = Input::new("raygate: the rollout and the held upgrade", runs);
     input.subtitle = "2 upgrade domains × 2 nodes, 4 LeaderWorkerSet groups, PDB minAvailable 2; \
                       a RayService upgrade held until the quota is raised"
@@ -288,6 +293,7 @@ fn the_report_renders_every_chart_in_a_headless_browser() {
         1000,
     );
     expect("the quota", charts::QUOTA, &quota, 500);
+    expect("the held child's band", charts::BAND, &quota, 5000);
     // the rollouts' phases: evictions, reboots and recoveries in both Gantts
     for p in [Phase::Evicting, Phase::Upgrading, Phase::Recovering] {
         expect(p.name(), charts::phase_colour(p), &gantt, 400);

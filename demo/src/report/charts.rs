@@ -23,6 +23,8 @@ pub const RUNS: [RGBColor; 6] = [
 pub const FLOOR: RGBColor = RGBColor(0xdc, 0x26, 0x26);
 /// A queue's quota (dashed).
 pub const QUOTA: RGBColor = RGBColor(0x11, 0x18, 0x27);
+/// The background band of a time chart (a RayCluster held for quota).
+pub const BAND: RGBColor = RGBColor(0xfe, 0xf0, 0x8a);
 
 pub fn run_colour(i: usize) -> RGBColor {
     RUNS[i % RUNS.len()]
@@ -115,12 +117,19 @@ pub fn time_range<'a>(series: impl IntoIterator<Item = &'a Steps>) -> (f64, f64)
     (lo, hi.max(lo + 1.0))
 }
 
+/// Intervals shaded behind a time chart's lines, under one legend label.
+pub struct Bands<'a> {
+    pub label: &'a str,
+    pub spans: &'a [(f64, f64)],
+}
+
 /// Step lines over time: the available groups against a floor, a queue's use against its quota.
 pub fn time_chart(
     caption: &str,
     y_desc: &str,
     height: u32,
     lines: &[Line<'_>],
+    bands: Option<Bands<'_>>,
 ) -> Result<String, String> {
     let (x0, x1) = time_range(lines.iter().map(|l| l.steps));
     let y_max = lines
@@ -136,6 +145,16 @@ pub fn time_chart(
             .y_label_area_size(60)
             .build_cartesian_2d(x0..x1, 0.0..y_top)
             .map_err(err)?;
+        // under the grid and the lines
+        if let Some(bands) = bands.filter(|b| !b.spans.is_empty()) {
+            chart
+                .draw_series(bands.spans.iter().map(|&(from, to)| {
+                    Rectangle::new([(from.max(x0), 0.0), (to.min(x1), y_top)], BAND.filled())
+                }))
+                .map_err(err)?
+                .label(bands.label)
+                .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 24, y + 6)], BAND.filled()));
+        }
         chart
             .configure_mesh()
             .light_line_style(GRID)
@@ -342,6 +361,10 @@ mod tests {
                     steps: &floor,
                 },
             ],
+            Some(Bands {
+                label: "held",
+                spans: &[(20.0, 40.0)],
+            }),
         )
         .unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
@@ -352,6 +375,8 @@ mod tests {
         assert!(texts.contains(&"raygate".to_string()), "{texts:?}");
         assert!(texts.contains(&"floor".to_string()), "{texts:?}");
         assert!(texts.contains(&"available groups".to_string()), "{texts:?}");
+        assert!(texts.contains(&"held".to_string()), "{texts:?}");
+        assert!(lower.contains(&format!("fill=\"{}\"", hex(BAND))));
     }
 
     #[test]

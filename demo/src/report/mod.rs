@@ -406,6 +406,7 @@ fn availability(input: &Input) -> String {
             "available",
             320,
             &lines,
+            None,
         )));
     }
     section(
@@ -425,6 +426,16 @@ fn quota(input: &Input) -> String {
                 .map_or_else(Vec::new, |t0| series::queues(&r.history, t0))
         })
         .collect();
+    // the held children of the runs charged to a queue: what waited for quota
+    let held: Vec<(f64, f64)> = input
+        .runs
+        .iter()
+        .zip(&per_run)
+        .filter(|(_, qs)| !qs.is_empty())
+        .filter_map(|(r, _)| Some(series::held(&r.history, r.t0()?)))
+        .flatten()
+        .map(|h| (h.from, h.to))
+        .collect();
     let mut names: Vec<(&str, &str)> = per_run
         .iter()
         .flatten()
@@ -433,7 +444,7 @@ fn quota(input: &Input) -> String {
     names.sort();
     names.dedup();
     let mut body = String::from(
-        r#"<p class="note">The requests of the pods charged to each ClusterQueue that hold their resources (bound, not finished: a terminating pod still holds its GPUs), per run, against the quota (dashed: nominal, plus the borrowing limit in a cohort).</p>"#,
+        r#"<p class="note">The requests of the pods charged to each ClusterQueue that hold their resources (bound, not finished: a terminating pod still holds its GPUs), per run, against the quota (dashed: nominal, plus the borrowing limit in a cohort). Shaded: a RayCluster held (suspended), e.g. an upgrade's child waiting for quota.</p>"#,
     );
     if names.is_empty() {
         body.push_str(r#"<p class="note">No ClusterQueue in these histories.</p>"#);
@@ -491,6 +502,10 @@ fn quota(input: &Input) -> String {
             resource,
             300,
             &lines,
+            Some(charts::Bands {
+                label: "a RayCluster held (suspended)",
+                spans: &held,
+            }),
         )));
     }
     section(

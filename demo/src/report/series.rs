@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use raygate::quantity::{Quantity, Resources};
 
-use crate::history::{ClusterQueueState, History, Key, PodState, State};
+use crate::history::{ClusterQueueState, History, Key, Kind, PodState, State};
 use crate::invariants::{pdb_floor, queue_of_pod, selector_matches};
 
 /// Seconds from `t0` to `at` (negative before it).
@@ -196,6 +196,50 @@ pub fn queues(h: &History, t0: Timestamp) -> Vec<QueueSeries> {
             }
         }
     }
+    out
+}
+
+/// When a RayCluster was held (`spec.suspend` true): an upgrade's child waiting for quota.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Held {
+    /// `namespace/name`.
+    pub cluster: String,
+    pub from: f64,
+    /// The end of the history when still held.
+    pub to: f64,
+}
+
+/// Every RayCluster's held (suspended) intervals, in the order they began.
+pub fn held(h: &History, t0: Timestamp) -> Vec<Held> {
+    let mut since: BTreeMap<String, f64> = BTreeMap::new();
+    let mut out = vec![];
+    for c in h.changes.iter().filter(|c| c.key.kind == Kind::RayCluster) {
+        let name = format!("{}/{}", c.key.namespace, c.key.name);
+        let x = seconds(t0, c.at);
+        match &c.state {
+            Some(State::RayCluster(rc)) if rc.suspended => {
+                since.entry(name).or_insert(x);
+            }
+            _ => {
+                if let Some(from) = since.remove(&name) {
+                    out.push(Held {
+                        cluster: name,
+                        from,
+                        to: x,
+                    });
+                }
+            }
+        }
+    }
+    if let Some((_, end)) = h.span() {
+        let end = seconds(t0, end);
+        out.extend(since.into_iter().map(|(cluster, from)| Held {
+            cluster,
+            from,
+            to: end,
+        }));
+    }
+    out.sort_by(|a, b| a.from.total_cmp(&b.from));
     out
 }
 

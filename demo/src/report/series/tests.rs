@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use raygate::quantity::Resources;
 
 use super::*;
-use crate::history::{Kind, LocalQueueState, NodeState, PdbState};
+use crate::history::{LocalQueueState, NodeState, PdbState, RayClusterState};
 
 const UD: &str = "topology.raygate.io/upgrade-domain";
 
@@ -316,4 +316,38 @@ fn a_domain_still_recovering_at_the_end_keeps_its_bar_to_the_end() {
         ]
     );
     assert!(rows[0].spans.is_empty());
+}
+
+fn cluster(suspended: bool) -> Option<State> {
+    Some(State::RayCluster(RayClusterState {
+        labels: BTreeMap::new(),
+        suspended,
+    }))
+}
+
+#[test]
+fn a_held_cluster_is_an_interval_from_suspended_to_released_or_gone_or_the_end() {
+    let mut h = History::new();
+    let rc = |n: &str| Key::new(Kind::RayCluster, "ns", n);
+    h.record(t(0), rc("old"), cluster(true));
+    h.record(t(5), rc("old"), cluster(false));
+    h.record(t(120), rc("new"), cluster(true));
+    h.record(t(130), rc("gone"), cluster(true));
+    h.record(t(140), rc("gone"), None);
+    h.record(t(480), rc("new"), cluster(false));
+    h.record(t(490), rc("last"), cluster(true));
+    h.record(t(500), rc("old"), None);
+    let spans: Vec<(String, f64, f64)> = held(&h, t(0))
+        .into_iter()
+        .map(|s| (s.cluster, s.from, s.to))
+        .collect();
+    assert_eq!(
+        spans,
+        vec![
+            ("ns/old".into(), 0.0, 5.0),
+            ("ns/new".into(), 120.0, 480.0),
+            ("ns/gone".into(), 130.0, 140.0),
+            ("ns/last".into(), 490.0, 500.0),
+        ]
+    );
 }
