@@ -1004,3 +1004,79 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
     assert_eq!(done.progress.as_deref(), Some("2/2"));
     check_evictions(&history, &start);
 }
+
+/// The whole controller as `raygate controller --node-rollouts --leader-elect` runs it
+/// (`controller::run_with`: the gate's watches, the admission loop, leader election on the
+/// cluster's clock, the supervised NodeRollout task) runs a rollout to completion; the Lease
+/// names it while it leads, and a shutdown stops it cleanly (no task ended early) and releases
+/// the Lease.
+#[tokio::test(start_paused = true)]
+async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_rollout() {
+    let sim = sim_with(&[
+        "crds/noderollouts.raygate.io.yaml",
+        "crds/clusterqueues.kueue.x-k8s.io.yaml",
+        "crds/cohorts.kueue.x-k8s.io.yaml",
+        "crds/localqueues.kueue.x-k8s.io.yaml",
+        "crds/resourceflavors.kueue.x-k8s.io.yaml",
+        "crds/workloadpriorityclasses.kueue.x-k8s.io.yaml",
+        "crds/workloads.kueue.x-k8s.io.yaml",
+        "../shared/upstream-crds/ray.io_rayservices.yaml",
+        "../shared/upstream-crds/ray.io_rayclusters.yaml",
+    ]);
+    sim.ensure_namespace("raygate-system");
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let history = record_evictions(&sim);
+    let config = raygate::controller::Config {
+        leader_elect: true,
+        identity: "raygate-0".into(),
+        node_rollouts: true,
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(raygate::controller::run_with(
+        sim.client_as("raygate"),
+        config,
+        Arc::new(SimClock(sim.clock().clone())),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "raygate-system",
+    );
+    let holder = |l: &k8s_openapi::api::coordination::v1::Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    eventually("raygate-0 leads", || async {
+        let l = leases.get_opt("raygate").await.unwrap()?;
+        (holder(&l) == "raygate-0").then_some(())
+    })
+    .await;
+    create(&client, &rollout_object("r", old_pool())).await;
+    let done = wait_phase(&client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    assert_eq!(
+        condition(&done, "ContractSatisfied").map(|c| c.0),
+        Some("True")
+    );
+    check_evictions(&history, &start);
+    assert!(
+        !controller.is_finished(),
+        "the controller stopped by itself: {:?}",
+        controller.await
+    );
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), controller)
+        .await
+        .expect("the controller stops on shutdown")
+        .expect("the controller task did not panic");
+    assert!(ended.is_ok(), "{ended:?}");
+    let l = leases.get("raygate").await.unwrap();
+    assert_eq!(holder(&l), "", "the Lease is released on shutdown");
+}
