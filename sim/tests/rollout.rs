@@ -761,3 +761,322 @@ async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_wai
     assert_eq!(done.progress.as_deref(), Some("2/2"));
     check_evictions(&history, &start);
 }
+
+/// A `kube::Client` for the controller that counts its LISTs of pods (a GET of a pod collection
+/// that is not a watch), with the cluster time of each.
+#[derive(Clone)]
+struct CountsPodLists {
+    inner: raygate_sim::service::SimService,
+    clock: raygate_sim::Clock,
+    lists: Arc<Mutex<Vec<Timestamp>>>,
+}
+
+impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for CountsPodLists {
+    type Response = raygate_sim::http::Response<raygate_sim::service::ResponseBody>;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: raygate_sim::http::Request<kube::client::Body>) -> Self::Future {
+        let uri = req.uri();
+        let watch = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("watch=")));
+        if req.method() == raygate_sim::http::Method::GET && uri.path().ends_with("/pods") && !watch
+        {
+            self.lists.lock().unwrap().push(self.clock.now());
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+/// The group contract is checked over the executor's watched stores while a rollout runs, not
+/// by listing the cluster: after the start (the plan's read, the executor's watches), the
+/// controller lists no pods again through two domains and two long health checks; yet a group
+/// split across domains mid-rollout still turns `ContractSatisfied` False within a minute,
+/// and the rollout goes on to complete.
+#[tokio::test(start_paused = true)]
+async fn a_running_rollout_checks_the_contract_over_its_watches_without_listing_pods() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    // capacity outside every domain of the rollout for the split group below
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node("extra", "ud-extra", 2, "new"))
+        .await
+        .unwrap();
+    let history = record_evictions(&sim);
+    let lists: Arc<Mutex<Vec<Timestamp>>> = Arc::default();
+    let counting = kube::Client::new(
+        CountsPodLists {
+            inner: raygate_sim::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+            clock: sim.clock().clone(),
+            lists: lists.clone(),
+        },
+        "default",
+    );
+    let (_stop, _ctl) = controller_on(&sim, counting, Arc::new(Metrics::default()));
+    let mut spec = old_pool();
+    spec["healthCheckStable"] = json!("120s");
+    create(&client, &rollout_object("r", spec)).await;
+    wait_phase(&client, "r", "Running").await;
+    // the executor's watches have listed once by now
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = sim.clock().now();
+    let at_start = lists.lock().unwrap().len();
+    assert!(
+        (1..=2).contains(&at_start),
+        "the plan's read and the executor's watch: {at_start} pod LISTs"
+    );
+    let s = status(&client, "r").await;
+    assert_eq!(
+        condition(&s, "ContractSatisfied").map(|c| c.0),
+        Some("True"),
+        "{s:?}"
+    );
+    let pods_api = Api::<Pod>::namespaced(client.clone(), NS);
+    for (name, node, index) in [("split-0", "spare", "0"), ("split-0-1", "extra", "1")] {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS, "labels": {
+                lws::NAME: "other", lws::GROUP_KEY: "split", lws::WORKER_INDEX: index}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
+                "readinessProbe": {"exec": {"command": ["true"]}}}]},
+        }))
+        .unwrap();
+        pods_api.create(&PostParams::default(), &p).await.unwrap();
+    }
+    let split = sim.clock().now();
+    let broken = eventually("ContractSatisfied=False mid-rollout", || async {
+        let s = status(&client, "r").await;
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "ContractSatisfied")?;
+        (c.status == "False").then(|| (c.reason.clone(), c.last_transition_time.0, s.clone()))
+    })
+    .await;
+    assert_eq!(broken.0, "GroupSplitAcrossDomains");
+    assert!(
+        broken.1.duration_since(split).as_secs() <= 61,
+        "checked within a minute: split at {split}, False at {}",
+        broken.1
+    );
+    assert_eq!(broken.2.phase.as_deref(), Some("Running"));
+    assert!(
+        event_reasons(&client, "r")
+            .await
+            .iter()
+            .any(|r| r == "ContractBroken"),
+        "no ContractBroken Event"
+    );
+    let done = wait_phase(&client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    let after: Vec<Timestamp> = lists
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| **t > started)
+        .copied()
+        .collect();
+    let ran = sim.clock().now().duration_since(started).as_secs();
+    assert!(
+        after.is_empty(),
+        "the running rollout listed pods {} time(s) in {ran} s: {after:?}",
+        after.len()
+    );
+    assert!(
+        ran >= 240,
+        "two domains with a 120 s health check ran {ran} s"
+    );
+    check_evictions(&history, &start);
+}
+
+/// The fixed-capacity dead end, found before the start: `taintOutdated` (every outdated node
+/// refuses new pods from the first step), ud-0 holds two groups, the budget tolerates one down,
+/// and the only node outside the rollout is cordoned. The rollout is not started: `Ready=False`
+/// `NoRoomToRecover` names the domain, the budget, the groups and the fixes, a Warning Event
+/// says the same, and nothing is cordoned, tainted or evicted. Once the spare node takes pods
+/// again, the next check (within a minute) starts the rollout and it completes.
+#[tokio::test(start_paused = true)]
+async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is_evicted() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[2, 1]).await;
+    let nodes = Api::<Node>::all(client.clone());
+    let spare = |unschedulable: bool| {
+        let nodes = nodes.clone();
+        async move {
+            let v = if unschedulable {
+                json!(true)
+            } else {
+                Value::Null
+            };
+            nodes
+                .patch(
+                    "spare",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": v}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    spare(true).await;
+    let history = record_evictions(&sim);
+    let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
+    let mut spec = old_pool();
+    spec["taintOutdated"] = json!(true);
+    create(&client, &rollout_object("r", spec)).await;
+    let s = eventually("Ready=False/NoRoomToRecover", || async {
+        let s = status(&client, "r").await;
+        (condition(&s, "Ready").map(|c| c.1) == Some("NoRoomToRecover")).then_some(s)
+    })
+    .await;
+    let message = condition(&s, "Ready").unwrap().2;
+    for says in [
+        "1 upgrade domain(s) cannot be drained",
+        "upgrade domain ud-0 holds 2 group(s) under PodDisruptionBudget serving/leaders",
+        "tolerates 1 down: 1 of them must be Ready elsewhere",
+        "room for 0 such group(s)",
+        "Fix: add capacity outside the rollout (a node of the new generation) for 1 more group(s)",
+        "set spec.taintOutdated to false",
+        "let the budget tolerate 2 down",
+        "Nothing was cordoned or evicted",
+        "raygate.io/skip-room-check=true",
+    ] {
+        assert!(message.contains(says), "no {says:?} in {message}");
+    }
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert!(s.engine.is_none(), "started: {s:?}");
+    assert!(
+        event_reasons(&client, "r")
+            .await
+            .iter()
+            .any(|r| r == "NoRoomToRecover"),
+        "no NoRoomToRecover Event"
+    );
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(
+        cordoned(&client).await,
+        vec!["spare"],
+        "only the test's cordon"
+    );
+    let tainted: Vec<String> = nodes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| !t.is_empty())
+        })
+        .map(|n| n.name_any())
+        .collect();
+    assert!(tainted.is_empty(), "tainted while held: {tainted:?}");
+    assert!(evicted_uids(&history).is_empty(), "evicted while held");
+    let room = sim.clock().now();
+    spare(false).await;
+    let running = wait_phase(&client, "r", "Running").await;
+    let ready = running
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    assert!(
+        ready.last_transition_time.0.duration_since(room).as_secs() <= 61,
+        "planned again within a minute of the room: {room}, Ready at {}",
+        ready.last_transition_time.0
+    );
+    let done = wait_phase(&client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    check_evictions(&history, &start);
+}
+
+/// The whole controller as `raygate controller --node-rollouts --leader-elect` runs it
+/// (`controller::run_with`: the gate's watches, the admission loop, leader election on the
+/// cluster's clock, the supervised NodeRollout task) runs a rollout to completion; the Lease
+/// names it while it leads, and a shutdown stops it cleanly (no task ended early) and releases
+/// the Lease.
+#[tokio::test(start_paused = true)]
+async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_rollout() {
+    let sim = sim_with(&[
+        "crds/noderollouts.raygate.io.yaml",
+        "crds/clusterqueues.kueue.x-k8s.io.yaml",
+        "crds/cohorts.kueue.x-k8s.io.yaml",
+        "crds/localqueues.kueue.x-k8s.io.yaml",
+        "crds/resourceflavors.kueue.x-k8s.io.yaml",
+        "crds/workloadpriorityclasses.kueue.x-k8s.io.yaml",
+        "crds/workloads.kueue.x-k8s.io.yaml",
+        "../shared/upstream-crds/ray.io_rayservices.yaml",
+        "../shared/upstream-crds/ray.io_rayclusters.yaml",
+    ]);
+    sim.ensure_namespace("raygate-system");
+    let client = sim.client();
+    let _actors = actors(&sim);
+    let start = layout(&client, &[1, 1]).await;
+    let history = record_evictions(&sim);
+    let config = raygate::controller::Config {
+        leader_elect: true,
+        identity: "raygate-0".into(),
+        node_rollouts: true,
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(raygate::controller::run_with(
+        sim.client_as("raygate"),
+        config,
+        Arc::new(SimClock(sim.clock().clone())),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "raygate-system",
+    );
+    let holder = |l: &k8s_openapi::api::coordination::v1::Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    eventually("raygate-0 leads", || async {
+        let l = leases.get_opt("raygate").await.unwrap()?;
+        (holder(&l) == "raygate-0").then_some(())
+    })
+    .await;
+    create(&client, &rollout_object("r", old_pool())).await;
+    let done = wait_phase(&client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    assert_eq!(
+        condition(&done, "ContractSatisfied").map(|c| c.0),
+        Some("True")
+    );
+    check_evictions(&history, &start);
+    assert!(
+        !controller.is_finished(),
+        "the controller stopped by itself: {:?}",
+        controller.await
+    );
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), controller)
+        .await
+        .expect("the controller stops on shutdown")
+        .expect("the controller task did not panic");
+    assert!(ended.is_ok(), "{ended:?}");
+    let l = leases.get("raygate").await.unwrap();
+    assert_eq!(holder(&l), "", "the Lease is released on shutdown");
+}

@@ -55,6 +55,17 @@ pub struct Run {
     /// the eviction itself) is then never lost to a crash right after it. `None` (`drain run
     /// --local`): nothing is stored.
     pub write_ahead: Option<mpsc::Sender<WriteAhead>>,
+    /// A look at the executor's own stores once they are synced and then every
+    /// [`Observer::every`] of cluster time: the NodeRollout controller checks the group contract
+    /// over them instead of reading the whole cluster again. `None`: no look.
+    pub observer: Option<Observer>,
+}
+
+/// A periodic look at what the executor watches (see [`Run::observer`]). It runs inside the
+/// executor's loop, on the snapshot that step decides on: keep it short and pure.
+pub struct Observer {
+    pub every: Duration,
+    pub look: Box<dyn FnMut(&Cluster<'_>) + Send>,
 }
 
 /// A state to store before the step's evictions are sent (see [`Run::write_ahead`]).
@@ -73,6 +84,7 @@ impl Run {
             tick: Duration::from_secs(1),
             resumes: watch::channel(0).1,
             write_ahead: None,
+            observer: None,
         }
     }
 }
@@ -160,6 +172,7 @@ pub async fn run(
     let mut outcomes: Vec<Outcome> = Vec::new();
     // a closed resume channel (nobody can resume) must not wake the loop over and over
     let mut resumes_open = true;
+    let mut looked: Option<super::Monotonic> = None;
     loop {
         if !ready.pending().is_empty() {
             // a watch is re-listing (410 Gone): decide again on its complete new list
@@ -169,6 +182,13 @@ pub async fn run(
             }
         }
         let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
+        if let Some(o) = run.observer.as_mut() {
+            let at = clock.monotonic();
+            if looked.is_none_or(|l| at.saturating_since(l) >= o.every) {
+                (o.look)(&Cluster::new(&n, &p, &b));
+                looked = Some(at);
+            }
+        }
         let resumes = *run.resumes.borrow();
         let obs = Observation {
             nodes: &n,

@@ -10,10 +10,12 @@
 //! not cordoned again and a pod already evicted (terminating or gone) is not evicted again.
 //!
 //! With `spec.groups`, the group contract's preflight (`drain::preflight`, as `raygate drain
-//! check`) runs over the live cluster when the rollout is planned (on the plan's read), when a
-//! worker starts running it, and every [`CONTRACT_EVERY`] while it runs; its findings become the
-//! `ContractSatisfied` condition (`drain::rollout::contract`) and a Warning Event when it turns
-//! `False`. It warns, it does not stop the rollout: the budgets still protect what they select.
+//! check`) runs when the rollout is planned (on the plan's read) and, while it runs, over the
+//! executor's own reflector stores (a [`executor::Observer`]: once they are synced, then every
+//! [`CONTRACT_EVERY`]), so a running rollout never lists the cluster again; its findings become
+//! the `ContractSatisfied` condition (`drain::rollout::contract`) and a Warning Event when it
+//! turns `False`. It warns, it does not stop the rollout: the budgets still protect what they
+//! select.
 //!
 //! `spec.paused: true` stops the executor (an eviction already sent finishes; nothing new is
 //! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
@@ -32,12 +34,12 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 
-use super::drain::{self as executor, DrainRunError, Run, WriteAhead};
+use super::drain::{self as executor, DrainRunError, Observer, Run, WriteAhead};
 use super::events::EventSink;
 use super::{Clock, Metrics};
-use crate::drain::engine::{Options, State};
+use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::rollout::{self as pure, NotReady};
-use crate::drain::{DrainError, PreflightOptions, rollout_options};
+use crate::drain::{DeadEnd, DrainError, PreflightOptions, Returns, rollout_options};
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// Field manager of the NodeRollout status writes (the node patches keep
@@ -47,10 +49,19 @@ pub const ROLLOUT_MANAGER: &str = "raygate-rollout";
 /// How often a waiting rollout (a node conflict, a plan the cluster does not allow yet) is tried
 /// again.
 const RETRY: Duration = Duration::from_secs(10);
+/// How often a rollout held for want of room ([`NO_ROOM`]) is planned again: it waits for the
+/// operator (a node added, the spec or a budget changed), and each try reads the whole cluster.
+const NO_ROOM_RETRY: Duration = Duration::from_secs(60);
+/// The `Ready=False` reason of a rollout whose plan cannot finish: a domain's groups would have
+/// nowhere to run (`drain::dead_ends`). Nothing is cordoned or evicted.
+pub const NO_ROOM: &str = "NoRoomToRecover";
+/// The annotation (value `"true"`) that starts a rollout although its plan shows no room, e.g.
+/// where an autoscaler adds nodes for pending pods.
+pub const SKIP_ROOM_CHECK_ANNOTATION: &str = "raygate.io/skip-room-check";
 /// The longest a status lags the engine when only its "why it waits" lines changed.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
-/// How often a running rollout's group contract is checked again (a paged read of Nodes, Pods,
-/// PodDisruptionBudgets and DaemonSets, as the plan's).
+/// How often a running rollout's group contract is checked again, over the executor's stores
+/// (no read of the cluster).
 pub const CONTRACT_EVERY: Duration = Duration::from_secs(60);
 
 /// What the rollout controller needs.
@@ -118,6 +129,8 @@ enum Next {
     WaitChange,
     /// Wait until it changes, or `RETRY`.
     Retry,
+    /// Wait until it changes, or this long.
+    RetryAfter(Duration),
     /// Look again at once.
     Again,
 }
@@ -238,7 +251,6 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
         written: None,
         preflight: None,
         contract: None,
-        contract_checked: None,
     };
     let mut failures = 0u32;
     loop {
@@ -284,6 +296,10 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
                 r = obj.changed() => if r.is_err() { break },
                 _ = tokio::time::sleep(RETRY) => {}
             },
+            Next::RetryAfter(after) => tokio::select! {
+                r = obj.changed() => if r.is_err() { break },
+                _ = tokio::time::sleep(after) => {}
+            },
         }
     }
     sh.claims.lock().await.remove(&name);
@@ -303,8 +319,6 @@ struct Worker {
     preflight: Option<PreflightOptions>,
     /// The last preflight's condition.
     contract: Option<pure::Contract>,
-    /// When the preflight last ran.
-    contract_checked: Option<super::Monotonic>,
 }
 
 impl Worker {
@@ -377,6 +391,9 @@ impl Worker {
                 Err(why) => {
                     self.not_running(nro, prev.as_ref(), Some(&why), false)
                         .await?;
+                    if why.reason == NO_ROOM {
+                        return Ok(Next::RetryAfter(NO_ROOM_RETRY));
+                    }
                     return Ok(Next::Retry);
                 }
             },
@@ -397,7 +414,7 @@ impl Worker {
                 name: self.name.clone(),
                 source,
             })?;
-        self.check_contract(nro, Some(&objects)).await;
+        self.check_contract(nro, &objects).await;
         let now = self.sh.clock.now();
         let plan = match crate::drain::plan(&objects.cluster(), &options.plan, now) {
             Ok(plan) => plan,
@@ -417,6 +434,19 @@ impl Worker {
                 }));
             }
         };
+        let skip = crate::meta::annotation(&nro.metadata, SKIP_ROOM_CHECK_ANNOTATION);
+        let returns = match options.handoff {
+            Handoff::None => Returns::Never,
+            Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
+        };
+        let dead = crate::drain::dead_ends(&objects.cluster(), &plan, &options.plan, returns);
+        if let Some(why) = no_room(&dead, skip == Some("true")) {
+            return Ok(Err(why));
+        }
+        if !dead.is_empty() {
+            tracing::warn!(rollout = %self.name, domains = dead.len(),
+                "NodeRollout started without room for its groups ({SKIP_ROOM_CHECK_ANNOTATION}=true)");
+        }
         let mine: BTreeSet<String> = state.nodes().map(String::from).collect();
         let mut claims = self.sh.claims.lock().await;
         let others: Vec<(String, BTreeSet<String>)> = self
@@ -463,12 +493,6 @@ impl Worker {
     ) -> Result<Next, RolloutError> {
         let generation = nro.metadata.generation;
         let mut last = state.clone();
-        let due = |at: Option<super::Monotonic>, now: super::Monotonic| {
-            at.is_none_or(|at| now.saturating_since(at) >= CONTRACT_EVERY)
-        };
-        if self.preflight.is_some() && due(self.contract_checked, self.sh.clock.monotonic()) {
-            self.check_contract(nro, None).await;
-        }
         let now = self.sh.clock.now();
         let mut first = pure::status(base.as_ref(), &state, generation, now);
         self.with_contract(&mut first, generation, now);
@@ -492,12 +516,22 @@ impl Worker {
         };
         // the executor stores each state with new evictions here before it sends them
         let (ahead_tx, mut ahead_rx) = mpsc::channel::<WriteAhead>(1);
+        // the group contract over the executor's stores, when they sync and every CONTRACT_EVERY
+        let (contract_tx, mut contract_rx) = watch::channel::<Option<pure::Contract>>(None);
+        let observer = self.preflight.clone().map(|preflight| Observer {
+            every: CONTRACT_EVERY,
+            look: Box::new(move |cluster: &crate::drain::Cluster<'_>| {
+                let findings = crate::drain::preflight(cluster, &preflight);
+                contract_tx.send_replace(Some(pure::contract(findings.as_deref())));
+            }),
+        });
         let run = Run {
             options,
             state: Some(state),
             tick: self.sh.tick,
             resumes: resume_rx,
             write_ahead: Some(ahead_tx),
+            observer,
         };
         let exec = executor::run(
             self.sh.client.clone(),
@@ -512,10 +546,7 @@ impl Worker {
         let mut current = Arc::new(nro.clone());
         let (mut progress_open, mut obj_open) = (true, true);
         let mut last_write = self.sh.clock.monotonic();
-        // the contract check's timer (cluster time: tokio's, paused in the simulated cluster)
-        let mut recheck =
-            tokio::time::interval_at(tokio::time::Instant::now() + CONTRACT_EVERY, CONTRACT_EVERY);
-        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut contract_open = true;
         let end = loop {
             tokio::select! {
                 end = &mut exec => break end,
@@ -526,9 +557,16 @@ impl Worker {
                     last_write = self.sh.clock.monotonic();
                     let _ = ahead.stored.send(true);
                 }
-                _ = recheck.tick(), if self.preflight.is_some() => {
+                r = contract_rx.changed(), if contract_open => {
+                    if r.is_err() {
+                        contract_open = false;
+                        continue;
+                    }
+                    let Some(new) = contract_rx.borrow_and_update().clone() else {
+                        continue;
+                    };
                     let before = self.contract.clone();
-                    self.check_contract(&current, None).await;
+                    self.take_contract(&current, new).await;
                     if self.contract != before {
                         let s = progress_rx.borrow().clone();
                         self.report(&current, &mut last, s).await?;
@@ -633,35 +671,20 @@ impl Worker {
         Ok(())
     }
 
-    /// Runs the group contract's preflight (on `objects`, else on a fresh read) and keeps its
-    /// condition; an Event when it turns. A read that fails keeps the last condition.
-    async fn check_contract(
-        &mut self,
-        nro: &NodeRollout,
-        objects: Option<&crate::live::DrainObjects>,
-    ) {
+    /// Runs the group contract's preflight on the plan's read and keeps its condition; an Event
+    /// when it turns.
+    async fn check_contract(&mut self, nro: &NodeRollout, objects: &crate::live::DrainObjects) {
         let Some(preflight) = self.preflight.clone() else {
             self.contract = None;
             return;
         };
-        let read;
-        let objects = match objects {
-            Some(o) => o,
-            None => match crate::live::drain_objects(&self.sh.client).await {
-                Ok(o) => {
-                    read = o;
-                    &read
-                }
-                Err(e) => {
-                    tracing::warn!(rollout = %self.name, error = %e,
-                        "reading the cluster to check the group contract failed; retried");
-                    return;
-                }
-            },
-        };
         let findings = crate::drain::preflight(&objects.cluster(), &preflight);
-        let new = pure::contract(findings.as_deref());
-        self.contract_checked = Some(self.sh.clock.monotonic());
+        self.take_contract(nro, pure::contract(findings.as_deref()))
+            .await;
+    }
+
+    /// Keeps `new` as the contract's condition; an Event when it turns.
+    async fn take_contract(&mut self, nro: &NodeRollout, new: pure::Contract) {
         // a new worker (a new leader) knows the condition from the status
         let old = self.contract.clone().or_else(|| {
             let status = self.current_status(nro)?;
@@ -811,6 +834,26 @@ fn status_patch(status: &NodeRolloutStatus) -> Value {
     v
 }
 
+/// Why a rollout whose plan cannot finish is not started (`None`: it can, or the operator said
+/// to start anyway).
+fn no_room(dead: &[DeadEnd], skip: bool) -> Option<NotReady> {
+    if dead.is_empty() || skip {
+        return None;
+    }
+    let each: Vec<String> = dead.iter().map(ToString::to_string).collect();
+    Some(NotReady {
+        reason: NO_ROOM,
+        message: format!(
+            "{} upgrade domain(s) cannot be drained, their groups would have nowhere to run: {}. \
+             Nothing was cordoned or evicted; the plan is checked again every minute (or when the \
+             rollout changes); to start anyway (e.g. an autoscaler adds nodes for pending pods), \
+             annotate the rollout {SKIP_ROOM_CHECK_ANNOTATION}=true",
+            dead.len(),
+            each.join(" | ")
+        ),
+    })
+}
+
 /// The `Ready=False` reason for a plan the cluster does not allow.
 fn plan_reason(e: &DrainError) -> &'static str {
     match e {
@@ -857,6 +900,32 @@ mod tests {
         assert_eq!(v["currentDomain"], Value::Null);
         assert!(v.get("currentDomain").is_some());
         assert_eq!(v["domains"], json!([]));
+    }
+
+    #[test]
+    fn a_plan_that_cannot_finish_holds_the_rollout_unless_the_operator_says_start() {
+        let dead = DeadEnd {
+            domain: "ud-0".into(),
+            pdb: "serving/leaders".into(),
+            groups: vec!["a".into(), "b".into()],
+            tolerated: 1,
+            must_move: 1,
+            moved_before: 0,
+            room: 0,
+            group_requests: "nvidia.com/gpu 2, pods 2".into(),
+        };
+        assert_eq!(no_room(&[], false), None);
+        assert_eq!(no_room(std::slice::from_ref(&dead), true), None);
+        let why = no_room(&[dead], false).unwrap();
+        assert_eq!(why.reason, NO_ROOM);
+        for says in [
+            "1 upgrade domain(s) cannot be drained",
+            "upgrade domain ud-0 holds 2 group(s)",
+            "Nothing was cordoned or evicted",
+            "raygate.io/skip-room-check=true",
+        ] {
+            assert!(why.message.contains(says), "{}", why.message);
+        }
     }
 
     #[test]

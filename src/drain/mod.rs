@@ -10,6 +10,9 @@
 //!   readiness on one representative per group, a PDB over the representatives only) and returns
 //!   [`Finding`]s, each naming the workload, the object and the fix.
 //!
+//! * [`dead_ends()`] finds the domains a plan cannot finish draining because their groups would
+//!   have nowhere to run (`taintOutdated` and no room outside the rollout).
+//!
 //! * [`rollout_options()`] checks a `NodeRollout`'s spec and turns it into those options.
 //!
 //! Nothing here does IO or reads a clock: the caller passes the objects it observed and `now`.
@@ -21,6 +24,7 @@ mod plan;
 mod preflight;
 /// A NodeRollout's status, Events and metric deltas from the engine's state.
 pub mod rollout;
+mod room;
 pub mod rules;
 mod spec;
 
@@ -49,6 +53,7 @@ pub use plan::{
     ProtectedPod, SkipReason, SkippedPod, Warning, plan,
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
+pub use room::{DeadEnd, Returns, dead_ends};
 pub use rules::DrainRules;
 pub use spec::{InvalidSpec, RolloutOptions, SpecError, parse_duration, rollout_options};
 

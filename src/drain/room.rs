@@ -1,0 +1,604 @@
+//! The fixed-capacity dead end (pure): a domain whose drain can never finish because the groups it
+//! must move have nowhere to run.
+//!
+//! A budget over a domain's `g` groups tolerates `t` of them down at once; the drain of that
+//! domain's protected pods gets past the `t`-th eviction only as evicted groups become Ready again
+//! elsewhere, so at least `g − t` of them must find room outside the domain first. With
+//! `taintOutdated` every outdated node is tainted `NoSchedule` at the rollout's first step, so that
+//! room is only on nodes outside the rollout (and, with a `Reboot` or `Replace` hand-off, on the
+//! domains handed off before; with hand-off `None` those stay cordoned, and the groups moved out of
+//! earlier domains use up room first). When that room holds fewer groups than must move, the
+//! Eviction API refuses the domain's next protected pod (429) until the domain times out.
+//!
+//! The room is counted optimistically (the free requests of every candidate node summed, as if
+//! the groups could be split across nodes and domains; a node counts if it is schedulable and the
+//! group's representative tolerates its taints), so a dead end reported here is certain for what
+//! the scheduler checks by requests: it cannot be a false alarm from fragmentation. What it cannot
+//! see (an autoscaler adding nodes when the groups are pending) is the operator's to say.
+//! Without `taintOutdated` the later domains' outdated nodes still take new pods, and nothing is
+//! predicted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use serde::Serialize;
+
+use super::pdb::{self, PdbIndex};
+use super::{Cluster, FastMap, Plan, PlanOptions, is_finished, list, name, namespace};
+use crate::quantity::{Quantity, Resources};
+
+/// Whether the drained domains' nodes come back to take pods (a `Reboot` or `Replace` hand-off)
+/// or stay cordoned (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Returns {
+    /// Hand-off `None`: drained nodes stay cordoned (and tainted).
+    Never,
+    /// Hand-off `Reboot` or `Replace`: a handed-off domain's capacity comes back.
+    AfterHandOff,
+}
+
+/// One domain that cannot be drained: the budget whose refusals would never end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadEnd {
+    pub domain: String,
+    /// `ns/name` of the budget.
+    pub pdb: String,
+    /// The domain's groups under that budget (group label values, or pod names without one).
+    pub groups: Vec<String>,
+    /// What the budget tolerates down at once with every group healthy.
+    pub tolerated: i64,
+    /// Groups that must be Ready elsewhere before the domain's last protected pod can go.
+    pub must_move: usize,
+    /// Groups of the same budget moved out of earlier domains (hand-off `None`) that take room
+    /// first.
+    pub moved_before: usize,
+    /// How many such groups the room outside holds (before the earlier domains' groups).
+    pub room: usize,
+    /// What one group requests (`pods` counted too).
+    pub group_requests: String,
+}
+
+impl std::fmt::Display for DeadEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.groups.len();
+        let left = self.room.saturating_sub(self.moved_before);
+        let earlier = match self.moved_before {
+            0 => String::new(),
+            n => format!(
+                ", of which the {n} group(s) moved out of earlier domains (which stay cordoned) \
+                 take {}",
+                n.min(self.room)
+            ),
+        };
+        let short = (self.must_move + self.moved_before).saturating_sub(self.room);
+        write!(
+            f,
+            "upgrade domain {} holds {g} group(s) under PodDisruptionBudget {} ({}), which \
+             tolerates {} down: {} of them must be Ready elsewhere before the domain's last \
+             protected pod can be evicted, but with taintOutdated every outdated node refuses new \
+             pods and the nodes outside the rollout have room for {} such group(s){earlier} (one \
+             group requests {}); the evictions would be refused (429) until the domain times out. \
+             Fix: add capacity outside the rollout (a node of the new generation) for {short} more \
+             group(s), or set spec.taintOutdated to false, or let the budget tolerate {} down \
+             (maxUnavailable, or a lower minAvailable)",
+            self.domain,
+            self.pdb,
+            list(&self.groups, 3),
+            self.tolerated,
+            self.must_move,
+            left,
+            self.group_requests,
+            self.tolerated + short as i64,
+        )
+    }
+}
+
+/// The domains of `plan` whose drain cannot finish for want of room (see the module's doc), in
+/// plan order. Empty without a taint in `options` (nothing predicted).
+pub fn dead_ends(
+    cluster: &Cluster,
+    plan: &Plan,
+    options: &PlanOptions,
+    returns: Returns,
+) -> Vec<DeadEnd> {
+    let Some(taint) = options.taint.as_ref() else {
+        return Vec::new();
+    };
+    let live: Vec<&Pod> = cluster.pods.iter().filter(|p| !is_finished(p)).collect();
+    let index = PdbIndex::new(cluster.pdbs);
+    let mut selected: FastMap<(&str, &str), i64> = FastMap::default();
+    for pod in &live {
+        for p in index.matching(pod) {
+            *selected
+                .entry((namespace(&pod.metadata), p.name()))
+                .or_default() += 1;
+        }
+    }
+    let group_label = options.group_label.as_deref();
+    let mut group_requests: FastMap<(&str, &str), Resources> = FastMap::default();
+    if let Some(label) = group_label {
+        for pod in &live {
+            if let Some(v) = pod.metadata.labels.as_ref().and_then(|l| l.get(label)) {
+                let r = group_requests
+                    .entry((namespace(&pod.metadata), v.as_str()))
+                    .or_default();
+                r.add(&requests(pod));
+            }
+        }
+    }
+    let pods_by_name: FastMap<(&str, &str), &Pod> = live
+        .iter()
+        .map(|p| ((namespace(&p.metadata), name(&p.metadata)), *p))
+        .collect();
+    let target: BTreeSet<&str> = plan
+        .domains
+        .iter()
+        .flat_map(|d| d.nodes.iter().map(|n| n.name.as_str()))
+        .collect();
+    let used = used_by_node(&live);
+    // groups of each budget moved out of the domains drained so far (hand-off None)
+    let mut moved: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (k, domain) in plan.domains.iter().enumerate() {
+        // the domain's groups by budget: (ns, budget) → group → its representative
+        let mut by_pdb: BTreeMap<(&str, &str), BTreeMap<&str, &Pod>> = BTreeMap::new();
+        for p in &domain.phase1 {
+            let Some(pod) = pods_by_name.get(&(p.pod.namespace, p.pod.name)) else {
+                continue;
+            };
+            let group = p.group.unwrap_or(p.pod.name);
+            by_pdb
+                .entry((p.pod.namespace, p.pdb))
+                .or_default()
+                .entry(group)
+                .or_insert(pod);
+        }
+        let returned: BTreeSet<&str> = match returns {
+            Returns::Never => BTreeSet::new(),
+            Returns::AfterHandOff => plan.domains[..k]
+                .iter()
+                .flat_map(|d| d.nodes.iter().map(|n| n.name.as_str()))
+                .collect(),
+        };
+        for ((ns, pdb_name), groups) in by_pdb {
+            let key = (ns.to_string(), pdb_name.to_string());
+            let moved_before = moved.get(&key).copied().unwrap_or(0);
+            if returns == Returns::Never {
+                *moved.entry(key).or_default() += groups.len();
+            }
+            let Some(budget) = cluster
+                .pdbs
+                .iter()
+                .find(|b| namespace(&b.metadata) == ns && name(&b.metadata) == pdb_name)
+            else {
+                continue;
+            };
+            let count = selected.get(&(ns, pdb_name)).copied().unwrap_or(0);
+            // a budget that never allows a disruption is the preflight's finding, not this one
+            let Some(tolerated) = pdb::tolerated(budget, count).filter(|t| *t > 0) else {
+                continue;
+            };
+            let must_move = groups
+                .len()
+                .saturating_sub(usize::try_from(tolerated).unwrap_or(0));
+            if must_move == 0 {
+                continue;
+            }
+            let Some((group, rep)) = groups.iter().next() else {
+                continue;
+            };
+            let need = match group_label.and_then(|_| group_requests.get(&(ns, *group))) {
+                Some(r) => with_pods(r.clone(), group_pods(&live, group_label, ns, group)),
+                None => with_pods(requests(rep), 1),
+            };
+            let mut free = Resources::new();
+            for node in cluster.nodes {
+                let n = name(&node.metadata);
+                let candidate = (!target.contains(n) && schedulable(node, rep, None))
+                    || (returned.contains(n) && schedulable(node, rep, Some(taint)));
+                if candidate {
+                    // a node handed off comes back empty (optimistic: its pods' groups may
+                    // come back to it too)
+                    let pods = if returned.contains(n) {
+                        None
+                    } else {
+                        used.get(n)
+                    };
+                    free.add(&free_on(node, pods));
+                }
+            }
+            let Some(room) = slots(&free, &need) else {
+                continue;
+            };
+            if room < must_move + moved_before {
+                out.push(DeadEnd {
+                    domain: domain.name.clone(),
+                    pdb: format!("{ns}/{pdb_name}"),
+                    groups: groups.keys().map(|g| g.to_string()).collect(),
+                    tolerated,
+                    must_move,
+                    moved_before,
+                    room,
+                    group_requests: describe(&need),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The pods of group `group` in `ns` (1 without a group label).
+fn group_pods(live: &[&Pod], label: Option<&str>, ns: &str, group: &str) -> i64 {
+    let Some(label) = label else { return 1 };
+    let n = live
+        .iter()
+        .filter(|p| namespace(&p.metadata) == ns)
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(label))
+                .is_some_and(|v| v == group)
+        })
+        .count();
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn with_pods(mut r: Resources, pods: i64) -> Resources {
+    r.set("pods", Quantity::from_units(pods));
+    r
+}
+
+/// A pod's effective requests (an unparsable quantity counts as nothing).
+fn requests(pod: &Pod) -> Resources {
+    pod.spec
+        .as_ref()
+        .and_then(|s| crate::podsets::pod_requests(s, "spec", "").ok())
+        .unwrap_or_default()
+}
+
+/// What the live pods bound to each node request, `pods` counted.
+fn used_by_node<'a>(live: &[&'a Pod]) -> FastMap<&'a str, Resources> {
+    let mut used: FastMap<&str, Resources> = FastMap::default();
+    for pod in live {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let r = used.entry(node).or_default();
+        r.add(&with_pods(requests(pod), 1));
+    }
+    used
+}
+
+/// A node's allocatable less what its pods request, never below zero.
+fn free_on(node: &Node, used: Option<&Resources>) -> Resources {
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| Resources::from_k8s(a).ok())
+        .unwrap_or_default();
+    let mut free = allocatable;
+    if let Some(u) = used {
+        free.sub(u);
+    }
+    free.clamp_non_negative()
+}
+
+/// Whether a new copy of `pod` may land on `node`: not cordoned, and every `NoSchedule` or
+/// `NoExecute` taint tolerated (`removed`: a taint the hand-off takes off).
+fn schedulable(node: &Node, pod: &Pod, removed: Option<&Taint>) -> bool {
+    let spec = node.spec.as_ref();
+    if spec.and_then(|s| s.unschedulable) == Some(true) && removed.is_none() {
+        return false;
+    }
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    spec.and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+        .filter(|t| removed.is_none_or(|r| !(r.key == t.key && r.effect == t.effect)))
+        .all(|t| tolerations.iter().any(|x| tolerates(x, t)))
+}
+
+/// `v1.Toleration.ToleratesTaint`.
+fn tolerates(t: &k8s_openapi::api::core::v1::Toleration, taint: &Taint) -> bool {
+    if t.effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
+        return false;
+    }
+    let key = t.key.as_deref().unwrap_or_default();
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match t.operator.as_deref() {
+        Some("Exists") => true,
+        // Equal (the default): the key must be named
+        _ => {
+            !key.is_empty()
+                && t.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+        }
+    }
+}
+
+/// How many copies of `need` fit in `free` by every resource it requests; `None` when it
+/// requests nothing (room cannot be judged).
+fn slots(free: &Resources, need: &Resources) -> Option<usize> {
+    need.iter()
+        .filter(|(_, q)| q.nanos() > 0)
+        .map(|(r, q)| {
+            let n = free.get(r).nanos().max(0) / q.nanos();
+            usize::try_from(n).unwrap_or(usize::MAX)
+        })
+        .min()
+}
+
+fn describe(r: &Resources) -> String {
+    let parts: Vec<String> = r
+        .iter()
+        .filter(|(_, q)| q.nanos() > 0)
+        .map(|(k, q)| format!("{k} {q}"))
+        .collect();
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Toleration};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::drain::testing::*;
+
+    const OUTDATED: &str = "raygate.io/outdated";
+
+    fn gpus(n: &str) -> BTreeMap<String, K8sQuantity> {
+        [
+            ("cpu".to_string(), K8sQuantity("1".into())),
+            ("nvidia.com/gpu".to_string(), K8sQuantity(n.into())),
+        ]
+        .into()
+    }
+
+    /// `gpu` GPUs, 64 CPUs, 110 pods.
+    fn allocatable(gpu: &str) -> BTreeMap<String, K8sQuantity> {
+        [
+            ("cpu".to_string(), K8sQuantity("64".into())),
+            ("nvidia.com/gpu".to_string(), K8sQuantity(gpu.into())),
+            ("pods".to_string(), K8sQuantity("110".into())),
+        ]
+        .into()
+    }
+
+    /// A node with 8 GPUs.
+    fn gpu_node(name: &str, domain: &str, pool: &str) -> Node {
+        let mut n = node(name, domain).label("pool", pool);
+        n.status.get_or_insert_default().allocatable = Some(allocatable("8"));
+        n
+    }
+
+    fn requesting(mut p: Pod, gpu: &str) -> Pod {
+        if let Some(c) = p.spec.get_or_insert_default().containers.first_mut() {
+            c.resources = Some(ResourceRequirements {
+                requests: Some(gpus(gpu)),
+                ..ResourceRequirements::default()
+            });
+        }
+        p
+    }
+
+    /// Group `g` on `node`: a leader and a worker, one GPU each.
+    fn group(g: &str, node: &str) -> Vec<Pod> {
+        ["leader", "worker"]
+            .iter()
+            .map(|role| {
+                requesting(pod(&format!("ns/{g}-{role}"), node), "1")
+                    .label("g", g)
+                    .label("role", role)
+            })
+            .collect()
+    }
+
+    fn leaders_pdb(min_available: i32) -> PodDisruptionBudget {
+        pdb("ns/leaders", &[("role", "leader")]).min_available(int(min_available))
+    }
+
+    fn options(taint_outdated: bool) -> PlanOptions {
+        PlanOptions {
+            domain_label: UD.to_string(),
+            node_selector: "pool=old".to_string(),
+            taint: taint_outdated.then(|| taint(OUTDATED, "NoSchedule")),
+            group_label: Some("g".to_string()),
+            ..PlanOptions::default()
+        }
+    }
+
+    /// `a` groups in ud-a (node old-a), `b` in ud-b (node old-b), plus `extra` nodes.
+    fn world(a: usize, b: usize, extra: Vec<Node>) -> (Vec<Node>, Vec<Pod>) {
+        let mut nodes = vec![
+            gpu_node("old-a", "ud-a", "old"),
+            gpu_node("old-b", "ud-b", "old"),
+        ];
+        nodes.extend(extra);
+        let mut pods = Vec::new();
+        for i in 0..a {
+            pods.extend(group(&format!("a{i}"), "old-a"));
+        }
+        for i in 0..b {
+            pods.extend(group(&format!("b{i}"), "old-b"));
+        }
+        (nodes, pods)
+    }
+
+    fn check(
+        nodes: &[Node],
+        pods: &[Pod],
+        budget: PodDisruptionBudget,
+        taint_outdated: bool,
+        returns: Returns,
+    ) -> Vec<DeadEnd> {
+        let pdbs = vec![budget];
+        let cluster = Cluster::new(nodes, pods, &pdbs);
+        let options = options(taint_outdated);
+        let plan = crate::drain::plan(&cluster, &options, Timestamp::UNIX_EPOCH).unwrap();
+        dead_ends(&cluster, &plan, &options, returns)
+    }
+
+    #[test]
+    fn a_domain_with_more_groups_than_tolerated_and_no_room_outside_is_a_dead_end() {
+        // 4 leaders, minAvailable 2: two down at once; ud-a holds 3, so one must run elsewhere
+        let (nodes, pods) = world(3, 1, Vec::new());
+        let found = check(&nodes, &pods, leaders_pdb(2), true, Returns::Never);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let d = &found[0];
+        assert_eq!(
+            (
+                d.domain.as_str(),
+                d.pdb.as_str(),
+                d.tolerated,
+                d.must_move,
+                d.room
+            ),
+            ("ud-a", "ns/leaders", 2, 1, 0)
+        );
+        assert_eq!(d.groups, vec!["a0", "a1", "a2"]);
+        assert_eq!(d.group_requests, "cpu 2, nvidia.com/gpu 2, pods 2");
+        let m = d.to_string();
+        for says in [
+            "upgrade domain ud-a holds 3 group(s) under PodDisruptionBudget ns/leaders (a0, a1, a2)",
+            "tolerates 2 down: 1 of them must be Ready elsewhere",
+            "room for 0 such group(s)",
+            "Fix: add capacity outside the rollout (a node of the new generation) for 1 more group(s)",
+            "set spec.taintOutdated to false",
+            "let the budget tolerate 3 down",
+        ] {
+            assert!(m.contains(says), "no {says:?} in {m}");
+        }
+    }
+
+    #[test]
+    fn room_outside_the_rollout_for_the_groups_that_must_move_is_no_dead_end() {
+        let (nodes, pods) = world(3, 1, vec![gpu_node("new-1", "ud-n", "new")]);
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), true, Returns::Never),
+            Vec::new()
+        );
+    }
+
+    #[test]
+    fn exactly_as_many_groups_as_the_budget_tolerates_need_no_room() {
+        // minAvailable 1 of 4: three down at once, exactly ud-a's three groups
+        let (nodes, pods) = world(3, 1, Vec::new());
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(1), true, Returns::Never),
+            Vec::new()
+        );
+        // one more than tolerated, room for exactly one group (2 GPUs free): not a dead end
+        let mut tight = gpu_node("new-1", "ud-n", "new");
+        tight.status.get_or_insert_default().allocatable = Some(allocatable("2"));
+        let (nodes, pods) = world(3, 1, vec![tight.clone()]);
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), true, Returns::Never),
+            Vec::new()
+        );
+        // one GPU short of one group (2 each): a dead end, room 0
+        tight.status.get_or_insert_default().allocatable = Some(allocatable("1"));
+        let (nodes, pods) = world(3, 1, vec![tight]);
+        let found = check(&nodes, &pods, leaders_pdb(2), true, Returns::Never);
+        assert_eq!(found.iter().map(|d| d.room).collect::<Vec<_>>(), vec![0]);
+    }
+
+    #[test]
+    fn without_taint_outdated_nothing_is_predicted() {
+        let (nodes, pods) = world(3, 1, Vec::new());
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), false, Returns::Never),
+            Vec::new()
+        );
+    }
+
+    #[test]
+    fn a_cordoned_or_untolerated_tainted_node_outside_is_no_room_and_a_tolerated_one_is() {
+        let (nodes, pods) = world(3, 1, vec![gpu_node("new-1", "ud-n", "new").cordoned()]);
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), true, Returns::Never).len(),
+            1
+        );
+        let gpu_taint = taint("nvidia.com/gpu", "NoSchedule");
+        let tainted = gpu_node("new-1", "ud-n", "new").tainted(gpu_taint);
+        let (nodes, mut pods) = world(3, 1, vec![tainted]);
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), true, Returns::Never).len(),
+            1
+        );
+        for p in &mut pods {
+            p.spec.get_or_insert_default().tolerations = Some(vec![Toleration {
+                key: Some("nvidia.com/gpu".into()),
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }]);
+        }
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), true, Returns::Never),
+            Vec::new()
+        );
+    }
+
+    #[test]
+    fn a_reboot_hand_off_brings_the_earlier_domains_back_and_none_keeps_their_groups_outside() {
+        // ud-a (first) holds 1 group, ud-b 3; 4 leaders, two down at once
+        let (nodes, pods) = world(1, 3, Vec::new());
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(2), true, Returns::AfterHandOff),
+            Vec::new(),
+            "ud-a's rebooted node takes ud-b's groups"
+        );
+        let found = check(&nodes, &pods, leaders_pdb(2), true, Returns::Never);
+        assert_eq!(
+            found.iter().map(|d| d.domain.as_str()).collect::<Vec<_>>(),
+            vec!["ud-b"]
+        );
+        // hand-off None: ud-a's group took the one free group's room outside first
+        let mut one = gpu_node("new-1", "ud-n", "new");
+        one.status.get_or_insert_default().allocatable = Some(allocatable("2"));
+        let (nodes, pods) = world(1, 3, vec![one]);
+        let found = check(&nodes, &pods, leaders_pdb(2), true, Returns::Never);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (
+                found[0].domain.as_str(),
+                found[0].room,
+                found[0].moved_before
+            ),
+            ("ud-b", 1, 1)
+        );
+        assert!(
+            found[0]
+                .to_string()
+                .contains("of which the 1 group(s) moved out of earlier domains"),
+            "{}",
+            found[0]
+        );
+    }
+
+    #[test]
+    fn a_budget_that_never_allows_a_disruption_is_left_to_the_preflight() {
+        let (nodes, pods) = world(3, 1, Vec::new());
+        assert_eq!(
+            check(&nodes, &pods, leaders_pdb(4), true, Returns::Never),
+            Vec::new()
+        );
+    }
+}
