@@ -173,18 +173,19 @@ fn run(shape: &Shape) {
             });
         }
         in_apply += t.elapsed();
-        let mut pending = 0;
         for d in &r.decisions {
             match d {
                 Decision::Admit { workload, .. } => {
                     admits += 1;
                     running.push(workload.clone());
                 }
-                Decision::Pending { .. } => pending += 1,
                 Decision::Evict { .. } => evictions += 1,
-                Decision::FinishReplaced { .. } => {}
+                // a pass reports a Pending decision only where a status changes
+                Decision::Pending { .. } | Decision::FinishReplaced { .. } => {}
             }
         }
+        // still pending once this pass's decisions are applied
+        let pending: i32 = r.cluster_queues.iter().map(|c| c.pending).sum();
         if pending == 0 && running.is_empty() {
             break;
         }

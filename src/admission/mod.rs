@@ -219,13 +219,34 @@ impl std::fmt::Display for PendingMessage {
     }
 }
 
-impl PartialEq for PendingMessage {
-    fn eq(&self, other: &Self) -> bool {
+impl PendingMessage {
+    /// Whether it reads the same as `other`. Parts that are equal read the same, so messages made
+    /// alike compare without formatting (a pass compares one with what each pending Workload
+    /// shows); messages made differently are compared as text.
+    pub fn reads_as(&self, other: &PendingMessage) -> bool {
+        use PendingMessage::{Preempting, Text, WaitingBehind};
         match (self, other) {
-            (PendingMessage::Text(a), PendingMessage::Text(b)) => a == b,
-            (PendingMessage::Text(t), m) | (m, PendingMessage::Text(t)) => m.is(t),
+            (Text(a), Text(b)) => Arc::ptr_eq(a, b) || a == b,
+            (WaitingBehind(a), WaitingBehind(b)) if Arc::ptr_eq(a, b) || a == b => true,
+            (
+                Preempting {
+                    text: a,
+                    victims: x,
+                },
+                Preempting {
+                    text: b,
+                    victims: y,
+                },
+            ) if x == y && a == b => true,
+            (Text(t), m) | (m, Text(t)) => m.is(t),
             (a, b) => a.to_string() == b.to_string(),
         }
+    }
+}
+
+impl PartialEq for PendingMessage {
+    fn eq(&self, other: &Self) -> bool {
+        self.reads_as(other)
     }
 }
 
@@ -347,6 +368,13 @@ impl Scheduler {
         self.snapshot
     }
 
+    /// Reports every Pending decision, also those that would change nothing (a pass leaves them
+    /// out by default): tests compare the two.
+    #[cfg(test)]
+    pub(crate) fn report_unchanged_pending(&mut self) {
+        self.index.report_unchanged = true;
+    }
+
     /// One admission pass on the current state.
     pub fn cycle(&self) -> CycleResult {
         cycle::run(&self.index, &self.options)
@@ -374,6 +402,11 @@ impl Scheduler {
                     if message.is_preemptor() != self.index.workloads[i].preemptor {
                         self.refresh(i);
                     }
+                    // what it shows now, in parts: the next pass compares without formatting
+                    self.index.workloads[i].shown = Some(workloads::Shown {
+                        reason: (*reason).into(),
+                        message: message.clone(),
+                    });
                 }
                 continue;
             }
