@@ -497,7 +497,14 @@ impl<'a> Pass<'a> {
                 .extend(pending(ix, w, reason::PENDING, message));
             return Outcome::Stop;
         }
-        let message = PendingMessage::Text(text);
+        let mut message = PendingMessage::Text(text);
+        // what it shows already, if it reads the same: the Workloads given this message by the
+        // memo after it show that very text too, and compare with it by address
+        if let Some(shown) = &w.shown
+            && shown.message.reads_as(&message)
+        {
+            message = shown.message.clone();
+        }
         if memo {
             Memo::remember(&mut self.memo.pending[c], (i, epoch, message.clone()));
         }
