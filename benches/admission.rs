@@ -160,16 +160,16 @@ fn run(shape: &Shape) {
         sched.apply(&r, now);
         // the ones admitted a cycle ago have run: they finish
         for k in running.drain(..) {
-            sched.update_workload(&k, |w| {
-                if holds_quota(w.status.as_ref()) {
-                    w.status = Some(raygate::admission::finish(
+            sched.update_status(&k, |w| {
+                holds_quota(w.status.as_ref()).then(|| {
+                    raygate::admission::finish(
                         w.status.as_ref(),
                         w.metadata.generation,
                         "Succeeded",
                         "done",
                         now,
-                    ));
-                }
+                    )
+                })
             });
         }
         in_apply += t.elapsed();

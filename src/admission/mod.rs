@@ -400,7 +400,7 @@ impl Scheduler {
                 if status::apply_pending_in_place(s, generation, reason, message, now) {
                     changed = true;
                     if message.is_preemptor() != self.index.workloads[i].preemptor {
-                        self.refresh(i);
+                        self.refresh_status(i);
                     }
                     // what it shows now, in parts: the next pass compares without formatting
                     self.index.workloads[i].shown = Some(workloads::Shown {
@@ -419,7 +419,7 @@ impl Scheduler {
             }
             w.status = Some(s);
             changed = true;
-            self.refresh(i);
+            self.refresh_status(i);
         }
         if self.index.order.is_none() {
             self.index.sort_queues();
@@ -437,18 +437,46 @@ impl Scheduler {
         true
     }
 
+    /// Sets one Workload's status to what `change` returns for it (`None`: leaves it as it is);
+    /// cheaper than [`Scheduler::update_workload`], as its spec is not read again. False if
+    /// there is no such key.
+    pub fn update_status(
+        &mut self,
+        key: &str,
+        change: impl FnOnce(&Workload) -> Option<WorkloadStatus>,
+    ) -> bool {
+        let Some(&i) = self.index.by_key.get(key) else {
+            return false;
+        };
+        if let Some(s) = change(&self.snapshot.workloads[i]) {
+            self.snapshot.workloads[i].status = Some(s);
+            self.refresh_status(i);
+        }
+        true
+    }
+
     /// Marks a Workload finished (`Finished=True` with `reason`): it releases its quota.
     pub fn finish(&mut self, key: &str, reason: &str, message: &str, now: Timestamp) -> bool {
-        self.update_workload(key, |w| {
-            let s = finish(
+        self.update_status(key, |w| {
+            Some(finish(
                 w.status.as_ref(),
                 w.metadata.generation,
                 reason,
                 message,
                 now,
-            );
-            w.status = Some(s);
+            ))
         })
+    }
+
+    /// Workload `i`'s status changed, not its spec.
+    fn refresh_status(&mut self, i: usize) {
+        let old_place = self.index.queue_key(i);
+        let w = &self.snapshot.workloads[i];
+        self.index.q.derive_status(w, &mut self.index.workloads[i]);
+        if self.index.queue_key(i) != old_place {
+            // it moved in its queue: sort again before the next pass
+            self.index.order = None;
+        }
     }
 
     fn refresh(&mut self, i: usize) {

@@ -188,13 +188,39 @@ impl Queues {
         let namespace = w.metadata.namespace.as_deref().unwrap_or("default");
         let name = w.metadata.name.as_deref().unwrap_or_default();
         let key = meta::key_of(namespace, name);
+        let (lq, target) = self.resolve_queue(namespace, w.spec.queue_name.as_deref());
+        let mut entry = WorkloadEntry {
+            podsets: self.podset_requests(w, &key),
+            key,
+            namespace: namespace.to_string(),
+            priority: self.priority(&w.spec),
+            active: w.spec.active != Some(false),
+            target,
+            lq,
+            replaces: workload::replacement_for(w, namespace),
+            finished: None,
+            held: None,
+            evicted: false,
+            order_time: Timestamp::UNIX_EPOCH,
+            preemptor: false,
+            duplicate: false,
+            shape: NO_SHAPE,
+            shown: None,
+        };
+        self.derive_status(w, &mut entry);
+        entry
+    }
+
+    /// Refreshes what an entry takes from its Workload's status (and the quota that status
+    /// holds), the spec being unchanged: applying a decision or finishing a Workload changes
+    /// only its status, and parsing its PodSets again would change nothing.
+    pub fn derive_status(&self, w: &Workload, entry: &mut WorkloadEntry) {
         let created = w
             .metadata
             .creation_timestamp
             .as_ref()
             .map(|t| t.0)
             .unwrap_or(Timestamp::UNIX_EPOCH);
-        let (lq, target) = self.resolve_queue(namespace, w.spec.queue_name.as_deref());
         let conds = w
             .status
             .as_ref()
@@ -206,36 +232,21 @@ impl Queues {
         let held = self.held_by(w, finished.is_none(), evicted);
         let not_reserved =
             conditions::find(conds, condition::QUOTA_RESERVED).filter(|c| c.status == "False");
-        let preemptor =
+        entry.preemptor =
             held.is_none() && not_reserved.is_some_and(|c| c.message.contains(PREEMPTOR_MARK));
-        let shown = not_reserved
+        entry.shown = not_reserved
             .filter(|c| c.observed_generation == w.metadata.generation)
             .map(|c| Shown {
                 reason: c.reason.as_str().into(),
                 message: PendingMessage::from(c.message.as_str()),
             });
-        let order_time = match (evicted_cond, &held) {
+        entry.order_time = match (evicted_cond, &held) {
             (Some(e), None) => e.last_transition_time.0,
             _ => created,
         };
-        WorkloadEntry {
-            podsets: self.podset_requests(w, &key),
-            key,
-            namespace: namespace.to_string(),
-            priority: self.priority(&w.spec),
-            active: w.spec.active != Some(false),
-            target,
-            lq,
-            replaces: workload::replacement_for(w, namespace),
-            finished,
-            held,
-            evicted,
-            order_time,
-            preemptor,
-            duplicate: false,
-            shape: NO_SHAPE,
-            shown,
-        }
+        entry.finished = finished;
+        entry.held = held;
+        entry.evicted = evicted;
     }
 
     /// The WorkloadPriorityClass's value, else `spec.priority`, else 0.
