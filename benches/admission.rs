@@ -160,31 +160,32 @@ fn run(shape: &Shape) {
         sched.apply(&r, now);
         // the ones admitted a cycle ago have run: they finish
         for k in running.drain(..) {
-            sched.update_workload(&k, |w| {
-                if holds_quota(w.status.as_ref()) {
-                    w.status = Some(raygate::admission::finish(
+            sched.update_status(&k, |w| {
+                holds_quota(w.status.as_ref()).then(|| {
+                    raygate::admission::finish(
                         w.status.as_ref(),
                         w.metadata.generation,
                         "Succeeded",
                         "done",
                         now,
-                    ));
-                }
+                    )
+                })
             });
         }
         in_apply += t.elapsed();
-        let mut pending = 0;
         for d in &r.decisions {
             match d {
                 Decision::Admit { workload, .. } => {
                     admits += 1;
                     running.push(workload.clone());
                 }
-                Decision::Pending { .. } => pending += 1,
                 Decision::Evict { .. } => evictions += 1,
-                Decision::FinishReplaced { .. } => {}
+                // a pass reports a Pending decision only where a status changes
+                Decision::Pending { .. } | Decision::FinishReplaced { .. } => {}
             }
         }
+        // still pending once this pass's decisions are applied
+        let pending: i32 = r.cluster_queues.iter().map(|c| c.pending).sum();
         if pending == 0 && running.is_empty() {
             break;
         }

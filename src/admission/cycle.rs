@@ -26,12 +26,23 @@ use crate::types::kueue::{
 /// Usage per (flavor, resource) id.
 type Charges = Vec<(usize, Quantity)>;
 
-fn pending(w: &WorkloadEntry, reason: &'static str, message: PendingMessage) -> Decision {
-    Decision::Pending {
+/// A Pending decision for Workload `w`, or none when `w` already shows this very reason and
+/// message: the result leaves out what would change nothing (a status is then kept as it is),
+/// unless the index reports every Pending decision ([`Index::report_unchanged`]).
+fn pending(
+    ix: &Index,
+    w: &WorkloadEntry,
+    reason: &'static str,
+    message: PendingMessage,
+) -> Option<Decision> {
+    if !ix.report_unchanged && w.shown.as_ref().is_some_and(|s| s.is(reason, &message)) {
+        return None;
+    }
+    Some(Decision::Pending {
         workload: w.key.clone(),
         reason,
         message,
-    }
+    })
 }
 
 fn admission(q: &Queues, cq: usize, podsets: &[PodSetRequests], a: &Assignment) -> Admission {
@@ -422,7 +433,7 @@ impl<'a> Pass<'a> {
         let (c, podsets) = match self.admissible(w) {
             Ok(found) => found,
             Err((why, message)) => {
-                self.decisions.push(pending(w, why, message));
+                self.decisions.extend(pending(ix, w, why, message));
                 return Outcome::Continue;
             }
         };
@@ -432,7 +443,7 @@ impl<'a> Pass<'a> {
                 ix.workloads[by].key
             );
             self.decisions
-                .push(pending(w, reason::PENDING, message.into()));
+                .extend(pending(ix, w, reason::PENDING, message.into()));
             // the rest of its queue waits: one of lower priority admitted now would be its victim
             self.block(c, i, Block::HeldBack);
             return Outcome::Stop;
@@ -445,7 +456,8 @@ impl<'a> Pass<'a> {
             })
         {
             let message = message.clone();
-            self.decisions.push(pending(w, reason::PENDING, message));
+            self.decisions
+                .extend(pending(ix, w, reason::PENDING, message));
             return self.after_pending(i, c);
         }
         // a replacement slice: the slice it replaces, if that one still holds quota
@@ -481,14 +493,23 @@ impl<'a> Pass<'a> {
             };
             self.memo.changed(ix, c);
             self.block(c, i, Block::Preemption);
-            self.decisions.push(pending(w, reason::PENDING, message));
+            self.decisions
+                .extend(pending(ix, w, reason::PENDING, message));
             return Outcome::Stop;
         }
-        let message = PendingMessage::Text(text);
+        let mut message = PendingMessage::Text(text);
+        // what it shows already, if it reads the same: the Workloads given this message by the
+        // memo after it show that very text too, and compare with it by address
+        if let Some(shown) = &w.shown
+            && shown.message.reads_as(&message)
+        {
+            message = shown.message.clone();
+        }
         if memo {
             Memo::remember(&mut self.memo.pending[c], (i, epoch, message.clone()));
         }
-        self.decisions.push(pending(w, reason::PENDING, message));
+        self.decisions
+            .extend(pending(ix, w, reason::PENDING, message));
         self.after_pending(i, c)
     }
 

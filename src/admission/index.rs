@@ -41,6 +41,8 @@ pub(crate) struct Index {
     /// Every Workload with a ClusterQueue in queue order (see [`Index::queue_key`]), pending or
     /// not; `None` when a change may have moved one (then a pass sorts afresh).
     pub order: Option<Vec<usize>>,
+    /// A pass reports every Pending decision, also one that would change nothing (tests).
+    pub report_unchanged: bool,
 }
 
 impl Index {

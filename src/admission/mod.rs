@@ -219,13 +219,34 @@ impl std::fmt::Display for PendingMessage {
     }
 }
 
-impl PartialEq for PendingMessage {
-    fn eq(&self, other: &Self) -> bool {
+impl PendingMessage {
+    /// Whether it reads the same as `other`. Parts that are equal read the same, so messages made
+    /// alike compare without formatting (a pass compares one with what each pending Workload
+    /// shows); messages made differently are compared as text.
+    pub fn reads_as(&self, other: &PendingMessage) -> bool {
+        use PendingMessage::{Preempting, Text, WaitingBehind};
         match (self, other) {
-            (PendingMessage::Text(a), PendingMessage::Text(b)) => a == b,
-            (PendingMessage::Text(t), m) | (m, PendingMessage::Text(t)) => m.is(t),
+            (Text(a), Text(b)) => Arc::ptr_eq(a, b) || a == b,
+            (WaitingBehind(a), WaitingBehind(b)) if Arc::ptr_eq(a, b) || a == b => true,
+            (
+                Preempting {
+                    text: a,
+                    victims: x,
+                },
+                Preempting {
+                    text: b,
+                    victims: y,
+                },
+            ) if x == y && a == b => true,
+            (Text(t), m) | (m, Text(t)) => m.is(t),
             (a, b) => a.to_string() == b.to_string(),
         }
+    }
+}
+
+impl PartialEq for PendingMessage {
+    fn eq(&self, other: &Self) -> bool {
+        self.reads_as(other)
     }
 }
 
@@ -347,6 +368,13 @@ impl Scheduler {
         self.snapshot
     }
 
+    /// Reports every Pending decision, also those that would change nothing (a pass leaves them
+    /// out by default): tests compare the two.
+    #[cfg(test)]
+    pub(crate) fn report_unchanged_pending(&mut self) {
+        self.index.report_unchanged = true;
+    }
+
     /// One admission pass on the current state.
     pub fn cycle(&self) -> CycleResult {
         cycle::run(&self.index, &self.options)
@@ -372,8 +400,13 @@ impl Scheduler {
                 if status::apply_pending_in_place(s, generation, reason, message, now) {
                     changed = true;
                     if message.is_preemptor() != self.index.workloads[i].preemptor {
-                        self.refresh(i);
+                        self.refresh_status(i);
                     }
+                    // what it shows now, in parts: the next pass compares without formatting
+                    self.index.workloads[i].shown = Some(workloads::Shown {
+                        reason: (*reason).into(),
+                        message: message.clone(),
+                    });
                 }
                 continue;
             }
@@ -386,7 +419,7 @@ impl Scheduler {
             }
             w.status = Some(s);
             changed = true;
-            self.refresh(i);
+            self.refresh_status(i);
         }
         if self.index.order.is_none() {
             self.index.sort_queues();
@@ -404,18 +437,46 @@ impl Scheduler {
         true
     }
 
+    /// Sets one Workload's status to what `change` returns for it (`None`: leaves it as it is);
+    /// cheaper than [`Scheduler::update_workload`], as its spec is not read again. False if
+    /// there is no such key.
+    pub fn update_status(
+        &mut self,
+        key: &str,
+        change: impl FnOnce(&Workload) -> Option<WorkloadStatus>,
+    ) -> bool {
+        let Some(&i) = self.index.by_key.get(key) else {
+            return false;
+        };
+        if let Some(s) = change(&self.snapshot.workloads[i]) {
+            self.snapshot.workloads[i].status = Some(s);
+            self.refresh_status(i);
+        }
+        true
+    }
+
     /// Marks a Workload finished (`Finished=True` with `reason`): it releases its quota.
     pub fn finish(&mut self, key: &str, reason: &str, message: &str, now: Timestamp) -> bool {
-        self.update_workload(key, |w| {
-            let s = finish(
+        self.update_status(key, |w| {
+            Some(finish(
                 w.status.as_ref(),
                 w.metadata.generation,
                 reason,
                 message,
                 now,
-            );
-            w.status = Some(s);
+            ))
         })
+    }
+
+    /// Workload `i`'s status changed, not its spec.
+    fn refresh_status(&mut self, i: usize) {
+        let old_place = self.index.queue_key(i);
+        let w = &self.snapshot.workloads[i];
+        self.index.q.derive_status(w, &mut self.index.workloads[i]);
+        if self.index.queue_key(i) != old_place {
+            // it moved in its queue: sort again before the next pass
+            self.index.order = None;
+        }
     }
 
     fn refresh(&mut self, i: usize) {

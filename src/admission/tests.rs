@@ -1147,11 +1147,16 @@ fn preempted_quota_is_held_until_released_in_controller_mode() {
     let r1 = sched.cycle();
     assert_eq!(evicted(&r1), ["low"]);
     sched.apply(&r1, ts(10));
-    // the victim still holds its quota: no new eviction, the preemptor keeps waiting
+    // the victim still holds its quota: no new eviction, the preemptor keeps waiting, as its
+    // status already says (a Pending decision that would change nothing is left out)
     let r2 = sched.cycle();
     assert!(evicted(&r2).is_empty());
     assert!(admitted_names(&r2).is_empty());
-    assert!(message(&r2, "high").ends_with("Pending the preemption of 1 workload(s)"));
+    assert_eq!(decision(&r2, "high"), None);
+    let shown = status_of(sched.snapshot(), "high")
+        .and_then(|s| crate::conditions::find(&s.conditions, condition::QUOTA_RESERVED))
+        .map(|c| c.message.clone());
+    assert!(shown.is_some_and(|m| m.ends_with("Pending the preemption of 1 workload(s)")));
     // its owner reports the pods gone
     sched.update_workload("default/low", |w| {
         w.status = Some(release_quota(w.status.as_ref(), None, ts(20)));
@@ -1644,4 +1649,154 @@ fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() 
         "Pending",
         &preempting
     ));
+}
+
+/// The shape of `benches/admission.rs` ("small": 5 cohorts × 6 ClusterQueues, nominal 20 CPU,
+/// borrowing limit 100, `reclaimWithinCohort: Any`, `withinClusterQueue: LowerPriority`), with
+/// `per_queue` (1-CPU, 5-CPU, 20-CPU) Workloads of priority 50, 100, 200 per ClusterQueue,
+/// created 100 ms apart.
+fn bench_shape(per_queue: (usize, usize, usize)) -> Snapshot {
+    let mut cqs = Vec::new();
+    let mut workloads = Vec::new();
+    let mut created = 0;
+    for c in 0..5 {
+        for k in 0..6 {
+            let name = format!("cohort-{c}-cq-{k}");
+            let mut cq = cluster_queue(&name)
+                .cohort(&format!("cohort-{c}"))
+                .flavor_quota("default", &[("cpu", "20")]);
+            set_quota(&mut cq, "20", Some("100"), None);
+            cqs.push(with_preemption(
+                cq,
+                WithinClusterQueue::LowerPriority,
+                ReclaimWithinCohort::Any,
+            ));
+            let (small, medium, large) = per_queue;
+            for (class, count, cpu, priority) in [
+                ("small", small, "1", 50),
+                ("medium", medium, "5", 100),
+                ("large", large, "20", 200),
+            ] {
+                for i in 0..count {
+                    created += 100;
+                    workloads.push(
+                        workload(&format!("{name}-{class}-{i}"))
+                            .queue(&name)
+                            .podset(podset("main").cpu(cpu))
+                            .priority(priority)
+                            .created_at(
+                                ts(0) + k8s_openapi::jiff::SignedDuration::from_millis(created),
+                            ),
+                    );
+                }
+            }
+        }
+    }
+    snap(cqs, workloads)
+}
+
+#[test]
+fn pending_decisions_that_change_nothing_are_left_out_and_every_status_is_as_before() {
+    // Issue #15: a pass reports a Pending decision only where the Workload's status changes. On
+    // the benchmark's shape (admitted Workloads finishing one pass later), a scheduler reporting
+    // every Pending decision, as passes did before, and one leaving the unchanged ones out decide
+    // alike pass by pass (the same decisions, less those that would change nothing; the same
+    // admissions and queue usage) and leave every Workload with the same status
+    let shape = bench_shape((35, 10, 5));
+    let mut every = Scheduler::new(shape.clone(), &RELEASE);
+    every.report_unchanged_pending();
+    let mut changed = Scheduler::new(shape, &RELEASE);
+    let (mut running, mut passes) = (Vec::<String>::new(), 0);
+    let (mut left_out, mut reported) = (0, 0);
+    loop {
+        passes += 1;
+        assert!(passes < 500, "not done after 500 passes");
+        let now = ts(100 + passes);
+        let (all, r) = (every.cycle(), changed.cycle());
+        let shows: std::collections::HashMap<String, &Workload> = every
+            .snapshot()
+            .workloads
+            .iter()
+            .map(|w| {
+                (
+                    format!("default/{}", w.metadata.name.as_deref().unwrap()),
+                    w,
+                )
+            })
+            .collect();
+        let changing: Vec<&Decision> = all
+            .decisions
+            .iter()
+            .filter(|d| match d {
+                Decision::Pending {
+                    workload,
+                    reason,
+                    message,
+                } => {
+                    let w = shows[workload.as_str()];
+                    !pending_unchanged(w.status.as_ref(), w.metadata.generation, reason, message)
+                }
+                _ => true,
+            })
+            .collect();
+        left_out += all.decisions.len() - changing.len();
+        reported += r
+            .decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Pending { .. }))
+            .count();
+        let got: Vec<&Decision> = r.decisions.iter().collect();
+        if got != changing {
+            let at = (0..).find(|&k| got.get(k) != changing.get(k));
+            let at = at.unwrap_or_default();
+            panic!(
+                "pass {passes}: {} decisions reported, {} change a status; the first difference, at {at}: {:?} reported, {:?} expected",
+                got.len(),
+                changing.len(),
+                got.get(at),
+                changing.get(at)
+            );
+        }
+        assert_eq!(admitted_names(&all), admitted_names(&r), "pass {passes}");
+        assert_eq!(
+            (&all.cluster_queues, &all.local_queues),
+            (&r.cluster_queues, &r.local_queues),
+            "pass {passes}"
+        );
+        every.apply(&all, now);
+        changed.apply(&r, now);
+        for k in running.drain(..) {
+            for s in [&mut every, &mut changed] {
+                s.finish(&k, "Succeeded", "done", now);
+            }
+        }
+        running = r
+            .decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Admit { .. }))
+            .map(|d| d.workload().to_string())
+            .collect();
+        let (a, b) = (&every.snapshot().workloads, &changed.snapshot().workloads);
+        if let Some(k) = (0..a.len()).find(|&k| a[k] != b[k]) {
+            panic!(
+                "pass {passes}: {:?} shows {:?}, {:?} when every Pending decision is applied",
+                b[k].metadata.name, b[k].status, a[k].status
+            );
+        }
+        let pending: i32 = r.cluster_queues.iter().map(|c| c.pending).sum();
+        if pending == 0 && running.is_empty() {
+            break;
+        }
+    }
+    let finished = changed
+        .snapshot()
+        .workloads
+        .iter()
+        .filter(|w| is_finished(w.status.as_ref()))
+        .count();
+    assert_eq!(finished, 1500, "every Workload ran");
+    assert!(
+        left_out > reported,
+        "most Pending decisions change nothing: {left_out} left out, {reported} reported in {passes} passes"
+    );
 }

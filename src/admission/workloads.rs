@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::Timestamp;
 
+use super::PendingMessage;
 use super::queues::{Queues, Target};
 
 /// The end of a preemptor's `QuotaReserved=False` message (written by `cycle`).
@@ -77,6 +78,23 @@ pub(crate) struct WorkloadEntry {
     /// Its PodSets' shape: Workloads with equal PodSets share it ([`NO_SHAPE`] for invalid
     /// PodSets), assigned by the index.
     pub shape: u32,
+    /// The `QuotaReserved=False` it shows for its current generation, if it shows one: a pass
+    /// leaves a Pending decision that would change nothing out of its result.
+    pub shown: Option<Shown>,
+}
+
+/// The reason and message of a `QuotaReserved=False` condition a Workload shows.
+#[derive(Clone, Debug)]
+pub(crate) struct Shown {
+    pub reason: Box<str>,
+    pub message: PendingMessage,
+}
+
+impl Shown {
+    /// Whether a Pending decision with `reason` and `message` would leave it as it is.
+    pub fn is(&self, reason: &str, message: &PendingMessage) -> bool {
+        *self.reason == *reason && self.message.reads_as(message)
+    }
 }
 
 /// The shape of Workloads whose PodSets are invalid: like no other.
@@ -170,13 +188,39 @@ impl Queues {
         let namespace = w.metadata.namespace.as_deref().unwrap_or("default");
         let name = w.metadata.name.as_deref().unwrap_or_default();
         let key = meta::key_of(namespace, name);
+        let (lq, target) = self.resolve_queue(namespace, w.spec.queue_name.as_deref());
+        let mut entry = WorkloadEntry {
+            podsets: self.podset_requests(w, &key),
+            key,
+            namespace: namespace.to_string(),
+            priority: self.priority(&w.spec),
+            active: w.spec.active != Some(false),
+            target,
+            lq,
+            replaces: workload::replacement_for(w, namespace),
+            finished: None,
+            held: None,
+            evicted: false,
+            order_time: Timestamp::UNIX_EPOCH,
+            preemptor: false,
+            duplicate: false,
+            shape: NO_SHAPE,
+            shown: None,
+        };
+        self.derive_status(w, &mut entry);
+        entry
+    }
+
+    /// Refreshes what an entry takes from its Workload's status (and the quota that status
+    /// holds), the spec being unchanged: applying a decision or finishing a Workload changes
+    /// only its status, and parsing its PodSets again would change nothing.
+    pub fn derive_status(&self, w: &Workload, entry: &mut WorkloadEntry) {
         let created = w
             .metadata
             .creation_timestamp
             .as_ref()
             .map(|t| t.0)
             .unwrap_or(Timestamp::UNIX_EPOCH);
-        let (lq, target) = self.resolve_queue(namespace, w.spec.queue_name.as_deref());
         let conds = w
             .status
             .as_ref()
@@ -186,30 +230,23 @@ impl Queues {
         let evicted_cond = conditions::find_true(conds, condition::EVICTED);
         let evicted = evicted_cond.is_some();
         let held = self.held_by(w, finished.is_none(), evicted);
-        let preemptor = held.is_none()
-            && conditions::find(conds, condition::QUOTA_RESERVED)
-                .is_some_and(|c| c.status == "False" && c.message.contains(PREEMPTOR_MARK));
-        let order_time = match (evicted_cond, &held) {
+        let not_reserved =
+            conditions::find(conds, condition::QUOTA_RESERVED).filter(|c| c.status == "False");
+        entry.preemptor =
+            held.is_none() && not_reserved.is_some_and(|c| c.message.contains(PREEMPTOR_MARK));
+        entry.shown = not_reserved
+            .filter(|c| c.observed_generation == w.metadata.generation)
+            .map(|c| Shown {
+                reason: c.reason.as_str().into(),
+                message: PendingMessage::from(c.message.as_str()),
+            });
+        entry.order_time = match (evicted_cond, &held) {
             (Some(e), None) => e.last_transition_time.0,
             _ => created,
         };
-        WorkloadEntry {
-            podsets: self.podset_requests(w, &key),
-            key,
-            namespace: namespace.to_string(),
-            priority: self.priority(&w.spec),
-            active: w.spec.active != Some(false),
-            target,
-            lq,
-            replaces: workload::replacement_for(w, namespace),
-            finished,
-            held,
-            evicted,
-            order_time,
-            preemptor,
-            duplicate: false,
-            shape: NO_SHAPE,
-        }
+        entry.finished = finished;
+        entry.held = held;
+        entry.evicted = evicted;
     }
 
     /// The WorkloadPriorityClass's value, else `spec.priority`, else 0.
