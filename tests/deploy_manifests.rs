@@ -484,6 +484,7 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["get", "list", "watch"]),
     ("", "pods/eviction", &["create"]),
     ("policy", "poddisruptionbudgets", &["get", "list", "watch"]),
+    ("apps", "daemonsets", &["get", "list", "watch"]),
     (
         "raygate.io",
         "noderollouts",

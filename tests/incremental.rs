@@ -9,134 +9,23 @@
 //! slice pending, and is ungated once the active child's shrink frees the quota. On every look:
 //! the pods running (ungated, bound, not terminating) never exceed what the admitted slice grants.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use raygate::controller::{Clock, Config, Monotonic, run_with};
-use raygate::gate::pod_gate::POD_GATE;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::types::kueue::Workload;
-use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
-use raygate_sim::kuberay::{AutoscalerConfig, EmulatorConfig};
-use raygate_sim::{Faults, Sim};
-use serde_json::{Value, json};
-use tokio::sync::{oneshot, watch};
+use raygate::types::ray::RayService;
+use raygate_sim::kuberay::AutoscalerConfig;
+use serde_json::json;
 
-const NS: &str = "serving";
+mod ray_env;
+use ray_env::{Env, NS, Setup, is_gated};
+
 /// Virtual time allowed for a condition (the clock is paused: it costs no wall time).
 const WAIT: Duration = Duration::from_secs(900);
 
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
-
-struct Env {
-    _sim: Sim,
-    client: Client,
-    _controller: (oneshot::Sender<()>, tokio::task::JoinHandle<()>),
-    _stop: watch::Sender<bool>,
-}
-
 impl Env {
-    async fn new() -> Env {
-        raygate_testing::apiserver::init_logs();
-        let sim = raygate_testing::backend::sim(NS, Faults::none(), 0);
-        let client = sim.client();
-        let nodes: Api<Node> = Api::all(client.clone());
-        for i in 0..2 {
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": format!("node-{i}")},
-                "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                    "conditions": [{"type": "Ready", "status": "True"}]},
-            }))
-            .unwrap();
-            nodes.create(&PostParams::default(), &node).await.unwrap();
-        }
-        let (stop, shutdown) = watch::channel(false);
-        let clock = sim.clock().clone();
-        tokio::spawn(scheduler::run(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown.clone(),
-        ));
-        tokio::spawn(kubelet::run_all(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown,
-        ));
-        sim.spawn_garbage_collector(
-            garbage_collector::Config::default()
-                .cover(ApiResource::erase::<RayCluster>(&()))
-                .cover(ApiResource::erase::<RayService>(&())),
-        );
-        let emulator = EmulatorConfig {
-            namespace: Some(NS.into()),
-            pods: true,
-            autoscaler: Some(AutoscalerConfig {
-                step: 1,
-                period: Duration::from_secs(5),
-            }),
-            ..Default::default()
-        };
-        tokio::spawn(raygate_sim::kuberay::run(
-            client.clone(),
-            clock,
-            emulator,
-            futures::future::pending(),
-        ));
-        let (tx, rx) = oneshot::channel::<()>();
-        let raygate = sim.client_as("raygate");
-        let clock: Arc<dyn Clock> = Arc::new(SimClock(sim.clock().clone()));
-        let config = Config {
-            admission_resync: Duration::from_millis(500),
-            pod_gate: true,
-            ..Default::default()
-        };
-        let handle = tokio::spawn(async move {
-            run_with(raygate, config, clock, async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("controller runs");
-        });
-        Env {
-            _sim: sim,
-            client,
-            _controller: (tx, handle),
-            _stop: stop,
-        }
-    }
-
-    async fn queues(&self, cpu: &str) {
-        let apply = |obj: Value| {
-            let client = self.client.clone();
-            async move {
-                raygate::dev::apply(&client, &obj.to_string(), "test", None)
-                    .await
-                    .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
-            }
-        };
-        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}})).await;
-        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
-            "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}})).await;
-        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
-            "spec": {"clusterQueue": "cq"}})).await;
-    }
-
     /// An incremental RayService opted into `lq`: a 1-CPU head and 4 1-CPU workers (the full
     /// size), autoscaling on; `maxSurgePercent` 50, `stepSizePercent` 25 every 10 s; the old
     /// child is deleted 180 s after promotion, and its pods hold their quota until they are gone.
@@ -175,14 +64,6 @@ impl Env {
     async fn pods(&self) -> Vec<Pod> {
         Api::<Pod>::namespaced(self.client.clone(), NS)
             .list(&ListParams::default().labels("ray.io/node-type"))
-            .await
-            .unwrap()
-            .items
-    }
-
-    async fn slices(&self) -> Vec<Workload> {
-        Api::<Workload>::namespaced(self.client.clone(), NS)
-            .list(&ListParams::default())
             .await
             .unwrap()
             .items
@@ -237,13 +118,6 @@ impl Env {
                 .collect::<Vec<_>>()
         );
     }
-}
-
-fn is_gated(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == POD_GATE))
 }
 
 fn cond_true(w: &Workload, type_: &str) -> bool {
@@ -314,7 +188,15 @@ fn names(rs: &RayService) -> (String, String) {
 
 #[tokio::test(start_paused = true)]
 async fn an_incremental_upgrade_is_charged_as_the_pending_child_grows_and_never_runs_past_quota() {
-    let env = Env::new().await;
+    let env = Env::build(Setup {
+        // the emulated Ray autoscaler: one worker per step as the capacities move
+        autoscaler: Some(AutoscalerConfig {
+            step: 1,
+            period: Duration::from_secs(5),
+        }),
+        ..Setup::default()
+    })
+    .await;
     // the active child (head + 4 workers = 5 CPUs) and 2 of the surge: the pending head and one
     // of the 2 workers its first 50 % step asks for
     env.queues("7").await;

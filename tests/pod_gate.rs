@@ -3,158 +3,25 @@
 //! on the paused clock. Growth of a running child beyond its slice waits at the scheduling gate
 //! until a replacement slice is admitted.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use raygate::controller::{Clock, Config, Monotonic, run_with};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::gate::pod_gate::POD_GATE;
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
-use raygate_sim::kuberay::EmulatorConfig;
-use raygate_sim::{FaultRule, Faults, Sim, Verb};
-use serde_json::{Value, json};
-use tokio::sync::{oneshot, watch};
+use raygate_sim::actors::kubelet;
+use raygate_sim::{FaultRule, Faults, Verb};
+use serde_json::json;
 
-const NS: &str = "serving";
+mod ray_env;
+use ray_env::{Env, NS, is_gated};
+
 /// Virtual time allowed for a condition (the clock is paused: it costs no wall time).
 const WAIT: Duration = Duration::from_secs(600);
 
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
-
-struct Env {
-    sim: Sim,
-    client: Client,
-    controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
-    _stop: watch::Sender<bool>,
-}
-
 impl Env {
-    async fn new() -> Env {
-        Env::build(Faults::none(), 0, Default::default()).await
-    }
-
-    /// With `faults` on the sim (seeded by `seed`).
-    async fn with_faults(faults: Faults, seed: u64) -> Env {
-        Env::build(faults, seed, Default::default()).await
-    }
-
-    /// [`Env::new`] with these kubelet settings (e.g. containers that take their whole grace
-    /// period to stop, as a serving Ray node draining its requests does).
-    async fn with_kubelet(kubelet: kubelet::Config) -> Env {
-        Env::build(Faults::none(), 0, kubelet).await
-    }
-
-    async fn build(faults: Faults, seed: u64, kubelet: kubelet::Config) -> Env {
-        raygate_testing::apiserver::init_logs();
-        let sim = raygate_testing::backend::sim(NS, faults, seed);
-        let client = sim.client();
-        let nodes: Api<Node> = Api::all(client.clone());
-        for i in 0..2 {
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": format!("node-{i}")},
-                "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                    "conditions": [{"type": "Ready", "status": "True"}]},
-            }))
-            .unwrap();
-            nodes.create(&PostParams::default(), &node).await.unwrap();
-        }
-        let (stop, shutdown) = watch::channel(false);
-        let clock = sim.clock().clone();
-        tokio::spawn(scheduler::run(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown.clone(),
-        ));
-        tokio::spawn(kubelet::run_all(
-            client.clone(),
-            clock.clone(),
-            kubelet,
-            shutdown,
-        ));
-        sim.spawn_garbage_collector(
-            garbage_collector::Config::default()
-                .cover(ApiResource::erase::<RayCluster>(&()))
-                .cover(ApiResource::erase::<RayService>(&())),
-        );
-        let emulator = EmulatorConfig {
-            namespace: Some(NS.into()),
-            pods: true,
-            ..Default::default()
-        };
-        tokio::spawn(raygate_sim::kuberay::run(
-            client.clone(),
-            clock,
-            emulator,
-            futures::future::pending(),
-        ));
-        let mut env = Env {
-            sim,
-            client,
-            controller: None,
-            _stop: stop,
-        };
-        env.start_controller();
-        env
-    }
-
-    fn start_controller(&mut self) {
-        let (tx, rx) = oneshot::channel::<()>();
-        let client = self.sim.client_as("raygate");
-        let clock: Arc<dyn Clock> = Arc::new(SimClock(self.sim.clock().clone()));
-        let config = Config {
-            admission_resync: Duration::from_millis(500),
-            pod_gate: true,
-            ..Default::default()
-        };
-        let handle = tokio::spawn(async move {
-            run_with(client, config, clock, async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("controller runs");
-        });
-        self.controller = Some((tx, handle));
-    }
-
-    async fn kill_controller(&mut self) {
-        if let Some((_, handle)) = self.controller.take() {
-            handle.abort();
-            let _ = handle.await;
-        }
-    }
-
-    async fn queues(&self, cpu: &str) {
-        let apply = |obj: Value| {
-            let client = self.client.clone();
-            async move {
-                raygate::dev::apply(&client, &obj.to_string(), "test", None)
-                    .await
-                    .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
-            }
-        };
-        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}})).await;
-        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
-            "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}})).await;
-        apply(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
-            "spec": {"clusterQueue": "cq"}})).await;
-    }
-
     async fn set_quota(&self, cpu: &str) {
         let api: Api<ClusterQueue> = Api::all(self.client.clone());
         // read-modify-replace, again on a 409: the controller writes the queue's status meanwhile
@@ -240,14 +107,6 @@ impl Env {
         (gated, ws.len() - gated)
     }
 
-    async fn slices(&self) -> Vec<Workload> {
-        Api::<Workload>::namespaced(self.client.clone(), NS)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-    }
-
     /// Waits for `check`, asserting the invariant on every look: never more ungated workers
     /// than `max_ungated`.
     async fn until<T, F, Fut>(&self, what: &str, max_ungated: usize, mut check: F) -> T
@@ -272,13 +131,6 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-}
-
-fn is_gated(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == POD_GATE))
 }
 
 fn pending_slice(ws: &[Workload]) -> bool {

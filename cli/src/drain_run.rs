@@ -92,6 +92,10 @@ pub struct RunArgs {
     delete_emptydir_data: bool,
     #[arg(long)]
     force: bool,
+    /// Seconds each evicted pod gets to terminate (kubectl drain's flag); negative: the pod's
+    /// own terminationGracePeriodSeconds.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    grace_period: i64,
 }
 
 fn options(a: &RunArgs) -> Options {
@@ -113,6 +117,7 @@ fn options(a: &RunArgs) -> Options {
                 ignore_daemonsets: a.ignore_daemonsets,
                 delete_emptydir_data: a.delete_emptydir_data,
                 force: a.force,
+                grace_period_seconds: raygate::drain::rules::grace_period(a.grace_period),
                 ..DrainRules::default()
             },
             ..PlanOptions::default()
@@ -172,6 +177,7 @@ fn request(a: &RunArgs) -> RolloutRequest {
         ignore_daemonsets: a.ignore_daemonsets,
         delete_emptydir_data: a.delete_emptydir_data,
         force: a.force,
+        grace_period_seconds: Some(a.grace_period),
     }
 }
 

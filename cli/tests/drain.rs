@@ -9,6 +9,7 @@ use kube::api::{Api, PostParams};
 use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
 use raygate::cli::drain::{Groups, plan_exit_code};
 use raygate::cli::{Output, render};
+use raygate::types::k8s_openapi::api::apps::v1::DaemonSet;
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate::types::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use raygate::types::k8s_openapi::jiff::Timestamp;
@@ -65,6 +66,17 @@ async fn cluster() -> Sim {
     let client = sim.client();
     for (n, ud) in [("n1", "ud-a"), ("n2", "ud-a"), ("n3", "ud-b")] {
         node(&client, n, ud).await;
+        // the DaemonSet the agent's owner reference names (`<pod>-owner`)
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": format!("agent-{n}-owner"), "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
+        .unwrap();
+        Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
+            .create(&PostParams::default(), &ds)
+            .await
+            .unwrap();
         let labels = json!({"app": "agent"});
         pod(
             &client,
@@ -123,8 +135,8 @@ async fn plan_reads_the_cluster_and_prints_domains_phases_skips_and_blocks() {
         (objects.nodes.len(), objects.pods.len(), objects.pdbs.len()),
         (3, 8, 1)
     );
-    // the sim serves no DaemonSets: not observed, so every DaemonSet a pod names exists
-    assert!(objects.daemon_sets.is_none());
+    // the agents' DaemonSets are read: each agent's exists
+    assert_eq!(objects.daemon_sets.as_ref().map(Vec::len), Some(3));
 
     let options = plan_flags(&["--ignore-daemonsets", "--group-label", "group"])
         .options()

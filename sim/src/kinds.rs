@@ -244,7 +244,8 @@ pub enum CrdError {
 
 impl Registry {
     /// The built-in kinds: core/v1 Pods, Nodes, Namespaces, Events; events.k8s.io/v1 Events;
-    /// policy/v1 PodDisruptionBudgets; coordination.k8s.io/v1 Leases; apps/v1 ReplicaSets, Deployments and StatefulSets (with `scale`).
+    /// policy/v1 PodDisruptionBudgets; coordination.k8s.io/v1 Leases; apps/v1 ReplicaSets, Deployments and StatefulSets (with `scale`), and DaemonSets (without: a DaemonSet has no
+    /// scale subresource). No controller acts on them; `kubectl drain`'s rules read them.
     pub fn with_builtins() -> Self {
         let b = ResourceType::builtin;
         let pods_fields = [
@@ -323,13 +324,14 @@ impl Registry {
             ),
             b("apps", "v1", "deployments", "Deployment", true, true, &[]),
             b("apps", "v1", "statefulsets", "StatefulSet", true, true, &[]),
+            b("apps", "v1", "daemonsets", "DaemonSet", true, true, &[]),
         ];
         Registry {
             types: types
                 .into_iter()
                 .map(|mut t| {
                     // apps/v1 workloads serve `scale` (pkg/registry/apps/*/storage)
-                    if t.group == "apps" {
+                    if t.group == "apps" && t.kind != "DaemonSet" {
                         t.scale_subresource = true;
                         t.scale = Some(ScalePaths::apps());
                     }

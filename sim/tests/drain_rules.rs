@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -303,14 +304,29 @@ async fn names(client: &Client) -> Vec<String> {
     names
 }
 
+/// An `apps/v1` DaemonSet named `name` (no controller acts on it in the sim).
+async fn daemon_set(client: &Client, name: &str) {
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .unwrap();
+    Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+}
+
 /// filters.go `daemonSetFilter`: a pod controlled by an `apps/v1` DaemonSet stops the drain
 /// with `daemonSetFatal` unless `--ignore-daemonsets`, which skips it (`daemonSetWarning`) and
-/// leaves it running; the node's other pods go. (The executor does not watch DaemonSets, so a
-/// pod's DaemonSet is taken to exist; a deleted one's pods are the pure plan's unit test.)
+/// leaves it running; the node's other pods go.
 #[tokio::test(start_paused = true)]
 async fn daemon_set_filter_daemonset_pods_block_without_ignore_daemonsets_and_stay_with_it() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
+    daemon_set(&client, "agent").await;
     create(
         &client,
         vec![
@@ -344,6 +360,62 @@ async fn daemon_set_filter_daemonset_pods_block_without_ignore_daemonsets_and_st
     assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
     assert_eq!(seen(&history, Seen::Evicted), ["web"]);
     assert_eq!(names(&client).await, ["agent"], "the DaemonSet pod stays");
+}
+
+/// filters.go `daemonSetFilter`: the pod's DaemonSet is looked up (kubectl GETs it; raygate's
+/// executor watches DaemonSets). A pod whose DaemonSet is not found (deleted with
+/// `--cascade=orphan`) is an error without `--force` ("daemonsets.apps \"gone\" not found"),
+/// even under `--ignore-daemonsets`, and is evicted with `--force` (with the not-found warning),
+/// while the pods of a DaemonSet that exists stay.
+#[tokio::test(start_paused = true)]
+async fn daemon_set_filter_a_pod_whose_daemonset_is_gone_blocks_without_force_and_goes_with_it() {
+    let (sim, _actors) = cluster(None).await;
+    let client = sim.client();
+    daemon_set(&client, "agent").await;
+    create(
+        &client,
+        vec![
+            pod("agent-old-0", owned("apps/v1", "DaemonSet", "agent")),
+            pod("orphan-old-0", owned("apps/v1", "DaemonSet", "gone")),
+            pod("web", replicaset()),
+        ],
+    )
+    .await;
+    let history = record(&sim);
+    let ignore = DrainRules {
+        ignore_daemonsets: true,
+        ..DrainRules::default()
+    };
+    let blocked = start(&sim, options(ignore.clone()))
+        .run_for(Duration::from_secs(60))
+        .await;
+    assert!(
+        blocked.waiting.contains(
+            "blocked (nothing evicted): cannot delete daemonsets.apps \"gone\" not found (use \
+             --force to override): rules/orphan-old-0"
+        ),
+        "{}",
+        blocked.waiting
+    );
+    assert!(seen(&history, Seen::Evicted).is_empty(), "nothing evicted");
+    let end = start(
+        &sim,
+        options(DrainRules {
+            force: true,
+            ..ignore
+        }),
+    )
+    .finish()
+    .await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let mut evicted = seen(&history, Seen::Evicted);
+    evicted.sort();
+    assert_eq!(evicted, ["orphan-old-0", "web"]);
+    assert_eq!(
+        names(&client).await,
+        ["agent-old-0"],
+        "the DaemonSet's pod stays"
+    );
 }
 
 /// filters.go `isControllerRefDaemonSet` (kubectl v0.36.3): only an `apps/v1` DaemonSet counts;
@@ -642,5 +714,56 @@ async fn make_delete_options_each_pod_gets_its_own_grace_period_and_the_drain_wa
     assert!(
         sim.clock().now() >= gone,
         "drained only once the pod was gone"
+    );
+}
+
+/// drain.go `makeDeleteOptions`: `--grace-period=N` (N ≥ 0) is sent as the Eviction's
+/// `deleteOptions.gracePeriodSeconds`, which overrides the pod's `terminationGracePeriodSeconds`
+/// (the API server's graceful delete sets `deletionTimestamp` N s on and
+/// `deletionGracePeriodSeconds: N`; the kubelet kills the containers by then). A pod that would
+/// take its whole 120 s is gone about 10 s after its eviction with `--grace-period 10`.
+#[tokio::test(start_paused = true)]
+async fn make_delete_options_grace_period_overrides_the_pod_s_own() {
+    let (sim, _actors) = cluster(None).await;
+    let client = sim.client();
+    let slow = json!({"spec": {"terminationGracePeriodSeconds": 120}});
+    create(&client, vec![pod("slow", both(replicaset(), slow))]).await;
+    let history = record(&sim);
+    let deleting = Arc::new(Mutex::new(None));
+    let seen_grace = deleting.clone();
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let watch_api = api.clone();
+    tokio::spawn(async move {
+        let stream = watcher(watch_api, watcher::Config::default());
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(event)) = stream.next().await {
+            if let watcher::Event::Apply(p) = event
+                && let Some(g) = p.metadata.deletion_grace_period_seconds
+            {
+                *seen_grace.lock().unwrap() = Some(g);
+            }
+        }
+    });
+    let end = start(
+        &sim,
+        options(DrainRules {
+            grace_period_seconds: Some(10),
+            ..DrainRules::default()
+        }),
+    )
+    .finish()
+    .await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    assert_eq!(
+        *deleting.lock().unwrap(),
+        Some(10),
+        "deletionGracePeriodSeconds"
+    );
+    let evicted = when(&history, "slow", Seen::Evicted).expect("evicted");
+    let gone = when(&history, "slow", Seen::Gone).expect("gone");
+    let grace = gone.duration_since(evicted);
+    assert!(
+        grace >= SignedDuration::from_secs(9) && grace < SignedDuration::from_secs(12),
+        "gone {grace:?} after its eviction"
     );
 }

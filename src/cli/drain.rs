@@ -184,6 +184,8 @@ impl PlanFlags {
                 force: self.force,
                 pod_selector: self.pod_selector.clone(),
                 skip_wait_for_delete_timeout_seconds: self.skip_wait_for_delete_timeout,
+                // how pods terminate is no part of a plan
+                grace_period_seconds: None,
             },
         })
     }
@@ -421,6 +423,7 @@ mod tests {
                 force: true,
                 pod_selector: "app!=agent".into(),
                 skip_wait_for_delete_timeout_seconds: 30,
+                grace_period_seconds: None,
             }
         );
         assert_eq!(

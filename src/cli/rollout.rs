@@ -34,6 +34,8 @@ pub struct RolloutRequest {
     pub ignore_daemonsets: bool,
     pub delete_emptydir_data: bool,
     pub force: bool,
+    /// kubectl's `--grace-period` (`None`: each pod's own).
+    pub grace_period_seconds: Option<i64>,
 }
 
 impl RolloutRequest {
@@ -82,6 +84,7 @@ impl RolloutRequest {
                 ignore_daemonsets: self.ignore_daemonsets,
                 delete_emptydir_data: self.delete_emptydir_data,
                 force: self.force,
+                grace_period_seconds: self.grace_period_seconds.filter(|s| *s >= 0),
                 ..DrainFlags::default()
             },
             groups,
@@ -231,6 +234,15 @@ mod tests {
         assert!(label_selector("a in (").is_err());
     }
 
+    /// `--grace-period` as the spec's `drain.gracePeriodSeconds`.
+    fn spec_grace(r: &RolloutRequest, seconds: Option<i64>) -> Option<i64> {
+        let r = RolloutRequest {
+            grace_period_seconds: seconds,
+            ..r.clone()
+        };
+        r.spec().unwrap().drain.grace_period_seconds
+    }
+
     #[test]
     fn the_flags_become_a_spec_and_a_custom_group_needs_its_representative() {
         let r = RolloutRequest {
@@ -247,6 +259,13 @@ mod tests {
         assert_eq!(spec.health_check_stable.as_deref(), Some("30s"));
         assert_eq!(spec.health_check_retry_timeout.as_deref(), Some("600s"));
         assert!(crate::drain::rollout_options(&r.spec().unwrap()).is_ok());
+        assert_eq!(spec_grace(&r, None), None, "the pod's own grace period");
+        assert_eq!(
+            spec_grace(&r, Some(-1)),
+            None,
+            "kubectl's -1: the pod's own"
+        );
+        assert_eq!(spec_grace(&r, Some(90)), Some(90));
         let custom = RolloutRequest {
             group_label: Some("group".into()),
             ..r.clone()

@@ -1,4 +1,5 @@
-//! The drain's executor (IO): observe Nodes, Pods and PodDisruptionBudgets through reflector
+//! The drain's executor (IO): observe Nodes, Pods and PodDisruptionBudgets (and DaemonSets, where
+//! they can be listed: `kubectl drain`'s rule for a pod whose DaemonSet is gone) through reflector
 //! stores → [`engine::decide`] → apply (evictions through the Eviction API, never a delete; node
 //! patches under the field manager [`DRAIN_MANAGER`]) → report (a log line and an Event per
 //! decision). One loop for `raygate drain run --local` and, later, the NodeRollout controller.
@@ -7,13 +8,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -127,14 +129,32 @@ pub async fn run(
         ready.clone(),
         changed.clone(),
     );
+    // kubectl drain's `daemonSetFilter` GETs a pod's DaemonSet: a pod whose DaemonSet is gone
+    // is evicted with --force and stops the drain without it
+    let daemon_sets = match daemon_sets_readable(&client).await {
+        true => Some(watch_store(
+            Api::<DaemonSet>::all(client.clone()),
+            watcher::Config::default(),
+            ready.clone(),
+            changed.clone(),
+        )),
+        false => None,
+    };
     // dropped (the run returns): every watch stops
     let mut drivers = tokio::task::JoinSet::new();
     let mut kinds = std::collections::HashMap::new();
+    let (daemon_sets, ds_driver) = match daemon_sets {
+        Some((store, driver)) => (Some(store), Some(("DaemonSet", driver))),
+        None => (None, None),
+    };
     for (kind, (_, driver)) in [
         ("Node", node_driver),
         ("Pod", pod_driver),
         ("PodDisruptionBudget", pdb_driver),
-    ] {
+    ]
+    .into_iter()
+    .chain(ds_driver)
+    {
         kinds.insert(drivers.spawn(driver).id(), kind);
     }
     tokio::select! {
@@ -153,9 +173,13 @@ pub async fn run(
         Some(state) => state,
         None => {
             let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
-            let plan =
-                crate::drain::plan(&Cluster::new(&n, &p, &b), &run.options.plan, clock.now())
-                    .map_err(DrainRunError::Plan)?;
+            let ds = daemon_sets.as_ref().map(snapshot);
+            let cluster = Cluster {
+                daemon_sets: ds.as_deref(),
+                ..Cluster::new(&n, &p, &b)
+            };
+            let plan = crate::drain::plan(&cluster, &run.options.plan, clock.now())
+                .map_err(DrainRunError::Plan)?;
             for d in &plan.domains {
                 tracing::info!(
                     domain = %d.name,
@@ -182,10 +206,14 @@ pub async fn run(
             }
         }
         let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
+        let ds = daemon_sets.as_ref().map(snapshot);
         if let Some(o) = run.observer.as_mut() {
             let at = clock.monotonic();
             if looked.is_none_or(|l| at.saturating_since(l) >= o.every) {
-                (o.look)(&Cluster::new(&n, &p, &b));
+                (o.look)(&Cluster {
+                    daemon_sets: ds.as_deref(),
+                    ..Cluster::new(&n, &p, &b)
+                });
                 looked = Some(at);
             }
         }
@@ -194,6 +222,7 @@ pub async fn run(
             nodes: &n,
             pods: &p,
             pdbs: &b,
+            daemon_sets: ds.as_deref(),
             outcomes: &outcomes,
             resumes,
         };
@@ -250,6 +279,22 @@ pub async fn run(
             r = run.resumes.changed(), if resumes_open => resumes_open = r.is_ok(),
             _ = tokio::time::sleep(run.tick) => {}
             _ = &mut shutdown => return Ok(state),
+        }
+    }
+}
+
+/// Whether the DaemonSets can be listed (and so watched). Not served or not permitted: every
+/// DaemonSet a pod names is taken to exist (as the plan's read does, `live::drain_objects`), so
+/// its pods are never evicted as orphans.
+async fn daemon_sets_readable(client: &Client) -> bool {
+    match Api::<DaemonSet>::all(client.clone())
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "drain: DaemonSets are not readable; every DaemonSet a pod names is taken to exist");
+            false
         }
     }
 }
@@ -461,8 +506,9 @@ fn resource_version(nodes: &[Node], node: &str) -> Option<String> {
 }
 
 /// The Eviction sent for `t`: the pod's uid as a precondition (a pod recreated under the same name
-/// is not evicted by mistake) and the dry run, in the body's `deleteOptions` as the API server reads
-/// them. kube 5's `Api::evict` writes them under `delete_options`, which the server ignores.
+/// is not evicted by mistake), the dry run and `--grace-period` (kubectl's `makeDeleteOptions`:
+/// `gracePeriodSeconds` only when one is given), in the body's `deleteOptions` as the API server
+/// reads them. kube 5's `Api::evict` writes them under `delete_options`, which the server ignores.
 fn eviction(t: &EvictTarget, dry_run: bool) -> Eviction {
     Eviction {
         metadata: ObjectMeta {
@@ -472,6 +518,7 @@ fn eviction(t: &EvictTarget, dry_run: bool) -> Eviction {
         },
         delete_options: Some(DeleteOptions {
             dry_run: dry_run.then(|| vec!["All".to_string()]),
+            grace_period_seconds: t.grace_period_seconds.and_then(|s| i64::try_from(s).ok()),
             preconditions: t.uid.clone().map(|uid| Preconditions {
                 uid: Some(uid),
                 resource_version: None,
@@ -497,6 +544,7 @@ mod eviction_tests {
             uid: Some("u-1".into()),
             pdb: None,
             group: None,
+            grace_period_seconds: None,
         };
         let body = serde_json::to_value(eviction(&t, true)).expect("serialises");
         assert_eq!(body["apiVersion"], "policy/v1");
@@ -505,5 +553,14 @@ mod eviction_tests {
         assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "u-1");
         assert_eq!(body["deleteOptions"]["dryRun"], serde_json::json!(["All"]));
         assert!(body.get("delete_options").is_none());
+        // kubectl's --grace-period=-1 sends none: the pod's own grace period
+        assert!(body["deleteOptions"].get("gracePeriodSeconds").is_none());
+        let t = EvictTarget {
+            grace_period_seconds: Some(15),
+            ..t
+        };
+        let body = serde_json::to_value(eviction(&t, false)).expect("serialises");
+        assert_eq!(body["deleteOptions"]["gracePeriodSeconds"], 15);
+        assert!(body["deleteOptions"].get("dryRun").is_none());
     }
 }

@@ -139,6 +139,7 @@ fn rules_strategy() -> impl Strategy<Value = DrainRules> {
             force,
             pod_selector: ["", "app=a0", "app!=a1"][sel].to_string(),
             skip_wait_for_delete_timeout_seconds: 0,
+            grace_period_seconds: None,
         }
     })
 }

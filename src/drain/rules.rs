@@ -31,7 +31,8 @@ pub const DAEMON_SET_WARNING: &str = "ignoring DaemonSet-managed Pods";
 pub const LOCAL_STORAGE_WARNING: &str = "deleting Pods with local storage";
 pub const UNMANAGED_WARNING: &str = "deleting Pods that declare no controller";
 
-/// `kubectl drain`'s flags that decide which pods are drained (same names, same defaults).
+/// `kubectl drain`'s flags that decide which pods are drained, and how (same names, same
+/// defaults).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainRules {
@@ -46,6 +47,18 @@ pub struct DrainRules {
     /// `--skip-wait-for-delete-timeout`: skip pods deleting for longer than this many seconds
     /// (0 = never skip).
     pub skip_wait_for_delete_timeout_seconds: u64,
+    /// `--grace-period`: the seconds each evicted pod gets to terminate, sent as the Eviction's
+    /// `deleteOptions.gracePeriodSeconds` (drain.go `makeDeleteOptions`). `None` (kubectl's
+    /// `-1`, any negative value): none is sent, so each pod gets its own
+    /// `terminationGracePeriodSeconds`. `Some(0)`: the API server deletes the pod at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<u64>,
+}
+
+/// kubectl's `--grace-period` value (`int`, `-1` by default) as [`DrainRules::grace_period_seconds`]:
+/// a negative value sends none.
+pub fn grace_period(seconds: i64) -> Option<u64> {
+    u64::try_from(seconds).ok()
 }
 
 /// What the rules decide for one pod.

@@ -213,6 +213,10 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
             force: spec.drain.force,
             pod_selector: spec.drain.pod_selector.clone(),
             skip_wait_for_delete_timeout_seconds: skip_wait.unsigned_abs(),
+            grace_period_seconds: spec
+                .drain
+                .grace_period_seconds
+                .and_then(super::rules::grace_period),
         },
     };
     Ok(RolloutOptions {
@@ -349,7 +353,8 @@ mod tests {
             "taintOutdated": true,
             "handOff": {"mode": "Reboot"},
             "drain": {"ignoreDaemonsets": true, "deleteEmptydirData": true, "force": true,
-                      "podSelector": "app!=agent", "skipWaitForDeleteTimeoutSeconds": 30},
+                      "podSelector": "app!=agent", "skipWaitForDeleteTimeoutSeconds": 30,
+                      "gracePeriodSeconds": 45},
             "groups": {"preset": "KubeRay"},
             "healthCheckWait": "30s", "healthCheckStable": "2m", "healthCheckRetryTimeout": "1h30m",
             "domainTimeout": "45m", "rolloutTimeout": "12h",
@@ -382,6 +387,7 @@ mod tests {
                 force: true,
                 pod_selector: "app!=agent".into(),
                 skip_wait_for_delete_timeout_seconds: 30,
+                grace_period_seconds: Some(45),
             }
         );
         assert_eq!(
@@ -423,6 +429,17 @@ mod tests {
         assert_eq!(o.max_unavailable_domains, 1);
         assert_eq!(o.hand_off.mode, HandOffMode::None);
         // the newest generation when no value is named
+        // kubectl's --grace-period=-1: the pod's own grace period (none sent)
+        let s = spec(json!({"nodeSelector": {}, "drain": {"gracePeriodSeconds": -1}}));
+        assert_eq!(
+            rollout_options(&s).unwrap().plan.rules.grace_period_seconds,
+            None
+        );
+        let s = spec(json!({"nodeSelector": {}, "drain": {"gracePeriodSeconds": 0}}));
+        assert_eq!(
+            rollout_options(&s).unwrap().plan.rules.grace_period_seconds,
+            Some(0)
+        );
         let s = spec(json!({"generation": {"label": "gen"}}));
         let g = rollout_options(&s).unwrap().plan.generation.unwrap();
         assert_eq!(g.source, GenerationSource::Label("gen".into()));

@@ -255,6 +255,11 @@ pub struct DrainFlags {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self >= 0").message("skipWaitForDeleteTimeoutSeconds must not be negative"))]
     pub skip_wait_for_delete_timeout_seconds: i64,
+    /// `--grace-period`: the seconds each evicted pod gets to terminate (the Eviction's
+    /// `deleteOptions.gracePeriodSeconds`). Unset or negative: the pod's own
+    /// `terminationGracePeriodSeconds` (kubectl's default `-1`); `0`: deleted at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// How the preflight recognises groups.

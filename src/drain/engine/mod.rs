@@ -25,8 +25,9 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 pub use k8s_openapi::jiff::SignedDuration;
@@ -269,6 +270,9 @@ pub struct DomainState {
     /// and [`decide`] settles them from the live view).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sending: Vec<Evicted>,
+    /// Older accepted evictions, folded into counts ([`State::compacted`]).
+    #[serde(default, skip_serializing_if = "Folded::is_empty")]
+    pub folded: Folded,
     pub refusal: Option<Refusal>,
     /// After a failed eviction: no eviction before this time.
     pub retry_at: Option<Timestamp>,
@@ -292,6 +296,87 @@ pub struct Baseline {
     pub group_size: usize,
     /// The groups of this domain the engine set out to evict.
     pub groups: BTreeSet<String>,
+    /// Some of its evictions were folded ([`State::compacted`]): its groups count as evicted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub folded: bool,
+}
+
+/// Evictions folded out of [`DomainState::evicted`] to bound the stored state
+/// ([`State::compacted`]): their counts, and what the health gate reads of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Folded {
+    /// Accepted evictions of pods a budget protected.
+    #[serde(default)]
+    pub protected: u64,
+    /// Accepted evictions of the other pods.
+    #[serde(default)]
+    pub other: u64,
+    /// The budgets that protected them (`namespace/name`): the health gate checks them.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub budgets: BTreeSet<String>,
+    /// Their groups (`namespace/group`) no workload baseline names: the health gate waits for
+    /// them by name.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub groups: BTreeSet<String>,
+}
+
+impl Folded {
+    pub fn is_empty(&self) -> bool {
+        *self == Folded::default()
+    }
+}
+
+impl DomainState {
+    /// Accepted evictions (kept and folded): `(protected, other)`.
+    pub fn evicted_counts(&self) -> (u64, u64) {
+        let accepted = self.evicted.iter().filter(|e| e.refused.is_none());
+        let protected = accepted.clone().filter(|e| e.pdb.is_some()).count() as u64;
+        let other = accepted.filter(|e| e.pdb.is_none()).count() as u64;
+        (self.folded.protected + protected, self.folded.other + other)
+    }
+
+    /// Folds every accepted eviction but the newest `keep` (see [`State::compacted`]).
+    fn fold(&mut self, keep: usize) {
+        let finished = matches!(self.step, Step::Done | Step::Aborted);
+        let keep = if finished { 0 } else { keep };
+        let accepted = self.evicted.iter().filter(|e| e.refused.is_none()).count();
+        let mut fold = accepted.saturating_sub(keep);
+        let mut kept = Vec::with_capacity(self.evicted.len() - fold);
+        for e in std::mem::take(&mut self.evicted) {
+            if fold == 0 || e.refused.is_some() {
+                kept.push(e);
+                continue;
+            }
+            fold -= 1;
+            match &e.pdb {
+                Some(pdb) => {
+                    self.folded.protected += 1;
+                    self.folded.budgets.insert(pdb.clone());
+                }
+                None => self.folded.other += 1,
+            }
+            let Some(group) = &e.group else { continue };
+            let ns = e.pod.split_once('/').map_or("", |(ns, _)| ns);
+            let baseline = self.workloads.iter_mut().find(|(key, b)| {
+                key.split_once('/').is_some_and(|(n, _)| n == ns) && b.groups.contains(group)
+            });
+            match baseline {
+                Some((_, b)) => b.folded = true,
+                None => {
+                    self.folded.groups.insert(format!("{ns}/{group}"));
+                }
+            }
+        }
+        self.evicted = kept;
+        if finished {
+            // nothing reads a finished domain's health any more: its counts are enough
+            self.folded.budgets.clear();
+            self.folded.groups.clear();
+            self.workloads.clear();
+            self.health = Health::default();
+        }
+    }
 }
 
 /// The rollout's state: plain data, the only memory between steps.
@@ -350,6 +435,23 @@ impl State {
     pub fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Completed | Phase::Failed { .. })
     }
+
+    /// The state with its size bounded for storing (the NodeRollout's `status.engine`, under
+    /// etcd's object limit): in each domain every accepted eviction but the newest `keep` is
+    /// folded into [`DomainState::folded`] (its count, its budget, its group, or a mark on the
+    /// workload baseline naming the group), and a finished domain keeps only its counts.
+    /// [`decide`] reads the folded state as it reads the full one: the same health gate (every
+    /// affected budget, every evicted group) and the same counts. What a domain in progress
+    /// then stores grows with its groups, budgets and workloads, and with at most `keep`
+    /// evictions, not with its pods. Refused (dry-run) answers and unanswered evictions
+    /// (`sending`) are kept as they are.
+    pub fn compacted(&self, keep: usize) -> State {
+        let mut s = self.clone();
+        for d in &mut s.domains {
+            d.fold(keep);
+        }
+        s
+    }
 }
 
 /// What the API answered to an eviction.
@@ -377,6 +479,9 @@ pub struct EvictTarget {
     /// `namespace/name` of the budget protecting it (phase 1).
     pub pdb: Option<String>,
     pub group: Option<String>,
+    /// `--grace-period` ([`super::DrainRules::grace_period_seconds`]): the pod's grace period in
+    /// the Eviction's delete options (`None`: the pod's own).
+    pub grace_period_seconds: Option<u64>,
 }
 
 /// An eviction the caller sent, and its result.
@@ -392,6 +497,10 @@ pub struct Observation<'a> {
     pub nodes: &'a [Node],
     pub pods: &'a [Pod],
     pub pdbs: &'a [PodDisruptionBudget],
+    /// The DaemonSets that exist (see [`Cluster::daemon_sets`]): a pod of one that is gone is
+    /// evicted with `--force` and blocks its domain without. `None`: not observed, every
+    /// DaemonSet a pod names is taken to exist.
+    pub daemon_sets: Option<&'a [DaemonSet]>,
     /// Outcomes of the evictions sent since the last step.
     pub outcomes: &'a [Outcome],
     /// How many times the operator asked to resume, ever (a counter: a restart that replays it
@@ -816,6 +925,7 @@ impl<'a> Stepper<'a> {
             uid: self.pod(pod).and_then(|p| p.metadata.uid.clone()),
             pdb: pdb.map(|b| format!("{}/{b}", pod.namespace)),
             group,
+            grace_period_seconds: self.o.plan.rules.grace_period_seconds,
         }
     }
 
@@ -934,7 +1044,18 @@ impl<'a> Stepper<'a> {
             self.drained(i);
             return;
         }
-        let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
+        // an accepted eviction whose pod the stores do not show terminating yet is not sent again
+        let accepted: HashSet<(String, Option<&str>)> = self.s.domains[i]
+            .evicted
+            .iter()
+            .filter(|e| e.refused.is_none())
+            .map(|e| (e.pod.clone(), e.uid.as_deref()))
+            .collect();
+        let targets: Vec<EvictTarget> = targets
+            .into_iter()
+            .filter(|t| !accepted.contains(&(t.pod.to_string(), t.uid.as_deref())))
+            .take(room)
+            .collect();
         for t in &targets {
             self.note_baseline(i, t);
             let intent = Evicted {
@@ -972,7 +1093,7 @@ impl<'a> Stepper<'a> {
             let baseline = Baseline {
                 ready_groups,
                 group_size,
-                groups: BTreeSet::new(),
+                ..Baseline::default()
             };
             self.s.domains[i]
                 .workloads
@@ -1090,11 +1211,10 @@ impl<'a> Stepper<'a> {
         d.message = "drained".into();
         let (node, message) = (
             d.nodes.first().cloned().unwrap_or_default(),
-            format!(
-                "upgrade domain {} drained ({} pod(s) evicted)",
-                d.name,
-                d.evicted.len()
-            ),
+            format!("upgrade domain {} drained ({} pod(s) evicted)", d.name, {
+                let (protected, other) = d.evicted_counts();
+                protected + other
+            }),
         );
         self.report(&node, EventType::Normal, "DomainDrained", message);
         self.hand_off(i);
@@ -1330,7 +1450,12 @@ impl<'a> Stepper<'a> {
         let d = &self.s.domains[i];
         let mut problems = Vec::new();
         let mut counts = BTreeMap::new();
-        let budgets: BTreeSet<&str> = d.evicted.iter().filter_map(|e| e.pdb.as_deref()).collect();
+        let budgets: BTreeSet<&str> = d
+            .evicted
+            .iter()
+            .filter_map(|e| e.pdb.as_deref())
+            .chain(d.folded.budgets.iter().map(String::as_str))
+            .collect();
         for key in budgets {
             let Some(pdb) = self
                 .obs
@@ -1370,15 +1495,17 @@ impl<'a> Stepper<'a> {
                     let ns = e.pod.split_once('/').map_or("", |(ns, _)| ns);
                     Some((ns, e.group.as_deref()?))
                 })
+                .chain(d.folded.groups.iter().filter_map(|g| g.split_once('/')))
                 .collect();
             // by workload: as many Ready groups as before, whatever their names now
             for (key, baseline) in &d.workloads {
                 let ns = key.split_once('/').map_or("", |(ns, _)| ns);
+                // a folded baseline's evictions are not listed one by one: its groups count
                 let evicted: Vec<&str> = baseline
                     .groups
                     .iter()
                     .map(String::as_str)
-                    .filter(|g| groups.remove(&(ns, *g)))
+                    .filter(|g| groups.remove(&(ns, *g)) || baseline.folded)
                     .collect();
                 if evicted.is_empty() {
                     continue;
@@ -1559,12 +1686,11 @@ fn replan<'a>(
         order: DomainOrder::Name,
         ..options.clone()
     };
-    super::plan::plan_nodes(
-        &Cluster::new(obs.nodes, obs.pods, obs.pdbs),
-        &options,
-        now,
-        nodes,
-    )
+    let cluster = Cluster {
+        daemon_sets: obs.daemon_sets,
+        ..Cluster::new(obs.nodes, obs.pods, obs.pdbs)
+    };
+    super::plan::plan_nodes(&cluster, &options, now, nodes)
 }
 
 fn has_label(node: &Node, key: &str, value: &str) -> bool {

@@ -54,6 +54,8 @@ struct World {
     nodes: Vec<Node>,
     pods: Vec<Pod>,
     pdbs: Vec<PodDisruptionBudget>,
+    /// `None`: not observed (the executor cannot list them).
+    daemon_sets: Option<Vec<DaemonSet>>,
     outcomes: Vec<Outcome>,
     resumes: u64,
     now: Timestamp,
@@ -75,6 +77,7 @@ impl World {
                 member("gb-1", "b1", "gb", false),
             ],
             pdbs: vec![pdb("ns/leaders", &[("role", "leader")]).observed(2, 1)],
+            daemon_sets: None,
             outcomes: vec![],
             resumes: 0,
             now: t0(),
@@ -108,6 +111,7 @@ impl World {
             nodes: &self.nodes,
             pods: &self.pods,
             pdbs: &self.pdbs,
+            daemon_sets: self.daemon_sets.as_deref(),
             outcomes: &self.outcomes,
             resumes: self.resumes,
         };
@@ -1112,4 +1116,199 @@ fn an_eviction_whose_answer_never_came_is_settled_from_the_live_view() {
     assert!(s.domains[0].evicted.is_empty());
     assert_eq!(evictions(&actions), ["ga-0"], "evicted again, once");
     assert_eq!(s.domains[0].sending.len(), 1);
+}
+
+/// kubectl v0.36.3 `daemonSetFilter`: a pod whose DaemonSet is not found stops the drain without
+/// `--force` ("daemonsets.apps \"gone\" not found") and is evicted with it; the executor passes
+/// the DaemonSets it watches, so the engine re-plans with them. Not observed (`None`): taken to
+/// exist, skipped under `--ignore-daemonsets`.
+#[test]
+fn a_pod_whose_daemon_set_is_gone_blocks_without_force_and_is_evicted_with_it() {
+    let orphan = || {
+        let p = pod("kube-system/agent-a1", "a1").owned_by("apps/v1", "DaemonSet", "gone");
+        ready(p)
+    };
+    let options = |force: bool| {
+        let mut o = World::options();
+        o.plan.rules.ignore_daemonsets = true;
+        o.plan.rules.force = force;
+        o
+    };
+    let drain = |w: &mut World, o: &Options| {
+        let mut s = w.start(o);
+        let mut sent = Vec::new();
+        for _ in 0..6 {
+            let (next, actions) = w.step(&s, o);
+            sent.extend(evictions(&actions));
+            w.apply(&actions, evicted);
+            w.terminate();
+            s = next;
+            w.advance(1);
+        }
+        (s, sent)
+    };
+    let mut w = World::new();
+    w.pods.push(orphan());
+    w.daemon_sets = Some(vec![]);
+    let (s, sent) = drain(&mut w, &options(false));
+    assert!(
+        s.domains[0].message.contains(
+            "blocked (nothing evicted): cannot delete daemonsets.apps \"gone\" not found (use \
+             --force to override): kube-system/agent-a1"
+        ),
+        "{}",
+        s.domains[0].message
+    );
+    assert!(sent.is_empty(), "{sent:?}");
+
+    let mut w = World::new();
+    w.pods.push(orphan());
+    w.daemon_sets = Some(vec![]);
+    let (_, sent) = drain(&mut w, &options(true));
+    assert!(sent.contains(&"agent-a1".to_string()), "{sent:?}");
+
+    // not observed: the DaemonSet is taken to exist, so its pod is skipped
+    let mut w = World::new();
+    w.pods.push(orphan());
+    let (s, sent) = drain(&mut w, &options(true));
+    assert!(!sent.contains(&"agent-a1".to_string()), "{sent:?}");
+    assert_ne!(
+        s.domains[0].step,
+        Step::Draining,
+        "{}",
+        s.domains[0].message
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// the stored state's bound: a restart from the compacted state decides as the full one
+
+/// What a restart reads back: the compacted state through JSON (`status.engine`).
+fn stored(s: &State, keep: usize) -> State {
+    serde_json::from_str(&serde_json::to_string(&s.compacted(keep)).unwrap()).unwrap()
+}
+
+#[test]
+fn a_compacted_health_gate_waits_for_the_same_groups_and_budgets() {
+    // by workload: the baseline's groups count as evicted once their evictions are folded
+    let mut w = World::new();
+    one_workload(&mut w);
+    let o = workload_options();
+    let full = drain_domain_a(&mut w, &o);
+    let restart = stored(&full, 0);
+    assert!(restart.domains[0].evicted.is_empty());
+    assert_eq!(restart.domains[0].evicted_counts(), (1, 2));
+    assert_eq!(full.domains[0].evicted_counts(), (1, 2));
+    assert_eq!(
+        restart.domains[0].folded.budgets,
+        BTreeSet::from(["ns/leaders".to_string()])
+    );
+    assert!(restart.domains[0].workloads["ns/app=llm"].folded);
+    w.set_healthy(1, 1);
+    let (a, _) = w.step(&full, &o);
+    let (b, _) = w.step(&restart, &o);
+    assert!(
+        b.waiting
+            .contains("1 of its 2 Ready groups back (evicted: ga)"),
+        "{}",
+        b.waiting
+    );
+    assert_eq!(a.waiting, b.waiting);
+    // by name: a folded group is still waited for, and a folded budget still checked
+    let mut w = World::new();
+    let o = World::options();
+    let full = drain_domain_a(&mut w, &o);
+    let restart = stored(&full, 0);
+    assert_eq!(
+        restart.domains[0].folded.groups,
+        BTreeSet::from(["ns/ga".to_string()])
+    );
+    w.set_healthy(1, 1);
+    let (a, _) = w.step(&full, &o);
+    let (b, _) = w.step(&restart, &o);
+    assert_eq!(a.waiting, b.waiting);
+    assert!(
+        b.waiting.contains("group ga is not Ready again"),
+        "{}",
+        b.waiting
+    );
+    // recovered: both pass the gate and the domain is done after the stable period, nothing
+    // evicted again
+    ga_recovers(&mut w);
+    let (a, acts_a) = w.step(&a, &o);
+    let (b, acts_b) = w.step(&b, &o);
+    assert_eq!(acts_a, acts_b);
+    w.advance(30);
+    let (a, acts_a) = w.step(&a, &o);
+    let (b, acts_b) = w.step(&b, &o);
+    assert_eq!(acts_a, acts_b);
+    assert!(
+        evictions(&acts_b).iter().all(|p| !p.starts_with("ga")),
+        "{acts_b:?}"
+    );
+    assert_eq!(
+        (a.domains[0].step, b.domains[0].step),
+        (Step::Done, Step::Done)
+    );
+    assert_eq!(a.compacted(0), b.compacted(0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Restarting from the stored (compacted) state at every step decides exactly what the
+    /// full state decides: the same actions (no eviction sent again, none missed), the same
+    /// health gate, the same counts.
+    #[test]
+    fn a_restart_from_the_compacted_state_at_any_step_decides_as_the_full_state(
+        script in script(),
+        keep in 0usize..3,
+        workloads in any::<bool>(),
+    ) {
+        let mut w = world_of(&script);
+        if workloads {
+            one_workload(&mut w);
+        }
+        let mut o = if workloads { workload_options() } else { World::options() };
+        o.plan.node_selector = "keep!=yes".into();
+        o.max_unavailable_domains = script.max_unavailable;
+        o.eviction_concurrency = script.concurrency;
+        o.health_check_stable = Some(secs(5));
+        let mut full = w.start(&o);
+        let mut restarted = full.clone();
+        for &(answer, finish, recover) in &script.steps {
+            let obs = Observation {
+                nodes: &w.nodes,
+                pods: &w.pods,
+                pdbs: &w.pdbs,
+                daemon_sets: None,
+                outcomes: &w.outcomes,
+                resumes: w.resumes,
+            };
+            let (next_full, actions) = decide(&full, &obs, w.now, &o);
+            let (next_restarted, again) = decide(&stored(&restarted, keep), &obs, w.now, &o);
+            prop_assert_eq!(&again, &actions);
+            prop_assert_eq!(next_restarted.compacted(keep), next_full.compacted(keep));
+            for (a, b) in next_full.domains.iter().zip(&next_restarted.domains) {
+                prop_assert_eq!(a.evicted_counts(), b.evicted_counts());
+            }
+            w.outcomes.clear();
+            w.apply(&actions, |_| match answer {
+                0 => EvictionResult::Evicted,
+                1 => EvictionResult::TooManyRequests { message: "needs 2 has 2".into(), retry_after: None },
+                _ => EvictionResult::Failed { code: 500, message: "boom".into() },
+            });
+            if finish {
+                w.terminate();
+            }
+            if recover {
+                w.set_healthy(3, 2);
+            } else {
+                w.set_healthy(2, 2);
+            }
+            w.advance(3);
+            full = next_full;
+            restarted = next_restarted;
+        }
+    }
 }
