@@ -56,6 +56,8 @@ pub mod schema;
 /// Label and field selectors (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod selector;
+/// The upstream CRDs (KubeRay, Kueue, LWS) embedded in the binary, and raygate's NodeRollout.
+pub mod upstream;
 /// The tower Service shell and watch streams (IO).
 pub mod service;
 /// `metav1.Status` errors (pure).
