@@ -117,7 +117,7 @@ fn service_of_pod(states: &BTreeMap<Key, State>, key: &Key, pod: &PodState) -> O
 }
 
 /// The ClusterQueue a pod is charged to: through its RayService's queue label, or its own.
-fn queue_of_pod(states: &BTreeMap<Key, State>, key: &Key, pod: &PodState) -> Option<String> {
+pub fn queue_of_pod(states: &BTreeMap<Key, State>, key: &Key, pod: &PodState) -> Option<String> {
     let local = match service_of_pod(states, key, pod) {
         Some(svc) => match states.get(&Key::new(Kind::RayService, &key.namespace, &svc))? {
             State::RayService(s) => s.queue.clone()?,
