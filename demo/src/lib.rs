@@ -6,7 +6,9 @@
 //! - [`invariants`]: pure checks over a history, each returning violations with time and objects;
 //! - [`baselines`]: naive drains to compare raygate's with (test actors, never in the production
 //!   library);
-//! - [`scenario`]: the scenario file format and its runner.
+//! - [`scenario`]: the scenario file format and its runner;
+//! - [`story`] and [`show`]: `raygate demo` (the embedded story, `config/scenarios/demo.yaml`)
+//!   and `raygate simulate`, with the live display, the timeline and the summary.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -17,5 +19,12 @@ pub mod history;
 /// Invariants over a history (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod invariants;
+/// The `nodeRollout` strategy: a NodeRollout object run by raygate's controller.
+pub mod noderollout;
 pub mod recorder;
 pub mod scenario;
+/// The live display's lines, the timeline and the summary (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod show;
+/// `raygate demo` / `raygate simulate`: a story on a fresh sim with the embedded CRDs, shown live.
+pub mod story;
