@@ -27,5 +27,8 @@ ensure() {
 
 ensure cargo-deny "$DENY_VERSION"
 ensure cargo-machete "$MACHETE_VERSION"
+# cargo-deny --offline reads every locked crate, including target-specific ones a build on this
+# platform never downloads (e.g. plotters' web-sys): fetch them first (seconds when cached)
+cargo fetch --locked --quiet
 cargo deny --locked --offline check licenses bans sources
 cargo machete

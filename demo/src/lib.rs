@@ -7,6 +7,7 @@
 //! - [`baselines`]: naive drains to compare raygate's with (test actors, never in the production
 //!   library);
 //! - [`scenario`]: the scenario file format and its runner;
+//! - [`report`]: the self-contained HTML report of runs (charts drawn from their histories);
 //! - [`story`] and [`show`]: `raygate demo` (the embedded story, `config/scenarios/demo.yaml`)
 //!   and `raygate simulate`, with the live display, the timeline and the summary.
 
@@ -22,6 +23,9 @@ pub mod invariants;
 /// The `nodeRollout` strategy: a NodeRollout object run by raygate's controller.
 pub mod noderollout;
 pub mod recorder;
+/// The HTML report (pure but for `report::write`).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod report;
 pub mod scenario;
 /// The live display's lines, the timeline and the summary (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
