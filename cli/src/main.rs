@@ -31,7 +31,7 @@ enum Command {
     /// and promoted. Act 2: a new node generation rolled out domain by domain through a
     /// NodeRollout. raygate's real controller does it all; the invariants are checked from the
     /// cluster's history. Exits 1 if any broke.
-    Demo,
+    Demo(simulate::DemoArgs),
     /// Run a scenario file on the simulated cluster (the demo's runner) and print its report;
     /// exits 1 when an expectation fails, 2 when the file is bad (line and field named).
     Simulate(simulate::SimulateArgs),
@@ -299,7 +299,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Dev(args) => dev::run(args),
-        Command::Demo => simulate::demo(),
+        Command::Demo(args) => simulate::demo(args),
         Command::Simulate(args) => simulate::simulate(args),
         Command::Drain(args) => Ok(drain::run(args)),
     }

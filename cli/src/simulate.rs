@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use raygate_demo::scenario::Checked;
-use raygate_demo::show;
 use raygate_demo::story::{self, Out};
+use raygate_demo::{report, show};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SimOutput {
@@ -26,12 +26,23 @@ pub struct SimulateArgs {
     /// Default: the table on a terminal, JSON when piped.
     #[arg(short = 'o', long = "output", value_enum)]
     output: Option<SimOutput>,
+    /// Also write the run as one self-contained HTML page (charts, no network) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+/// `raygate demo`'s one option.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Also write the run as one self-contained HTML page (charts, no network) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 /// Exit 0 when every invariant held and every expectation was met, 1 otherwise.
-pub fn demo() -> anyhow::Result<ExitCode> {
+pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let checked = story::demo().context("the embedded demo story")?;
-    play(&checked, SimOutput::Table)
+    play(&checked, SimOutput::Table, args.html.as_deref())
 }
 
 /// Exit 2 on a bad scenario file (line and field named), else as [`demo`].
@@ -50,10 +61,14 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     } else {
         SimOutput::Json
     });
-    play(&checked, output)
+    play(&checked, output, args.html.as_deref())
 }
 
-fn play(checked: &Checked, output: SimOutput) -> anyhow::Result<ExitCode> {
+fn play(
+    checked: &Checked,
+    output: SimOutput,
+    html: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
     let tty = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout();
     let mut status_shown = false;
@@ -90,6 +105,14 @@ fn play(checked: &Checked, output: SimOutput) -> anyhow::Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&show::report_json(&played.report, played.wall))?
         ),
+    }
+    if let Some(path) = html {
+        let run = report::Run::from_scenario("raygate", &played.report);
+        let mut input = report::Input::new(played.report.name.clone(), vec![run]);
+        input.subtitle = checked.scenario.description.trim().to_string();
+        input.domain_label = checked.scenario.cluster.domain_label.clone();
+        report::write(path, &input)?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(if played.report.passed() {
         ExitCode::SUCCESS

@@ -105,6 +105,41 @@ fn simulate_prints_a_scenario_s_report_as_json() {
     assert_eq!(v["invariants"].as_array().unwrap().len(), 6);
 }
 
+/// `--html FILE` writes the run as one self-contained page with the charts.
+#[test]
+fn simulate_writes_the_html_report() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("raygate-simulate-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    let out = raygate(
+        &[
+            "simulate",
+            "-f",
+            "config/scenarios/quota-held-upgrade.yaml",
+            "-o",
+            "json",
+            "--html",
+            page.to_str().unwrap(),
+        ],
+        &root,
+    );
+    let html = std::fs::read_to_string(&page).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html:.200}");
+    assert!(html.contains("<svg"), "charts inline");
+    assert!(html.contains("a RayService upgrade that does not fit waits for quota"));
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<script"),
+        "nothing fetched"
+    );
+}
+
 /// An expectation that fails is exit 1 with the failure in the summary.
 #[test]
 fn simulate_exits_1_when_an_expectation_fails() {
