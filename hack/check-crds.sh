@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when crds/ or its copies config/crd/bases/ and config/crd-raygate/ (what `kubectl apply -k
 # config/default` installs; kustomize cannot load ../../crds) or the Helm chart's copy differs from what
-# `raygate crdgen` generates.
+# `raygate crdgen` generates, or when the upstream CRDs vendored in sim/crds/upstream/ differ from
+# ../shared/upstream-crds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -33,5 +34,15 @@ if ! diff -ru charts/raygate/templates/crds "$tmp/chart/charts/raygate/templates
   head -50 "$tmp/diff" >&2
   stale=1
 fi
+# the upstream CRDs (KubeRay, Kueue, LWS) vendored for the binary (`raygate demo` embeds them:
+# sim/src/upstream.rs) must be the ones every test checks against (../shared/upstream-crds)
+if [ ! -d ../shared/upstream-crds ]; then
+  echo "../shared/upstream-crds is missing (beside this checkout): cannot check sim/crds/upstream/" >&2
+  stale=1
+elif ! diff -ru ../shared/upstream-crds sim/crds/upstream >"$tmp/diff" 2>&1; then
+  echo "sim/crds/upstream/ differs from ../shared/upstream-crds: run 'cp ../shared/upstream-crds/*.yaml sim/crds/upstream/' (and list new files in sim/src/upstream.rs), then commit. Difference:" >&2
+  head -50 "$tmp/diff" >&2
+  stale=1
+fi
 [ "$stale" = 0 ] || exit 1
-echo "crds/, config/crd/bases/ and the chart's copy are up to date ($(ls crds | wc -l) CRDs)"
+echo "crds/, config/crd/bases/ and the chart's copy are up to date ($(ls crds | wc -l) CRDs); sim/crds/upstream/ matches ../shared/upstream-crds ($(ls sim/crds/upstream | wc -l) files)"

@@ -3,6 +3,7 @@
 mod dev;
 mod drain;
 mod drain_run;
+mod simulate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +25,16 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Play raygate's story on a simulated cluster, nothing installed: 4 upgrade domains × 4 GPU
+    /// nodes, a ClusterQueue, a RayService with a multi-host worker group and LeaderWorkerSet
+    /// groups. Act 1: an upgrade that does not fit is held until quota is freed, then released
+    /// and promoted. Act 2: a new node generation rolled out domain by domain through a
+    /// NodeRollout. raygate's real controller does it all; the invariants are checked from the
+    /// cluster's history. Exits 1 if any broke.
+    Demo(simulate::DemoArgs),
+    /// Run a scenario file on the simulated cluster (the demo's runner) and print its report;
+    /// exits 1 when an expectation fails, 2 when the file is bad (line and field named).
+    Simulate(simulate::SimulateArgs),
     /// Print the PodSets (pods × per-pod requests) a RayService needs now, from a manifest file
     /// holding one RayService and any of its child RayClusters.
     Podsets {
@@ -208,7 +219,7 @@ async fn shutdown_signal() {
     tracing::info!("shutdown signal received");
 }
 
-fn read_input(path: &PathBuf) -> anyhow::Result<String> {
+pub(crate) fn read_input(path: &PathBuf) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading standard input")
     } else {
@@ -288,6 +299,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Dev(args) => dev::run(args),
+        Command::Demo(args) => simulate::demo(args),
+        Command::Simulate(args) => simulate::simulate(args),
         Command::Drain(args) => Ok(drain::run(args)),
     }
 }

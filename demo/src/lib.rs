@@ -7,7 +7,9 @@
 //! - [`baselines`]: naive drains to compare raygate's with (test actors, never in the production
 //!   library);
 //! - [`scenario`]: the scenario file format and its runner;
-//! - [`report`]: the self-contained HTML report of runs (charts drawn from their histories).
+//! - [`report`]: the self-contained HTML report of runs (charts drawn from their histories);
+//! - [`story`] and [`show`]: `raygate demo` (the embedded story, `config/scenarios/demo.yaml`)
+//!   and `raygate simulate`, with the live display, the timeline and the summary.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -18,8 +20,15 @@ pub mod history;
 /// Invariants over a history (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod invariants;
+/// The `nodeRollout` strategy: a NodeRollout object run by raygate's controller.
+pub mod noderollout;
 pub mod recorder;
 /// The HTML report (pure but for `report::write`).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod report;
 pub mod scenario;
+/// The live display's lines, the timeline and the summary (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod show;
+/// `raygate demo` / `raygate simulate`: a story on a fresh sim with the embedded CRDs, shown live.
+pub mod story;

@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt};
 use raygate_sim::Clock;
 use tokio::sync::watch;
 
-use crate::history::{History, Key, Kind};
+use crate::history::{Change, History, Key, Kind};
 
 /// A running recorder; its watches stop when it is dropped.
 pub struct Recorder {
@@ -93,6 +93,30 @@ impl Recorder {
     /// The history so far.
     pub fn history(&self) -> History {
         self.lock().clone()
+    }
+
+    /// A cursor over the changes as they are recorded (a live display reads only what is new).
+    pub fn follower(&self) -> Follower {
+        Follower {
+            history: self.history.clone(),
+            next: 0,
+        }
+    }
+}
+
+/// Reads a growing history's changes once each, in order.
+pub struct Follower {
+    history: Arc<Mutex<History>>,
+    next: usize,
+}
+
+impl Follower {
+    /// The changes recorded since the last call.
+    pub fn next_changes(&mut self) -> Vec<Change> {
+        let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let new = h.changes.get(self.next..).unwrap_or_default().to_vec();
+        self.next = h.changes.len();
+        new
     }
 }
 

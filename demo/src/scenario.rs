@@ -35,7 +35,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope, pinned_kind};
 use kube::{Client, core::GroupVersionKind};
-use raygate_sim::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
+use raygate_sim::actors::{disruption, garbage_collector, kubelet, lws, node_lifecycle, scheduler};
 use raygate_sim::{FaultRule, Faults, Sim, Verb};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -122,6 +122,9 @@ impl Default for ControllerSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Step {
     pub at: String,
+    /// Printed when the step runs (the demo's act titles); no effect on the story.
+    #[serde(default)]
+    pub note: Option<String>,
     pub apply: Option<Vec<Value>>,
     pub patch: Option<PatchStep>,
     pub raise_quota: Option<RaiseQuota>,
@@ -166,7 +169,10 @@ pub struct RaiseQuota {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StrategyName {
+    /// raygate's drain engine run in process (`raygate drain run --local`).
     Raygate,
+    /// A `NodeRollout` object, run by raygate's controller (`--node-rollouts`).
+    NodeRollout,
     NodeByNode,
     RandomConcurrent,
     DomainByDomain,
@@ -188,6 +194,12 @@ pub struct StartRollout {
     /// raygate: taint outdated nodes `raygate.io/outdated:NoSchedule` from the start.
     #[serde(default)]
     pub taint_outdated: bool,
+    /// nodeRollout: the NodeRollout's name (default `node-generation-<target>`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// nodeRollout: `spec.healthCheckStable` (default: from the representatives' probes).
+    #[serde(default)]
+    pub health_check_stable: Option<String>,
 }
 
 fn default_target() -> String {
@@ -305,6 +317,8 @@ pub enum ScenarioError {
 pub struct Checked {
     pub scenario: Scenario,
     pub steps: Vec<(Duration, Action, u64)>,
+    /// The steps' notes, by line.
+    pub notes: BTreeMap<u64, String>,
     pub within: Duration,
     pub settle: Duration,
 }
@@ -335,8 +349,12 @@ pub fn parse(text: &str, source: &str) -> Result<Checked, ScenarioError> {
         ));
     }
     let mut steps = vec![];
+    let mut notes = BTreeMap::new();
     for (i, s) in scenario.timeline.iter().enumerate() {
         let line = s.referenced.line();
+        if let Some(note) = &s.value.note {
+            notes.insert(line, note.clone());
+        }
         let at = duration(&s.value.at)
             .map_err(|reason| field(line, format!("timeline[{i}].at"), reason))?;
         let step = s.value.clone();
@@ -431,6 +449,7 @@ pub fn parse(text: &str, source: &str) -> Result<Checked, ScenarioError> {
     Ok(Checked {
         scenario,
         steps,
+        notes,
         within,
         settle,
     })
@@ -507,6 +526,8 @@ struct Story {
     client: Client,
     controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
     pod_gate: bool,
+    /// Run the NodeRollout controller (the NodeRollout CRD is served).
+    node_rollouts: bool,
     faults: Faults,
     rollouts: Vec<tokio::task::JoinHandle<Result<Outcome, String>>>,
     expect: Expect,
@@ -525,6 +546,7 @@ impl Story {
         let config = raygate::controller::Config {
             admission_resync: Duration::from_millis(500),
             pod_gate: self.pod_gate,
+            node_rollouts: self.node_rollouts,
             ..Default::default()
         };
         let handle = tokio::spawn(async move {
@@ -718,9 +740,33 @@ impl Story {
                     })
             }
             Action::RaiseQuota(q) => raise_quota(&client, q, line).await,
+            Action::StartRollout(r) if r.strategy == StrategyName::NodeRollout => {
+                let request = crate::noderollout::Request {
+                    name: r
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("node-generation-{}", r.target)),
+                    domain_label: domain_label.into(),
+                    target: r.target.clone(),
+                    taint_outdated: r.taint_outdated,
+                    group_label: r
+                        .group_label
+                        .clone()
+                        .unwrap_or_else(|| lws::GROUP_KEY.to_string()),
+                    health_check_stable: r.health_check_stable.clone(),
+                };
+                self.expect.group_label = Some(request.group_label.clone());
+                self.expect.generation =
+                    Some((node_lifecycle::GENERATION.to_string(), r.target.clone()));
+                let clock = self.sim.clock().clone();
+                self.rollouts.push(tokio::spawn(async move {
+                    crate::noderollout::run(&client, &clock, &request).await
+                }));
+                Ok(())
+            }
             Action::StartRollout(r) => {
                 let strategy = match r.strategy {
-                    StrategyName::Raygate => Strategy::Raygate,
+                    StrategyName::Raygate | StrategyName::NodeRollout => Strategy::Raygate,
                     StrategyName::NodeByNode => Strategy::NodeByNode,
                     StrategyName::DomainByDomain => Strategy::DomainByDomain,
                     StrategyName::RandomConcurrent => Strategy::RandomConcurrent {
@@ -858,11 +904,88 @@ async fn taint_outdated(
     Ok(())
 }
 
+/// What a run reports as it goes (for a live display, [`run_with`]).
+#[derive(Clone, Debug)]
+pub enum Progress {
+    /// A timeline step runs now (its note, if any, and what it does).
+    Step {
+        at: Timestamp,
+        line: u64,
+        note: Option<String>,
+        action: String,
+    },
+    /// Changes the recorder saw since the last report (every second of cluster time).
+    Changes(Vec<crate::history::Change>),
+    /// The timeline is done; the rollouts and the settle time remain.
+    TimelineDone { at: Timestamp },
+}
+
+/// One line saying what a step does.
+pub fn describe(action: &Action) -> String {
+    let object = |api_version: &str, kind: &str, ns: Option<&str>, name: &str| match ns {
+        Some(ns) => format!("{kind} {ns}/{name} ({api_version})"),
+        None => format!("{kind} {name} ({api_version})"),
+    };
+    match action {
+        Action::Apply(objects) => {
+            let names: Vec<String> = objects
+                .iter()
+                .map(|o| {
+                    object(
+                        o["apiVersion"].as_str().unwrap_or_default(),
+                        o["kind"].as_str().unwrap_or_default(),
+                        o["metadata"]["namespace"].as_str(),
+                        o["metadata"]["name"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            format!("apply {}", names.join(", "))
+        }
+        Action::Patch(p) => format!(
+            "patch {}: {}",
+            object(&p.api_version, &p.kind, p.namespace.as_deref(), &p.name),
+            p.patch
+        ),
+        Action::RaiseQuota(q) => format!(
+            "set ClusterQueue {}'s {} quota to {}",
+            q.cluster_queue, q.resource, q.to
+        ),
+        Action::StartRollout(r) => format!(
+            "start a rollout to node generation {} ({:?})",
+            r.target, r.strategy
+        ),
+        Action::KillController => "kill raygate's controller".into(),
+        Action::RestartController => "restart raygate's controller".into(),
+        Action::InjectFault(f) => format!(
+            "inject HTTP {} on {:.0}% of {}",
+            f.code,
+            f.rate * 100.0,
+            if f.verbs.is_empty() {
+                "writes".to_string()
+            } else {
+                f.verbs.join("/")
+            }
+        ),
+        Action::ClearFaults => "clear injected faults".into(),
+        Action::FailNode(n) => format!("node {n} stops reporting (NotReady)"),
+        Action::RestoreNode(n) => format!("node {n} reports Ready again"),
+    }
+}
+
 /// Runs a checked scenario on `sim` (built with the CRDs its objects need): the nodes, the core
 /// actors (scheduler, kubelets, LWS, disruption controller with a 5 s lag, node lifecycle), the
 /// KubeRay emulator with pods, raygate's controller, the objects, the timeline; then the
 /// invariants over the recorded history and the expectations.
 pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
+    run_with(sim, checked, None).await
+}
+
+/// [`run`], reporting its steps and the cluster's changes to `progress` as it goes.
+pub async fn run_with(
+    sim: Sim,
+    checked: &Checked,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
+) -> Result<Report, RunError> {
     let s = &checked.scenario;
     let client = sim.client();
     let clock = sim.clock().clone();
@@ -910,6 +1033,16 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
     .await
     .is_ok()
     {
+        // the garbage collector deletes a deleted child's pods (KubeRay deletes the RayCluster
+        // in the background and leaves its pods to it), as in a real cluster
+        let ray = |kind: &str, plural: &str| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", kind), plural)
+        };
+        sim.spawn_garbage_collector(
+            garbage_collector::Config::default()
+                .cover(ray("RayCluster", "rayclusters"))
+                .cover(ray("RayService", "rayservices")),
+        );
         tokio::spawn(raygate_sim::kuberay::run(
             client.clone(),
             clock.clone(),
@@ -922,8 +1055,21 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
             },
         ));
     }
-    let recorder = Recorder::start(&client, &clock, &served(&client).await);
+    let served_kinds = served(&client).await;
+    let recorder = Recorder::start(&client, &clock, &served_kinds);
     recorder.synced().await;
+    let feeder = progress.clone().map(|tx| {
+        let mut follower = recorder.follower();
+        tokio::spawn(async move {
+            loop {
+                let changes = follower.next_changes();
+                if !changes.is_empty() && tx.send(Progress::Changes(changes)).is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    });
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     for d in 0..s.cluster.upgrade_domains {
         for i in 0..s.cluster.nodes_per_domain {
@@ -946,6 +1092,7 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
         client: client.clone(),
         controller: None,
         pod_gate: s.controller.pod_gate,
+        node_rollouts: served_kinds.contains(&Kind::NodeRollout),
         faults: Faults::none(),
         rollouts: vec![],
         expect: Expect::default(),
@@ -958,9 +1105,20 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
     apply(&client, &s.objects, 1).await?;
     for (at, action, line) in &checked.steps {
         tokio::time::sleep_until(origin + *at).await;
+        if let Some(tx) = &progress {
+            let _ = tx.send(Progress::Step {
+                at: clock.now(),
+                line: *line,
+                note: checked.notes.get(line).cloned(),
+                action: describe(action),
+            });
+        }
         story
             .act(action, *line, &s.cluster.domain_label, s.seed)
             .await?;
+    }
+    if let Some(tx) = &progress {
+        let _ = tx.send(Progress::TimelineDone { at: clock.now() });
     }
     let deadline = origin + checked.within;
     let mut rollouts = vec![];
@@ -973,6 +1131,9 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
     }
     tokio::time::sleep_until((tokio::time::Instant::now() + checked.settle).min(deadline)).await;
     let history = recorder.history();
+    if let Some(f) = feeder {
+        f.abort();
+    }
     story.kill_controller().await;
     let ended = clock.now();
     let mut expect = story.expect.clone();

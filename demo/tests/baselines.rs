@@ -5,26 +5,22 @@
 //! two groups down (`minAvailable: 2`). Every strategy upgrades every node to generation 1
 //! (drain, reboot through the sim's node lifecycle, uncordon). On the paused clock.
 
-use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use raygate_demo::baselines::{self, Outcome, Strategy, Upgrade};
 use raygate_demo::history::{History, Kind};
 use raygate_demo::invariants::{self, Window};
 use raygate_demo::recorder::Recorder;
 use raygate_sim::Sim;
-use raygate_sim::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
-use serde_json::{Value, json};
+use raygate_sim::actors::{lws, node_lifecycle};
+use raygate_sim::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
+use serde_json::json;
 use tokio::sync::watch;
 
-const NS: &str = "serving";
-const UD: &str = "topology.raygate.io/upgrade-domain";
-const LAG: Duration = Duration::from_secs(5);
 const OUTDATED: &str = "raygate.io/outdated";
 
 fn sim() -> Sim {
@@ -32,117 +28,19 @@ fn sim() -> Sim {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream-crds");
-    let lws = std::fs::read_to_string(root.join("leaderworkerset.x-k8s.io_leaderworkersets.yaml"))
-        .expect("../shared/upstream-crds holds the LWS CRD");
-    Sim::builder()
-        .crds_yaml(&lws)
-        .unwrap()
-        .namespace(NS)
-        .seed(7)
-        .build()
+    fixtures::builder().seed(7).build()
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1800);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
+/// The gang world's actors, and the node lifecycle (reboots) every strategy's hand-off uses.
 fn actors(sim: &Sim) -> watch::Sender<bool> {
-    let client = sim.client();
-    let (stop, shutdown) = watch::channel(false);
-    let clock = sim.clock().clone();
-    tokio::spawn(scheduler::run(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        clock.clone(),
-        kubelet::Config::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(lws::run(client, clock, Duration::from_secs(30), shutdown));
-    sim.spawn_disruption_controller(disruption::Config { lag: LAG });
+    let stop = fixtures::actors(sim);
     sim.spawn_node_lifecycle(node_lifecycle::Config::default());
     stop
 }
 
+/// A node of 4 GPUs in domain `ud`.
 fn node(name: &str, ud: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {UD: ud, "kubernetes.io/hostname": name,
-            node_lifecycle::GENERATION: "0"}},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }
-    }))
-    .unwrap()
-}
-
-fn container(probe_period: i32, failure_threshold: i32) -> Value {
-    json!({"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
-            "periodSeconds": probe_period, "failureThreshold": failure_threshold}})
-}
-
-fn lws_object(replicas: usize) -> Value {
-    json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "llm", "namespace": NS},
-        "spec": {"replicas": replicas, "leaderWorkerTemplate": {
-            "size": 2,
-            "leaderTemplate": {
-                "metadata": {"labels": {"role": "leader"},
-                    "annotations": {kubelet::READINESS_GROUP: lws::GROUP_KEY}},
-                "spec": {"containers": [container(5, 3)]},
-            },
-            "workerTemplate": {
-                "metadata": {"labels": {"role": "worker"}},
-                "spec": {
-                    "containers": [container(1, 1)],
-                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "labelSelector": {"matchExpressions": [{"key": lws::WORKER_INDEX, "operator": "In", "values": ["0"]}]},
-                        "matchLabelKeys": [lws::GROUP_KEY], "topologyKey": UD}]}},
-                },
-            },
-        }},
-    })
-}
-
-fn lws_api(client: &Client) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "leaderworkerset.x-k8s.io".into(),
-        version: "v1".into(),
-        api_version: "leaderworkerset.x-k8s.io/v1".into(),
-        kind: "LeaderWorkerSet".into(),
-        plural: "leaderworkersets".into(),
-    };
-    Api::namespaced_with(client.clone(), NS, &ar)
-}
-
-fn is_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
+    fixtures::node(name, ud, 4, "old")
 }
 
 async fn all_ready(client: &Client, pods: usize) {

@@ -34,6 +34,10 @@ pub mod faults;
 /// Field ownership and server-side apply (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod fields;
+/// The gang world shared by the drain and NodeRollout tests, the demo's baselines and its story
+/// (test fixtures: they panic on a broken cluster).
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+pub mod fixtures;
 /// Routing and the verbs over the store (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod handler;
@@ -64,6 +68,8 @@ pub mod status;
 /// Objects, revisions, history and watches (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod store;
+/// The upstream CRDs (KubeRay, Kueue, LWS) embedded in the binary, and raygate's NodeRollout.
+pub mod upstream;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

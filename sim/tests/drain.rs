@@ -26,10 +26,13 @@ use raygate_sim::actors::{kubelet, lws, node_lifecycle};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-mod gang;
-use gang::*;
+use raygate_sim::fixtures::*;
 
 fn sim() -> Sim {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     sim_with(&[])
 }
 

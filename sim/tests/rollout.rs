@@ -26,11 +26,14 @@ use raygate_sim::actors::lws;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-mod gang;
-use gang::*;
+use raygate_sim::fixtures::*;
 
 fn sim() -> Sim {
-    sim_with(&["crds/noderollouts.raygate.io.yaml"])
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    sim_with_rollouts()
 }
 
 /// `groups[i]` LWS groups on node `node-i` (domain `ud-i`, `pool=old`), then a spare node

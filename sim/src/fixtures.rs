@@ -1,20 +1,19 @@
-//! The gang world the drain and NodeRollout tests share: nodes in upgrade domains, LeaderWorkerSet
-//! groups (a leader and one worker packed into the leader's domain, the leader Ready only while its
-//! whole group is), the scheduler, kubelets, the LWS controller and the disruption controller, on
-//! the sim's paused clock. Each test file uses what it needs.
-#![allow(dead_code)]
+//! The gang world the drain and NodeRollout tests, the demo's baselines and its story share: nodes
+//! in upgrade domains, LeaderWorkerSet groups (a leader and one worker packed into the leader's
+//! domain, the leader Ready only while its whole group is), the scheduler, kubelets, the LWS
+//! controller and the disruption controller, on the sim's paused clock. Test fixtures (they panic
+//! on a broken cluster, as a test should); the CRDs are the embedded ones ([`crate::upstream`]).
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::Sim;
+use crate::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use raygate::controller::{Clock, Monotonic};
-use raygate_sim::Sim;
-use raygate_sim::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -26,7 +25,7 @@ pub const POOL: &str = "pool";
 pub const LAG: Duration = Duration::from_secs(5);
 pub const WAIT: Duration = Duration::from_secs(3 * 3600);
 
-pub struct SimClock(pub raygate_sim::Clock);
+pub struct SimClock(pub crate::Clock);
 
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
@@ -38,24 +37,31 @@ impl Clock for SimClock {
     }
 }
 
-/// The sim with the LWS CRD and `extra_crds` (paths relative to the repository root) installed.
+/// A sim builder with the LWS CRD installed and namespace [`NS`] (set a seed, faults, ...).
+pub fn builder() -> crate::SimBuilder {
+    Sim::builder()
+        .crds_yaml(crate::upstream::leaderworkerset())
+        .expect("the embedded LWS CRD")
+        .namespace(NS)
+}
+
+/// The sim with the LWS CRD and `extra_crds` (YAML texts) installed, and namespace [`NS`].
 pub fn sim_with(extra_crds: &[&str]) -> Sim {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let lws = std::fs::read_to_string(
-        repo.join("../shared/upstream-crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
-    )
-    .expect("../shared/upstream-crds holds the LWS CRD");
-    let mut builder = Sim::builder().crds_yaml(&lws).unwrap();
-    for path in extra_crds {
-        let yaml = std::fs::read_to_string(repo.join(path))
-            .unwrap_or_else(|e| panic!("reading {path}: {e}"));
-        builder = builder.crds_yaml(&yaml).unwrap();
+    let mut builder = builder();
+    for yaml in extra_crds {
+        builder = builder.crds_yaml(yaml).expect("a CRD");
     }
-    builder.namespace(NS).build()
+    builder.build()
+}
+
+/// The sim with the LWS CRD and raygate's NodeRollout installed, and namespace [`NS`].
+pub fn sim_with_rollouts() -> Sim {
+    let mut registry = crate::Registry::with_builtins();
+    registry
+        .add_crds_yaml(crate::upstream::leaderworkerset())
+        .expect("the embedded LWS CRD");
+    crate::upstream::add_raygate(&mut registry).expect("raygate's CRDs");
+    Sim::builder().registry(registry).namespace(NS).build()
 }
 
 pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T

@@ -1,0 +1,167 @@
+//! `raygate demo` and `raygate simulate` as a user runs them: the binary, no cluster, nothing
+//! read from disk for the demo (the CRDs and the story are embedded).
+
+use std::process::Command;
+
+fn raygate(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_raygate"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("runs the binary")
+}
+
+/// Run from an empty directory: the binary needs no file beside it. Exit 0, the acts on the
+/// live lines, every invariant held in the summary.
+#[test]
+fn demo_plays_both_acts_and_every_invariant_holds() {
+    let dir = std::env::temp_dir().join(format!("raygate-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = raygate(&["demo"], &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    for want in [
+        "Act 1: a RayService zero-downtime upgrade",
+        "held by raygate until an admitted slice covers it",
+        "released: its slice is admitted",
+        "Act 2: a new node generation",
+        "NodeRollout node-generation-1: Completed",
+        "TIMELINE",
+        "SUMMARY  raygate demo",
+        "raygate (NodeRollout)",
+        "RESULT  every invariant held and every expectation was met",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+    for invariant in [
+        "ClusterQueue quota never exceeded by running pods",
+        "no child RayCluster ever ran uncovered by a slice",
+        "no group disrupted more than once per rollout",
+        "available groups never below a PDB's floor",
+        "no slice leaked after the story ends",
+        "every node at the target generation at the end",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(invariant))
+            .unwrap_or_else(|| panic!("no summary line for {invariant:?}:\n{stdout}"));
+        assert!(line.ends_with(" held"), "{line}");
+    }
+    // not a terminal: plain lines, no status line rewritten in place
+    assert!(!stdout.contains('\r'), "no carriage returns when piped");
+}
+
+/// A scenario file with a bad field: exit 2, the line and the field named, nothing run.
+#[test]
+fn simulate_names_the_line_and_field_of_a_bad_file() {
+    let dir = std::env::temp_dir().join(format!("raygate-simulate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "name: bad\ncluster: {upgradeDomains: 1, nodesPerDomain: 1}\ntimeline:\n  - at: soon\n    clearFaults: {}\n",
+    )
+    .unwrap();
+    let out = raygate(&["simulate", "-f", file.to_str().unwrap()], &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 4: timeline[0].at"),
+        "line and field: {stderr}"
+    );
+}
+
+/// A shipped scenario as JSON (piped): the report says it passed, with the held child.
+#[test]
+fn simulate_prints_a_scenario_s_report_as_json() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = raygate(
+        &[
+            "simulate",
+            "-f",
+            "config/scenarios/quota-held-upgrade.yaml",
+            "-o",
+            "json",
+        ],
+        &root,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["passed"], true);
+    assert_eq!(v["violations"], serde_json::json!([]));
+    assert!(v["held"][0]["heldSeconds"].as_i64().unwrap() >= 300, "{v}");
+    assert_eq!(v["invariants"].as_array().unwrap().len(), 6);
+}
+
+/// `--html FILE` writes the run as one self-contained page with the charts.
+#[test]
+fn simulate_writes_the_html_report() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("raygate-simulate-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    let out = raygate(
+        &[
+            "simulate",
+            "-f",
+            "config/scenarios/quota-held-upgrade.yaml",
+            "-o",
+            "json",
+            "--html",
+            page.to_str().unwrap(),
+        ],
+        &root,
+    );
+    let html = std::fs::read_to_string(&page).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html:.200}");
+    assert!(html.contains("<svg"), "charts inline");
+    assert!(html.contains("a RayService upgrade that does not fit waits for quota"));
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<script"),
+        "nothing fetched"
+    );
+}
+
+/// An expectation that fails is exit 1 with the failure in the summary.
+#[test]
+fn simulate_exits_1_when_an_expectation_fails() {
+    let dir = std::env::temp_dir().join(format!("raygate-simulate-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fails.yaml");
+    std::fs::write(
+        &file,
+        "name: expects a node that is not there\ncluster: {upgradeDomains: 1, nodesPerDomain: 1}\n\
+         expect:\n  within: 1m\n  settle: 10s\n  objects:\n    - {apiVersion: v1, kind: Node, name: nowhere, path: /metadata/name, equals: nowhere}\n",
+    )
+    .unwrap();
+    let out = raygate(
+        &["simulate", "-f", file.to_str().unwrap(), "-o", "table"],
+        &dir,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("RESULT  FAILED"), "{stdout}");
+    assert!(
+        stdout.contains("Node nowhere: /metadata/name is absent"),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,585 @@
+//! What a run looks like to a person (pure): the live display's lines (a line per step, per
+//! change that matters, per NodeRollout domain phase and per raygate Event: the act, the domain,
+//! the pods evicted, why it waits), then the timeline and the summary table at the end.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use raygate::quantity::Resources;
+use raygate::types::rollout::NodeRolloutStatus;
+use raygate_sim::actors::{lws, node_lifecycle};
+use serde_json::{Value, json};
+
+use crate::history::{Change, History, Key, Kind, State};
+use crate::invariants::{self, Invariant, Window};
+use crate::scenario::Report;
+
+/// One line of the live display.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Line {
+    pub at: Timestamp,
+    /// The act it belongs to (0: before the first step whose note starts with `Act N`).
+    pub act: usize,
+    /// Goes into the timeline at the end too.
+    pub milestone: bool,
+    pub text: String,
+}
+
+/// `1h02m03s`, `12m03s`, `7s`.
+pub fn clock(d: SignedDuration) -> String {
+    let s = d.as_secs().max(0);
+    let (h, m, s) = (s / 3600, (s / 60) % 60, s % 60);
+    if h > 0 {
+        format!("{h}h{m:02}m{s:02}s")
+    } else if m > 0 {
+        format!("{m}m{s:02}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The act a note opens: `Act 2: ...` is 2.
+fn act_of(note: &str) -> Option<usize> {
+    let rest = note.strip_prefix("Act ")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Turns what a run reports into lines, remembering what it saw.
+#[derive(Debug)]
+pub struct Narrator {
+    start: Timestamp,
+    act: usize,
+    states: BTreeMap<Key, State>,
+    rollouts: BTreeMap<String, NodeRolloutStatus>,
+    events: BTreeSet<(String, String, String)>,
+}
+
+impl Narrator {
+    pub fn new(start: Timestamp) -> Self {
+        Narrator {
+            start,
+            act: 0,
+            states: BTreeMap::new(),
+            rollouts: BTreeMap::new(),
+            events: BTreeSet::new(),
+        }
+    }
+
+    pub fn act(&self) -> usize {
+        self.act
+    }
+
+    fn line(&self, at: Timestamp, milestone: bool, text: String) -> Line {
+        Line {
+            at,
+            act: self.act,
+            milestone,
+            text,
+        }
+    }
+
+    /// A timeline step runs.
+    pub fn step(&mut self, at: Timestamp, note: Option<&str>, action: &str) -> Vec<Line> {
+        let mut out = vec![];
+        if let Some(n) = note {
+            if let Some(a) = act_of(n) {
+                self.act = a;
+            }
+            out.push(self.line(at, true, format!("== {n}")));
+        }
+        out.push(self.line(at, false, format!("step: {action}")));
+        out
+    }
+
+    /// The timeline is done.
+    pub fn timeline_done(&mut self, at: Timestamp) -> Vec<Line> {
+        vec![self.line(
+            at,
+            false,
+            "timeline done; waiting for the rollouts and the cluster to settle".into(),
+        )]
+    }
+
+    /// The domain a node is in (from its labels, as last seen).
+    fn domain_of(&self, node: &str) -> Option<String> {
+        match self.states.get(&Key::new(Kind::Node, "", node)) {
+            Some(State::Node(n)) => n
+                .labels
+                .iter()
+                .find(|(k, _)| k.ends_with("upgrade-domain"))
+                .map(|(_, v)| v.clone()),
+            _ => None,
+        }
+    }
+
+    /// One change the recorder saw.
+    pub fn change(&mut self, c: &Change) -> Vec<Line> {
+        let before = match &c.state {
+            Some(s) => self.states.insert(c.key.clone(), s.clone()),
+            None => self.states.remove(&c.key),
+        };
+        let who = format!("{}/{}", c.key.namespace, c.key.name);
+        let text: Option<(bool, String)> = match (&before, &c.state) {
+            (None, Some(State::RayCluster(rc))) if rc.suspended => Some((
+                true,
+                format!(
+                    "RayCluster {who} created suspended: held by raygate until an admitted slice covers it"
+                ),
+            )),
+            (None, Some(State::RayCluster(_))) => {
+                Some((false, format!("RayCluster {who} created")))
+            }
+            (Some(State::RayCluster(a)), Some(State::RayCluster(b)))
+                if a.suspended != b.suspended =>
+            {
+                Some(if b.suspended {
+                    (true, format!("RayCluster {who} suspended"))
+                } else {
+                    (
+                        true,
+                        format!("RayCluster {who} released: its slice is admitted"),
+                    )
+                })
+            }
+            (Some(State::RayCluster(_)), None) => Some((
+                true,
+                format!("RayCluster {who} deleted (the old child, after promotion)"),
+            )),
+            (None, Some(State::Workload(w))) => Some((
+                false,
+                format!(
+                    "Workload {who}: a slice of RayService {} ({} pods){}",
+                    w.rayservice.as_deref().unwrap_or("?"),
+                    w.pods,
+                    if w.admitted {
+                        ", admitted"
+                    } else {
+                        ", waiting for quota"
+                    }
+                ),
+            )),
+            (Some(State::Workload(a)), Some(State::Workload(b))) if !a.admitted && b.admitted => {
+                Some((
+                    true,
+                    format!(
+                        "Workload {who} admitted by ClusterQueue {}",
+                        b.cluster_queue.as_deref().unwrap_or("?")
+                    ),
+                ))
+            }
+            (Some(State::Workload(a)), Some(State::Workload(b))) if !a.finished && b.finished => {
+                Some((false, format!("Workload {who} finished: its quota is free")))
+            }
+            (Some(State::ClusterQueue(a)), Some(State::ClusterQueue(b)))
+                if a.nominal != b.nominal =>
+            {
+                Some((
+                    true,
+                    format!(
+                        "ClusterQueue {}: quota {} -> {}",
+                        c.key.name,
+                        resources(&a.nominal),
+                        resources(&b.nominal)
+                    ),
+                ))
+            }
+            (Some(State::Pod(a)), Some(State::Pod(b))) if !a.evicted && b.evicted => {
+                let node = b.node.clone().unwrap_or_default();
+                let domain = self.domain_of(&node).unwrap_or_else(|| "?".into());
+                Some((
+                    false,
+                    format!("pod {who} evicted from node {node} (domain {domain})"),
+                ))
+            }
+            (Some(State::Node(a)), Some(State::Node(b))) => {
+                let generation = |n: &crate::history::NodeState| {
+                    n.labels.get(node_lifecycle::GENERATION).cloned()
+                };
+                (generation(a) != generation(b)).then(|| {
+                    (
+                        false,
+                        format!(
+                            "node {} at generation {}",
+                            c.key.name,
+                            generation(b).unwrap_or_default()
+                        ),
+                    )
+                })
+            }
+            _ => None,
+        };
+        text.map(|(m, t)| self.line(c.at, m, t))
+            .into_iter()
+            .collect()
+    }
+
+    /// A NodeRollout's status as its watch delivered it: the rollout's phase, each domain's
+    /// phase, and what a domain waits for.
+    pub fn rollout(&mut self, at: Timestamp, name: &str, s: &NodeRolloutStatus) -> Vec<Line> {
+        let before = self
+            .rollouts
+            .insert(name.into(), s.clone())
+            .unwrap_or_default();
+        let mut out = vec![];
+        if before.phase != s.phase
+            && let Some(p) = &s.phase
+        {
+            let progress = s.progress.as_deref().unwrap_or("");
+            let text = format!("NodeRollout {name}: {p} {progress}");
+            out.push(self.line(at, true, text.trim_end().to_string()));
+        }
+        for d in &s.domains {
+            let old = before.domains.iter().find(|o| o.name == d.name);
+            if old.map(|o| &o.phase) != Some(&d.phase) {
+                let detail = match d.phase.as_str() {
+                    "Draining" => format!(" (nodes {})", d.nodes.join(", ")),
+                    "Done" => format!(
+                        ": evicted {} protected and {} other pods",
+                        d.protected_evicted, d.other_evicted
+                    ),
+                    _ => String::new(),
+                };
+                let milestone = matches!(d.phase.as_str(), "Draining" | "Done");
+                out.push(self.line(
+                    at,
+                    milestone,
+                    format!("NodeRollout {name}: domain {} {}{detail}", d.name, d.phase),
+                ));
+            }
+            let why = d.blocked_by.clone().or_else(|| d.message.clone());
+            let old_why = old.and_then(|o| o.blocked_by.clone().or_else(|| o.message.clone()));
+            if why != old_why
+                && let Some(w) = why
+                && d.phase != "Done"
+            {
+                out.push(self.line(
+                    at,
+                    false,
+                    format!("NodeRollout {name}: domain {} waits: {w}", d.name),
+                ));
+            }
+        }
+        out
+    }
+
+    /// An Event raygate wrote (each distinct one once).
+    pub fn event(
+        &mut self,
+        at: Timestamp,
+        regarding: &str,
+        kind: &str,
+        reason: &str,
+        note: &str,
+    ) -> Vec<Line> {
+        if !self
+            .events
+            .insert((regarding.into(), reason.into(), note.into()))
+        {
+            return vec![];
+        }
+        let warning = if kind == "Warning" { "Warning " } else { "" };
+        vec![self.line(
+            at,
+            false,
+            format!("Event {warning}{reason} on {regarding}: {note}"),
+        )]
+    }
+
+    /// `[  12m03s] act 2 | text`.
+    pub fn render(&self, l: &Line) -> String {
+        render(self.start, l)
+    }
+}
+
+pub fn render(start: Timestamp, l: &Line) -> String {
+    let act = if l.act == 0 {
+        "setup".to_string()
+    } else {
+        format!("act {}", l.act)
+    };
+    format!(
+        "[{:>8}] {act:<5} | {}",
+        clock(l.at.duration_since(start)),
+        l.text
+    )
+}
+
+fn resources(r: &Resources) -> String {
+    r.iter()
+        .map(|(k, q)| format!("{k}={}", q))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The invariants in the order of [`Invariant`], with what each promises.
+pub const INVARIANTS: [(Invariant, &str); 6] = [
+    (
+        Invariant::QuotaExceeded,
+        "ClusterQueue quota never exceeded by running pods",
+    ),
+    (
+        Invariant::RanUncovered,
+        "no child RayCluster ever ran uncovered by a slice",
+    ),
+    (
+        Invariant::GroupDisruptedTwice,
+        "no group disrupted more than once per rollout",
+    ),
+    (
+        Invariant::BelowPdbFloor,
+        "available groups never below a PDB's floor",
+    ),
+    (
+        Invariant::SliceLeaked,
+        "no slice leaked after the story ends",
+    ),
+    (
+        Invariant::NodeNotAtTarget,
+        "every node at the target generation at the end",
+    ),
+];
+
+/// How long each RayCluster stayed suspended after it was created suspended (held), and when it
+/// was released: (name, held for, released at).
+pub fn holds(h: &History) -> Vec<(String, SignedDuration, Option<Timestamp>)> {
+    let mut since: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let mut out = vec![];
+    for c in &h.changes {
+        if c.key.kind != Kind::RayCluster {
+            continue;
+        }
+        let name = format!("{}/{}", c.key.namespace, c.key.name);
+        match &c.state {
+            Some(State::RayCluster(rc)) if rc.suspended => {
+                since.entry(name).or_insert(c.at);
+            }
+            Some(State::RayCluster(_)) | None => {
+                // a child released in the instant it was created was never held
+                if let Some(from) = since.remove(&name)
+                    && c.at > from
+                {
+                    out.push((name, c.at.duration_since(from), Some(c.at)));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some((_, end)) = h.span() {
+        for (name, from) in since {
+            out.push((name, end.duration_since(from), None));
+        }
+    }
+    out
+}
+
+/// Per ClusterQueue and resource: the peak of what running pods charged to it requested, and
+/// the nominal quota at that moment.
+pub fn quota_peaks(h: &History) -> BTreeMap<(String, String), (Resources, Resources)> {
+    let mut out: BTreeMap<(String, String), (Resources, Resources)> = BTreeMap::new();
+    let mut replay = h.replay();
+    while let Some((_, states)) = replay.step() {
+        let mut used: BTreeMap<String, Resources> = BTreeMap::new();
+        for (k, s) in states {
+            if let State::Pod(p) = s
+                && p.holds_resources()
+                && let Some(cq) = invariants::queue_of_pod(states, k, p)
+            {
+                used.entry(cq).or_default().add(&p.requests);
+            }
+        }
+        for (k, s) in states {
+            let State::ClusterQueue(q) = s else { continue };
+            let u = used.remove(&k.name).unwrap_or_default();
+            for (resource, nominal) in q.nominal.iter() {
+                let have = u.get(resource);
+                let e = out
+                    .entry((k.name.clone(), resource.to_string()))
+                    .or_default();
+                if e.0.is_empty() || have.nanos() > e.0.get(resource).nanos() {
+                    let mut a = Resources::new();
+                    a.set(resource, have);
+                    let mut b = Resources::new();
+                    b.set(resource, *nominal);
+                    *e = (a, b);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A rollout's effect on the groups: (disruptions, groups disrupted twice).
+fn group_effect(h: &History, window: Window) -> (usize, usize) {
+    let by_group = invariants::group_disruptions(h, lws::GROUP_KEY, window);
+    (
+        by_group.values().map(Vec::len).sum(),
+        by_group.values().filter(|t| t.len() > 1).count(),
+    )
+}
+
+/// The timeline (milestones) and the summary table.
+pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> String {
+    let start = report.started;
+    let mut s = String::new();
+    let _ = writeln!(s, "\nTIMELINE");
+    for l in lines.iter().filter(|l| l.milestone) {
+        let _ = writeln!(s, "  {}", render(start, l));
+    }
+    let _ = writeln!(
+        s,
+        "\nSUMMARY  {}  ({} of cluster time in {:.1} s wall; {} changes recorded)",
+        report.name,
+        clock(report.ended.duration_since(start)),
+        wall.as_secs_f64(),
+        report.history.changes.len()
+    );
+    let rollout_checked = !report.rollouts.is_empty();
+    let _ = writeln!(
+        s,
+        "\n  {:<52} RESULT",
+        "INVARIANT (from the cluster's history)"
+    );
+    for (inv, what) in INVARIANTS {
+        let broken: Vec<_> = report
+            .violations
+            .iter()
+            .filter(|v| v.invariant == inv)
+            .collect();
+        let result = if !broken.is_empty() {
+            format!("BROKEN ({} violations)", broken.len())
+        } else if !rollout_checked
+            && matches!(
+                inv,
+                Invariant::GroupDisruptedTwice | Invariant::NodeNotAtTarget
+            )
+        {
+            "not checked (no rollout)".to_string()
+        } else {
+            "held".to_string()
+        };
+        let _ = writeln!(s, "  {what:<52} {result}");
+    }
+    let held = holds(&report.history);
+    if !held.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n  {:<44} {:>10}  RELEASED AT",
+            "HELD CHILD", "HELD FOR"
+        );
+        for (name, for_, at) in &held {
+            let _ = writeln!(
+                s,
+                "  {name:<44} {:>10}  {}",
+                clock(*for_),
+                at.map_or_else(|| "never".into(), |t| clock(t.duration_since(start)))
+            );
+        }
+    }
+    if rollout_checked {
+        let below = invariants::seconds_below_pdb_floor(&report.history);
+        let _ = writeln!(
+            s,
+            "\n  {:<26} {:>9} {:>10} {:>12} {:>16} {:>20}",
+            "ROLLOUT", "TOOK", "EVICTIONS", "DISRUPTIONS", "DISRUPTED TWICE", "GROUP-S BELOW FLOOR"
+        );
+        for r in &report.rollouts {
+            match r {
+                Ok(o) => {
+                    let (disruptions, twice) = group_effect(
+                        &report.history,
+                        Window {
+                            from: o.started,
+                            to: o.finished,
+                        },
+                    );
+                    let _ = writeln!(
+                        s,
+                        "  {:<26} {:>9} {:>10} {:>12} {:>16} {:>20.0}",
+                        o.strategy,
+                        clock(o.took()),
+                        o.evictions,
+                        disruptions,
+                        twice,
+                        below
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(s, "  failed: {e}");
+                }
+            }
+        }
+    }
+    let peaks = quota_peaks(&report.history);
+    if !peaks.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n  {:<32} {:>14} {:>14}",
+            "QUOTA (ClusterQueue/resource)", "PEAK RUNNING", "QUOTA THEN"
+        );
+        for ((cq, resource), (used, nominal)) in &peaks {
+            let _ = writeln!(
+                s,
+                "  {:<32} {:>14} {:>14}",
+                format!("{cq}/{resource}"),
+                used.get(resource).to_string(),
+                nominal.get(resource).to_string()
+            );
+        }
+    }
+    let _ = writeln!(s);
+    if report.passed() {
+        let _ = writeln!(
+            s,
+            "RESULT  every invariant held and every expectation was met"
+        );
+    } else {
+        let _ = writeln!(s, "RESULT  FAILED:");
+        for f in &report.failures {
+            let _ = writeln!(s, "  - {f}");
+        }
+    }
+    s
+}
+
+/// The report as JSON (`raygate simulate -o json`).
+pub fn report_json(report: &Report, wall: std::time::Duration) -> Value {
+    let start = report.started;
+    let secs = |t: Timestamp| t.duration_since(start).as_secs();
+    json!({
+        "name": report.name,
+        "passed": report.passed(),
+        "clusterSeconds": secs(report.ended),
+        "wallSeconds": (wall.as_secs_f64() * 10.0).round() / 10.0,
+        "changesRecorded": report.history.changes.len(),
+        "invariants": INVARIANTS.iter().map(|(inv, what)| {
+            let n = report.violations.iter().filter(|v| v.invariant == *inv).count();
+            json!({"name": format!("{inv:?}"), "description": what, "violations": n})
+        }).collect::<Vec<_>>(),
+        "violations": report.violations.iter().map(|v| json!({
+            "invariant": format!("{:?}", v.invariant),
+            "fromSeconds": secs(v.from),
+            "untilSeconds": v.until.map(secs),
+            "objects": v.objects,
+            "message": v.message,
+        })).collect::<Vec<_>>(),
+        "rollouts": report.rollouts.iter().map(|r| match r {
+            Ok(o) => {
+                let (disruptions, twice) = group_effect(&report.history, Window { from: o.started, to: o.finished });
+                json!({"strategy": o.strategy, "startedSeconds": secs(o.started),
+                    "seconds": o.took().as_secs(), "evictions": o.evictions, "refusals": o.refusals,
+                    "groupDisruptions": disruptions, "groupsDisruptedTwice": twice})
+            }
+            Err(e) => json!({"error": e}),
+        }).collect::<Vec<_>>(),
+        "groupSecondsBelowPdbFloor": invariants::seconds_below_pdb_floor(&report.history),
+        "held": holds(&report.history).iter().map(|(name, d, at)| json!({
+            "rayCluster": name, "heldSeconds": d.as_secs(), "releasedAtSeconds": at.map(secs),
+        })).collect::<Vec<_>>(),
+        "failures": report.failures,
+    })
+}
+
+#[cfg(test)]
+mod tests;

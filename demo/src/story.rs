@@ -1,0 +1,241 @@
+//! `raygate demo` and `raygate simulate` (IO): a scenario on a fresh simulated cluster built from
+//! the CRDs embedded in the binary ([`raygate_sim::upstream`]), on tokio's paused clock (hours of
+//! cluster time in seconds), with a live display fed by the run's progress, the NodeRollouts'
+//! status and raygate's Events. Nothing is read from disk but the scenario file a user names.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
+use raygate_sim::{Clock, CrdError, Sim};
+use tokio::sync::mpsc;
+
+use crate::scenario::{self, Checked, Progress, Report, RunError, ScenarioError};
+use crate::show::{Line, Narrator};
+
+/// The demo's story: itself a scenario file, embedded.
+pub const DEMO: &str = include_str!("../../config/scenarios/demo.yaml");
+
+/// How the embedded story is named in errors.
+pub const DEMO_SOURCE: &str = "config/scenarios/demo.yaml (embedded)";
+
+/// The demo's story, checked.
+pub fn demo() -> Result<Checked, ScenarioError> {
+    scenario::parse(DEMO, DEMO_SOURCE)
+}
+
+/// Why a story could not be played.
+#[derive(Debug, thiserror::Error)]
+pub enum PlayError {
+    #[error("loading the embedded CRDs: {0}")]
+    Crds(#[from] CrdError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("starting the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// What the display is told.
+#[derive(Clone, Debug)]
+pub enum Out {
+    /// A line that stays.
+    Line(String),
+    /// The one status line a terminal rewrites in place (cluster time, act, rollout progress).
+    Status(String),
+}
+
+/// A played story: the run's report, every line shown, the wall time it took.
+#[derive(Debug)]
+pub struct Played {
+    pub report: Report,
+    pub lines: Vec<Line>,
+    pub wall: Duration,
+}
+
+/// What the watchers beside the run report.
+enum Seen {
+    Rollout(String, NodeRolloutStatus),
+    Event {
+        regarding: String,
+        kind: String,
+        reason: String,
+        note: String,
+    },
+}
+
+fn watch_rollouts(client: Client, tx: mpsc::UnboundedSender<Seen>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let stream =
+            watcher::watcher(Api::<NodeRollout>::all(client), Default::default()).applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(o) = stream.next().await {
+            let Ok(o) = o else { continue };
+            let status = o.status.clone().unwrap_or_default();
+            if tx.send(Seen::Rollout(o.name_any(), status)).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// raygate's Events (its controllers report as `raygate...`).
+fn watch_events(client: Client, tx: mpsc::UnboundedSender<Seen>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let stream =
+            watcher::watcher(Api::<Event>::all(client), Default::default()).applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(e) = stream.next().await {
+            let Ok(e) = e else { continue };
+            if !e
+                .reporting_controller
+                .as_deref()
+                .is_some_and(|c| c.starts_with("raygate"))
+            {
+                continue;
+            }
+            let regarding = e.regarding.as_ref().map_or_else(String::new, |r| {
+                let kind = r.kind.clone().unwrap_or_default();
+                match &r.namespace {
+                    Some(ns) => format!("{kind} {ns}/{}", r.name.clone().unwrap_or_default()),
+                    None => format!("{kind} {}", r.name.clone().unwrap_or_default()),
+                }
+            });
+            let seen = Seen::Event {
+                regarding,
+                kind: e.type_.clone().unwrap_or_default(),
+                reason: e.reason.clone().unwrap_or_default(),
+                note: e.note.clone().unwrap_or_default(),
+            };
+            if tx.send(seen).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// A fresh sim for `checked`: the built-in kinds, the embedded upstream CRDs, raygate's
+/// NodeRollout, the scenario's seed. Build it inside the (paused) runtime that plays the story:
+/// its clock reads tokio's, so one built before the runtime starts would carry the wall time in
+/// between into every name and timestamp.
+pub fn sim_for(checked: &Checked) -> Result<Sim, PlayError> {
+    Ok(Sim::builder()
+        .registry(raygate_sim::upstream::registry()?)
+        .seed(checked.scenario.seed)
+        .build())
+}
+
+/// Plays `checked` on `sim`, telling `out` every line as it happens (and a status line).
+pub async fn play(
+    sim: Sim,
+    checked: &Checked,
+    out: &mut dyn FnMut(Out),
+) -> Result<Played, PlayError> {
+    let wall = Instant::now();
+    let clock: Clock = sim.clock().clone();
+    let start = clock.now();
+    let mut narrator = Narrator::new(start);
+    let mut lines: Vec<Line> = vec![];
+    let (ptx, mut prx) = mpsc::unbounded_channel::<Progress>();
+    let (stx, mut srx) = mpsc::unbounded_channel::<Seen>();
+    let watchers = [
+        watch_rollouts(sim.client(), stx.clone()),
+        watch_events(sim.client(), stx),
+    ];
+    let mut narrated = 0usize;
+    let mut rollout_progress = String::new();
+    let result = {
+        let run = scenario::run_with(sim.clone(), checked, Some(ptx));
+        let mut run = std::pin::pin!(run);
+        loop {
+            // biased: the same run shows its lines in the same order every time
+            tokio::select! {
+                biased;
+                r = &mut run => break r,
+                Some(p) = prx.recv() => {
+                    let new = match p {
+                        Progress::Step { at, note, action, .. } => narrator.step(at, note.as_deref(), &action),
+                        Progress::Changes(cs) => {
+                            narrated += cs.len();
+                            cs.iter().flat_map(|c| narrator.change(c)).collect()
+                        }
+                        Progress::TimelineDone { at } => narrator.timeline_done(at),
+                    };
+                    emit(out, new, &narrator, &mut lines);
+                    out(Out::Status(format!(
+                        "cluster time {} | act {} | {}",
+                        crate::show::clock(clock.now().duration_since(start)),
+                        narrator.act(),
+                        rollout_progress
+                    )));
+                }
+                Some(s) = srx.recv() => {
+                    let now = clock.now();
+                    let new = match s {
+                        Seen::Rollout(name, status) => {
+                            rollout_progress = format!(
+                                "NodeRollout {name} {} {} {}",
+                                status.phase.as_deref().unwrap_or("Pending"),
+                                status.progress.as_deref().unwrap_or(""),
+                                status.current_domain.as_deref().unwrap_or("")
+                            ).trim_end().to_string();
+                            narrator.rollout(now, &name, &status)
+                        }
+                        Seen::Event { regarding, kind, reason, note } => {
+                            narrator.event(now, &regarding, &kind, &reason, &note)
+                        }
+                    };
+                    emit(out, new, &narrator, &mut lines);
+                }
+            }
+        }
+    };
+    for w in watchers {
+        w.abort();
+    }
+    let report = result?;
+    // what the last second of the run recorded, not yet reported
+    while let Ok(p) = prx.try_recv() {
+        if let Progress::Changes(cs) = p {
+            narrated += cs.len();
+            let new = cs.iter().flat_map(|c| narrator.change(c)).collect();
+            emit(out, new, &narrator, &mut lines);
+        }
+    }
+    let rest: Vec<Line> = report
+        .history
+        .changes
+        .get(narrated..)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|c| narrator.change(c))
+        .collect();
+    emit(out, rest, &narrator, &mut lines);
+    Ok(Played {
+        report,
+        lines,
+        wall: wall.elapsed(),
+    })
+}
+
+fn emit(out: &mut dyn FnMut(Out), new: Vec<Line>, narrator: &Narrator, lines: &mut Vec<Line>) {
+    for l in new {
+        out(Out::Line(narrator.render(&l)));
+        lines.push(l);
+    }
+}
+
+/// Runs `f` on a current-thread runtime whose clock is paused (tokio auto-advances it whenever
+/// every task waits), as the tests run the sim: cluster time costs no wall time.
+pub fn block_on_paused<F: Future>(f: F) -> Result<F::Output, PlayError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(PlayError::Runtime)?;
+    Ok(rt.block_on(f))
+}
