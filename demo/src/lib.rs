@@ -19,3 +19,4 @@ pub mod history;
 pub mod invariants;
 pub mod recorder;
 pub mod scenario;
+pub mod sweep;
