@@ -31,11 +31,8 @@ fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let rollout_crd = std::fs::read_to_string(root.join("crds/noderollouts.raygate.io.yaml"))
         .unwrap_or_else(|e| panic!("crds/noderollouts.raygate.io.yaml: {e}"));
-    let registry = sweep::registry(
-        &[&root.join("../shared/upstream-crds")],
-        &[&rollout_crd],
-    )
-    .unwrap_or_else(|e| panic!("the CRDs: {e}"));
+    let registry = sweep::registry(&[&root.join("../shared/upstream-crds")], &[&rollout_crd])
+        .unwrap_or_else(|e| panic!("the CRDs: {e}"));
     let wall = Instant::now();
     let summary = sweep::sweep(
         &registry,

@@ -151,7 +151,10 @@ pub fn quota_never_exceeded(h: &History) -> Vec<Violation> {
                     o.quota,
                     o.objects.len() - 1
                 );
-                (format!("{}/{}", o.cluster_queue, o.resource), (o.objects, message))
+                (
+                    format!("{}/{}", o.cluster_queue, o.resource),
+                    (o.objects, message),
+                )
             })
             .collect()
     })

@@ -627,9 +627,7 @@ impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for 
         let counted = write
             && self
                 .left
-                .fetch_update(SeqCst, SeqCst, |n| {
-                    (n != u64::MAX && n > 0).then(|| n - 1)
-                })
+                .fetch_update(SeqCst, SeqCst, |n| (n != u64::MAX && n > 0).then(|| n - 1))
                 .is_ok_and(|n| n == 1);
         if counted {
             // the last write allowed: nothing after it is answered

@@ -96,7 +96,11 @@ pub fn variants(checked: &Checked) -> Vec<(String, Checked)> {
         Story::Rollout => {
             for (name, strategy, k) in [
                 ("kubectl drain node by node", StrategyName::NodeByNode, None),
-                ("random drains of 2 nodes", StrategyName::RandomConcurrent, Some(2)),
+                (
+                    "random drains of 2 nodes",
+                    StrategyName::RandomConcurrent,
+                    Some(2),
+                ),
                 ("UD by UD", StrategyName::DomainByDomain, None),
             ] {
                 let mut c = checked.clone();
@@ -115,7 +119,15 @@ pub fn variants(checked: &Checked) -> Vec<(String, Checked)> {
     out
 }
 
-fn checked(name: String, seed: u64, cluster: ClusterShape, controller: ControllerSpec, objects: Vec<Value>, mut steps: Vec<(Duration, Action)>, within: Duration) -> Checked {
+fn checked(
+    name: String,
+    seed: u64,
+    cluster: ClusterShape,
+    controller: ControllerSpec,
+    objects: Vec<Value>,
+    mut steps: Vec<(Duration, Action)>,
+    within: Duration,
+) -> Checked {
     steps.sort_by_key(|(at, _)| *at);
     Checked {
         scenario: Scenario {
@@ -325,10 +337,7 @@ pub async fn run_seed(registry: &Registry, seed: u64) -> Vec<RunResult> {
     let story = story(&checked);
     let mut out = vec![];
     for (variant, c) in variants(&checked) {
-        let sim = Sim::builder()
-            .registry(registry.clone())
-            .seed(seed)
-            .build();
+        let sim = Sim::builder().registry(registry.clone()).seed(seed).build();
         let mut r = RunResult {
             seed,
             story,
@@ -414,7 +423,11 @@ impl Summary {
 
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "seeds: {} ({:?}); stalled: {:?}", self.seeds, self.stories, self.stalled)?;
+        writeln!(
+            f,
+            "seeds: {} ({:?}); stalled: {:?}",
+            self.seeds, self.stories, self.stalled
+        )?;
         writeln!(
             f,
             "{:<28} {:>6} {:>12} {:>7}  violations per invariant",
@@ -562,7 +575,9 @@ mod tests {
             }
             let per_domain = 2 * c.scenario.cluster.nodes_per_domain as i64;
             let groups = c.scenario.objects[0]["spec"]["replicas"].as_i64().unwrap();
-            let floor = c.scenario.objects[1]["spec"]["minAvailable"].as_i64().unwrap();
+            let floor = c.scenario.objects[1]["spec"]["minAvailable"]
+                .as_i64()
+                .unwrap();
             let domains = c.scenario.cluster.upgrade_domains as i64;
             assert!(groups - floor >= per_domain.min(groups), "seed {seed}");
             assert!(groups <= per_domain * (domains - 1), "seed {seed}");
@@ -571,17 +586,25 @@ mod tests {
 
     #[test]
     fn the_variants_are_raygate_and_each_baseline_on_the_same_cluster() {
-        let upgrade = (0..).map(generate).find(|c| story(c) == Story::Upgrade).unwrap();
+        let upgrade = (0..)
+            .map(generate)
+            .find(|c| story(c) == Story::Upgrade)
+            .unwrap();
         let v = variants(&upgrade);
         assert_eq!(v.len(), 2);
         assert!(!v[1].1.scenario.controller.run, "KubeRay alone");
         assert!(
-            v[1].1.scenario.objects.iter().all(|o| o["spec"]["rayClusterConfig"]
-                .get("suspend")
-                .is_none()),
+            v[1].1
+                .scenario
+                .objects
+                .iter()
+                .all(|o| o["spec"]["rayClusterConfig"].get("suspend").is_none()),
             "nothing asks to be created suspended"
         );
-        let rollout = (0..).map(generate).find(|c| story(c) == Story::Rollout).unwrap();
+        let rollout = (0..)
+            .map(generate)
+            .find(|c| story(c) == Story::Rollout)
+            .unwrap();
         let v = variants(&rollout);
         assert_eq!(v.len(), 4);
         for (_, c) in &v {

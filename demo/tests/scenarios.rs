@@ -179,7 +179,11 @@ async fn kuberay_without_the_gate_overruns_the_quota_raygate_holds() {
     );
     // 2 running + the 2 of the upgrade's child on a quota of 3, while both children run
     assert_eq!(
-        (cpu.peak.to_string(), cpu.requested.to_string(), cpu.quota.to_string()),
+        (
+            cpu.peak.to_string(),
+            cpu.requested.to_string(),
+            cpu.quota.to_string()
+        ),
         ("1".to_string(), "4".to_string(), "3".to_string())
     );
     // from the pending child's pods running to the old child's pods gone (deletion delay 1 s)
