@@ -506,8 +506,7 @@ pub fn sweep(
     for w in workers {
         let _ = w.join();
     }
-    let s = summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    s
+    summary.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// The built-in kinds plus the CRDs of every `.yaml` file in `dirs` and of the YAML texts in
