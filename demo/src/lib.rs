@@ -32,3 +32,5 @@ pub mod scenario;
 pub mod show;
 /// `raygate demo` / `raygate simulate`: a story on a fresh sim with the embedded CRDs, shown live.
 pub mod story;
+/// The reliability sweep: random stories on a seed, raygate and the baselines.
+pub mod sweep;

@@ -129,12 +129,22 @@ pub struct Step {
     pub patch: Option<PatchStep>,
     pub raise_quota: Option<RaiseQuota>,
     pub start_rollout: Option<StartRollout>,
-    pub kill_controller: Option<Empty>,
+    pub kill_controller: Option<KillController>,
     pub restart_controller: Option<Empty>,
     pub inject_fault: Option<InjectFault>,
     pub clear_faults: Option<Empty>,
     pub fail_node: Option<NodeRef>,
     pub restore_node: Option<NodeRef>,
+}
+
+/// `killController: {}` kills raygate at once; `{afterWrites: N}` lets its next N writes
+/// through and kills it right after the N-th is committed, before raygate sees the answer (a
+/// crash at a write boundary).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KillController {
+    #[serde(default)]
+    pub after_writes: Option<u64>,
 }
 
 /// `{}`: an action without parameters.
@@ -291,6 +301,8 @@ pub enum Action {
     RaiseQuota(RaiseQuota),
     StartRollout(StartRollout),
     KillController,
+    /// Kill raygate right after its next `n` writes are committed.
+    KillControllerAfterWrites(u64),
     RestartController,
     InjectFault(InjectFault),
     ClearFaults,
@@ -378,8 +390,12 @@ pub fn parse(text: &str, source: &str) -> Result<Checked, ScenarioError> {
             }
             actions.push(("startRollout", Action::StartRollout(v)));
         }
-        if step.kill_controller.is_some() {
-            actions.push(("killController", Action::KillController));
+        if let Some(k) = step.kill_controller {
+            actions.push((
+                "killController",
+                k.after_writes
+                    .map_or(Action::KillController, Action::KillControllerAfterWrites),
+            ));
         }
         if step.restart_controller.is_some() {
             actions.push(("restartController", Action::RestartController));
@@ -525,6 +541,8 @@ struct Story {
     sim: Sim,
     client: Client,
     controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    /// The running controller's client's write budget ([`DiesAfterWrites`]).
+    writes_left: Arc<std::sync::atomic::AtomicU64>,
     pod_gate: bool,
     /// Run the NodeRollout controller (the NodeRollout CRD is served).
     node_rollouts: bool,
@@ -537,11 +555,20 @@ struct Story {
 
 impl Story {
     fn start_controller(&mut self) {
-        if self.controller.is_some() {
+        if self
+            .controller
+            .as_ref()
+            .is_some_and(|(_, handle)| !handle.is_finished())
+        {
             return;
         }
         let (tx, rx) = oneshot::channel::<()>();
-        let client = self.sim.client_as("raygate");
+        let dies = DiesAfterWrites::new(
+            raygate_sim::service::SimService::new(self.sim.clone()).with_user_agent("raygate"),
+        );
+        self.writes_left = dies.left.clone();
+        let dead = dies.dead.clone();
+        let client = Client::new(dies, "default");
         let clock = Arc::new(SimClock(self.sim.clock().clone()));
         let config = raygate::controller::Config {
             admission_resync: Duration::from_millis(500),
@@ -550,12 +577,16 @@ impl Story {
             ..Default::default()
         };
         let handle = tokio::spawn(async move {
-            if let Err(e) = raygate::controller::run_with(client, config, clock, async move {
+            let run = raygate::controller::run_with(client, config, clock, async move {
                 let _ = rx.await;
-            })
-            .await
-            {
-                tracing::error!(error = %e, "raygate's controller stopped");
+            });
+            tokio::select! {
+                r = run => if let Err(e) = r {
+                    tracing::error!(error = %e, "raygate's controller stopped");
+                },
+                () = dead.notified() => {
+                    tracing::info!("raygate's controller killed right after a write");
+                }
             }
         });
         self.controller = Some((tx, handle));
@@ -567,6 +598,75 @@ impl Story {
             handle.abort();
             let _ = handle.await;
         }
+    }
+}
+
+/// raygate's client that dies at a write boundary: with `left` = n (not `u64::MAX`), the n-th
+/// write from now is committed and then nothing more is answered (that answer included, as when
+/// the process dies before reading it); `dead` is notified so the runner ends the controller's
+/// task. The sim's own copy of `DiesAfterEviction` (sim/tests/rollout.rs), for any write.
+#[derive(Clone)]
+struct DiesAfterWrites {
+    inner: raygate_sim::service::SimService,
+    left: Arc<std::sync::atomic::AtomicU64>,
+    dead: Arc<tokio::sync::Notify>,
+    gone: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DiesAfterWrites {
+    fn new(inner: raygate_sim::service::SimService) -> Self {
+        DiesAfterWrites {
+            inner,
+            left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+            dead: Arc::new(tokio::sync::Notify::new()),
+            gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
+}
+
+type SimResponse = raygate_sim::http::Response<raygate_sim::service::ResponseBody>;
+
+impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for DiesAfterWrites {
+    type Response = SimResponse;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<SimResponse, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: raygate_sim::http::Request<kube::client::Body>) -> Self::Future {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.gone.load(SeqCst) {
+            return Box::pin(futures::future::pending());
+        }
+        let write = req.method() != raygate_sim::http::Method::GET;
+        let counted = write
+            && self
+                .left
+                .fetch_update(SeqCst, SeqCst, |n| (n != u64::MAX && n > 0).then(|| n - 1))
+                .is_ok_and(|n| n == 1);
+        if counted {
+            // the last write allowed: nothing after it is answered
+            self.gone.store(true, SeqCst);
+        }
+        let served = self.inner.call(req);
+        let (gone, dead) = (self.gone.clone(), self.dead.clone());
+        Box::pin(async move {
+            let resp = served.await?;
+            if gone.load(SeqCst) {
+                if counted {
+                    dead.notify_one();
+                }
+                return futures::future::pending().await;
+            }
+            Ok(resp)
+        })
     }
 }
 
@@ -807,6 +907,11 @@ impl Story {
             }
             Action::KillController => {
                 self.kill_controller().await;
+                Ok(())
+            }
+            Action::KillControllerAfterWrites(n) => {
+                self.writes_left
+                    .store(*n, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
             }
             Action::RestartController => {
@@ -1091,6 +1196,7 @@ pub async fn run_with(
         sim: sim.clone(),
         client: client.clone(),
         controller: None,
+        writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
         pod_gate: s.controller.pod_gate,
         node_rollouts: served_kinds.contains(&Kind::NodeRollout),
         faults: Faults::none(),

@@ -129,3 +129,65 @@ scenarios! {
     rollout_node_by_node => "rollout-node-by-node.yaml",
     rollout_random_2 => "rollout-random-2.yaml",
 }
+
+/// Runs a scenario on a paused runtime of its own thread and fails if it is not done within
+/// `wall` of wall time: a story that stops cluster time (a task spinning without ever leaving
+/// the runtime idle, so tokio's paused clock never auto-advances) fails instead of hanging.
+fn run_within_wall(file: &'static str, wall: std::time::Duration) -> scenario::Report {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _ = tx.send(rt.block_on(run(file)));
+    });
+    rx.recv_timeout(wall).unwrap_or_else(|_| {
+        panic!("{file}: not done after {wall:?} of wall time: cluster time stopped advancing")
+    })
+}
+
+/// Issue #14: with a tenth of raygate's writes failing, the held upgrade's story runs to its end
+/// (cluster time kept advancing) with every invariant holding.
+#[test]
+fn quota_held_upgrade_write_faults() {
+    let report = run_within_wall(
+        "quota-held-upgrade-write-faults.yaml",
+        std::time::Duration::from_secs(120),
+    );
+    assert_held_then_released(&report);
+}
+
+/// Issue #14 item 3, KubeRay without the gate: the same upgrade on the same cluster and seed runs
+/// over the ClusterQueue's quota (the invariant flags it; the overrun is measured from the
+/// history), while with raygate (quota-held-upgrade.yaml) the quota holds throughout.
+#[tokio::test(start_paused = true)]
+async fn kuberay_without_the_gate_overruns_the_quota_raygate_holds() {
+    use raygate_demo::invariants::{Invariant, quota_overrun};
+    let without = run("quota-upgrade-without-gate.yaml").await;
+    let overrun = quota_overrun(&without.history);
+    eprintln!("without the gate: {overrun:?}");
+    let cpu = &overrun["team/cpu"];
+    assert!(
+        without
+            .violations
+            .iter()
+            .any(|v| v.invariant == Invariant::QuotaExceeded),
+        "{:#?}",
+        without.violations
+    );
+    // 2 running + the 2 of the upgrade's child on a quota of 3, while both children run
+    assert_eq!(
+        (
+            cpu.peak.to_string(),
+            cpu.requested.to_string(),
+            cpu.quota.to_string()
+        ),
+        ("1".to_string(), "4".to_string(), "3".to_string())
+    );
+    // from the pending child's pods running to the old child's pods gone (deletion delay 1 s)
+    assert!(cpu.seconds >= 1.0, "over quota for {} s", cpu.seconds);
+    let with = run("quota-held-upgrade.yaml").await;
+    assert_eq!(quota_overrun(&with.history), Default::default());
+}

@@ -115,9 +115,18 @@ impl WriteBackoff {
         self.entries.remove(key);
     }
 
-    /// The earliest instant a held-back write may be retried (for the loop's next wake-up).
-    fn next_retry(&self) -> Option<Monotonic> {
-        self.entries.values().map(|b| b.retry_at).min()
+    /// The earliest instant after `after` at which a held-back write may be retried (for the
+    /// loop's next wake-up). A write already due at `after` had its chance in the cycle of that
+    /// wake-up: if that cycle did not send it, no decision needs it now (the old slice of a
+    /// replacement already admitted, an object whose status is current), and waking at once for
+    /// it again would spin the loop without end (issue #14: under tokio's paused clock, cluster
+    /// time stopped; on a real clock, a core burnt).
+    fn next_retry(&self, after: Monotonic) -> Option<Monotonic> {
+        self.entries
+            .values()
+            .map(|b| b.retry_at)
+            .filter(|at| *at > after)
+            .min()
     }
 
     /// Forgets objects that are gone.
@@ -150,11 +159,13 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
     tracing::info!("admission loop running");
     let mut assumed: HashMap<String, Assumed> = HashMap::new();
     let mut backoff = WriteBackoff::default();
+    // the last wake-up: its cycle could send every write due by then
+    let mut woke = ctx.clock.monotonic();
     loop {
         // wake for the resync, or earlier when a held-back write may be retried
         let now = ctx.clock.monotonic();
         let wait = backoff
-            .next_retry()
+            .next_retry(woke)
             .map_or(ctx.config.admission_resync, |at| {
                 at.saturating_since(now).min(ctx.config.admission_resync)
             });
@@ -163,6 +174,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             _ = tokio::time::sleep(wait) => {}
             changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
         }
+        woke = ctx.clock.monotonic();
         if !ctx.is_leader() {
             continue;
         }
@@ -686,7 +698,7 @@ mod tests {
         let t0 = Monotonic::from_origin(Duration::from_secs(1000));
         let mut b = WriteBackoff::default();
         assert!(b.ready("workload/ns/a", t0));
-        assert_eq!(b.next_retry(), None);
+        assert_eq!(b.next_retry(t0), None);
         let mut now = t0;
         let mut waits = vec![];
         for _ in 0..10 {
@@ -696,7 +708,7 @@ mod tests {
             // held back until the wait is over, not a moment before
             assert!(!b.ready("workload/ns/a", now + (wait - Duration::from_millis(1))));
             assert!(b.ready("workload/ns/a", now + wait));
-            assert_eq!(b.next_retry(), Some(e.retry_at));
+            assert_eq!(b.next_retry(now), Some(e.retry_at));
             now = now + wait;
         }
         assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
@@ -714,5 +726,26 @@ mod tests {
         b.retain(|k| k != "workload/ns/a");
         assert!(b.ready("workload/ns/a", t0));
         assert!(!b.ready("localqueue/ns/lq", t0));
+    }
+
+    /// Issue #14 (the fault scenario's stall): a write that failed and is no longer decided (the
+    /// cycle that could retry it sent nothing for it) does not wake the loop again at once: the
+    /// next wake-up is a later retry or the resync, never "now" over and over.
+    #[test]
+    fn a_due_write_no_cycle_sends_does_not_wake_the_loop_again() {
+        let t0 = Monotonic::from_origin(Duration::from_secs(1000));
+        let mut b = WriteBackoff::default();
+        let old = b.failed("workload/ns/old", t0);
+        // woken before it is due: wake when it is
+        assert_eq!(b.next_retry(t0), Some(old.retry_at));
+        // woken when it was due, and the cycle did not send it: no wake-up for it any more
+        assert_eq!(b.next_retry(old.retry_at), None);
+        assert_eq!(b.next_retry(old.retry_at + Duration::from_secs(60)), None);
+        // another write failing later still wakes the loop for its own retry
+        let later = t0 + Duration::from_secs(10);
+        let lq = b.failed("localqueue/ns/lq", later);
+        assert_eq!(b.next_retry(old.retry_at), Some(lq.retry_at));
+        // and a cycle deciding the old write again may send it at once
+        assert!(b.ready("workload/ns/old", old.retry_at));
     }
 }

@@ -497,3 +497,26 @@ fn check_all_runs_every_invariant() {
         vec![Invariant::RanUncovered, Invariant::NodeNotAtTarget]
     );
 }
+
+/// Issue #14 item 3: the overrun measured from the history, as the quota invariant sees it:
+/// the peak excess (and the requests and quota at it) and the cluster seconds over quota.
+#[test]
+fn the_quota_overrun_is_measured_peak_and_duration() {
+    let mut h = History::new();
+    serving(&mut h, 8);
+    put(&mut h, 1, Kind::Pod, "a-1", Some(ray_pod("svc-a", true)));
+    put(&mut h, 2, Kind::Pod, "a-2", Some(ray_pod("svc-a", true)));
+    assert!(quota_overrun(&h).is_empty(), "8 of 8 GPUs: no overrun");
+    put(&mut h, 10, Kind::Pod, "b-1", Some(ray_pod("svc-b", false)));
+    put(&mut h, 15, Kind::Pod, "b-2", Some(ray_pod("svc-b", false)));
+    put(&mut h, 25, Kind::Pod, "a-1", None);
+    put(&mut h, 40, Kind::Pod, "a-2", None);
+    let o = quota_overrun(&h);
+    let team = &o["team/nvidia.com/gpu"];
+    // 12 from 10 s, 16 from 15 s, 12 from 25 s, 8 (within) from 40 s
+    assert_eq!(team.peak, gpus(8).get("nvidia.com/gpu"));
+    assert_eq!(team.requested, gpus(16).get("nvidia.com/gpu"));
+    assert_eq!(team.quota, gpus(8).get("nvidia.com/gpu"));
+    assert_eq!(team.seconds, 30.0);
+    assert_eq!(o.len(), 1);
+}
