@@ -1060,6 +1060,9 @@ pub fn describe(action: &Action) -> String {
             r.target, r.strategy
         ),
         Action::KillController => "kill raygate's controller".into(),
+        Action::KillControllerAfterWrites(n) => {
+            format!("kill raygate's controller right after its next {n} writes")
+        }
         Action::RestartController => "restart raygate's controller".into(),
         Action::InjectFault(f) => format!(
             "inject HTTP {} on {:.0}% of {}",

@@ -145,6 +145,7 @@ fn checked(
             .enumerate()
             .map(|(i, (at, a))| (at, a, i as u64 + 1))
             .collect(),
+        notes: BTreeMap::new(),
         within,
         settle: secs(120),
     }
@@ -298,6 +299,8 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
             k: None,
             group_label: None,
             taint_outdated: true,
+            name: None,
+            health_check_stable: None,
         }),
     )];
     checked(
