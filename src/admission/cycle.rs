@@ -331,6 +331,8 @@ struct Pass<'a> {
     /// Left pending in this pass because of `forbidden`, in the order they were looked at:
     /// (Workload, ClusterQueue, what it needs per (flavor, resource)).
     held: Vec<(usize, usize, Charges)>,
+    /// Per ClusterQueue: its first held-back Workload, and what its held-back ones need summed.
+    held_in: Vec<(Option<usize>, Charges)>,
     /// Per ClusterQueue: the part of its nominal quota kept from other ClusterQueues' borrowing
     /// for its held-back Workloads, charged to it in `usage` (see [`Pass::reserve`]).
     reserved: Vec<Charges>,
@@ -373,6 +375,7 @@ impl<'a> Pass<'a> {
             waiting: vec![None; q.cqs.len()],
             forbidden,
             held: Vec::new(),
+            held_in: vec![(None, Vec::new()); q.cqs.len()],
             reserved: vec![Vec::new(); q.cqs.len()],
             memo: Memo::new(ix),
         }
@@ -440,7 +443,7 @@ impl<'a> Pass<'a> {
             return self.evaluate(i);
         };
         let c = t.cq;
-        if self.reserved[c].is_empty() && !self.held.iter().any(|h| h.1 == c) {
+        if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
             let before = self.held.len();
             let outcome = self.evaluate(i);
             if self.held.len() != before {
@@ -482,22 +485,11 @@ impl<'a> Pass<'a> {
     /// it in a cycle). What it would borrow is not kept: it could not reclaim that.
     fn reserve(&mut self, c: usize, old: Charges) {
         let ix = self.ix;
-        let mut want: Charges = Vec::new();
-        for (_, hc, need) in &self.held {
-            if *hc != c {
-                continue;
-            }
-            for &(fr, v) in need {
-                match want.iter_mut().find(|(f, _)| *f == fr) {
-                    Some((_, w)) => *w += v,
-                    None => want.push((fr, v)),
-                }
-            }
-        }
         let nominal = &ix.q.tree.nodes[c].subtree;
-        let new: Charges = want
-            .into_iter()
-            .filter_map(|(fr, v)| {
+        let new: Charges = self.held_in[c]
+            .1
+            .iter()
+            .filter_map(|&(fr, v)| {
                 let room = nominal[fr] - self.usage.get(c, fr);
                 let r = std::cmp::min(v, room);
                 (r > Quantity::ZERO).then_some((fr, r))
@@ -523,7 +515,7 @@ impl<'a> Pass<'a> {
         // one its held-back head could preempt (`withinClusterQueue`) waits behind it, and so
         // does everything after it in the queue's order: admitted now, it would be that head's
         // victim once the head is admitted
-        if let Some(&(x, _, _)) = self.held.iter().find(|h| h.1 == c)
+        if let Some(x) = self.held_in[c].0
             && self.could_preempt_own(c, x, i)
         {
             let message = self.block(c, x, Block::HeldBack);
@@ -543,6 +535,14 @@ impl<'a> Pass<'a> {
             } else {
                 a.need
             };
+            let (first, sum) = &mut self.held_in[c];
+            first.get_or_insert(i);
+            for &(fr, v) in &need {
+                match sum.iter_mut().find(|(f, _)| *f == fr) {
+                    Some((_, w)) => *w += v,
+                    None => sum.push((fr, v)),
+                }
+            }
             self.held.push((i, c, need));
             // BestEffortFIFO goes on to the next Workload, as Kueue's does whatever its head
             // does, but for those this head could preempt (above); StrictFIFO waits behind it
@@ -861,6 +861,22 @@ impl Pass<'_> {
                 touched[c] |= reopened[i];
                 !reopened[i]
             });
+            for c in (0..queues.len()).filter(|&c| touched[c]) {
+                self.held_in[c] = (None, Vec::new());
+            }
+            for (i, c, need) in &self.held {
+                if !touched[*c] {
+                    continue;
+                }
+                let (first, sum) = &mut self.held_in[*c];
+                first.get_or_insert(*i);
+                for &(fr, v) in need {
+                    match sum.iter_mut().find(|(f, _)| *f == fr) {
+                        Some((_, w)) => *w += v,
+                        None => sum.push((fr, v)),
+                    }
+                }
+            }
             for c in (0..queues.len()).filter(|&c| touched[c]) {
                 let old = self.lift(c);
                 self.reserve(c, old);
