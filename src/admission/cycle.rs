@@ -306,6 +306,8 @@ struct Pass<'a> {
     admitted_by_cq: Vec<Vec<usize>>,
     /// Holders per ClusterQueue, the pass's admissions included.
     holders_now: Vec<Vec<usize>>,
+    /// Per ClusterQueue: the Workloads admitted in this pass.
+    newly_by_cq: Vec<Vec<usize>>,
     /// Per Workload admitted in this pass: its ClusterQueue and usage.
     admitted_now: Vec<Option<(usize, Charges)>>,
     /// (admitted in this pass, pending Workload whose preemption in this pass would pick it):
@@ -358,6 +360,7 @@ impl<'a> Pass<'a> {
             ix,
             usage,
             holders_now: admitted_by_cq.clone(),
+            newly_by_cq: vec![Vec::new(); q.cqs.len()],
             admitted_now: vec![None; n],
             conflicts: Vec::new(),
             admitted_by_cq,
@@ -706,6 +709,7 @@ impl<'a> Pass<'a> {
             });
         }
         self.holders_now[c].push(i);
+        self.newly_by_cq[c].push(i);
         self.admitted_now[i] = Some((c, a.totals.clone()));
         self.newly.push((i, c, a.totals));
     }
@@ -742,17 +746,7 @@ impl<'a> Pass<'a> {
                 // it would evict an older holder: if this pass's admissions alone could make
                 // room, they took what it reclaims (quota lent in this pass), and the pass is
                 // redone without them rather than evicting the older holder
-                let newer: Vec<Vec<usize>> = self
-                    .holders_now
-                    .iter()
-                    .map(|h| {
-                        h.iter()
-                            .copied()
-                            .filter(|&w| self.admitted_now[w].is_some())
-                            .collect()
-                    })
-                    .collect();
-                all = preemption::targets(ix, &mut self.usage, &newer, &p, &ex);
+                all = preemption::targets(ix, &mut self.usage, &self.newly_by_cq, &p, &ex);
             }
             for v in all {
                 if self.admitted_now[v.workload].is_some()
