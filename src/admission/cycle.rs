@@ -317,6 +317,8 @@ struct Pass<'a> {
     admitted_by_cq: Vec<Vec<usize>>,
     /// Holders per ClusterQueue, the pass's admissions included.
     holders_now: Vec<Vec<usize>>,
+    /// Per ClusterQueue: the Workloads admitted in this pass.
+    newly_by_cq: Vec<Vec<usize>>,
     /// Per Workload admitted in this pass: its ClusterQueue and usage.
     admitted_now: Vec<Option<(usize, Charges)>>,
     /// (admitted in this pass, pending Workload whose preemption in this pass would pick it):
@@ -339,6 +341,14 @@ struct Pass<'a> {
     waiting: Vec<Option<PendingMessage>>,
     /// Not admitted in this pass: the Workload that could preempt it in the next one.
     forbidden: Vec<Option<usize>>,
+    /// Left pending in this pass because of `forbidden`, in the order they were looked at:
+    /// (Workload, ClusterQueue, what it needs per (flavor, resource)).
+    held: Vec<(usize, usize, Charges)>,
+    /// Per ClusterQueue: its first held-back Workload, and what its held-back ones need summed.
+    held_in: Vec<(Option<usize>, Charges)>,
+    /// Per ClusterQueue: the part of its nominal quota kept from other ClusterQueues' borrowing
+    /// for its held-back Workloads, charged to it in `usage` (see [`Pass::reserve`]).
+    reserved: Vec<Charges>,
     memo: Memo,
 }
 
@@ -361,6 +371,7 @@ impl<'a> Pass<'a> {
             ix,
             usage,
             holders_now: admitted_by_cq.clone(),
+            newly_by_cq: vec![Vec::new(); q.cqs.len()],
             admitted_now: vec![None; n],
             conflicts: Vec::new(),
             admitted_by_cq,
@@ -377,6 +388,9 @@ impl<'a> Pass<'a> {
             blocked: vec![None; q.cqs.len()],
             waiting: vec![None; q.cqs.len()],
             forbidden,
+            held: Vec::new(),
+            held_in: vec![(None, Vec::new()); q.cqs.len()],
+            reserved: vec![Vec::new(); q.cqs.len()],
             memo: Memo::new(ix),
         }
     }
@@ -408,6 +422,16 @@ impl<'a> Pass<'a> {
     /// as it stands (Kueue's `Assignment.Borrows()`, computed at nomination): it needs more of
     /// some (flavor, resource) than is left of the ClusterQueue's own nominal quota.
     fn borrows(&mut self, i: usize, c: usize) -> bool {
+        if self.reserved[c].is_empty() {
+            return self.borrows_now(i, c);
+        }
+        let old = self.lift(c);
+        let b = self.borrows_now(i, c);
+        self.reserve(c, old);
+        b
+    }
+
+    fn borrows_now(&mut self, i: usize, c: usize) -> bool {
         let ix = self.ix;
         let Ok(podsets) = &ix.workloads[i].podsets else {
             return false;
@@ -426,8 +450,73 @@ impl<'a> Pass<'a> {
     }
 
     /// Kueue's `processEntry` for one pending Workload: admit it if it fits, else preempt for it
-    /// if that can make it fit, and leave it pending.
+    /// if that can make it fit, and leave it pending. Its own ClusterQueue's reservation for
+    /// held-back Workloads does not count against it.
     fn process_entry(&mut self, i: usize) -> Outcome {
+        let Ok(t) = &self.ix.workloads[i].target else {
+            return self.evaluate(i);
+        };
+        let c = t.cq;
+        if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
+            let before = self.held.len();
+            let outcome = self.evaluate(i);
+            if self.held.len() != before {
+                self.reserve(c, Vec::new());
+            }
+            return outcome;
+        }
+        let old = self.lift(c);
+        let outcome = self.evaluate(i);
+        self.reserve(c, old);
+        outcome
+    }
+
+    /// Whether Workload `x` of ClusterQueue `c` may preempt Workload `v` of the same queue
+    /// (`withinClusterQueue`).
+    fn could_preempt_own(&self, c: usize, x: usize, v: usize) -> bool {
+        let (x, v) = (&self.ix.workloads[x], &self.ix.workloads[v]);
+        match self.ix.q.cqs[c].within {
+            WithinClusterQueue::Never => false,
+            WithinClusterQueue::LowerPriority => v.priority < x.priority,
+            WithinClusterQueue::LowerOrNewerEqualPriority => {
+                v.priority < x.priority || (v.priority == x.priority && v.order_time > x.order_time)
+            }
+        }
+    }
+
+    /// Takes ClusterQueue `c`'s reservation out of the usage; returns it.
+    fn lift(&mut self, c: usize) -> Charges {
+        let old = std::mem::take(&mut self.reserved[c]);
+        charge(&self.ix.q, &mut self.usage, c, &old, false);
+        old
+    }
+
+    /// Charges ClusterQueue `c` (its reservation lifted, `old` what it was) with what its
+    /// held-back Workloads need of its unused nominal quota: a Workload held back in this pass
+    /// is one the next pass may admit, and quota within the nominal quota that another
+    /// ClusterQueue borrowed meanwhile is quota that Workload would reclaim by preemption
+    /// (Kueue likewise keeps a preempting entry's usage, `cq.AddUsage`, from the entries after
+    /// it in a cycle). What it would borrow is not kept: it could not reclaim that.
+    fn reserve(&mut self, c: usize, old: Charges) {
+        let ix = self.ix;
+        let nominal = &ix.q.tree.nodes[c].subtree;
+        let new: Charges = self.held_in[c]
+            .1
+            .iter()
+            .filter_map(|&(fr, v)| {
+                let room = nominal[fr] - self.usage.get(c, fr);
+                let r = std::cmp::min(v, room);
+                (r > Quantity::ZERO).then_some((fr, r))
+            })
+            .collect();
+        charge(&ix.q, &mut self.usage, c, &new, true);
+        if new != old {
+            self.memo.changed(ix, c);
+        }
+        self.reserved[c] = new;
+    }
+
+    fn evaluate(&mut self, i: usize) -> Outcome {
         let ix = self.ix;
         let w = &ix.workloads[i];
         let (c, podsets) = match self.admissible(w) {
@@ -437,6 +526,17 @@ impl<'a> Pass<'a> {
                 return Outcome::Continue;
             }
         };
+        // one its held-back head could preempt (`withinClusterQueue`) waits behind it, and so
+        // does everything after it in the queue's order: admitted now, it would be that head's
+        // victim once the head is admitted
+        if let Some(x) = self.held_in[c].0
+            && self.could_preempt_own(c, x, i)
+        {
+            let message = self.block(c, x, Block::HeldBack);
+            self.decisions
+                .extend(pending(ix, w, reason::PENDING, message));
+            return Outcome::Stop;
+        }
         if let Some(by) = self.forbidden[i] {
             let message = format!(
                 "not admitted in this pass: workload {} could preempt it to take back the quota it would use",
@@ -444,9 +544,28 @@ impl<'a> Pass<'a> {
             );
             self.decisions
                 .extend(pending(ix, w, reason::PENDING, message.into()));
-            // the rest of its queue waits: one of lower priority admitted now would be its victim
-            self.block(c, i, Block::HeldBack);
-            return Outcome::Stop;
+            let a = flavors::assign(&ix.q, &self.usage, c, podsets, None);
+            let need = if a.mode == Mode::NoFit {
+                Vec::new()
+            } else {
+                a.need
+            };
+            let (first, sum) = &mut self.held_in[c];
+            first.get_or_insert(i);
+            for &(fr, v) in &need {
+                match sum.iter_mut().find(|(f, _)| *f == fr) {
+                    Some((_, w)) => *w += v,
+                    None => sum.push((fr, v)),
+                }
+            }
+            self.held.push((i, c, need));
+            // BestEffortFIFO goes on to the next Workload, as Kueue's does whatever its head
+            // does, but for those this head could preempt (above); StrictFIFO waits behind it
+            if ix.q.cqs[c].strategy == QueueingStrategy::StrictFIFO {
+                self.block(c, i, Block::HeldBack);
+                return Outcome::Stop;
+            }
+            return Outcome::Continue;
         }
         let epoch = self.memo.epoch(ix, c);
         let memo = w.replaces.is_none();
@@ -523,13 +642,16 @@ impl<'a> Pass<'a> {
     }
 
     /// The rest of ClusterQueue `c` waits behind Workload `i` for the rest of the pass.
-    fn block(&mut self, c: usize, i: usize, why: Block) {
+    /// Returns the message of the Workloads waiting behind it.
+    fn block(&mut self, c: usize, i: usize, why: Block) -> PendingMessage {
         self.blocked[c] = Some((i, why));
-        self.waiting[c] = Some(PendingMessage::WaitingBehind(Arc::new(WaitingBehind {
+        let message = PendingMessage::WaitingBehind(Arc::new(WaitingBehind {
             head: self.ix.workloads[i].key.clone(),
             cluster_queue: self.ix.q.cqs[c].name.clone(),
             why,
-        })));
+        }));
+        self.waiting[c] = Some(message.clone());
+        message
     }
 
     /// The ClusterQueue and PodSets of a Workload that may be admitted now, or why it may not
@@ -609,6 +731,7 @@ impl<'a> Pass<'a> {
             });
         }
         self.holders_now[c].push(i);
+        self.newly_by_cq[c].push(i);
         self.admitted_now[i] = Some((c, a.totals.clone()));
         self.newly.push((i, c, a.totals));
     }
@@ -640,7 +763,13 @@ impl<'a> Pass<'a> {
                 evicting: &self.evicting,
                 admitted: &self.admitted_now,
             };
-            let all = preemption::targets(ix, &mut self.usage, &self.holders_now, &p, &ex);
+            let mut all = preemption::targets(ix, &mut self.usage, &self.holders_now, &p, &ex);
+            if !all.iter().any(|v| self.admitted_now[v.workload].is_some()) {
+                // it would evict an older holder: if this pass's admissions alone could make
+                // room, they took what it reclaims (quota lent in this pass), and the pass is
+                // redone without them rather than evicting the older holder
+                all = preemption::targets(ix, &mut self.usage, &self.newly_by_cq, &p, &ex);
+            }
             for v in all {
                 if self.admitted_now[v.workload].is_some()
                     && !ix.workloads[v.workload].preemptor
@@ -687,50 +816,91 @@ impl<'a> Pass<'a> {
 }
 
 impl Pass<'_> {
-    /// The Workloads held back by a retry (see [`run`]) whose reclaimer was admitted after all,
-    /// with everything that waited behind them, looked at once more against the usage the pass
-    /// left, all such ClusterQueues together in Kueue's round order ([`rounds`]): their next pass
-    /// would admit them just so. Reopening them one ClusterQueue after another would let the
-    /// first one's borrowing entries take quota a later one's entry needs without borrowing,
-    /// which that entry then reclaims on the next pass (seed 6123 of `static_cohorts_do_not_churn`).
+    /// The Workloads held back by a retry (see [`run`]) whose reclaimer was admitted after all
+    /// (with, in a StrictFIFO queue, everything that waited behind them), looked at once more
+    /// against the usage the pass left, all such ClusterQueues together in Kueue's round order
+    /// ([`rounds`]): their next pass would admit them just so. Reopening them one ClusterQueue
+    /// after another would let the first one's borrowing entries take quota a later one's entry
+    /// needs without borrowing, which that entry then reclaims on the next pass (seed 6123 of
+    /// `static_cohorts_do_not_churn`).
     fn late(&mut self, queues: &[Vec<usize>]) {
         let ix = self.ix;
-        if self.forbidden.iter().all(Option::is_none) {
+        if self.held.is_empty() {
             return;
         }
         let mut admitted = vec![false; ix.workloads.len()];
-        // reopening a ClusterQueue may admit the reclaimer another one's head was held back for
+        // reopening a ClusterQueue may admit the reclaimer another one's Workload was held back for
         loop {
             for (i, _, _) in &self.newly {
                 admitted[*i] = true;
             }
             let stale = |forbidden: &Option<usize>| forbidden.is_some_and(|by| admitted[by]);
             let mut reopened = vec![false; ix.workloads.len()];
-            let mut tails: Vec<Vec<usize>> = vec![Vec::new(); queues.len()];
+            let mut any = false;
+            for &(i, _, _) in &self.held {
+                if stale(&self.forbidden[i]) {
+                    self.forbidden[i] = None;
+                    reopened[i] = true;
+                    any = true;
+                }
+            }
+            if !any {
+                return;
+            }
             for (c, queue) in queues.iter().enumerate() {
+                // what waited behind a held-back head is looked at again (a StrictFIFO queue's
+                // rest, a BestEffortFIFO queue's Workloads that head could preempt); one held
+                // back for a reclaimer still waiting stays held back
                 let Some((head, Block::HeldBack)) = self.blocked[c] else {
                     continue;
                 };
-                if !stale(&self.forbidden[head]) {
+                if !reopened[head] {
                     continue;
                 }
-                // the held-back head and everything that waited behind it, in queue order; one
-                // held back for a reclaimer still waiting stays held back
                 let Some(at) = queue.iter().position(|&i| i == head) else {
                     continue;
                 };
                 self.blocked[c] = None;
                 for &i in &queue[at..] {
+                    if self.admitted_now[i].is_some() {
+                        continue;
+                    }
                     if stale(&self.forbidden[i]) {
                         self.forbidden[i] = None;
                     }
                     reopened[i] = true;
                 }
-                tails[c] = queue[at..].to_vec();
             }
-            if tails.iter().all(Vec::is_empty) {
-                return;
+            // reopened Workloads reserve nothing until held back again
+            let mut touched = vec![false; queues.len()];
+            self.held.retain(|&(i, c, _)| {
+                touched[c] |= reopened[i];
+                !reopened[i]
+            });
+            for c in (0..queues.len()).filter(|&c| touched[c]) {
+                self.held_in[c] = (None, Vec::new());
             }
+            for (i, c, need) in &self.held {
+                if !touched[*c] {
+                    continue;
+                }
+                let (first, sum) = &mut self.held_in[*c];
+                first.get_or_insert(*i);
+                for &(fr, v) in need {
+                    match sum.iter_mut().find(|(f, _)| *f == fr) {
+                        Some((_, w)) => *w += v,
+                        None => sum.push((fr, v)),
+                    }
+                }
+            }
+            for c in (0..queues.len()).filter(|&c| touched[c]) {
+                let old = self.lift(c);
+                self.reserve(c, old);
+            }
+            let tails: Vec<Vec<usize>> = queues
+                .iter()
+                .map(|queue| queue.iter().copied().filter(|&i| reopened[i]).collect())
+                .collect();
             self.decisions.retain(|d| {
                 !(matches!(d, Decision::Pending { .. })
                     && ix.by_key.get(d.workload()).is_some_and(|&i| reopened[i]))
@@ -768,7 +938,11 @@ impl Pass<'_> {
                 .iter()
                 .any(|&fr| usage.get(c, fr) < tree.nodes[c].subtree[fr])
         };
+        // the next pass starts without this pass's reservations
         let mut usage = self.usage.clone();
+        for (c, r) in self.reserved.iter().enumerate() {
+            charge(&ix.q, &mut usage, c, r, false);
+        }
         let mut out = Vec::new();
         // per ClusterQueue: Workloads already looked at (one with the same standing finds the
         // same victims, on the same usage)
@@ -781,6 +955,11 @@ impl Pass<'_> {
             let (Ok(t), Ok(podsets)) = (&we.target, &we.podsets) else {
                 continue;
             };
+            // one waiting behind a StrictFIFO head that does not fit waits in the next pass too
+            // (more usage does not make that head fit; if it could preempt, it is looked at here)
+            if matches!(self.blocked[t.cq], Some((h, Block::StrictFifo)) if h != w) {
+                continue;
+            }
             if seen[t.cq].iter().any(|&r| same_standing(ix, t.cq, r, w)) {
                 continue;
             }

@@ -1606,6 +1606,46 @@ fn other_shrunk_churn_seeds_settle_without_preemption() {
 }
 
 #[test]
+fn a_held_back_head_does_not_hold_back_the_rest_of_a_best_effort_fifo_queue() {
+    // Issue #15, seed 14999 shrunk: cq1's w13 (14 CPUs, borrowing) was held back because cq0's
+    // w11 could reclaim what it borrowed, w11 was held back because cq1's w10 could reclaim what
+    // it borrowed, and w10 waited behind w13: a cycle of holds. Only cq0's w24 (borrowing 3 of
+    // cq1's CPUs) was admitted; the next pass, without the holds, admitted w10 and w23 reclaimed
+    // w24. Kueue's BestEffortFIFO moves on to the next Workload whatever its head does: so does
+    // a queue whose head is held back, and cq1's w10 and w23 take their nominal quota at once.
+    assert_no_churn(14999);
+}
+
+#[test]
+fn hold_cycles_through_queues_waiting_behind_a_held_back_head_do_not_churn() {
+    // Issue #15, seeds 9147, 9868, 10985 and 18403 shrunk: each time a Workload waiting behind a
+    // held-back head of a BestEffortFIFO queue reclaimed, on the next pass, quota another
+    // ClusterQueue had borrowed while that queue was held.
+    for seed in [9147, 9868, 10985, 18403] {
+        assert_no_churn(seed);
+    }
+}
+
+#[test]
+fn the_parts_of_the_hold_rule_each_keep_a_static_cohort_from_churning() {
+    // Issue #15: cases shrunk from seeds that churned while the rule above was built, one per
+    // part of it (each seen red while that part was missing):
+    // - 939: cq1's w22 was held back while cq2's w11 borrowed the nominal quota w22 would use;
+    //   the next pass w22 reclaimed it. A held-back Workload keeps what it needs of its
+    //   ClusterQueue's unused nominal quota from other ClusterQueues for the rest of the pass.
+    // - 3349: cq1's w18 was held back for cq0's w04, which waits behind a StrictFIFO head that
+    //   can never fit; a Workload waiting behind such a head reclaims nothing next pass either.
+    // - 2781: cq2's w11 (priority 0) was admitted while cq2's w13 (priority 3) was held back; the
+    //   next pass w13 preempted it. What a held-back head could preempt waits behind it.
+    // - 10811: cq5's w04 borrowed, in the same pass, the room cq2's w19 then took back from an
+    //   older holder. If the pass's own admissions alone could make room for a preemptor, the
+    //   pass is redone without them instead of evicting the older holder.
+    for seed in [939, 3349, 2781, 10811] {
+        assert_no_churn(seed);
+    }
+}
+
+#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
