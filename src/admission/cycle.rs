@@ -111,6 +111,7 @@ const MAX_RETRIES: usize = 64;
 fn one_pass(ix: &Index, forbidden: Vec<Option<usize>>) -> Pass<'_> {
     let mut pass = Pass::new(ix, forbidden);
     pass.evict_without_quota();
+    pass.finish_stale_replaced();
     let (stray, queues) = nominate(ix);
     for i in stray {
         pass.process_entry(i);
@@ -415,6 +416,39 @@ impl<'a> Pass<'a> {
             });
             self.evicting[i] = true;
             self.evicted_now[i] = true;
+        }
+    }
+
+    /// Finishes an old slice whose replacement already holds quota: the pass that admitted the
+    /// replacement finishes the old one, but when that write failed (or the controller died
+    /// between the two writes) no later admission of the replacement comes to do it, and both
+    /// slices would stay charged. Kueue's job reconciler finishes such a slice too (its
+    /// `workloadslicing.normalizeActiveSlices`: a reserved slice whose replacement holds quota is
+    /// finished, there with reason `OutOfSync`; here with `WorkloadSliceReplaced`, as if the
+    /// admitting pass had finished it).
+    fn finish_stale_replaced(&mut self) {
+        let ix = self.ix;
+        for &r in &ix.sorted {
+            let w = &ix.workloads[r];
+            if w.held.is_none() || w.evicted || self.evicting[r] {
+                continue;
+            }
+            let Some(o) = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied()) else {
+                continue;
+            };
+            let ow = &ix.workloads[o];
+            let Some(h) = &ow.held else { continue };
+            if self.gone[o] {
+                continue;
+            }
+            if let Some(oc) = h.cq {
+                charge(&ix.q, &mut self.usage, oc, &h.usage, false);
+            }
+            self.gone[o] = true;
+            self.decisions.push(Decision::FinishReplaced {
+                workload: ow.key.clone(),
+                replaced_by: w.key.clone(),
+            });
         }
     }
 

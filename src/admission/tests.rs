@@ -261,6 +261,50 @@ fn replacement_slice_is_charged_only_the_delta() {
 }
 
 #[test]
+fn an_old_slice_left_unfinished_beside_its_admitted_replacement_is_finished_by_the_next_pass() {
+    // the pass that admitted "new" finished "old", but that write failed: both hold quota now,
+    // and no later admission of "new" comes to finish "old" (found by the sweep's write faults)
+    let old = workload("old")
+        .queue("team-a")
+        .podset(podset("head").count(1).cpu("1"))
+        .podset(podset("worker").count(1).cpu("1"))
+        .admitted("team-a", "default", ts(0));
+    let new = workload("new")
+        .queue("team-a")
+        .podset(podset("head").count(1).cpu("1"))
+        .podset(podset("worker").count(3).cpu("1"))
+        .created(10)
+        .replacing("old")
+        .admitted("team-a", "default", ts(20));
+    let waiting = workload("waiting")
+        .queue("team-a")
+        .podset(podset("main").count(1).cpu("2"))
+        .created(30);
+    let s = snap(
+        vec![cluster_queue("team-a").flavor_quota("default", &[("cpu", "6")])],
+        vec![old, new, waiting],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(
+        decision(&r, "old"),
+        Some(&Decision::FinishReplaced {
+            workload: "default/old".into(),
+            replaced_by: "default/new".into()
+        })
+    );
+    // the old slice's 2 cpu are free again in this very pass: 4 + 2 = 6
+    assert!(
+        matches!(decision(&r, "waiting"), Some(Decision::Admit { .. })),
+        "{:?}",
+        r.decisions
+    );
+    assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("6"));
+    let (s, _) = final_state(s, &RELEASE);
+    assert!(is_finished(status_of(&s, "old")));
+    assert!(holds_quota(status_of(&s, "new")));
+}
+
+#[test]
 fn unchanged_podset_is_not_charged_twice() {
     // Kueue's "8, not 12": A holds a=4; its replacement has a=4 and a new b=4 → 8 in use, and a
     // later 3-cpu Workload waits on 10 − 8 = 2
