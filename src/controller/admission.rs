@@ -287,8 +287,12 @@ async fn apply(
         let Some(w) = by_key.get(d.workload()).copied() else {
             continue;
         };
+        // (or whose replacement already held quota before this cycle: its finish failed then)
         if let Decision::FinishReplaced { replaced_by, .. } = d
             && !admitted.contains(replaced_by.as_str())
+            && !by_key
+                .get(replaced_by.as_str())
+                .is_some_and(|r| crate::workload::holds_quota(r.status.as_ref()))
         {
             tracing::info!(
                 workload = d.workload(),
