@@ -4,22 +4,26 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
+use raygate::cli::drain::{
+    CheckFlags, CheckReport, PlanFlags, PlanReport, check_table, exit, plan_report_table,
+};
 use raygate::cli::{self, Output};
 use raygate::live;
 
 #[derive(clap::Args)]
 pub struct DrainArgs {
+    // boxed: the flags make `raygate`'s command enum large (clippy::large_enum_variant)
     #[command(subcommand)]
-    command: DrainCommand,
+    command: Box<DrainCommand>,
 }
 
 #[derive(clap::Subcommand)]
 enum DrainCommand {
     /// The drain, upgrade domain by upgrade domain: each domain's nodes, its protected pods
-    /// (phase 1, evicted first), the rest (phase 2), the pods skipped and those that block it.
-    /// Exit code 0: nothing blocks; 1: a pod blocks a domain; 2: no plan (bad flags or
-    /// input); 3: the cluster could not be read.
+    /// (phase 1, evicted first), the rest (phase 2), the pods skipped and those that block it;
+    /// with --taint-outdated, the domains whose groups would have no room to recover.
+    /// Exit code 0: nothing blocks; 1: a pod blocks a domain, or a domain has no room to
+    /// recover; 2: no plan (bad flags or input); 3: the cluster could not be read.
     Plan {
         #[command(flatten)]
         flags: PlanFlags,
@@ -27,7 +31,8 @@ enum DrainCommand {
         cluster: ClusterFlags,
     },
     /// The group contract (groups packed in one domain, a ready-gated representative per group,
-    /// one PodDisruptionBudget over the representatives): each finding with its fix.
+    /// one PodDisruptionBudget over the representatives): each finding with its fix; with
+    /// --taint-outdated, each domain whose groups would have no room to recover too.
     /// Exit code 0: no finding; 1: findings; 2: bad flags or input; 3: the cluster could not be
     /// read.
     Check {
@@ -58,7 +63,8 @@ struct ClusterFlags {
 struct Failure(String, u8);
 
 pub fn run(args: DrainArgs) -> ExitCode {
-    if let DrainCommand::Run(run) = args.command {
+    let command = *args.command;
+    if let DrainCommand::Run(run) = command {
         return crate::drain_run::run(run).unwrap_or_else(|e| {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -66,7 +72,7 @@ pub fn run(args: DrainArgs) -> ExitCode {
     }
     let result = tokio::runtime::Runtime::new()
         .map_err(|e| Failure(format!("starting the async runtime: {e}"), exit::UNREADABLE))
-        .and_then(|rt| rt.block_on(command(args.command)));
+        .and_then(|rt| rt.block_on(self::command(command)));
     match result {
         Ok((text, code)) => {
             print!("{text}");
@@ -94,21 +100,36 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let options = flags.options().map_err(bad)?;
             let objects = read(&cluster).await?;
             let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
-            let plan = raygate::drain::plan(&objects.cluster(), &options, now)
+            let world = objects.cluster();
+            let plan =
+                raygate::drain::plan(&world, &options, now).map_err(|e| bad(e.to_string()))?;
+            let dead_ends =
+                raygate::drain::dead_ends(&world, &plan, &options, flags.handoff.returns());
+            let report = PlanReport { plan, dead_ends };
+            let text = cli::render(&report, cluster.output, plan_report_table)
                 .map_err(|e| bad(e.to_string()))?;
-            let text =
-                cli::render(&plan, cluster.output, plan_table).map_err(|e| bad(e.to_string()))?;
-            Ok((text, cli::drain::plan_exit_code(&plan)))
+            Ok((text, report.exit_code()))
         }
         DrainCommand::Check { flags, cluster } => {
             let options = flags.options().map_err(bad)?;
             let objects = read(&cluster).await?;
-            let findings = raygate::drain::preflight(&objects.cluster(), &options)
-                .map_err(|e| bad(e.to_string()))?;
+            let world = objects.cluster();
+            let findings =
+                raygate::drain::preflight(&world, &options).map_err(|e| bad(e.to_string()))?;
+            let dead_ends = match flags.plan_options(&options) {
+                Some(plan_options) => {
+                    let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
+                    let plan = raygate::drain::plan(&world, &plan_options, now)
+                        .map_err(|e| bad(e.to_string()))?;
+                    raygate::drain::dead_ends(&world, &plan, &plan_options, flags.handoff.returns())
+                }
+                None => Vec::new(),
+            };
             let report = CheckReport {
                 nodes: objects.nodes.len(),
                 pods: objects.pods.len(),
                 findings,
+                dead_ends,
             };
             let text = cli::render(&report, cluster.output, check_table)
                 .map_err(|e| bad(e.to_string()))?;

@@ -13,9 +13,12 @@ use raygate::controller::drain::{self, Run};
 use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
-use raygate::drain::{DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions};
+use raygate::drain::{
+    DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions, Returns,
+};
 use raygate::live_rollout as rollout;
-use raygate::types::rollout::{FailureActionSpec, HandOffMode};
+use raygate::types::k8s_openapi::api::core::v1::Taint;
+use raygate::types::rollout::{FailureActionSpec, HandOffMode, OUTDATED_TAINT_KEY};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum HandoffArg {
@@ -92,6 +95,14 @@ pub struct RunArgs {
     delete_emptydir_data: bool,
     #[arg(long)]
     force: bool,
+    /// With --local: taint each target node raygate.io/outdated:NoSchedule (as a NodeRollout's
+    /// spec.taintOutdated).
+    #[arg(long, requires = "local")]
+    taint_outdated: bool,
+    /// With --local: start even when a domain's groups would have no room to recover (as the
+    /// NodeRollout annotation raygate.io/skip-room-check=true).
+    #[arg(long, requires = "local")]
+    skip_room_check: bool,
     /// Seconds each evicted pod gets to terminate (kubectl drain's flag); negative: the pod's
     /// own terminationGracePeriodSeconds.
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
@@ -113,6 +124,11 @@ fn options(a: &RunArgs) -> Options {
                     .map_or(GenerationTarget::Newest, GenerationTarget::Value),
             }),
             group_label: a.group_label.clone(),
+            taint: a.taint_outdated.then(|| Taint {
+                key: OUTDATED_TAINT_KEY.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }),
             rules: DrainRules {
                 ignore_daemonsets: a.ignore_daemonsets,
                 delete_emptydir_data: a.delete_emptydir_data,
@@ -182,7 +198,8 @@ fn request(a: &RunArgs) -> RolloutRequest {
 }
 
 /// Exit codes: 0 completed, 1 failed (aborted), 2 bad options (the server or the controller
-/// refused the rollout), 130 interrupted (Ctrl-C: the NodeRollout is paused; with --local the
+/// refused the rollout; with --local, also a plan whose groups would have no room to recover,
+/// unless --skip-room-check), 130 interrupted (Ctrl-C: the NodeRollout is paused; with --local the
 /// nodes stay as they are).
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.local {
@@ -269,6 +286,11 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         let client =
             raygate::live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let options = options(&args);
+        if let Some(refused) = room_check(&client, &options, args.skip_room_check).await? {
+            eprintln!("error: {refused}");
+            return Ok(ExitCode::from(2));
+        }
         let (resume, resumes) = tokio::sync::watch::channel(0u64);
         // Enter resumes a paused rollout (manual mode, or a failure with --failure-action pause)
         std::thread::spawn(move || {
@@ -289,7 +311,7 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
         let flag = interrupted.clone();
         let run = Run {
             resumes,
-            ..Run::new(options(&args))
+            ..Run::new(options)
         };
         let end = drain::run(
             client,
@@ -329,4 +351,35 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
             _ => ExitCode::FAILURE,
         })
     })
+}
+
+/// The controller's room check before anything is touched: the refusal when a domain's groups
+/// would have nowhere to run (`None`: room enough, no taint, `--skip-room-check`, or a plan error
+/// the engine reports itself).
+async fn room_check(
+    client: &kube::Client,
+    options: &Options,
+    skip: bool,
+) -> anyhow::Result<Option<String>> {
+    if options.plan.taint.is_none() {
+        return Ok(None);
+    }
+    let objects = raygate::live::drain_objects(client).await?;
+    let world = objects.cluster();
+    let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
+    let Ok(plan) = raygate::drain::plan(&world, &options.plan, now) else {
+        return Ok(None);
+    };
+    let returns = match options.handoff {
+        Handoff::None => Returns::Never,
+        Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
+    };
+    let dead = raygate::drain::dead_ends(&world, &plan, &options.plan, returns);
+    if skip && !dead.is_empty() {
+        eprintln!(
+            "warning: starting without room to recover (--skip-room-check): {}",
+            raygate::drain::no_room_message(&dead)
+        );
+    }
+    Ok(raygate::cli::drain::room_check(&dead, skip).err())
 }

@@ -7,7 +7,8 @@ use std::process::Command;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
-use raygate::cli::drain::{Groups, plan_exit_code};
+use raygate::cli::drain::{Groups, HandoffMode, PlanReport, plan_exit_code};
+use raygate::cli::drain::{plan_report_table, room_check};
 use raygate::cli::{Output, render};
 use raygate::types::k8s_openapi::api::apps::v1::DaemonSet;
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
@@ -211,6 +212,9 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         groups: Groups::Custom,
         group_label: Some("group".into()),
         representative: Some("role=leader".into()),
+        taint_outdated: false,
+        selector: String::new(),
+        handoff: HandoffMode::None,
     };
     let options = flags.options().unwrap();
     let objects = raygate::live::drain_objects(&client).await.unwrap();
@@ -219,6 +223,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         nodes: objects.nodes.len(),
         pods: objects.pods.len(),
         findings,
+        dead_ends: Vec::new(),
     };
     assert_eq!(
         check_table(&report),
@@ -251,6 +256,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         nodes: objects.nodes.len(),
         pods: objects.pods.len(),
         findings,
+        dead_ends: Vec::new(),
     };
     assert_eq!(report.exit_code(), exit::PROBLEMS);
     let table = check_table(&report);
@@ -336,4 +342,218 @@ fn the_binary_exits_2_on_bad_flags_and_3_when_the_cluster_cannot_be_read() {
             "{command}: {err}"
         );
     }
+}
+
+/// The fixed-capacity dead end: ud-a (old-a) holds groups a0 and a1, ud-b (old-b) holds b0 (a
+/// leader and a worker, a GPU each), the budget over the three leaders tolerates one down, so one
+/// of ud-a's groups must be Ready elsewhere before its last leader goes; with the outdated nodes
+/// tainted the only room is `spare` (8 GPUs, outside the rollout), cordoned or not.
+async fn room_cluster(spare_cordoned: bool) -> Sim {
+    let sim = Sim::builder().namespace("t").build();
+    let client = sim.client();
+    for (name, ud, pool, unschedulable) in [
+        ("old-a", "ud-a", "old", false),
+        ("old-b", "ud-b", "old", false),
+        ("spare", "ud-n", "new", spare_cordoned),
+    ] {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {UD: ud, "pool": pool}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "8", "pods": "110"}}}))
+        .unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &n)
+            .await
+            .unwrap();
+    }
+    for (group, node) in [("a0", "old-a"), ("a1", "old-a"), ("b0", "old-b")] {
+        for role in ["leader", "worker"] {
+            let name = format!("w-{group}-{role}");
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "t",
+                    "labels": {"app": "w", "group": group, "role": role},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                        "name": format!("w-{group}"), "uid": format!("uid-{group}"),
+                        "controller": true}]},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}))
+            .unwrap();
+            Api::<Pod>::namespaced(client.clone(), "t")
+                .create(&PostParams::default(), &p)
+                .await
+                .unwrap();
+        }
+    }
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "w-leaders", "namespace": "t"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "w", "role": "leader"}}}}))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client, "t")
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    sim
+}
+
+/// `drain plan` with the flags `plan` takes; the report as `raygate drain plan` prints it.
+async fn plan_report(
+    sim: &Sim,
+    args: &[&str],
+) -> (Vec<raygate::drain::DeadEnd>, String, Value, u8) {
+    let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+    let flags = plan_flags(args);
+    let options = flags.options().unwrap();
+    let world = objects.cluster();
+    let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
+    let dead_ends = raygate::drain::dead_ends(&world, &plan, &options, flags.handoff.returns());
+    let report = PlanReport {
+        plan,
+        dead_ends: dead_ends.clone(),
+    };
+    let table = render(&report, Output::Table, plan_report_table).unwrap();
+    let json: Value =
+        serde_json::from_str(&render(&report, Output::Json, plan_report_table).unwrap()).unwrap();
+    (dead_ends, table, json, report.exit_code())
+}
+
+const ROOM_FLAGS: [&str; 5] = [
+    "-l",
+    "pool=old",
+    "--taint-outdated",
+    "--group-label",
+    "group",
+];
+
+#[tokio::test]
+async fn plan_reports_a_domain_whose_groups_have_no_room_to_recover() {
+    let sim = room_cluster(true).await;
+    let (dead, table, json, code) = plan_report(&sim, &ROOM_FLAGS).await;
+    assert_eq!(dead.len(), 1, "{table}");
+    assert_eq!(code, exit::PROBLEMS);
+    for says in [
+        "\nno room to recover: 1 domain(s) cannot be drained",
+        "  domain ud-a: upgrade domain ud-a holds 2 group(s) under PodDisruptionBudget \
+         t/w-leaders (a0, a1), which tolerates 1 down",
+        "room for 0 such group(s)",
+        "    fix: add capacity outside the rollout (a node of the new generation) for 1 more \
+         group(s), or set spec.taintOutdated to false, or let the budget tolerate 2 down",
+    ] {
+        assert!(table.contains(says), "no {says:?} in\n{table}");
+    }
+    // JSON/YAML: the plan's fields and `deadEnds`
+    assert_eq!(json["domains"][0]["name"], "ud-a");
+    assert_eq!(json["deadEnds"][0]["domain"], "ud-a");
+    assert_eq!(json["deadEnds"][0]["pdb"], "t/w-leaders");
+    assert_eq!(json["deadEnds"][0]["groups"], json!(["a0", "a1"]));
+    assert_eq!(json["deadEnds"][0]["room"], 0);
+    assert_eq!(json["deadEnds"][0]["mustMove"], 1);
+
+    // without --taint-outdated the later domains' nodes still take pods: nothing predicted
+    let (dead, table, json, code) = plan_report(&sim, &ROOM_FLAGS[..2]).await;
+    assert!(dead.is_empty(), "{table}");
+    assert!(!table.contains("no room to recover"), "{table}");
+    assert_eq!(json["deadEnds"], json!([]));
+    assert_eq!(code, exit::OK);
+
+    // the spare node uncordoned: room for the group that must move
+    let sim = room_cluster(false).await;
+    let (dead, table, _, code) = plan_report(&sim, &ROOM_FLAGS).await;
+    assert!(dead.is_empty(), "{table}");
+    assert!(!table.contains("no room to recover"), "{table}");
+    assert_eq!(code, exit::OK);
+}
+
+#[tokio::test]
+async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
+    let report = |sim: Sim, taint_outdated: bool| async move {
+        let flags = CheckFlags {
+            ud_label: UD.into(),
+            groups: Groups::Custom,
+            group_label: Some("group".into()),
+            representative: Some("role=leader".into()),
+            taint_outdated,
+            selector: "pool=old".into(),
+            handoff: HandoffMode::None,
+        };
+        let options = flags.options().unwrap();
+        let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+        let world = objects.cluster();
+        let findings = raygate::drain::preflight(&world, &options).unwrap();
+        let dead_ends = match flags.plan_options(&options) {
+            Some(o) => {
+                let plan = raygate::drain::plan(&world, &o, Timestamp::UNIX_EPOCH).unwrap();
+                raygate::drain::dead_ends(&world, &plan, &o, flags.handoff.returns())
+            }
+            None => Vec::new(),
+        };
+        CheckReport {
+            nodes: objects.nodes.len(),
+            pods: objects.pods.len(),
+            findings,
+            dead_ends,
+        }
+    };
+    let r = report(room_cluster(true).await, true).await;
+    assert_eq!(r.exit_code(), exit::PROBLEMS);
+    let table = check_table(&r);
+    assert!(
+        table.starts_with("1 finding(s) (3 nodes, 6 pods checked):\n"),
+        "{table}"
+    );
+    for says in [
+        "\nNoRoomToRecover  PodDisruptionBudget t/w-leaders  upgrade domain ud-a\n",
+        "  problem: upgrade domain ud-a holds 2 group(s)",
+        "  fix: add capacity outside the rollout",
+    ] {
+        assert!(table.contains(says), "no {says:?} in\n{table}");
+    }
+    let json: Value =
+        serde_json::from_str(&render(&r, Output::Json, check_table).unwrap()).unwrap();
+    assert_eq!(json["deadEnds"][0]["domain"], "ud-a");
+
+    // not asked (no --taint-outdated): the contract holds
+    let r = report(room_cluster(true).await, false).await;
+    assert_eq!(r.exit_code(), exit::OK, "{}", check_table(&r));
+    // the spare node uncordoned: no finding
+    let r = report(room_cluster(false).await, true).await;
+    assert_eq!(r.exit_code(), exit::OK, "{}", check_table(&r));
+    assert_eq!(
+        check_table(&r),
+        "the group contract holds: no findings (3 nodes, 6 pods checked)\n"
+    );
+}
+
+/// `drain run --local`'s refusal before anything is touched: the controller's text, and
+/// `--skip-room-check` lets it start.
+#[tokio::test]
+async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() {
+    let dead = plan_report(&room_cluster(true).await, &ROOM_FLAGS).await.0;
+    let refused = room_check(&dead, false).unwrap_err();
+    for says in [
+        "1 upgrade domain(s) cannot be drained, their groups would have nowhere to run: upgrade \
+         domain ud-a holds 2 group(s)",
+        "Fix: add capacity outside the rollout",
+        "Nothing was cordoned or evicted",
+        "pass --skip-room-check",
+    ] {
+        assert!(refused.contains(says), "no {says:?} in {refused}");
+    }
+    assert!(refused.starts_with(&raygate::drain::no_room_message(&dead)));
+    assert_eq!(room_check(&dead, true), Ok(()));
+    let dead = plan_report(&room_cluster(false).await, &ROOM_FLAGS).await.0;
+    assert_eq!(room_check(&dead, false), Ok(()));
+
+    // the binary: --skip-room-check and --taint-outdated are --local's
+    let (code, _, err) = raygate(&[
+        "drain",
+        "run",
+        "--domain-label",
+        UD,
+        "--skip-room-check",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--local"), "{err}");
 }

@@ -9,8 +9,9 @@ use serde::Serialize;
 
 use super::status::columns;
 use crate::drain::{
-    DomainOrder, DomainPlan, DrainRules, Finding, Generation, GenerationSource, GenerationTarget,
-    GroupContract, NodeInfoField, Plan, PlanOptions, PreflightOptions, SkipReason,
+    DeadEnd, DomainOrder, DomainPlan, DrainRules, Finding, Generation, GenerationSource,
+    GenerationTarget, GroupContract, NodeInfoField, Plan, PlanOptions, PreflightOptions, Returns,
+    SkipReason,
 };
 use crate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, OUTDATED_TAINT_KEY};
 
@@ -18,7 +19,8 @@ use crate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, OUTDATED_TAINT_KEY};
 pub mod exit {
     /// The plan has no blocked pod / the contract holds.
     pub const OK: u8 = 0;
-    /// `plan`: a pod blocks a domain's drain; `check`: the contract is broken (findings).
+    /// `plan`: a pod blocks a domain's drain, or a domain's groups have no room to recover;
+    /// `check`: the contract is broken or a domain has no room to recover (findings).
     pub const PROBLEMS: u8 = 1;
     /// The flags or the cluster's objects make no plan (unknown UD label, no node matched...).
     pub const BAD_INPUT: u8 = 2;
@@ -56,6 +58,26 @@ pub enum Groups {
     Custom,
 }
 
+/// What becomes of a drained domain's nodes (`--handoff`, as `drain run`'s): whether their
+/// room counts for the later domains' groups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HandoffMode {
+    /// The drained nodes stay cordoned.
+    #[default]
+    None,
+    Reboot,
+    Replace,
+}
+
+impl HandoffMode {
+    pub fn returns(self) -> Returns {
+        match self {
+            HandoffMode::None => Returns::Never,
+            HandoffMode::Reboot | HandoffMode::Replace => Returns::AfterHandOff,
+        }
+    }
+}
+
 /// What to drain: the flags `plan` and `check` share (kubectl drain's names for its pod flags).
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct TargetFlags {
@@ -88,9 +110,14 @@ pub struct PlanFlags {
     /// With `--order explicit`: every domain to drain, in order (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub domains: Vec<String>,
-    /// Taint each target node raygate.io/outdated:NoSchedule.
+    /// Taint each target node raygate.io/outdated:NoSchedule (then the domains whose groups
+    /// would have no room to recover are reported).
     #[arg(long)]
     pub taint_outdated: bool,
+    /// The drain's hand-off (with --taint-outdated: whether drained domains take the later
+    /// domains' groups).
+    #[arg(long, value_enum, default_value = "none")]
+    pub handoff: HandoffMode,
     /// Pod label naming a group, to count protected groups per domain (default: each
     /// protected pod counts).
     #[arg(long)]
@@ -127,6 +154,17 @@ pub struct CheckFlags {
     /// With `--groups custom`: a label query selecting each group's representative.
     #[arg(long)]
     pub representative: Option<String>,
+    /// Also check the room to recover of a drain that taints the outdated nodes
+    /// (raygate.io/outdated:NoSchedule): a domain whose groups would have nowhere to run is a
+    /// finding.
+    #[arg(long)]
+    pub taint_outdated: bool,
+    /// With --taint-outdated: the nodes to drain (a label query, as kubectl drain's).
+    #[arg(short = 'l', long, default_value = "")]
+    pub selector: String,
+    /// With --taint-outdated: the drain's hand-off.
+    #[arg(long, value_enum, default_value = "none")]
+    pub handoff: HandoffMode,
 }
 
 impl PlanFlags {
@@ -171,11 +209,7 @@ impl PlanFlags {
             node_selector: self.target.selector.clone(),
             generation,
             order,
-            taint: self.taint_outdated.then(|| Taint {
-                key: OUTDATED_TAINT_KEY.into(),
-                effect: "NoSchedule".into(),
-                ..Taint::default()
-            }),
+            taint: self.taint_outdated.then(outdated_taint),
             group_label: self.group_label.clone(),
             workload_labels: Vec::new(),
             rules: DrainRules {
@@ -209,6 +243,82 @@ impl CheckFlags {
             contract,
         })
     }
+
+    /// With `--taint-outdated`: the plan whose room to recover is checked (groups by the
+    /// contract's group label).
+    pub fn plan_options(&self, preflight: &PreflightOptions) -> Option<PlanOptions> {
+        self.taint_outdated.then(|| PlanOptions {
+            domain_label: self.ud_label.clone(),
+            node_selector: self.selector.clone(),
+            taint: Some(outdated_taint()),
+            group_label: Some(preflight.contract.group_label.clone()),
+            ..PlanOptions::default()
+        })
+    }
+}
+
+fn outdated_taint() -> Taint {
+    Taint {
+        key: OUTDATED_TAINT_KEY.into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    }
+}
+
+/// `raygate drain plan`'s output: the plan and the domains that cannot finish for want of room
+/// (`deadEnds`, [`crate::drain::dead_ends`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReport<'a> {
+    #[serde(flatten)]
+    pub plan: Plan<'a>,
+    pub dead_ends: Vec<DeadEnd>,
+}
+
+impl PlanReport<'_> {
+    /// [`exit::PROBLEMS`] when a pod blocks some domain or a domain has no room to recover.
+    pub fn exit_code(&self) -> u8 {
+        match self.dead_ends.is_empty() {
+            true => plan_exit_code(&self.plan),
+            false => exit::PROBLEMS,
+        }
+    }
+}
+
+/// The plan's table, then each domain without room to recover (the controller's
+/// `NoRoomToRecover` text: domain, budget, groups, room, the fixes).
+pub fn plan_report_table(report: &PlanReport) -> String {
+    let mut out = plan_table(&report.plan);
+    if !report.dead_ends.is_empty() {
+        out.push_str(&format!(
+            "
+no room to recover: {} domain(s) cannot be drained, their groups would have \
+             nowhere to run:\n",
+            report.dead_ends.len()
+        ));
+        for d in &report.dead_ends {
+            out.push_str(&format!(
+                "  domain {}: {}\n    fix: {}\n",
+                d.domain,
+                d.problem(),
+                d.fix()
+            ));
+        }
+    }
+    out
+}
+
+/// `drain run --local`'s room check: the refusal (the controller's `NoRoomToRecover` text) when a
+/// domain has no room to recover, unless `skip` (`--skip-room-check`).
+pub fn room_check(dead: &[DeadEnd], skip: bool) -> Result<(), String> {
+    match dead.is_empty() || skip {
+        true => Ok(()),
+        false => Err(format!(
+            "{}. Nothing was cordoned or evicted; to start anyway (e.g. an autoscaler adds nodes \
+             for pending pods), pass --skip-room-check",
+            crate::drain::no_room_message(dead)
+        )),
+    }
 }
 
 /// What `raygate drain check` found.
@@ -217,11 +327,15 @@ pub struct CheckReport {
     pub nodes: usize,
     pub pods: usize,
     pub findings: Vec<Finding>,
+    /// With `--taint-outdated`: the domains whose groups would have no room to recover (error
+    /// findings, `NoRoomToRecover`).
+    #[serde(rename = "deadEnds")]
+    pub dead_ends: Vec<DeadEnd>,
 }
 
 impl CheckReport {
     pub fn exit_code(&self) -> u8 {
-        match self.findings.is_empty() {
+        match self.findings.is_empty() && self.dead_ends.is_empty() {
             true => exit::OK,
             false => exit::PROBLEMS,
         }
@@ -347,7 +461,7 @@ pub fn plan_table(plan: &Plan) -> String {
 
 /// The findings, each with its workload, object, problem and fix.
 pub fn check_table(report: &CheckReport) -> String {
-    if report.findings.is_empty() {
+    if report.findings.is_empty() && report.dead_ends.is_empty() {
         return format!(
             "the group contract holds: no findings ({} nodes, {} pods checked)\n",
             report.nodes, report.pods
@@ -355,7 +469,7 @@ pub fn check_table(report: &CheckReport) -> String {
     }
     let mut out = format!(
         "{} finding(s) ({} nodes, {} pods checked):\n",
-        report.findings.len(),
+        report.findings.len() + report.dead_ends.len(),
         report.nodes,
         report.pods
     );
@@ -363,6 +477,16 @@ pub fn check_table(report: &CheckReport) -> String {
         out.push_str(&format!(
             "\n{:?}  {}  {}\n  problem: {}\n  fix: {}\n",
             f.check, f.workload, f.object, f.problem, f.fix
+        ));
+    }
+    for d in &report.dead_ends {
+        out.push_str(&format!(
+            "\nNoRoomToRecover  PodDisruptionBudget {}  upgrade domain {}\n  problem: {}\n  \
+             fix: {}\n",
+            d.pdb,
+            d.domain,
+            d.problem(),
+            d.fix()
         ));
     }
     out

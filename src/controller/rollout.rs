@@ -840,16 +840,13 @@ fn no_room(dead: &[DeadEnd], skip: bool) -> Option<NotReady> {
     if dead.is_empty() || skip {
         return None;
     }
-    let each: Vec<String> = dead.iter().map(ToString::to_string).collect();
     Some(NotReady {
         reason: NO_ROOM,
         message: format!(
-            "{} upgrade domain(s) cannot be drained, their groups would have nowhere to run: {}. \
-             Nothing was cordoned or evicted; the plan is checked again every minute (or when the \
-             rollout changes); to start anyway (e.g. an autoscaler adds nodes for pending pods), \
-             annotate the rollout {SKIP_ROOM_CHECK_ANNOTATION}=true",
-            dead.len(),
-            each.join(" | ")
+            "{}. Nothing was cordoned or evicted; the plan is checked again every minute (or when \
+             the rollout changes); to start anyway (e.g. an autoscaler adds nodes for pending \
+             pods), annotate the rollout {SKIP_ROOM_CHECK_ANNOTATION}=true",
+            crate::drain::no_room_message(dead),
         ),
     })
 }

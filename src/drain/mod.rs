@@ -53,7 +53,7 @@ pub use plan::{
     ProtectedPod, SkipReason, SkippedPod, Warning, plan,
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
-pub use room::{DeadEnd, Returns, dead_ends};
+pub use room::{DeadEnd, Returns, dead_ends, no_room_message};
 pub use rules::DrainRules;
 pub use spec::{InvalidSpec, RolloutOptions, SpecError, parse_duration, rollout_options};
 

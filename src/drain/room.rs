@@ -59,8 +59,9 @@ pub struct DeadEnd {
     pub group_requests: String,
 }
 
-impl std::fmt::Display for DeadEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl DeadEnd {
+    /// What is wrong, in words (the controller's `NoRoomToRecover` message and the CLI's).
+    pub fn problem(&self) -> String {
         let g = self.groups.len();
         let left = self.room.saturating_sub(self.moved_before);
         let earlier = match self.moved_before {
@@ -71,17 +72,12 @@ impl std::fmt::Display for DeadEnd {
                 n.min(self.room)
             ),
         };
-        let short = (self.must_move + self.moved_before).saturating_sub(self.room);
-        write!(
-            f,
+        format!(
             "upgrade domain {} holds {g} group(s) under PodDisruptionBudget {} ({}), which \
              tolerates {} down: {} of them must be Ready elsewhere before the domain's last \
              protected pod can be evicted, but with taintOutdated every outdated node refuses new \
              pods and the nodes outside the rollout have room for {} such group(s){earlier} (one \
-             group requests {}); the evictions would be refused (429) until the domain times out. \
-             Fix: add capacity outside the rollout (a node of the new generation) for {short} more \
-             group(s), or set spec.taintOutdated to false, or let the budget tolerate {} down \
-             (maxUnavailable, or a lower minAvailable)",
+             group requests {}); the evictions would be refused (429) until the domain times out",
             self.domain,
             self.pdb,
             list(&self.groups, 3),
@@ -89,9 +85,36 @@ impl std::fmt::Display for DeadEnd {
             self.must_move,
             left,
             self.group_requests,
+        )
+    }
+
+    /// The ways out.
+    pub fn fix(&self) -> String {
+        let short = (self.must_move + self.moved_before).saturating_sub(self.room);
+        format!(
+            "add capacity outside the rollout (a node of the new generation) for {short} more \
+             group(s), or set spec.taintOutdated to false, or let the budget tolerate {} down \
+             (maxUnavailable, or a lower minAvailable)",
             self.tolerated + short as i64,
         )
     }
+}
+
+impl std::fmt::Display for DeadEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}. Fix: {}", self.problem(), self.fix())
+    }
+}
+
+/// The one-line summary of `dead` the controller's `NoRoomToRecover` condition and the CLI's
+/// refusal start with (each domain's [`DeadEnd`] text, `|`-separated).
+pub fn no_room_message(dead: &[DeadEnd]) -> String {
+    let each: Vec<String> = dead.iter().map(ToString::to_string).collect();
+    format!(
+        "{} upgrade domain(s) cannot be drained, their groups would have nowhere to run: {}",
+        dead.len(),
+        each.join(" | ")
+    )
 }
 
 /// The domains of `plan` whose drain cannot finish for want of room (see the module's doc), in
