@@ -21,8 +21,24 @@ pub enum SimOutput {
 #[derive(clap::Args)]
 pub struct SimulateArgs {
     /// A scenario file (see README, "Scenario files"; "-" for standard input).
-    #[arg(short = 'f', long = "filename")]
-    file: PathBuf,
+    #[arg(
+        short = 'f',
+        long = "filename",
+        required_unless_present = "seeds",
+        conflicts_with = "seeds"
+    )]
+    file: Option<PathBuf>,
+    /// Instead of a file: the reliability sweep over N generated seeds (random clusters and
+    /// timelines), raygate and each baseline on every seed; prints the violations per invariant
+    /// and exits 1 if raygate broke one.
+    #[arg(long, value_name = "N", conflicts_with_all = ["output", "html"])]
+    seeds: Option<u64>,
+    /// With --seeds: the first seed (default 0).
+    #[arg(long, value_name = "S", requires = "seeds", default_value_t = 0)]
+    first: u64,
+    /// With --seeds: threads running seeds at once (default 2).
+    #[arg(long, value_name = "T", requires = "seeds", default_value_t = 2)]
+    threads: usize,
     /// Default: the table on a terminal, JSON when piped.
     #[arg(short = 'o', long = "output", value_enum)]
     output: Option<SimOutput>,
@@ -47,8 +63,13 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
 /// Exit 2 on a bad scenario file (line and field named), else as [`demo`].
 pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
-    let text = crate::read_input(&args.file)?;
-    let source = args.file.display().to_string();
+    let file = match (&args.file, args.seeds) {
+        (_, Some(n)) => return seeds(args.first, n, args.threads),
+        (Some(f), None) => f,
+        (None, None) => anyhow::bail!("give a scenario file (-f FILE) or --seeds N"),
+    };
+    let text = crate::read_input(file)?;
+    let source = file.display().to_string();
     let checked = match raygate_demo::scenario::parse(&text, &source) {
         Ok(c) => c,
         Err(e) => {
@@ -62,6 +83,28 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         SimOutput::Json
     });
     play(&checked, output, args.html.as_deref())
+}
+
+/// `raygate simulate --seeds N`: the sweep over seeds `first..first + n` (each a generated
+/// story, raygate and the baselines on it), its table on standard output; exit 1 if raygate
+/// broke an invariant, a rollout failed or a seed stalled (5 minutes of wall time).
+fn seeds(first: u64, n: u64, threads: usize) -> anyhow::Result<ExitCode> {
+    let registry = raygate_sim::upstream::registry().context("the embedded CRDs")?;
+    let wall = std::time::Instant::now();
+    let summary = raygate_demo::sweep::sweep(
+        &registry,
+        first..first.saturating_add(n),
+        threads,
+        std::time::Duration::from_secs(300),
+    );
+    let took = wall.elapsed().as_secs_f64();
+    print!("{summary}");
+    println!("wall time: {took:.1} s for {n} seeds (from seed {first}) on {threads} threads",);
+    Ok(if summary.raygate_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn play(

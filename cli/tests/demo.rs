@@ -165,3 +165,48 @@ fn simulate_exits_1_when_an_expectation_fails() {
         "{stdout}"
     );
 }
+
+/// `raygate simulate --seeds 2`: the sweep over two generated stories, the table per variant
+/// (raygate and the baselines that ran on the same seeds), exit 0 as raygate broke nothing.
+#[test]
+fn simulate_seeds_prints_the_sweep_table_for_raygate_and_the_baselines() {
+    let dir = std::env::temp_dir().join(format!("raygate-simulate-seeds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = raygate(&["simulate", "--seeds", "2", "--first", "0"], &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("seeds: 2 "), "{stdout}");
+    assert!(stdout.contains("violations per invariant"), "{stdout}");
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name:?} in:\n{stdout}"))
+            .to_string()
+    };
+    // raygate ran both seeds and broke nothing
+    let raygate = row("raygate ");
+    let cols: Vec<&str> = raygate.split_whitespace().collect();
+    assert_eq!(cols[1..4], ["2", "0", "0"], "{raygate}");
+    assert!(raygate.ends_with("{}"), "{raygate}");
+    // seeds 0 and 1 draw rollouts: the drain baselines ran on them too
+    row("kubectl drain node by node");
+    row("UD by UD");
+    assert!(stdout.contains("wall time:"), "{stdout}");
+}
+
+/// A file or --seeds, not both.
+#[test]
+fn simulate_takes_a_file_or_seeds_not_both() {
+    let dir = std::env::temp_dir();
+    let out = raygate(&["simulate", "-f", "x.yaml", "--seeds", "2"], &dir);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = raygate(&["simulate"], &dir);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

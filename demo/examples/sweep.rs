@@ -9,7 +9,6 @@
 //! second, violations per invariant per variant, and raygate's failures in full. Exits 1 if
 //! raygate broke an invariant or a seed stalled.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use raygate_demo::sweep;
@@ -28,11 +27,8 @@ fn main() {
             .unwrap_or(default)
     };
     let (seeds, first, threads) = (arg(1, 100), arg(2, 0), arg(3, 2));
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let rollout_crd = std::fs::read_to_string(root.join("crds/noderollouts.raygate.io.yaml"))
-        .unwrap_or_else(|e| panic!("crds/noderollouts.raygate.io.yaml: {e}"));
-    let registry = sweep::registry(&[&root.join("../shared/upstream-crds")], &[&rollout_crd])
-        .unwrap_or_else(|e| panic!("the CRDs: {e}"));
+    // the embedded CRDs (KubeRay, Kueue, LWS, raygate's NodeRollout), as `raygate simulate`
+    let registry = raygate_sim::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
     let wall = Instant::now();
     let summary = sweep::sweep(
         &registry,

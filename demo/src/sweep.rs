@@ -11,7 +11,9 @@
 //! - **rollout**: 2–3 upgrade domains × 1–2 nodes (4 GPUs each), 2–N LeaderWorkerSet groups
 //!   (leader + worker, one GPU each, delegated readiness, the worker in its leader's domain), a
 //!   budget on the leaders with a random floor raygate can always honour (it tolerates as many
-//!   groups down as one domain can hold: no fixed-capacity dead end), a node-generation rollout.
+//!   groups down as one domain can hold: no fixed-capacity dead end), no more groups than one
+//!   domain holds (the groups moved out of a drained domain fit in the one upgraded first, so no
+//!   leader is placed where its worker has no room), a node-generation rollout.
 //!   Baselines: kubectl drain node by node, random drains of 2 nodes, UD by UD.
 //!
 //! Deterministic on a seed: the generator is a pure function of it, the sim's names, uids and
@@ -258,9 +260,14 @@ fn upgrade(seed: u64, d: &mut Draw) -> Checked {
 fn rollout(seed: u64, d: &mut Draw) -> Checked {
     let domains = d.int(2, 3);
     let nodes = d.int(1, 2);
-    // one domain can hold 2 groups per node (4 GPUs, 2 per group); keep one domain's worth free
+    // one domain can hold 2 groups per node (4 GPUs, 2 per group). With the outdated nodes
+    // tainted, the groups evicted from ud-k can only go to the domains upgraded before it, and
+    // there is no gang scheduling: when they do not all fit, a recreated leader takes a domain's
+    // last free GPU and its worker (bound to the leader's domain) waits for good, so the group is
+    // never Ready again and the drain pauses on its health check (seeds 105 and 122). Every
+    // group fits in one domain: ud-0, upgraded first, has room for all of them.
     let per_domain = 2 * nodes;
-    let groups = d.int(2, per_domain * (domains - 1));
+    let groups = d.int(2, per_domain);
     // tolerate at least a whole domain's groups down: raygate can always drain a domain
     let floor = d.int(0, groups.saturating_sub(per_domain));
     let group_key = "leaderworkerset.sigs.k8s.io/group-key";
@@ -569,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn every_rollout_tolerates_a_whole_domain_down_and_fits_without_one() {
+    fn every_rollout_tolerates_a_whole_domain_down_and_fits_in_one_domain() {
         for seed in 0..500 {
             let c = generate(seed);
             if story(&c) != Story::Rollout {
@@ -582,7 +589,11 @@ mod tests {
                 .unwrap();
             let domains = c.scenario.cluster.upgrade_domains as i64;
             assert!(groups - floor >= per_domain.min(groups), "seed {seed}");
-            assert!(groups <= per_domain * (domains - 1), "seed {seed}");
+            assert!(
+                groups <= per_domain,
+                "seed {seed}: every group fits in one domain"
+            );
+            assert!(domains >= 2, "seed {seed}");
         }
     }
 

@@ -718,7 +718,7 @@ mod io {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use k8s_openapi::jiff::Timestamp;
     use kube::api::{Api, Patch, PatchParams, PostParams};
-    use kube::runtime::reflector::Store;
+    use kube::runtime::reflector::{ObjectRef, Store};
     use serde_json::json;
 
     use super::{Snapshot, queue_order, unschedulable_condition};
@@ -774,8 +774,8 @@ mod io {
     impl Actor for Scheduler {
         type Error = std::convert::Infallible;
 
-        async fn pass(&mut self, now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
-            pass(
+        async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Self::Error> {
+            let bound = pass(
                 &self.client,
                 &self.clock,
                 &self.config,
@@ -783,18 +783,32 @@ mod io {
                 &self.nodes.state(),
             )
             .await;
+            // kube-scheduler's assume cache: the next pass waits until the pod cache shows every
+            // binding of this one, else it would count those pods as pending (no node, no
+            // requests) and place others into the room they took (a node over its allocatable)
+            for (key, uid) in bound {
+                let pods = self.pods.clone();
+                expect.until(move || {
+                    pods.get(&key).is_none_or(|p| {
+                        p.metadata.uid.as_deref() != Some(uid.as_str())
+                            || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+                    })
+                });
+            }
             // unschedulable pods are retried on every change and after `retry`
             Ok(Some(now + self.config.retry))
         }
     }
 
+    /// One scheduling pass; the pods it bound (cache key, uid).
     async fn pass(
         client: &kube::Client,
         clock: &Clock,
         config: &Config,
         pods: &[Arc<Pod>],
         nodes: &[Arc<Node>],
-    ) {
+    ) -> Vec<(ObjectRef<Pod>, String)> {
+        let mut bound = vec![];
         let mut snapshot = Snapshot::new(nodes.iter().map(|n| &**n), pods.iter().map(|p| &**p));
         for pod in queue_order(pods) {
             let spec_name = pod.spec.as_ref().and_then(|s| s.scheduler_name.clone());
@@ -823,6 +837,10 @@ mod io {
                         Ok(_) => {
                             tracing::debug!(pod = %name, %node, "bound");
                             snapshot.assume(&pod, &node);
+                            bound.push((
+                                ObjectRef::from_obj(&*pod),
+                                pod.metadata.uid.clone().unwrap_or_default(),
+                            ));
                         }
                         Err(e) => tracing::debug!(pod = %name, %node, error = %e, "binding failed"),
                     }
@@ -856,6 +874,7 @@ mod io {
                 }
             }
         }
+        bound
     }
 }
 

@@ -266,6 +266,12 @@ impl Expect {
         });
     }
 
+    /// Waits until `met` holds of the caches (a write whose answer carries no resourceVersion of
+    /// the object it changed, e.g. a pod's `binding`).
+    pub fn until(&mut self, met: impl Fn() -> bool + Send + Sync + 'static) {
+        self.push(met);
+    }
+
     fn push(&mut self, met: impl Fn() -> bool + Send + Sync + 'static) {
         if self.pending.is_empty() {
             self.since = Some(tokio::time::Instant::now());
