@@ -49,6 +49,10 @@ pub fn builder() -> crate::SimBuilder {
 pub fn sim_with(extra_crds: &[&str]) -> Sim {
     let mut builder = builder();
     for yaml in extra_crds {
+        // a YAML text, not a path: one without a CRD in it is a mistake in the test
+        let mut probe = crate::Registry::with_builtins();
+        let n = probe.add_crds_yaml(yaml).expect("a CRD");
+        assert!(n > 0, "no CustomResourceDefinition in {:.80}", yaml);
         builder = builder.crds_yaml(yaml).expect("a CRD");
     }
     builder.build()

@@ -1015,7 +1015,9 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
 /// the Lease.
 #[tokio::test(start_paused = true)]
 async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_rollout() {
-    let sim = sim_with(&[
+    // raygate's own CRDs (NodeRollout, the Kueue kinds it installs) and KubeRay's, as files
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let texts: Vec<String> = [
         "crds/noderollouts.raygate.io.yaml",
         "crds/clusterqueues.kueue.x-k8s.io.yaml",
         "crds/cohorts.kueue.x-k8s.io.yaml",
@@ -1023,9 +1025,13 @@ async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_
         "crds/resourceflavors.kueue.x-k8s.io.yaml",
         "crds/workloadpriorityclasses.kueue.x-k8s.io.yaml",
         "crds/workloads.kueue.x-k8s.io.yaml",
-        "../shared/upstream-crds/ray.io_rayservices.yaml",
-        "../shared/upstream-crds/ray.io_rayclusters.yaml",
-    ]);
+        "sim/crds/upstream/ray.io_rayservices.yaml",
+        "sim/crds/upstream/ray.io_rayclusters.yaml",
+    ]
+    .iter()
+    .map(|p| std::fs::read_to_string(root.join(p)).expect(p))
+    .collect();
+    let sim = sim_with(&texts.iter().map(String::as_str).collect::<Vec<_>>());
     sim.ensure_namespace("raygate-system");
     let client = sim.client();
     let _actors = actors(&sim);
