@@ -519,33 +519,6 @@ pub fn sweep(
     summary.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// The built-in kinds plus the CRDs of every `.yaml` file in `dirs` and of the YAML texts in
-/// `extra`: built once, cloned into each sim of the sweep.
-pub fn registry(
-    dirs: &[&std::path::Path],
-    extra: &[&str],
-) -> Result<Registry, raygate_sim::CrdError> {
-    let mut registry = Registry::with_builtins();
-    for dir in dirs {
-        let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| raygate_sim::CrdError::Io(dir.display().to_string(), e))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-            .collect();
-        paths.sort();
-        for p in paths {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| raygate_sim::CrdError::Io(p.display().to_string(), e))?;
-            registry.add_crds_yaml(&text)?;
-        }
-    }
-    for text in extra {
-        registry.add_crds_yaml(text)?;
-    }
-    Ok(registry)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
