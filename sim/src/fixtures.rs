@@ -12,7 +12,7 @@ use crate::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use raygate::controller::{Clock, Monotonic};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -162,6 +162,31 @@ pub fn lws_api(client: &Client) -> Api<DynamicObject> {
         plural: "leaderworkersets".into(),
     };
     Api::namespaced_with(client.clone(), NS, &ar)
+}
+
+/// The LWS `llm` at `total` groups (created at the first call, scaled after), then waits until
+/// every group's pods are Ready: the tests place groups one upgrade domain at a time this way.
+pub async fn grow_groups(client: &Client, total: usize) {
+    let api = lws_api(client);
+    if api.get_opt("llm").await.expect("read the LWS").is_none() {
+        let o: DynamicObject = serde_json::from_value(lws_object(total)).expect("the LWS object");
+        api.create(&PostParams::default(), &o)
+            .await
+            .expect("create the LWS");
+    } else {
+        api.patch(
+            "llm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": total}})),
+        )
+        .await
+        .expect("scale the LWS");
+    }
+    eventually("every group Ready", || async {
+        let ps = pods(client).await;
+        (ps.len() == 2 * total && ps.iter().all(is_ready)).then_some(())
+    })
+    .await;
 }
 
 pub fn is_ready(p: &Pod) -> bool {

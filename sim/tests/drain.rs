@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
@@ -68,27 +68,7 @@ async fn layout(
             .await
             .unwrap();
         total += g;
-        if i == 0 {
-            let o: DynamicObject = serde_json::from_value(lws_object(total)).unwrap();
-            lws_api(client)
-                .create(&PostParams::default(), &o)
-                .await
-                .unwrap();
-        } else {
-            lws_api(client)
-                .patch(
-                    "llm",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": total}})),
-                )
-                .await
-                .unwrap();
-        }
-        eventually("every group Ready", || async {
-            let ps = pods(client).await;
-            (ps.len() == 2 * total && ps.iter().all(is_ready)).then_some(())
-        })
-        .await;
+        grow_groups(client, total).await;
     }
     nodes
         .create(
