@@ -8,6 +8,7 @@ use raygate::cli::drain::{
     CheckFlags, CheckReport, PlanFlags, PlanReport, check_table, exit, plan_report_table,
 };
 use raygate::cli::{self, Output};
+use raygate::drain::NoRoom;
 use raygate::live;
 
 #[derive(clap::Args)]
@@ -21,7 +22,8 @@ pub struct DrainArgs {
 enum DrainCommand {
     /// The drain, upgrade domain by upgrade domain: each domain's nodes, its protected pods
     /// (phase 1, evicted first), the rest (phase 2), the pods skipped and those that block it;
-    /// with --taint-outdated, the domains whose groups would have no room to recover.
+    /// with --taint-outdated, the domains whose groups would have no room to recover; with
+    /// --handoff none and --group-label, those whose health gate cannot pass for want of room.
     /// Exit code 0: nothing blocks; 1: a pod blocks a domain, or a domain has no room to
     /// recover; 2: no plan (bad flags or input); 3: the cluster could not be read.
     Plan {
@@ -32,7 +34,8 @@ enum DrainCommand {
     },
     /// The group contract (groups packed in one domain, a ready-gated representative per group,
     /// one PodDisruptionBudget over the representatives): each finding with its fix; with
-    /// --taint-outdated, each domain whose groups would have no room to recover too.
+    /// --taint-outdated or --handoff, each domain whose groups would have no room to recover
+    /// (or, with hand-off none, no room for its health gate) too.
     /// Exit code 0: no finding; 1: findings; 2: bad flags or input; 3: the cluster could not be
     /// read.
     Check {
@@ -103,9 +106,12 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let world = objects.cluster();
             let plan =
                 raygate::drain::plan(&world, &options, now).map_err(|e| bad(e.to_string()))?;
-            let dead_ends =
-                raygate::drain::dead_ends(&world, &plan, &options, flags.handoff.returns());
-            let report = PlanReport { plan, dead_ends };
+            let found = NoRoom::check(&world, &plan, &options, flags.handoff.returns());
+            let report = PlanReport {
+                plan,
+                dead_ends: found.dead_ends,
+                gate_dead_ends: found.gate_dead_ends,
+            };
             let text = cli::render(&report, cluster.output, plan_report_table)
                 .map_err(|e| bad(e.to_string()))?;
             Ok((text, report.exit_code()))
@@ -116,20 +122,21 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let world = objects.cluster();
             let findings =
                 raygate::drain::preflight(&world, &options).map_err(|e| bad(e.to_string()))?;
-            let dead_ends = match flags.plan_options(&options) {
+            let found = match flags.plan_options(&options) {
                 Some(plan_options) => {
                     let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
                     let plan = raygate::drain::plan(&world, &plan_options, now)
                         .map_err(|e| bad(e.to_string()))?;
-                    raygate::drain::dead_ends(&world, &plan, &plan_options, flags.handoff.returns())
+                    NoRoom::check(&world, &plan, &plan_options, flags.returns())
                 }
-                None => Vec::new(),
+                None => NoRoom::default(),
             };
             let report = CheckReport {
                 nodes: objects.nodes.len(),
                 pods: objects.pods.len(),
                 findings,
-                dead_ends,
+                dead_ends: found.dead_ends,
+                gate_dead_ends: found.gate_dead_ends,
             };
             let text = cli::render(&report, cluster.output, check_table)
                 .map_err(|e| bad(e.to_string()))?;

@@ -14,7 +14,7 @@ use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
 use raygate::drain::{
-    DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions, Returns,
+    DrainRules, Generation, GenerationSource, GenerationTarget, NoRoom, PlanOptions, Returns,
 };
 use raygate::live_rollout as rollout;
 use raygate::types::k8s_openapi::api::core::v1::Taint;
@@ -99,8 +99,9 @@ pub struct RunArgs {
     /// spec.taintOutdated).
     #[arg(long, requires = "local")]
     taint_outdated: bool,
-    /// With --local: start even when a domain's groups would have no room to recover (as the
-    /// NodeRollout annotation raygate.io/skip-room-check=true).
+    /// With --local: start even when a domain's groups would have no room to recover, or (with
+    /// hand-off none) no room for its health gate (as the NodeRollout annotation
+    /// raygate.io/skip-room-check=true).
     #[arg(long, requires = "local")]
     skip_room_check: bool,
     /// Seconds each evicted pod gets to terminate (kubectl drain's flag); negative: the pod's
@@ -354,14 +355,16 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The controller's room check before anything is touched: the refusal when a domain's groups
-/// would have nowhere to run (`None`: room enough, no taint, `--skip-room-check`, or a plan error
-/// the engine reports itself).
+/// would have nowhere to run, or (hand-off none, with groups) nowhere to run again for its health
+/// gate (`None`: room enough, neither a taint nor hand-off none with groups, `--skip-room-check`,
+/// or a plan error the engine reports itself).
 async fn room_check(
     client: &kube::Client,
     options: &Options,
     skip: bool,
 ) -> anyhow::Result<Option<String>> {
-    if options.plan.taint.is_none() {
+    let gate = options.handoff == Handoff::None && options.plan.group_label.is_some();
+    if options.plan.taint.is_none() && !gate {
         return Ok(None);
     }
     let objects = raygate::live::drain_objects(client).await?;
@@ -374,12 +377,12 @@ async fn room_check(
         Handoff::None => Returns::Never,
         Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
     };
-    let dead = raygate::drain::dead_ends(&world, &plan, &options.plan, returns);
-    if skip && !dead.is_empty() {
+    let found = NoRoom::check(&world, &plan, &options.plan, returns);
+    if skip && !found.is_empty() {
         eprintln!(
             "warning: starting without room to recover (--skip-room-check): {}",
-            raygate::drain::no_room_message(&dead)
+            found.message()
         );
     }
-    Ok(raygate::cli::drain::room_check(&dead, skip).err())
+    Ok(raygate::cli::drain::room_check(&found.dead_ends, &found.gate_dead_ends, skip).err())
 }

@@ -214,7 +214,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         representative: Some("role=leader".into()),
         taint_outdated: false,
         selector: String::new(),
-        handoff: HandoffMode::None,
+        handoff: None,
     };
     let options = flags.options().unwrap();
     let objects = raygate::live::drain_objects(&client).await.unwrap();
@@ -224,6 +224,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         pods: objects.pods.len(),
         findings,
         dead_ends: Vec::new(),
+        gate_dead_ends: Vec::new(),
     };
     assert_eq!(
         check_table(&report),
@@ -257,6 +258,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         pods: objects.pods.len(),
         findings,
         dead_ends: Vec::new(),
+        gate_dead_ends: Vec::new(),
     };
     assert_eq!(report.exit_code(), exit::PROBLEMS);
     let table = check_table(&report);
@@ -407,9 +409,12 @@ async fn plan_report(
     let world = objects.cluster();
     let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
     let dead_ends = raygate::drain::dead_ends(&world, &plan, &options, flags.handoff.returns());
+    let gate_dead_ends =
+        raygate::drain::gate_dead_ends(&world, &plan, &options, flags.handoff.returns());
     let report = PlanReport {
         plan,
         dead_ends: dead_ends.clone(),
+        gate_dead_ends,
     };
     let table = render(&report, Output::Table, plan_report_table).unwrap();
     let json: Value =
@@ -474,33 +479,41 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
             representative: Some("role=leader".into()),
             taint_outdated,
             selector: "pool=old".into(),
-            handoff: HandoffMode::None,
+            handoff: None,
         };
         let options = flags.options().unwrap();
         let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
         let world = objects.cluster();
         let findings = raygate::drain::preflight(&world, &options).unwrap();
-        let dead_ends = match flags.plan_options(&options) {
+        let found = match flags.plan_options(&options) {
             Some(o) => {
                 let plan = raygate::drain::plan(&world, &o, Timestamp::UNIX_EPOCH).unwrap();
-                raygate::drain::dead_ends(&world, &plan, &o, flags.handoff.returns())
+                raygate::drain::NoRoom::check(&world, &plan, &o, flags.returns())
             }
-            None => Vec::new(),
+            None => raygate::drain::NoRoom::default(),
         };
         CheckReport {
             nodes: objects.nodes.len(),
             pods: objects.pods.len(),
             findings,
-            dead_ends,
+            dead_ends: found.dead_ends,
+            gate_dead_ends: found.gate_dead_ends,
         }
     };
     let r = report(room_cluster(true).await, true).await;
     assert_eq!(r.exit_code(), exit::PROBLEMS);
     let table = check_table(&r);
+    // the budget's dead end in ud-a, and (hand-off none) neither domain's health gate can pass
     assert!(
-        table.starts_with("1 finding(s) (3 nodes, 6 pods checked):\n"),
+        table.starts_with("3 finding(s) (3 nodes, 6 pods checked):\n"),
         "{table}"
     );
+    for says in [
+        "\nNoRoomToRecover  health gate  upgrade domain ud-a\n",
+        "\nNoRoomToRecover  health gate  upgrade domain ud-b\n",
+    ] {
+        assert!(table.contains(says), "no {says:?} in\n{table}");
+    }
     for says in [
         "\nNoRoomToRecover  PodDisruptionBudget t/w-leaders  upgrade domain ud-a\n",
         "  problem: upgrade domain ud-a holds 2 group(s)",
@@ -529,7 +542,7 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
 #[tokio::test]
 async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() {
     let dead = plan_report(&room_cluster(true).await, &ROOM_FLAGS).await.0;
-    let refused = room_check(&dead, false).unwrap_err();
+    let refused = room_check(&dead, &[], false).unwrap_err();
     for says in [
         "1 upgrade domain(s) cannot be drained, their groups would have nowhere to run: upgrade \
          domain ud-a holds 2 group(s)",
@@ -540,9 +553,9 @@ async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() 
         assert!(refused.contains(says), "no {says:?} in {refused}");
     }
     assert!(refused.starts_with(&raygate::drain::no_room_message(&dead)));
-    assert_eq!(room_check(&dead, true), Ok(()));
+    assert_eq!(room_check(&dead, &[], true), Ok(()));
     let dead = plan_report(&room_cluster(false).await, &ROOM_FLAGS).await.0;
-    assert_eq!(room_check(&dead, false), Ok(()));
+    assert_eq!(room_check(&dead, &[], false), Ok(()));
 
     // the binary: --skip-room-check and --taint-outdated are --local's
     let (code, _, err) = raygate(&[
@@ -556,4 +569,131 @@ async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() 
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--local"), "{err}");
+}
+
+/// The health gate's dead end with hand-off none (the default) and no taint: ud-a's groups a0 and
+/// a1 run again on old-b, but once ud-b is drained too, all three groups (6 GPUs) need room
+/// outside both domains, and the only node there (`spare`) is cordoned. `plan` names ud-b in its
+/// own section and exits 1, `check --handoff none` lists it as a `NoRoomToRecover` finding, and
+/// `drain run --local` refuses it unless `--skip-room-check`.
+#[tokio::test]
+async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_and_refused() {
+    let flags = ["-l", "pool=old", "--group-label", "group"];
+    let sim = room_cluster(true).await;
+    let (dead, table, json, code) = plan_report(&sim, &flags).await;
+    assert!(
+        dead.is_empty(),
+        "no budget's dead end without the taint: {table}"
+    );
+    assert_eq!(code, exit::PROBLEMS, "{table}");
+    for says in [
+        "\nno room for the health gate: 1 domain(s) would fail their health check, their groups \
+         would have nowhere to run again:\n",
+        "  domain ud-b: upgrade domain ud-b: with hand-off None its nodes stay cordoned, so its \
+         health gate waits until its 1 group(s) (b0) are Ready again on nodes outside the \
+         domains drained so far, as must the 2 group(s) moved out of earlier domains; those \
+         nodes have nothing free and the 3 group(s) request cpu 6, nvidia.com/gpu 6, pods 6 \
+         (room for 0 such group(s)",
+        "    fix: add capacity outside the domains drained so far (a node of the new generation) \
+         for cpu 6, nvidia.com/gpu 6, pods 6 (3 more group(s)), or hand the nodes back \
+         (spec.handOff.mode Reboot or Replace",
+    ] {
+        assert!(table.contains(says), "no {says:?} in\n{table}");
+    }
+    assert!(!table.contains("no room to recover:"), "{table}");
+    assert_eq!(json["deadEnds"], json!([]));
+    assert_eq!(json["gateDeadEnds"][0]["domain"], "ud-b");
+    assert_eq!(json["gateDeadEnds"][0]["groups"], json!(["b0"]));
+    assert_eq!(json["gateDeadEnds"][0]["movedBefore"], 2);
+    assert_eq!(
+        json["gateDeadEnds"][0]["short"],
+        "cpu 6, nvidia.com/gpu 6, pods 6"
+    );
+    // the drained domains come back with a reboot: nothing to predict
+    let with_reboot: Vec<&str> = flags
+        .iter()
+        .copied()
+        .chain(["--handoff", "reboot"])
+        .collect();
+    let (_, table, json, code) = plan_report(&sim, &with_reboot).await;
+    assert_eq!(
+        (code, &json["gateDeadEnds"]),
+        (exit::OK, &json!([])),
+        "{table}"
+    );
+
+    // check --handoff none (no taint): the same domain as a finding
+    let report = |sim: Sim, handoff: Option<HandoffMode>| async move {
+        let flags = CheckFlags {
+            ud_label: UD.into(),
+            groups: Groups::Custom,
+            group_label: Some("group".into()),
+            representative: Some("role=leader".into()),
+            taint_outdated: false,
+            selector: "pool=old".into(),
+            handoff,
+        };
+        let options = flags.options().unwrap();
+        let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+        let world = objects.cluster();
+        let o = flags.plan_options(&options)?;
+        let plan = raygate::drain::plan(&world, &o, Timestamp::UNIX_EPOCH).unwrap();
+        let found = raygate::drain::NoRoom::check(&world, &plan, &o, flags.returns());
+        Some(CheckReport {
+            nodes: objects.nodes.len(),
+            pods: objects.pods.len(),
+            findings: raygate::drain::preflight(&world, &options).unwrap(),
+            dead_ends: found.dead_ends,
+            gate_dead_ends: found.gate_dead_ends,
+        })
+    };
+    let r = report(room_cluster(true).await, Some(HandoffMode::None))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code(), exit::PROBLEMS);
+    let table = check_table(&r);
+    assert!(
+        table.starts_with("1 finding(s) (3 nodes, 6 pods checked):\n"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "\nNoRoomToRecover  health gate  upgrade domain ud-b\n  problem: upgrade domain \
+             ud-b: with hand-off None"
+        ),
+        "{table}"
+    );
+    let json: Value =
+        serde_json::from_str(&render(&r, Output::Json, check_table).unwrap()).unwrap();
+    assert_eq!(json["gateDeadEnds"][0]["domain"], "ud-b");
+    // neither --taint-outdated nor --handoff: the room is not checked
+    assert!(report(room_cluster(true).await, None).await.is_none());
+
+    // drain run --local: refused with the controller's text, unless told to skip
+    let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+    let world = objects.cluster();
+    let options = plan_flags(&flags).options().unwrap();
+    let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
+    let gate = raygate::drain::gate_dead_ends(&world, &plan, &options, HandoffMode::None.returns());
+    let refused = room_check(&[], &gate, false).unwrap_err();
+    for says in [
+        "1 upgrade domain(s) would fail their health check, their groups would have nowhere to \
+         run again: upgrade domain ud-b",
+        "Fix: add capacity outside the domains drained so far",
+        "Nothing was cordoned or evicted",
+        "pass --skip-room-check",
+    ] {
+        assert!(refused.contains(says), "no {says:?} in {refused}");
+    }
+    assert_eq!(room_check(&[], &gate, true), Ok(()));
+
+    // the spare node takes pods: room for all three groups, nothing reported
+    let sim = room_cluster(false).await;
+    let (_, table, json, code) = plan_report(&sim, &flags).await;
+    assert_eq!(
+        (code, &json["gateDeadEnds"]),
+        (exit::OK, &json!([])),
+        "{table}"
+    );
+    assert!(!table.contains("no room for the health gate"), "{table}");
 }

@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use super::status::columns;
 use crate::drain::{
-    DeadEnd, DomainOrder, DomainPlan, DrainRules, Finding, Generation, GenerationSource,
-    GenerationTarget, GroupContract, NodeInfoField, Plan, PlanOptions, PreflightOptions, Returns,
-    SkipReason,
+    DeadEnd, DomainOrder, DomainPlan, DrainRules, Finding, GateDeadEnd, Generation,
+    GenerationSource, GenerationTarget, GroupContract, NoRoom, NodeInfoField, Plan, PlanOptions,
+    PreflightOptions, Returns, SkipReason,
 };
 use crate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, OUTDATED_TAINT_KEY};
 
@@ -115,11 +115,12 @@ pub struct PlanFlags {
     #[arg(long)]
     pub taint_outdated: bool,
     /// The drain's hand-off (with --taint-outdated: whether drained domains take the later
-    /// domains' groups).
+    /// domains' groups; none, with --group-label: the domains whose health gate cannot pass
+    /// for want of room are reported).
     #[arg(long, value_enum, default_value = "none")]
     pub handoff: HandoffMode,
     /// Pod label naming a group, to count protected groups per domain (default: each
-    /// protected pod counts).
+    /// protected pod counts); with --handoff none, the groups the health gate waits for.
     #[arg(long)]
     pub group_label: Option<String>,
     /// Ignore DaemonSet-managed pods (kubectl drain's flag).
@@ -162,9 +163,11 @@ pub struct CheckFlags {
     /// With --taint-outdated: the nodes to drain (a label query, as kubectl drain's).
     #[arg(short = 'l', long, default_value = "")]
     pub selector: String,
-    /// With --taint-outdated: the drain's hand-off.
-    #[arg(long, value_enum, default_value = "none")]
-    pub handoff: HandoffMode,
+    /// The drain's hand-off: given (or with --taint-outdated, default none), the room to recover
+    /// is checked too; with none, a domain whose health gate cannot pass for want of room outside
+    /// the drained domains is a finding.
+    #[arg(long, value_enum)]
+    pub handoff: Option<HandoffMode>,
 }
 
 impl PlanFlags {
@@ -244,16 +247,21 @@ impl CheckFlags {
         })
     }
 
-    /// With `--taint-outdated`: the plan whose room to recover is checked (groups by the
-    /// contract's group label).
+    /// With `--taint-outdated` or `--handoff`: the plan whose room to recover is checked
+    /// (groups by the contract's group label).
     pub fn plan_options(&self, preflight: &PreflightOptions) -> Option<PlanOptions> {
-        self.taint_outdated.then(|| PlanOptions {
+        (self.taint_outdated || self.handoff.is_some()).then(|| PlanOptions {
             domain_label: self.ud_label.clone(),
             node_selector: self.selector.clone(),
-            taint: Some(outdated_taint()),
+            taint: self.taint_outdated.then(outdated_taint),
             group_label: Some(preflight.contract.group_label.clone()),
             ..PlanOptions::default()
         })
+    }
+
+    /// The hand-off the room check assumes (`--handoff`, default none).
+    pub fn returns(&self) -> Returns {
+        self.handoff.unwrap_or(HandoffMode::None).returns()
     }
 }
 
@@ -266,19 +274,21 @@ fn outdated_taint() -> Taint {
 }
 
 /// `raygate drain plan`'s output: the plan and the domains that cannot finish for want of room
-/// (`deadEnds`, [`crate::drain::dead_ends`]).
+/// (`deadEnds`, [`crate::drain::dead_ends`]) or whose health gate cannot pass for want of room
+/// (`gateDeadEnds`, [`crate::drain::gate_dead_ends`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanReport<'a> {
     #[serde(flatten)]
     pub plan: Plan<'a>,
     pub dead_ends: Vec<DeadEnd>,
+    pub gate_dead_ends: Vec<GateDeadEnd>,
 }
 
 impl PlanReport<'_> {
     /// [`exit::PROBLEMS`] when a pod blocks some domain or a domain has no room to recover.
     pub fn exit_code(&self) -> u8 {
-        match self.dead_ends.is_empty() {
+        match self.dead_ends.is_empty() && self.gate_dead_ends.is_empty() {
             true => plan_exit_code(&self.plan),
             false => exit::PROBLEMS,
         }
@@ -305,18 +315,38 @@ no room to recover: {} domain(s) cannot be drained, their groups would have \
             ));
         }
     }
+    if !report.gate_dead_ends.is_empty() {
+        out.push_str(&format!(
+            "\nno room for the health gate: {} domain(s) would fail their health check, their \
+             groups would have nowhere to run again:\n",
+            report.gate_dead_ends.len()
+        ));
+        for d in &report.gate_dead_ends {
+            out.push_str(&format!(
+                "  domain {}: {}\n    fix: {}\n",
+                d.domain,
+                d.problem(),
+                d.fix()
+            ));
+        }
+    }
     out
 }
 
 /// `drain run --local`'s room check: the refusal (the controller's `NoRoomToRecover` text) when a
-/// domain has no room to recover, unless `skip` (`--skip-room-check`).
-pub fn room_check(dead: &[DeadEnd], skip: bool) -> Result<(), String> {
-    match dead.is_empty() || skip {
+/// domain has no room to recover (`dead`) or no room for its health gate (`gate`), unless `skip`
+/// (`--skip-room-check`).
+pub fn room_check(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Result<(), String> {
+    let found = NoRoom {
+        dead_ends: dead.to_vec(),
+        gate_dead_ends: gate.to_vec(),
+    };
+    match found.is_empty() || skip {
         true => Ok(()),
         false => Err(format!(
             "{}. Nothing was cordoned or evicted; to start anyway (e.g. an autoscaler adds nodes \
              for pending pods), pass --skip-room-check",
-            crate::drain::no_room_message(dead)
+            found.message()
         )),
     }
 }
@@ -331,11 +361,18 @@ pub struct CheckReport {
     /// findings, `NoRoomToRecover`).
     #[serde(rename = "deadEnds")]
     pub dead_ends: Vec<DeadEnd>,
+    /// With `--handoff none` (or `--taint-outdated` alone): the domains whose health gate cannot
+    /// pass for want of room (error findings, `NoRoomToRecover`).
+    #[serde(rename = "gateDeadEnds")]
+    pub gate_dead_ends: Vec<GateDeadEnd>,
 }
 
 impl CheckReport {
     pub fn exit_code(&self) -> u8 {
-        match self.findings.is_empty() && self.dead_ends.is_empty() {
+        match self.findings.is_empty()
+            && self.dead_ends.is_empty()
+            && self.gate_dead_ends.is_empty()
+        {
             true => exit::OK,
             false => exit::PROBLEMS,
         }
@@ -461,7 +498,8 @@ pub fn plan_table(plan: &Plan) -> String {
 
 /// The findings, each with its workload, object, problem and fix.
 pub fn check_table(report: &CheckReport) -> String {
-    if report.findings.is_empty() && report.dead_ends.is_empty() {
+    if report.findings.is_empty() && report.dead_ends.is_empty() && report.gate_dead_ends.is_empty()
+    {
         return format!(
             "the group contract holds: no findings ({} nodes, {} pods checked)\n",
             report.nodes, report.pods
@@ -469,7 +507,7 @@ pub fn check_table(report: &CheckReport) -> String {
     }
     let mut out = format!(
         "{} finding(s) ({} nodes, {} pods checked):\n",
-        report.findings.len() + report.dead_ends.len(),
+        report.findings.len() + report.dead_ends.len() + report.gate_dead_ends.len(),
         report.nodes,
         report.pods
     );
@@ -484,6 +522,14 @@ pub fn check_table(report: &CheckReport) -> String {
             "\nNoRoomToRecover  PodDisruptionBudget {}  upgrade domain {}\n  problem: {}\n  \
              fix: {}\n",
             d.pdb,
+            d.domain,
+            d.problem(),
+            d.fix()
+        ));
+    }
+    for d in &report.gate_dead_ends {
+        out.push_str(&format!(
+            "\nNoRoomToRecover  health gate  upgrade domain {}\n  problem: {}\n  fix: {}\n",
             d.domain,
             d.problem(),
             d.fix()

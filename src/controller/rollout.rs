@@ -39,7 +39,9 @@ use super::events::EventSink;
 use super::{Clock, Metrics};
 use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::rollout::{self as pure, NotReady};
-use crate::drain::{DeadEnd, DrainError, PreflightOptions, Returns, rollout_options};
+use crate::drain::{
+    DeadEnd, DrainError, GateDeadEnd, NoRoom, PreflightOptions, Returns, rollout_options,
+};
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// Field manager of the NodeRollout status writes (the node patches keep
@@ -53,7 +55,8 @@ const RETRY: Duration = Duration::from_secs(10);
 /// operator (a node added, the spec or a budget changed), and each try reads the whole cluster.
 const NO_ROOM_RETRY: Duration = Duration::from_secs(60);
 /// The `Ready=False` reason of a rollout whose plan cannot finish: a domain's groups would have
-/// nowhere to run (`drain::dead_ends`). Nothing is cordoned or evicted.
+/// nowhere to run (`drain::dead_ends`), or, with hand-off `None`, nowhere to run again for the
+/// domain's health gate to pass (`drain::gate_dead_ends`). Nothing is cordoned or evicted.
 pub const NO_ROOM: &str = "NoRoomToRecover";
 /// The annotation (value `"true"`) that starts a rollout although its plan shows no room, e.g.
 /// where an autoscaler adds nodes for pending pods.
@@ -439,12 +442,13 @@ impl Worker {
             Handoff::None => Returns::Never,
             Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
         };
-        let dead = crate::drain::dead_ends(&objects.cluster(), &plan, &options.plan, returns);
-        if let Some(why) = no_room(&dead, skip == Some("true")) {
+        let found = NoRoom::check(&objects.cluster(), &plan, &options.plan, returns);
+        let (dead, gate) = (&found.dead_ends, &found.gate_dead_ends);
+        if let Some(why) = no_room(dead, gate, skip == Some("true")) {
             return Ok(Err(why));
         }
-        if !dead.is_empty() {
-            tracing::warn!(rollout = %self.name, domains = dead.len(),
+        if !found.is_empty() {
+            tracing::warn!(rollout = %self.name, domains = found.domains(),
                 "NodeRollout started without room for its groups ({SKIP_ROOM_CHECK_ANNOTATION}=true)");
         }
         let mine: BTreeSet<String> = state.nodes().map(String::from).collect();
@@ -836,8 +840,12 @@ fn status_patch(status: &NodeRolloutStatus) -> Value {
 
 /// Why a rollout whose plan cannot finish is not started (`None`: it can, or the operator said
 /// to start anyway).
-fn no_room(dead: &[DeadEnd], skip: bool) -> Option<NotReady> {
-    if dead.is_empty() || skip {
+fn no_room(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Option<NotReady> {
+    let found = NoRoom {
+        dead_ends: dead.to_vec(),
+        gate_dead_ends: gate.to_vec(),
+    };
+    if found.is_empty() || skip {
         return None;
     }
     Some(NotReady {
@@ -846,7 +854,7 @@ fn no_room(dead: &[DeadEnd], skip: bool) -> Option<NotReady> {
             "{}. Nothing was cordoned or evicted; the plan is checked again every minute (or when \
              the rollout changes); to start anyway (e.g. an autoscaler adds nodes for pending \
              pods), annotate the rollout {SKIP_ROOM_CHECK_ANNOTATION}=true",
-            crate::drain::no_room_message(dead),
+            found.message(),
         ),
     })
 }
@@ -911,13 +919,41 @@ mod tests {
             room: 0,
             group_requests: "nvidia.com/gpu 2, pods 2".into(),
         };
-        assert_eq!(no_room(&[], false), None);
-        assert_eq!(no_room(std::slice::from_ref(&dead), true), None);
-        let why = no_room(&[dead], false).unwrap();
+        assert_eq!(no_room(&[], &[], false), None);
+        assert_eq!(no_room(std::slice::from_ref(&dead), &[], true), None);
+        let why = no_room(&[dead], &[], false).unwrap();
         assert_eq!(why.reason, NO_ROOM);
         for says in [
             "1 upgrade domain(s) cannot be drained",
             "upgrade domain ud-0 holds 2 group(s)",
+            "Nothing was cordoned or evicted",
+            "raygate.io/skip-room-check=true",
+        ] {
+            assert!(why.message.contains(says), "{}", why.message);
+        }
+    }
+
+    #[test]
+    fn a_health_gate_without_room_holds_the_rollout_under_the_same_reason() {
+        let gate = GateDeadEnd {
+            domain: "ud-1".into(),
+            groups: vec!["b".into()],
+            moved_before: 2,
+            taint_outdated: false,
+            room_without_taint: false,
+            requests: "nvidia.com/gpu 6, pods 6".into(),
+            free: "nvidia.com/gpu 4, pods 108".into(),
+            short: "nvidia.com/gpu 2".into(),
+            room: Some(2),
+            group_requests: Some("nvidia.com/gpu 2, pods 2".into()),
+        };
+        assert_eq!(no_room(&[], std::slice::from_ref(&gate), true), None);
+        let why = no_room(&[], &[gate], false).unwrap();
+        assert_eq!(why.reason, NO_ROOM);
+        for says in [
+            "1 upgrade domain(s) would fail their health check",
+            "upgrade domain ud-1: with hand-off None its nodes stay cordoned",
+            "Fix: add capacity outside the domains drained so far",
             "Nothing was cordoned or evicted",
             "raygate.io/skip-room-check=true",
         ] {

@@ -11,7 +11,8 @@
 //!   [`Finding`]s, each naming the workload, the object and the fix.
 //!
 //! * [`dead_ends()`] finds the domains a plan cannot finish draining because their groups would
-//!   have nowhere to run (`taintOutdated` and no room outside the rollout).
+//!   have nowhere to run (`taintOutdated` and no room outside the rollout); [`gate_dead_ends()`]
+//!   those whose health gate cannot pass (hand-off `None`: no room outside the drained domains).
 //!
 //! * [`rollout_options()`] checks a `NodeRollout`'s spec and turns it into those options.
 //!
@@ -53,7 +54,9 @@ pub use plan::{
     ProtectedPod, SkipReason, SkippedPod, Warning, plan,
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
-pub use room::{DeadEnd, Returns, dead_ends, no_room_message};
+pub use room::{
+    DeadEnd, GateDeadEnd, NoRoom, Returns, dead_ends, gate_dead_ends, gate_message, no_room_message,
+};
 pub use rules::DrainRules;
 pub use spec::{InvalidSpec, RolloutOptions, SpecError, parse_duration, rollout_options};
 

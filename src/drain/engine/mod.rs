@@ -1728,7 +1728,7 @@ pub fn node_ready(node: &Node) -> bool {
 }
 
 /// Ready and not being deleted.
-fn pod_serving(pod: &Pod) -> bool {
+pub(super) fn pod_serving(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod
             .status
