@@ -358,6 +358,9 @@ pub struct RunResult {
     /// [`digest`] of the run's report (0 when it could not finish): the same seed gives the
     /// same digest.
     pub digest: u64,
+    /// Its rollout's time over the rollout's lower bound ([`crate::bound`]); `None` without a
+    /// rollout that finished.
+    pub ratio: Option<f64>,
 }
 
 /// A digest of what a run found: the cluster after every instant of its history (each
@@ -405,6 +408,7 @@ pub async fn run_variant(
         errors: vec![],
         cluster_seconds: 0,
         digest: 0,
+        ratio: None,
     };
     match scenario::run(sim, checked).await {
         Ok(report) => {
@@ -420,6 +424,11 @@ pub async fn run_variant(
                 .filter_map(|o| o.as_ref().err().cloned())
                 .collect();
             r.digest = digest(&report);
+            r.ratio = report.lower_bound.as_ref().and_then(|b| {
+                let from = report.rollouts.iter().flatten().map(|o| o.started).min()?;
+                let to = report.rollouts.iter().flatten().map(|o| o.finished).max()?;
+                b.ratio(Duration::try_from(to.duration_since(from)).ok()?)
+            });
         }
         Err(e) => r.errors.push(e.to_string()),
     }
@@ -448,6 +457,17 @@ pub struct Tally {
     pub errors: u64,
     /// Seeds of the failed runs (the first few).
     pub failed_seeds: Vec<u64>,
+    /// Each finished rollout's ratio to its lower bound.
+    pub ratios: Vec<f64>,
+}
+
+impl Tally {
+    /// The median and the largest ratio to the lower bound.
+    pub fn ratio_median_max(&self) -> Option<(f64, f64)> {
+        let mut r = self.ratios.clone();
+        r.sort_by(f64::total_cmp);
+        Some((*r.get(r.len() / 2)?, *r.last()?))
+    }
 }
 
 /// What a sweep found.
@@ -477,6 +497,7 @@ impl Summary {
                 *t.violations.entry(format!("{inv:?}")).or_default() += 1;
             }
             t.errors += r.errors.len() as u64;
+            t.ratios.extend(r.ratio);
             if !r.violations.is_empty() || !r.errors.is_empty() {
                 t.failed_runs += 1;
                 if t.failed_seeds.len() < 20 {
@@ -517,13 +538,16 @@ impl std::fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "{:<28} {:>6} {:>12} {:>7}  violations per invariant",
-            "variant", "runs", "failed runs", "errors"
+            "{:<28} {:>6} {:>12} {:>7} {:>16}  violations per invariant",
+            "variant", "runs", "failed runs", "errors", "ratio p50/max"
         )?;
         for (name, t) in &self.by_variant {
+            let ratio = t
+                .ratio_median_max()
+                .map_or_else(|| "-".into(), |(m, x)| format!("{m:.2}/{x:.2}"));
             writeln!(
                 f,
-                "{name:<28} {:>6} {:>12} {:>7}  {:?}",
+                "{name:<28} {:>6} {:>12} {:>7} {ratio:>16}  {:?}",
                 t.runs, t.failed_runs, t.errors, t.violations
             )?;
         }
@@ -671,6 +695,28 @@ mod tests {
             assert_ne!(spare.domain, "ud-0", "seed {seed}");
         }
         assert!(rollouts > 150, "{rollouts} rollouts in 500 seeds");
+    }
+
+    #[test]
+    fn the_summary_shows_the_median_and_largest_ratio_to_the_lower_bound() {
+        let result = |seed: u64, ratio: Option<f64>| RunResult {
+            seed,
+            story: Story::Rollout,
+            variant: "raygate".into(),
+            violations: vec![],
+            errors: vec![],
+            cluster_seconds: 600,
+            digest: seed,
+            ratio,
+        };
+        let mut s = Summary::default();
+        for (seed, ratio) in [(1, Some(1.2)), (2, Some(2.0)), (3, None), (4, Some(1.5))] {
+            s.add(&[result(seed, ratio)]);
+        }
+        let t = &s.by_variant["raygate"];
+        assert_eq!(t.ratio_median_max(), Some((1.5, 2.0)));
+        assert!(s.to_string().contains("1.50/2.00"), "{s}");
+        assert_eq!(Tally::default().ratio_median_max(), None);
     }
 
     #[test]
