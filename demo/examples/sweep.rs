@@ -7,7 +7,8 @@
 //! runs seeds FIRST..FIRST+SEEDS (default 0..100) on THREADS threads (default 2), raygate and
 //! each baseline on every seed (`raygate_demo::sweep`), and prints the wall time, seeds per
 //! second, violations per invariant per variant, and raygate's failures in full. Exits 1 if
-//! raygate broke an invariant or a seed stalled.
+//! raygate broke an invariant or a seed stalled. `RAYGATE_SWEEP_DIGESTS=1` also prints each
+//! run's digest (the same seed gives the same digest: compare two sweeps line by line).
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,11 @@ fn main() {
     );
     let took = wall.elapsed().as_secs_f64();
     print!("{summary}");
+    if std::env::var_os("RAYGATE_SWEEP_DIGESTS").is_some() {
+        for ((seed, variant), digest) in &summary.digests {
+            println!("digest {seed} {variant}: {digest:016x}");
+        }
+    }
     println!(
         "wall time: {took:.1} s for {seeds} seeds on {threads} threads: {:.2} seeds/s ({:.0} s per 10,000 seeds)",
         seeds as f64 / took,

@@ -14,6 +14,9 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod baselines;
+/// A node rollout's lower bound and a rollout's ratio to it (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod bound;
 /// The compact history of a cluster (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod history;

@@ -91,6 +91,29 @@ pub struct ClusterShape {
     /// Namespaces to create.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// Nodes outside the rollout: room for the groups a drained domain evicts.
+    #[serde(default)]
+    pub spare: Option<SpareNodes>,
+}
+
+/// `spare`: `nodes` more nodes, named `spare-n<i>`, in upgrade domain `domain` (default `spare`),
+/// already at `generation` (default `"1"`), so a rollout to that generation leaves them alone.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SpareNodes {
+    pub nodes: usize,
+    #[serde(default = "default_spare_domain")]
+    pub domain: String,
+    #[serde(default = "default_spare_generation")]
+    pub generation: String,
+}
+
+fn default_spare_domain() -> String {
+    "spare".into()
+}
+
+fn default_spare_generation() -> String {
+    "1".into()
 }
 
 fn yes() -> bool {
@@ -525,6 +548,9 @@ pub struct Report {
     pub history: History,
     pub violations: Vec<Violation>,
     pub rollouts: Vec<Result<Outcome, String>>,
+    /// The node rollout's lower bound from the runner's own durations (`None`: the timeline
+    /// starts no rollout), see [`crate::bound`].
+    pub lower_bound: Option<crate::bound::LowerBound>,
     /// Expectations not met, one line each (violations not expected, expected ones that did not
     /// happen, objects whose field differs, a rollout that failed).
     pub failures: Vec<String>,
@@ -725,7 +751,7 @@ async fn apply(client: &Client, objects: &[Value], line: u64) -> Result<(), RunE
     Ok(())
 }
 
-fn node_object(shape: &ClusterShape, name: &str, domain: usize) -> Value {
+fn node_object(shape: &ClusterShape, name: &str, domain: &str, generation: &str) -> Value {
     let mut allocatable: BTreeMap<String, String> =
         [("cpu", "64"), ("memory", "512Gi"), ("pods", "110")]
             .iter()
@@ -733,9 +759,9 @@ fn node_object(shape: &ClusterShape, name: &str, domain: usize) -> Value {
             .collect();
     allocatable.extend(shape.allocatable.clone());
     let mut labels = shape.node_labels.clone();
-    labels.insert(shape.domain_label.clone(), format!("ud-{domain}"));
+    labels.insert(shape.domain_label.clone(), domain.into());
     labels.insert("kubernetes.io/hostname".into(), name.into());
-    labels.insert(node_lifecycle::GENERATION.into(), "0".into());
+    labels.insert(node_lifecycle::GENERATION.into(), generation.into());
     json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels},
         "status": {"allocatable": allocatable, "capacity": allocatable,
@@ -1109,10 +1135,12 @@ pub async fn run_with(
         Default::default(),
         shutdown.clone(),
     ));
+    let kubelet_config = kubelet::Config::default();
+    let lifecycle_config = node_lifecycle::Config::default();
     tokio::spawn(kubelet::run_all(
         client.clone(),
         clock.clone(),
-        kubelet::Config::default(),
+        kubelet_config.clone(),
         shutdown.clone(),
     ));
     if pinned_kind(
@@ -1132,7 +1160,7 @@ pub async fn run_with(
     sim.spawn_disruption_controller(disruption::Config {
         lag: Duration::from_secs(5),
     });
-    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    sim.spawn_node_lifecycle(lifecycle_config.clone());
     let (emulator_tx, emulator_rx) = oneshot::channel::<()>();
     if pinned_kind(
         &client,
@@ -1179,21 +1207,32 @@ pub async fn run_with(
         })
     });
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    for d in 0..s.cluster.upgrade_domains {
-        for i in 0..s.cluster.nodes_per_domain {
-            let name = format!("ud{d}-n{i}");
-            let node = serde_json::from_value(node_object(&s.cluster, &name, d)).map_err(|e| {
-                RunError::Step {
-                    line: 1,
-                    what: format!("node {name}"),
-                    reason: e.to_string(),
-                }
-            })?;
-            nodes
-                .create(&Default::default(), &node)
-                .await
-                .map_err(|source| RunError::CreateNode { node: name, source })?;
-        }
+    let mut names: Vec<(String, String, String)> = (0..s.cluster.upgrade_domains)
+        .flat_map(|d| {
+            (0..s.cluster.nodes_per_domain)
+                .map(move |i| (format!("ud{d}-n{i}"), format!("ud-{d}"), "0".to_string()))
+        })
+        .collect();
+    if let Some(spare) = &s.cluster.spare {
+        names.extend((0..spare.nodes).map(|i| {
+            (
+                format!("spare-n{i}"),
+                spare.domain.clone(),
+                spare.generation.clone(),
+            )
+        }));
+    }
+    for (name, domain, generation) in names {
+        let object = node_object(&s.cluster, &name, &domain, &generation);
+        let node = serde_json::from_value(object).map_err(|e| RunError::Step {
+            line: 1,
+            what: format!("node {name}"),
+            reason: e.to_string(),
+        })?;
+        nodes
+            .create(&Default::default(), &node)
+            .await
+            .map_err(|source| RunError::CreateNode { node: name, source })?;
     }
     let mut story = Story {
         sim: sim.clone(),
@@ -1297,6 +1336,25 @@ pub async fn run_with(
             ));
         }
     }
+    let lower_bound = checked
+        .steps
+        .iter()
+        .any(|(_, a, _)| matches!(a, Action::StartRollout(_)))
+        .then(|| {
+            let mut objects = s.objects.clone();
+            for (_, a, _) in &checked.steps {
+                if let Action::Apply(more) = a {
+                    objects.extend(more.iter().cloned());
+                }
+            }
+            crate::bound::lower_bound(
+                s.cluster.upgrade_domains,
+                kubelet_config.stop_after.unwrap_or(Duration::from_secs(30)),
+                lifecycle_config.reboot + lifecycle_config.lag,
+                kubelet_config.start_delay,
+                &objects,
+            )
+        });
     Ok(Report {
         name: s.name.clone(),
         started,
@@ -1304,6 +1362,7 @@ pub async fn run_with(
         history,
         violations,
         rollouts,
+        lower_bound,
         failures,
     })
 }

@@ -419,6 +419,22 @@ fn group_effect(h: &History, window: Window) -> (usize, usize) {
     )
 }
 
+/// A rollout's lower bound and its time's ratio to it, as the table shows them ("—": no bound).
+fn bound_and_ratio(report: &Report, o: &crate::baselines::Outcome) -> (String, String) {
+    let Some(b) = &report.lower_bound else {
+        return ("—".into(), "—".into());
+    };
+    let ratio = took(o)
+        .and_then(|t| b.ratio(t))
+        .map_or_else(|| "—".into(), |r| format!("{r:.2}"));
+    let total = i64::try_from(b.total().as_secs()).unwrap_or(i64::MAX);
+    (clock(SignedDuration::from_secs(total)), ratio)
+}
+
+fn took(o: &crate::baselines::Outcome) -> Option<std::time::Duration> {
+    std::time::Duration::try_from(o.took()).ok()
+}
+
 /// The timeline (milestones) and the summary table.
 pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> String {
     let start = report.started;
@@ -481,8 +497,15 @@ pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> St
         let below = invariants::seconds_below_pdb_floor(&report.history);
         let _ = writeln!(
             s,
-            "\n  {:<26} {:>9} {:>10} {:>12} {:>16} {:>20}",
-            "ROLLOUT", "TOOK", "EVICTIONS", "DISRUPTIONS", "DISRUPTED TWICE", "GROUP-S BELOW FLOOR"
+            "\n  {:<26} {:>9} {:>12} {:>6} {:>10} {:>12} {:>16} {:>20}",
+            "ROLLOUT",
+            "TOOK",
+            "LOWER BOUND",
+            "RATIO",
+            "EVICTIONS",
+            "DISRUPTIONS",
+            "DISRUPTED TWICE",
+            "GROUP-S BELOW FLOOR"
         );
         for r in &report.rollouts {
             match r {
@@ -494,11 +517,14 @@ pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> St
                             to: o.finished,
                         },
                     );
+                    let (bound, ratio) = bound_and_ratio(report, o);
                     let _ = writeln!(
                         s,
-                        "  {:<26} {:>9} {:>10} {:>12} {:>16} {:>20.0}",
+                        "  {:<26} {:>9} {:>12} {:>6} {:>10} {:>12} {:>16} {:>20.0}",
                         o.strategy,
                         clock(o.took()),
+                        bound,
+                        ratio,
                         o.evictions,
                         disruptions,
                         twice,
@@ -509,6 +535,13 @@ pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> St
                     let _ = writeln!(s, "  failed: {e}");
                 }
             }
+        }
+        if let Some(b) = &report.lower_bound {
+            let _ = writeln!(
+                s,
+                "  lower bound: {} (the cluster's configured durations)",
+                b.explain()
+            );
         }
     }
     let peaks = quota_peaks(&report.history);
@@ -567,12 +600,19 @@ pub fn report_json(report: &Report, wall: std::time::Duration) -> Value {
         "rollouts": report.rollouts.iter().map(|r| match r {
             Ok(o) => {
                 let (disruptions, twice) = group_effect(&report.history, Window { from: o.started, to: o.finished });
+                let ratio = report.lower_bound.as_ref().and_then(|b| took(o).and_then(|t| b.ratio(t)));
                 json!({"strategy": o.strategy, "startedSeconds": secs(o.started),
                     "seconds": o.took().as_secs(), "evictions": o.evictions, "refusals": o.refusals,
-                    "groupDisruptions": disruptions, "groupsDisruptedTwice": twice})
+                    "groupDisruptions": disruptions, "groupsDisruptedTwice": twice,
+                    "ratioToLowerBound": ratio.map(|r| (r * 100.0).round() / 100.0)})
             }
             Err(e) => json!({"error": e}),
         }).collect::<Vec<_>>(),
+        "lowerBound": report.lower_bound.as_ref().map(|b| json!({
+            "domains": b.domains, "evictSeconds": b.evict.as_secs(),
+            "handoffSeconds": b.handoff.as_secs(), "recoverySeconds": b.recovery.as_secs(),
+            "seconds": b.total().as_secs(),
+        })),
         "groupSecondsBelowPdbFloor": invariants::seconds_below_pdb_floor(&report.history),
         "held": holds(&report.history).iter().map(|(name, d, at)| json!({
             "rayCluster": name, "heldSeconds": d.as_secs(), "releasedAtSeconds": at.map(secs),

@@ -8,12 +8,13 @@
 //!   (or never), raygate's writes failing at a random rate (500, 409 or 429), raygate killed at a
 //!   random time or right after a random write (a crash at a write boundary) and restarted.
 //!   Baseline: KubeRay without the gate ([`crate::baselines::without_gate`]).
-//! - **rollout**: 2–3 upgrade domains × 1–2 nodes (4 GPUs each), 2–N LeaderWorkerSet groups
-//!   (leader + worker, one GPU each, delegated readiness, the worker in its leader's domain), a
-//!   budget on the leaders with a random floor raygate can always honour (it tolerates as many
-//!   groups down as one domain can hold: no fixed-capacity dead end), no more groups than one
-//!   domain holds (the groups moved out of a drained domain fit in the one upgraded first, so no
-//!   leader is placed where its worker has no room), a node-generation rollout.
+//! - **rollout**: 2–3 upgrade domains × 1–2 nodes (4 GPUs each), more LeaderWorkerSet groups
+//!   than one domain holds (leader + worker, one GPU each, delegated readiness, the worker in its
+//!   leader's domain), a budget on the leaders with a floor of at least 1 that raygate can always
+//!   honour (it tolerates as many groups down as one domain can hold), spare nodes outside the
+//!   rollout (already at the target generation) that hold every group, so the groups evicted
+//!   from a drained domain always have room (no leader placed where its worker has none), a
+//!   node-generation rollout.
 //!   Baselines: kubectl drain node by node, random drains of 2 nodes, UD by UD.
 //!
 //! Deterministic on a seed: the generator is a pure function of it, the sim's names, uids and
@@ -31,8 +32,14 @@ use crate::baselines::{SplitMix, without_gate};
 use crate::invariants::Invariant;
 use crate::scenario::{
     self, Action, Checked, ClusterShape, ControllerSpec, Expectations, InjectFault, RaiseQuota,
-    Scenario, StartRollout, StrategyName,
+    Scenario, SpareNodes, StartRollout, StrategyName,
 };
+
+/// The node generation a rollout story upgrades to (the nodes start at 0).
+const TARGET: &str = "1";
+
+/// The most LWS groups a rollout story draws (the sim's work grows with them).
+const MAX_GROUPS: u64 = 8;
 
 /// The story a seed drew.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -161,6 +168,7 @@ fn shape(domains: u64, nodes: u64, namespaces: Vec<String>) -> ClusterShape {
         domain_label: "topology.raygate.io/upgrade-domain".into(),
         node_labels: BTreeMap::new(),
         namespaces,
+        spare: None,
     }
 }
 
@@ -260,16 +268,18 @@ fn upgrade(seed: u64, d: &mut Draw) -> Checked {
 fn rollout(seed: u64, d: &mut Draw) -> Checked {
     let domains = d.int(2, 3);
     let nodes = d.int(1, 2);
-    // one domain can hold 2 groups per node (4 GPUs, 2 per group). With the outdated nodes
-    // tainted, the groups evicted from ud-k can only go to the domains upgraded before it, and
-    // there is no gang scheduling: when they do not all fit, a recreated leader takes a domain's
-    // last free GPU and its worker (bound to the leader's domain) waits for good, so the group is
-    // never Ready again and the drain pauses on its health check (seeds 105 and 122). Every
-    // group fits in one domain: ud-0, upgraded first, has room for all of them.
+    // one node holds 2 groups (4 GPUs, 2 per group), a domain `per_domain`. More groups than one
+    // domain holds, so a floor above 0 still lets raygate drain a whole domain: floors in
+    // 1..=groups−per_domain (the largest domain's groups down leave the floor up).
     let per_domain = 2 * nodes;
-    let groups = d.int(2, per_domain);
-    // tolerate at least a whole domain's groups down: raygate can always drain a domain
-    let floor = d.int(0, groups.saturating_sub(per_domain));
+    let groups = d.int(per_domain + 1, (domains * per_domain).min(MAX_GROUPS));
+    let floor = d.int(1, groups - per_domain);
+    // Room outside the rollout: spare nodes already at the target generation (never drained,
+    // never tainted) that hold every group. With the outdated nodes tainted, the groups evicted
+    // from ud-k can only go to the spare nodes and the domains upgraded before it; there is no
+    // gang scheduling, so where they do not all fit a recreated leader takes a domain's last
+    // free GPU and its worker (bound to the leader's domain) waits for good (seeds 105, 122).
+    let spare = groups.div_ceil(2);
     let group_key = "leaderworkerset.sigs.k8s.io/group-key";
     let template = |labels: Value, readiness: bool| {
         let mut t = json!({"metadata": {"labels": labels}, "spec": {"containers": [{
@@ -302,7 +312,7 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
         secs(d.int(90, 180)),
         Action::StartRollout(StartRollout {
             strategy: StrategyName::Raygate,
-            target: "1".into(),
+            target: TARGET.into(),
             k: None,
             group_label: None,
             taint_outdated: true,
@@ -312,10 +322,17 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
     )];
     checked(
         format!(
-            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes, {groups} groups, floor {floor}"
+            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes + {spare} spare, {groups} groups, floor {floor}"
         ),
         seed,
-        shape(domains, nodes, vec!["serving".into()]),
+        ClusterShape {
+            spare: Some(SpareNodes {
+                nodes: usize_of(spare),
+                domain: "spare".into(),
+                generation: TARGET.into(),
+            }),
+            ..shape(domains, nodes, vec!["serving".into()])
+        },
         ControllerSpec {
             run: false,
             pod_gate: false,
@@ -338,6 +355,84 @@ pub struct RunResult {
     pub errors: Vec<String>,
     /// Cluster seconds the story took.
     pub cluster_seconds: i64,
+    /// [`digest`] of the run's report (0 when it could not finish): the same seed gives the
+    /// same digest.
+    pub digest: u64,
+    /// Its rollout's time over the rollout's lower bound ([`crate::bound`]); `None` without a
+    /// rollout that finished.
+    pub ratio: Option<f64>,
+}
+
+/// A digest of what a run found: the cluster after every instant of its history (each
+/// instant's changes by object, as [`crate::history::History::replay`] applies them), its
+/// violations, its rollouts' outcomes, when it ended and its failures.
+pub fn digest(report: &scenario::Report) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same on every run and machine
+    let mut h = std::hash::DefaultHasher::new();
+    let start = report.started;
+    let mut instant: BTreeMap<&crate::history::Key, &Option<crate::history::State>> =
+        BTreeMap::new();
+    let mut changes = report.history.changes.iter().peekable();
+    while let Some(c) = changes.next() {
+        instant.insert(&c.key, &c.state);
+        if changes.peek().is_none_or(|n| n.at != c.at) {
+            c.at.duration_since(start).as_millis().hash(&mut h);
+            format!("{instant:?}").hash(&mut h);
+            instant.clear();
+        }
+    }
+    for v in &report.violations {
+        v.to_string().hash(&mut h);
+    }
+    format!("{:?}", report.rollouts).hash(&mut h);
+    report.ended.duration_since(start).as_millis().hash(&mut h);
+    report.failures.hash(&mut h);
+    h.finish()
+}
+
+/// Runs one variant (`checked`) of `seed` on a fresh sim over `registry`.
+pub async fn run_variant(
+    registry: &Registry,
+    seed: u64,
+    story: Story,
+    variant: String,
+    checked: &Checked,
+) -> RunResult {
+    let sim = Sim::builder().registry(registry.clone()).seed(seed).build();
+    let mut r = RunResult {
+        seed,
+        story,
+        variant,
+        violations: vec![],
+        errors: vec![],
+        cluster_seconds: 0,
+        digest: 0,
+        ratio: None,
+    };
+    match scenario::run(sim, checked).await {
+        Ok(report) => {
+            r.cluster_seconds = report.ended.duration_since(report.started).as_secs();
+            r.violations = report
+                .violations
+                .iter()
+                .map(|v| (v.invariant, v.to_string()))
+                .collect();
+            r.errors = report
+                .rollouts
+                .iter()
+                .filter_map(|o| o.as_ref().err().cloned())
+                .collect();
+            r.digest = digest(&report);
+            r.ratio = report.lower_bound.as_ref().and_then(|b| {
+                let from = report.rollouts.iter().flatten().map(|o| o.started).min()?;
+                let to = report.rollouts.iter().flatten().map(|o| o.finished).max()?;
+                b.ratio(Duration::try_from(to.duration_since(from)).ok()?)
+            });
+        }
+        Err(e) => r.errors.push(e.to_string()),
+    }
+    r
 }
 
 /// Runs every variant of `seed` on fresh sims over `registry` (the CRDs: KubeRay's, Kueue's,
@@ -347,32 +442,7 @@ pub async fn run_seed(registry: &Registry, seed: u64) -> Vec<RunResult> {
     let story = story(&checked);
     let mut out = vec![];
     for (variant, c) in variants(&checked) {
-        let sim = Sim::builder().registry(registry.clone()).seed(seed).build();
-        let mut r = RunResult {
-            seed,
-            story,
-            variant,
-            violations: vec![],
-            errors: vec![],
-            cluster_seconds: 0,
-        };
-        match scenario::run(sim, &c).await {
-            Ok(report) => {
-                r.cluster_seconds = report.ended.duration_since(report.started).as_secs();
-                r.violations = report
-                    .violations
-                    .iter()
-                    .map(|v| (v.invariant, v.to_string()))
-                    .collect();
-                r.errors = report
-                    .rollouts
-                    .iter()
-                    .filter_map(|o| o.as_ref().err().cloned())
-                    .collect();
-            }
-            Err(e) => r.errors.push(e.to_string()),
-        }
-        out.push(r);
+        out.push(run_variant(registry, seed, story, variant, &c).await);
     }
     out
 }
@@ -387,6 +457,17 @@ pub struct Tally {
     pub errors: u64,
     /// Seeds of the failed runs (the first few).
     pub failed_seeds: Vec<u64>,
+    /// Each finished rollout's ratio to its lower bound.
+    pub ratios: Vec<f64>,
+}
+
+impl Tally {
+    /// The median and the largest ratio to the lower bound.
+    pub fn ratio_median_max(&self) -> Option<(f64, f64)> {
+        let mut r = self.ratios.clone();
+        r.sort_by(f64::total_cmp);
+        Some((*r.get(r.len() / 2)?, *r.last()?))
+    }
 }
 
 /// What a sweep found.
@@ -398,6 +479,8 @@ pub struct Summary {
     pub by_variant: BTreeMap<String, Tally>,
     /// raygate's violations and errors in full (each is a bug or a named test).
     pub raygate_failures: Vec<RunResult>,
+    /// Each run's [`digest`] by (seed, variant).
+    pub digests: BTreeMap<(u64, String), u64>,
 }
 
 impl Summary {
@@ -407,12 +490,14 @@ impl Summary {
             *self.stories.entry(format!("{:?}", r.story)).or_default() += 1;
         }
         for r in results {
+            self.digests.insert((r.seed, r.variant.clone()), r.digest);
             let t = self.by_variant.entry(r.variant.clone()).or_default();
             t.runs += 1;
             for (inv, _) in &r.violations {
                 *t.violations.entry(format!("{inv:?}")).or_default() += 1;
             }
             t.errors += r.errors.len() as u64;
+            t.ratios.extend(r.ratio);
             if !r.violations.is_empty() || !r.errors.is_empty() {
                 t.failed_runs += 1;
                 if t.failed_seeds.len() < 20 {
@@ -425,6 +510,16 @@ impl Summary {
         }
     }
 
+    /// One digest of every run's [`digest`], in seed and variant order: the same seeds give the
+    /// same digest, on any number of threads.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        self.digests.hash(&mut h);
+        self.stalled.hash(&mut h);
+        h.finish()
+    }
+
     /// raygate broke nothing and nothing stalled.
     pub fn raygate_clean(&self) -> bool {
         self.raygate_failures.is_empty() && self.stalled.is_empty()
@@ -435,18 +530,24 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "seeds: {} ({:?}); stalled: {:?}",
-            self.seeds, self.stories, self.stalled
+            "seeds: {} ({:?}); stalled: {:?}; digest {:016x}",
+            self.seeds,
+            self.stories,
+            self.stalled,
+            self.digest()
         )?;
         writeln!(
             f,
-            "{:<28} {:>6} {:>12} {:>7}  violations per invariant",
-            "variant", "runs", "failed runs", "errors"
+            "{:<28} {:>6} {:>12} {:>7} {:>16}  violations per invariant",
+            "variant", "runs", "failed runs", "errors", "ratio p50/max"
         )?;
         for (name, t) in &self.by_variant {
+            let ratio = t
+                .ratio_median_max()
+                .map_or_else(|| "-".into(), |(m, x)| format!("{m:.2}/{x:.2}"));
             writeln!(
                 f,
-                "{name:<28} {:>6} {:>12} {:>7}  {:?}",
+                "{name:<28} {:>6} {:>12} {:>7} {ratio:>16}  {:?}",
                 t.runs, t.failed_runs, t.errors, t.violations
             )?;
         }
@@ -465,7 +566,8 @@ impl std::fmt::Display for Summary {
 
 /// Runs `seeds` on `threads` threads, each seed on a paused runtime of its own thread; a seed
 /// not done within `wall_limit` of wall time is reported stalled (cluster time stopped: a task
-/// spinning) and its thread left behind.
+/// spinning) and its thread left behind. The summary adds the seeds in seed order, whatever
+/// thread finished first: the same seeds give the same summary on any number of threads.
 pub fn sweep(
     registry: &Registry,
     seeds: std::ops::Range<u64>,
@@ -473,10 +575,11 @@ pub fn sweep(
     wall_limit: Duration,
 ) -> Summary {
     let next = Arc::new(AtomicU64::new(seeds.start));
-    let summary = Arc::new(Mutex::new(Summary::default()));
+    // per seed: its runs, or `None` when it stalled
+    let done: Arc<Mutex<BTreeMap<u64, Option<Vec<RunResult>>>>> = Arc::default();
     let workers: Vec<_> = (0..threads.max(1))
         .map(|_| {
-            let (next, summary, registry) = (next.clone(), summary.clone(), registry.clone());
+            let (next, done, registry) = (next.clone(), done.clone(), registry.clone());
             let end = seeds.end;
             std::thread::spawn(move || {
                 loop {
@@ -500,15 +603,10 @@ pub fn sweep(
                         };
                         let _ = tx.send(rt.block_on(run_seed(&registry, seed)));
                     });
-                    let outcome = rx.recv_timeout(wall_limit);
-                    let mut s = summary.lock().unwrap_or_else(|p| p.into_inner());
-                    match outcome {
-                        Ok(results) => s.add(&results),
-                        Err(_) => {
-                            s.seeds += 1;
-                            s.stalled.push(seed);
-                        }
-                    }
+                    let outcome = rx.recv_timeout(wall_limit).ok();
+                    done.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(seed, outcome);
                 }
             })
         })
@@ -516,7 +614,18 @@ pub fn sweep(
     for w in workers {
         let _ = w.join();
     }
-    summary.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    let done = std::mem::take(&mut *done.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut summary = Summary::default();
+    for (seed, outcome) in done {
+        match outcome {
+            Some(results) => summary.add(&results),
+            None => {
+                summary.seeds += 1;
+                summary.stalled.push(seed);
+            }
+        }
+    }
+    summary
 }
 
 #[cfg(test)]
@@ -549,25 +658,65 @@ mod tests {
     }
 
     #[test]
-    fn every_rollout_tolerates_a_whole_domain_down_and_fits_in_one_domain() {
+    fn every_rollout_has_room_outside_it_and_a_floor_above_0_it_can_honour() {
+        let mut rollouts = 0;
         for seed in 0..500 {
             let c = generate(seed);
             if story(&c) != Story::Rollout {
                 continue;
             }
-            let per_domain = 2 * c.scenario.cluster.nodes_per_domain as i64;
+            rollouts += 1;
+            let cluster = &c.scenario.cluster;
+            let per_domain = 2 * cluster.nodes_per_domain as i64;
             let groups = c.scenario.objects[0]["spec"]["replicas"].as_i64().unwrap();
             let floor = c.scenario.objects[1]["spec"]["minAvailable"]
                 .as_i64()
                 .unwrap();
-            let domains = c.scenario.cluster.upgrade_domains as i64;
-            assert!(groups - floor >= per_domain.min(groups), "seed {seed}");
+            assert!(cluster.upgrade_domains >= 2, "seed {seed}");
+            assert!(floor >= 1, "seed {seed}: the floor is tested");
             assert!(
-                groups <= per_domain,
-                "seed {seed}: every group fits in one domain"
+                groups - floor >= per_domain,
+                "seed {seed}: a whole domain's groups down leave the floor up"
             );
-            assert!(domains >= 2, "seed {seed}");
+            let spare = cluster.spare.as_ref().expect("spare nodes");
+            assert!(
+                2 * spare.nodes as i64 >= groups,
+                "seed {seed}: the spare nodes hold every group"
+            );
+            let target = c.steps.iter().find_map(|(_, a, _)| match a {
+                Action::StartRollout(r) => Some(r.target.clone()),
+                _ => None,
+            });
+            assert_eq!(
+                target.as_deref(),
+                Some(spare.generation.as_str()),
+                "seed {seed}: the spare nodes are outside the rollout"
+            );
+            assert_ne!(spare.domain, "ud-0", "seed {seed}");
         }
+        assert!(rollouts > 150, "{rollouts} rollouts in 500 seeds");
+    }
+
+    #[test]
+    fn the_summary_shows_the_median_and_largest_ratio_to_the_lower_bound() {
+        let result = |seed: u64, ratio: Option<f64>| RunResult {
+            seed,
+            story: Story::Rollout,
+            variant: "raygate".into(),
+            violations: vec![],
+            errors: vec![],
+            cluster_seconds: 600,
+            digest: seed,
+            ratio,
+        };
+        let mut s = Summary::default();
+        for (seed, ratio) in [(1, Some(1.2)), (2, Some(2.0)), (3, None), (4, Some(1.5))] {
+            s.add(&[result(seed, ratio)]);
+        }
+        let t = &s.by_variant["raygate"];
+        assert_eq!(t.ratio_median_max(), Some((1.5, 2.0)));
+        assert!(s.to_string().contains("1.50/2.00"), "{s}");
+        assert_eq!(Tally::default().ratio_median_max(), None);
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct Run {
     pub outcomes: Vec<Outcome>,
     /// The invariants' verdict on its history.
     pub violations: Vec<Violation>,
+    /// Its rollout's lower bound (`None`: not known, or no rollout), see [`crate::bound`].
+    pub lower_bound: Option<std::time::Duration>,
 }
 
 impl Run {
@@ -48,6 +50,7 @@ impl Run {
             history,
             outcomes: vec![],
             violations: vec![],
+            lower_bound: None,
         }
     }
 
@@ -62,6 +65,10 @@ impl Run {
                 .filter_map(|r| r.as_ref().ok().cloned())
                 .collect(),
             violations: report.violations.clone(),
+            lower_bound: report
+                .lower_bound
+                .as_ref()
+                .map(crate::bound::LowerBound::total),
         }
     }
 
@@ -113,6 +120,8 @@ impl Input {
 pub struct Metrics {
     /// `None`: no rollout in this run.
     pub rollout_seconds: Option<f64>,
+    /// The rollout's lower bound ([`crate::bound`]); `None`: not known or no rollout.
+    pub lower_bound_seconds: Option<f64>,
     pub evictions: usize,
     /// 429s received.
     pub refusals: usize,
@@ -126,6 +135,16 @@ pub struct Metrics {
     /// `None`: no ClusterQueue in the history.
     pub peak_quota_overrun: Option<f64>,
     pub violations: usize,
+}
+
+impl Metrics {
+    /// The rollout's time over its lower bound.
+    pub fn ratio_to_lower_bound(&self) -> Option<f64> {
+        match (self.rollout_seconds, self.lower_bound_seconds) {
+            (Some(took), Some(bound)) if bound > 0.0 => Some(took / bound),
+            _ => None,
+        }
+    }
 }
 
 /// A run's [`Metrics`], read from its history (and its rollouts' own account for the time and
@@ -159,6 +178,7 @@ pub fn metrics(run: &Run, group_label: Option<&str>) -> Metrics {
         rollout_seconds: run
             .rollout()
             .map(|w| w.to.duration_since(w.from).as_secs_f64()),
+        lower_bound_seconds: run.rollout().and(run.lower_bound).map(|b| b.as_secs_f64()),
         evictions: run.outcomes.iter().map(|o| o.evictions).sum(),
         refusals: run.outcomes.iter().map(|o| o.refusals).sum(),
         disruptions: by_group.as_ref().map(|g| g.values().map(Vec::len).sum()),
@@ -271,7 +291,8 @@ fn seconds(v: f64) -> String {
 
 fn summary(input: &Input, metrics: &[Metrics]) -> String {
     let mut out = String::from(
-        "<table><tr><th>run</th><th>rollout</th><th>evictions</th><th>429s</th>\
+        "<table><tr><th>run</th><th>rollout</th><th>lower bound</th><th>ratio</th>\
+         <th>evictions</th><th>429s</th>\
          <th>group disruptions</th><th>groups disrupted twice</th>\
          <th>group-seconds below floor</th><th>peak quota overrun</th>\
          <th>invariants broken</th></tr>",
@@ -286,11 +307,14 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
         let count = |v: f64| format!("{v:.0}");
         let _ = write!(
             out,
-            "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             swatch(&charts::hex(charts::run_colour(i))),
             esc(&run.name),
             m.rollout_seconds.map_or_else(|| "—".into(), seconds),
+            m.lower_bound_seconds.map_or_else(|| "—".into(), seconds),
+            m.ratio_to_lower_bound()
+                .map_or_else(|| "—".into(), |r| format!("{r:.2}")),
             m.evictions,
             m.refusals,
             m.disruptions.map_or_else(|| "—".into(), |d| d.to_string()),
@@ -301,6 +325,11 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
         );
     }
     out.push_str("</table>");
+    if metrics.iter().any(|m| m.lower_bound_seconds.is_some()) {
+        out.push_str(
+            r#"<p class="note">Lower bound: Σ over the upgrade domains of evict + hand-off + recovery, from the cluster's configured durations (pods stopping, a node's reboot, pods starting and passing their readiness probe), the same for every run; ratio: the rollout's time over it.</p>"#,
+        );
+    }
     for run in input.runs.iter().filter(|r| !r.violations.is_empty()) {
         let _ = write!(
             out,

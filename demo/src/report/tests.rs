@@ -121,6 +121,11 @@ fn metrics_read_the_history_and_the_rollouts_account() {
     assert_eq!(m.group_seconds_below_floor, Some(0.0));
     // 3 GPUs on a quota of 2
     assert_eq!(m.peak_quota_overrun, Some(0.5));
+    // no bound known: no ratio
+    assert_eq!(
+        (m.lower_bound_seconds, m.ratio_to_lower_bound()),
+        (None, None)
+    );
 
     // both groups down from 20 s (g1 evicted) to 25 s (g0 back): 1 group-second × 5
     let m = metrics(&run("UD by UD", true), Some(LWS_GROUP_KEY));
@@ -265,4 +270,32 @@ fn write_puts_the_page_in_the_file_and_names_the_file_when_it_cannot() {
     let missing = dir.join("no-such-dir/report.html");
     let e = write(&missing, &input).unwrap_err();
     assert!(e.to_string().contains("no-such-dir/report.html"), "{e}");
+}
+
+/// A rollout of 30 s against a lower bound of 20 s: 1.50, in the metrics and the summary table.
+#[test]
+fn the_summary_shows_the_lower_bound_and_the_rollout_s_ratio_to_it() {
+    let mut r = run("raygate", false);
+    r.lower_bound = Some(std::time::Duration::from_secs(20));
+    let m = metrics(&r, Some(LWS_GROUP_KEY));
+    assert_eq!(m.lower_bound_seconds, Some(20.0));
+    assert_eq!(m.ratio_to_lower_bound(), Some(1.5));
+    let page = html(&Input::new("bound", vec![r]));
+    assert!(
+        page.contains("<th>lower bound</th><th>ratio</th>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>30 s</td><td>20 s</td><td>1.50</td>"),
+        "{page}"
+    );
+    // a bound but no rollout: neither shown
+    let mut r = run("story", false);
+    r.outcomes.clear();
+    r.lower_bound = Some(std::time::Duration::from_secs(20));
+    let m = metrics(&r, Some(LWS_GROUP_KEY));
+    assert_eq!(
+        (m.lower_bound_seconds, m.ratio_to_lower_bound()),
+        (None, None)
+    );
 }

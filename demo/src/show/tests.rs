@@ -187,3 +187,54 @@ fn holds_measure_each_suspended_child_until_its_release() {
         )]
     );
 }
+
+/// A rollout of 381 s over 2 domains of (evict 1 s + hand-off 120 s + recovery 6 s): the bound
+/// is 254 s and the ratio 1.50, in the summary table and in the JSON.
+#[test]
+fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
+    let report = Report {
+        name: "known".into(),
+        started: t(0),
+        ended: t(600),
+        history: History::new(),
+        violations: vec![],
+        rollouts: vec![Ok(crate::baselines::Outcome {
+            strategy: "raygate".into(),
+            started: t(100),
+            finished: t(481),
+            evictions: 4,
+            refusals: 0,
+        })],
+        lower_bound: Some(crate::bound::LowerBound {
+            domains: 2,
+            evict: std::time::Duration::from_secs(1),
+            handoff: std::time::Duration::from_secs(120),
+            recovery: std::time::Duration::from_secs(6),
+        }),
+        failures: vec![],
+    };
+    let text = summary(&report, &[], std::time::Duration::from_secs(1));
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("raygate"))
+        .unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..4], ["raygate", "6m21s", "4m14s", "1.50"], "{text}");
+    assert!(
+        text.contains(
+            "lower bound: 2 domains × (evict 1 s + hand-off 120 s + recovery 6 s) = 254 s"
+        ),
+        "{text}"
+    );
+    let json = report_json(&report, std::time::Duration::from_secs(1));
+    assert_eq!(json["lowerBound"]["seconds"], 254);
+    assert_eq!(json["lowerBound"]["recoverySeconds"], 6);
+    assert_eq!(json["rollouts"][0]["ratioToLowerBound"], 1.5);
+    // no rollout, no bound
+    let upgrade = Report {
+        rollouts: vec![],
+        lower_bound: None,
+        ..report
+    };
+    assert!(report_json(&upgrade, Default::default())["lowerBound"].is_null());
+}
