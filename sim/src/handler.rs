@@ -533,8 +533,10 @@ impl State {
             _ => {}
         }
         if route.subresource.as_deref() == Some("status") {
-            let status = new.get("status").cloned();
-            let managed = new["metadata"].get("managedFields").cloned();
+            let status = new.as_object_mut().and_then(|m| m.remove("status"));
+            let managed = new["metadata"]
+                .as_object_mut()
+                .and_then(|m| m.remove("managedFields"));
             let mut next = old.clone();
             match status {
                 Some(s) => next["status"] = s,
@@ -592,10 +594,7 @@ impl State {
                 new["metadata"]["generation"] = json!(g + 1);
             }
         }
-        let mut old_cmp = old.clone();
-        old_cmp["apiVersion"] = new["apiVersion"].clone();
-        old_cmp["kind"] = new["kind"].clone();
-        if new == old_cmp {
+        if same_but_type_meta(&new, old) {
             return Ok((200, self.object_out(route, old)));
         }
         // `ShouldDeleteDuringUpdate`: no finalizers left and a deletion grace period of 0 (a
@@ -1035,6 +1034,19 @@ pub enum Propagation {
     Foreground,
     Background,
     Orphan,
+}
+
+/// `new == old` but for `apiVersion` and `kind` (an update that changes nothing else writes
+/// nothing), without copying `old`.
+fn same_but_type_meta(new: &Value, old: &Value) -> bool {
+    let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else {
+        return new == old;
+    };
+    let kept = |k: &String| k != "apiVersion" && k != "kind";
+    n.keys().filter(|k| kept(k)).count() == o.keys().filter(|k| kept(k)).count()
+        && n.iter()
+            .filter(|(k, _)| kept(k))
+            .all(|(k, v)| o.get(k) == Some(v))
 }
 
 fn propagation(

@@ -83,10 +83,7 @@ fn error_response(e: &ApiError) -> Response<ResponseBody> {
 }
 
 fn line(ev: &WatchEvent) -> Bytes {
-    let mut v =
-        serde_json::to_vec(&json!({"type": ev.typ, "object": ev.object})).unwrap_or_default();
-    v.push(b'\n');
-    Bytes::from(v)
+    ev.line()
 }
 
 struct WatchStream {
@@ -116,10 +113,10 @@ impl WatchStream {
                 }
                 let rv = state.store.revision();
                 drop(state);
-                Some(line(&WatchEvent {
-                    typ: "BOOKMARK",
-                    object: json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": rv.to_string()}}),
-                }))
+                Some(line(&WatchEvent::new(
+                    "BOOKMARK",
+                    json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": rv.to_string()}}),
+                )))
             }
             _ = tokio::time::sleep_until(self.deadline) => {
                 if self.dropped_at_deadline {
@@ -160,25 +157,19 @@ impl Sim {
                 "too old resource version: {rv} ({})",
                 state.store.revision()
             ));
-            let _ = tx.send(WatchEvent {
-                typ: "ERROR",
-                object: e.to_status(),
-            });
+            let _ = tx.send(WatchEvent::new("ERROR", e.to_status()));
         } else if let Err(e) = state.watch(&route, &req.query, tx.clone()) {
             if e.code != 410 {
                 return error_response(&e);
             }
-            let _ = tx.send(WatchEvent {
-                typ: "ERROR",
-                object: e.to_status(),
-            });
+            let _ = tx.send(WatchEvent::new("ERROR", e.to_status()));
         } else if req.query.get("sendInitialEvents").map(String::as_str) == Some("true") {
-            let _ = tx.send(WatchEvent {
-                typ: "BOOKMARK",
-                object: json!({"kind": kind, "apiVersion": api_version, "metadata": {
+            let _ = tx.send(WatchEvent::new(
+                "BOOKMARK",
+                json!({"kind": kind, "apiVersion": api_version, "metadata": {
                     "resourceVersion": state.store.revision().to_string(),
                     "annotations": {"k8s.io/initial-events-end": "true"}}}),
-            });
+            ));
         }
         drop(state);
         drop(tx);

@@ -31,10 +31,64 @@ pub struct Change {
 }
 
 /// A watch event as sent on the wire (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`).
-#[derive(Clone, Debug, PartialEq)]
+/// One change's event is built and encoded once and shared by every watch it goes to (the
+/// object behind an `Arc`, its wire line encoded on first use): the fan-out to a dozen watches
+/// costs a pointer each, not a deep copy and a serialization each.
+#[derive(Clone, Debug)]
 pub struct WatchEvent {
     pub typ: &'static str,
-    pub object: Value,
+    pub object: Arc<Value>,
+    line: Arc<std::sync::OnceLock<bytes::Bytes>>,
+}
+
+impl PartialEq for WatchEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.typ == other.typ && self.object == other.object
+    }
+}
+
+impl WatchEvent {
+    pub fn new(typ: &'static str, object: Value) -> Self {
+        WatchEvent::shared(typ, Arc::new(object))
+    }
+
+    fn shared(typ: &'static str, object: Arc<Value>) -> Self {
+        WatchEvent {
+            typ,
+            object,
+            line: Arc::default(),
+        }
+    }
+
+    /// The newline-terminated JSON line a watch stream sends (`{"type": …, "object": …}`),
+    /// encoded once for every watch sharing the event.
+    pub fn line(&self) -> bytes::Bytes {
+        self.line
+            .get_or_init(|| {
+                let mut v = Vec::with_capacity(256);
+                v.extend_from_slice(b"{\"object\":");
+                let _ = serde_json::to_writer(&mut v, &*self.object);
+                v.extend_from_slice(b",\"type\":");
+                let _ = serde_json::to_writer(&mut v, self.typ);
+                v.extend_from_slice(b"}\n");
+                bytes::Bytes::from(v)
+            })
+            .clone()
+    }
+}
+
+/// Where a watch's event for a change comes from: the change's object, or (an object leaving
+/// the selection) the previous content at the change's resourceVersion.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    New,
+    OldAtNewVersion,
+}
+
+/// The events of one change, built once per (type, apiVersion, source) for all its watches.
+#[derive(Default)]
+struct Memo {
+    built: Vec<(&'static str, String, Source, WatchEvent)>,
 }
 
 /// What a watch selects.
@@ -57,39 +111,73 @@ impl WatchFilter {
         ns_ok && self.labels.matches(obj["metadata"].get("labels")) && self.fields.matches(obj)
     }
 
-    fn event(&self, typ: &'static str, obj: &Value) -> WatchEvent {
-        let mut object = obj.clone();
+    fn event(&self, typ: &'static str, obj: &Arc<Value>) -> WatchEvent {
+        if obj["apiVersion"].as_str() == Some(self.api_version.as_str()) {
+            return WatchEvent::shared(typ, obj.clone());
+        }
+        let mut object = (**obj).clone();
         object["apiVersion"] = json!(self.api_version);
-        WatchEvent { typ, object }
+        WatchEvent::new(typ, object)
     }
 
-    /// The event this watch sees for `change`, with label/field transitions as the server's
-    /// watch cache: an object leaving the selection is DELETED, one entering it is ADDED.
-    fn translate(&self, c: &Change) -> Option<WatchEvent> {
+    /// What this watch sees for `change` (the event's type and where its object comes from),
+    /// with label/field transitions as the server's watch cache: an object leaving the
+    /// selection is DELETED, one entering it is ADDED.
+    fn select(&self, c: &Change) -> Option<(&'static str, Source)> {
         if c.res != self.res {
             return None;
         }
         let now = self.matches(&c.object);
         match c.typ {
-            ChangeType::Added => now.then(|| self.event("ADDED", &c.object)),
-            ChangeType::Deleted => now.then(|| self.event("DELETED", &c.object)),
+            ChangeType::Added => now.then_some(("ADDED", Source::New)),
+            ChangeType::Deleted => now.then_some(("DELETED", Source::New)),
             ChangeType::Modified => {
                 let before = c.old.as_deref().is_some_and(|o| self.matches(o));
                 match (before, now) {
-                    (true, true) => Some(self.event("MODIFIED", &c.object)),
-                    (false, true) => Some(self.event("ADDED", &c.object)),
+                    (true, true) => Some(("MODIFIED", Source::New)),
+                    (false, true) => Some(("ADDED", Source::New)),
                     // the previous content at the new resourceVersion, as the watch cache and
                     // etcd3 watcher send it (`cacheWatcher.convertToWatchEvent`)
-                    (true, false) => {
-                        let mut ev = self.event("DELETED", c.old.as_deref().unwrap_or(&c.object));
-                        ev.object["metadata"]["resourceVersion"] =
-                            c.object["metadata"]["resourceVersion"].clone();
-                        Some(ev)
-                    }
+                    (true, false) => Some(("DELETED", Source::OldAtNewVersion)),
                     (false, false) => None,
                 }
             }
         }
+    }
+
+    fn build(&self, c: &Change, typ: &'static str, source: Source) -> WatchEvent {
+        match (source, c.old.as_ref()) {
+            (Source::OldAtNewVersion, Some(old)) => {
+                let mut object = (**old).clone();
+                object["apiVersion"] = json!(self.api_version);
+                object["metadata"]["resourceVersion"] =
+                    c.object["metadata"]["resourceVersion"].clone();
+                WatchEvent::new(typ, object)
+            }
+            _ => self.event(typ, &c.object),
+        }
+    }
+
+    /// The event this watch sees for `change` ([`WatchFilter::select`]).
+    fn translate(&self, c: &Change) -> Option<WatchEvent> {
+        self.select(c)
+            .map(|(typ, source)| self.build(c, typ, source))
+    }
+
+    /// [`WatchFilter::translate`], sharing the event with the change's other watches.
+    fn translate_shared(&self, c: &Change, memo: &mut Memo) -> Option<WatchEvent> {
+        let (typ, source) = self.select(c)?;
+        if let Some((.., ev)) = memo
+            .built
+            .iter()
+            .find(|(t, a, s, _)| *t == typ && *a == self.api_version && *s == source)
+        {
+            return Some(ev.clone());
+        }
+        let ev = self.build(c, typ, source);
+        memo.built
+            .push((typ, self.api_version.clone(), source, ev.clone()));
+        Some(ev)
     }
 }
 
@@ -175,10 +263,13 @@ impl Store {
             object: obj.clone(),
             old,
         };
-        self.watchers.retain(|w| match w.filter.translate(&change) {
-            Some(ev) => w.tx.send(ev).is_ok(),
-            None => !w.tx.is_closed(),
-        });
+        let mut memo = Memo::default();
+        self.watchers
+            .retain(|w| match w.filter.translate_shared(&change, &mut memo) {
+                Some(ev) => w.tx.send(ev).is_ok(),
+                None => !w.tx.is_closed(),
+            });
+        drop(memo);
         self.history.push_back(change);
         while self.history.len() > self.history_limit {
             if let Some(c) = self.history.pop_front() {

@@ -1,0 +1,83 @@
+//! Where the reliability sweep's time goes, per variant (issue #14 item 5):
+//!
+//! ```text
+//! cargo run --release -p raygate-demo --example sweep_profile -- [SEEDS] [FIRST]
+//! ```
+//!
+//! runs every variant of seeds FIRST..FIRST+SEEDS one after the other on one thread (each on a
+//! fresh paused runtime, as the sweep does) and prints, per variant, the runs, the wall time per
+//! run, the cluster time per run, the commits to the sim's store per run (every write that
+//! changed an object) and the watches open at the end.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use raygate_demo::{scenario, sweep};
+use raygate_sim::Sim;
+
+#[derive(Default)]
+struct Figures {
+    runs: u64,
+    wall: Duration,
+    cluster_seconds: u64,
+    commits: u64,
+    watches: u64,
+}
+
+fn main() {
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
+    let (seeds, first) = (arg(1, 10), arg(2, 100));
+    let registry = raygate_sim::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
+    let mut by_variant: BTreeMap<String, Figures> = BTreeMap::new();
+    let total = Instant::now();
+    for seed in first..first + seeds {
+        let checked = sweep::generate(seed);
+        for (variant, c) in sweep::variants(&checked) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap_or_else(|e| panic!("runtime: {e}"));
+            let wall = Instant::now();
+            let (cluster, commits, watches) = rt.block_on(async {
+                let sim = Sim::builder().registry(registry.clone()).seed(seed).build();
+                let r = scenario::run(sim.clone(), &c).await;
+                let cluster = r.map_or(0, |r| {
+                    r.ended.duration_since(r.started).as_secs().max(0) as u64
+                });
+                (cluster, sim.revision(), sim.watch_count() as u64)
+            });
+            let f = by_variant.entry(variant).or_default();
+            f.runs += 1;
+            f.wall += wall.elapsed();
+            f.cluster_seconds += cluster;
+            f.commits += commits;
+            f.watches += watches;
+        }
+    }
+    println!(
+        "{:<28} {:>5} {:>12} {:>14} {:>14} {:>14} {:>14}",
+        "variant", "runs", "ms per run", "cluster s/run", "commits/run", "commits/c.s.", "watches"
+    );
+    for (name, f) in &by_variant {
+        let n = f.runs.max(1) as f64;
+        println!(
+            "{name:<28} {:>5} {:>12.0} {:>14.0} {:>14.0} {:>14.2} {:>14.1}",
+            f.runs,
+            f.wall.as_secs_f64() * 1000.0 / n,
+            f.cluster_seconds as f64 / n,
+            f.commits as f64 / n,
+            f.commits as f64 / f.cluster_seconds.max(1) as f64,
+            f.watches as f64 / n,
+        );
+    }
+    println!(
+        "{seeds} seeds in {:.1} s on one thread",
+        total.elapsed().as_secs_f64()
+    );
+}
