@@ -350,6 +350,8 @@ struct Pass<'a> {
     /// Per ClusterQueue: the part of its nominal quota kept from other ClusterQueues' borrowing
     /// for its held-back Workloads, charged to it in `usage` (see [`Pass::reserve`]).
     reserved: Vec<Charges>,
+    /// Per cohort tree root: how many of its ClusterQueues have a non-empty `reserved`.
+    reserving: Vec<usize>,
     memo: Memo,
 }
 
@@ -392,6 +394,7 @@ impl<'a> Pass<'a> {
             held: Vec::new(),
             held_in: vec![(None, Vec::new()); q.cqs.len()],
             reserved: vec![Vec::new(); q.cqs.len()],
+            reserving: vec![0; q.tree.nodes.len()],
             memo: Memo::new(ix),
         }
     }
@@ -486,23 +489,104 @@ impl<'a> Pass<'a> {
     /// Kueue's `processEntry` for one pending Workload: admit it if it fits, else preempt for it
     /// if that can make it fit, and leave it pending. Its own ClusterQueue's reservation for
     /// held-back Workloads does not count against it.
+    ///
+    /// Other ClusterQueues' reservations keep quota from borrowing only: a Workload that fits
+    /// within its own ClusterQueue's nominal quota on the usage without them is looked at without
+    /// them (see [`Pass::see_through`]).
     fn process_entry(&mut self, i: usize) -> Outcome {
         let Ok(t) = &self.ix.workloads[i].target else {
-            return self.evaluate(i);
+            return self.evaluate(i, false);
         };
         let c = t.cq;
-        if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
+        let lifted = self.see_through(i, c);
+        let fresh = !lifted.is_empty();
+        let outcome = if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
             let before = self.held.len();
-            let outcome = self.evaluate(i);
+            let outcome = self.evaluate(i, fresh);
             if self.held.len() != before {
                 self.reserve(c, Vec::new());
             }
-            return outcome;
+            outcome
+        } else {
+            let old = self.lift(c);
+            let outcome = self.evaluate(i, fresh);
+            self.reserve(c, old);
+            outcome
+        };
+        for (o, r) in lifted {
+            charge(&self.ix.q, &mut self.usage, o, &r, true);
+            self.reserved[o] = r;
         }
-        let old = self.lift(c);
-        let outcome = self.evaluate(i);
-        self.reserve(c, old);
         outcome
+    }
+
+    /// The reservations of the other ClusterQueues in `c`'s cohort tree, taken out of the usage,
+    /// when Workload `i` (of `c`) fits on the usage without any reservation and within `c`'s
+    /// nominal quota; else none, and nothing is taken out. A reservation keeps a held-back
+    /// Workload's unused nominal quota from other ClusterQueues' *borrowing* (what its owner
+    /// would reclaim on the next pass); a Workload within its own nominal quota borrows nothing
+    /// and cannot be reclaimed from, and the next pass, which starts without the reservations,
+    /// admits it. Kept from it, it stayed pending while the quota sat reserved, took it on the
+    /// next pass, and the held-back Workload, short under its nominal quota, reclaimed it from a
+    /// borrower instead (seed 14785 of `static_cohorts_do_not_churn`). The caller puts the
+    /// reservations back once `i` is decided.
+    fn see_through(&mut self, i: usize, c: usize) -> Vec<(usize, Charges)> {
+        let ix = self.ix;
+        let root = ix.q.cqs[c].root;
+        let own = usize::from(!self.reserved[c].is_empty());
+        if self.reserving[root] <= own {
+            return Vec::new();
+        }
+        let w = &ix.workloads[i];
+        let Ok(podsets) = &w.podsets else {
+            return Vec::new();
+        };
+        let mut lifted = Vec::new();
+        for &o in ix.q.tree_cqs.get(&root).into_iter().flatten() {
+            if !self.reserved[o].is_empty() {
+                let r = std::mem::take(&mut self.reserved[o]);
+                charge(&ix.q, &mut self.usage, o, &r, false);
+                lifted.push((o, r));
+            }
+        }
+        let old = self.replaced(i);
+        let replacing = old.and_then(|o| {
+            let ow = &ix.workloads[o];
+            let held = ow.held.as_ref()?;
+            (held.cq == Some(c)).then_some(Replacing { key: &ow.key, held })
+        });
+        let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
+        let nominal = &ix.q.tree.nodes[c].subtree;
+        let within = a.mode == Mode::Fit
+            && a.need
+                .iter()
+                .all(|&(fr, need)| self.usage.get(c, fr) + need <= nominal[fr]);
+        // `c`'s own reservation goes back: the caller lifts it as before
+        if let Some(k) = lifted.iter().position(|&(o, _)| o == c) {
+            let (_, r) = lifted.swap_remove(k);
+            charge(&ix.q, &mut self.usage, c, &r, true);
+            self.reserved[c] = r;
+        }
+        if !within {
+            for (o, r) in lifted.drain(..) {
+                charge(&ix.q, &mut self.usage, o, &r, true);
+                self.reserved[o] = r;
+            }
+        }
+        lifted
+    }
+
+    /// The slice replacement slice `i` replaces, if that one still holds quota.
+    fn replaced(&self, i: usize) -> Option<usize> {
+        let ix = self.ix;
+        let spare = ix.workloads[i]
+            .replaces
+            .as_ref()
+            .and_then(|k| ix.by_key.get(k).copied());
+        spare.filter(|&o| {
+            let ow = &ix.workloads[o];
+            ow.held.is_some() && !ow.evicted && !self.evicting[o] && !self.gone[o]
+        })
     }
 
     /// Whether Workload `x` of ClusterQueue `c` may preempt Workload `v` of the same queue
@@ -521,6 +605,9 @@ impl<'a> Pass<'a> {
     /// Takes ClusterQueue `c`'s reservation out of the usage; returns it.
     fn lift(&mut self, c: usize) -> Charges {
         let old = std::mem::take(&mut self.reserved[c]);
+        if !old.is_empty() {
+            self.reserving[self.ix.q.cqs[c].root] -= 1;
+        }
         charge(&self.ix.q, &mut self.usage, c, &old, false);
         old
     }
@@ -547,10 +634,15 @@ impl<'a> Pass<'a> {
         if new != old {
             self.memo.changed(ix, c);
         }
+        if !new.is_empty() {
+            self.reserving[ix.q.cqs[c].root] += 1;
+        }
         self.reserved[c] = new;
     }
 
-    fn evaluate(&mut self, i: usize) -> Outcome {
+    /// `fresh`: other ClusterQueues' reservations are lifted for it (see [`Pass::see_through`]),
+    /// so what the pass remembered for another Workload on the usage with them does not apply.
+    fn evaluate(&mut self, i: usize, fresh: bool) -> Outcome {
         let ix = self.ix;
         let w = &ix.workloads[i];
         let (c, podsets) = match self.admissible(w) {
@@ -602,7 +694,7 @@ impl<'a> Pass<'a> {
             return Outcome::Continue;
         }
         let epoch = self.memo.epoch(ix, c);
-        let memo = w.replaces.is_none();
+        let memo = w.replaces.is_none() && !fresh;
         if memo
             && let Some(message) = Memo::find(&mut self.memo.pending[c], epoch, |r| {
                 same_standing(ix, c, r, i)
@@ -615,10 +707,7 @@ impl<'a> Pass<'a> {
         }
         // a replacement slice: the slice it replaces, if that one still holds quota
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
-        let old = spare.filter(|&o| {
-            let ow = &ix.workloads[o];
-            ow.held.is_some() && !ow.evicted && !self.evicting[o] && !self.gone[o]
-        });
+        let old = self.replaced(i);
         let replacing = old.and_then(|o| {
             let ow = &ix.workloads[o];
             let held = ow.held.as_ref()?;

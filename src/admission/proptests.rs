@@ -742,7 +742,10 @@ fn run_static_case(seed: u64) -> Result<(), String> {
 /// behind a held-back head (pinned, shrunk, by
 /// `a_held_back_head_does_not_hold_back_the_rest_of_a_best_effort_fifo_queue` and
 /// `hold_cycles_through_queues_waiting_behind_a_held_back_head_do_not_churn`).
-/// Still open (issue #15): 14785 in 0..20000.
+/// Seed 14785 did too: a held-back Workload's reservation kept another queue's Workload from
+/// its own nominal quota; the next pass it took that quota, and the held-back one reclaimed from a
+/// borrower instead (pinned, shrunk, by
+/// `a_held_back_reservation_does_not_keep_another_queue_from_its_own_nominal_quota`).
 #[test]
 fn static_cohorts_do_not_churn() {
     let seeds: Vec<u64> = match std::env::var("CHURN_SEEDS") {
@@ -752,7 +755,7 @@ fn static_cohorts_do_not_churn() {
         }
         Err(_) => (0..6000u64)
             .chain([
-                6123, 7467, 7578, 7724, 9147, 9868, 10811, 10985, 14021, 14999, 18403,
+                6123, 7467, 7578, 7724, 9147, 9868, 10811, 10985, 14021, 14785, 14999, 18403,
             ])
             .collect(),
     };

@@ -1690,6 +1690,23 @@ fn the_parts_of_the_hold_rule_each_keep_a_static_cohort_from_churning() {
 }
 
 #[test]
+fn a_held_back_reservation_does_not_keep_another_queue_from_its_own_nominal_quota() {
+    // Issue #15, seed 14785 shrunk (cpu only; f1: cohort co0 6, cq0 4, cq1 8, cq3 8 under co1,
+    // 26 in all). cq1's w06 fits within its nominal quota, then cq3's w04 (priority 2) borrows
+    // 10 of f1 before cq0's w10 (priority 1, borrowing too); w10 no longer fits. cq0's w15
+    // (priority 0) would take 3 of cq0's nominal 4, but w10 could preempt it
+    // (`withinClusterQueue`), so it is held back and keeps those 3 from other queues' borrowing
+    // (hold rule 2). cq1's w11 (4 of f1, within cq1's nominal 8) then found 1 left and stayed
+    // pending. The next pass, without the hold, w11 took the last 4 of the cohort, and w15,
+    // under cq0's nominal quota and short, reclaimed them from w04 (pass 1 preempted w04 for
+    // w15). A reservation keeps quota from borrowing, as its reason says: an entry that fits
+    // within its own ClusterQueue's nominal quota, on the usage without the pass's
+    // reservations, is admitted. w04 is then what w15 would reclaim, and the pass is redone
+    // without it: w06, w09, w10, w11 and w15 hold quota, as Kueue ends up after preempting w04.
+    assert_no_churn(14785);
+}
+
+#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
