@@ -430,8 +430,15 @@ fn check_pair_capacity(
     Ok(())
 }
 
-/// Invariants 2 and 3 for one applied cycle.
-fn check_slices(r: &CycleResult, after: &Snapshot) -> Result<(), String> {
+/// Invariants 2 and 3 for one applied cycle. A slice is finished only once its replacement
+/// holds quota: admitted earlier in the same cycle, or already holding quota when the cycle
+/// began (a replacement whose old slice is still charged, e.g. after a failed finish write or
+/// an old slice admitted again: `finish_stale_replaced`, as Kueue's `normalizeActiveSlices`).
+fn check_slices(
+    r: &CycleResult,
+    holding_before: &[String],
+    after: &Snapshot,
+) -> Result<(), String> {
     for (j, d) in r.decisions.iter().enumerate() {
         let Decision::FinishReplaced {
             workload,
@@ -440,9 +447,10 @@ fn check_slices(r: &CycleResult, after: &Snapshot) -> Result<(), String> {
         else {
             continue;
         };
-        let admitted_before = r.decisions[..j]
-            .iter()
-            .any(|x| matches!(x, Decision::Admit { workload: w, .. } if w == replaced_by));
+        let admitted_before = holding_before.contains(replaced_by)
+            || r.decisions[..j]
+                .iter()
+                .any(|x| matches!(x, Decision::Admit { workload: w, .. } if w == replaced_by));
         if !admitted_before {
             return Err(format!(
                 "{workload} finished without {replaced_by} admitted before it"
@@ -572,6 +580,7 @@ fn check_pass(
     if r != cycle(sched.snapshot(), options) {
         return Err("the kept index disagrees with a fresh one".into());
     }
+    let holding_before = holder_keys(sched.snapshot());
     sched.apply(&r, now);
     let rows = reported(&r);
     check_capacity(model, &rows)?;
@@ -579,7 +588,16 @@ fn check_pass(
     if rows != held {
         return Err(format!("reported usage {rows:?} != held usage {held:?}"));
     }
-    check_slices(&r, sched.snapshot())
+    check_slices(&r, &holding_before, sched.snapshot())
+}
+
+/// The keys of the Workloads holding quota (`default/name`).
+fn holder_keys(s: &Snapshot) -> Vec<String> {
+    s.workloads
+        .iter()
+        .filter(|w| holds_quota(w.status.as_ref()))
+        .map(|w| format!("default/{}", w.metadata.name.as_deref().unwrap_or("")))
+        .collect()
 }
 
 proptest! {
