@@ -251,6 +251,77 @@ async fn event_reasons(client: &Client, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Cordons (`true`) or uncordons the node `spare`, the only node outside the rollout.
+async fn set_spare_unschedulable(client: &Client, unschedulable: bool) {
+    let v = if unschedulable {
+        json!(true)
+    } else {
+        Value::Null
+    };
+    Api::<Node>::all(client.clone())
+        .patch(
+            "spare",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": v}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until rollout `r` is held `Ready=False` `NoRoomToRecover`; its status and message.
+async fn held_for_no_room(client: &Client) -> (NodeRolloutStatus, String) {
+    let s = eventually("Ready=False/NoRoomToRecover", || async {
+        let s = status(client, "r").await;
+        (condition(&s, "Ready").map(|c| c.1) == Some("NoRoomToRecover")).then_some(s)
+    })
+    .await;
+    let message = condition(&s, "Ready")
+        .map(|c| c.2.to_string())
+        .unwrap_or_default();
+    (s, message)
+}
+
+/// Rollout `r` held before its start: Pending, no engine, a `NoRoomToRecover` Event, and two
+/// minutes later no cordon but the test's own on `spare`.
+async fn nothing_touched_while_held(client: &Client, s: &NodeRolloutStatus) {
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert!(s.engine.is_none(), "started: {s:?}");
+    assert!(
+        event_reasons(client, "r")
+            .await
+            .iter()
+            .any(|r| r == "NoRoomToRecover"),
+        "no NoRoomToRecover Event"
+    );
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(
+        cordoned(client).await,
+        vec!["spare"],
+        "only the test's cordon"
+    );
+}
+
+/// Uncordons `spare`; rollout `r` turns `Ready=True` within a minute of it (the next re-plan)
+/// and completes both domains.
+async fn starts_once_the_spare_takes_pods(sim: &Sim, client: &Client) {
+    let room = sim.clock().now();
+    set_spare_unschedulable(client, false).await;
+    let running = wait_phase(client, "r", "Running").await;
+    let ready = running
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    assert!(
+        ready.last_transition_time.0.duration_since(room).as_secs() <= 61,
+        "planned again within a minute of the room: {room}, Ready at {}",
+        ready.last_transition_time.0
+    );
+    let done = wait_phase(client, "r", "Completed").await;
+    assert_eq!(done.progress.as_deref(), Some("2/2"));
+}
+
 /// Two domains with one group each: the controller drains ud-0, waits for its group to be Ready
 /// on the spare node (the health gate), then ud-1, and writes every step to the status.
 #[tokio::test(start_paused = true)]
@@ -683,26 +754,7 @@ async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_wai
     let client = sim.client();
     let _actors = actors(&sim);
     let start = layout(&client, &[1, 1]).await;
-    let nodes = Api::<Node>::all(client.clone());
-    let spare = |unschedulable: bool| {
-        let nodes = nodes.clone();
-        async move {
-            let v = if unschedulable {
-                json!(true)
-            } else {
-                Value::Null
-            };
-            nodes
-                .patch(
-                    "spare",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"unschedulable": v}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    spare(true).await;
+    set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let dying = kube::Client::new(
@@ -743,7 +795,7 @@ async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_wai
         "the eviction sent before the kill is counted: {:?}",
         s.domains[0]
     );
-    spare(false).await;
+    set_spare_unschedulable(&client, false).await;
     let done = wait_phase(&client, "r", "Completed").await;
     assert_eq!(done.progress.as_deref(), Some("2/2"));
     check_evictions(&history, &start);
@@ -899,36 +951,13 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
     let _actors = actors(&sim);
     let start = layout(&client, &[2, 1]).await;
     let nodes = Api::<Node>::all(client.clone());
-    let spare = |unschedulable: bool| {
-        let nodes = nodes.clone();
-        async move {
-            let v = if unschedulable {
-                json!(true)
-            } else {
-                Value::Null
-            };
-            nodes
-                .patch(
-                    "spare",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"unschedulable": v}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    spare(true).await;
+    set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
     let mut spec = old_pool();
     spec["taintOutdated"] = json!(true);
     create(&client, &rollout_object("r", spec)).await;
-    let s = eventually("Ready=False/NoRoomToRecover", || async {
-        let s = status(&client, "r").await;
-        (condition(&s, "Ready").map(|c| c.1) == Some("NoRoomToRecover")).then_some(s)
-    })
-    .await;
-    let message = condition(&s, "Ready").unwrap().2;
+    let (s, message) = held_for_no_room(&client).await;
     for says in [
         "1 upgrade domain(s) cannot be drained",
         "upgrade domain ud-0 holds 2 group(s) under PodDisruptionBudget serving/leaders",
@@ -942,21 +971,7 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
     ] {
         assert!(message.contains(says), "no {says:?} in {message}");
     }
-    assert_eq!(s.phase.as_deref(), Some("Pending"));
-    assert!(s.engine.is_none(), "started: {s:?}");
-    assert!(
-        event_reasons(&client, "r")
-            .await
-            .iter()
-            .any(|r| r == "NoRoomToRecover"),
-        "no NoRoomToRecover Event"
-    );
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(
-        cordoned(&client).await,
-        vec!["spare"],
-        "only the test's cordon"
-    );
+    nothing_touched_while_held(&client, &s).await;
     let tainted: Vec<String> = nodes
         .list(&ListParams::default())
         .await
@@ -973,22 +988,7 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
         .collect();
     assert!(tainted.is_empty(), "tainted while held: {tainted:?}");
     assert!(evicted_uids(&history).is_empty(), "evicted while held");
-    let room = sim.clock().now();
-    spare(false).await;
-    let running = wait_phase(&client, "r", "Running").await;
-    let ready = running
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    assert_eq!(ready.status, "True");
-    assert!(
-        ready.last_transition_time.0.duration_since(room).as_secs() <= 61,
-        "planned again within a minute of the room: {room}, Ready at {}",
-        ready.last_transition_time.0
-    );
-    let done = wait_phase(&client, "r", "Completed").await;
-    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    starts_once_the_spare_takes_pods(&sim, &client).await;
     check_evictions(&history, &start);
 }
 
@@ -1087,35 +1087,11 @@ async fn a_domain_whose_health_gate_could_never_pass_with_hand_off_none_holds_th
     let client = sim.client();
     let _actors = actors(&sim);
     let start = layout(&client, &[1, 1]).await;
-    let nodes = Api::<Node>::all(client.clone());
-    let spare = |unschedulable: bool| {
-        let nodes = nodes.clone();
-        async move {
-            let v = if unschedulable {
-                json!(true)
-            } else {
-                Value::Null
-            };
-            nodes
-                .patch(
-                    "spare",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"unschedulable": v}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    spare(true).await;
+    set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
     create(&client, &rollout_object("r", old_pool())).await;
-    let s = eventually("Ready=False/NoRoomToRecover", || async {
-        let s = status(&client, "r").await;
-        (condition(&s, "Ready").map(|c| c.1) == Some("NoRoomToRecover")).then_some(s)
-    })
-    .await;
-    let message = condition(&s, "Ready").unwrap().2;
+    let (s, message) = held_for_no_room(&client).await;
     for says in [
         "2 upgrade domain(s) would fail their health check, their groups would have nowhere to \
          run again: upgrade domain ud-0: with hand-off None its nodes stay cordoned, so its \
@@ -1135,37 +1111,8 @@ async fn a_domain_whose_health_gate_could_never_pass_with_hand_off_none_holds_th
         !message.contains("cannot be drained"),
         "no budget's dead end here: {message}"
     );
-    assert_eq!(s.phase.as_deref(), Some("Pending"));
-    assert!(s.engine.is_none(), "started: {s:?}");
-    assert!(
-        event_reasons(&client, "r")
-            .await
-            .iter()
-            .any(|r| r == "NoRoomToRecover"),
-        "no NoRoomToRecover Event"
-    );
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(
-        cordoned(&client).await,
-        vec!["spare"],
-        "only the test's cordon"
-    );
+    nothing_touched_while_held(&client, &s).await;
     assert!(evicted_uids(&history).is_empty(), "evicted while held");
-    let room = sim.clock().now();
-    spare(false).await;
-    let running = wait_phase(&client, "r", "Running").await;
-    let ready = running
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    assert_eq!(ready.status, "True");
-    assert!(
-        ready.last_transition_time.0.duration_since(room).as_secs() <= 61,
-        "planned again within a minute of the room: {room}, Ready at {}",
-        ready.last_transition_time.0
-    );
-    let done = wait_phase(&client, "r", "Completed").await;
-    assert_eq!(done.progress.as_deref(), Some("2/2"));
+    starts_once_the_spare_takes_pods(&sim, &client).await;
     check_evictions(&history, &start);
 }

@@ -550,11 +550,7 @@ impl<'a> Pass<'a> {
             }
         }
         let old = self.replaced(i);
-        let replacing = old.and_then(|o| {
-            let ow = &ix.workloads[o];
-            let held = ow.held.as_ref()?;
-            (held.cq == Some(c)).then_some(Replacing { key: &ow.key, held })
-        });
+        let replacing = self.replacing(old, c);
         let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
         let nominal = &ix.q.tree.nodes[c].subtree;
         let within = a.mode == Mode::Fit
@@ -586,6 +582,18 @@ impl<'a> Pass<'a> {
         spare.filter(|&o| {
             let ow = &ix.workloads[o];
             ow.held.is_some() && !ow.evicted && !self.evicting[o] && !self.gone[o]
+        })
+    }
+
+    /// The quota the replaced slice `old` holds in ClusterQueue `c`, for the flavor assigner to
+    /// count as the replacement's own (Kueue's workload slices: the replacement is charged only
+    /// its delta).
+    fn replacing(&self, old: Option<usize>, c: usize) -> Option<Replacing<'a>> {
+        let ix = self.ix;
+        old.and_then(|o| {
+            let ow = &ix.workloads[o];
+            let held = ow.held.as_ref()?;
+            (held.cq == Some(c)).then_some(Replacing { key: &ow.key, held })
         })
     }
 
@@ -708,11 +716,7 @@ impl<'a> Pass<'a> {
         // a replacement slice: the slice it replaces, if that one still holds quota
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
         let old = self.replaced(i);
-        let replacing = old.and_then(|o| {
-            let ow = &ix.workloads[o];
-            let held = ow.held.as_ref()?;
-            (held.cq == Some(c)).then_some(Replacing { key: &ow.key, held })
-        });
+        let replacing = self.replacing(old, c);
         let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
         if a.mode == Mode::Fit {
             self.admit(i, c, podsets, a, old);
