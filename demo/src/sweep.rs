@@ -363,32 +363,81 @@ pub struct RunResult {
     pub ratio: Option<f64>,
 }
 
-/// A digest of what a run found: the cluster after every instant of its history (each
-/// instant's changes by object, as [`crate::history::History::replay`] applies them), its
-/// violations, its rollouts' outcomes, when it ended and its failures.
-pub fn digest(report: &scenario::Report) -> u64 {
-    use std::hash::{Hash, Hasher};
-    // SipHash with fixed keys: the same on every run and machine
-    let mut h = std::hash::DefaultHasher::new();
+/// What a run found, as lines: the cluster after every instant of its history (one line per
+/// object an instant changed, its compact state as [`crate::history::History::replay`] applies
+/// it, in key order), then its violations, its rollouts' outcomes, when it ended and its
+/// failures. Two runs of one seed give the same lines; [`first_divergence`] finds where two
+/// differ.
+pub fn history_lines(report: &scenario::Report) -> Vec<String> {
     let start = report.started;
+    let mut out = vec![];
     let mut instant: BTreeMap<&crate::history::Key, &Option<crate::history::State>> =
         BTreeMap::new();
     let mut changes = report.history.changes.iter().peekable();
     while let Some(c) = changes.next() {
         instant.insert(&c.key, &c.state);
         if changes.peek().is_none_or(|n| n.at != c.at) {
-            c.at.duration_since(start).as_millis().hash(&mut h);
-            format!("{instant:?}").hash(&mut h);
+            let ms = c.at.duration_since(start).as_millis();
+            for (key, state) in &instant {
+                out.push(format!("{ms:>9} ms {key}: {state:?}"));
+            }
             instant.clear();
         }
     }
-    for v in &report.violations {
-        v.to_string().hash(&mut h);
-    }
-    format!("{:?}", report.rollouts).hash(&mut h);
-    report.ended.duration_since(start).as_millis().hash(&mut h);
-    report.failures.hash(&mut h);
+    out.extend(report.violations.iter().map(|v| format!("violation: {v}")));
+    out.push(format!("rollouts: {:?}", report.rollouts));
+    out.push(format!(
+        "ended: {} ms",
+        report.ended.duration_since(start).as_millis()
+    ));
+    out.extend(report.failures.iter().map(|f| format!("failure: {f}")));
+    out
+}
+
+/// A digest of a run's [`history_lines`].
+pub fn digest(report: &scenario::Report) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same on every run and machine
+    let mut h = std::hash::DefaultHasher::new();
+    history_lines(report).hash(&mut h);
     h.finish()
+}
+
+/// Where two runs' [`history_lines`] first differ: the `context` lines before it both share,
+/// then up to `context` lines of each from there; `None` when they are the same.
+pub fn first_divergence(a: &[String], b: &[String], context: usize) -> Option<String> {
+    let at = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
+    let mut out = format!("first difference at line {at} of {} / {}\n", a.len(), b.len());
+    for l in &a[at.saturating_sub(context)..at] {
+        out.push_str(&format!("    {l}\n"));
+    }
+    for (side, lines) in [("a", a), ("b", b)] {
+        out.push_str(&format!("  -- {side}:\n"));
+        for l in lines.iter().skip(at).take(context.max(1)) {
+            out.push_str(&format!("  {side} {l}\n"));
+        }
+    }
+    Some(out)
+}
+
+/// Runs `variant` (a name of [`variants`]) of `seed` on a fresh sim over `registry`, on a paused
+/// current-thread runtime of its own, as the sweep does; its report, or why it could not run.
+pub fn run_report(registry: &Registry, seed: u64, variant: &str) -> Result<scenario::Report, String> {
+    let (_, checked) = variants(&generate(seed))
+        .into_iter()
+        .find(|(name, _)| name == variant)
+        .ok_or_else(|| format!("seed {seed} has no variant {variant:?}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(|e| format!("no runtime: {e}"))?;
+    // the sim (its clock) is made inside the runtime, on its paused clock
+    rt.block_on(async {
+        let sim = Sim::builder().registry(registry.clone()).seed(seed).build();
+        scenario::run(sim, &checked).await
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Runs one variant (`checked`) of `seed` on a fresh sim over `registry`.
