@@ -29,9 +29,7 @@ fn main() {
     let positional: Vec<&String> = args
         .iter()
         .enumerate()
-        .filter(|(i, a)| {
-            !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--"))
-        })
+        .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--")))
         .map(|(_, a)| a)
         .collect();
     let Some(seed) = positional.first().and_then(|s| s.parse::<u64>().ok()) else {

@@ -607,6 +607,7 @@ impl Story {
                 let _ = rx.await;
             });
             tokio::select! {
+                biased;
                 r = run => if let Err(e) = r {
                     tracing::error!(error = %e, "raygate's controller stopped");
                 },

@@ -407,7 +407,11 @@ pub fn digest(report: &scenario::Report) -> u64 {
 /// then up to `context` lines of each from there; `None` when they are the same.
 pub fn first_divergence(a: &[String], b: &[String], context: usize) -> Option<String> {
     let at = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
-    let mut out = format!("first difference at line {at} of {} / {}\n", a.len(), b.len());
+    let mut out = format!(
+        "first difference at line {at} of {} / {}\n",
+        a.len(),
+        b.len()
+    );
     for l in &a[at.saturating_sub(context)..at] {
         out.push_str(&format!("    {l}\n"));
     }
@@ -422,7 +426,11 @@ pub fn first_divergence(a: &[String], b: &[String], context: usize) -> Option<St
 
 /// Runs `variant` (a name of [`variants`]) of `seed` on a fresh sim over `registry`, on a paused
 /// current-thread runtime of its own, as the sweep does; its report, or why it could not run.
-pub fn run_report(registry: &Registry, seed: u64, variant: &str) -> Result<scenario::Report, String> {
+pub fn run_report(
+    registry: &Registry,
+    seed: u64,
+    variant: &str,
+) -> Result<scenario::Report, String> {
     let (_, checked) = variants(&generate(seed))
         .into_iter()
         .find(|(name, _)| name == variant)

@@ -18,6 +18,7 @@ use kube::api::{Api, Patch};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
+use super::SortedState;
 use super::metrics::{StepLabels, UsageLabels};
 use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{
@@ -170,6 +171,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
                 at.saturating_since(now).min(ctx.config.admission_resync)
             });
         tokio::select! {
+            biased;
             _ = trigger.notified() => {}
             _ = tokio::time::sleep(wait) => {}
             changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
@@ -392,7 +394,7 @@ fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
     let now = ctx.clock.monotonic();
     let workloads: Vec<Workload> = s
         .workloads
-        .state()
+        .sorted_state()
         .iter()
         .map(|w| {
             let mut w = w.as_ref().clone();
@@ -418,7 +420,7 @@ fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
         .namespaces
         .as_ref()
         .map(|ns| {
-            ns.state()
+            ns.sorted_state()
                 .iter()
                 .filter_map(|n| {
                     Some((
@@ -432,31 +434,31 @@ fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
     Snapshot {
         flavors: s
             .flavors
-            .state()
+            .sorted_state()
             .iter()
             .map(|x| x.as_ref().clone())
             .collect(),
         cohorts: s
             .cohorts
-            .state()
+            .sorted_state()
             .iter()
             .map(|x| x.as_ref().clone())
             .collect(),
         cluster_queues: s
             .cluster_queues
-            .state()
+            .sorted_state()
             .iter()
             .map(|x| x.as_ref().clone())
             .collect(),
         local_queues: s
             .local_queues
-            .state()
+            .sorted_state()
             .iter()
             .map(|x| x.as_ref().clone())
             .collect(),
         priority_classes: s
             .priority_classes
-            .state()
+            .sorted_state()
             .iter()
             .map(|x| x.as_ref().clone())
             .collect(),
@@ -578,7 +580,7 @@ async fn write_cluster_queue(
     let existing = ctx
         .stores
         .cluster_queues
-        .state()
+        .sorted_state()
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some(usage.name.as_str()));
     let previous = existing.as_ref().and_then(|c| c.status.as_ref());
@@ -609,10 +611,15 @@ async fn write_local_queue(
     usage: &LocalQueueUsage,
     now: Timestamp,
 ) -> Result<(), Error> {
-    let existing = ctx.stores.local_queues.state().into_iter().find(|q| {
-        q.metadata.name.as_deref() == Some(usage.name.as_str())
-            && q.metadata.namespace.as_deref() == Some(usage.namespace.as_str())
-    });
+    let existing = ctx
+        .stores
+        .local_queues
+        .sorted_state()
+        .into_iter()
+        .find(|q| {
+            q.metadata.name.as_deref() == Some(usage.name.as_str())
+                && q.metadata.namespace.as_deref() == Some(usage.namespace.as_str())
+        });
     let previous = existing.as_ref().and_then(|q| q.status.as_ref());
     let generation = existing.as_ref().and_then(|q| q.metadata.generation);
     let mut next = admission::local_queue_status(usage, previous, generation, now);

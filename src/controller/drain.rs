@@ -16,12 +16,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, 
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::Clock;
+use super::SortedState;
 use super::events::EventSink;
 use super::stores::{Readiness, watch_store};
 use crate::drain::engine::{
@@ -91,12 +92,18 @@ impl Run {
     }
 }
 
+/// The store's objects in (namespace, name) order: the executor's decisions and writes then
+/// never depend on the store's hash order.
 fn snapshot<K>(store: &Store<K>) -> Vec<K>
 where
-    K: reflector::Lookup + Clone + 'static,
+    K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    store.state().iter().map(|o| o.as_ref().clone()).collect()
+    store
+        .sorted_state()
+        .iter()
+        .map(|o| o.as_ref().clone())
+        .collect()
 }
 
 /// Runs the drain until it completes or fails, or `shutdown` resolves (Ctrl-C: the state so far
@@ -158,6 +165,7 @@ pub async fn run(
         kinds.insert(drivers.spawn(driver).id(), kind);
     }
     tokio::select! {
+        biased;
         () = ready.wait() => {}
         Some(ended) = drivers.join_next_with_id() => {
             let id = match ended {
@@ -201,6 +209,7 @@ pub async fn run(
         if !ready.pending().is_empty() {
             // a watch is re-listing (410 Gone): decide again on its complete new list
             tokio::select! {
+                biased;
                 () = ready.wait() => {}
                 _ = &mut shutdown => return Ok(state),
             }
@@ -241,6 +250,7 @@ pub async fn run(
                 .is_ok();
             let stored = asked
                 && tokio::select! {
+                    biased;
                     r = answer => r.unwrap_or(false),
                     _ = &mut shutdown => return Ok(state),
                 };
@@ -248,6 +258,7 @@ pub async fn run(
                 // nothing of this step is applied; the outcomes so far are taken next time
                 tracing::info!("drain: the state was not stored; its evictions wait");
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(run.tick) => {}
                     _ = &mut shutdown => return Ok(state),
                 }
@@ -269,12 +280,14 @@ pub async fn run(
         if !outcomes.is_empty() || actions.iter().any(|a| !matches!(a, Action::Report { .. })) {
             // look again soon: what was just applied shows in the stores
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 _ = &mut shutdown => return Ok(state),
             }
             continue;
         }
         tokio::select! {
+            biased;
             _ = changed.notified() => {}
             r = run.resumes.changed(), if resumes_open => resumes_open = r.is_ok(),
             _ = tokio::time::sleep(run.tick) => {}

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::controller::Action;
 
+use super::SortedState;
 use super::metrics::{ResultLabels, StepLabels};
 use super::{AdmissionMode, Context, Error, Monotonic, backoff, not_synced, resync};
 use crate::gate::pods_ready::PodsReady;
@@ -110,7 +111,7 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
     let name = service.metadata.name.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
     let key = format!("{ns}/{name}");
-    let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.state();
+    let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.sorted_state();
     let children: Vec<RayCluster> =
         podsets::children_of(&service, clusters.iter().map(|c| c.as_ref()))
             .into_iter()
@@ -158,7 +159,7 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
         priority_classes: ctx
             .stores
             .priority_classes
-            .state()
+            .sorted_state()
             .iter()
             .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.value)))
             .collect(),
@@ -166,7 +167,7 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
         flavors: ctx
             .stores
             .flavors
-            .state()
+            .sorted_state()
             .iter()
             .filter_map(|f| Some((f.metadata.name.clone()?, f.spec.clone())))
             .collect(),

@@ -10,6 +10,7 @@ use axum::routing::get;
 use tokio::sync::watch;
 
 use super::Context;
+use super::SortedState;
 
 struct Health {
     ctx: Arc<Context>,
@@ -75,10 +76,10 @@ pub async fn serve(
 
 /// Refreshes the gauges computed from the caches (held RayServices, pending slices, leadership).
 fn scrape(ctx: &Context) {
-    let services = ctx.stores.services.state();
-    let clusters = ctx.stores.clusters.state();
-    let workloads = ctx.stores.workloads.state();
-    let local_queues = ctx.stores.local_queues.state();
+    let services = ctx.stores.services.sorted_state();
+    let clusters = ctx.stores.clusters.sorted_state();
+    let workloads = ctx.stores.workloads.sorted_state();
+    let local_queues = ctx.stores.local_queues.sorted_state();
     let cluster_refs: Vec<&crate::types::ray::RayCluster> =
         clusters.iter().map(|c| c.as_ref()).collect();
     let g = crate::visibility::gauges(

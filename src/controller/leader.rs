@@ -416,6 +416,7 @@ pub fn elect(client: Client, config: &Config, clock: Arc<dyn Clock>) -> Result<E
                 let _ = tx.send(now_leads);
             }
             tokio::select! {
+                biased;
                 () = tokio::time::sleep(timing.retry) => {}
                 // the Election dropped without a release (a crash): nothing more is written
                 stop = stopped.changed() => match stop {

@@ -20,6 +20,7 @@ mod metrics;
 pub mod rollout;
 mod startup;
 mod stores;
+pub use stores::SortedState;
 mod ungater;
 
 use std::future::Future;
@@ -378,6 +379,7 @@ pub async fn run_with(
     // a task that ends while the controller runs (a panic in the admission loop, a watch driver
     // or the HTTP server) stops the process: nothing would admit while /readyz stayed green
     let result = tokio::select! {
+        biased;
         () = controller => Ok(()),
         e = tasks.first_unexpected_end(shutdown_rx.clone()) => Err(e),
     };

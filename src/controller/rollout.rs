@@ -34,6 +34,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 
+use super::SortedState;
 use super::drain::{self as executor, DrainRunError, Observer, Run, WriteAhead};
 use super::events::EventSink;
 use super::{Clock, Metrics};
@@ -163,6 +164,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
     });
     let _watch = AbortOnDrop(watch_task);
     tokio::select! {
+        biased;
         ready = store.wait_until_ready() => if ready.is_err() { return },
         _ = shutdown.wait_for(|s| *s) => return,
     }
@@ -185,7 +187,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
     tracing::info!("NodeRollout controller started");
     loop {
         while tasks.try_join_next().is_some() {}
-        let rollouts = sh.store.state();
+        let rollouts = sh.store.sorted_state();
         let mut phases: BTreeMap<String, i64> = BTreeMap::new();
         for o in &rollouts {
             let phase = o.status.as_ref().and_then(|s| s.phase.clone());
@@ -223,6 +225,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
             workers.clear();
         }
         tokio::select! {
+            biased;
             _ = changed.notified() => {}
             // a closed channel (a fixed leadership) must not wake the loop over and over
             r = leader.changed(), if leader_open => leader_open = r.is_ok(),
@@ -282,6 +285,7 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
                 w.written = None;
                 let delay = super::backoff(failures);
                 tokio::select! {
+                    biased;
                     r = obj.changed() => if r.is_err() { break },
                     _ = tokio::time::sleep(delay) => {}
                 }
@@ -296,10 +300,12 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
                 }
             }
             Next::Retry => tokio::select! {
+                biased;
                 r = obj.changed() => if r.is_err() { break },
                 _ = tokio::time::sleep(RETRY) => {}
             },
             Next::RetryAfter(after) => tokio::select! {
+                biased;
                 r = obj.changed() => if r.is_err() { break },
                 _ = tokio::time::sleep(after) => {}
             },
@@ -456,7 +462,7 @@ impl Worker {
         let others: Vec<(String, BTreeSet<String>)> = self
             .sh
             .store
-            .state()
+            .sorted_state()
             .iter()
             .filter(|o| o.name_any() != self.name)
             .filter_map(|o| Some((o.name_any(), pure::claimed_nodes(o.status.as_ref())?)))
@@ -553,6 +559,7 @@ impl Worker {
         let mut contract_open = true;
         let end = loop {
             tokio::select! {
+                biased;
                 end = &mut exec => break end,
                 Some(ahead) = ahead_rx.recv() => {
                     // what the executor reported before is older than this state

@@ -85,6 +85,7 @@ pub(crate) async fn wait_until_compatible(
             ));
         }
         tokio::select! {
+            biased;
             () = tokio::time::sleep(config.check_crds_retry) => {}
             _ = shutdown.wait_for(|s| *s) => break false,
         }

@@ -25,6 +25,30 @@ use crate::types::ray::{
     ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
 };
 
+/// A reflector store's objects in (namespace, name) order. `Store::state()` lists them in hash
+/// order, which differs between processes and between stores in one process; every read that
+/// acts on a store's objects in turn (writes, or a first match) goes through this, so raygate's
+/// writes come in a stable, readable order and a simulated run is reproducible.
+pub trait SortedState<K> {
+    fn sorted_state(&self) -> Vec<Arc<K>>;
+}
+
+impl<K> SortedState<K> for Store<K>
+where
+    K: Resource + reflector::Lookup + Clone + 'static,
+    <K as reflector::Lookup>::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn sorted_state(&self) -> Vec<Arc<K>> {
+        let mut objects = self.state();
+        fn key<K: Resource>(o: &K) -> (Option<&str>, Option<&str>) {
+            let m = o.meta();
+            (m.namespace.as_deref(), m.name.as_deref())
+        }
+        objects.sort_by(|a, b| key(a.as_ref()).cmp(&key(b.as_ref())));
+        objects
+    }
+}
+
 /// Read handles on everything raygate watches.
 #[derive(Clone)]
 pub struct Stores {
@@ -59,7 +83,7 @@ impl Stores {
     /// reference to the service's uid.
     pub fn slices_of(&self, namespace: &str, service_uid: &str) -> Vec<Workload> {
         self.workloads
-            .state()
+            .sorted_state()
             .iter()
             .filter(|w| w.metadata.namespace.as_deref() == Some(namespace))
             .filter(|w| {

@@ -19,6 +19,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::{Notify, watch};
 
 use super::Context;
+use super::SortedState;
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
 use crate::gate::pods_held;
 use crate::gate::{EventType, GateEvent};
@@ -64,7 +65,7 @@ fn decide(
 ) -> Vec<(Arc<Pod>, Vec<String>)> {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
-    let clusters = ctx.stores.clusters.state();
+    let clusters = ctx.stores.clusters.sorted_state();
     let children: BTreeSet<String> =
         podsets::children_of(service, clusters.iter().map(|c| c.as_ref()))
             .into_iter()
@@ -134,10 +135,10 @@ pub(super) fn pods_of(
         .iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect();
-    let known = cluster_names(&ctx.stores.clusters.state(), &ns);
+    let known = cluster_names(&ctx.stores.clusters.sorted_state(), &ns);
     Some(
         store
-            .state()
+            .sorted_state()
             .iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
             .filter(|p| {
@@ -177,7 +178,7 @@ async fn lift(client: &kube::Client, pod: &Pod, read: &[String]) -> Result<(), k
 
 /// One pass over every opted-in RayService.
 async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<String>) {
-    let all = pods.state();
+    let all = pods.sorted_state();
     // forget what the watch now shows ungated (or gone)
     ungated_here.retain(|uid| {
         all.iter().any(|p| {
@@ -185,7 +186,7 @@ async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<Strin
                 && gates(p).iter().any(|g| g == POD_GATE)
         })
     });
-    for service in ctx.stores.services.state() {
+    for service in ctx.stores.services.sorted_state() {
         if crate::gate::queue_name(&service).is_none() || !ctx.is_leader() {
             continue;
         }
@@ -235,6 +236,7 @@ pub async fn run(
     let mut ungated_here = HashSet::new();
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.changed() => {
                 if *shutdown.borrow() {
                     return;

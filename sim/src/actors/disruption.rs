@@ -26,6 +26,7 @@ use kube::{Client, ResourceExt};
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
 use crate::eviction::selector_object_matches;
+use raygate::controller::SortedState;
 
 /// `DeletionTimeout`: how long an eviction's `disruptedPods` entry keeps a pod out of
 /// `currentHealthy` while the pod is not seen deleting.
@@ -663,7 +664,7 @@ where
     K: kube::Resource + Clone,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    store.state().iter().map(|o| (**o).clone()).collect()
+    store.sorted_state().iter().map(|o| (**o).clone()).collect()
 }
 
 impl Actor for Controller {
@@ -674,7 +675,7 @@ impl Actor for Controller {
         let client = &self.client;
         let pdbs = owned(&self.pdbs);
         let mut recheck: Option<Timestamp> = None;
-        for pod in self.pods.state() {
+        for pod in self.pods.sorted_state() {
             let Some(at) = stale_disruption_target(&pod) else {
                 continue;
             };

@@ -32,6 +32,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::handler::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
+use raygate::controller::SortedState;
 
 /// One object as the collector's graph sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -322,7 +323,7 @@ impl Collector {
                 kind: ar.kind.clone(),
                 namespaced: self.scopes[k],
             });
-            for o in store.state() {
+            for o in store.sorted_state() {
                 scope.items.push(Item {
                     kind: k,
                     namespace: o.metadata.namespace.clone(),

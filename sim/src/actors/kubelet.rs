@@ -470,6 +470,7 @@ fn report(pod: &Pod, rt: &mut Runtime) -> Option<Action> {
 pub use io::{run, run_all};
 
 mod io {
+    use raygate::controller::SortedState;
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
 
@@ -510,6 +511,7 @@ mod io {
         let mut cache = Caches::default();
         let pods = cache.reflect_broadcast(Api::all(client.clone()), watcher::Config::default());
         tokio::select! {
+            biased;
             _ = shutdown.wait() => None,
             _ = cache.wait_ready() => Some((cache, pods)),
         }
@@ -558,8 +560,8 @@ mod io {
         type Error = std::convert::Infallible;
 
         async fn pass(&mut self, now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
-            let node_obj = self.node.state().into_iter().next();
-            let pod_list = self.pods.state();
+            let node_obj = self.node.sorted_state().into_iter().next();
+            let pod_list = self.pods.sorted_state();
             let mut groups = BTreeMap::new();
             let representatives: Vec<_> = pod_list
                 .iter()
@@ -576,7 +578,7 @@ mod io {
                     })
                     .and_then(|p| p.metadata.name.clone())
                     .unwrap_or_default();
-                let members = self.cluster_pods.state();
+                let members = self.cluster_pods.sorted_state();
                 let members = members.iter().map(|p| &**p).filter(|p| {
                     p.metadata.namespace.as_deref() == Some(ns.as_str())
                         && p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == Some(&value)
@@ -695,7 +697,7 @@ mod io {
             let Ok(mut running) = self.running.lock() else {
                 return Ok(None);
             };
-            for n in self.nodes.state() {
+            for n in self.nodes.sorted_state() {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 running.entry(name.clone()).or_insert_with(|| {
                     tokio::spawn(run_with(

@@ -389,6 +389,7 @@ impl Expectations {
 pub use io::run;
 
 mod io {
+    use raygate::controller::SortedState;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -463,9 +464,9 @@ mod io {
             if self.resync_at.is_some_and(|at| now >= at) {
                 self.expectations.clear();
             }
-            let all_pods = self.pods.state();
+            let all_pods = self.pods.sorted_state();
             self.expectations.observe(&all_pods);
-            for set in self.sets.state() {
+            for set in self.sets.sorted_state() {
                 let value = match serde_json::to_value(&*set) {
                     Ok(v) => v,
                     Err(_) => continue,

@@ -30,6 +30,7 @@ use serde_json::json;
 
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
+use raygate::controller::SortedState;
 
 /// Asks for a reboot or a replacement.
 pub const LIFECYCLE: &str = "sim.raygate.io/lifecycle";
@@ -457,8 +458,18 @@ impl Actor for Lifecycle {
     type Error = Error;
 
     async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Error> {
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
-        let pods: Vec<Pod> = self.pods.state().iter().map(|p| (**p).clone()).collect();
+        let nodes: Vec<Node> = self
+            .nodes
+            .sorted_state()
+            .iter()
+            .map(|n| (**n).clone())
+            .collect();
+        let pods: Vec<Pod> = self
+            .pods
+            .sorted_state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
         pass(
             &self.client,
             &self.config,

@@ -33,6 +33,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::node_lifecycle::is_ready as node_ready;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
+use raygate::controller::SortedState;
 
 /// The taint that lets PodGC force-delete terminating pods of a NotReady node.
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
@@ -280,10 +281,10 @@ impl Actor for PodGc {
         {
             return Ok(Some(next));
         }
-        let pods = self.pods.state();
+        let pods = self.pods.sorted_state();
         let (collect, check) = plan(
             &pods,
-            &self.nodes.state(),
+            &self.nodes.sorted_state(),
             &self.config,
             &mut self.quarantine,
             now,

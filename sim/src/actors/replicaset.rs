@@ -26,6 +26,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::eviction::selector_object_matches;
+use raygate::controller::SortedState;
 
 /// `burstReplicas`: at most this many creates or deletes per sync.
 pub const BURST_REPLICAS: usize = 500;
@@ -312,12 +313,12 @@ impl Actor for Controller {
     type Error = Error;
 
     async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Error> {
-        let sets = self.sets.state();
+        let sets = self.sets.sorted_state();
         if sets.is_empty() {
             return Ok(None);
         }
         let client = &self.client;
-        let pods = self.pods.state();
+        let pods = self.pods.sorted_state();
         let mut recheck: Option<Duration> = None;
         for rs in &sets {
             let ns = rs.namespace().unwrap_or_default();

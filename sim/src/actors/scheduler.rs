@@ -712,6 +712,7 @@ pub fn unschedulable_condition(pod: &Pod, message: &str) -> Option<(String, Stri
 pub use io::{Config, run};
 
 mod io {
+    use raygate::controller::SortedState;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -779,8 +780,8 @@ mod io {
                 &self.client,
                 &self.clock,
                 &self.config,
-                &self.pods.state(),
-                &self.nodes.state(),
+                &self.pods.sorted_state(),
+                &self.nodes.sorted_state(),
             )
             .await;
             // kube-scheduler's assume cache: the next pass waits until the pod cache shows every

@@ -346,6 +346,7 @@ pub async fn drive<A: Actor>(
     shutdown: Shutdown,
 ) {
     tokio::select! {
+        biased;
         _ = shutdown.wait() => return,
         _ = caches.wait_ready() => {}
     }
@@ -356,6 +357,7 @@ pub async fn drive<A: Actor>(
         }
         if !expect.met() {
             tokio::select! {
+                biased;
                 _ = shutdown.wait() => return,
                 _ = caches.next() => {}
                 _ = sleep_until(expect.timeout()) => {
@@ -374,6 +376,7 @@ pub async fn drive<A: Actor>(
         };
         let deadline = next.map(|t| instant_at(&clock, t));
         tokio::select! {
+            biased;
             _ = shutdown.wait() => return,
             _ = caches.next() => {
                 if !lag.is_zero() {

@@ -37,6 +37,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::scheduler::tolerates;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
+use raygate::controller::SortedState;
 
 /// The Events' reason.
 pub const REASON: &str = "TaintManagerEviction";
@@ -244,8 +245,8 @@ impl Actor for Controller {
     async fn pass(&mut self, now: Timestamp, expect: &mut Expect) -> Pass<Error> {
         let (actions, next) = plan(
             &mut self.scheduled,
-            &self.nodes.state(),
-            &self.pods.state(),
+            &self.nodes.sorted_state(),
+            &self.pods.sorted_state(),
             now,
         );
         for action in actions {
