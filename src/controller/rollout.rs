@@ -21,7 +21,7 @@
 //! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
 //! metrics come from the change between two states (`drain::rollout::changes`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,7 +180,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
         claims: Mutex::default(),
     });
     let mut leader = r.leader;
-    let mut workers: HashMap<String, watch::Sender<Option<Arc<NodeRollout>>>> = HashMap::new();
+    let mut workers: BTreeMap<String, watch::Sender<Option<Arc<NodeRollout>>>> = BTreeMap::new();
     // dropped with this future: a stopped controller stops its workers
     let mut tasks = tokio::task::JoinSet::new();
     let mut leader_open = true;
