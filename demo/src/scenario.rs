@@ -566,9 +566,12 @@ impl Report {
 struct Story {
     sim: Sim,
     client: Client,
-    controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    controller: Option<(watch::Sender<()>, tokio::task::JoinHandle<()>)>,
     /// The running controller's client's write budget ([`DiesAfterWrites`]).
     writes_left: Arc<std::sync::atomic::AtomicU64>,
+    /// Set by a `restartController` that finds raygate still running with a kill armed that has
+    /// not landed: the controller's task starts it again right after the kill.
+    restart_after_kill: Arc<std::sync::atomic::AtomicBool>,
     pod_gate: bool,
     /// Run the NodeRollout controller (the NodeRollout CRD is served).
     node_rollouts: bool,
@@ -580,22 +583,35 @@ struct Story {
 }
 
 impl Story {
+    /// Starts raygate's controller. When it still runs this does nothing, unless a kill armed by
+    /// `killController: {afterWrites: N}` has not landed yet (raygate wrote less than N times
+    /// since): then raygate is started again right after that kill, as its Deployment would
+    /// restart a crashed pod. Without that, a kill landing after the timeline's restart left
+    /// raygate dead for the rest of the story (seed 207: an old slice never finished).
     fn start_controller(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
         if self
             .controller
             .as_ref()
             .is_some_and(|(_, handle)| !handle.is_finished())
         {
+            let armed = (1..u64::MAX).contains(&self.writes_left.load(SeqCst));
+            if armed {
+                tracing::info!(
+                    "raygate's controller still runs with a kill armed: it restarts right after the kill"
+                );
+                self.restart_after_kill.store(true, SeqCst);
+            }
             return;
         }
-        let (tx, rx) = oneshot::channel::<()>();
-        let dies = DiesAfterWrites::new(
-            raygate_sim::service::SimService::new(self.sim.clone()).with_user_agent("raygate"),
-        );
-        self.writes_left = dies.left.clone();
-        let dead = dies.dead.clone();
-        let client = Client::new(dies, "default");
-        let clock = Arc::new(SimClock(self.sim.clock().clone()));
+        self.restart_after_kill.store(false, SeqCst);
+        let left = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        self.writes_left = left.clone();
+        let (tx, rx) = watch::channel(());
+        let sim = self.sim.clone();
+        let restart = self.restart_after_kill.clone();
+        let clock: Arc<dyn raygate::controller::Clock> =
+            Arc::new(SimClock(self.sim.clock().clone()));
         let config = raygate::controller::Config {
             admission_resync: Duration::from_millis(500),
             pod_gate: self.pod_gate,
@@ -603,17 +619,38 @@ impl Story {
             ..Default::default()
         };
         let handle = tokio::spawn(async move {
-            let run = raygate::controller::run_with(client, config, clock, async move {
-                let _ = rx.await;
-            });
-            tokio::select! {
-                biased;
-                r = run => if let Err(e) = r {
-                    tracing::error!(error = %e, "raygate's controller stopped");
-                },
-                () = dead.notified() => {
-                    tracing::info!("raygate's controller killed right after a write");
+            loop {
+                let dies = DiesAfterWrites::new(
+                    raygate_sim::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+                    left.clone(),
+                );
+                let dead = dies.dead.clone();
+                let client = Client::new(dies, "default");
+                let mut rx = rx.clone();
+                let run = raygate::controller::run_with(
+                    client,
+                    config.clone(),
+                    clock.clone(),
+                    async move {
+                        let _ = rx.changed().await;
+                    },
+                );
+                tokio::select! {
+                    biased;
+                    r = run => {
+                        if let Err(e) = r {
+                            tracing::error!(error = %e, "raygate's controller stopped");
+                        }
+                        return;
+                    },
+                    () = dead.notified() => {
+                        tracing::info!("raygate's controller killed right after a write");
+                    }
                 }
+                if !restart.swap(false, SeqCst) {
+                    return;
+                }
+                tracing::info!("raygate's controller restarted after its kill");
             }
         });
         self.controller = Some((tx, handle));
@@ -641,10 +678,14 @@ struct DiesAfterWrites {
 }
 
 impl DiesAfterWrites {
-    fn new(inner: raygate_sim::service::SimService) -> Self {
+    /// `left`: the write budget, shared with the runner (which arms the kill through it).
+    fn new(
+        inner: raygate_sim::service::SimService,
+        left: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
         DiesAfterWrites {
             inner,
-            left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+            left,
             dead: Arc::new(tokio::sync::Notify::new()),
             gone: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
@@ -1240,6 +1281,7 @@ pub async fn run_with(
         client: client.clone(),
         controller: None,
         writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+        restart_after_kill: Arc::default(),
         pod_gate: s.controller.pod_gate,
         node_rollouts: served_kinds.contains(&Kind::NodeRollout),
         faults: Faults::none(),

@@ -44,3 +44,17 @@ fn the_seeds_whose_last_domain_never_upgraded_now_finish() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// Seed 207 (an upgrade story, quota 4 for a head and 3 workers): raygate's kill was armed at
+/// 224 s to land right after its 2nd write from then, and the restart was drawn for 280 s. raygate
+/// wrote nothing until the quota was raised at 416 s, so the restart found it still running (and
+/// did nothing); the kill then landed right after the admission pass reserved quota for the
+/// replacement slice, before it finished the replaced one, and nothing brought raygate back: both
+/// slices stayed admitted to the end (`SliceLeaked`). A restart drawn for a controller whose armed
+/// kill has not landed yet now brings it back right after the kill, as a Deployment would.
+#[test]
+fn a_kill_that_lands_after_its_restart_step_is_still_followed_by_a_restart() {
+    let registry = raygate_sim::upstream::registry().unwrap();
+    let summary = sweep::sweep(&registry, 207..208, 1, Duration::from_secs(240));
+    assert!(summary.raygate_clean(), "{summary}");
+}
