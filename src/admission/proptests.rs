@@ -764,6 +764,10 @@ fn run_static_case(seed: u64) -> Result<(), String> {
 /// its own nominal quota; the next pass it took that quota, and the held-back one reclaimed from a
 /// borrower instead (pinned, shrunk, by
 /// `a_held_back_reservation_does_not_keep_another_queue_from_its_own_nominal_quota`).
+/// Seeds 23412 and 25995 did too: a Workload requesting more than its ClusterQueue's nominal
+/// quota preempted to fit while borrowing, where Kueue's `fitsResourceQuota` says it does not fit
+/// (pinned, shrunk, by
+/// `a_workload_requesting_more_than_its_nominal_quota_does_not_preempt_in_a_flat_cohort`).
 #[test]
 fn static_cohorts_do_not_churn() {
     let seeds: Vec<u64> = match std::env::var("CHURN_SEEDS") {
@@ -774,6 +778,7 @@ fn static_cohorts_do_not_churn() {
         Err(_) => (0..6000u64)
             .chain([
                 6123, 7467, 7578, 7724, 9147, 9868, 10811, 10985, 14021, 14785, 14999, 18403,
+                23412, 25995,
             ])
             .collect(),
     };

@@ -1707,6 +1707,21 @@ fn a_held_back_reservation_does_not_keep_another_queue_from_its_own_nominal_quot
 }
 
 #[test]
+fn a_workload_requesting_more_than_its_nominal_quota_does_not_preempt_in_a_flat_cohort() {
+    // Issue #15, seeds 23412 and 25995 shrunk. 23412: cq2 (cpu 8, memory 0) and cq3 (cpu 4,
+    // memory 4Gi) share a cohort with no sub-cohorts. cq2's w26 (priority 1) needs 4Gi of memory,
+    // all borrowed; it preempted w05 of its own queue (priority 0) to fit while borrowing. 25995:
+    // cq1's w00 (8 CPUs over a nominal 6) did the same to a lower-priority Workload of cq1.
+    // Kueue v0.19.2's `fitsResourceQuota` tries preemption only when the request fits the
+    // ClusterQueue's nominal quota, or a sub-cohort below the root would hold it
+    // (`FindHeightOfLowestSubtreeThatFits`); else the flavor does not fit (no
+    // `borrowWithinCohort` here). Both were red before that check.
+    for seed in [23412, 25995] {
+        assert_no_churn(seed);
+    }
+}
+
+#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
