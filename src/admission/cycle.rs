@@ -621,19 +621,19 @@ impl<'a> Pass<'a> {
     }
 
     /// Charges ClusterQueue `c` (its reservation lifted, `old` what it was) with what its
-    /// held-back Workloads need of the quota available to it: a Workload held back in this pass
+    /// held-back Workloads need of its unused nominal quota: a Workload held back in this pass
     /// is one the next pass may admit, and quota within the nominal quota that another
     /// ClusterQueue borrowed meanwhile is quota that Workload would reclaim by preemption
     /// (Kueue likewise keeps a preempting entry's usage, `cq.AddUsage`, from the entries after
-    /// it in a cycle). What it would borrow is kept too: Kueue admits it, and that quota stays
-    /// taken until the reclaimer it was held back for evicts it and takes it (seed 20017).
+    /// it in a cycle). What it would borrow is not kept: it could not reclaim that.
     fn reserve(&mut self, c: usize, old: Charges) {
         let ix = self.ix;
+        let nominal = &ix.q.tree.nodes[c].subtree;
         let new: Charges = self.held_in[c]
             .1
             .iter()
             .filter_map(|&(fr, v)| {
-                let room = ix.q.tree.available(&self.usage, c, fr);
+                let room = nominal[fr] - self.usage.get(c, fr);
                 let r = std::cmp::min(v, room);
                 (r > Quantity::ZERO).then_some((fr, r))
             })

@@ -1746,19 +1746,6 @@ fn quota_a_reservation_kept_until_the_end_of_a_pass_is_offered_again_to_what_it_
 }
 
 #[test]
-fn a_held_back_workload_keeps_what_it_would_borrow_for_its_reclaimer() {
-    // Issue #15, seed 20017 shrunk (one flavor, cpu only; cohort co1 under co0 holds cq0 (1 CPU)
-    // and cq1 (8); cq2 (8) is directly under co0). cq0's w15 (6 CPUs, borrowing 5) is held back
-    // because cq1's w02 would reclaim from it; it kept only its 1 CPU of unused nominal quota,
-    // so the 5 it would borrow went to other borrowers in the pass, and the next pass cq2's w17,
-    // within its nominal quota, took back from cq1's w11 what w11 had borrowed. In Kueue, w15 is
-    // admitted and holds those 5 until w02 evicts it and takes them. A held-back Workload now
-    // keeps what it would borrow as well (hold rule 2); reopened once w02 is admitted, it does
-    // not fit any more and its reservation goes to what it kept out (rule 7). Red before.
-    assert_no_churn(20017);
-}
-
-#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
