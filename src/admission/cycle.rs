@@ -949,13 +949,17 @@ impl Pass<'_> {
     /// ([`rounds`]): their next pass would admit them just so. Reopening them one ClusterQueue
     /// after another would let the first one's borrowing entries take quota a later one's entry
     /// needs without borrowing, which that entry then reclaims on the next pass (seed 6123 of
-    /// `static_cohorts_do_not_churn`).
+    /// `static_cohorts_do_not_churn`). When a reopened Workload's reservation is gone (it is not
+    /// held back again), what was left pending in its cohort tree is looked at again too
+    /// ([`Pass::reopen_kept_out`]; seeds 24105, 28596 and 33920).
     fn late(&mut self, queues: &[Vec<usize>]) {
         let ix = self.ix;
         if self.held.is_empty() {
             return;
         }
         let mut admitted = vec![false; ix.workloads.len()];
+        // per cohort tree root: a reservation there shrank in the last reopening
+        let mut released = vec![false; ix.q.tree.nodes.len()];
         // reopening a ClusterQueue may admit the reclaimer another one's Workload was held back for
         loop {
             for (i, _, _) in &self.newly {
@@ -964,16 +968,20 @@ impl Pass<'_> {
             let stale = |forbidden: &Option<usize>| forbidden.is_some_and(|by| admitted[by]);
             let mut reopened = vec![false; ix.workloads.len()];
             let mut any = false;
+            let moot = self.moot_holds();
             for &(i, _, _) in &self.held {
-                if stale(&self.forbidden[i]) {
+                if stale(&self.forbidden[i]) || moot[i] {
                     self.forbidden[i] = None;
                     reopened[i] = true;
                     any = true;
                 }
             }
+            // quota a reservation kept is free again: what it kept out is looked at again
+            any |= self.reopen_kept_out(queues, &released, &mut reopened);
             if !any {
                 return;
             }
+            let reserved_before = self.reserved.clone();
             for (c, queue) in queues.iter().enumerate() {
                 // what waited behind a held-back head is looked at again (a StrictFIFO queue's
                 // rest, a BestEffortFIFO queue's Workloads that head could preempt); one held
@@ -1033,7 +1041,79 @@ impl Pass<'_> {
                     && ix.by_key.get(d.workload()).is_some_and(|&i| reopened[i]))
             });
             rounds(self, &tails);
+            released.iter_mut().for_each(|r| *r = false);
+            for (c, before) in reserved_before.iter().enumerate() {
+                let after = &self.reserved[c];
+                let shrank = before.iter().any(|&(fr, v)| {
+                    after
+                        .iter()
+                        .find(|(f, _)| *f == fr)
+                        .is_none_or(|&(_, w)| w < v)
+                });
+                if shrank {
+                    released[ix.q.cqs[c].root] = true;
+                }
+            }
         }
+    }
+
+    /// Per Workload: held back, but it would not fit on the usage the pass leaves (without its
+    /// reservations) even by preemption, so the next pass does not admit it whatever its
+    /// reclaimer does, and what its reservation keeps is not its to keep.
+    fn moot_holds(&self) -> Vec<bool> {
+        let ix = self.ix;
+        let mut moot = vec![false; ix.workloads.len()];
+        let mut usage = self.usage.clone();
+        for (c, r) in self.reserved.iter().enumerate() {
+            charge(&ix.q, &mut usage, c, r, false);
+        }
+        for &(i, c, _) in &self.held {
+            let Ok(podsets) = &ix.workloads[i].podsets else {
+                continue;
+            };
+            let replacing = self.replacing(self.replaced(i), c);
+            let a = flavors::assign(&ix.q, &usage, c, podsets, replacing.as_ref());
+            moot[i] = a.mode == Mode::NoFit;
+        }
+        moot
+    }
+
+    /// Marks in `reopened` the Workloads of the cohort trees in `released` that were left
+    /// pending without preempting and without being held back (with, in a StrictFIFO queue,
+    /// what waited behind its pending head): they were looked at while a reservation that is
+    /// gone now kept quota from them, and the next pass, without it, would admit them.
+    fn reopen_kept_out(
+        &mut self,
+        queues: &[Vec<usize>],
+        released: &[bool],
+        reopened: &mut [bool],
+    ) -> bool {
+        let ix = self.ix;
+        let mut any = false;
+        for (c, queue) in queues.iter().enumerate() {
+            if !released[ix.q.cqs[c].root] {
+                continue;
+            }
+            let from = match self.blocked[c] {
+                None => 0,
+                Some((head, Block::StrictFifo)) => {
+                    let Some(at) = queue.iter().position(|&i| i == head) else {
+                        continue;
+                    };
+                    self.blocked[c] = None;
+                    self.waiting[c] = None;
+                    at
+                }
+                Some(_) => continue,
+            };
+            for &i in &queue[from..] {
+                if self.admitted_now[i].is_none() && self.forbidden[i].is_none() && !reopened[i] {
+                    reopened[i] = true;
+                    any = true;
+                }
+            }
+        }
+        any
     }
 
     /// Workloads admitted in this pass that a Workload left waiting in it could preempt in the

@@ -315,7 +315,14 @@ impl Assigner<'_> {
                     potential,
                     exceeds_max,
                 });
-                if exceeds_max {
+                // Kueue's `fitsResourceQuota`: preemption is tried only for what fits in the
+                // ClusterQueue's nominal quota, or in a sub-cohort below the root (no
+                // `borrowWithinCohort` here); else the flavor does not fit
+                let nominal = tree.nodes[self.cq].quota[fr].nominal;
+                if exceeds_max
+                    || (need > nominal
+                        && !tree.may_reclaim_in_hierarchy(self.usage, self.cq, fr, need))
+                {
                     return Mode::NoFit;
                 }
                 m = Mode::Preempt;

@@ -144,6 +144,37 @@ impl Tree {
         available
     }
 
+    /// Whether `val` more of `fr` in ClusterQueue `cq` fits in a Cohort of its tree below the
+    /// root: Kueue's `FindHeightOfLowestSubtreeThatFits` (`mayReclaimInHierarchy`,
+    /// `pkg/scheduler/preemption/classical/hierarchical_preemption.go` v0.19.2). Walking up from
+    /// `cq`, the first node that holds `val` (less what each node below guarantees) without
+    /// borrowing itself is that subtree; it must have a parent. A ClusterQueue that does not
+    /// borrow with `val` answers whether it has a parent.
+    pub fn may_reclaim_in_hierarchy(
+        &self,
+        usage: &Usage,
+        cq: usize,
+        fr: usize,
+        val: Quantity,
+    ) -> bool {
+        let n = &self.nodes[cq];
+        let used = usage.get(cq, fr);
+        if n.parent.is_none() || used + val <= n.quota[fr].nominal {
+            return n.parent.is_some();
+        }
+        let mut remaining = val - max0(n.guaranteed[fr] - used);
+        let mut at = n.parent;
+        while let Some(x) = at {
+            let node = &self.nodes[x];
+            if usage.get(x, fr) + remaining <= node.subtree[fr] {
+                return node.parent.is_some();
+            }
+            remaining -= max0(node.guaranteed[fr] - usage.get(x, fr));
+            at = node.parent;
+        }
+        false
+    }
+
     /// Charges `value` to `node`; the part beyond its guaranteed quota climbs to the parent.
     pub fn add_usage(&self, usage: &mut Usage, node: usize, fr: usize, value: Quantity) {
         let n = &self.nodes[node];
