@@ -61,15 +61,19 @@ impl WatchEvent {
     }
 
     /// The newline-terminated JSON line a watch stream sends (`{"type": …, "object": …}`),
-    /// encoded once for every watch sharing the event.
+    /// encoded once for every watch sharing the event. `type` comes first, as the API server
+    /// writes it (`metav1.WatchEvent`'s field order): a client decoding the adjacently tagged
+    /// event then decodes the object straight into its type; with `object` first, serde buffers
+    /// the whole object as generic content and decodes it a second time (a sixth of the
+    /// reliability sweep's CPU).
     pub fn line(&self) -> bytes::Bytes {
         self.line
             .get_or_init(|| {
                 let mut v = Vec::with_capacity(256);
-                v.extend_from_slice(b"{\"object\":");
-                let _ = serde_json::to_writer(&mut v, &*self.object);
-                v.extend_from_slice(b",\"type\":");
+                v.extend_from_slice(b"{\"type\":");
                 let _ = serde_json::to_writer(&mut v, self.typ);
+                v.extend_from_slice(b",\"object\":");
+                let _ = serde_json::to_writer(&mut v, &*self.object);
                 v.extend_from_slice(b"}\n");
                 bytes::Bytes::from(v)
             })
@@ -379,6 +383,15 @@ mod tests {
         assert!(rx.try_recv().is_err());
         s.commit(&res, ChangeType::Modified, obj("a", "me"));
         assert_eq!(rx.try_recv().unwrap().typ, "ADDED");
+    }
+
+    #[test]
+    fn a_watch_line_is_type_then_object_as_the_server_writes_it() {
+        let ev = WatchEvent::new("ADDED", json!({"metadata": {"name": "a"}}));
+        assert_eq!(
+            &ev.line()[..],
+            b"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n"
+        );
     }
 
     #[test]
