@@ -985,22 +985,12 @@ mod with_pods {
         }
     }
 
-    async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for: {what}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        raygate_sim::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
     }
 
     fn group(name: &str, replicas: i32, hosts: i32) -> Value {
@@ -1451,22 +1441,12 @@ mod incremental {
             .count()
     }
 
-    async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for: {what}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        raygate_sim::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
     }
 
     #[tokio::test(start_paused = true)]
