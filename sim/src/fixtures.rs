@@ -68,12 +68,28 @@ pub fn sim_with_rollouts() -> Sim {
     Sim::builder().registry(registry).namespace(NS).build()
 }
 
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+/// Polls `check` every second of cluster time for up to [`WAIT`].
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    eventually_within(WAIT, Duration::from_secs(1), what, check).await
+}
+
+/// Polls `check` every `poll` of cluster time until it yields a value; panics
+/// naming `what` once `wait` has passed.
+pub async fn eventually_within<T, F, Fut>(
+    wait: Duration,
+    poll: Duration,
+    what: &str,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         if let Some(v) = check().await {
             return v;
@@ -82,7 +98,7 @@ where
             tokio::time::Instant::now() < deadline,
             "timed out waiting for: {what}"
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(poll).await;
     }
 }
 

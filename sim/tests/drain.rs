@@ -437,17 +437,10 @@ async fn the_next_domain_s_leader_is_not_evicted_while_a_dying_group_has_not_sho
     );
 }
 
-/// `reboot`: the drained node is labelled for the upgrade agent (here a bridge to the sim's node
-/// lifecycle, as a system-upgrade-controller Plan selecting the label would), goes down, comes
-/// back Ready at the next generation, and raygate uncordons it and removes the label.
-#[tokio::test(start_paused = true)]
-async fn reboot_hands_the_drained_node_to_the_agent_and_uncordons_it_at_the_target_generation() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
-    layout(&client, &[1], 2, 1).await;
-    // the upgrade agent: reboots every node labelled for an upgrade
+/// The upgrade agent (a bridge to the sim's node lifecycle, as a system-upgrade-controller Plan
+/// selecting the label would): asks for `action` (`reboot`, `replace`) on every generation-0 node
+/// labelled for an upgrade that is not already in a lifecycle.
+fn spawn_upgrade_agent(client: &Client, action: &'static str) {
     let agent = client.clone();
     tokio::spawn(async move {
         let stream = watcher(
@@ -464,12 +457,25 @@ async fn reboot_hands_the_drained_node_to_the_agent_and_uncordons_it_at_the_targ
                     .map(String::as_str)
                     == Some("0")
             {
-                node_lifecycle::request(&agent, &n.name_any(), "reboot")
+                node_lifecycle::request(&agent, &n.name_any(), action)
                     .await
                     .unwrap();
             }
         }
     });
+}
+
+/// `reboot`: the drained node is labelled for the upgrade agent (here a bridge to the sim's node
+/// lifecycle, as a system-upgrade-controller Plan selecting the label would), goes down, comes
+/// back Ready at the next generation, and raygate uncordons it and removes the label.
+#[tokio::test(start_paused = true)]
+async fn reboot_hands_the_drained_node_to_the_agent_and_uncordons_it_at_the_target_generation() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    layout(&client, &[1], 2, 1).await;
+    spawn_upgrade_agent(&client, "reboot");
     let mut o = options();
     o.plan.generation = Some(Generation {
         source: GenerationSource::Label(node_lifecycle::GENERATION.into()),
@@ -603,28 +609,7 @@ async fn replace_waits_until_the_domain_has_a_new_node_at_the_target_generation(
     let _actors = actors(&sim);
     sim.spawn_node_lifecycle(node_lifecycle::Config::default());
     layout(&client, &[1], 2, 1).await;
-    let agent = client.clone();
-    tokio::spawn(async move {
-        let stream = watcher(
-            Api::<Node>::all(agent.clone()),
-            watcher::Config::default().labels("raygate.io/upgrade=requested"),
-        )
-        .applied_objects();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(Ok(n)) = stream.next().await {
-            if !n.annotations().contains_key(node_lifecycle::LIFECYCLE)
-                && !n.annotations().contains_key(node_lifecycle::PHASE)
-                && n.labels()
-                    .get(node_lifecycle::GENERATION)
-                    .map(String::as_str)
-                    == Some("0")
-            {
-                node_lifecycle::request(&agent, &n.name_any(), "replace")
-                    .await
-                    .unwrap();
-            }
-        }
-    });
+    spawn_upgrade_agent(&client, "replace");
     let mut o = options();
     o.plan.generation = Some(Generation {
         source: GenerationSource::Label(node_lifecycle::GENERATION.into()),

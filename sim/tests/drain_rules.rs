@@ -144,22 +144,18 @@ async fn create(client: &Client, pods: Vec<Pod>) {
     .await;
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1800);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    raygate_sim::fixtures::eventually_within(
+        Duration::from_secs(1800),
+        Duration::from_secs(1),
+        what,
+        check,
+    )
+    .await
 }
 
 /// What happened to the pods, from a watch: evictions (the Eviction API's `DisruptionTarget`)

@@ -45,6 +45,19 @@ async fn setup(test: &str) -> Env {
     }
 }
 
+/// A sim with KubeRay's RayService and RayCluster CRDs installed and namespace `ns`.
+fn ray_sim(ns: &str) -> Sim {
+    let crds = raygate_testing::upstream::dir().join("upstream-crds");
+    let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
+    Sim::builder()
+        .crds_yaml(&crd("ray.io_rayservices.yaml"))
+        .unwrap()
+        .crds_yaml(&crd("ray.io_rayclusters.yaml"))
+        .unwrap()
+        .namespace(ns)
+        .build()
+}
+
 fn container(name: &str, image: &str, cpu: &str) -> Value {
     json!({"name": name, "image": image, "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}})
 }
@@ -810,15 +823,7 @@ async fn initializing_timeout_fails_the_rayservice_for_good_and_deletes_its_chil
 /// 2026-01-01T00:00:00Z), never the machine's.
 #[tokio::test(start_paused = true)]
 async fn on_the_sims_virtual_clock_pods_start_in_cluster_time_and_every_stamp_is_cluster_time() {
-    let crds = raygate_testing::upstream::dir().join("upstream-crds");
-    let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
-    let sim = Sim::builder()
-        .crds_yaml(&crd("ray.io_rayservices.yaml"))
-        .unwrap()
-        .crds_yaml(&crd("ray.io_rayclusters.yaml"))
-        .unwrap()
-        .namespace("serving")
-        .build();
+    let sim = ray_sim("serving");
     let client = sim.client();
     let start_delay = Duration::from_secs(600);
     let config = EmulatorConfig {
@@ -922,15 +927,7 @@ mod with_pods {
     }
 
     async fn setup() -> PodEnv {
-        let crds = raygate_testing::upstream::dir().join("upstream-crds");
-        let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
-        let sim = Sim::builder()
-            .crds_yaml(&crd("ray.io_rayservices.yaml"))
-            .unwrap()
-            .crds_yaml(&crd("ray.io_rayclusters.yaml"))
-            .unwrap()
-            .namespace(NS)
-            .build();
+        let sim = super::ray_sim(NS);
         let client = sim.client();
         let nodes: Api<Node> = Api::all(client.clone());
         for i in 0..4 {
@@ -985,22 +982,12 @@ mod with_pods {
         }
     }
 
-    async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for: {what}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        raygate_sim::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
     }
 
     fn group(name: &str, replicas: i32, hosts: i32) -> Value {
@@ -1339,15 +1326,7 @@ mod incremental {
     }
 
     async fn setup(autoscaler: AutoscalerConfig) -> IncEnv {
-        let crds = raygate_testing::upstream::dir().join("upstream-crds");
-        let crd = |f: &str| std::fs::read_to_string(crds.join(f)).unwrap();
-        let sim = Sim::builder()
-            .crds_yaml(&crd("ray.io_rayservices.yaml"))
-            .unwrap()
-            .crds_yaml(&crd("ray.io_rayclusters.yaml"))
-            .unwrap()
-            .namespace(NS)
-            .build();
+        let sim = super::ray_sim(NS);
         let client = sim.client();
         let nodes: Api<Node> = Api::all(client.clone());
         for i in 0..2 {
@@ -1451,22 +1430,12 @@ mod incremental {
             .count()
     }
 
-    async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for: {what}"
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        raygate_sim::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
     }
 
     #[tokio::test(start_paused = true)]

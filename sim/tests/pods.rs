@@ -40,22 +40,12 @@ where
     eventually_every(Duration::from_secs(1), what, check).await
 }
 
-async fn eventually_every<T, F, Fut>(poll: Duration, what: &str, mut check: F) -> T
+async fn eventually_every<T, F, Fut>(poll: Duration, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(poll).await;
-    }
+    raygate_sim::fixtures::eventually_within(WAIT, poll, what, check).await
 }
 
 fn node(name: &str, ud: usize, gpus: u32) -> Node {
