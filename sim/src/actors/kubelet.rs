@@ -866,4 +866,38 @@ mod tests {
                 .any(|a| matches!(a, Action::Delete { name, .. } if name == "p"))
         );
     }
+
+    /// Conformance with the kubelet's prober (`pkg/kubelet/prober/worker.go`, `doProbe`: "Probe
+    /// disabled for InitialDelaySeconds": a probe while the container has run less than
+    /// `initialDelaySeconds` since its `startedAt` is skipped, neither success nor failure): a
+    /// readiness probe's `initialDelaySeconds` holds a started pod unready that long (a model
+    /// server loading its weights), then probes on its period count. A restarted container (the
+    /// node back from a reboot: a new `startedAt`) waits the delay again. Here the first counted
+    /// probe is one period after the delay (upstream: the first tick of the worker's ticker at or
+    /// after it, so up to one period earlier).
+    #[test]
+    fn initial_delay_seconds_holds_a_started_pod_unready_from_each_container_start() {
+        let mut k = Kubelet::new(&Config {
+            start_delay: Duration::from_secs(5),
+            stop_after: None,
+        });
+        let p = [Arc::new(
+            serde_json::from_value::<Pod>(json!({
+                "metadata": {"name": "vllm", "namespace": "ns", "uid": "u1"},
+                "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x",
+                    "readinessProbe": {"initialDelaySeconds": 90, "periodSeconds": 10,
+                        "successThreshold": 1, "failureThreshold": 3}}]}}))
+            .unwrap(),
+        )];
+        let none = BTreeMap::new();
+        // running (not ready) at 5; probes at 5 + 90 + 10 = 105, not at 15, 25, ...
+        assert_eq!(run(&mut k, &p, &none, 0, 200), [(5, false), (105, true)]);
+        // the node reboots at 300 and is back at 400: the container starts again at 405 and
+        // waits its initial delay again
+        assert_eq!(k.step(false, &p, &none, t(300)), (vec![], None));
+        assert_eq!(
+            run(&mut k, &p, &none, 400, 600),
+            [(405, false), (505, true)]
+        );
+    }
 }
