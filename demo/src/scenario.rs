@@ -98,6 +98,8 @@ pub struct ClusterShape {
 
 /// `spare`: `nodes` more nodes, named `spare-n<i>`, in upgrade domain `domain` (default `spare`),
 /// already at `generation` (default `"1"`), so a rollout to that generation leaves them alone.
+/// `joinAt` (a Go duration): they join the cluster then instead of at the start, as capacity
+/// added for an upgrade does, so the workload is placed on the other nodes first.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SpareNodes {
@@ -106,6 +108,13 @@ pub struct SpareNodes {
     pub domain: String,
     #[serde(default = "default_spare_generation")]
     pub generation: String,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub join_at: Option<Duration>,
+}
+
+fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    duration(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 fn default_spare_domain() -> String {
@@ -810,6 +819,28 @@ fn node_object(shape: &ClusterShape, name: &str, domain: &str, generation: &str)
             "conditions": [{"type": "Ready", "status": "True"}]}})
 }
 
+/// Creates the nodes (name, domain, generation) of `shape`.
+async fn create_nodes(
+    client: &Client,
+    shape: &ClusterShape,
+    names: Vec<(String, String, String)>,
+) -> Result<(), RunError> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for (name, domain, generation) in names {
+        let object = node_object(shape, &name, &domain, &generation);
+        let node = serde_json::from_value(object).map_err(|e| RunError::Step {
+            line: 1,
+            what: format!("node {name}"),
+            reason: e.to_string(),
+        })?;
+        nodes
+            .create(&Default::default(), &node)
+            .await
+            .map_err(|source| RunError::CreateNode { node: name, source })?;
+    }
+    Ok(())
+}
+
 /// The kinds this sim serves (a CRD not installed is left out of the history).
 async fn served(client: &Client) -> Vec<Kind> {
     let mut out = vec![];
@@ -1248,33 +1279,29 @@ pub async fn run_with(
             }
         })
     });
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    let mut names: Vec<(String, String, String)> = (0..s.cluster.upgrade_domains)
+    let names: Vec<(String, String, String)> = (0..s.cluster.upgrade_domains)
         .flat_map(|d| {
             (0..s.cluster.nodes_per_domain)
                 .map(move |i| (format!("ud{d}-n{i}"), format!("ud-{d}"), "0".to_string()))
         })
         .collect();
+    create_nodes(&client, &s.cluster, names).await?;
+    // spare nodes: now, or at their `joinAt` (between the timeline's steps)
+    let mut joining = None;
     if let Some(spare) = &s.cluster.spare {
-        names.extend((0..spare.nodes).map(|i| {
-            (
-                format!("spare-n{i}"),
-                spare.domain.clone(),
-                spare.generation.clone(),
-            )
-        }));
-    }
-    for (name, domain, generation) in names {
-        let object = node_object(&s.cluster, &name, &domain, &generation);
-        let node = serde_json::from_value(object).map_err(|e| RunError::Step {
-            line: 1,
-            what: format!("node {name}"),
-            reason: e.to_string(),
-        })?;
-        nodes
-            .create(&Default::default(), &node)
-            .await
-            .map_err(|source| RunError::CreateNode { node: name, source })?;
+        let names = (0..spare.nodes)
+            .map(|i| {
+                (
+                    format!("spare-n{i}"),
+                    spare.domain.clone(),
+                    spare.generation.clone(),
+                )
+            })
+            .collect();
+        match spare.join_at {
+            None => create_nodes(&client, &s.cluster, names).await?,
+            Some(at) => joining = Some((at, names)),
+        }
     }
     let mut story = Story {
         sim: sim.clone(),
@@ -1295,6 +1322,13 @@ pub async fn run_with(
     }
     apply(&client, &s.objects, 1).await?;
     for (at, action, line) in &checked.steps {
+        if let Some((join_at, _)) = &joining
+            && join_at <= at
+            && let Some((join_at, names)) = joining.take()
+        {
+            tokio::time::sleep_until(origin + join_at).await;
+            create_nodes(&client, &s.cluster, names).await?;
+        }
         tokio::time::sleep_until(origin + *at).await;
         if let Some(tx) = &progress {
             let _ = tx.send(Progress::Step {
@@ -1307,6 +1341,10 @@ pub async fn run_with(
         story
             .act(action, *line, &s.cluster.domain_label, s.seed)
             .await?;
+    }
+    if let Some((join_at, names)) = joining.take() {
+        tokio::time::sleep_until(origin + join_at).await;
+        create_nodes(&client, &s.cluster, names).await?;
     }
     if let Some(tx) = &progress {
         let _ = tx.send(Progress::TimelineDone { at: clock.now() });

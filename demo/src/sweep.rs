@@ -330,6 +330,7 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
                 nodes: usize_of(spare),
                 domain: "spare".into(),
                 generation: TARGET.into(),
+                join_at: None,
             }),
             ..shape(domains, nodes, vec!["serving".into()])
         },

@@ -191,3 +191,64 @@ async fn kuberay_without_the_gate_overruns_the_quota_raygate_holds() {
     let with = run("quota-held-upgrade.yaml").await;
     assert_eq!(quota_overrun(&with.history), Default::default());
 }
+
+/// `spare.joinAt`: the spare nodes join the cluster at that time, not at the start, so the
+/// workload is placed on the other nodes first (capacity added for an upgrade). Without it the
+/// scheduler's `LeastAllocated` (ties by name) puts the first pod on the empty `spare-n0`.
+#[tokio::test(start_paused = true)]
+async fn spare_nodes_with_join_at_join_then_and_the_pods_are_placed_on_the_other_nodes_first() {
+    use raygate_demo::history::{Kind, State};
+    let text = |spare: &str| {
+        format!(
+            r#"name: spare nodes join later
+cluster:
+  upgradeDomains: 2
+  nodesPerDomain: 1
+  namespaces: [serving]
+  spare: {spare}
+objects:
+  - {{apiVersion: v1, kind: Pod, metadata: {{name: a, namespace: serving}},
+      spec: {{containers: [{{name: c, image: x, resources: {{requests: {{cpu: "2"}}}}}}]}}}}
+  - {{apiVersion: v1, kind: Pod, metadata: {{name: b, namespace: serving}},
+      spec: {{containers: [{{name: c, image: x, resources: {{requests: {{cpu: "2"}}}}}}]}}}}
+expect: {{settle: 1m}}
+"#
+        )
+    };
+    // (seconds from the start the node spare-n0 was first seen, each pod's node at the end)
+    let run = |spare: &'static str| {
+        let checked = scenario::parse(&text(spare), "join.yaml").unwrap_or_else(|e| panic!("{e}"));
+        async move {
+            let report = scenario::run(sim(1), &checked).await.unwrap();
+            assert!(report.passed(), "{:#?}", report.failures);
+            let joined = report
+                .history
+                .changes
+                .iter()
+                .find(|c| c.key.kind == Kind::Node && c.key.name == "spare-n0")
+                .map(|c| c.at.duration_since(report.started).as_secs());
+            let placed: BTreeMap<String, String> = report
+                .history
+                .current()
+                .iter()
+                .filter_map(|(k, s)| match s {
+                    State::Pod(p) => Some((k.name.clone(), p.node.clone()?)),
+                    _ => None,
+                })
+                .collect();
+            (joined, placed)
+        }
+    };
+    let (joined, placed) = run("{nodes: 1, joinAt: 2m}").await;
+    assert_eq!(joined, Some(120));
+    assert_eq!(
+        placed,
+        BTreeMap::from([("a".into(), "ud0-n0".into()), ("b".into(), "ud1-n0".into())])
+    );
+    let (joined, placed) = run("{nodes: 1}").await;
+    assert_eq!(joined, Some(0));
+    assert!(
+        placed.values().any(|n| n == "spare-n0"),
+        "at the start the spare node takes a pod: {placed:?}"
+    );
+}

@@ -132,3 +132,35 @@ fn every_shipped_scenario_reads() {
     }
     assert!(n >= 1, "scenarios in {}", dir.display());
 }
+
+#[test]
+fn spare_nodes_read_with_their_join_time_and_a_bad_one_names_its_line() {
+    let text = GOOD.replace(
+        "  allocatable: {nvidia.com/gpu: \"4\"}\n",
+        "  allocatable: {nvidia.com/gpu: \"4\"}\n  spare: {nodes: 2, joinAt: 1m30s}\n",
+    );
+    let c = parse(&text, "good.yaml").unwrap();
+    let spare = c.scenario.cluster.spare.unwrap();
+    assert_eq!(
+        (
+            spare.nodes,
+            spare.domain.as_str(),
+            spare.generation.as_str()
+        ),
+        (2, "spare", "1")
+    );
+    assert_eq!(spare.join_at, Some(Duration::from_secs(90)));
+    let c = parse(
+        &GOOD.replace("  allocatable:", "  spare: {nodes: 1}\n  allocatable:"),
+        "good.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.scenario.cluster.spare.unwrap().join_at,
+        None,
+        "at the start"
+    );
+    let e = error(&text.replace("joinAt: 1m30s", "joinAt: soon"));
+    assert!(e.starts_with("bad.yaml: "), "{e}");
+    assert!(e.contains("\"soon\" is not a duration") && e.contains("line 7"), "{e}");
+}
