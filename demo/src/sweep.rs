@@ -10,11 +10,13 @@
 //!   Baseline: KubeRay without the gate ([`crate::baselines::without_gate`]).
 //! - **rollout**: 2–3 upgrade domains × 1–2 nodes (4 GPUs each), more LeaderWorkerSet groups
 //!   than one domain holds (leader + worker, one GPU each, delegated readiness, the worker in its
-//!   leader's domain), a budget on the leaders with a floor of at least 1 that raygate can always
-//!   honour (it tolerates as many groups down as one domain can hold), spare nodes outside the
-//!   rollout (already at the target generation) that hold every group, so the groups evicted
-//!   from a drained domain always have room (no leader placed where its worker has none), a
-//!   node-generation rollout.
+//!   leader's domain) that take 20–180 s from start to Ready (`initialDelaySeconds`: a model
+//!   server loading its weights), a budget on the leaders with a floor of at least 1 that
+//!   raygate can always honour (it tolerates as many groups down as one domain can hold), mostly
+//!   the tightest such floor, spare nodes outside the rollout (already at the target
+//!   generation, mostly joining just before it, so the groups fill the rollout's domains) that
+//!   hold every group, so the groups evicted from a drained domain always have room (no leader
+//!   placed where its worker has none), a node-generation rollout once the groups are Ready.
 //!   Baselines: kubectl drain node by node, random drains of 2 nodes, UD by UD.
 //!
 //! Deterministic on a seed: the generator is a pure function of it, the sim's names, uids and
@@ -40,6 +42,15 @@ const TARGET: &str = "1";
 
 /// The most LWS groups a rollout story draws (the sim's work grows with them).
 const MAX_GROUPS: u64 = 8;
+
+/// A rollout story's inference start-up range (seconds from container start to Ready).
+const START_UP_SECONDS: (u64, u64) = (20, 180);
+
+/// How often a rollout story's floor is at the tight end (groups − groups per domain).
+const TIGHT_FLOOR_PERCENT: u64 = 60;
+
+/// How often a rollout story's spare nodes join just before the rollout (else at the start).
+const SPARE_JOIN_LATE_PERCENT: u64 = 80;
 
 /// The story a seed drew.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -273,7 +284,17 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
     // 1..=groups−per_domain (the largest domain's groups down leave the floor up).
     let per_domain = 2 * nodes;
     let groups = d.int(per_domain + 1, (domains * per_domain).min(MAX_GROUPS));
-    let floor = d.int(1, groups - per_domain);
+    // Floors as admins set them: most often at the tight end, groups − per_domain (one domain's
+    // groups down leave exactly the floor), else anywhere in the range.
+    let floor = if d.chance(TIGHT_FLOOR_PERCENT) {
+        groups - per_domain
+    } else {
+        d.int(1, groups - per_domain)
+    };
+    // An inference server's start-up (vLLM loading its weights): its readiness probe's
+    // `initialDelaySeconds`, which the sim's kubelet honours as the kubelet does, on the leader
+    // and the worker. A group recreated elsewhere is back that long after it started.
+    let start_up = d.int(START_UP_SECONDS.0, START_UP_SECONDS.1);
     // Room outside the rollout: spare nodes already at the target generation (never drained,
     // never tainted) that hold every group. With the outdated nodes tainted, the groups evicted
     // from ud-k can only go to the spare nodes and the domains upgraded before it; there is no
@@ -286,7 +307,7 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
             "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
             "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
             "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
-                "periodSeconds": 1, "failureThreshold": 1}}]}});
+                "initialDelaySeconds": start_up, "periodSeconds": 1, "failureThreshold": 1}}]}});
         if readiness {
             t["metadata"]["annotations"] = json!({"sim.raygate.io/readiness-group": group_key});
         } else {
@@ -308,8 +329,18 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
             "metadata": {"name": "leaders", "namespace": "serving"},
             "spec": {"minAvailable": floor, "selector": {"matchLabels": {"role": "leader"}}}}),
     ];
+    // The groups are Ready by start_up + 10 s (the kubelet's 5 s start, two probe periods); the
+    // rollout comes after that. Mostly the spare nodes join 60 s before it (capacity added for
+    // the upgrade), so the groups were placed on the rollout's nodes, domains full as fleets run:
+    // a drain that does not wait for the groups it evicted to come back takes the next
+    // domain's groups down on top of them and breaks a tight floor. Else they are there from
+    // the start, and the scheduler spreads the groups over them too.
+    let rollout_at = start_up + 10 + d.int(90, 180);
+    let join_at = d
+        .chance(SPARE_JOIN_LATE_PERCENT)
+        .then(|| secs(rollout_at - 60));
     let steps = vec![(
-        secs(d.int(90, 180)),
+        secs(rollout_at),
         Action::StartRollout(StartRollout {
             strategy: StrategyName::Raygate,
             target: TARGET.into(),
@@ -322,7 +353,8 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
     )];
     checked(
         format!(
-            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes + {spare} spare, {groups} groups, floor {floor}"
+            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes + {spare} spare{}, {groups} groups, floor {floor}, start-up {start_up} s",
+            join_at.map_or_else(String::new, |at| format!(" joining at {} s", at.as_secs()))
         ),
         seed,
         ClusterShape {
@@ -330,7 +362,7 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
                 nodes: usize_of(spare),
                 domain: "spare".into(),
                 generation: TARGET.into(),
-                join_at: None,
+                join_at,
             }),
             ..shape(domains, nodes, vec!["serving".into()])
         },
@@ -753,6 +785,71 @@ mod tests {
             assert_ne!(spare.domain, "ud-0", "seed {seed}");
         }
         assert!(rollouts > 150, "{rollouts} rollouts in 500 seeds");
+    }
+
+    /// Issue #14: the floor invariant must be able to bite a naive drain. Rollouts draw slow
+    /// start-ups (both pods of a group wait the same `initialDelaySeconds`, across 20–180 s),
+    /// floors mostly at the tight end, spare nodes mostly joining just before the rollout (after
+    /// the groups were placed), and the rollout only once the groups are Ready.
+    #[test]
+    fn rollouts_draw_slow_start_ups_tight_floors_and_spare_nodes_joining_before_the_rollout() {
+        let (mut rollouts, mut tight, mut late) = (0, 0, 0);
+        let mut start_ups = std::collections::BTreeSet::new();
+        for seed in 0..500 {
+            let c = generate(seed);
+            if story(&c) != Story::Rollout {
+                continue;
+            }
+            rollouts += 1;
+            let lws = &c.scenario.objects[0]["spec"];
+            let delay = |role: &str| {
+                lws["leaderWorkerTemplate"][role]["spec"]["containers"][0]["readinessProbe"]
+                    ["initialDelaySeconds"]
+                    .as_u64()
+                    .unwrap()
+            };
+            let start_up = delay("leaderTemplate");
+            assert_eq!(start_up, delay("workerTemplate"), "seed {seed}");
+            assert!((20..=180).contains(&start_up), "seed {seed}: {start_up}");
+            start_ups.insert(start_up);
+            let per_domain = 2 * c.scenario.cluster.nodes_per_domain as u64;
+            let groups = lws["replicas"].as_u64().unwrap();
+            let floor = c.scenario.objects[1]["spec"]["minAvailable"]
+                .as_u64()
+                .unwrap();
+            tight += usize::from(floor == groups - per_domain);
+            let rollout_at = c
+                .steps
+                .iter()
+                .find_map(|(at, a, _)| matches!(a, Action::StartRollout(_)).then_some(*at))
+                .unwrap();
+            // the kubelet's 5 s start, the probe's delay, a period for the worker, one for the
+            // leader: the groups are Ready before the rollout
+            assert!(
+                rollout_at > secs(5 + start_up + 2),
+                "seed {seed}: rollout at {rollout_at:?}, start-up {start_up} s"
+            );
+            if let Some(join) = c.scenario.cluster.spare.as_ref().unwrap().join_at {
+                late += 1;
+                assert!(
+                    join >= secs(30) && join < rollout_at,
+                    "seed {seed}: the spare nodes join after the groups were placed and before the rollout: {join:?}"
+                );
+            }
+        }
+        assert!(rollouts > 150, "{rollouts} rollouts in 500 seeds");
+        assert!(
+            start_ups.first() < Some(&60) && start_ups.last() > Some(&150),
+            "start-ups across the range: {start_ups:?}"
+        );
+        assert!(
+            tight * 2 > rollouts && tight < rollouts,
+            "{tight} tight floors of {rollouts}: mostly, not always"
+        );
+        assert!(
+            late * 3 > rollouts * 2 && late < rollouts,
+            "{late} of {rollouts} with the spare nodes joining before the rollout: mostly, not always"
+        );
     }
 
     #[test]

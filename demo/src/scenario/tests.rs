@@ -162,5 +162,8 @@ fn spare_nodes_read_with_their_join_time_and_a_bad_one_names_its_line() {
     );
     let e = error(&text.replace("joinAt: 1m30s", "joinAt: soon"));
     assert!(e.starts_with("bad.yaml: "), "{e}");
-    assert!(e.contains("\"soon\" is not a duration") && e.contains("line 7"), "{e}");
+    assert!(
+        e.contains("\"soon\" is not a duration") && e.contains("line 7"),
+        "{e}"
+    );
 }
