@@ -11,6 +11,12 @@
 //!   readiness probe's first success (`initialDelaySeconds + periodSeconds × successThreshold`,
 //!   the slowest probe of the story's pod templates).
 //!
+//! Recovery follows the hand-off when the evicted groups can only come back on the domain's own
+//! nodes; where the cluster has room outside the rollout (spare nodes at the target generation),
+//! they come back there while the domain's nodes are down, so a domain takes at least evict +
+//! max(hand-off, recovery). That form is a lower bound in both cases; the sum is the tighter
+//! one where it holds.
+//!
 //! Why configured, not measured: the bound must be the same for raygate and every baseline on
 //! one cluster, so their ratios compare; a bound read from a run's history would carry that run's
 //! own waits (an eviction refused by a budget and retried, a pod that waited for room) and
@@ -29,11 +35,17 @@ pub struct LowerBound {
     pub evict: Duration,
     pub handoff: Duration,
     pub recovery: Duration,
+    /// Evicted groups can recover outside the domain while its nodes are handed off.
+    pub recovers_elsewhere: bool,
 }
 
 impl LowerBound {
     pub fn per_domain(&self) -> Duration {
-        self.evict + self.handoff + self.recovery
+        if self.recovers_elsewhere {
+            self.evict + self.handoff.max(self.recovery)
+        } else {
+            self.evict + self.handoff + self.recovery
+        }
     }
 
     /// Σ over the domains.
@@ -48,14 +60,22 @@ impl LowerBound {
         (total > 0.0).then(|| took.as_secs_f64() / total)
     }
 
-    /// `4 domains × (evict 1 s + hand-off 120 s + recovery 6 s) = 508 s`.
+    /// `4 domains × (evict 1 s + hand-off 120 s + recovery 6 s) = 508 s`, or with
+    /// `recovers_elsewhere` `… × (evict 1 s + max(hand-off 120 s, recovery 6 s)) = 484 s`.
     pub fn explain(&self) -> String {
-        format!(
-            "{} domains × (evict {} s + hand-off {} s + recovery {} s) = {} s",
-            self.domains,
+        let (evict, handoff, recovery) = (
             self.evict.as_secs(),
             self.handoff.as_secs(),
             self.recovery.as_secs(),
+        );
+        let domain = if self.recovers_elsewhere {
+            format!("evict {evict} s + max(hand-off {handoff} s, recovery {recovery} s)")
+        } else {
+            format!("evict {evict} s + hand-off {handoff} s + recovery {recovery} s")
+        };
+        format!(
+            "{} domains × ({domain}) = {} s",
+            self.domains,
             self.total().as_secs()
         )
     }
@@ -91,19 +111,22 @@ pub fn slowest_probe(objects: &[Value]) -> Duration {
 }
 
 /// The bound for a rollout over `domains` upgrade domains of a cluster whose kubelet stops a
-/// pod in `stop` and starts one in `start`, whose nodes reboot in `reboot`, running `objects`.
+/// pod in `stop` and starts one in `start`, whose nodes reboot in `reboot`, running `objects`;
+/// `recovers_elsewhere` when it has room outside the rollout (spare nodes).
 pub fn lower_bound(
     domains: usize,
     stop: Duration,
     reboot: Duration,
     start: Duration,
     objects: &[Value],
+    recovers_elsewhere: bool,
 ) -> LowerBound {
     LowerBound {
         domains,
         evict: stop,
         handoff: reboot,
         recovery: start + slowest_probe(objects),
+        recovers_elsewhere,
     }
 }
 
@@ -140,6 +163,7 @@ mod tests {
             Duration::from_secs(120),
             Duration::from_secs(5),
             &[json!({"readinessProbe": {"periodSeconds": 1}})],
+            false,
         );
         assert_eq!(b.per_domain(), Duration::from_secs(127));
         assert_eq!(b.total(), Duration::from_secs(254));
@@ -150,5 +174,37 @@ mod tests {
         );
         let none = LowerBound { domains: 0, ..b };
         assert_eq!(none.ratio(Duration::from_secs(10)), None);
+    }
+
+    #[test]
+    fn with_room_outside_the_rollout_recovery_overlaps_the_hand_off() {
+        let objects = [json!({"readinessProbe": {"initialDelaySeconds": 150, "periodSeconds": 1}})];
+        let b = |elsewhere| {
+            lower_bound(
+                3,
+                Duration::from_secs(1),
+                Duration::from_secs(120),
+                Duration::from_secs(5),
+                &objects,
+                elsewhere,
+            )
+        };
+        // recovery 5 + 151 = 156 s, longer than the 120 s reboot: it is the domain's floor
+        assert_eq!(b(true).per_domain(), Duration::from_secs(1 + 156));
+        assert_eq!(b(false).per_domain(), Duration::from_secs(1 + 120 + 156));
+        assert_eq!(
+            b(true).explain(),
+            "3 domains × (evict 1 s + max(hand-off 120 s, recovery 156 s)) = 471 s"
+        );
+        // a reboot longer than recovery is the floor instead
+        let fast = lower_bound(
+            3,
+            Duration::from_secs(1),
+            Duration::from_secs(120),
+            Duration::from_secs(5),
+            &[json!({"readinessProbe": {"periodSeconds": 1}})],
+            true,
+        );
+        assert_eq!(fast.per_domain(), Duration::from_secs(121));
     }
 }

@@ -1434,6 +1434,7 @@ pub async fn run_with(
                 lifecycle_config.reboot + lifecycle_config.lag,
                 kubelet_config.start_delay,
                 &objects,
+                s.cluster.spare.is_some(),
             )
         });
     Ok(Report {

@@ -611,7 +611,7 @@ pub fn report_json(report: &Report, wall: std::time::Duration) -> Value {
         "lowerBound": report.lower_bound.as_ref().map(|b| json!({
             "domains": b.domains, "evictSeconds": b.evict.as_secs(),
             "handoffSeconds": b.handoff.as_secs(), "recoverySeconds": b.recovery.as_secs(),
-            "seconds": b.total().as_secs(),
+            "recoversElsewhere": b.recovers_elsewhere, "seconds": b.total().as_secs(),
         })),
         "groupSecondsBelowPdbFloor": invariants::seconds_below_pdb_floor(&report.history),
         "held": holds(&report.history).iter().map(|(name, d, at)| json!({

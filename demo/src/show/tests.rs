@@ -210,6 +210,7 @@ fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
             evict: std::time::Duration::from_secs(1),
             handoff: std::time::Duration::from_secs(120),
             recovery: std::time::Duration::from_secs(6),
+            recovers_elsewhere: false,
         }),
         failures: vec![],
     };
