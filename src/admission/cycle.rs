@@ -654,8 +654,9 @@ impl<'a> Pass<'a> {
     /// is one the next pass may admit, and quota within the nominal quota that another
     /// ClusterQueue borrowed meanwhile is quota that Workload would reclaim by preemption
     /// (Kueue likewise keeps a preempting entry's usage, `cq.AddUsage`, from the entries after
-    /// it in a cycle). What it would borrow is not kept from them: it could not reclaim that (it
-    /// is kept from its own queue's Workloads until its reclaimer is admitted: [`Pass::lift_own`]).
+    /// it in a cycle). What it would borrow is not kept from them: it could not reclaim that.
+    /// Its own queue's Workloads see what it needs taken until its reclaimer is admitted
+    /// ([`Pass::lift_own`]).
     fn reserve(&mut self, c: usize, old: Charges) {
         let ix = self.ix;
         let nominal = &ix.q.tree.nodes[c].subtree;
@@ -698,10 +699,12 @@ impl<'a> Pass<'a> {
         sum
     }
 
-    /// Takes ClusterQueue `c`'s reservation out of the usage for one of its own Workloads, but
-    /// for what its held-back Workloads waiting for a reclaimer would borrow beyond its nominal
-    /// quota: Kueue would have admitted them, and their borrowed quota stays taken, for their
-    /// own queue too, until the reclaimer evicts them. Returns (the reservation, that part).
+    /// Takes ClusterQueue `c`'s reservation out of the usage for one of its own Workloads, and
+    /// charges instead what its held-back Workloads waiting for a reclaimer need (as much as is
+    /// available): Kueue would have admitted them, and what they use stays taken, for their own
+    /// queue too, until the reclaimer evicts them; a later Workload of the queue that found it
+    /// free chose another flavor than Kueue's (seeds 36870 and 25890). Returns (the
+    /// reservation, what was charged instead).
     fn lift_own(&mut self, c: usize) -> (Charges, Charges) {
         let old = self.lift(c);
         let ix = self.ix;
@@ -710,11 +713,7 @@ impl<'a> Pass<'a> {
             .waiting_need(c)
             .into_iter()
             .filter_map(|(fr, v)| {
-                let room = std::cmp::max(
-                    tree.nodes[c].subtree[fr] - self.usage.get(c, fr),
-                    Quantity::ZERO,
-                );
-                let r = std::cmp::min(v, tree.available(&self.usage, c, fr)) - room;
+                let r = std::cmp::min(v, tree.available(&self.usage, c, fr));
                 (r > Quantity::ZERO).then_some((fr, r))
             })
             .collect();
