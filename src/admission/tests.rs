@@ -1775,8 +1775,6 @@ fn a_workload_held_back_for_a_reclaimer_keeps_what_it_would_borrow_until_the_rec
 }
 
 #[test]
-#[test]
-#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
