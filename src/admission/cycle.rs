@@ -352,6 +352,11 @@ struct Pass<'a> {
     reserved: Vec<Charges>,
     /// Per cohort tree root: how many of its ClusterQueues have a non-empty `reserved`.
     reserving: Vec<usize>,
+    /// Per Workload: some Workload is held back in this pass because this one could preempt it.
+    reclaimer: Vec<bool>,
+    /// The reclaimer being looked at: the Workloads held back for it keep nothing they would
+    /// borrow from it (see [`Pass::lift_own`]).
+    deciding: Option<usize>,
     memo: Memo,
 }
 
@@ -369,6 +374,10 @@ impl<'a> Pass<'a> {
                 charge(q, &mut usage, c, &h.usage, true);
                 admitted_by_cq[c].push(i);
             }
+        }
+        let mut reclaimer = vec![false; n];
+        for by in forbidden.iter().flatten() {
+            reclaimer[*by] = true;
         }
         Pass {
             ix,
@@ -395,6 +404,8 @@ impl<'a> Pass<'a> {
             held_in: vec![(None, Vec::new()); q.cqs.len()],
             reserved: vec![Vec::new(); q.cqs.len()],
             reserving: vec![0; q.tree.nodes.len()],
+            reclaimer,
+            deciding: None,
             memo: Memo::new(ix),
         }
     }
@@ -459,12 +470,12 @@ impl<'a> Pass<'a> {
     /// as it stands (Kueue's `Assignment.Borrows()`, computed at nomination): it needs more of
     /// some (flavor, resource) than is left of the ClusterQueue's own nominal quota.
     fn borrows(&mut self, i: usize, c: usize) -> bool {
-        if self.reserved[c].is_empty() {
+        if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
             return self.borrows_now(i, c);
         }
-        let old = self.lift(c);
+        let (old, own) = self.lift_own(c);
         let b = self.borrows_now(i, c);
-        self.reserve(c, old);
+        self.restore_own(c, old, &own);
         b
     }
 
@@ -498,6 +509,10 @@ impl<'a> Pass<'a> {
             return self.evaluate(i, false);
         };
         let c = t.cq;
+        if self.reclaimer[i] {
+            self.deciding = Some(i);
+            self.reclaimer_decided(i);
+        }
         let lifted = self.see_through(i, c);
         let fresh = !lifted.is_empty();
         let outcome = if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
@@ -508,16 +523,30 @@ impl<'a> Pass<'a> {
             }
             outcome
         } else {
-            let old = self.lift(c);
+            let (old, own) = self.lift_own(c);
             let outcome = self.evaluate(i, fresh);
-            self.reserve(c, old);
+            self.restore_own(c, old, &own);
             outcome
         };
         for (o, r) in lifted {
             charge(&self.ix.q, &mut self.usage, o, &r, true);
             self.reserved[o] = r;
         }
+        if self.deciding.take().is_some() {
+            self.reclaimer_decided(i);
+        }
         outcome
+    }
+
+    /// What the ClusterQueues with a Workload held back for reclaimer `by` keep from their own
+    /// Workloads changes with `by` looked at or admitted (see [`Pass::lift_own`]).
+    fn reclaimer_decided(&mut self, by: usize) {
+        let ix = self.ix;
+        for &(h, c, _) in &self.held {
+            if self.forbidden[h] == Some(by) {
+                self.memo.changed(ix, c);
+            }
+        }
     }
 
     /// The reservations of the other ClusterQueues in `c`'s cohort tree, taken out of the usage,
@@ -625,7 +654,9 @@ impl<'a> Pass<'a> {
     /// is one the next pass may admit, and quota within the nominal quota that another
     /// ClusterQueue borrowed meanwhile is quota that Workload would reclaim by preemption
     /// (Kueue likewise keeps a preempting entry's usage, `cq.AddUsage`, from the entries after
-    /// it in a cycle). What it would borrow is not kept: it could not reclaim that.
+    /// it in a cycle). What it would borrow is not kept from them: it could not reclaim that.
+    /// Its own queue's Workloads see what it needs taken until its reclaimer is admitted
+    /// ([`Pass::lift_own`]).
     fn reserve(&mut self, c: usize, old: Charges) {
         let ix = self.ix;
         let nominal = &ix.q.tree.nodes[c].subtree;
@@ -646,6 +677,54 @@ impl<'a> Pass<'a> {
             self.reserving[ix.q.cqs[c].root] += 1;
         }
         self.reserved[c] = new;
+    }
+
+    /// What the Workloads of ClusterQueue `c` held back for a reclaimer not admitted (nor being
+    /// looked at) yet need, summed per (flavor, resource).
+    fn waiting_need(&self, c: usize) -> Charges {
+        let mut sum: Charges = Vec::new();
+        for (h, hc, need) in &self.held {
+            let waiting = self.forbidden[*h]
+                .is_some_and(|by| self.admitted_now[by].is_none() && self.deciding != Some(by));
+            if *hc != c || !waiting {
+                continue;
+            }
+            for &(fr, v) in need {
+                match sum.iter_mut().find(|(f, _)| *f == fr) {
+                    Some((_, w)) => *w += v,
+                    None => sum.push((fr, v)),
+                }
+            }
+        }
+        sum
+    }
+
+    /// Takes ClusterQueue `c`'s reservation out of the usage for one of its own Workloads, and
+    /// charges instead what its held-back Workloads waiting for a reclaimer need (as much as is
+    /// available): Kueue would have admitted them, and what they use stays taken, for their own
+    /// queue too, until the reclaimer evicts them; a later Workload of the queue that found it
+    /// free chose another flavor than Kueue's (seeds 36870 and 25890). Returns (the
+    /// reservation, what was charged instead).
+    fn lift_own(&mut self, c: usize) -> (Charges, Charges) {
+        let old = self.lift(c);
+        let ix = self.ix;
+        let tree = &ix.q.tree;
+        let own: Charges = self
+            .waiting_need(c)
+            .into_iter()
+            .filter_map(|(fr, v)| {
+                let r = std::cmp::min(v, tree.available(&self.usage, c, fr));
+                (r > Quantity::ZERO).then_some((fr, r))
+            })
+            .collect();
+        charge(&ix.q, &mut self.usage, c, &own, true);
+        (old, own)
+    }
+
+    /// Undoes [`Pass::lift_own`].
+    fn restore_own(&mut self, c: usize, old: Charges, own: &[(usize, Quantity)]) {
+        charge(&self.ix.q, &mut self.usage, c, own, false);
+        self.reserve(c, old);
     }
 
     /// `fresh`: other ClusterQueues' reservations are lifted for it (see [`Pass::see_through`]),

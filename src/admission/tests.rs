@@ -1746,6 +1746,35 @@ fn quota_a_reservation_kept_until_the_end_of_a_pass_is_offered_again_to_what_it_
 }
 
 #[test]
+fn a_workload_held_back_for_a_reclaimer_keeps_what_it_would_borrow_until_the_reclaimer_comes() {
+    // Issue #15, seed 36870 shrunk (cpu only; cq0: f2 3, f0 0; cq1: f2 0, f0 3; flavors tried
+    // f2 first). Kueue admits cq1's w32 (priority 1, 3 CPUs) on f2, borrowing all of cq0's f2;
+    // cq1's w02 (1 CPU) finds f2 taken and goes to f0; cq0's w30 (3 CPUs) reclaims f2 from
+    // w32, which then fits nowhere: w02 on f0, w30 on f2, w32 pending. raygate held w32 back
+    // for w30 and its own queue saw nothing of it, so w02 took 1 of f2, w30 no longer fit f2
+    // and borrowed f0 instead, and was held back in turn for w32 (which would reclaim f0): each
+    // held back for the other, the next pass admitted w32 on f0 and w30 reclaimed f2 from w02.
+    // A Workload held back for a reclaimer keeps what it needs from the Workloads of its own
+    // ClusterQueue (as the admitted Workload it is in Kueue until the reclaimer evicts it),
+    // until that reclaimer is admitted. Seed 30023 (shrunk) pins the "own": kept from other
+    // ClusterQueues too, w08's borrowed 6 CPUs kept cq3's w13 and w16 out until w08's
+    // reclaimer w15 was admitted, and the next pass w16 preempted w15 (Kueue's holders: w26,
+    // w13, w16). 36870 was red before the rule, 30023 with that first form of it.
+    //
+    // Seed 25890 (shrunk) pins "what it needs", not only what it would borrow: cq3's w17 (3 CPUs
+    // of f0 within cq3's nominal quota, 4Gi of f1 memory borrowed) is held back for cq2's w13,
+    // which would reclaim that memory. With only the borrowed part kept, cq3's w11 (9 CPUs) found
+    // f0 free and took it, cq2's w08 then borrowed f1's CPUs, so w13 (one CPU on f1) would borrow
+    // and could no longer reclaim: w13 stayed pending, w17 and w14 held back for it, and the
+    // next pass cq2's w14 reclaimed f0 from w11. Kueue admits w17, w11 goes to f1, w13 reclaims
+    // w17, w14 is admitted: w26, w11, w13, w14 hold quota, as raygate now in one pass. Red with
+    // the borrowed part only.
+    assert_no_churn(25890);
+    assert_no_churn(36870);
+    assert_no_churn(30023);
+}
+
+#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
