@@ -145,7 +145,8 @@ impl State {
         }
         Ok((
             201,
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+                .into(),
         ))
     }
 }

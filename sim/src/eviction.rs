@@ -272,7 +272,7 @@ impl State {
             ..Default::default()
         };
         self.delete(route, &req, now)?;
-        Ok((201, success()))
+        Ok((201, success().into()))
     }
 }
 

@@ -384,15 +384,19 @@ pub struct Writer<'a> {
     pub scope: Scope,
 }
 
-/// Ownership after a non-apply write (create, update, patch): the writer takes every field it
-/// changed; fields that disappeared leave every owner.
-pub fn record_update(old: Option<&Value>, new: &mut Value, shape: Shape, w: &Writer) {
-    let mut list = old.map(entries).unwrap_or_default();
+/// What a write changed and removed, path by path (the definition): `changed` are the paths of
+/// the new field set whose value differs from the old one (a map or keyed element with content
+/// on both sides is not changed by its content alone), `removed` the old field set's paths the
+/// new one lacks.
+fn changed_and_removed_by_path(
+    old: Option<&Value>,
+    new: &Value,
+    shape: Shape,
+    scope: Scope,
+) -> (FieldSet, FieldSet) {
     let null = Value::Null;
-    let old_fields = old
-        .map(|o| fields_of(o, shape, w.scope))
-        .unwrap_or_default();
-    let new_fields = fields_of(new, shape, w.scope);
+    let old_fields = old.map(|o| fields_of(o, shape, scope)).unwrap_or_default();
+    let new_fields = fields_of(new, shape, scope);
     let changed: FieldSet = new_fields
         .iter()
         .filter(|p| match (get(old.unwrap_or(&null), p), get(new, p)) {
@@ -402,6 +406,272 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, shape: Shape, w: &Wri
         .cloned()
         .collect();
     let removed: FieldSet = old_fields.difference(&new_fields).cloned().collect();
+    (changed, removed)
+}
+
+/// How a value was reached, which decides how [`collect`] expands it: a field or keyed element
+/// (`collect`), a list (`collect_list`), or a set element (a leaf).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    Field,
+    List,
+    SetElement,
+}
+
+impl Reached {
+    fn of_field(v: &Value) -> Reached {
+        if v.is_array() {
+            Reached::List
+        } else {
+            Reached::Field
+        }
+    }
+}
+
+/// How a child's token finds its counterpart in the other object (as [`get`] does: the first
+/// match).
+enum Lookup {
+    Field,
+    Keyed(Vec<String>),
+    Element,
+}
+
+struct Child<'a> {
+    token: String,
+    value: &'a Value,
+    reached: Reached,
+    /// The field name the child adds to the schema path (`None` for list elements).
+    name: Option<&'a str>,
+}
+
+/// A list map whose elements repeat a key: [`get`] reads the first of them only, so the
+/// path-by-path definition is followed instead.
+struct RepeatedKey;
+
+/// The children [`collect`] / [`collect_list`] give `v` (reached as `reached`, at schema path
+/// `names`), and how their tokens are looked up.
+fn children<'a>(
+    v: &'a Value,
+    reached: Reached,
+    shape: Shape,
+    names: &[String],
+) -> Result<(Vec<Child<'a>>, Lookup), RepeatedKey> {
+    match (reached, v) {
+        (Reached::Field, Value::Object(m)) if !m.is_empty() && !shape.map_is_atomic(names) => {
+            let kids = m
+                .iter()
+                .map(|(k, child)| Child {
+                    token: format!("f:{k}"),
+                    value: child,
+                    reached: Reached::of_field(child),
+                    name: Some(k.as_str()),
+                })
+                .collect();
+            Ok((kids, Lookup::Field))
+        }
+        (Reached::List, Value::Array(items)) if !items.is_empty() => match shape.list_type(names) {
+            ListType::Map(keys) if !keys.is_empty() => {
+                let tokens: Option<Vec<String>> =
+                    items.iter().map(|i| key_token(i, &keys)).collect();
+                let Some(tokens) = tokens else {
+                    return Ok((vec![], Lookup::Element));
+                };
+                let distinct: BTreeSet<&String> = tokens.iter().collect();
+                if distinct.len() != tokens.len() {
+                    return Err(RepeatedKey);
+                }
+                let kids = items
+                    .iter()
+                    .zip(tokens)
+                    .map(|(item, token)| Child {
+                        token,
+                        value: item,
+                        reached: Reached::Field,
+                        name: None,
+                    })
+                    .collect();
+                Ok((kids, Lookup::Keyed(keys)))
+            }
+            ListType::Set => {
+                let kids = items
+                    .iter()
+                    .map(|item| Child {
+                        token: format!("v:{item}"),
+                        value: item,
+                        reached: Reached::SetElement,
+                        name: None,
+                    })
+                    .collect();
+                Ok((kids, Lookup::Element))
+            }
+            _ => Ok((vec![], Lookup::Element)),
+        },
+        _ => Ok((vec![], Lookup::Element)),
+    }
+}
+
+/// The counterpart of `child` (a child of the new object) in `other` (the old object's value at
+/// the parent path), as [`get`] finds it.
+fn counterpart<'a>(other: Option<&'a Value>, lookup: &Lookup, child: &Child) -> Option<&'a Value> {
+    let other = other?;
+    match (lookup, child.name) {
+        (Lookup::Field, Some(name)) => other.as_object()?.get(name),
+        (Lookup::Keyed(keys), _) => other
+            .as_array()?
+            .iter()
+            .find(|i| keys.iter().all(|k| i.get(k) == child.value.get(k))),
+        _ => other.as_array()?.iter().find(|i| *i == child.value),
+    }
+}
+
+/// A path the field sets never hold (stripped or outside the scope).
+fn excluded(p: &Path, scope: Scope) -> bool {
+    stripped(p) || !scope.admits(p)
+}
+
+/// A path none of whose descendants the field sets hold either.
+fn excluded_below(p: &Path, scope: Scope) -> bool {
+    !scope.admits(p) || (p.len() >= 2 && stripped(p))
+}
+
+struct Diff<'s> {
+    shape: Shape<'s>,
+    scope: Scope,
+    changed: FieldSet,
+    removed: FieldSet,
+}
+
+impl Diff<'_> {
+    /// `new` (reached as `reached`) at path `cur` against `old`, the old object's value at the
+    /// same path as [`get`] finds it; `old_reached`: how the old field set reached it (`None`:
+    /// the old field set does not hold the path).
+    fn walk(
+        &mut self,
+        old: Option<&Value>,
+        old_reached: Option<Reached>,
+        new: &Value,
+        reached: Reached,
+        names: &mut Vec<String>,
+        cur: &mut Path,
+    ) -> Result<(), RepeatedKey> {
+        // equal values: every path below reads the same on both sides, and both field sets
+        // hold the same paths below (or the old one none)
+        if old == Some(new) {
+            return Ok(());
+        }
+        let both_nodes = old.is_some_and(is_node) && is_node(new);
+        if !cur.is_empty() && !both_nodes && !excluded(cur, self.scope) {
+            self.changed.insert(cur.clone());
+        }
+        let (kids, lookup) = children(new, reached, self.shape, names)?;
+        let old_kids = match (old, old_reached) {
+            (Some(o), Some(r)) => children(o, r, self.shape, names)?.0,
+            _ => vec![],
+        };
+        for kid in &kids {
+            cur.push(kid.token.clone());
+            if !excluded_below(cur, self.scope) {
+                let other = counterpart(old, &lookup, kid);
+                let other_reached = old_kids
+                    .iter()
+                    .find(|o| o.token == kid.token)
+                    .map(|o| o.reached);
+                if let Some(n) = kid.name {
+                    names.push(n.to_string());
+                }
+                self.walk(other, other_reached, kid.value, kid.reached, names, cur)?;
+                if kid.name.is_some() {
+                    names.pop();
+                }
+            }
+            cur.pop();
+        }
+        for gone in old_kids
+            .iter()
+            .filter(|o| !kids.iter().any(|k| k.token == o.token))
+        {
+            cur.push(gone.token.clone());
+            if !excluded_below(cur, self.scope) {
+                if let Some(n) = gone.name {
+                    names.push(n.to_string());
+                }
+                let mut below = FieldSet::new();
+                match (gone.reached, gone.value) {
+                    (Reached::List, Value::Array(items)) => {
+                        collect_list(items, self.shape, names, cur, &mut below)
+                    }
+                    (Reached::SetElement, _) => {
+                        below.insert(cur.clone());
+                    }
+                    (_, v) => collect(v, self.shape, names, cur, &mut below),
+                }
+                below.retain(|p| !excluded(p, self.scope));
+                self.removed.extend(below);
+                if gone.name.is_some() {
+                    names.pop();
+                }
+            }
+            cur.pop();
+        }
+        Ok(())
+    }
+}
+
+/// [`changed_and_removed_by_path`], walking only the subtrees where the objects differ (a pod's
+/// status write compares its status, not every field of the pod path by path).
+fn changed_and_removed(
+    old: Option<&Value>,
+    new: &Value,
+    shape: Shape,
+    scope: Scope,
+) -> (FieldSet, FieldSet) {
+    // the root itself is a field only when it is not an object with fields
+    let root_object = |v: &Value| v.as_object().is_some_and(|m| !m.is_empty());
+    if !root_object(new) || !old.is_none_or(root_object) {
+        return changed_and_removed_by_path(old, new, shape, scope);
+    }
+    let mut d = Diff {
+        shape,
+        scope,
+        changed: FieldSet::new(),
+        removed: FieldSet::new(),
+    };
+    match d.walk(
+        old,
+        old.map(|_| Reached::Field),
+        new,
+        Reached::Field,
+        &mut vec![],
+        &mut vec![],
+    ) {
+        Ok(()) => (d.changed, d.removed),
+        Err(RepeatedKey) => changed_and_removed_by_path(old, new, shape, scope),
+    }
+}
+
+/// Ownership after a non-apply write (create, update, patch): the writer takes every field it
+/// changed; fields that disappeared leave every owner. A write that changes no owned field
+/// leaves `managedFields` as they were (stored objects hold them as [`set_entries`] wrote them).
+pub fn record_update(old: Option<&Value>, new: &mut Value, shape: Shape, w: &Writer) {
+    let (changed, removed) = changed_and_removed(old, new, shape, w.scope);
+    if changed.is_empty() && removed.is_empty() {
+        let kept = old
+            .and_then(|o| o["metadata"].get("managedFields"))
+            .filter(|m| m.as_array().is_some_and(|l| !l.is_empty()));
+        if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            match kept {
+                Some(mf) if meta.get("managedFields") != Some(mf) => {
+                    meta.insert("managedFields".into(), mf.clone());
+                }
+                Some(_) => {}
+                None => {
+                    meta.remove("managedFields");
+                }
+            }
+        }
+        return;
+    }
+    let mut list = old.map(entries).unwrap_or_default();
     let sub = w.scope.subresource();
     for e in list.iter_mut() {
         e.fields.retain(|p| !removed.contains(p));
@@ -635,4 +905,250 @@ pub fn apply(
     }
     set_entries(&mut merged, &list);
     Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::Registry;
+    use proptest::prelude::*;
+
+    const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.io}
+spec:
+  group: example.io
+  scope: Namespaced
+  names: {plural: widgets, kind: Widget, singular: widget, listKind: WidgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+            properties:
+              items:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  x-kubernetes-preserve-unknown-fields: true
+                  properties:
+                    name: {type: string}
+                    ports:
+                      type: array
+                      x-kubernetes-list-type: set
+                      items: {type: integer}
+              sealed:
+                type: object
+                x-kubernetes-map-type: atomic
+                x-kubernetes-preserve-unknown-fields: true
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+            properties:
+              conditions:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [type]
+                items: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!(1)),
+            Just(json!(2)),
+            Just(json!("a")),
+            Just(json!({})),
+            Just(json!([])),
+            Just(json!({"x": 1})),
+            Just(json!([1, 2])),
+        ]
+    }
+
+    /// An object field: absent (`None`) or a value.
+    fn maybe<T: std::fmt::Debug>(s: impl Strategy<Value = T>) -> impl Strategy<Value = Option<T>> {
+        proptest::option::of(s)
+    }
+
+    fn item() -> impl Strategy<Value = Value> {
+        (
+            maybe(prop_oneof![
+                Just(json!("a")),
+                Just(json!("b")),
+                Just(json!("c"))
+            ]),
+            maybe(proptest::collection::vec(0..3i64, 0..4).prop_map(|v| json!(v))),
+            maybe(leaf()),
+        )
+            .prop_map(|(name, ports, x)| {
+                let mut m = Map::new();
+                for (k, v) in [("name", name), ("ports", ports), ("x", x)] {
+                    if let Some(v) = v {
+                        m.insert(k.into(), v);
+                    }
+                }
+                Value::Object(m)
+            })
+    }
+
+    fn object() -> impl Strategy<Value = Value> {
+        let spec = (
+            maybe(proptest::collection::vec(item(), 0..4).prop_map(Value::Array)),
+            maybe(leaf()),
+            maybe(leaf()),
+            maybe((leaf(), leaf()).prop_map(|(a, b)| json!({"a": a, "b": {"c": b}}))),
+            maybe(proptest::collection::vec(item(), 0..3).prop_map(Value::Array)),
+        );
+        let status = (
+            maybe(
+                proptest::collection::vec(
+                    (
+                        prop_oneof![Just("A"), Just("B")],
+                        prop_oneof![Just("True"), Just("False")],
+                    )
+                        .prop_map(|(t, s)| json!({"type": t, "status": s})),
+                    0..3,
+                )
+                .prop_map(Value::Array),
+            ),
+            maybe(leaf()),
+        );
+        let meta = (
+            maybe(leaf()),
+            maybe(proptest::collection::vec(
+                prop_oneof![Just("f"), Just("g")],
+                0..3,
+            )),
+            prop_oneof![Just("1"), Just("2")],
+        );
+        (spec, maybe(status), meta).prop_map(
+            |((items, sealed, plain, nested, containers), status, (labels, fins, rv))| {
+                let mut spec = Map::new();
+                for (k, v) in [
+                    ("items", items),
+                    ("sealed", sealed),
+                    ("plain", plain),
+                    ("nested", nested),
+                    ("containers", containers),
+                ] {
+                    if let Some(v) = v {
+                        spec.insert(k.into(), v);
+                    }
+                }
+                let mut o = json!({"apiVersion": "example.io/v1", "kind": "Widget",
+                    "metadata": {"name": "w", "resourceVersion": rv}, "spec": spec});
+                if let Some(l) = labels {
+                    o["metadata"]["labels"] = json!({"l": l});
+                }
+                if let Some(f) = fins {
+                    o["metadata"]["finalizers"] = json!(f);
+                }
+                if let Some((conditions, phase)) = status {
+                    o["status"] = json!({});
+                    if let Some(c) = conditions {
+                        o["status"]["conditions"] = c;
+                    }
+                    if let Some(p) = phase {
+                        o["status"]["phase"] = p;
+                    }
+                }
+                o
+            },
+        )
+    }
+
+    fn registry() -> Registry {
+        let mut r = Registry::with_builtins();
+        r.add_crds_yaml(CRD).unwrap();
+        r
+    }
+
+    proptest! {
+        /// The walk over the differing subtrees gives the path-by-path definition's sets, on a
+        /// CRD (list maps, sets, an atomic map, repeated keys) and on Pods (the built-in merge
+        /// keys), in every scope, for creates and updates.
+        #[test]
+        fn the_subtree_walk_finds_what_the_path_by_path_comparison_finds(
+            old in object(),
+            new in object(),
+            create in any::<bool>(),
+        ) {
+            let r = registry();
+            let widgets = r.find("example.io", "v1", "widgets").unwrap();
+            let pods = r.find("", "v1", "pods").unwrap();
+            for rt in [&widgets, &pods] {
+                let shape = Shape { rt, version: "v1" };
+                for scope in [
+                    Scope::Main { status_separate: true },
+                    Scope::Main { status_separate: false },
+                    Scope::Status,
+                ] {
+                    let old = (!create).then_some(&old);
+                    prop_assert_eq!(
+                        changed_and_removed(old, &new, shape, scope),
+                        changed_and_removed_by_path(old, &new, shape, scope)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_that_changes_no_owned_field_keeps_managed_fields_as_they_were() {
+        let r = registry();
+        let widgets = r.find("example.io", "v1", "widgets").unwrap();
+        let shape = Shape {
+            rt: &widgets,
+            version: "v1",
+        };
+        let w = |manager| Writer {
+            manager,
+            api_version: "example.io/v1",
+            time: "2026-01-01T00:00:00Z",
+            scope: Scope::Main {
+                status_separate: true,
+            },
+        };
+        let mut created = json!({"metadata": {"name": "w"}, "spec": {"plain": 1}});
+        record_update(None, &mut created, shape, &w("a"));
+        let owned = created["metadata"]["managedFields"].clone();
+        assert_eq!(
+            owned[0]["fieldsV1"],
+            json!({"f:spec": {".": {}, "f:plain": {}}})
+        );
+        // a status change, out of the main scope, and a resourceVersion: nothing owned changes
+        let mut next = created.clone();
+        next["status"] = json!({"phase": "x"});
+        next["metadata"]["resourceVersion"] = json!("9");
+        next["metadata"]["managedFields"] = Value::Null;
+        record_update(Some(&created), &mut next, shape, &w("b"));
+        assert_eq!(next["metadata"]["managedFields"], owned);
+        // without entries before, none after
+        let bare = json!({"metadata": {"name": "w"}, "spec": {"plain": 1}});
+        let mut same = bare.clone();
+        same["metadata"]["managedFields"] = Value::Null;
+        record_update(Some(&bare), &mut same, shape, &w("b"));
+        assert!(same["metadata"].get("managedFields").is_none());
+        // a change is recorded as before
+        let mut changed = created.clone();
+        changed["spec"]["plain"] = json!(2);
+        record_update(Some(&created), &mut changed, shape, &w("b"));
+        let plain: Path = vec!["f:spec".into(), "f:plain".into()];
+        let owners: Vec<String> = entries(&changed)
+            .into_iter()
+            .filter(|e| e.fields.contains(&plain))
+            .map(|e| e.manager)
+            .collect();
+        assert_eq!(owners, ["b"]);
+    }
 }

@@ -12,7 +12,7 @@ use crate::kinds::{Registry, ResourceType};
 use crate::patch::{self, PatchType};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, FieldCause};
-use crate::store::{ChangeType, ResKey, Store, WatchFilter};
+use crate::store::{ChangeType, Encoded, ResKey, Store, WatchFilter};
 
 /// A parsed request, without IO.
 #[derive(Clone, Debug, Default)]
@@ -116,7 +116,39 @@ pub fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> {
 }
 
 /// The outcome of a non-watch request.
-pub type Reply = Result<(u16, Value), ApiError>;
+pub type Reply = Result<(u16, Body), ApiError>;
+
+/// A reply's object: built for the reply, or a stored object sent as it is stored (no copy; its
+/// JSON encoded once for the reply and the watch events of the write that stored it).
+#[derive(Clone, Debug)]
+pub enum Body {
+    Built(Value),
+    Stored(Encoded),
+}
+
+impl From<Value> for Body {
+    fn from(v: Value) -> Self {
+        Body::Built(v)
+    }
+}
+
+impl Body {
+    /// The JSON the reply sends.
+    pub fn json(&self) -> bytes::Bytes {
+        match self {
+            Body::Built(v) => bytes::Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+            Body::Stored(e) => e.json(),
+        }
+    }
+
+    /// The object (for callers that read the reply in-process).
+    pub fn value(&self) -> &Value {
+        match self {
+            Body::Built(v) => v,
+            Body::Stored(e) => &e.object,
+        }
+    }
+}
 
 /// The mutable cluster state the handlers work on.
 pub struct State {
@@ -145,6 +177,23 @@ pub(crate) fn parse_body(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
         return Err(unrecognized("expected a JSON object".into()));
     }
     Ok(v)
+}
+
+/// An apply patch's body: YAML, or JSON (what clients such as kube send), which is YAML too and
+/// reads as the same object, so it is read by the faster JSON reader. Only printable ASCII goes
+/// that way: the YAML reader refuses some characters JSON carries raw (C1 controls), and the
+/// server's reader refuses them too. What is not JSON goes to the YAML reader.
+fn apply_body(body: &[u8]) -> Result<Value, ApiError> {
+    let plain = body
+        .iter()
+        .all(|b| matches!(b, b' '..=b'~' | b'\n' | b'\r' | b'\t'));
+    if plain && let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the body of the request is not UTF-8"))?;
+    raygate::manifest::from_yaml(text)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
 }
 
 pub(crate) fn dry_run(q: &HashMap<String, String>) -> Result<bool, ApiError> {
@@ -227,6 +276,18 @@ impl State {
         o
     }
 
+    /// [`State::object_out`] of a stored object: the object itself when it is stored as the
+    /// route's apiVersion and kind (no copy).
+    fn stored_out(&self, route: &Route, stored: Encoded) -> Body {
+        let o = &stored.object;
+        if o["apiVersion"].as_str() == Some(route.rt.api_version(&route.version).as_str())
+            && o["kind"].as_str() == Some(route.rt.kind.as_str())
+        {
+            return Body::Stored(stored);
+        }
+        Body::Built(self.object_out(route, o))
+    }
+
     pub fn get(&self, route: &Route) -> Reply {
         let name = route.name.as_deref().unwrap_or_default();
         let obj = self
@@ -237,7 +298,7 @@ impl State {
                 name,
             )
             .ok_or_else(|| route.not_found(name))?;
-        Ok((200, self.object_out(route, &obj)))
+        Ok((200, self.stored_out(route, Encoded::new(obj))))
     }
 
     pub fn list(&self, route: &Route, q: &HashMap<String, String>) -> Reply {
@@ -286,12 +347,12 @@ impl State {
             .collect();
         Ok((
             200,
-            json!({
+            Body::Built(json!({
                 "apiVersion": route.rt.api_version(&route.version),
                 "kind": format!("{}List", route.rt.kind),
                 "metadata": metadata,
                 "items": items.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
-            }),
+            })),
         ))
     }
 
@@ -516,15 +577,23 @@ impl State {
             self.check_namespace(route)?;
         }
         if dry {
-            return Ok((201, self.object_out(route, &obj)));
+            return Ok((201, self.object_out(route, &obj).into()));
         }
-        let stored = self.store.commit(&route.key(), ChangeType::Added, obj);
-        Ok((201, self.object_out(route, &stored)))
+        let stored = self
+            .store
+            .commit_encoded(&route.key(), ChangeType::Added, obj);
+        Ok((201, self.stored_out(route, stored)))
     }
 
     /// The update strategy shared by PUT, PATCH and apply: subresource scoping, immutable
     /// metadata, schema, generation, then commit (or no write when nothing changed).
-    fn update_existing(&mut self, route: &Route, old: &Value, mut new: Value, dry: bool) -> Reply {
+    fn update_existing(
+        &mut self,
+        route: &Route,
+        old: &Arc<Value>,
+        mut new: Value,
+        dry: bool,
+    ) -> Reply {
         let name = route.name.clone().unwrap_or_default();
         match meta_str(&new, "name") {
             Some(n) if n != name => {
@@ -539,7 +608,7 @@ impl State {
             let managed = new["metadata"]
                 .as_object_mut()
                 .and_then(|m| m.remove("managedFields"));
-            let mut next = old.clone();
+            let mut next = (**old).clone();
             match status {
                 Some(s) => next["status"] = s,
                 None => {
@@ -597,7 +666,7 @@ impl State {
             }
         }
         if same_but_type_meta(&new, old) {
-            return Ok((200, self.object_out(route, old)));
+            return Ok((200, self.stored_out(route, Encoded::new(old.clone()))));
         }
         // `ShouldDeleteDuringUpdate`: no finalizers left and a deletion grace period of 0 (a
         // pod still in its grace period stays for its kubelet)
@@ -609,15 +678,15 @@ impl State {
                 .as_i64()
                 .is_none_or(|g| g == 0);
         if dry {
-            return Ok((200, self.object_out(route, &new)));
+            return Ok((200, self.object_out(route, &new).into()));
         }
         let typ = if finalized {
             ChangeType::Deleted
         } else {
             ChangeType::Modified
         };
-        let stored = self.store.commit(&route.key(), typ, new);
-        Ok((200, self.object_out(route, &stored)))
+        let stored = self.store.commit_encoded(&route.key(), typ, new);
+        Ok((200, self.stored_out(route, stored)))
     }
 
     pub(crate) fn existing(&self, route: &Route) -> Result<Arc<Value>, ApiError> {
@@ -793,10 +862,7 @@ impl State {
                 )));
             }
         };
-        let text = std::str::from_utf8(&req.body)
-            .map_err(|_| ApiError::bad_request("the body of the request is not UTF-8"))?;
-        let mut applied: Value = raygate::manifest::from_yaml(text)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        let mut applied = apply_body(&req.body)?;
         if !applied.is_object() {
             return Err(ApiError::bad_request(
                 "error decoding YAML: expected an object",
@@ -953,30 +1019,33 @@ impl State {
                 next["metadata"]["generation"] = json!(g + 1);
             }
             if next == *old {
-                return Ok((200, self.object_out(route, &old)));
+                return Ok((200, self.stored_out(route, Encoded::new(old))));
             }
             if dry {
-                return Ok((200, self.object_out(route, &next)));
+                return Ok((200, self.object_out(route, &next).into()));
             }
-            let stored = self.store.commit(&route.key(), ChangeType::Modified, next);
-            return Ok((200, self.object_out(route, &stored)));
+            let stored = self
+                .store
+                .commit_encoded(&route.key(), ChangeType::Modified, next);
+            return Ok((200, self.stored_out(route, stored)));
         }
         if dry {
-            return Ok((200, self.deleted_reply(route, &old)));
+            return Ok((200, self.deleted_reply(route, Encoded::new(old))));
         }
         let stored = self
             .store
-            .commit(&route.key(), ChangeType::Deleted, (*old).clone());
-        Ok((200, self.deleted_reply(route, &stored)))
+            .commit_encoded(&route.key(), ChangeType::Deleted, (*old).clone());
+        Ok((200, self.deleted_reply(route, stored)))
     }
 
     /// Pods answer an immediate delete with the object (`ReturnDeletedObject`), others with a
     /// success `Status`.
-    fn deleted_reply(&self, route: &Route, obj: &Value) -> Value {
+    fn deleted_reply(&self, route: &Route, stored: Encoded) -> Body {
         if route.rt.builtin && route.rt.group.is_empty() && route.rt.kind == "Pod" {
-            return self.object_out(route, obj);
+            return self.stored_out(route, stored);
         }
-        json!({
+        let obj = &stored.object;
+        Body::Built(json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": {
                 "name": meta_str(obj, "name").unwrap_or_default(),
@@ -984,7 +1053,7 @@ impl State {
                 "kind": route.rt.plural,
                 "uid": meta_str(obj, "uid").unwrap_or_default(),
             },
-        })
+        }))
     }
 
     /// Handles every non-watch request.
@@ -992,7 +1061,7 @@ impl State {
         if req.method == "GET"
             && let Some(list) = crate::scale::discovery(&self.registry, &req.path)
         {
-            return Ok((200, list));
+            return Ok((200, list.into()));
         }
         let route = route(&self.registry, &req.path)?;
         if route.subresource.as_deref() == Some("scale") {
@@ -1152,6 +1221,59 @@ fn manager_of(req: &ApiRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1.0e6f64..1.0e6).prop_map(Value::from),
+            prop_oneof![
+                Just("yes".to_string()),
+                Just("0755".to_string()),
+                Just("1e5".to_string()),
+                Just("~".to_string()),
+                Just("null".to_string()),
+                Just("- a: b".to_string()),
+                ".*",
+            ]
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map(".*", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// An apply body in JSON (as kube sends it) reads as the same object through the JSON
+        /// reader as through the YAML reader.
+        #[test]
+        fn a_json_apply_body_reads_as_the_yaml_reader_reads_it(v in json_value()) {
+            let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod", "spec": v})).unwrap();
+            let yaml = raygate::manifest::from_yaml::<Value>(std::str::from_utf8(&body).unwrap());
+            match (apply_body(&body), yaml) {
+                (Ok(read), Ok(yaml)) => prop_assert_eq!(read, yaml),
+                (Err(_), Err(_)) => {}
+                (read, yaml) => prop_assert!(false, "{read:?} but the YAML reader: {yaml:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_apply_body_in_yaml_is_read_as_yaml() {
+        let body = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  mode: 0755\n";
+        assert_eq!(
+            apply_body(body).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"mode": 493}})
+        );
+        assert_eq!(apply_body(b"a: [").unwrap_err().code, 400);
+    }
 
     #[test]
     fn the_spec_part_ignores_metadata_and_a_separate_status_only() {

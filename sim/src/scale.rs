@@ -115,7 +115,7 @@ impl State {
         let old = self.existing(&main)?;
         let current = scale_of(&old, &paths);
         let wanted = match req.method.as_str() {
-            "GET" => return Ok((200, current)),
+            "GET" => return Ok((200, current.into())),
             "PUT" => parse_body("Scale", &req.body)?,
             "PATCH" => {
                 let kind = PatchType::from_content_type(&req.content_type)
@@ -173,12 +173,12 @@ impl State {
         let mut next = (*old).clone();
         write_path(&mut next, &paths.spec_replicas, json!(replicas));
         if next == *old || dry {
-            return Ok((200, scale_of(&next, &paths)));
+            return Ok((200, scale_of(&next, &paths).into()));
         }
         let g = next["metadata"]["generation"].as_i64().unwrap_or(0);
         next["metadata"]["generation"] = json!(g + 1);
         let stored = self.store.commit(&main.key(), ChangeType::Modified, next);
-        Ok((200, scale_of(&stored, &paths)))
+        Ok((200, scale_of(&stored, &paths).into()))
     }
 }
 

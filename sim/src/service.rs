@@ -48,8 +48,14 @@ impl SimService {
 }
 
 fn json_response(code: u16, body: &Value) -> Response<ResponseBody> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
+    json_bytes_response(
+        code,
+        Bytes::from(serde_json::to_vec(body).unwrap_or_default()),
+    )
+}
+
+fn json_bytes_response(code: u16, bytes: Bytes) -> Response<ResponseBody> {
+    let mut resp = Response::new(Full::new(bytes).boxed_unsync());
     *resp.status_mut() =
         http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(
@@ -277,7 +283,7 @@ impl Sim {
         let now = self.clock().now();
         let result = self.lock().handle(&req, now);
         match result {
-            Ok((code, body)) => json_response(code, &body),
+            Ok((code, body)) => json_bytes_response(code, body.json()),
             Err(e) => {
                 tracing::debug!(method = %req.method, path = %req.path, code = e.code, message = %e.message, "sim: request failed");
                 error_response(&e)

@@ -28,6 +28,39 @@ pub struct Change {
     pub typ: ChangeType,
     pub object: Arc<Value>,
     pub old: Option<Arc<Value>>,
+    /// `object`'s JSON, encoded once for the write's reply and every watch sent the object.
+    json: JsonCell,
+}
+
+/// An object's JSON encoding, made on first use and shared by its holders.
+type JsonCell = Arc<std::sync::OnceLock<bytes::Bytes>>;
+
+fn encode(cell: &JsonCell, object: &Value) -> bytes::Bytes {
+    cell.get_or_init(|| bytes::Bytes::from(serde_json::to_vec(object).unwrap_or_default()))
+        .clone()
+}
+
+/// A stored object as a reply sends it: the object and its JSON, encoded once for the reply
+/// and the watch events of the change that stored it.
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    pub object: Arc<Value>,
+    json: JsonCell,
+}
+
+impl Encoded {
+    /// An object whose JSON is not shared with anything yet.
+    pub fn new(object: Arc<Value>) -> Self {
+        Encoded {
+            object,
+            json: Arc::default(),
+        }
+    }
+
+    /// The object's JSON (`serde_json::to_vec`).
+    pub fn json(&self) -> bytes::Bytes {
+        encode(&self.json, &self.object)
+    }
 }
 
 /// A watch event as sent on the wire (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`).
@@ -38,6 +71,8 @@ pub struct Change {
 pub struct WatchEvent {
     pub typ: &'static str,
     pub object: Arc<Value>,
+    /// The object's JSON (shared with the reply of the write that stored it).
+    json: JsonCell,
     line: Arc<std::sync::OnceLock<bytes::Bytes>>,
 }
 
@@ -49,13 +84,14 @@ impl PartialEq for WatchEvent {
 
 impl WatchEvent {
     pub fn new(typ: &'static str, object: Value) -> Self {
-        WatchEvent::shared(typ, Arc::new(object))
+        WatchEvent::shared(typ, Arc::new(object), Arc::default())
     }
 
-    fn shared(typ: &'static str, object: Arc<Value>) -> Self {
+    fn shared(typ: &'static str, object: Arc<Value>, json: JsonCell) -> Self {
         WatchEvent {
             typ,
             object,
+            json,
             line: Arc::default(),
         }
     }
@@ -69,11 +105,12 @@ impl WatchEvent {
     pub fn line(&self) -> bytes::Bytes {
         self.line
             .get_or_init(|| {
-                let mut v = Vec::with_capacity(256);
+                let object = encode(&self.json, &self.object);
+                let mut v = Vec::with_capacity(object.len() + 32);
                 v.extend_from_slice(b"{\"type\":");
                 let _ = serde_json::to_writer(&mut v, self.typ);
                 v.extend_from_slice(b",\"object\":");
-                let _ = serde_json::to_writer(&mut v, &*self.object);
+                v.extend_from_slice(&object);
                 v.extend_from_slice(b"}\n");
                 bytes::Bytes::from(v)
             })
@@ -115,9 +152,10 @@ impl WatchFilter {
         ns_ok && self.labels.matches(obj["metadata"].get("labels")) && self.fields.matches(obj)
     }
 
-    fn event(&self, typ: &'static str, obj: &Arc<Value>) -> WatchEvent {
+    /// The event carrying `obj` (its JSON shared through `json` when it goes out as it is).
+    fn event(&self, typ: &'static str, obj: &Arc<Value>, json: &JsonCell) -> WatchEvent {
         if obj["apiVersion"].as_str() == Some(self.api_version.as_str()) {
-            return WatchEvent::shared(typ, obj.clone());
+            return WatchEvent::shared(typ, obj.clone(), json.clone());
         }
         let mut object = (**obj).clone();
         object["apiVersion"] = json!(self.api_version);
@@ -158,7 +196,7 @@ impl WatchFilter {
                     c.object["metadata"]["resourceVersion"].clone();
                 WatchEvent::new(typ, object)
             }
-            _ => self.event(typ, &c.object),
+            _ => self.event(typ, &c.object, &c.json),
         }
     }
 
@@ -242,7 +280,13 @@ impl Store {
 
     /// Commits a change at the next revision, stamping `metadata.resourceVersion`; returns the
     /// stored object.
-    pub fn commit(&mut self, res: &ResKey, typ: ChangeType, mut obj: Value) -> Arc<Value> {
+    pub fn commit(&mut self, res: &ResKey, typ: ChangeType, obj: Value) -> Arc<Value> {
+        self.commit_encoded(res, typ, obj).object
+    }
+
+    /// [`Store::commit`], returning the stored object with its JSON as the change's watch
+    /// events send it (encoded once for both).
+    pub fn commit_encoded(&mut self, res: &ResKey, typ: ChangeType, mut obj: Value) -> Encoded {
         self.revision += 1;
         let rv = self.revision;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -266,6 +310,7 @@ impl Store {
             typ,
             object: obj.clone(),
             old,
+            json: Arc::default(),
         };
         let mut memo = Memo::default();
         self.watchers
@@ -274,13 +319,17 @@ impl Store {
                 None => !w.tx.is_closed(),
             });
         drop(memo);
+        let encoded = Encoded {
+            object: obj,
+            json: change.json.clone(),
+        };
         self.history.push_back(change);
         while self.history.len() > self.history_limit {
             if let Some(c) = self.history.pop_front() {
                 self.compacted = c.rv;
             }
         }
-        obj
+        encoded
     }
 
     /// Opens a watch. `from`: `None` starts with a synthetic ADDED per current object (the
@@ -296,7 +345,7 @@ impl Store {
             None => {
                 for obj in self.list(&filter.res, filter.namespace.as_deref()) {
                     if filter.matches(&obj) {
-                        let _ = tx.send(filter.event("ADDED", &obj));
+                        let _ = tx.send(filter.event("ADDED", &obj, &Arc::default()));
                     }
                 }
             }

@@ -22,9 +22,9 @@ use serde_json::json;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::Clock;
-use super::SortedState;
 use super::events::EventSink;
 use super::stores::{Readiness, watch_store};
+use super::{SortedCopies, SortedState};
 use crate::drain::engine::{
     self, Action, EventType, EvictTarget, EvictionResult, Observation, Options, Outcome, State,
 };
@@ -92,8 +92,8 @@ impl Run {
     }
 }
 
-/// The store's objects in (namespace, name) order: the executor's decisions and writes then
-/// never depend on the store's hash order.
+/// The store's objects in (namespace, name) order, copied (the plan's one read; the loop's reads
+/// go through [`SortedCopies`]).
 fn snapshot<K>(store: &Store<K>) -> Vec<K>
 where
     K: kube::Resource + Clone + 'static,
@@ -205,6 +205,13 @@ pub async fn run(
     // a closed resume channel (nobody can resume) must not wake the loop over and over
     let mut resumes_open = true;
     let mut looked: Option<super::Monotonic> = None;
+    // the executor's decisions read owned objects; each step copies only those that changed
+    let (mut node_copies, mut pod_copies, mut pdb_copies, mut ds_copies) = (
+        SortedCopies::default(),
+        SortedCopies::default(),
+        SortedCopies::default(),
+        SortedCopies::default(),
+    );
     loop {
         if !ready.pending().is_empty() {
             // a watch is re-listing (410 Gone): decide again on its complete new list
@@ -214,24 +221,31 @@ pub async fn run(
                 _ = &mut shutdown => return Ok(state),
             }
         }
-        let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
-        let ds = daemon_sets.as_ref().map(snapshot);
+        let (n, p, b) = (
+            node_copies.refresh(&nodes),
+            pod_copies.refresh(&pods),
+            pdb_copies.refresh(&pdbs),
+        );
+        let ds = match (&daemon_sets, &mut ds_copies) {
+            (Some(store), copies) => Some(copies.refresh(store)),
+            (None, _) => None,
+        };
         if let Some(o) = run.observer.as_mut() {
             let at = clock.monotonic();
             if looked.is_none_or(|l| at.saturating_since(l) >= o.every) {
                 (o.look)(&Cluster {
-                    daemon_sets: ds.as_deref(),
-                    ..Cluster::new(&n, &p, &b)
+                    daemon_sets: ds,
+                    ..Cluster::new(n, p, b)
                 });
                 looked = Some(at);
             }
         }
         let resumes = *run.resumes.borrow();
         let obs = Observation {
-            nodes: &n,
-            pods: &p,
-            pdbs: &b,
-            daemon_sets: ds.as_deref(),
+            nodes: n,
+            pods: p,
+            pdbs: b,
+            daemon_sets: ds,
             outcomes: &outcomes,
             resumes,
         };
@@ -265,7 +279,7 @@ pub async fn run(
                 continue;
             }
         }
-        outcomes = apply.all(&actions, &n).await;
+        outcomes = apply.all(&actions, n).await;
         if shape(&next.waiting) != shape(&state.waiting) || next.phase != state.phase {
             tracing::info!(phase = ?next.phase, "drain: {}", next.waiting);
         }

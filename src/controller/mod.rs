@@ -20,7 +20,7 @@ mod metrics;
 pub mod rollout;
 mod startup;
 mod stores;
-pub use stores::SortedState;
+pub use stores::{SortedCopies, SortedState};
 mod ungater;
 
 use std::future::Future;

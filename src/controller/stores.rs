@@ -49,6 +49,64 @@ where
     }
 }
 
+/// A reflector store's objects in (namespace, name) order ([`SortedState`]) as owned values, for
+/// a loop that decides on owned objects step after step: each [`SortedCopies::refresh`] copies
+/// only the objects that changed since the last one. A reflector store hands out its objects
+/// behind `Arc`s and replaces an object's `Arc` whenever the object changes, so an `Arc` that is
+/// the one copied last time (the same pointer; the `Arc` kept here keeps its address from being
+/// reused) holds the same object, and last time's copy is taken over instead of made again. That
+/// holds for any reflector store, on a real cluster as on the sim.
+pub struct SortedCopies<K> {
+    /// The store's `Arc`s the copies were made from, in the same order.
+    arcs: Vec<Arc<K>>,
+    copies: Vec<K>,
+}
+
+impl<K> Default for SortedCopies<K> {
+    fn default() -> Self {
+        SortedCopies {
+            arcs: Vec::new(),
+            copies: Vec::new(),
+        }
+    }
+}
+
+impl<K> SortedCopies<K>
+where
+    K: Resource + reflector::Lookup + Clone + 'static,
+    <K as reflector::Lookup>::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// The store's objects now, in (namespace, name) order.
+    pub fn refresh(&mut self, store: &Store<K>) -> &[K] {
+        let now = store.sorted_state();
+        let unchanged = now.len() == self.arcs.len()
+            && now.iter().zip(&self.arcs).all(|(a, b)| Arc::ptr_eq(a, b));
+        if !unchanged {
+            let copied: std::collections::HashMap<*const K, usize> = self
+                .arcs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (Arc::as_ptr(a), i))
+                .collect();
+            let mut before: Vec<Option<K>> = std::mem::take(&mut self.copies)
+                .into_iter()
+                .map(Some)
+                .collect();
+            self.copies = now
+                .iter()
+                .map(|a| {
+                    copied
+                        .get(&Arc::as_ptr(a))
+                        .and_then(|i| before.get_mut(*i).and_then(Option::take))
+                        .unwrap_or_else(|| a.as_ref().clone())
+                })
+                .collect();
+            self.arcs = now;
+        }
+        &self.copies
+    }
+}
+
 /// Read handles on everything raygate watches.
 #[derive(Clone)]
 pub struct Stores {
@@ -476,5 +534,56 @@ mod tests {
         // a RayCluster not created for a RayService (only the name label) has no owner here
         let other = ray_cluster("c").label(ORIGINATED_FROM_CR_NAME_LABEL, "svc");
         assert_eq!(rayservice_of(&other), None);
+    }
+
+    #[test]
+    fn sorted_copies_follow_the_store_through_adds_changes_and_deletes() {
+        use super::{SortedCopies, SortedState};
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::runtime::{reflector, watcher};
+        let pod = |ns: &str, name: &str, node: &str| {
+            let mut p = Pod::default();
+            p.metadata.namespace = Some(ns.into());
+            p.metadata.name = Some(name.into());
+            p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: Some(node.into()),
+                ..Default::default()
+            });
+            p
+        };
+        let (store, mut writer) = reflector::store::<Pod>();
+        let mut copies = SortedCopies::default();
+        let fresh = |store: &reflector::Store<Pod>| -> Vec<Pod> {
+            store.sorted_state().iter().map(|p| (**p).clone()).collect()
+        };
+        assert!(copies.refresh(&store).is_empty());
+        for (ns, name) in [("b", "x"), ("a", "y"), ("a", "x")] {
+            writer.apply_watcher_event(&watcher::Event::Apply(pod(ns, name, "n1")));
+        }
+        assert_eq!(copies.refresh(&store), fresh(&store).as_slice());
+        let names: Vec<_> = copies
+            .refresh(&store)
+            .iter()
+            .map(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [("a", "x"), ("a", "y"), ("b", "x")].map(|(n, m)| (Some(n.into()), Some(m.into())))
+        );
+        // a change to one pod shows; the others are taken over
+        writer.apply_watcher_event(&watcher::Event::Apply(pod("a", "y", "n2")));
+        let now = copies.refresh(&store).to_vec();
+        assert_eq!(now, fresh(&store));
+        assert_eq!(
+            now[1].spec.as_ref().unwrap().node_name.as_deref(),
+            Some("n2")
+        );
+        // the same content again, in a new Arc: still right
+        writer.apply_watcher_event(&watcher::Event::Apply(pod("a", "y", "n2")));
+        assert_eq!(copies.refresh(&store), fresh(&store).as_slice());
+        writer.apply_watcher_event(&watcher::Event::Delete(pod("a", "x", "n1")));
+        writer.apply_watcher_event(&watcher::Event::Apply(pod("c", "z", "n3")));
+        assert_eq!(copies.refresh(&store), fresh(&store).as_slice());
+        assert_eq!(copies.refresh(&store).len(), 3);
     }
 }
