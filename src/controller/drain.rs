@@ -226,10 +226,7 @@ pub async fn run(
             pod_copies.refresh(&pods),
             pdb_copies.refresh(&pdbs),
         );
-        let ds = match (&daemon_sets, &mut ds_copies) {
-            (Some(store), copies) => Some(copies.refresh(store)),
-            (None, _) => None,
-        };
+        let ds = daemon_sets.as_ref().map(|store| ds_copies.refresh(store));
         if let Some(o) = run.observer.as_mut() {
             let at = clock.monotonic();
             if looked.is_none_or(|l| at.saturating_since(l) >= o.every) {
