@@ -112,6 +112,16 @@ fn check_evictions(h: &History, start: &Start) -> usize {
     evicted.len()
 }
 
+/// The set-up most tests share: a cluster, its client, the actors running (stopped when the
+/// sender is dropped) and [`layout`]'s groups placed.
+async fn world(groups: &[usize]) -> (Sim, Client, watch::Sender<bool>, Start) {
+    let sim = sim();
+    let client = sim.client();
+    let actors = actors(&sim);
+    let start = layout(&client, groups).await;
+    (sim, client, actors, start)
+}
+
 type History = Arc<Mutex<Vec<(Timestamp, String, String)>>>;
 
 /// Every eviction the cluster saw (`DisruptionTarget`/`EvictionByEvictionAPI` appearing on a
@@ -326,10 +336,7 @@ async fn starts_once_the_spare_takes_pods(sim: &Sim, client: &Client) {
 /// on the spare node (the health gate), then ud-1, and writes every step to the status.
 #[tokio::test(start_paused = true)]
 async fn a_node_rollout_is_drained_domain_by_domain_to_complete_with_its_status_filled() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     let history = record_evictions(&sim);
     let metrics = Arc::new(Metrics::default());
     let (_stop, _ctl) = controller(&sim, metrics.clone());
@@ -410,10 +417,7 @@ async fn a_node_rollout_is_drained_domain_by_domain_to_complete_with_its_status_
 /// no pod twice, and the rollout completes.
 #[tokio::test(start_paused = true)]
 async fn a_controller_killed_mid_domain_is_replaced_by_one_that_goes_on_without_evicting_again() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[2, 1]).await;
+    let (sim, client, _actors, start) = world(&[2, 1]).await;
     let history = record_evictions(&sim);
     let metrics = Arc::new(Metrics::default());
     let (_stop, first) = controller(&sim, metrics.clone());
@@ -462,10 +466,7 @@ async fn a_controller_killed_mid_domain_is_replaced_by_one_that_goes_on_without_
 /// long as it stays paused; `false` goes on to Complete.
 #[tokio::test(start_paused = true)]
 async fn paused_stops_new_evictions_and_resuming_goes_on_to_complete() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[2, 1]).await;
+    let (sim, client, _actors, start) = world(&[2, 1]).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
     create(&client, &rollout_object("r", old_pool())).await;
@@ -526,10 +527,7 @@ async fn paused_stops_new_evictions_and_resuming_goes_on_to_complete() {
 /// spec the API server's schema lets through but the controller cannot use.
 #[tokio::test(start_paused = true)]
 async fn bad_rollouts_get_a_condition_touch_nothing_and_leave_a_good_one_alone() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
     let mut unknown_label = old_pool();
@@ -580,10 +578,7 @@ async fn bad_rollouts_get_a_condition_touch_nothing_and_leave_a_good_one_alone()
 /// plans only once the first completed (by then nothing is left to evict).
 #[tokio::test(start_paused = true)]
 async fn a_node_in_two_active_rollouts_makes_the_later_one_wait_naming_the_other() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
     create(&client, &rollout_object("first", old_pool())).await;
@@ -616,10 +611,7 @@ async fn a_node_in_two_active_rollouts_makes_the_later_one_wait_naming_the_other
 #[tokio::test(start_paused = true)]
 async fn a_group_split_across_domains_makes_the_contract_condition_false_without_stopping_the_rollout()
  {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     let pods_api = Api::<Pod>::namespaced(client.clone(), NS);
     for (name, node, index) in [("split-0", "node-0", "0"), ("split-0-1", "node-1", "1")] {
         let p: Pod = serde_json::from_value(json!({
@@ -750,10 +742,7 @@ impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for 
 #[tokio::test(start_paused = true)]
 async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_waits_for_the_group() {
     use std::sync::atomic::Ordering::SeqCst;
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -843,10 +832,7 @@ impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for 
 /// and the rollout goes on to complete.
 #[tokio::test(start_paused = true)]
 async fn a_running_rollout_checks_the_contract_over_its_watches_without_listing_pods() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     // capacity outside every domain of the rollout for the split group below
     Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node("extra", "ud-extra", 2, "new"))
@@ -946,10 +932,7 @@ async fn a_running_rollout_checks_the_contract_over_its_watches_without_listing_
 /// again, the next check (within a minute) starts the rollout and it completes.
 #[tokio::test(start_paused = true)]
 async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is_evicted() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[2, 1]).await;
+    let (sim, client, _actors, start) = world(&[2, 1]).await;
     let nodes = Api::<Node>::all(client.clone());
     set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
@@ -1083,10 +1066,7 @@ async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_
 /// next check (within a minute) starts it and it completes.
 #[tokio::test(start_paused = true)]
 async fn a_domain_whose_health_gate_could_never_pass_with_hand_off_none_holds_the_rollout() {
-    let sim = sim();
-    let client = sim.client();
-    let _actors = actors(&sim);
-    let start = layout(&client, &[1, 1]).await;
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
     set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
