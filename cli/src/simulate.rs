@@ -45,6 +45,11 @@ pub struct SimulateArgs {
     /// Also write the run as one self-contained HTML page (charts, no network) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Also run the story's baselines, each on a cluster of its own with the same shape and seed
+    /// (KubeRay without the gate for a gated RayService; kubectl drain node by node, random drains
+    /// of 2 nodes and UD by UD for a rollout), and show raygate beside them.
+    #[arg(long)]
+    baselines: bool,
 }
 
 /// `raygate demo`'s one option.
@@ -58,7 +63,8 @@ pub struct DemoArgs {
 /// Exit 0 when every invariant held and every expectation was met, 1 otherwise.
 pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let checked = story::demo().context("the embedded demo story")?;
-    play(&checked, SimOutput::Table, args.html.as_deref())
+    // the demo always shows raygate beside its baselines (issue #14: the same run, cluster, seed)
+    play(&checked, SimOutput::Table, args.html.as_deref(), true)
 }
 
 /// Exit 2 on a bad scenario file (line and field named), else as [`demo`].
@@ -82,7 +88,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     } else {
         SimOutput::Json
     });
-    play(&checked, output, args.html.as_deref())
+    play(&checked, output, args.html.as_deref(), args.baselines)
 }
 
 /// `raygate simulate --seeds N`: the sweep over seeds `first..first + n` (each a generated
@@ -111,7 +117,16 @@ fn play(
     checked: &Checked,
     output: SimOutput,
     html: Option<&std::path::Path>,
+    with_baselines: bool,
 ) -> anyhow::Result<ExitCode> {
+    let registry = raygate_sim::upstream::registry().context("the embedded CRDs")?;
+    // the baselines run on two threads of their own while raygate's story plays on this one
+    let runs = if with_baselines {
+        story::baselines(checked)
+    } else {
+        vec![]
+    };
+    let baselines = (!runs.is_empty()).then(|| story::run_all(&registry, runs, 2));
     let tty = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout();
     let mut status_shown = false;
@@ -133,33 +148,72 @@ fn play(
     // the sim is built inside the paused runtime: its clock then starts with the runtime's, so
     // the run (names, timestamps) is the same every time
     let played = story::block_on_paused(async {
-        let sim = story::sim_for(checked)?;
+        let sim = story::sim_with(&registry, checked);
         story::play(sim, checked, &mut display).await
     })??;
+    if baselines.is_some() && output == SimOutput::Table {
+        println!("(running the baselines on the same cluster and seed…)");
+    }
+    let baselines = match baselines {
+        Some(handle) => handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("a baseline's thread panicked"))?,
+        None => vec![],
+    };
     if status_shown {
         print!("\r\x1b[2K");
     }
     match output {
         SimOutput::Table => print!(
             "{}",
-            show::summary(&played.report, &played.lines, played.wall)
+            show::summary(&played.report, &played.lines, played.wall, &baselines)
         ),
         SimOutput::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&show::report_json(&played.report, played.wall))?
+            serde_json::to_string_pretty(&with_baselines_json(
+                show::report_json(&played.report, played.wall),
+                &baselines
+            ))?
         ),
     }
     if let Some(path) = html {
-        let run = report::Run::from_scenario("raygate", &played.report);
-        let mut input = report::Input::new(played.report.name.clone(), vec![run]);
+        let mut runs = vec![report::Run::from_scenario("raygate", &played.report)];
+        runs.extend(
+            baselines.iter().filter_map(|(name, r)| {
+                r.as_ref().ok().map(|r| report::Run::from_scenario(name, r))
+            }),
+        );
+        let mut input = report::Input::new(played.report.name.clone(), runs);
         input.subtitle = checked.scenario.description.trim().to_string();
         input.domain_label = checked.scenario.cluster.domain_label.clone();
         report::write(path, &input)?;
         eprintln!("wrote {}", path.display());
     }
-    Ok(if played.report.passed() {
+    // a baseline breaking invariants is what it shows; one that could not run is a broken demo
+    let baselines_ran = baselines.iter().all(|(_, r)| r.is_ok());
+    Ok(if played.report.passed() && baselines_ran {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `report` with `baselines: [{name, report}]` (each baseline's report as `-o json` gives
+/// raygate's, or `{name, error}`).
+fn with_baselines_json(
+    mut report: serde_json::Value,
+    baselines: &[story::BaselineRun],
+) -> serde_json::Value {
+    if baselines.is_empty() {
+        return report;
+    }
+    report["baselines"] = baselines
+        .iter()
+        .map(|(name, r)| match r {
+            Ok(r) => serde_json::json!({"name": name,
+                "report": show::report_json(r, std::time::Duration::ZERO)}),
+            Err(e) => serde_json::json!({"name": name, "error": e}),
+        })
+        .collect();
+    report
 }

@@ -53,6 +53,37 @@ fn demo_plays_both_acts_and_every_invariant_holds() {
             .unwrap_or_else(|| panic!("no summary line for {invariant:?}:\n{stdout}"));
         assert!(line.ends_with(" held"), "{line}");
     }
+    // raygate beside its baselines, each on a cluster of its own with the demo's shape and seed:
+    // raygate breaks nothing, each baseline breaks what it is there to show
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.contains("RAYGATE AGAINST THE BASELINES"))
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    let row = |run: &str| {
+        table
+            .iter()
+            .find(|l| l.trim_start().starts_with(run))
+            .unwrap_or_else(|| panic!("no row for {run:?} in:\n{}", table.join("\n")))
+            .to_string()
+    };
+    assert!(row("raygate ").ends_with("none"), "{}", row("raygate "));
+    let without_gate = row("KubeRay without the gate");
+    assert!(
+        without_gate.contains("QuotaExceeded") && without_gate.contains("serving/nvidia.com/gpu +"),
+        "{without_gate}"
+    );
+    for drain in [
+        "kubectl drain node by node",
+        "random drains of 2 nodes",
+        "UD by UD",
+    ] {
+        let r = row(drain);
+        assert!(
+            r.contains("GroupDisruptedTwice") || r.contains("BelowPdbFloor"),
+            "{r}"
+        );
+    }
     // not a terminal: plain lines, no status line rewritten in place
     assert!(!stdout.contains('\r'), "no carriage returns when piped");
 }
@@ -103,6 +134,44 @@ fn simulate_prints_a_scenario_s_report_as_json() {
     assert_eq!(v["violations"], serde_json::json!([]));
     assert!(v["held"][0]["heldSeconds"].as_i64().unwrap() >= 300, "{v}");
     assert_eq!(v["invariants"].as_array().unwrap().len(), 6);
+    assert!(v.get("baselines").is_none(), "baselines only when asked");
+}
+
+/// `--baselines`: the story's baselines on clusters of their own, in the JSON beside raygate's
+/// report (a gated upgrade: KubeRay without the gate, which runs both children over the quota).
+#[test]
+fn simulate_with_baselines_reports_kuberay_without_the_gate_beside_raygate() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = raygate(
+        &[
+            "simulate",
+            "-f",
+            "config/scenarios/quota-held-upgrade.yaml",
+            "-o",
+            "json",
+            "--baselines",
+        ],
+        &root,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["passed"], true);
+    let baselines = v["baselines"].as_array().unwrap();
+    assert_eq!(baselines.len(), 1, "{v}");
+    assert_eq!(baselines[0]["name"], "KubeRay without the gate");
+    let broken: Vec<&str> = baselines[0]["report"]["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["invariant"].as_str())
+        .collect();
+    assert!(broken.contains(&"QuotaExceeded"), "{broken:?}");
+    assert!(broken.contains(&"RanUncovered"), "{broken:?}");
 }
 
 /// `--html FILE` writes the run as one self-contained page with the charts.

@@ -561,6 +561,38 @@ pub fn without_gate(checked: &crate::scenario::Checked) -> crate::scenario::Chec
     out
 }
 
+/// The naive drains on the same story: each rollout the story starts is driven instead by
+/// `kubectl drain` node by node, random drains of 2 nodes, and UD by UD (no taint on the outdated
+/// generation: the baselines know nothing of it). (name, scenario).
+pub fn drain_variants(
+    checked: &crate::scenario::Checked,
+) -> Vec<(String, crate::scenario::Checked)> {
+    use crate::scenario::{Action, StrategyName};
+    [
+        ("kubectl drain node by node", StrategyName::NodeByNode, None),
+        (
+            "random drains of 2 nodes",
+            StrategyName::RandomConcurrent,
+            Some(2),
+        ),
+        ("UD by UD", StrategyName::DomainByDomain, None),
+    ]
+    .into_iter()
+    .map(|(name, strategy, k)| {
+        let mut c = checked.clone();
+        c.scenario.name = format!("{} ({name})", checked.scenario.name);
+        for (_, a, _) in &mut c.steps {
+            if let Action::StartRollout(r) = a {
+                r.strategy = strategy;
+                r.k = k;
+                r.taint_outdated = false;
+            }
+        }
+        (name.to_string(), c)
+    })
+    .collect()
+}
+
 /// A RayService or RayCluster asks KubeRay to run at once: `suspend` dropped from the cluster
 /// spec (raygate's gate, like Kueue's, has users create it `suspend: true`).
 fn ungate(object: &mut serde_json::Value) {

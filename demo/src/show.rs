@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::history::{Change, History, Key, Kind, State};
 use crate::invariants::{self, Invariant, Window};
 use crate::scenario::Report;
+use crate::story::BaselineRun;
 
 /// One line of the live display.
 #[derive(Clone, Debug, PartialEq)]
@@ -436,7 +437,12 @@ fn took(o: &crate::baselines::Outcome) -> Option<std::time::Duration> {
 }
 
 /// The timeline (milestones) and the summary table.
-pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> String {
+pub fn summary(
+    report: &Report,
+    lines: &[Line],
+    wall: std::time::Duration,
+    baselines: &[BaselineRun],
+) -> String {
     let start = report.started;
     let mut s = String::new();
     let _ = writeln!(s, "\nTIMELINE");
@@ -561,6 +567,9 @@ pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> St
             );
         }
     }
+    if !baselines.is_empty() {
+        s.push_str(&against_baselines(report, baselines));
+    }
     let _ = writeln!(s);
     if report.passed() {
         let _ = writeln!(
@@ -571,6 +580,93 @@ pub fn summary(report: &Report, lines: &[Line], wall: std::time::Duration) -> St
         let _ = writeln!(s, "RESULT  FAILED:");
         for f in &report.failures {
             let _ = writeln!(s, "  - {f}");
+        }
+    }
+    s
+}
+
+/// One run's row in [`against_baselines`]: rollout time, ratio to the lower bound, group
+/// disruptions, groups disrupted twice, group-seconds below the floor, quota overrun, the
+/// invariants it broke.
+fn comparison_row(name: &str, report: &Report) -> String {
+    let rollout = report.rollouts.iter().flatten().next();
+    let (took_, ratio, disruptions, twice) = match rollout {
+        Some(o) => {
+            let (d, t) = group_effect(
+                &report.history,
+                Window {
+                    from: o.started,
+                    to: o.finished,
+                },
+            );
+            let (_, ratio) = bound_and_ratio(report, o);
+            (clock(o.took()), ratio, d.to_string(), t.to_string())
+        }
+        None if report.rollouts.is_empty() => ("—".into(), "—".into(), "—".into(), "—".into()),
+        None => ("failed".into(), "—".into(), "—".into(), "—".into()),
+    };
+    let below = if report.rollouts.is_empty() {
+        "—".to_string()
+    } else {
+        format!(
+            "{:.0}",
+            invariants::seconds_below_pdb_floor(&report.history)
+        )
+    };
+    let overrun = invariants::quota_overrun(&report.history);
+    let overrun = if overrun.is_empty() {
+        "none".to_string()
+    } else {
+        overrun
+            .iter()
+            .map(|(id, o)| format!("{id} +{} for {:.0}s", o.peak, o.seconds))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut broken: Vec<String> = report
+        .violations
+        .iter()
+        .map(|v| format!("{:?}", v.invariant))
+        .collect();
+    broken.sort();
+    broken.dedup();
+    let broken = if broken.is_empty() {
+        "none".to_string()
+    } else {
+        broken.join(", ")
+    };
+    format!(
+        "  {name:<28} {took_:>9} {ratio:>6} {disruptions:>12} {twice:>16} {below:>20}  {overrun:<34} {broken}"
+    )
+}
+
+/// raygate's run beside its baselines' (each on a fresh cluster of the same shape and seed).
+pub fn against_baselines(report: &Report, baselines: &[BaselineRun]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n  RAYGATE AGAINST THE BASELINES (the same story, cluster and seed; each run on its own cluster)"
+    );
+    let _ = writeln!(
+        s,
+        "  {:<28} {:>9} {:>6} {:>12} {:>16} {:>20}  {:<34} INVARIANTS BROKEN",
+        "RUN",
+        "ROLLOUT",
+        "RATIO",
+        "DISRUPTIONS",
+        "DISRUPTED TWICE",
+        "GROUP-S BELOW FLOOR",
+        "QUOTA OVERRUN"
+    );
+    let _ = writeln!(s, "{}", comparison_row("raygate", report));
+    for (name, run) in baselines {
+        match run {
+            Ok(r) => {
+                let _ = writeln!(s, "{}", comparison_row(name, r));
+            }
+            Err(e) => {
+                let _ = writeln!(s, "  {name:<28} could not run: {e}");
+            }
         }
     }
     s

@@ -12,7 +12,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
-use raygate_sim::{Clock, CrdError, Sim};
+use raygate_sim::{Clock, CrdError, Registry, Sim};
 use tokio::sync::mpsc;
 
 use crate::scenario::{self, Checked, Progress, Report, RunError, ScenarioError};
@@ -129,6 +129,85 @@ pub fn sim_for(checked: &Checked) -> Result<Sim, PlayError> {
         .build())
 }
 
+/// A fresh sim for `checked` over an already built `registry` (parsing the embedded CRDs costs
+/// seconds: build it once for a story and its baselines).
+pub fn sim_with(registry: &Registry, checked: &Checked) -> Sim {
+    Sim::builder()
+        .registry(registry.clone())
+        .seed(checked.scenario.seed)
+        .build()
+}
+
+/// The baselines of a story, each to run on a fresh cluster of the same shape and seed: KubeRay
+/// without the gate where raygate's controller gates a RayService (the story without its node
+/// rollouts, which need raygate's controller), and the three naive drains where the story rolls
+/// nodes out (the same story, each rollout driven by the baseline instead). (name, scenario).
+pub fn baselines(checked: &Checked) -> Vec<(String, Checked)> {
+    let mut out = vec![];
+    let gates_a_rayservice = checked.scenario.controller.run
+        && checked
+            .scenario
+            .objects
+            .iter()
+            .any(|o| o["kind"] == "RayService");
+    if gates_a_rayservice {
+        let mut c = crate::baselines::without_gate(checked);
+        c.steps
+            .retain(|(_, a, _)| !matches!(a, scenario::Action::StartRollout(_)));
+        out.push(("KubeRay without the gate".to_string(), c));
+    }
+    let rolls_out = checked
+        .steps
+        .iter()
+        .any(|(_, a, _)| matches!(a, scenario::Action::StartRollout(_)));
+    if rolls_out {
+        out.extend(crate::baselines::drain_variants(checked));
+    }
+    out
+}
+
+/// A baseline's run: its name and its report, or why it could not run.
+pub type BaselineRun = (String, Result<Report, String>);
+
+/// Runs `runs` on `threads` threads, each on a fresh sim over `registry` on a paused runtime of
+/// its own (the same story gives the same history whatever the threads); the results in the
+/// order given.
+pub fn run_all(
+    registry: &Registry,
+    runs: Vec<(String, Checked)>,
+    threads: usize,
+) -> std::thread::JoinHandle<Vec<BaselineRun>> {
+    let registry = registry.clone();
+    std::thread::spawn(move || {
+        let queue = std::sync::Mutex::new(runs.into_iter().enumerate().collect::<Vec<_>>());
+        let done = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..threads.max(1) {
+                scope.spawn(|| {
+                    loop {
+                        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                        let Some((i, (name, checked))) = next else {
+                            return;
+                        };
+                        // the sim is built inside its paused runtime (see [`sim_for`])
+                        let report = block_on_paused(async {
+                            scenario::run(sim_with(&registry, &checked), &checked).await
+                        })
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
+                        done.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((i, (name, report)));
+                    }
+                });
+            }
+        });
+        let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+        done.sort_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, r)| r).collect()
+    })
+}
+
 /// Plays `checked` on `sim`, telling `out` every line as it happens (and a status line).
 pub async fn play(
     sim: Sim,
@@ -238,4 +317,66 @@ pub fn block_on_paused<F: Future>(f: F) -> Result<F::Output, PlayError> {
         .build()
         .map_err(PlayError::Runtime)?;
     Ok(rt.block_on(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Action, StrategyName};
+
+    fn strategies(c: &Checked) -> Vec<(StrategyName, Option<usize>)> {
+        c.steps
+            .iter()
+            .filter_map(|(_, a, _)| match a {
+                Action::StartRollout(r) => Some((r.strategy, r.k)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_demo_s_baselines_are_kuberay_without_the_gate_and_the_three_drains_on_the_same_story() {
+        let demo = demo().unwrap();
+        assert_eq!(strategies(&demo), [(StrategyName::NodeRollout, None)]);
+        let runs = baselines(&demo);
+        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "KubeRay without the gate",
+                "kubectl drain node by node",
+                "random drains of 2 nodes",
+                "UD by UD"
+            ]
+        );
+        for (_, c) in &runs {
+            assert_eq!(c.scenario.seed, demo.scenario.seed);
+            assert_eq!(c.scenario.objects.len(), demo.scenario.objects.len());
+        }
+        // without the gate: no raygate, so no NodeRollout either; act 1's steps all stay
+        let without = &runs[0].1;
+        assert!(!without.scenario.controller.run);
+        assert!(strategies(without).is_empty());
+        assert_eq!(without.steps.len(), demo.steps.len() - 1);
+        // the drains: raygate still gates act 1; act 2 is driven by the baseline
+        let drains: Vec<_> = runs[1..].iter().map(|(_, c)| strategies(c)).collect();
+        assert_eq!(
+            drains,
+            [
+                vec![(StrategyName::NodeByNode, None)],
+                vec![(StrategyName::RandomConcurrent, Some(2))],
+                vec![(StrategyName::DomainByDomain, None)],
+            ]
+        );
+        assert!(runs[1..].iter().all(|(_, c)| c.scenario.controller.run));
+    }
+
+    #[test]
+    fn a_story_with_no_rollout_and_no_gated_rayservice_has_no_baselines() {
+        let mut c = demo().unwrap();
+        c.scenario.controller.run = false;
+        c.steps
+            .retain(|(_, a, _)| !matches!(a, Action::StartRollout(_)));
+        assert!(baselines(&c).is_empty());
+    }
 }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use raygate_sim::{Registry, Sim};
 use serde_json::{Value, json};
 
-use crate::baselines::{SplitMix, without_gate};
+use crate::baselines::{self, SplitMix, without_gate};
 use crate::invariants::Invariant;
 use crate::scenario::{
     self, Action, Checked, ClusterShape, ControllerSpec, Expectations, InjectFault, RaiseQuota,
@@ -113,28 +113,7 @@ pub fn variants(checked: &Checked) -> Vec<(String, Checked)> {
     let mut out = vec![("raygate".to_string(), checked.clone())];
     match story(checked) {
         Story::Upgrade => out.push(("KubeRay without the gate".into(), without_gate(checked))),
-        Story::Rollout => {
-            for (name, strategy, k) in [
-                ("kubectl drain node by node", StrategyName::NodeByNode, None),
-                (
-                    "random drains of 2 nodes",
-                    StrategyName::RandomConcurrent,
-                    Some(2),
-                ),
-                ("UD by UD", StrategyName::DomainByDomain, None),
-            ] {
-                let mut c = checked.clone();
-                c.scenario.name = format!("{} ({name})", checked.scenario.name);
-                for (_, a, _) in &mut c.steps {
-                    if let Action::StartRollout(r) = a {
-                        r.strategy = strategy;
-                        r.k = k;
-                        r.taint_outdated = false;
-                    }
-                }
-                out.push((name.into(), c));
-            }
-        }
+        Story::Rollout => out.extend(baselines::drain_variants(checked)),
     }
     out
 }

@@ -40,7 +40,7 @@ async fn the_demo_story_runs_with_every_invariant_holding() {
     .await
     .unwrap();
     let report = &played.report;
-    let summary = show::summary(report, &played.lines, played.wall);
+    let summary = show::summary(report, &played.lines, played.wall, &[]);
     eprintln!("{}\n{summary}", shown.join("\n"));
     assert!(report.passed(), "{:#?}", report.failures);
     assert!(report.violations.is_empty(), "{:#?}", report.violations);

@@ -214,7 +214,7 @@ fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
         }),
         failures: vec![],
     };
-    let text = summary(&report, &[], std::time::Duration::from_secs(1));
+    let text = summary(&report, &[], std::time::Duration::from_secs(1), &[]);
     let row = text
         .lines()
         .find(|l| l.trim_start().starts_with("raygate"))
@@ -238,4 +238,66 @@ fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
         ..report
     };
     assert!(report_json(&upgrade, Default::default())["lowerBound"].is_null());
+}
+
+/// raygate's row first, then each baseline's: its rollout time and ratio, the invariants it
+/// broke (each named once, however many violations), and a baseline that could not run says so.
+#[test]
+fn the_comparison_puts_each_baseline_beside_raygate_with_what_it_broke() {
+    let outcome = |strategy: &str, took: i64| crate::baselines::Outcome {
+        strategy: strategy.into(),
+        started: t(100),
+        finished: t(100 + took),
+        evictions: 4,
+        refusals: 0,
+    };
+    let report = |o: crate::baselines::Outcome, violations| Report {
+        name: "known".into(),
+        started: t(0),
+        ended: t(900),
+        history: History::new(),
+        violations,
+        rollouts: vec![Ok(o)],
+        lower_bound: Some(crate::bound::LowerBound {
+            domains: 2,
+            evict: std::time::Duration::from_secs(1),
+            handoff: std::time::Duration::from_secs(120),
+            recovery: std::time::Duration::from_secs(6),
+            recovers_elsewhere: false,
+        }),
+        failures: vec![],
+    };
+    let raygate = report(outcome("raygate", 381), vec![]);
+    let twice = |group: &str| crate::invariants::Violation {
+        invariant: Invariant::GroupDisruptedTwice,
+        from: t(200),
+        until: None,
+        objects: vec![group.into()],
+        message: "disrupted twice".into(),
+    };
+    let node_by_node = report(outcome("node by node", 762), vec![twice("g0"), twice("g1")]);
+    let baselines = vec![
+        ("kubectl drain node by node".to_string(), Ok(node_by_node)),
+        ("UD by UD".to_string(), Err("no runtime".to_string())),
+    ];
+    let text = against_baselines(&raygate, &baselines);
+    let rows: Vec<&str> = text.lines().skip(3).collect();
+    let cells = |i: usize| rows[i].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(cells(0)[..3], ["raygate", "6m21s", "1.50"], "{text}");
+    assert_eq!(cells(0).last(), Some(&"none"), "{text}");
+    assert!(
+        rows[1].starts_with("  kubectl drain node by node"),
+        "{text}"
+    );
+    assert!(
+        rows[1].contains("12m42s") && rows[1].contains(" 3.00 "),
+        "{text}"
+    );
+    assert!(rows[1].ends_with(" GroupDisruptedTwice"), "{text}");
+    assert!(rows[2].contains("UD by UD") && rows[2].ends_with("could not run: no runtime"));
+    // the summary carries the table only when baselines ran
+    let with = summary(&raygate, &[], std::time::Duration::from_secs(1), &baselines);
+    assert!(with.contains("RAYGATE AGAINST THE BASELINES"));
+    let without = summary(&raygate, &[], std::time::Duration::from_secs(1), &[]);
+    assert!(!without.contains("RAYGATE AGAINST THE BASELINES"));
 }
