@@ -11,6 +11,22 @@ fn raygate(args: &[&str], dir: &std::path::Path) -> std::process::Output {
         .expect("runs the binary")
 }
 
+/// `raygate simulate -f FILE -o json [extra]` on a shipped scenario (run from the repository
+/// root): it exits 0; its JSON.
+fn simulate_json(file: &str, extra: &[&str]) -> serde_json::Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut args = vec!["simulate", "-f", file, "-o", "json"];
+    args.extend_from_slice(extra);
+    let out = raygate(&args, &root);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
 /// Run from an empty directory: the binary needs no file beside it. Exit 0, the acts on the
 /// live lines, every invariant held in the summary.
 #[test]
@@ -112,24 +128,7 @@ fn simulate_names_the_line_and_field_of_a_bad_file() {
 /// A shipped scenario as JSON (piped): the report says it passed, with the held child.
 #[test]
 fn simulate_prints_a_scenario_s_report_as_json() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = raygate(
-        &[
-            "simulate",
-            "-f",
-            "config/scenarios/quota-held-upgrade.yaml",
-            "-o",
-            "json",
-        ],
-        &root,
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let v = simulate_json("config/scenarios/quota-held-upgrade.yaml", &[]);
     assert_eq!(v["passed"], true);
     assert_eq!(v["violations"], serde_json::json!([]));
     assert!(v["held"][0]["heldSeconds"].as_i64().unwrap() >= 300, "{v}");
@@ -141,25 +140,7 @@ fn simulate_prints_a_scenario_s_report_as_json() {
 /// report (a gated upgrade: KubeRay without the gate, which runs both children over the quota).
 #[test]
 fn simulate_with_baselines_reports_kuberay_without_the_gate_beside_raygate() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = raygate(
-        &[
-            "simulate",
-            "-f",
-            "config/scenarios/quota-held-upgrade.yaml",
-            "-o",
-            "json",
-            "--baselines",
-        ],
-        &root,
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let v = simulate_json("config/scenarios/quota-held-upgrade.yaml", &["--baselines"]);
     assert_eq!(v["passed"], true);
     let baselines = v["baselines"].as_array().unwrap();
     assert_eq!(baselines.len(), 1, "{v}");

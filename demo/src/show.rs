@@ -411,8 +411,12 @@ pub fn quota_peaks(h: &History) -> BTreeMap<(String, String), (Resources, Resour
     out
 }
 
-/// A rollout's effect on the groups: (disruptions, groups disrupted twice).
-fn group_effect(h: &History, window: Window) -> (usize, usize) {
+/// A rollout's effect on the groups in its window: (disruptions, groups disrupted twice).
+fn group_effect(h: &History, o: &crate::baselines::Outcome) -> (usize, usize) {
+    let window = Window {
+        from: o.started,
+        to: o.finished,
+    };
     let by_group = invariants::group_disruptions(h, lws::GROUP_KEY, window);
     (
         by_group.values().map(Vec::len).sum(),
@@ -516,13 +520,7 @@ pub fn summary(
         for r in &report.rollouts {
             match r {
                 Ok(o) => {
-                    let (disruptions, twice) = group_effect(
-                        &report.history,
-                        Window {
-                            from: o.started,
-                            to: o.finished,
-                        },
-                    );
+                    let (disruptions, twice) = group_effect(&report.history, o);
                     let (bound, ratio) = bound_and_ratio(report, o);
                     let _ = writeln!(
                         s,
@@ -592,13 +590,7 @@ fn comparison_row(name: &str, report: &Report) -> String {
     let rollout = report.rollouts.iter().flatten().next();
     let (took_, ratio, disruptions, twice) = match rollout {
         Some(o) => {
-            let (d, t) = group_effect(
-                &report.history,
-                Window {
-                    from: o.started,
-                    to: o.finished,
-                },
-            );
+            let (d, t) = group_effect(&report.history, o);
             let (_, ratio) = bound_and_ratio(report, o);
             (clock(o.took()), ratio, d.to_string(), t.to_string())
         }
@@ -695,7 +687,7 @@ pub fn report_json(report: &Report, wall: std::time::Duration) -> Value {
         })).collect::<Vec<_>>(),
         "rollouts": report.rollouts.iter().map(|r| match r {
             Ok(o) => {
-                let (disruptions, twice) = group_effect(&report.history, Window { from: o.started, to: o.finished });
+                let (disruptions, twice) = group_effect(&report.history, o);
                 let ratio = report.lower_bound.as_ref().and_then(|b| took(o).and_then(|t| b.ratio(t)));
                 json!({"strategy": o.strategy, "startedSeconds": secs(o.started),
                     "seconds": o.took().as_secs(), "evictions": o.evictions, "refusals": o.refusals,

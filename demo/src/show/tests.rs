@@ -188,23 +188,15 @@ fn holds_measure_each_suspended_child_until_its_release() {
     );
 }
 
-/// A rollout of 381 s over 2 domains of (evict 1 s + hand-off 120 s + recovery 6 s): the bound
-/// is 254 s and the ratio 1.50, in the summary table and in the JSON.
-#[test]
-fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
-    let report = Report {
+/// A run with one rollout and a bound of 2 domains × (evict 1 s + hand-off 120 s + recovery 6 s).
+fn rollout_report(o: crate::baselines::Outcome, violations: Vec<invariants::Violation>) -> Report {
+    Report {
         name: "known".into(),
         started: t(0),
-        ended: t(600),
+        ended: t(900),
         history: History::new(),
-        violations: vec![],
-        rollouts: vec![Ok(crate::baselines::Outcome {
-            strategy: "raygate".into(),
-            started: t(100),
-            finished: t(481),
-            evictions: 4,
-            refusals: 0,
-        })],
+        violations,
+        rollouts: vec![Ok(o)],
         lower_bound: Some(crate::bound::LowerBound {
             domains: 2,
             evict: std::time::Duration::from_secs(1),
@@ -213,7 +205,23 @@ fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
             recovers_elsewhere: false,
         }),
         failures: vec![],
-    };
+    }
+}
+
+/// A rollout of 381 s over 2 domains of (evict 1 s + hand-off 120 s + recovery 6 s): the bound
+/// is 254 s and the ratio 1.50, in the summary table and in the JSON.
+#[test]
+fn the_summary_shows_the_rollout_s_lower_bound_and_its_ratio_to_it() {
+    let report = rollout_report(
+        crate::baselines::Outcome {
+            strategy: "raygate".into(),
+            started: t(100),
+            finished: t(481),
+            evictions: 4,
+            refusals: 0,
+        },
+        vec![],
+    );
     let text = summary(&report, &[], std::time::Duration::from_secs(1), &[]);
     let row = text
         .lines()
@@ -251,23 +259,7 @@ fn the_comparison_puts_each_baseline_beside_raygate_with_what_it_broke() {
         evictions: 4,
         refusals: 0,
     };
-    let report = |o: crate::baselines::Outcome, violations| Report {
-        name: "known".into(),
-        started: t(0),
-        ended: t(900),
-        history: History::new(),
-        violations,
-        rollouts: vec![Ok(o)],
-        lower_bound: Some(crate::bound::LowerBound {
-            domains: 2,
-            evict: std::time::Duration::from_secs(1),
-            handoff: std::time::Duration::from_secs(120),
-            recovery: std::time::Duration::from_secs(6),
-            recovers_elsewhere: false,
-        }),
-        failures: vec![],
-    };
-    let raygate = report(outcome("raygate", 381), vec![]);
+    let raygate = rollout_report(outcome("raygate", 381), vec![]);
     let twice = |group: &str| crate::invariants::Violation {
         invariant: Invariant::GroupDisruptedTwice,
         from: t(200),
@@ -275,7 +267,7 @@ fn the_comparison_puts_each_baseline_beside_raygate_with_what_it_broke() {
         objects: vec![group.into()],
         message: "disrupted twice".into(),
     };
-    let node_by_node = report(outcome("node by node", 762), vec![twice("g0"), twice("g1")]);
+    let node_by_node = rollout_report(outcome("node by node", 762), vec![twice("g0"), twice("g1")]);
     let baselines = vec![
         ("kubectl drain node by node".to_string(), Ok(node_by_node)),
         ("UD by UD".to_string(), Err("no runtime".to_string())),
