@@ -1,26 +1,23 @@
-//! The history recorder (IO): one watch per kind on the cluster itself, each change reduced to
-//! its compact state ([`crate::history::compact`]) and stamped with the cluster's clock.
+//! The history recorder (IO): one in-process watch per kind on the sim's store
+//! ([`Sim::observe`]), each change reduced to its compact state ([`crate::history::compact`])
+//! and stamped with the cluster's clock.
 //!
-//! A watch that fails relists (kube-runtime's watcher); objects missing from the relist are
-//! recorded as deleted at the relist, so a dropped watch never leaves a ghost in the history.
+//! The recorder is the observer of the cluster's own history, not a client under test: it reads
+//! the store's events as they are committed (no HTTP, no JSON, no injected faults), so its watch
+//! never drops and never relists.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
-use raygate_sim::Clock;
-use tokio::sync::watch;
+use raygate_sim::status::ApiError;
+use raygate_sim::store::WatchEvent;
+use raygate_sim::{Clock, Sim};
+use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::history::{Change, History, Key, Kind};
+use crate::history::{Change, History, Key, Kind, identity};
 
 /// A running recorder; its watches stop when it is dropped.
 pub struct Recorder {
     history: Arc<Mutex<History>>,
-    synced: watch::Receiver<usize>,
-    kinds: usize,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -32,59 +29,43 @@ impl Drop for Recorder {
     }
 }
 
-fn api_resource(kind: Kind) -> (ApiResource, bool) {
-    let (group, version, kind_name, plural, namespaced) = kind.resource();
-    let api_version = if group.is_empty() {
-        version.to_string()
+/// The collection's path on the API server, e.g. `/apis/ray.io/v1/rayclusters`.
+fn collection_path(kind: Kind) -> String {
+    let (group, version, _, plural, _) = kind.resource();
+    if group.is_empty() {
+        format!("/api/{version}/{plural}")
     } else {
-        format!("{group}/{version}")
-    };
-    (
-        ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version,
-            kind: kind_name.into(),
-            plural: plural.into(),
-        },
-        namespaced,
-    )
+        format!("/apis/{group}/{version}/{plural}")
+    }
 }
 
 impl Recorder {
-    /// Starts recording `kinds` (every one must be served: a CRD missing makes its watch retry
-    /// forever and [`Recorder::synced`] never return).
-    pub fn start(client: &Client, clock: &Clock, kinds: &[Kind]) -> Recorder {
+    /// Starts recording `kinds` on `sim`, each kind's objects recorded before this returns (its
+    /// first list); an error when a kind is not served (a CRD missing).
+    pub fn start(sim: &Sim, kinds: &[Kind]) -> Result<Recorder, ApiError> {
+        let clock = sim.clock().clone();
         let history = Arc::new(Mutex::new(History::new()));
-        let (synced_tx, synced) = watch::channel(0usize);
-        let synced_tx = Arc::new(synced_tx);
-        let tasks = kinds
+        let feeds = kinds
             .iter()
-            .map(|&kind| {
-                let (ar, _) = api_resource(kind);
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                tokio::spawn(follow(
-                    api,
-                    kind,
-                    clock.clone(),
-                    history.clone(),
-                    synced_tx.clone(),
-                ))
+            .map(|&kind| Ok((kind, sim.observe(&collection_path(kind))?)))
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        let tasks = feeds
+            .into_iter()
+            .map(|(kind, mut feed)| {
+                // the store queued every object before `observe` returned: its first list
+                while let Ok(event) = feed.try_recv() {
+                    record(&history, &clock, kind, &event);
+                }
+                tokio::spawn(follow(feed, kind, clock.clone(), history.clone()))
             })
             .collect();
-        Recorder {
-            history,
-            synced,
-            kinds: kinds.len(),
-            tasks,
-        }
+        Ok(Recorder { history, tasks })
     }
 
-    /// Waits until every watch delivered its first list.
-    pub async fn synced(&self) {
-        let mut rx = self.synced.clone();
-        let _ = rx.wait_for(|n| *n >= self.kinds).await;
-    }
+    /// Waits until every kind's first list is in the history: [`Recorder::start`] recorded
+    /// them already, so this is ready at once (kept for callers written against a watch that
+    /// lists asynchronously).
+    pub async fn synced(&self) {}
 
     fn lock(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
@@ -121,57 +102,29 @@ impl Follower {
 }
 
 async fn follow(
-    api: Api<DynamicObject>,
+    mut feed: UnboundedReceiver<WatchEvent>,
     kind: Kind,
     clock: Clock,
     history: Arc<Mutex<History>>,
-    synced: Arc<watch::Sender<usize>>,
 ) {
-    let stream = watcher::watcher(api, watcher::Config::default());
-    let mut stream = std::pin::pin!(stream);
-    let mut first_list = true;
-    let mut listed: BTreeSet<Key> = BTreeSet::new();
-    let key = |o: &DynamicObject| {
-        Key::new(
-            kind,
-            o.namespace().as_deref().unwrap_or_default(),
-            &o.name_any(),
-        )
-    };
-    while let Some(event) = stream.next().await {
-        let Ok(event) = event else {
-            // the watcher relists on its own; keep reading
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            continue;
-        };
-        let now = clock.now();
-        let mut h = history.lock().unwrap_or_else(|p| p.into_inner());
-        match event {
-            Event::Apply(o) | Event::InitApply(o) => {
-                if let Ok(v) = serde_json::to_value(&o) {
-                    listed.insert(key(&o));
-                    h.record_object(now, kind, &v);
-                }
-            }
-            Event::Delete(o) => {
-                h.record(now, key(&o), None);
-            }
-            Event::Init => listed.clear(),
-            Event::InitDone => {
-                let gone: Vec<Key> = h
-                    .current()
-                    .keys()
-                    .filter(|k| k.kind == kind && !listed.contains(k))
-                    .cloned()
-                    .collect();
-                for k in gone {
-                    h.record(now, k, None);
-                }
-                if first_list {
-                    first_list = false;
-                    synced.send_modify(|n| *n += 1);
-                }
-            }
+    while let Some(event) = feed.recv().await {
+        record(&history, &clock, kind, &event);
+    }
+}
+
+/// Records one store event at the cluster's current time.
+fn record(history: &Mutex<History>, clock: &Clock, kind: Kind, event: &WatchEvent) {
+    let now = clock.now();
+    let mut h = history.lock().unwrap_or_else(|p| p.into_inner());
+    match event.typ {
+        "ADDED" | "MODIFIED" => {
+            h.record_object(now, kind, &event.object);
         }
+        "DELETED" => {
+            let (namespace, name) = identity(&event.object);
+            h.record(now, Key::new(kind, &namespace, &name), None);
+        }
+        // the store sends no BOOKMARK or ERROR to an in-process watch
+        _ => {}
     }
 }

@@ -1265,7 +1265,11 @@ pub async fn run_with(
         ));
     }
     let served_kinds = served(&client).await;
-    let recorder = Recorder::start(&client, &clock, &served_kinds);
+    let recorder = Recorder::start(&sim, &served_kinds).map_err(|e| RunError::Step {
+        line: 0,
+        what: "recording the cluster's history".into(),
+        reason: e.message,
+    })?;
     recorder.synced().await;
     let feeder = progress.clone().map(|tx| {
         let mut follower = recorder.follower();

@@ -271,4 +271,20 @@ impl Sim {
     pub fn watch_count(&self) -> usize {
         self.lock().store.watch_count()
     }
+
+    /// Watches the collection at `path` (`/api/v1/pods`, `/apis/ray.io/v1/rayclusters`) from
+    /// inside the process: every object as `ADDED` (queued before this returns), then every
+    /// change, as the store's own events. No HTTP, no JSON and no injected faults: this is how
+    /// an observer of the cluster's history (the demo's recorder) reads it, not a client under
+    /// test. The watch ends when the receiver is dropped.
+    pub fn observe(
+        &self,
+        path: &str,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<store::WatchEvent>, status::ApiError> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut state = self.lock();
+        let route = handler::route(&state.registry, path)?;
+        state.watch(&route, &std::collections::HashMap::new(), tx)?;
+        Ok(rx)
+    }
 }

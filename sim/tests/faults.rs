@@ -253,3 +253,38 @@ async fn the_same_seed_fails_the_same_requests() {
         "{failed} of 60 failed at a 20% rate"
     );
 }
+
+#[tokio::test]
+async fn an_in_process_observer_sees_the_list_then_every_change_without_faults() {
+    // every watch of every client dropped and every request failed: not the observer's
+    let sim = Sim::builder()
+        .namespace("t")
+        .faults(Faults::none().rule(FaultRule::any().user_agent("raygate").error(500, 1.0)))
+        .build();
+    let pods: Api<Pod> = Api::namespaced(sim.client_as("kubectl"), "t");
+    pods.create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap();
+    let mut feed = sim.observe("/api/v1/pods").unwrap();
+    let listed = feed.try_recv().unwrap();
+    assert_eq!(
+        (listed.typ, listed.object["metadata"]["name"].as_str()),
+        ("ADDED", Some("a"))
+    );
+    assert!(
+        feed.try_recv().is_err(),
+        "the list is queued before observe returns"
+    );
+    pods.create(&PostParams::default(), &pod("b"))
+        .await
+        .unwrap();
+    let added = feed.recv().await.unwrap();
+    assert_eq!(
+        (added.typ, added.object["metadata"]["name"].as_str()),
+        ("ADDED", Some("b"))
+    );
+    assert!(
+        sim.observe("/apis/nowhere.example/v1/things").is_err(),
+        "not served"
+    );
+}
