@@ -62,11 +62,6 @@ impl Recorder {
         Ok(Recorder { history, tasks })
     }
 
-    /// Waits until every kind's first list is in the history: [`Recorder::start`] recorded
-    /// them already, so this is ready at once (kept for callers written against a watch that
-    /// lists asynchronously).
-    pub async fn synced(&self) {}
-
     fn lock(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
     }

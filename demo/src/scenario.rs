@@ -1270,7 +1270,6 @@ pub async fn run_with(
         what: "recording the cluster's history".into(),
         reason: e.message,
     })?;
-    recorder.synced().await;
     let feeder = progress.clone().map(|tx| {
         let mut follower = recorder.follower();
         tokio::spawn(async move {

@@ -123,10 +123,7 @@ fn watch_events(client: Client, tx: mpsc::UnboundedSender<Seen>) -> tokio::task:
 /// its clock reads tokio's, so one built before the runtime starts would carry the wall time in
 /// between into every name and timestamp.
 pub fn sim_for(checked: &Checked) -> Result<Sim, PlayError> {
-    Ok(Sim::builder()
-        .registry(raygate_sim::upstream::registry()?)
-        .seed(checked.scenario.seed)
-        .build())
+    Ok(sim_with(&raygate_sim::upstream::registry()?, checked))
 }
 
 /// A fresh sim for `checked` over an already built `registry` (parsing the embedded CRDs costs

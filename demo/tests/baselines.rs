@@ -161,7 +161,6 @@ async fn measure(strategy: Strategy) -> Measured {
         upgrade.taint = Some(taint);
     }
     let recorder = Recorder::start(&sim, &Kind::CORE).unwrap();
-    recorder.synced().await;
     // the cluster as it was before the rollout gets an instant of its own in the history
     tokio::time::sleep(Duration::from_secs(10)).await;
     let outcome = tokio::time::timeout(
