@@ -1775,6 +1775,26 @@ fn a_workload_held_back_for_a_reclaimer_keeps_what_it_would_borrow_until_the_rec
 }
 
 #[test]
+fn a_pass_is_redone_when_the_next_pass_would_evict_what_it_admitted() {
+    // Issue #15, seed 51152 shrunk (one flavor, cpu; cq0 2, cq1 0, cq3 9; cq1 and cq3 reclaim).
+    // cq3's w08 was held back for w16 in an early retry of the pass (w16 could preempt it on the
+    // usage of that retry); at the end of the pass w16 could not preempt it any more, but the
+    // hold stood, so w13, waiting behind w08, was never looked at and cq1's w21 borrowed the CPUs
+    // w13 needs within cq3's nominal quota. The next pass admitted w08, and w13 reclaimed w21.
+    //
+    // Seed 53550 shrunk: cq3's w32 held back for cq2's w24, which waits behind cq2's w34, held
+    // back for cq2's w31, which stays pending only because w32's reservation keeps cq3's CPUs
+    // from its borrowing; cq5's w00 borrows cq2's f1 memory meanwhile. The next pass (no
+    // reservations) admits w31, which takes f0's memory, and w34 reclaims f1 from w00.
+    //
+    // Neither shows at the end of the pass (each waiting Workload checked alone against its
+    // usage); the next pass run on the decisions applied does, and the pass is redone with w21
+    // (w00) held back for the Workload that would evict it. Both churned before that check.
+    assert_no_churn(51152);
+    assert_no_churn(53550);
+}
+
+#[test]
 fn a_pending_message_reads_as_kueue_writes_it_and_compares_without_formatting() {
     // Issue #15: Decision::Pending carries its message in parts; what a status shows is
     // unchanged, and comparing with a condition's text needs no formatted copy
