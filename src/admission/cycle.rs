@@ -1395,9 +1395,13 @@ impl Pass<'_> {
                 seen[t.cq].push(w);
             }
             let cq = &ix.q.cqs[t.cq];
+            // below a sub-cohort, a ClusterQueue at its nominal quota may still reclaim what
+            // its sub-cohort holds within quota (`preemption::targets`, hierarchical reclaim)
+            let parent = tree.nodes[t.cq].parent;
+            let in_sub_cohort = parent.is_some_and(|x| tree.nodes[x].parent.is_some());
             let may_reclaim = cq.reclaim != ReclaimWithinCohort::Never
-                && tree.nodes[t.cq].parent.is_some()
-                && under_nominal(&usage, t.cq);
+                && parent.is_some()
+                && (under_nominal(&usage, t.cq) || in_sub_cohort);
             let may_preempt_own = lowest[t.cq].is_some_and(|l| {
                 l < we.priority
                     || (l == we.priority

@@ -1208,6 +1208,77 @@ fn preempted_quota_is_held_until_released_in_controller_mode() {
     assert_eq!(admitted_names(&sched.cycle()), ["high"]);
 }
 
+/// Kueue #3948's shape: root (no quota) ⊃ {best-effort (nominal 0), Cohort guaranteed (100m)
+/// ⊃ guaranteed (nominal 0)}, both queues `reclaimWithinCohort: Any`; `holder` holds 100m in
+/// `held_in`, `wants` (in the other queue) asks for 100m.
+fn guaranteed_and_best_effort(held_in: &str, wants_in: &str) -> Snapshot {
+    let policy = |c| with_preemption(c, WithinClusterQueue::Never, ReclaimWithinCohort::Any);
+    let mut s = snap(
+        vec![
+            policy(
+                cluster_queue("best-effort")
+                    .cohort("root")
+                    .flavor_quota("default", &[("cpu", "0")]),
+            ),
+            policy(
+                cluster_queue("guaranteed")
+                    .cohort("guaranteed")
+                    .flavor_quota("default", &[("cpu", "0")]),
+            ),
+        ],
+        vec![
+            workload("holder")
+                .queue(held_in)
+                .podset(podset("main").count(1).cpu("100m"))
+                .admitted(held_in, "default", ts(0)),
+            workload("wants")
+                .queue(wants_in)
+                .podset(podset("main").count(1).cpu("100m"))
+                .created(1),
+        ],
+    );
+    s.cohorts = vec![
+        cohort("root"),
+        cohort("guaranteed")
+            .parent("root")
+            .resource_group(resource_group(
+                &["cpu"],
+                vec![("default", vec![resource_quota("cpu", "100m", None, None)])],
+            )),
+    ];
+    s
+}
+
+#[test]
+fn a_queue_whose_sub_cohort_holds_its_request_reclaims_it_from_a_queue_outside_even_while_borrowing()
+ {
+    // Kueue #3948 (hierarchical cohorts, v0.19.2 `collectCandidatesForHierarchicalReclaim`):
+    // best-effort borrows the guaranteed Cohort's 100m; guaranteed, at its own nominal quota
+    // (0), asks for it. Its Cohort holds the request within its subtree quota, so guaranteed is
+    // closer to that quota than best-effort and reclaims it, though guaranteed itself borrows
+    // from its Cohort to fit. Treating the tree as one flat cohort, guaranteed was not under its
+    // nominal quota and could not reclaim anything: red before.
+    let s = guaranteed_and_best_effort("best-effort", "guaranteed");
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(evicted(&r), ["holder"], "{:?}", r.decisions);
+    assert!(message(&r, "holder").contains("(default/wants)"));
+    let (s, _) = final_state(s, &RELEASE);
+    assert!(holds_quota(status_of(&s, "wants")));
+    assert!(!holds_quota(status_of(&s, "holder")));
+}
+
+#[test]
+fn a_queue_over_its_nominal_quota_inside_a_sub_cohort_within_quota_is_not_reclaimed_from_outside() {
+    // The reverse of Kueue #3948: guaranteed holds its Cohort's 100m (over its own nominal 0,
+    // but the Cohort is within its subtree quota: nothing is borrowed from the root);
+    // best-effort, with nothing of its own, cannot take it, whatever its policy.
+    let s = guaranteed_and_best_effort("guaranteed", "best-effort");
+    let (s, results) = final_state(s, &RELEASE);
+    assert!(results.iter().all(|r| evicted(r).is_empty()));
+    assert!(holds_quota(status_of(&s, "holder")));
+    assert!(!holds_quota(status_of(&s, "wants")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // bad input
 // ---------------------------------------------------------------------------------------------
