@@ -1279,6 +1279,79 @@ fn a_queue_over_its_nominal_quota_inside_a_sub_cohort_within_quota_is_not_reclai
     assert!(!holds_quota(status_of(&s, "wants")));
 }
 
+/// Issue #15, seed 75654 shrunk (one flavor, cpu): co0 (no quota) ⊃ {co2 (own 3) ⊃ cq2
+/// (nominal 8), cq1 (nominal 8, lendingLimit 3)}; co2's subtree quota is 11, co0's 14. cq1 holds
+/// `cq1_holds`, cq2 holds `cq2_holds` (each a list of (name, cpu, priority)); `wants` asks
+/// for `cpu` in `queue` with priority 3. Both queues: `withinClusterQueue: LowerPriority`,
+/// `reclaimWithinCohort: Any`.
+fn seed_75654_tree(
+    cq1_holds: &[(&str, &str, i32)],
+    cq2_holds: &[(&str, &str, i32)],
+    queue: &str,
+    cpu: &str,
+) -> Snapshot {
+    let policy = |c| {
+        with_preemption(
+            c,
+            WithinClusterQueue::LowerPriority,
+            ReclaimWithinCohort::Any,
+        )
+    };
+    let mut cq1 = cluster_queue("cq1")
+        .cohort("co0")
+        .flavor_quota("default", &[("cpu", "8")]);
+    set_quota(&mut cq1, "8", None, Some("3"));
+    let cq2 = cluster_queue("cq2")
+        .cohort("co2")
+        .flavor_quota("default", &[("cpu", "8")]);
+    let holder = |(name, cpu, prio): &(&str, &str, i32), cq: &str| {
+        workload(name)
+            .queue(cq)
+            .priority(*prio)
+            .podset(podset("main").count(1).cpu(cpu))
+            .admitted(cq, "default", ts(0))
+    };
+    let mut workloads: Vec<Workload> = cq1_holds.iter().map(|h| holder(h, "cq1")).collect();
+    workloads.extend(cq2_holds.iter().map(|h| holder(h, "cq2")));
+    workloads.push(
+        workload("wants")
+            .queue(queue)
+            .priority(3)
+            .podset(podset("main").count(1).cpu(cpu))
+            .created(1),
+    );
+    let mut s = snap(vec![policy(cq1), policy(cq2)], workloads);
+    s.cohorts = vec![
+        cohort("co0"),
+        cohort("co2").parent("co0").resource_group(resource_group(
+            &["cpu"],
+            vec![("default", vec![resource_quota("cpu", "3", None, None)])],
+        )),
+    ];
+    s
+}
+
+#[test]
+fn a_queue_over_its_nominal_quota_is_reclaimed_from_only_while_its_sub_cohort_is_over_too() {
+    // Issue #15, seed 75654 shrunk (see `seed_75654_tree`). cq1 borrows 5 of co0 (13 over a
+    // nominal 8); cq2's `wants` (8, priority 3) finds 4 and is short. co2 holds it within its
+    // subtree quota (2 + 8 ≤ 11), so cq2 is closer to that quota than cq1 and reclaims it even
+    // while borrowing (Kueue's hierarchical reclaim): only cq1's Workload goes. As one flat
+    // cohort, cq2 had to fit within its own nominal quota and evicted its own Workload too.
+    let s = seed_75654_tree(&[("cq1-13", "13", 1)], &[("cq2-2", "2", 1)], "cq2", "8");
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(evicted(&r), ["cq1-13"], "{:?}", r.decisions);
+    // cq2 holds 11 (over its nominal 8, but co2 is within its 11): cq1's `wants` (7, priority
+    // 3), short with 6 available (3 of its guaranteed 5, 3 left in co0), reclaims nothing from
+    // it, though its policy is `Any` (a guard: as one flat cohort, cq1 would have had to fit
+    // without borrowing, which it cannot, so this was green before too).
+    let s = seed_75654_tree(&[("cq1-2", "2", 3)], &[("cq2-11", "11", 1)], "cq1", "7");
+    let (s, results) = final_state(s, &RELEASE);
+    assert!(results.iter().all(|r| evicted(r).is_empty()));
+    assert!(holds_quota(status_of(&s, "cq2-11")));
+    assert!(!holds_quota(status_of(&s, "wants")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // bad input
 // ---------------------------------------------------------------------------------------------
