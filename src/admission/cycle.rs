@@ -147,10 +147,19 @@ const LOOKAHEAD_PASSES: usize = 4;
 /// `static_cohorts_do_not_churn`), and one left out by a reservation takes its quota in the next
 /// pass, which leaves the held-back one to reclaim from a borrower instead (seed 53550). The end
 /// of a pass cannot show those; the passes after it, run on the decisions applied, do.
+///
+/// A Workload that preempts in this pass is checked too: if a later pass evicts it once it is
+/// admitted, its preemption only starts a ring (seed 75654: cq1's w07, within its nominal
+/// quota, reclaims cq2's w13 from a Cohort over its quota; admitted, w07 takes a borrowing
+/// flavor, as Kueue's `MayStopSearch` does, and w13, whose Cohort holds it, reclaims it
+/// back; Kueue's own rules allow both steps, so Kueue repeats them), and it is held back
+/// for the Workload that would evict it instead.
 fn later_pass_victims(ix: &Index, pass: &Pass, options: &Options) -> Vec<(usize, usize)> {
-    if pass.newly.is_empty() || !pass.forbidden_any() {
+    let preempted = !pass.preempted_by.is_empty();
+    if !preempted && (pass.newly.is_empty() || !pass.forbidden_any()) {
         return Vec::new();
     }
+    let preemptor = |w: usize| pass.preempted_by.iter().any(|&(_, by)| by == w);
     let mut next = applied(ix, &pass.decisions, &pass.admitted_now, options);
     for _ in 0..LOOKAHEAD_PASSES {
         let mut forbidden = vec![None; next.workloads.len()];
@@ -162,7 +171,7 @@ fn later_pass_victims(ix: &Index, pass: &Pass, options: &Options) -> Vec<(usize,
         } = converge(&next, &mut forbidden);
         let victims: Vec<(usize, usize)> = preempted_by
             .into_iter()
-            .filter(|&(v, _)| pass.admitted_now[v].is_some())
+            .filter(|&(v, _)| pass.admitted_now[v].is_some() || preemptor(v))
             .collect();
         let changed = decisions
             .iter()

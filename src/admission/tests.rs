@@ -1352,6 +1352,76 @@ fn a_queue_over_its_nominal_quota_is_reclaimed_from_only_while_its_sub_cohort_is
     assert!(!holds_quota(status_of(&s, "wants")));
 }
 
+#[test]
+fn a_reclaim_its_victim_would_take_back_once_the_preemptor_borrows_is_not_made() {
+    // Issue #15, seed 75654's ping-pong shrunk (cpu; flavors f0, f1, f2): co0 (no quota) ⊃
+    // {co2 (f0: 3) ⊃ cq2 (f0: 8, f1: 10), cq1 (f0: 8 lendingLimit 3, f2: 9)}. cq2's w13
+    // (priority 3) holds 12 of f0: cq2 and co2 (11) are over their quota. cq1's w07 (priority
+    // 1, `reclaimWithinCohort: Any`; head 9, worker 6) finds 5 of f0: its head goes to f2, its
+    // worker, within cq1's nominal quota, reclaims w13 (hierarchical reclaim). Admitted on the
+    // next pass, with f0 free, w07's head takes f0 (the first flavor that fits, borrowing: 17
+    // of cq1's 8), and w13 (head now on f1, extra 8 on f0, which cq2's nominal quota holds)
+    // reclaims w07 (cq2: `LowerPriority`); then w07 reclaims w13 again, forever. Kueue v0.19.2
+    // allows every step. A preemption whose preemptor a later pass evicts is not made: w07 is
+    // held back for w13, and nothing is evicted. Red before (one flat cohort: w07 reclaimed
+    // w13 just the same), and red with hierarchical preemption alone.
+    let mut cq1 = cluster_queue("cq1")
+        .cohort("co0")
+        .flavor_quota("f0", &[("cpu", "8")])
+        .flavor_quota("f2", &[("cpu", "9")]);
+    set_quota(&mut cq1, "8", None, Some("3"));
+    let cq1 = with_preemption(cq1, WithinClusterQueue::Never, ReclaimWithinCohort::Any);
+    let cq2 = with_preemption(
+        cluster_queue("cq2")
+            .cohort("co2")
+            .flavor_quota("f0", &[("cpu", "8")])
+            .flavor_quota("f1", &[("cpu", "10")]),
+        WithinClusterQueue::Never,
+        ReclaimWithinCohort::LowerPriority,
+    );
+    let mut s = snap(
+        vec![cq1, cq2],
+        vec![
+            workload("w11")
+                .queue("cq1")
+                .priority(3)
+                .podset(podset("main").count(1).cpu("2"))
+                .admitted("cq1", "f0", ts(0)),
+            workload("w13")
+                .queue("cq2")
+                .priority(3)
+                .podset(podset("head").count(2).cpu("2"))
+                .podset(podset("extra").count(4).cpu("2"))
+                .admitted("cq2", "f0", ts(0)),
+            workload("w07")
+                .queue("cq1")
+                .priority(1)
+                .podset(podset("head").count(3).cpu("3"))
+                .podset(podset("worker").count(3).cpu("2"))
+                .created(1),
+        ],
+    );
+    s.flavors = ["f0", "f1", "f2"].map(resource_flavor).into();
+    s.cohorts = vec![
+        cohort("co0"),
+        cohort("co2").parent("co0").resource_group(resource_group(
+            &["cpu"],
+            vec![("f0", vec![resource_quota("cpu", "3", None, None)])],
+        )),
+    ];
+    let mut sched = Scheduler::new(s, &RELEASE);
+    for pass in 0..20 {
+        let r = sched.cycle();
+        assert!(evicted(&r).is_empty(), "pass {pass}: {:?}", r.decisions);
+        if !sched.apply(&r, ts(100 + pass)) {
+            break;
+        }
+    }
+    let s = sched.snapshot();
+    assert!(holds_quota(status_of(s, "w13")));
+    assert!(!holds_quota(status_of(s, "w07")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // bad input
 // ---------------------------------------------------------------------------------------------
