@@ -147,10 +147,19 @@ const LOOKAHEAD_PASSES: usize = 4;
 /// `static_cohorts_do_not_churn`), and one left out by a reservation takes its quota in the next
 /// pass, which leaves the held-back one to reclaim from a borrower instead (seed 53550). The end
 /// of a pass cannot show those; the passes after it, run on the decisions applied, do.
+///
+/// A Workload that preempts in this pass is checked too: if a later pass evicts it once it is
+/// admitted, its preemption only starts a ring (seed 75654: cq1's w07, within its nominal
+/// quota, reclaims cq2's w13 from a Cohort over its quota; admitted, w07 takes a borrowing
+/// flavor, as Kueue's `MayStopSearch` does, and w13, whose Cohort holds it, reclaims it
+/// back; Kueue's own rules allow both steps, so Kueue repeats them), and it is held back
+/// for the Workload that would evict it instead.
 fn later_pass_victims(ix: &Index, pass: &Pass, options: &Options) -> Vec<(usize, usize)> {
-    if pass.newly.is_empty() || !pass.forbidden_any() {
+    let preempted = !pass.preempted_by.is_empty();
+    if !preempted && (pass.newly.is_empty() || !pass.forbidden_any()) {
         return Vec::new();
     }
+    let preemptor = |w: usize| pass.preempted_by.iter().any(|&(_, by)| by == w);
     let mut next = applied(ix, &pass.decisions, &pass.admitted_now, options);
     for _ in 0..LOOKAHEAD_PASSES {
         let mut forbidden = vec![None; next.workloads.len()];
@@ -162,7 +171,7 @@ fn later_pass_victims(ix: &Index, pass: &Pass, options: &Options) -> Vec<(usize,
         } = converge(&next, &mut forbidden);
         let victims: Vec<(usize, usize)> = preempted_by
             .into_iter()
-            .filter(|&(v, _)| pass.admitted_now[v].is_some())
+            .filter(|&(v, _)| pass.admitted_now[v].is_some() || preemptor(v))
             .collect();
         let changed = decisions
             .iter()
@@ -292,9 +301,9 @@ fn nominate(ix: &Index) -> (Vec<usize>, Vec<Vec<usize>>) {
 /// Kueue's scheduling cycles, folded into one pass. Each round is one Kueue cycle: the next
 /// pending Workload of every ClusterQueue still in the round (its head), ordered as Kueue's
 /// `classicalIterator` orders them (with `PrioritizePreemptorWorkloads`: a Workload that preempted
-/// in an earlier pass first, so the room its victims freed is its; then entries that fit without
-/// borrowing, against the usage
-/// at the start of the round; then higher priority; then the older queue order time; then the
+/// in an earlier pass first, so the room its victims freed is its; then by borrowing distance,
+/// against the usage at the start of the round (entries that fit without borrowing first, then
+/// those whose lowest Cohort holding them is lower in the tree); then higher priority; then the older queue order time; then the
 /// key), each processed against the usage the ones before it left. A ClusterQueue stays in the
 /// next round while its head was admitted or cannot be admitted whatever is preempted
 /// (BestEffortFIFO: Kueue moves on to the next Workload in its next cycle); it leaves the pass
@@ -315,7 +324,7 @@ fn rounds(pass: &mut Pass, queues: &[Vec<usize>]) {
             let i = queues[c][cursor[c]];
             cursor[c] += 1;
             let w = &ix.workloads[i];
-            let borrows = u8::from(pass.borrows(i, c));
+            let borrows = pass.borrows(i, c);
             let key = (
                 !w.preemptor,
                 borrows,
@@ -344,7 +353,8 @@ fn rounds(pass: &mut Pass, queues: &[Vec<usize>]) {
     }
 }
 
-/// A head's place in a round: a preemptor from an earlier pass first, then borrows (0: no),
+/// A head's place in a round: a preemptor from an earlier pass first, then the borrowing
+/// distance (0: none),
 /// priority (higher first), queue order time, rank.
 type HeadKey = (
     bool,
@@ -377,8 +387,8 @@ const MEMO_WIDTH: usize = 8;
 struct Memo {
     /// Per cohort tree root: bumped when usage, victims or the pass's admissions change in it.
     epoch: Vec<u64>,
-    /// Per ClusterQueue: (a Workload, epoch, whether it would borrow).
-    borrows: Vec<Vec<(usize, u64, bool)>>,
+    /// Per ClusterQueue: (a Workload, epoch, how far it would borrow).
+    borrows: Vec<Vec<(usize, u64, u8)>>,
     /// Per ClusterQueue: (a Workload left pending without any change, epoch, its message).
     pending: Vec<Vec<(usize, u64, PendingMessage)>>,
 }
@@ -607,10 +617,13 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Whether Workload `i`, queued in ClusterQueue `c`, would borrow if admitted on the usage
-    /// as it stands (Kueue's `Assignment.Borrows()`, computed at nomination): it needs more of
-    /// some (flavor, resource) than is left of the ClusterQueue's own nominal quota.
-    fn borrows(&mut self, i: usize, c: usize) -> bool {
+    /// How far Workload `i`, queued in ClusterQueue `c`, would borrow if admitted on the usage
+    /// as it stands (Kueue's `Assignment.Borrows()`, computed at nomination): 0 when it fits
+    /// in what is left of the ClusterQueue's own nominal quota, else, per (flavor, resource) it
+    /// needs more of, the height of the lowest Cohort that holds it (`Tree::borrowing_height`;
+    /// in a flat cohort 1), the largest. A ClusterQueue without a cohort that needs more than
+    /// its nominal quota (it preempts in its own queue) counts 1, as before the distance.
+    fn borrows(&mut self, i: usize, c: usize) -> u8 {
         if self.reserved[c].is_empty() && self.held_in[c].0.is_none() {
             return self.borrows_now(i, c);
         }
@@ -620,20 +633,30 @@ impl<'a> Pass<'a> {
         b
     }
 
-    fn borrows_now(&mut self, i: usize, c: usize) -> bool {
+    fn borrows_now(&mut self, i: usize, c: usize) -> u8 {
         let ix = self.ix;
         let Ok(podsets) = &ix.workloads[i].podsets else {
-            return false;
+            return 0;
         };
         let epoch = self.memo.epoch(ix, c);
         if let Some(&b) = Memo::find(&mut self.memo.borrows[c], epoch, |r| same_podsets(ix, r, i)) {
             return b;
         }
         let a = flavors::assign(&ix.q, &self.usage, c, podsets, None);
-        let b = a.mode != Mode::NoFit
-            && a.need
+        let tree = &ix.q.tree;
+        let b = if a.mode == Mode::NoFit {
+            0
+        } else {
+            a.need
                 .iter()
-                .any(|&(fr, need)| self.usage.get(c, fr) + need > ix.q.tree.nodes[c].subtree[fr]);
+                .filter(|&&(fr, need)| self.usage.get(c, fr) + need > tree.nodes[c].subtree[fr])
+                .map(|&(fr, need)| {
+                    tree.borrowing_height(&self.usage, c, fr, need)
+                        .max(u8::from(tree.nodes[c].parent.is_none()))
+                })
+                .max()
+                .unwrap_or(0)
+        };
         Memo::remember(&mut self.memo.borrows[c], (i, epoch, b));
         b
     }
@@ -1395,9 +1418,13 @@ impl Pass<'_> {
                 seen[t.cq].push(w);
             }
             let cq = &ix.q.cqs[t.cq];
+            // below a sub-cohort, a ClusterQueue at its nominal quota may still reclaim what
+            // its sub-cohort holds within quota (`preemption::targets`, hierarchical reclaim)
+            let parent = tree.nodes[t.cq].parent;
+            let in_sub_cohort = parent.is_some_and(|x| tree.nodes[x].parent.is_some());
             let may_reclaim = cq.reclaim != ReclaimWithinCohort::Never
-                && tree.nodes[t.cq].parent.is_some()
-                && under_nominal(&usage, t.cq);
+                && parent.is_some()
+                && (under_nominal(&usage, t.cq) || in_sub_cohort);
             let may_preempt_own = lowest[t.cq].is_some_and(|l| {
                 l < we.priority
                     || (l == we.priority

@@ -3,11 +3,22 @@
 //!
 //! Candidates are admitted Workloads that use a (flavor, resource) the preemptor is short of:
 //! in its own ClusterQueue per `withinClusterQueue` (`LowerPriority`, or
-//! `LowerOrNewerEqualPriority`), and in other ClusterQueues of its cohort tree that are borrowing
-//! there per `reclaimWithinCohort` (`LowerPriority` or `Any`). They are tried in Kueue's order
-//! (already being evicted first, other ClusterQueues first, lower priority first, most recently
-//! admitted first), added until the preemptor fits, then every one that is not needed is dropped
-//! again walking back: a minimal set.
+//! `LowerOrNewerEqualPriority`), and in other ClusterQueues of its cohort tree per
+//! `reclaimWithinCohort` (`LowerPriority` or `Any`) where the tree says the quota they use is
+//! borrowed: Kueue v0.19.2's hierarchical cohorts (kubernetes-sigs/kueue#4806, issues #3779 and
+//! #3948), mirrored from `classical/hierarchical_preemption.go` (`classifyPreemptionVariant`,
+//! `collectSameQueueCandidates`, `collectCandidatesForHierarchicalReclaim`,
+//! `collectCandidatesInSubtree`), `classical/candidate_generator.go` (`NewCandidateIterator`,
+//! `candidateIsValid`), `preemption.go` (`classicalPreemptions`, `fillBackWorkloads`,
+//! `workloadFits`, `queueUnderNominalInResourcesNeedingPreemption`) and
+//! `pkg/cache/scheduler/resource_node.go` (`QuantitiesFitInQuota`,
+//! `IsWithinNominalInResources`). A ClusterQueue over its nominal quota inside a Cohort that is
+//! within its own subtree quota is not borrowing from outside that Cohort; a preemptor whose
+//! ClusterQueue, or a Cohort on its path, holds its request within quota is closer to the quota
+//! and may reclaim it even while borrowing. They are tried in Kueue's order (already being
+//! evicted first; hierarchical reclaim, then reclaim by priority, then the own ClusterQueue;
+//! lower priority first, most recently admitted first), added until the preemptor fits, then
+//! every one that is not needed is dropped again walking back: a minimal set.
 
 use super::index::Index;
 use super::quota::Usage;
@@ -61,11 +72,29 @@ fn holding<'a>(
     Some((held.cq?, held.usage.as_slice()))
 }
 
+/// Kueue's `preemptionVariant`, less `Never` (not a candidate) and `ReclaimWhileBorrowing`
+/// (needs `borrowWithinCohort`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    /// In the preemptor's own ClusterQueue.
+    WithinClusterQueue,
+    /// The preemptor's ClusterQueue, or a Cohort on its path below the two's lowest common
+    /// ancestor, holds what it asks for within its own subtree quota: the preemptor is closer to
+    /// the quota the candidate uses, and may take it back even while borrowing.
+    HierarchicalReclaim,
+    /// Reclaimed only if the preemptor then fits without borrowing.
+    ReclaimWithoutBorrowing,
+}
+
 struct Candidate {
     workload: usize,
     cq: usize,
     same_queue: bool,
     evicting: bool,
+    variant: Variant,
+    /// The lowest Cohort holding both the candidate's and the preemptor's ClusterQueue (`None`
+    /// in the preemptor's own ClusterQueue).
+    lca: Option<usize>,
 }
 
 fn uses_any(ix: &Index, ex: &Exclusions, w: usize, frs: &[usize]) -> bool {
@@ -73,9 +102,38 @@ fn uses_any(ix: &Index, ex: &Exclusions, w: usize, frs: &[usize]) -> bool {
         .is_some_and(|(_, usage)| usage.iter().any(|(fr, q)| !q.is_zero() && frs.contains(fr)))
 }
 
-fn borrowing(ix: &Index, usage: &Usage, cq: usize, frs: &[usize]) -> bool {
+/// Kueue's `IsWithinNominalInResources`: `node` (ClusterQueue or Cohort) uses no more than its
+/// subtree quota (a ClusterQueue's: its nominal quota) of any of `frs`.
+fn within_nominal(ix: &Index, usage: &Usage, node: usize, frs: &[usize]) -> bool {
     frs.iter()
-        .any(|&fr| usage.get(cq, fr) > ix.q.tree.nodes[cq].subtree[fr])
+        .all(|&fr| usage.get(node, fr) <= ix.q.tree.nodes[node].subtree[fr])
+}
+
+/// Kueue's `candidateIsValid`, as earlier candidates are removed: one of another ClusterQueue
+/// while that ClusterQueue, and every Cohort above it below the lowest common ancestor, is
+/// still over its quota where the preemptor is short (and, without borrowing allowed, not one
+/// reclaimable only without borrowing).
+fn still_valid(ix: &Index, usage: &Usage, p: &Preemptor, c: &Candidate, borrow: bool) -> bool {
+    if c.same_queue {
+        return true;
+    }
+    if borrow && c.variant == Variant::ReclaimWithoutBorrowing {
+        return false;
+    }
+    if within_nominal(ix, usage, c.cq, p.short) {
+        return false;
+    }
+    let mut at = ix.q.tree.nodes[c.cq].parent;
+    while let Some(x) = at {
+        if Some(x) == c.lca {
+            break;
+        }
+        if within_nominal(ix, usage, x, p.short) {
+            return false;
+        }
+        at = ix.q.tree.nodes[x].parent;
+    }
+    true
 }
 
 fn charge(ix: &Index, ex: &Exclusions, usage: &mut Usage, w: usize, add: bool) {
@@ -99,7 +157,8 @@ fn fits(ix: &Index, usage: &Usage, p: &Preemptor, allow_borrowing: bool) -> bool
     })
 }
 
-/// Kueue's `minimalPreemptions`: `usage` is restored before returning.
+/// One attempt of Kueue's `classicalPreemptions`: remove valid candidates in order until the
+/// preemptor fits, then `fillBackWorkloads`. `usage` is restored before returning.
 fn minimal(
     ix: &Index,
     ex: &Exclusions,
@@ -111,7 +170,7 @@ fn minimal(
     let mut removed: Vec<&Candidate> = Vec::new();
     let mut found = false;
     for c in candidates {
-        if !c.same_queue && !borrowing(ix, usage, c.cq, p.short) {
+        if !still_valid(ix, usage, p, c, allow_borrowing) {
             continue;
         }
         charge(ix, ex, usage, c.workload, false);
@@ -151,6 +210,15 @@ fn minimal(
 }
 
 /// Victims that make `p` fit, or none. `admitted_by_cq` lists holders per ClusterQueue.
+///
+/// Kueue v0.19.2's `classicalPreemptions` (`pkg/scheduler/preemption/preemption.go`) with
+/// `borrowWithinCohort` unset (raygate does not read it): candidates from
+/// `NewCandidateIterator` (`classical/candidate_generator.go`), i.e. `collectSameQueueCandidates`
+/// and `collectCandidatesForHierarchicalReclaim` (`classical/hierarchical_preemption.go`), each
+/// list in `CandidatesOrdering` (`common/ordering.go`); one or two attempts, with and without
+/// borrowing, in Kueue's order; each attempt skips candidates `candidateIsValid` rejects as the
+/// earlier ones are removed. In a flat cohort (every ClusterQueue directly under the root) this
+/// is what raygate did before: a ClusterQueue is reclaimed from while over its nominal quota.
 pub(crate) fn targets(
     ix: &Index,
     usage: &mut Usage,
@@ -158,37 +226,44 @@ pub(crate) fn targets(
     p: &Preemptor,
     ex: &Exclusions,
 ) -> Vec<Victim> {
-    let cq = &ix.q.cqs[p.cq];
-    let mut candidates = within_queue(ix, admitted_by_cq, p, ex);
-    // Candidates from other ClusterQueues are only ever tried while the preemptor's is under its
-    // nominal quota where it is short (see below): otherwise do not collect them.
+    let same = within_queue(ix, admitted_by_cq, p, ex);
+    let (hierarchy, priority) = in_cohort(ix, usage, admitted_by_cq, p, ex);
+    let no_other_queue = hierarchy.is_empty() && priority.is_empty();
+    let no_hierarchy = hierarchy.is_empty();
+    if no_other_queue && same.is_empty() {
+        return Vec::new();
+    }
+    let mut candidates = Vec::with_capacity(same.len() + hierarchy.len() + priority.len());
+    let hierarchy = in_kueue_order(ix, ex, hierarchy);
+    let priority = in_kueue_order(ix, ex, priority);
+    let same = in_kueue_order(ix, ex, same);
+    // Kueue: the ones already being evicted of each list first, the lists in this order
+    for evicting in [true, false] {
+        for list in [&hierarchy, &priority, &same] {
+            candidates.extend(list.iter().filter(|c| c.evicting == evicting));
+        }
+    }
+    // Kueue's `queueUnderNominalInResourcesNeedingPreemption`
     let under_nominal = p
         .short
         .iter()
         .all(|&fr| usage.get(p.cq, fr) < ix.q.tree.nodes[p.cq].subtree[fr]);
-    if under_nominal
-        && cq.reclaim != ReclaimWithinCohort::Never
-        && ix.q.tree.nodes[p.cq].parent.is_some()
-    {
-        candidates.extend(in_cohort(ix, usage, admitted_by_cq, p, ex));
-    }
-    if candidates.is_empty() {
-        return Vec::new();
-    }
-    let candidates = in_kueue_order(ix, ex, candidates);
-    let all: Vec<&Candidate> = candidates.iter().collect();
-    if all.iter().all(|c| c.same_queue) {
-        return minimal(ix, ex, usage, p, &all, true);
-    }
-    // reclaim from the cohort only while under nominal quota where it is short
-    if under_nominal {
-        let t = minimal(ix, ex, usage, p, &all, false);
+    // without `borrowWithinCohort`, reclaiming by priority alone needs the preemptor to fit
+    // without borrowing; which attempt goes first is Kueue's (its comment: compatibility)
+    let attempts: &[bool] = if no_other_queue || !under_nominal {
+        &[true]
+    } else if no_hierarchy {
+        &[false, true]
+    } else {
+        &[true, false]
+    };
+    for &allow_borrowing in attempts {
+        let t = minimal(ix, ex, usage, p, &candidates, allow_borrowing);
         if !t.is_empty() {
             return t;
         }
     }
-    let own: Vec<&Candidate> = candidates.iter().filter(|c| c.same_queue).collect();
-    minimal(ix, ex, usage, p, &own, true)
+    Vec::new()
 }
 
 fn eligible(p: &Preemptor, ex: &Exclusions, w: usize) -> bool {
@@ -221,42 +296,124 @@ fn within_queue(
                 cq: p.cq,
                 same_queue: true,
                 evicting: ex.evicting[w],
+                variant: Variant::WithinClusterQueue,
+                lca: None,
             });
         }
     }
     candidates
 }
 
-/// Holders in other ClusterQueues of the cohort tree, borrowing where the preemptor is short,
-/// that `reclaimWithinCohort` lets it preempt.
+/// Holders in other ClusterQueues of the cohort tree that `reclaimWithinCohort` lets it
+/// preempt, over their quota where the preemptor is short, in two lists: (hierarchical reclaim,
+/// reclaim without borrowing). Kueue's `collectCandidatesForHierarchicalReclaim`: walking from
+/// the preemptor's parent to the root, a ClusterQueue is a candidate at its lowest common
+/// ancestor with the preemptor's if it and every Cohort between it and that ancestor are over
+/// their subtree quota (a subtree within its quota is not borrowing, whatever one ClusterQueue
+/// in it does: `collectCandidatesInSubtree` does not descend into it); the preemptor has the
+/// advantage there once its ClusterQueue or a Cohort below that ancestor holds its requests
+/// (`QuantitiesFitInQuota`, what each lower node guarantees taken off on the way up).
 fn in_cohort(
     ix: &Index,
     usage: &Usage,
     admitted_by_cq: &[Vec<usize>],
     p: &Preemptor,
     ex: &Exclusions,
-) -> Vec<Candidate> {
+) -> (Vec<Candidate>, Vec<Candidate>) {
     let cq = &ix.q.cqs[p.cq];
     let me = &ix.workloads[p.workload];
-    let mut candidates = Vec::new();
+    let tree = &ix.q.tree;
+    let (mut hierarchy, mut priority) = (Vec::new(), Vec::new());
+    if cq.reclaim == ReclaimWithinCohort::Never || tree.nodes[p.cq].parent.is_none() {
+        return (hierarchy, priority);
+    }
+    let advantage = advantage_by_ancestor(ix, usage, p);
     for &other in ix.q.tree_cqs.get(&cq.root).into_iter().flatten() {
-        if other == p.cq || !borrowing(ix, usage, other, p.short) {
+        if other == p.cq || within_nominal(ix, usage, other, p.short) {
             continue;
         }
+        // up to the lowest common ancestor, every Cohort on the way over its quota
+        let mut at = tree.nodes[other].parent;
+        let mut found = None;
+        while let Some(x) = at {
+            if let Some(&(_, adv)) = advantage.iter().find(|(a, _)| *a == x) {
+                found = Some((x, adv));
+                break;
+            }
+            if within_nominal(ix, usage, x, p.short) {
+                break;
+            }
+            at = tree.nodes[x].parent;
+        }
+        let Some((lca, adv)) = found else {
+            continue;
+        };
+        let (variant, list) = if adv {
+            (Variant::HierarchicalReclaim, &mut hierarchy)
+        } else {
+            (Variant::ReclaimWithoutBorrowing, &mut priority)
+        };
         for &w in &admitted_by_cq[other] {
             let v = &ix.workloads[w];
             let allowed = cq.reclaim == ReclaimWithinCohort::Any || v.priority < me.priority;
             if eligible(p, ex, w) && allowed && uses_any(ix, ex, w, p.short) {
-                candidates.push(Candidate {
+                list.push(Candidate {
                     workload: w,
                     cq: other,
                     same_queue: false,
                     evicting: ex.evicting[w],
+                    variant,
+                    lca: Some(lca),
                 });
             }
         }
     }
-    candidates
+    (hierarchy, priority)
+}
+
+/// The preemptor's ancestors from its parent to the root, each with whether the preemptor has
+/// the hierarchical advantage over candidates whose lowest common ancestor with it is that
+/// Cohort (the `hasHierarchicalAdvantage` of Kueue's loop when it collects there).
+fn advantage_by_ancestor(ix: &Index, usage: &Usage, p: &Preemptor) -> Vec<(usize, bool)> {
+    let tree = &ix.q.tree;
+    let (mut adv, mut remaining) = fits_in_quota(ix, usage, p.cq, p.need);
+    let mut out = Vec::new();
+    let mut at = tree.nodes[p.cq].parent;
+    while let Some(x) = at {
+        out.push((x, adv));
+        let (fits, rest) = fits_in_quota(ix, usage, x, &remaining);
+        adv = adv || fits;
+        remaining = rest;
+        at = tree.nodes[x].parent;
+    }
+    out
+}
+
+/// Kueue's `QuantitiesFitInQuota`: whether `requests` fit in `node`'s subtree quota on top of
+/// its usage, and what of them is left for its parent once its unused guaranteed quota (what it
+/// does not lend) is taken off.
+fn fits_in_quota(
+    ix: &Index,
+    usage: &Usage,
+    node: usize,
+    requests: &[(usize, Quantity)],
+) -> (bool, Vec<(usize, Quantity)>) {
+    let n = &ix.q.tree.nodes[node];
+    let mut fits = true;
+    let mut remaining = Vec::with_capacity(requests.len());
+    for &(fr, v) in requests {
+        let used = usage.get(node, fr);
+        if n.subtree[fr] < used + v {
+            fits = false;
+        }
+        let local = max0(n.guaranteed[fr] - used);
+        remaining.push((fr, max0(v - local)));
+    }
+    (fits, remaining)
+}
+
+fn max0(q: Quantity) -> Quantity {
+    if q.is_negative() { Quantity::ZERO } else { q }
 }
 
 /// Kueue's order: being evicted already, other ClusterQueues, lower priority, most recently

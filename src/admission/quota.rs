@@ -26,6 +26,9 @@ pub(crate) struct Node {
     pub quota: Vec<FlavorResourceQuota>,
     pub subtree: Vec<Quantity>,
     pub guaranteed: Vec<Quantity>,
+    /// Kueue's `getNodeHeight`: 0 for a ClusterQueue or an empty Cohort, else one more than its
+    /// highest child Cohort (at least 1).
+    pub height: u8,
 }
 
 /// All nodes of all cohort trees; indexes are node ids, `n_fr` (flavor, resource) pairs each.
@@ -78,6 +81,7 @@ impl Tree {
             parent: None,
             subtree: quota.iter().map(|q| q.nominal).collect(),
             guaranteed: vec![Quantity::ZERO; self.n_fr],
+            height: 0,
             quota,
         });
         self.nodes.len() - 1
@@ -110,6 +114,11 @@ impl Tree {
                 if let Some(p) = node.parent {
                     self.nodes[p].subtree[fr] += lent;
                 }
+            }
+            // children come before their parent in this order
+            if let Some(p) = self.nodes[i].parent {
+                let h = self.nodes[i].height.saturating_add(1);
+                self.nodes[p].height = self.nodes[p].height.max(h);
             }
         }
     }
@@ -175,6 +184,32 @@ impl Tree {
         false
     }
 
+    /// The scheduler's borrowing distance for `val` more of `fr` in ClusterQueue `cq`: Kueue's
+    /// `FindHeightOfLowestSubtreeThatFits` (same file as above): 0 when it fits in `cq`'s
+    /// nominal quota or `cq` has no cohort, else the height of the lowest Cohort on its path that
+    /// holds it (what each node below guarantees taken off on the way up), the root's if none
+    /// does. In a flat cohort: 1 for anything that borrows.
+    pub fn borrowing_height(&self, usage: &Usage, cq: usize, fr: usize, val: Quantity) -> u8 {
+        let n = &self.nodes[cq];
+        let used = usage.get(cq, fr);
+        if n.parent.is_none() || used + val <= n.quota[fr].nominal {
+            return 0;
+        }
+        let mut remaining = val - max0(n.guaranteed[fr] - used);
+        let mut at = n.parent;
+        let mut last = cq;
+        while let Some(x) = at {
+            let node = &self.nodes[x];
+            if usage.get(x, fr) + remaining <= node.subtree[fr] {
+                return node.height;
+            }
+            remaining -= max0(node.guaranteed[fr] - usage.get(x, fr));
+            last = x;
+            at = node.parent;
+        }
+        self.nodes[last].height
+    }
+
     /// Charges `value` to `node`; the part beyond its guaranteed quota climbs to the parent.
     pub fn add_usage(&self, usage: &mut Usage, node: usize, fr: usize, value: Quantity) {
         let n = &self.nodes[node];
@@ -226,6 +261,27 @@ mod tests {
         t.nodes[b].parent = Some(c);
         t.finalize();
         t
+    }
+
+    #[test]
+    fn borrowing_distance_is_the_height_of_the_lowest_cohort_that_holds_the_request() {
+        // co0 (own 0) ⊃ {co2 (own 3) ⊃ cq2 (nominal 8), cq1 (nominal 8)}
+        let mut t = Tree::new(1);
+        let cq2 = t.push(fq(8, None, None));
+        let cq1 = t.push(fq(8, None, None));
+        let co2 = t.push(fq(3, None, None));
+        let co0 = t.push(fq(0, None, None));
+        t.nodes[cq2].parent = Some(co2);
+        t.nodes[cq1].parent = Some(co0);
+        t.nodes[co2].parent = Some(co0);
+        t.finalize();
+        assert_eq!((t.nodes[co2].height, t.nodes[co0].height), (1, 2));
+        let u = Usage::new(&t);
+        assert_eq!(t.borrowing_height(&u, cq2, 0, q(8)), 0); // within its nominal quota
+        assert_eq!(t.borrowing_height(&u, cq2, 0, q(11)), 1); // co2 holds it
+        assert_eq!(t.borrowing_height(&u, cq2, 0, q(12)), 2); // only co0 does
+        assert_eq!(t.borrowing_height(&u, cq1, 0, q(9)), 2); // directly under the root
+        assert_eq!(t.borrowing_height(&u, cq1, 0, q(99)), 2); // nothing holds it: the root's
     }
 
     #[test]

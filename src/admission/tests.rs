@@ -1208,6 +1208,220 @@ fn preempted_quota_is_held_until_released_in_controller_mode() {
     assert_eq!(admitted_names(&sched.cycle()), ["high"]);
 }
 
+/// Kueue #3948's shape: root (no quota) ⊃ {best-effort (nominal 0), Cohort guaranteed (100m)
+/// ⊃ guaranteed (nominal 0)}, both queues `reclaimWithinCohort: Any`; `holder` holds 100m in
+/// `held_in`, `wants` (in the other queue) asks for 100m.
+fn guaranteed_and_best_effort(held_in: &str, wants_in: &str) -> Snapshot {
+    let policy = |c| with_preemption(c, WithinClusterQueue::Never, ReclaimWithinCohort::Any);
+    let mut s = snap(
+        vec![
+            policy(
+                cluster_queue("best-effort")
+                    .cohort("root")
+                    .flavor_quota("default", &[("cpu", "0")]),
+            ),
+            policy(
+                cluster_queue("guaranteed")
+                    .cohort("guaranteed")
+                    .flavor_quota("default", &[("cpu", "0")]),
+            ),
+        ],
+        vec![
+            workload("holder")
+                .queue(held_in)
+                .podset(podset("main").count(1).cpu("100m"))
+                .admitted(held_in, "default", ts(0)),
+            workload("wants")
+                .queue(wants_in)
+                .podset(podset("main").count(1).cpu("100m"))
+                .created(1),
+        ],
+    );
+    s.cohorts = vec![
+        cohort("root"),
+        cohort("guaranteed")
+            .parent("root")
+            .resource_group(resource_group(
+                &["cpu"],
+                vec![("default", vec![resource_quota("cpu", "100m", None, None)])],
+            )),
+    ];
+    s
+}
+
+#[test]
+fn a_queue_whose_sub_cohort_holds_its_request_reclaims_it_from_a_queue_outside_even_while_borrowing()
+ {
+    // Kueue #3948 (hierarchical cohorts, v0.19.2 `collectCandidatesForHierarchicalReclaim`):
+    // best-effort borrows the guaranteed Cohort's 100m; guaranteed, at its own nominal quota
+    // (0), asks for it. Its Cohort holds the request within its subtree quota, so guaranteed is
+    // closer to that quota than best-effort and reclaims it, though guaranteed itself borrows
+    // from its Cohort to fit. Treating the tree as one flat cohort, guaranteed was not under its
+    // nominal quota and could not reclaim anything: red before.
+    let s = guaranteed_and_best_effort("best-effort", "guaranteed");
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(evicted(&r), ["holder"], "{:?}", r.decisions);
+    assert!(message(&r, "holder").contains("(default/wants)"));
+    let (s, _) = final_state(s, &RELEASE);
+    assert!(holds_quota(status_of(&s, "wants")));
+    assert!(!holds_quota(status_of(&s, "holder")));
+}
+
+#[test]
+fn a_queue_over_its_nominal_quota_inside_a_sub_cohort_within_quota_is_not_reclaimed_from_outside() {
+    // The reverse of Kueue #3948: guaranteed holds its Cohort's 100m (over its own nominal 0,
+    // but the Cohort is within its subtree quota: nothing is borrowed from the root);
+    // best-effort, with nothing of its own, cannot take it, whatever its policy.
+    let s = guaranteed_and_best_effort("guaranteed", "best-effort");
+    let (s, results) = final_state(s, &RELEASE);
+    assert!(results.iter().all(|r| evicted(r).is_empty()));
+    assert!(holds_quota(status_of(&s, "holder")));
+    assert!(!holds_quota(status_of(&s, "wants")));
+}
+
+/// Issue #15, seed 75654 shrunk (one flavor, cpu): co0 (no quota) ⊃ {co2 (own 3) ⊃ cq2
+/// (nominal 8), cq1 (nominal 8, lendingLimit 3)}; co2's subtree quota is 11, co0's 14. cq1 holds
+/// `cq1_holds`, cq2 holds `cq2_holds` (each a list of (name, cpu, priority)); `wants` asks
+/// for `cpu` in `queue` with priority 3. Both queues: `withinClusterQueue: LowerPriority`,
+/// `reclaimWithinCohort: Any`.
+fn seed_75654_tree(
+    cq1_holds: &[(&str, &str, i32)],
+    cq2_holds: &[(&str, &str, i32)],
+    queue: &str,
+    cpu: &str,
+) -> Snapshot {
+    let policy = |c| {
+        with_preemption(
+            c,
+            WithinClusterQueue::LowerPriority,
+            ReclaimWithinCohort::Any,
+        )
+    };
+    let mut cq1 = cluster_queue("cq1")
+        .cohort("co0")
+        .flavor_quota("default", &[("cpu", "8")]);
+    set_quota(&mut cq1, "8", None, Some("3"));
+    let cq2 = cluster_queue("cq2")
+        .cohort("co2")
+        .flavor_quota("default", &[("cpu", "8")]);
+    let holder = |(name, cpu, prio): &(&str, &str, i32), cq: &str| {
+        workload(name)
+            .queue(cq)
+            .priority(*prio)
+            .podset(podset("main").count(1).cpu(cpu))
+            .admitted(cq, "default", ts(0))
+    };
+    let mut workloads: Vec<Workload> = cq1_holds.iter().map(|h| holder(h, "cq1")).collect();
+    workloads.extend(cq2_holds.iter().map(|h| holder(h, "cq2")));
+    workloads.push(
+        workload("wants")
+            .queue(queue)
+            .priority(3)
+            .podset(podset("main").count(1).cpu(cpu))
+            .created(1),
+    );
+    let mut s = snap(vec![policy(cq1), policy(cq2)], workloads);
+    s.cohorts = vec![
+        cohort("co0"),
+        cohort("co2").parent("co0").resource_group(resource_group(
+            &["cpu"],
+            vec![("default", vec![resource_quota("cpu", "3", None, None)])],
+        )),
+    ];
+    s
+}
+
+#[test]
+fn a_queue_over_its_nominal_quota_is_reclaimed_from_only_while_its_sub_cohort_is_over_too() {
+    // Issue #15, seed 75654 shrunk (see `seed_75654_tree`). cq1 borrows 5 of co0 (13 over a
+    // nominal 8); cq2's `wants` (8, priority 3) finds 4 and is short. co2 holds it within its
+    // subtree quota (2 + 8 ≤ 11), so cq2 is closer to that quota than cq1 and reclaims it even
+    // while borrowing (Kueue's hierarchical reclaim): only cq1's Workload goes. As one flat
+    // cohort, cq2 had to fit within its own nominal quota and evicted its own Workload too.
+    let s = seed_75654_tree(&[("cq1-13", "13", 1)], &[("cq2-2", "2", 1)], "cq2", "8");
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(evicted(&r), ["cq1-13"], "{:?}", r.decisions);
+    // cq2 holds 11 (over its nominal 8, but co2 is within its 11): cq1's `wants` (7, priority
+    // 3), short with 6 available (3 of its guaranteed 5, 3 left in co0), reclaims nothing from
+    // it, though its policy is `Any` (a guard: as one flat cohort, cq1 would have had to fit
+    // without borrowing, which it cannot, so this was green before too).
+    let s = seed_75654_tree(&[("cq1-2", "2", 3)], &[("cq2-11", "11", 1)], "cq1", "7");
+    let (s, results) = final_state(s, &RELEASE);
+    assert!(results.iter().all(|r| evicted(r).is_empty()));
+    assert!(holds_quota(status_of(&s, "cq2-11")));
+    assert!(!holds_quota(status_of(&s, "wants")));
+}
+
+#[test]
+fn a_reclaim_its_victim_would_take_back_once_the_preemptor_borrows_is_not_made() {
+    // Issue #15, seed 75654's ping-pong shrunk (cpu; flavors f0, f1, f2): co0 (no quota) ⊃
+    // {co2 (f0: 3) ⊃ cq2 (f0: 8, f1: 10), cq1 (f0: 8 lendingLimit 3, f2: 9)}. cq2's w13
+    // (priority 3) holds 12 of f0: cq2 and co2 (11) are over their quota. cq1's w07 (priority
+    // 1, `reclaimWithinCohort: Any`; head 9, worker 6) finds 5 of f0: its head goes to f2, its
+    // worker, within cq1's nominal quota, reclaims w13 (hierarchical reclaim). Admitted on the
+    // next pass, with f0 free, w07's head takes f0 (the first flavor that fits, borrowing: 17
+    // of cq1's 8), and w13 (head now on f1, extra 8 on f0, which cq2's nominal quota holds)
+    // reclaims w07 (cq2: `LowerPriority`); then w07 reclaims w13 again, forever. Kueue v0.19.2
+    // allows every step. A preemption whose preemptor a later pass evicts is not made: w07 is
+    // held back for w13, and nothing is evicted. Red before (one flat cohort: w07 reclaimed
+    // w13 just the same), and red with hierarchical preemption alone.
+    let mut cq1 = cluster_queue("cq1")
+        .cohort("co0")
+        .flavor_quota("f0", &[("cpu", "8")])
+        .flavor_quota("f2", &[("cpu", "9")]);
+    set_quota(&mut cq1, "8", None, Some("3"));
+    let cq1 = with_preemption(cq1, WithinClusterQueue::Never, ReclaimWithinCohort::Any);
+    let cq2 = with_preemption(
+        cluster_queue("cq2")
+            .cohort("co2")
+            .flavor_quota("f0", &[("cpu", "8")])
+            .flavor_quota("f1", &[("cpu", "10")]),
+        WithinClusterQueue::Never,
+        ReclaimWithinCohort::LowerPriority,
+    );
+    let mut s = snap(
+        vec![cq1, cq2],
+        vec![
+            workload("w11")
+                .queue("cq1")
+                .priority(3)
+                .podset(podset("main").count(1).cpu("2"))
+                .admitted("cq1", "f0", ts(0)),
+            workload("w13")
+                .queue("cq2")
+                .priority(3)
+                .podset(podset("head").count(2).cpu("2"))
+                .podset(podset("extra").count(4).cpu("2"))
+                .admitted("cq2", "f0", ts(0)),
+            workload("w07")
+                .queue("cq1")
+                .priority(1)
+                .podset(podset("head").count(3).cpu("3"))
+                .podset(podset("worker").count(3).cpu("2"))
+                .created(1),
+        ],
+    );
+    s.flavors = ["f0", "f1", "f2"].map(resource_flavor).into();
+    s.cohorts = vec![
+        cohort("co0"),
+        cohort("co2").parent("co0").resource_group(resource_group(
+            &["cpu"],
+            vec![("f0", vec![resource_quota("cpu", "3", None, None)])],
+        )),
+    ];
+    let mut sched = Scheduler::new(s, &RELEASE);
+    for pass in 0..20 {
+        let r = sched.cycle();
+        assert!(evicted(&r).is_empty(), "pass {pass}: {:?}", r.decisions);
+        if !sched.apply(&r, ts(100 + pass)) {
+            break;
+        }
+    }
+    let s = sched.snapshot();
+    assert!(holds_quota(status_of(s, "w13")));
+    assert!(!holds_quota(status_of(s, "w07")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // bad input
 // ---------------------------------------------------------------------------------------------
