@@ -303,8 +303,8 @@ fn nominate(ix: &Index) -> (Vec<usize>, Vec<Vec<usize>>) {
 /// `classicalIterator` orders them (with `PrioritizePreemptorWorkloads`: a Workload that preempted
 /// in an earlier pass first, so the room its victims freed is its; then by borrowing distance,
 /// against the usage at the start of the round (entries that fit without borrowing first, then
-/// those whose lowest Cohort holding them is lower in the tree); then higher priority; then the older queue order time; then the
-/// key), each processed against the usage the ones before it left. A ClusterQueue stays in the
+/// those whose lowest Cohort holding them is lower in the tree); then higher priority; then the
+/// older queue order time; then the key), each processed against the usage the ones before it left. A ClusterQueue stays in the
 /// next round while its head was admitted or cannot be admitted whatever is preempted
 /// (BestEffortFIFO: Kueue moves on to the next Workload in its next cycle); it leaves the pass
 /// when its head preempts (Kueue keeps that head at the front until its victims are gone) or
@@ -354,8 +354,7 @@ fn rounds(pass: &mut Pass, queues: &[Vec<usize>]) {
 }
 
 /// A head's place in a round: a preemptor from an earlier pass first, then the borrowing
-/// distance (0: none),
-/// priority (higher first), queue order time, rank.
+/// distance (0: none), priority (higher first), queue order time, rank.
 type HeadKey = (
     bool,
     u8,
