@@ -8,6 +8,7 @@
 //!   SEED=51152 cargo test -p raygate --lib scratch_trace_seed -- --nocapture
 //!   SEED=51152 cargo test -p raygate --lib scratch_shrink_seed -- --nocapture
 //!   CASE=/tmp/c.json cargo test -p raygate --lib scratch_trace_case -- --nocapture
+//!   SEED=75654 cargo test -p raygate --lib scratch_trace_phase2 -- --nocapture  (the second phase)
 
 use serde_json::{Value, json};
 
@@ -474,5 +475,83 @@ fn scratch_testdata() {
     for line in include_str!("../testdata/churn.jsonl").lines() {
         let case: Value = serde_json::from_str(line).unwrap();
         println!("{} churns: {}", case["seed"], churns(&case));
+    }
+}
+
+#[test]
+fn scratch_trace_phase2() {
+    let seed = env_seed();
+    describe(&seed_case(seed));
+    let mut rng = Rng(seed);
+    let (base, _) = random_snapshot(&mut rng);
+    let _ = rng.chance(50);
+    let mut early = base.clone();
+    let mut later = Vec::new();
+    early.workloads.retain(|w| {
+        let keep = rng.chance(50);
+        if !keep {
+            later.push(w.clone());
+        }
+        keep
+    });
+    let release = Options {
+        release_evicted_immediately: true,
+    };
+    let (mut s, _) = run_until_stable(early, &release, ts(100), 50);
+    let held: Vec<_> = s
+        .workloads
+        .iter()
+        .filter(|w| holds_quota(w.status.as_ref()))
+        .map(|w| w.metadata.name.clone().unwrap())
+        .collect();
+    println!(
+        "settled holders: {held:?}; later: {:?}",
+        later
+            .iter()
+            .map(|w| w.metadata.name.clone().unwrap())
+            .collect::<Vec<_>>()
+    );
+    s.workloads.extend(later);
+    for w in &s.workloads {
+        if let Some(a) = w.status.as_ref().and_then(|x| x.admission.as_ref()) {
+            println!(
+                "HOLD {} in {} {:?}",
+                w.metadata.name.clone().unwrap(),
+                a.cluster_queue,
+                a.pod_set_assignments
+                    .iter()
+                    .map(|p| (
+                        p.flavors.clone(),
+                        p.resource_usage
+                            .iter()
+                            .map(|(k, v)| format!("{k}={}", v.0))
+                            .collect::<Vec<_>>()
+                    ))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    let mut sched = Scheduler::new(s, &release);
+    for pass in 0..12 {
+        let r = sched.cycle();
+        println!("--- pass {pass}");
+        for d in &r.decisions {
+            match d {
+                Decision::Admit {
+                    workload,
+                    admission,
+                } => println!("ADMIT {workload} in {}", admission.cluster_queue),
+                Decision::Evict {
+                    workload, message, ..
+                } => println!("EVICT {workload}: {message}"),
+                Decision::Pending {
+                    workload, message, ..
+                } if message.is_preemptor() => println!("preempting {workload}: {message}"),
+                _ => {}
+            }
+        }
+        if !sched.apply(&r, ts(200 + pass)) {
+            break;
+        }
     }
 }
