@@ -10,6 +10,7 @@
 //! [`decide`] is the pure sync; [`run`] is the IO loop, which reacts to pod, PDB and workload
 //! changes after [`Config::lag`] (the controller's reaction lag: its informers and queue).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -341,22 +342,31 @@ fn conditions_up_to_date(pdb: &PodDisruptionBudget) -> bool {
     }
 }
 
-/// The pods a PDB selects (`getPodsForPdb`, by `LabelSelectorAsSelector`: nil selects none).
-pub fn pods_for(pdb: &PodDisruptionBudget, pods: &[Pod]) -> Vec<Pod> {
+/// The pods a PDB selects (`getPodsForPdb`, by `LabelSelectorAsSelector`: nil selects none),
+/// copied out of `pods` (owned, or the cache's `Arc`s).
+pub fn pods_for<P: Borrow<Pod>>(pdb: &PodDisruptionBudget, pods: &[P]) -> Vec<Pod> {
+    let selects = selector_of(pdb);
+    pods.iter()
+        .map(Borrow::borrow)
+        .filter(|p| selects(p))
+        .cloned()
+        .collect()
+}
+
+/// Whether a pod is one `pdb` selects: in its namespace and matched by its label selector.
+fn selector_of(pdb: &PodDisruptionBudget) -> impl Fn(&Pod) -> bool {
     let selector = pdb
         .spec
         .as_ref()
         .and_then(|s| s.selector.as_ref())
         .and_then(|s| serde_json::to_value(s).ok());
     let ns = pdb.namespace();
-    pods.iter()
-        .filter(|p| p.namespace() == ns)
-        .filter(|p| {
+    move |p: &Pod| {
+        p.namespace() == ns && {
             let labels = serde_json::to_value(&p.metadata.labels).ok();
             selector_object_matches(selector.as_ref(), labels.as_ref()) == Some(true)
-        })
-        .cloned()
-        .collect()
+        }
+    }
 }
 
 /// `stalePodDisruptionTimeout`: after this, a `DisruptionTarget=True` condition on a pod that is
@@ -413,17 +423,17 @@ pub fn reset_disruption_target(pod: &mut Pod, now: Timestamp) {
 
 /// `getPdbForPod`'s Warning for pods several PDBs select: `(pod index, message)`; the first PDB
 /// by name is the one "chosen" (a lister's order is unspecified).
-pub fn multiple_budgets(pdbs: &[PodDisruptionBudget], pods: &[Pod]) -> Vec<(usize, String)> {
+pub fn multiple_budgets<P: Borrow<Pod>>(
+    pdbs: &[PodDisruptionBudget],
+    pods: &[P],
+) -> Vec<(usize, String)> {
     let mut names: Vec<Vec<String>> = vec![vec![]; pods.len()];
     let mut sorted: Vec<&PodDisruptionBudget> = pdbs.iter().collect();
     sorted.sort_by_key(|p| (p.namespace(), p.name_any()));
     for pdb in sorted {
-        let selected = pods_for(pdb, pods);
+        let selects = selector_of(pdb);
         for (i, pod) in pods.iter().enumerate() {
-            if selected
-                .iter()
-                .any(|s| s.metadata.uid == pod.metadata.uid && s.name_any() == pod.name_any())
-            {
+            if selects(pod.borrow()) {
                 names[i].push(pdb.name_any());
             }
         }
@@ -433,7 +443,7 @@ pub fn multiple_budgets(pdbs: &[PodDisruptionBudget], pods: &[Pod]) -> Vec<(usiz
         .enumerate()
         .filter(|(_, n)| n.len() > 1)
         .map(|(i, n)| {
-            let pod = &pods[i];
+            let pod: &Pod = pods[i].borrow();
             (
                 i,
                 format!(
@@ -703,7 +713,9 @@ impl Actor for Controller {
         if pdbs.is_empty() {
             return Ok(recheck.map(|t| t + Duration::from_millis(1)));
         }
-        let pods = owned(&self.pods);
+        // the cache's own pods: a pass runs on every pod change and copies only the pods each
+        // PDB selects
+        let pods = self.pods.sorted_state();
         let mut w = Workloads {
             replicasets: owned(&self.replicasets),
             deployments: owned(&self.deployments),
@@ -713,7 +725,7 @@ impl Actor for Controller {
         for (i, message) in multiple_budgets(&pdbs, &pods) {
             self.recorder
                 .publish(
-                    support::reference(&pods[i]),
+                    support::reference(&*pods[i]),
                     "Warning",
                     "MultiplePodDisruptionBudgets",
                     &message,

@@ -442,6 +442,7 @@ mod io {
             resync,
             resync_at: None,
             expectations: Expectations::default(),
+            encoded: Vec::new(),
         };
         support::drive(actor, caches, clock, Duration::ZERO, shutdown.into()).await;
     }
@@ -455,6 +456,10 @@ mod io {
         /// When the next resync is due (a pass at or after it trusts the store again).
         resync_at: Option<Timestamp>,
         expectations: Expectations,
+        /// Each set's JSON with the cached object it was encoded from: a pass runs on every
+        /// change of a set's pods, and the reflector replaces a set's `Arc` only when the set
+        /// changed, so an unchanged set is not encoded again.
+        encoded: Vec<(Arc<DynamicObject>, serde_json::Value)>,
     }
 
     impl Actor for Controller {
@@ -466,11 +471,22 @@ mod io {
             }
             let all_pods = self.pods.sorted_state();
             self.expectations.observe(&all_pods);
-            for set in self.sets.sorted_state() {
-                let value = match serde_json::to_value(&*set) {
-                    Ok(v) => v,
-                    Err(_) => continue,
+            let sets = self.sets.sorted_state();
+            let mut encoded = Vec::with_capacity(sets.len());
+            for set in sets {
+                let kept = self.encoded.iter().position(|(o, _)| Arc::ptr_eq(o, &set));
+                let value = match kept {
+                    Some(i) => self.encoded.swap_remove(i).1,
+                    None => match serde_json::to_value(&*set) {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    },
                 };
+                encoded.push((set, value));
+            }
+            // sets that are gone drop out with their JSON
+            self.encoded = encoded;
+            for (set, value) in &self.encoded {
                 let name = set.metadata.name.clone().unwrap_or_default();
                 let ns = set.metadata.namespace.clone().unwrap_or_default();
                 let mine: Vec<Arc<Pod>> = all_pods
@@ -481,7 +497,7 @@ mod io {
                     })
                     .cloned()
                     .collect();
-                for action in reconcile(&value, &mine) {
+                for action in reconcile(value, &mine) {
                     if self.expectations.admit(&ns, &action) {
                         apply(&self.client, &self.ar, &ns, &name, action).await;
                     }

@@ -111,11 +111,50 @@ fn base32hex(bytes: &[u8]) -> String {
     out
 }
 
+/// How many recent hashes [`cluster_spec_hash`] keeps per thread.
+const RECENT_HASHES: usize = 8;
+
+thread_local! {
+    /// The last hashes computed on this thread, with the spec and worker-group count they are
+    /// of. A reconcile hashes the same goal spec up to six times (`shouldPrepareNewCluster`,
+    /// then `shouldUpdateCluster` for the active and the pending cluster, each full and
+    /// partial), and the emulator reconciles every 2 s (`ServiceDefaultRequeueDuration`) while
+    /// the goal rarely changes: comparing specs is much cheaper than encoding, sorting and
+    /// hashing one, and the hash is a function of the spec, so a kept one is the one computed.
+    static RECENT: std::cell::RefCell<std::collections::VecDeque<(RayClusterSpec, Option<usize>, String)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
 /// The `ray.io/hash-without-replicas-and-workers-to-delete` value of a `rayClusterConfig`.
 ///
 /// `worker_groups`: hash only the first n worker groups (KubeRay's partial comparison, which
 /// recognises worker groups appended at the end); `None`: all.
 pub fn cluster_spec_hash(
+    spec: &RayClusterSpec,
+    worker_groups: Option<usize>,
+) -> Result<String, serde_json::Error> {
+    let kept = RECENT.with(|r| {
+        r.borrow()
+            .iter()
+            .find(|(s, n, _)| *n == worker_groups && s == spec)
+            .map(|(_, _, h)| h.clone())
+    });
+    if let Some(hash) = kept {
+        return Ok(hash);
+    }
+    let hash = computed_hash(spec, worker_groups)?;
+    RECENT.with(|r| {
+        let mut r = r.borrow_mut();
+        if r.len() >= RECENT_HASHES {
+            r.pop_front();
+        }
+        r.push_back((spec.clone(), worker_groups, hash.clone()));
+    });
+    Ok(hash)
+}
+
+/// [`cluster_spec_hash`] without the kept hashes.
+fn computed_hash(
     spec: &RayClusterSpec,
     worker_groups: Option<usize>,
 ) -> Result<String, serde_json::Error> {
@@ -201,6 +240,33 @@ mod tests {
         v["workerGroupSpecs"].as_array_mut().unwrap().push(extra);
         assert_ne!(a, h(v.clone()));
         assert_eq!(a, cluster_spec_hash(&spec(v), Some(1)).unwrap());
+    }
+
+    #[test]
+    fn a_kept_hash_is_the_computed_one_and_a_changed_spec_is_hashed_again() {
+        // more specs than are kept, each asked twice (the second from the kept ones) and again
+        // after the others pushed it out
+        let specs: Vec<RayClusterSpec> = (0..RECENT_HASHES + 3)
+            .map(|i| {
+                let mut v = base();
+                v["rayVersion"] = json!(format!("2.{i}.0"));
+                spec(v)
+            })
+            .collect();
+        for round in 0..2 {
+            for s in &specs {
+                for groups in [None, Some(1), Some(0)] {
+                    let want = computed_hash(s, groups).unwrap();
+                    assert_eq!(cluster_spec_hash(s, groups).unwrap(), want, "round {round}");
+                    assert_eq!(cluster_spec_hash(s, groups).unwrap(), want, "round {round}");
+                }
+            }
+        }
+        let distinct: std::collections::BTreeSet<String> = specs
+            .iter()
+            .map(|s| cluster_spec_hash(s, None).unwrap())
+            .collect();
+        assert_eq!(distinct.len(), specs.len());
     }
 
     #[test]

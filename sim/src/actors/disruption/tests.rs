@@ -417,6 +417,26 @@ fn a_pod_two_budgets_select_gets_a_warning_naming_the_first() {
 }
 
 #[test]
+fn the_caches_arcs_select_and_warn_as_owned_pods_do() {
+    // the actor's pass reads the reflector's `Arc`s instead of copies of every pod
+    let mut pods = rs_pods(2, 2);
+    pods[1].metadata.namespace = Some("elsewhere".into());
+    let arcs: Vec<std::sync::Arc<Pod>> = pods.iter().cloned().map(std::sync::Arc::new).collect();
+    let mut a = pdb(json!({"maxUnavailable": 1}), json!({}));
+    a.metadata.name = Some("b-second".into());
+    let mut b = a.clone();
+    b.metadata.name = Some("a-first".into());
+    let pdbs = [a.clone(), b];
+    assert_eq!(pods_for(&a, &arcs), pods_for(&a, &pods));
+    assert_eq!(pods_for(&a, &arcs).len(), 1);
+    assert_eq!(
+        multiple_budgets(&pdbs, &arcs),
+        multiple_budgets(&pdbs, &pods)
+    );
+    assert_eq!(multiple_budgets(&pdbs, &arcs).len(), 1);
+}
+
+#[test]
 fn a_disruption_target_left_on_a_live_pod_goes_stale_after_two_minutes() {
     let cond = |status: &str, reason: &str| {
         json!({"status": {"conditions": [

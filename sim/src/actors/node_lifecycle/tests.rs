@@ -1,6 +1,9 @@
 use super::*;
 use serde_json::{Value, json};
 
+const NO_NODES: &[Node] = &[];
+const NO_PODS: &[Pod] = &[];
+
 fn now() -> Timestamp {
     Timestamp::from_second(1_767_225_600).unwrap()
 }
@@ -44,7 +47,7 @@ fn a_reboot_waits_for_the_drain_but_not_for_daemonset_mirror_or_finished_pods() 
     let n = node("n", json!({LIFECYCLE: "reboot"}));
     let cfg = Config::default();
     let busy = [pod_on("n", json!({}))];
-    assert_eq!(step(&n, &[], &busy, &cfg, now()), Step::Wait(None));
+    assert_eq!(step(&n, NO_NODES, &busy, &cfg, now()), Step::Wait(None));
     let fine = [
         pod_on(
             "n",
@@ -58,7 +61,7 @@ fn a_reboot_waits_for_the_drain_but_not_for_daemonset_mirror_or_finished_pods() 
         pod_on("other", json!({})),
     ];
     assert_eq!(
-        step(&n, &[], &fine, &cfg, now()),
+        step(&n, NO_NODES, &fine, &cfg, now()),
         Step::GoDown {
             until: now() + SignedDuration::from_secs(120)
         }
@@ -70,11 +73,11 @@ fn a_rebooting_node_comes_up_at_the_next_generation_when_its_time_is_over() {
     let t = now() + SignedDuration::from_secs(120);
     let n = node("n", json!({PHASE: "rebooting", UNTIL: t.to_string()}));
     assert_eq!(
-        step(&n, &[], &[], &Config::default(), now()),
+        step(&n, NO_NODES, NO_PODS, &Config::default(), now()),
         Step::Wait(Some(t))
     );
     assert_eq!(
-        step(&n, &[], &[], &Config::default(), t),
+        step(&n, NO_NODES, NO_PODS, &Config::default(), t),
         Step::ComeUp { generation: 3 }
     );
 }
@@ -82,7 +85,8 @@ fn a_rebooting_node_comes_up_at_the_next_generation_when_its_time_is_over() {
 #[test]
 fn a_replacement_copies_labels_and_capacity_at_the_next_generation_uncordoned() {
     let old = node("gpu-7-g2", json!({LIFECYCLE: "replace"}));
-    let Step::Join { node: new, until } = step(&old, &[], &[], &Config::default(), now()) else {
+    let Step::Join { node: new, until } = step(&old, NO_NODES, NO_PODS, &Config::default(), now())
+    else {
         panic!()
     };
     assert_eq!(new.name_any(), "gpu-7-g3");
@@ -128,7 +132,7 @@ fn a_replaced_node_is_removed_once_its_replacement_is_ready_and_it_is_empty() {
     let old = node("n", json!({PHASE: "replaced", REPLACED_BY: "n-g3"}));
     let joining = node("n-g3", json!({PHASE: "joining"}));
     assert_eq!(
-        step(&old, &[joining], &[], &Config::default(), now()),
+        step(&old, &[joining], NO_PODS, &Config::default(), now()),
         Step::Wait(None)
     );
     let joined = node("n-g3", json!({}));
@@ -143,7 +147,7 @@ fn a_replaced_node_is_removed_once_its_replacement_is_ready_and_it_is_empty() {
         Step::Wait(None)
     );
     assert_eq!(
-        step(&old, &[joined], &[], &Config::default(), now()),
+        step(&old, &[joined], NO_PODS, &Config::default(), now()),
         Step::Remove
     );
 }
@@ -207,5 +211,30 @@ fn a_not_ready_node_gets_its_noexecute_taint_unknown_after_the_grace_period() {
             ("gpu", "NoSchedule"),
             ("node.kubernetes.io/unschedulable", "NoSchedule")
         ]
+    );
+}
+
+#[test]
+fn step_reads_the_caches_arcs_as_it_reads_owned_objects() {
+    // the actor's pass hands `step` the reflector's `Arc`s instead of copies
+    let old = node("n", json!({PHASE: "replaced", REPLACED_BY: "n-g3"}));
+    let joined = node("n-g3", json!({}));
+    let busy = pod_on("n", json!({}));
+    let cfg = Config::default();
+    for (nodes, pods) in [
+        (vec![joined.clone()], vec![busy.clone()]),
+        (vec![joined.clone()], vec![]),
+        (vec![], vec![]),
+    ] {
+        let arc_nodes: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
+        let arc_pods: Vec<Arc<Pod>> = pods.iter().cloned().map(Arc::new).collect();
+        assert_eq!(
+            step(&old, &arc_nodes, &arc_pods, &cfg, now()),
+            step(&old, &nodes, &pods, &cfg, now())
+        );
+    }
+    assert_eq!(
+        step(&old, &[Arc::new(joined)], &[Arc::new(busy)], &cfg, now()),
+        Step::Wait(None)
     );
 }
