@@ -8,6 +8,10 @@
 //! fresh paused runtime, as the sweep does) and prints, per variant, the runs, the wall time per
 //! run, the cluster time per run, the commits to the sim's store per run (every write that
 //! changed an object) and the watches open at the end.
+//!
+//! `SWEEP_PROFILE_BEFORE_ROLLOUT=1` runs each variant only up to its rollout's start (the steps
+//! from the `StartRollout` on left out; the story then settles as any does): the part of a
+//! rollout seed its four runs share, to weigh running it once and forking the variants there.
 
 /// mimalloc: the sweep is allocation-bound (glibc malloc was about 30% of its profile).
 #[global_allocator]
@@ -36,12 +40,16 @@ fn main() {
             .unwrap_or(default)
     };
     let (seeds, first) = (arg(1, 10), arg(2, 100));
+    let before_rollout = std::env::var_os("SWEEP_PROFILE_BEFORE_ROLLOUT").is_some();
     let registry = raygate_sim::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
     let mut by_variant: BTreeMap<String, Figures> = BTreeMap::new();
     let total = Instant::now();
     for seed in first..first + seeds {
         let checked = sweep::generate(seed);
-        for (variant, c) in sweep::variants(&checked) {
+        for (variant, mut c) in sweep::variants(&checked) {
+            if before_rollout {
+                cut_at_rollout(&mut c);
+            }
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .start_paused(true)
@@ -84,4 +92,16 @@ fn main() {
         "{seeds} seeds in {:.1} s on one thread",
         total.elapsed().as_secs_f64()
     );
+}
+
+/// Leaves out the steps from the rollout's start on (a story without a rollout is kept whole).
+fn cut_at_rollout(c: &mut scenario::Checked) {
+    let start = c
+        .steps
+        .iter()
+        .find(|(_, a, _)| matches!(a, scenario::Action::StartRollout(_)))
+        .map(|(at, _, _)| *at);
+    if let Some(start) = start {
+        c.steps.retain(|(at, _, _)| *at < start);
+    }
 }
