@@ -81,10 +81,10 @@ fn charge(q: &Queues, usage: &mut Usage, cq: usize, items: &[(usize, Quantity)],
 /// Runs one pass, in Kueue's phases: quota-independent evictions, then the pending Workloads in
 /// rounds of one head per ClusterQueue (see [`rounds`]), then the usage report.
 ///
-/// A pass is checked against the next one: with its decisions applied and nothing else changed,
-/// the passes after it ([`later_pass_victims`]) must not evict what this one admitted. If it would, this
-/// pass is redone without those admissions (each held back for the Workload that would evict
-/// it), as Kueue would have had that Workload take the quota first.
+/// A pass is checked against the passes after it ([`later_pass_victims`]): with its decisions
+/// applied and nothing else changed, they must not evict what this one admitted or what preempted
+/// in it. If they would, this pass is redone with those Workloads held back for the ones that
+/// would evict them, as Kueue would have had those take the quota first.
 pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
     let mut forbidden = vec![None; ix.workloads.len()];
     let mut pass = converge(ix, &mut forbidden);
@@ -141,12 +141,12 @@ const LOOKAHEAD_PASSES: usize = 4;
 /// (admitted in `pass`, the Workload that evicts it) for every Workload `pass` admitted that one
 /// of the passes after it would evict, nothing else having changed (each pass run on the
 /// Workloads as the one before left them, until one changes nothing, at most
-/// [`LOOKAHEAD_PASSES`]). Only a pass that held Workloads back can leave such a case: a
-/// held-back Workload, admitted by the next pass before the Workload the end of this pass was
-/// checked for, takes the room that Workload then preempts for (seed 51152 of
-/// `static_cohorts_do_not_churn`), and one left out by a reservation takes its quota in the next
-/// pass, which leaves the held-back one to reclaim from a borrower instead (seed 53550). The end
-/// of a pass cannot show those; the passes after it, run on the decisions applied, do.
+/// [`LOOKAHEAD_PASSES`]). Of the passes that only admit, only one that held Workloads back can
+/// leave such a case: a held-back Workload, admitted by the next pass before the Workload the
+/// end of this pass was checked for, takes the room that Workload then preempts for (seed 51152
+/// of `static_cohorts_do_not_churn`), and one left out by a reservation takes its quota in the
+/// next pass, which leaves the held-back one to reclaim from a borrower instead (seed 53550).
+/// The end of a pass cannot show those; the passes after it, run on the decisions applied, do.
 ///
 /// A Workload that preempts in this pass is checked too: if a later pass evicts it once it is
 /// admitted, its preemption only starts a ring (seed 75654: cq1's w07, within its nominal
@@ -211,14 +211,7 @@ fn applied(
                 let flavors = admission
                     .pod_set_assignments
                     .iter()
-                    .map(|psa| {
-                        let fl = psa
-                            .flavors
-                            .iter()
-                            .filter_map(|(r, f)| ix.q.flavor_ids.get(f).map(|&id| (r.clone(), id)))
-                            .collect();
-                        (psa.name.clone(), fl)
-                    })
+                    .map(|psa| (psa.name.clone(), ix.q.flavor_ids_of(psa)))
                     .collect();
                 e.held = Some(HeldQuota {
                     cq: Some(*c),
@@ -304,8 +297,8 @@ fn nominate(ix: &Index) -> (Vec<usize>, Vec<Vec<usize>>) {
 /// in an earlier pass first, so the room its victims freed is its; then by borrowing distance,
 /// against the usage at the start of the round (entries that fit without borrowing first, then
 /// those whose lowest Cohort holding them is lower in the tree); then higher priority; then the
-/// older queue order time; then the key), each processed against the usage the ones before it left. A ClusterQueue stays in the
-/// next round while its head was admitted or cannot be admitted whatever is preempted
+/// older queue order time; then the key), each processed against the usage the ones before it
+/// left. A ClusterQueue stays in the next round while its head was admitted or cannot be admitted whatever is preempted
 /// (BestEffortFIFO: Kueue moves on to the next Workload in its next cycle); it leaves the pass
 /// when its head preempts (Kueue keeps that head at the front until its victims are gone) or
 /// blocks a StrictFIFO queue, and the rest of its Workloads wait behind that head. Only

@@ -337,12 +337,7 @@ impl Queues {
             let counts = PodCounts::of(w, psa);
             self.charge_assigned_usage(psa, &counts, &mut usage);
             self.charge_template_requests(w, psa, &counts, &mut usage);
-            let fl: Vec<(String, usize)> = psa
-                .flavors
-                .iter()
-                .filter_map(|(res, f)| self.flavor_ids.get(f).map(|&id| (res.clone(), id)))
-                .collect();
-            flavors.push((psa.name.clone(), fl));
+            flavors.push((psa.name.clone(), self.flavor_ids_of(psa)));
         }
         HeldQuota {
             cq: self.cq_ids.get(&adm.cluster_queue).copied(),
@@ -350,6 +345,15 @@ impl Queues {
             flavors,
             admitted_at,
         }
+    }
+
+    /// A PodSet assignment's flavors by resource, as flavor ids (unknown flavors left out): what
+    /// a replacement keeps of its old slice's flavors.
+    pub(super) fn flavor_ids_of(&self, psa: &PodSetAssignment) -> Vec<(String, usize)> {
+        psa.flavors
+            .iter()
+            .filter_map(|(res, f)| self.flavor_ids.get(f).map(|&id| (res.clone(), id)))
+            .collect()
     }
 
     /// The PodSet's `resourceUsage`, scaled.
