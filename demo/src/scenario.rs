@@ -36,7 +36,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope, pinned_kind};
 use kube::{Client, core::GroupVersionKind};
 use raygate_sim::actors::{disruption, garbage_collector, kubelet, lws, node_lifecycle, scheduler};
-use raygate_sim::{FaultRule, Faults, Sim, Verb};
+use raygate_sim::{FaultRule, Faults, Sim, Verb, informers};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use serde_saphyr::Spanned;
@@ -1187,8 +1187,20 @@ pub async fn run(sim: Sim, checked: &Checked) -> Result<Report, RunError> {
     run_with(sim, checked, None).await
 }
 
-/// [`run`], reporting its steps and the cluster's changes to `progress` as it goes.
+/// [`run`], reporting its steps and the cluster's changes to `progress` as it goes. The sim's
+/// actors read their caches in-process (`Sim::in_process`: shared typed informers, no JSON
+/// watches); raygate and the baselines go through `kube::Client`.
 pub async fn run_with(
+    sim: Sim,
+    checked: &Checked,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
+) -> Result<Report, RunError> {
+    sim.clone()
+        .in_process(run_in_process(sim, checked, progress))
+        .await
+}
+
+async fn run_in_process(
     sim: Sim,
     checked: &Checked,
     progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
@@ -1202,20 +1214,20 @@ pub async fn run_with(
         sim.ensure_namespace(ns);
     }
     let (stop, shutdown) = watch::channel(false);
-    tokio::spawn(scheduler::run(
+    tokio::spawn(informers::carry(scheduler::run(
         client.clone(),
         clock.clone(),
         Default::default(),
         shutdown.clone(),
-    ));
+    )));
     let kubelet_config = kubelet::Config::default();
     let lifecycle_config = node_lifecycle::Config::default();
-    tokio::spawn(kubelet::run_all(
+    tokio::spawn(informers::carry(kubelet::run_all(
         client.clone(),
         clock.clone(),
         kubelet_config.clone(),
         shutdown.clone(),
-    ));
+    )));
     if pinned_kind(
         &client,
         &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
@@ -1223,12 +1235,12 @@ pub async fn run_with(
     .await
     .is_ok()
     {
-        tokio::spawn(lws::run(
+        tokio::spawn(informers::carry(lws::run(
             client.clone(),
             clock.clone(),
             Duration::from_secs(30),
             shutdown.clone(),
-        ));
+        )));
     }
     sim.spawn_disruption_controller(disruption::Config {
         lag: Duration::from_secs(5),

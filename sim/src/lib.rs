@@ -41,6 +41,8 @@ pub mod fixtures;
 /// Routing and the verbs over the store (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod handler;
+/// Shared in-process informers for the sim's own actors.
+pub mod informers;
 /// Served resources: built-in kinds and CRDs (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod kinds;
@@ -171,6 +173,7 @@ impl SimBuilder {
             clock,
             bookmark_interval: self.bookmark_interval,
             faults: Arc::new(Mutex::new(faults::Injector::new(self.faults, self.seed))),
+            informers: Arc::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"]
             .into_iter()
@@ -190,6 +193,8 @@ pub struct Sim {
     clock: Clock,
     bookmark_interval: Duration,
     faults: Arc<Mutex<faults::Injector>>,
+    /// The actors' shared in-process caches ([`informers`]).
+    informers: Arc<std::sync::Mutex<informers::Registry>>,
 }
 
 impl Sim {
@@ -281,10 +286,29 @@ impl Sim {
         &self,
         path: &str,
     ) -> Result<tokio::sync::mpsc::UnboundedReceiver<store::WatchEvent>, status::ApiError> {
+        self.observe_query(path, &std::collections::HashMap::new())
+            .map(|(rx, _)| rx)
+    }
+
+    /// [`Sim::observe`] with a watch's query (`labelSelector`, `fieldSelector`), also returning
+    /// how many of the queued events are the initial `ADDED`s.
+    pub fn observe_query(
+        &self,
+        path: &str,
+        query: &std::collections::HashMap<String, String>,
+    ) -> Result<
+        (
+            tokio::sync::mpsc::UnboundedReceiver<store::WatchEvent>,
+            usize,
+        ),
+        status::ApiError,
+    > {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut state = self.lock();
         let route = handler::route(&state.registry, path)?;
-        state.watch(&route, &std::collections::HashMap::new(), tx)?;
-        Ok(rx)
+        state.watch(&route, query, tx)?;
+        // under the lock no change can have been queued after the initial objects
+        let listed = rx.len();
+        Ok((rx, listed))
     }
 }

@@ -700,14 +700,15 @@ mod io {
             for n in self.nodes.sorted_state() {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 running.entry(name.clone()).or_insert_with(|| {
-                    tokio::spawn(run_with(
+                    // a kubelet reads the way the manager does (in-process in the demo)
+                    tokio::spawn(crate::informers::carry(run_with(
                         self.client.clone(),
                         self.clock.clone(),
                         name,
                         self.config.clone(),
                         self.shutdown.clone(),
                         self.cluster_pods.clone(),
-                    ))
+                    )))
                 });
             }
             Ok(None)

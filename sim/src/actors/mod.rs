@@ -37,12 +37,13 @@ impl crate::Sim {
         F: Future<Output = Result<(), E>> + Send + 'static,
         E: Send + 'static,
     {
-        tokio::spawn(run(
+        // in the caller's `Sim::in_process` scope, if any
+        tokio::spawn(crate::informers::carry(run(
             self.client(),
             self.clock().clone(),
             config,
             Shutdown::never(),
-        ))
+        )))
     }
 }
 

@@ -117,7 +117,7 @@ impl Caches {
     pub fn all<K>(&mut self, client: &Client) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + Hash + Clone,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
         self.reflect(Api::all(client.clone()), watcher::Config::default())
     }
@@ -126,7 +126,7 @@ impl Caches {
     pub fn reflect<K>(&mut self, api: Api<K>, config: watcher::Config) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + Hash + Clone,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
         self.reflect_inner(api, Default::default(), config, None)
     }
@@ -140,7 +140,7 @@ impl Caches {
     ) -> (Store<K>, tokio::sync::watch::Receiver<()>)
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + Hash + Clone,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
         let (tx, rx) = tokio::sync::watch::channel(());
         let store = self.reflect_inner(api, Default::default(), config, Some(tx));
@@ -156,7 +156,7 @@ impl Caches {
     ) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Eq + Hash + Clone,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
         self.reflect_inner(api, dyntype, config, None)
     }
@@ -170,8 +170,11 @@ impl Caches {
     ) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Eq + Hash + Clone,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
+        if let Some(store) = self.shared(&api, &dyntype, &config, &broadcast) {
+            return store;
+        }
         let writer = reflector::store::Writer::new(dyntype);
         let reader = writer.as_reader();
         let notify = self.notify.clone();
@@ -197,6 +200,43 @@ impl Caches {
                 .is_some_and(|x| x.is_ok())
         }));
         reader
+    }
+}
+
+impl Caches {
+    /// In a [`crate::Sim::in_process`] scope: the sim's shared informer for `api` and
+    /// `config`, its changes waking this actor (and `broadcast`). `None` outside one, or when
+    /// the sim does not serve the kind yet (a JSON watch retries until it does).
+    fn shared<K>(
+        &mut self,
+        api: &Api<K>,
+        dyntype: &K::DynamicType,
+        config: &watcher::Config,
+        broadcast: &Option<tokio::sync::watch::Sender<()>>,
+    ) -> Option<Store<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let sim = crate::informers::current()?;
+        let informer = sim
+            .informer::<K>(api.resource_url(), config, dyntype.clone())
+            .inspect_err(|e| tracing::debug!(path = api.resource_url(), error = %e.message, "no shared informer; watching"))
+            .ok()?;
+        let mut changed = informer.changed;
+        let notify = self.notify.clone();
+        let broadcast = broadcast.clone();
+        self.tasks.push(tokio::spawn(async move {
+            while changed.changed().await.is_ok() {
+                notify.notify_one();
+                if let Some(b) = &broadcast {
+                    b.send_replace(());
+                }
+            }
+        }));
+        // listed before it was returned
+        self.notify.notify_one();
+        Some(informer.store)
     }
 }
 
