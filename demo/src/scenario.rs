@@ -1264,7 +1264,7 @@ async fn run_in_process(
                 .cover(ray("RayCluster", "rayclusters"))
                 .cover(ray("RayService", "rayservices")),
         );
-        tokio::spawn(raygate_sim::kuberay::run(
+        tokio::spawn(informers::carry(raygate_sim::kuberay::run(
             client.clone(),
             clock.clone(),
             raygate_sim::kuberay::EmulatorConfig {
@@ -1274,7 +1274,7 @@ async fn run_in_process(
             async move {
                 let _ = emulator_rx.await;
             },
-        ));
+        )));
     }
     let served_kinds = served(&client).await;
     let recorder = Recorder::start(&sim, &served_kinds).map_err(|e| RunError::Step {

@@ -301,13 +301,49 @@ impl State {
         Ok((200, self.stored_out(route, Encoded::new(obj))))
     }
 
-    pub fn list(&self, route: &Route, q: &HashMap<String, String>) -> Reply {
+    /// A stored object as `route` serves it: itself when stored at the route's apiVersion and
+    /// kind, else a copy with those.
+    pub(crate) fn served(&self, route: &Route, o: Arc<Value>) -> Arc<Value> {
+        if o["apiVersion"].as_str() == Some(route.rt.api_version(&route.version).as_str())
+            && o["kind"].as_str() == Some(route.rt.kind.as_str())
+        {
+            return o;
+        }
+        Arc::new(self.object_out(route, &o))
+    }
+
+    /// A LIST's `labelSelector` and `fieldSelector`.
+    fn selectors(
+        route: &Route,
+        q: &HashMap<String, String>,
+    ) -> Result<(LabelSelector, FieldSelector), ApiError> {
         let labels =
             LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?;
         let fields = FieldSelector::parse(
             q.get("fieldSelector").map(String::as_str).unwrap_or(""),
             &route.rt.field_selectors(),
         )?;
+        Ok((labels, fields))
+    }
+
+    /// The stored objects a LIST of `route` with `q`'s selectors returns, in its order (every
+    /// page at once).
+    pub(crate) fn selected(
+        &self,
+        route: &Route,
+        q: &HashMap<String, String>,
+    ) -> Result<Vec<Arc<Value>>, ApiError> {
+        let (labels, fields) = Self::selectors(route, q)?;
+        Ok(self
+            .store
+            .list(&route.key(), route.namespace.as_deref())
+            .into_iter()
+            .filter(|o| labels.matches(o["metadata"].get("labels")) && fields.matches(o))
+            .collect())
+    }
+
+    pub fn list(&self, route: &Route, q: &HashMap<String, String>) -> Reply {
+        let (labels, fields) = Self::selectors(route, q)?;
         let limit: usize = match q.get("limit") {
             Some(l) => l
                 .parse()

@@ -163,3 +163,85 @@ fn change<K: DeserializeOwned>(ev: &WatchEvent) -> Option<Change<K>> {
         _ => None,
     }
 }
+
+/// Typed copies of stored objects by (type, resource, namespace, name): the last decoded one and
+/// its resourceVersion.
+pub(crate) type Decoded =
+    HashMap<(TypeId, String), (String, std::sync::Arc<dyn Any + Send + Sync>)>;
+
+impl Sim {
+    /// A GET of the object at `path` (`/apis/ray.io/v1/namespaces/ns/rayclusters/name`) from
+    /// inside the process: what the API server answers at this instant, typed (`None` for a 404).
+    /// For an actor that must read fresh (the KubeRay emulator): no HTTP, no JSON, no injected
+    /// faults; an object unchanged since the last read is not decoded again.
+    pub fn read<K>(&self, path: &str) -> Result<Option<K>, ApiError>
+    where
+        K: DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let found = {
+            let state = self.lock();
+            let route = crate::handler::route(&state.registry, path)?;
+            let name = route.name.clone().unwrap_or_default();
+            let ns = route.namespace.clone().unwrap_or_default();
+            let at = format!("{}/{ns}/{name}", route.key());
+            state
+                .store
+                .get(&route.key(), &ns, &name)
+                .map(|o| (at, state.served(&route, o)))
+        };
+        found.map(|(at, o)| self.typed(&at, &o)).transpose()
+    }
+
+    /// A LIST of the collection at `path` with `query`'s selectors from inside the process
+    /// ([`Sim::read`]'s terms), every page at once, in the API server's order.
+    pub fn read_list<K>(
+        &self,
+        path: &str,
+        query: &HashMap<String, String>,
+    ) -> Result<Vec<K>, ApiError>
+    where
+        K: DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let objects = {
+            let state = self.lock();
+            let route = crate::handler::route(&state.registry, path)?;
+            let selected = state.selected(&route, query)?;
+            selected
+                .into_iter()
+                .map(|o| {
+                    let at = format!(
+                        "{}/{}/{}",
+                        route.key(),
+                        o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                        o["metadata"]["name"].as_str().unwrap_or_default()
+                    );
+                    (at, state.served(&route, o))
+                })
+                .collect::<Vec<_>>()
+        };
+        objects.iter().map(|(at, o)| self.typed(at, o)).collect()
+    }
+
+    /// `o` as `K`, decoded again only if its resourceVersion changed since the last read at
+    /// `at`.
+    fn typed<K>(&self, at: &str, o: &serde_json::Value) -> Result<K, ApiError>
+    where
+        K: DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let rv = o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        let key = (TypeId::of::<K>(), at.to_string());
+        let mut decoded = self.decoded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, obj)) = decoded.get(&key)
+            && seen == rv
+            && let Some(k) = obj.downcast_ref::<K>()
+        {
+            return Ok(k.clone());
+        }
+        let k = K::deserialize(o)
+            .map_err(|e| ApiError::internal(format!("{at} does not decode: {e}")))?;
+        decoded.insert(key, (rv.to_string(), std::sync::Arc::new(k.clone())));
+        Ok(k)
+    }
+}

@@ -49,10 +49,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 pub use hash::cluster_spec_hash;
@@ -182,8 +183,19 @@ impl EmulatorError {
 }
 
 /// State shared by both reconcilers.
+/// An in-process read's error as the client would return it.
+fn kube_error(e: crate::status::ApiError) -> kube::Error {
+    match serde_json::from_value(e.to_status()) {
+        Ok(status) => kube::Error::Api(Box::new(status)),
+        Err(decode) => kube::Error::SerdeError(decode),
+    }
+}
+
 pub(crate) struct Shared {
     pub client: Client,
+    /// The sim to read fresh from in-process, when the emulator runs in a `Sim::in_process`
+    /// scope (the demo and the sweep); else reads are GETs and LISTs through `client`.
+    sim: Option<crate::Sim>,
     pub config: EmulatorConfig,
     clock: Clock,
     /// `ns/name` of a RayCluster → (uid, when its emulated pods were created).
@@ -199,6 +211,7 @@ impl Shared {
     fn new(client: Client, clock: Clock, config: EmulatorConfig) -> Self {
         Shared {
             client,
+            sim: crate::informers::current(),
             config,
             clock,
             names_generated: Mutex::new(0),
@@ -206,6 +219,42 @@ impl Shared {
             deletion_at: Mutex::new(HashMap::new()),
             autoscaled_at: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// KubeRay's read of one object, fresh (a GET, or [`crate::Sim::read`] in-process).
+    pub(crate) async fn get_opt<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+    ) -> Result<Option<K>, kube::Error>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
+        match &self.sim {
+            Some(sim) => sim
+                .read(&format!("{}/{name}", api.resource_url()))
+                .map_err(kube_error),
+            None => api.get_opt(name).await,
+        }
+    }
+
+    /// KubeRay's list, fresh (a LIST, or [`crate::Sim::read_list`] in-process).
+    pub(crate) async fn list<K>(&self, api: &Api<K>, lp: &ListParams) -> Result<Vec<K>, kube::Error>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let Some(sim) = &self.sim else {
+            return api.list(lp).await.map(|l| l.items);
+        };
+        let mut query = HashMap::new();
+        if let Some(l) = &lp.label_selector {
+            query.insert("labelSelector".to_string(), l.clone());
+        }
+        if let Some(f) = &lp.field_selector {
+            query.insert("fieldSelector".to_string(), f.clone());
+        }
+        sim.read_list(api.resource_url(), &query)
+            .map_err(kube_error)
     }
 
     /// The emulator's one reading of time.

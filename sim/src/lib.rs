@@ -174,6 +174,7 @@ impl SimBuilder {
             bookmark_interval: self.bookmark_interval,
             faults: Arc::new(Mutex::new(faults::Injector::new(self.faults, self.seed))),
             informers: Arc::default(),
+            decoded: Arc::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"]
             .into_iter()
@@ -195,6 +196,8 @@ pub struct Sim {
     faults: Arc<Mutex<faults::Injector>>,
     /// The actors' shared in-process caches ([`informers`]).
     informers: Arc<std::sync::Mutex<informers::Registry>>,
+    /// The last typed copy of each object an in-process read decoded ([`Sim::read`]).
+    decoded: Arc<std::sync::Mutex<informers::Decoded>>,
 }
 
 impl Sim {

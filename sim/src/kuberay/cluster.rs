@@ -371,9 +371,8 @@ async fn observe_pods(
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let list = |api: Api<Pod>, full: String| async move {
         let lp = ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", rc.name_any()));
-        api.list(&lp)
+        ctx.list(&api, &lp)
             .await
-            .map(|l| l.items)
             .map_err(|source| EmulatorError::ListPods { name: full, source })
     };
     let pods = list(api.clone(), full.clone()).await?;
@@ -472,8 +471,8 @@ pub(super) async fn reconcile(
     let name = obj.name_any();
     let api: Api<RayCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let full = format!("{ns}/{name}");
-    let Some(rc) = api
-        .get_opt(&name)
+    let Some(rc) = ctx
+        .get_opt(&api, &name)
         .await
         .map_err(|source| EmulatorError::GetCluster {
             name: full.clone(),

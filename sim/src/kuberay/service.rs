@@ -271,8 +271,8 @@ impl Ctx<'_> {
         if name.is_empty() {
             return Ok(None);
         }
-        self.clusters
-            .get_opt(name)
+        self.shared
+            .get_opt(&self.clusters, name)
             .await
             .map_err(|source| EmulatorError::GetCluster {
                 name: self.full(name),
@@ -286,10 +286,9 @@ impl Ctx<'_> {
             "{ORIGINATED_FROM_CR_NAME_LABEL}={},{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}",
             self.name
         );
-        self.clusters
-            .list(&ListParams::default().labels(&selector))
+        self.shared
+            .list(&self.clusters, &ListParams::default().labels(&selector))
             .await
-            .map(|l| l.items)
             .map_err(|source| EmulatorError::ListChildren {
                 name: self.full(&self.name),
                 source,
@@ -840,14 +839,13 @@ pub(super) async fn reconcile(
         name: name.clone(),
     };
     // read fresh: decisions on a stale cache would write stale names
-    let Some(mut rs) =
-        ctx.services
-            .get_opt(&name)
-            .await
-            .map_err(|source| EmulatorError::GetService {
-                name: ctx.full(&name),
-                source,
-            })?
+    let Some(mut rs) = shared
+        .get_opt(&ctx.services, &name)
+        .await
+        .map_err(|source| EmulatorError::GetService {
+            name: ctx.full(&name),
+            source,
+        })?
     else {
         return Ok(Action::await_change());
     };
