@@ -10,6 +10,9 @@
 //! raygate broke an invariant or a seed stalled. `RAYGATE_SWEEP_DIGESTS=1` also prints each
 //! run's digest (the same seed gives the same digest: compare two sweeps line by line).
 
+#[path = "support/allocator.rs"]
+mod allocator;
+
 /// mimalloc: the sweep is allocation-bound (glibc malloc was about 30% of its profile).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 use raygate_demo::sweep;
 
 fn main() {
+    allocator::keep_freed_memory();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -13,6 +13,9 @@
 //! from the `StartRollout` on left out; the story then settles as any does): the part of a
 //! rollout seed its four runs share, to weigh running it once and forking the variants there.
 
+#[path = "support/allocator.rs"]
+mod allocator;
+
 /// mimalloc: the sweep is allocation-bound (glibc malloc was about 30% of its profile).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -33,6 +36,7 @@ struct Figures {
 }
 
 fn main() {
+    allocator::keep_freed_memory();
     let arg = |i: usize, default: u64| {
         std::env::args()
             .nth(i)
