@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use raygate_demo::sweep;
 
 fn main() {
-    allocator::keep_freed_memory();
+    if !allocator::keep_freed_memory() {
+        eprintln!("note: mimalloc's purge delay left as it was (MIMALLOC_PURGE_DELAY set?)");
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

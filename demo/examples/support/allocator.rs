@@ -1,5 +1,5 @@
 //! The sweep examples' allocator setting (shared by `sweep` and `sweep_profile` through
-//! `#[path]`): mimalloc keeps the memory a seed freed instead of returning it to the OS 10 ms
+//! `#[path]`): mimalloc keeps the memory a seed freed instead of returning it to the OS a second
 //! later (`mi_option_purge_delay = -1`). Every seed runs on a fresh thread and runtime, so the
 //! purged pages were faulted in again by the next seed. Measured on seeds 0–299 (2 threads, idle
 //! 2-core machine, the fat-LTO build): 271,917 minor page faults, 1.78 s system time, 26.8 s
@@ -16,8 +16,9 @@ unsafe extern "C" {
 
 /// `mi_option_purge_delay` in mimalloc v3's `mi_option_e` (what libmimalloc-sys 0.1.49 builds).
 const PURGE_DELAY: c_int = 15;
-/// Its default in milliseconds: read back first, so a different option table is never written.
-const PURGE_DELAY_DEFAULT: c_long = 10;
+/// Its default in milliseconds (v3's `src/options.c`: 1000; the header's comment still says
+/// 10): read back first, so a different option table is never written.
+const PURGE_DELAY_DEFAULT: c_long = 1000;
 
 /// Turns mimalloc's purging off for this process; whether it did.
 pub fn keep_freed_memory() -> bool {
