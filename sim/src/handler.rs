@@ -279,12 +279,10 @@ impl State {
     /// [`State::object_out`] of a stored object: the object itself when it is stored as the
     /// route's apiVersion and kind (no copy).
     fn stored_out(&self, route: &Route, stored: Encoded) -> Body {
-        let o = &stored.object;
-        if o["apiVersion"].as_str() == Some(route.rt.api_version(&route.version).as_str())
-            && o["kind"].as_str() == Some(route.rt.kind.as_str())
-        {
+        if Self::stored_as_served(route, &stored.object) {
             return Body::Stored(stored);
         }
+        let o = &stored.object;
         Body::Built(self.object_out(route, o))
     }
 
@@ -304,12 +302,16 @@ impl State {
     /// A stored object as `route` serves it: itself when stored at the route's apiVersion and
     /// kind, else a copy with those.
     pub(crate) fn served(&self, route: &Route, o: Arc<Value>) -> Arc<Value> {
-        if o["apiVersion"].as_str() == Some(route.rt.api_version(&route.version).as_str())
-            && o["kind"].as_str() == Some(route.rt.kind.as_str())
-        {
+        if Self::stored_as_served(route, &o) {
             return o;
         }
         Arc::new(self.object_out(route, &o))
+    }
+
+    /// Whether `o` is stored at the apiVersion and kind `route` serves (no copy needed).
+    fn stored_as_served(route: &Route, o: &Value) -> bool {
+        o["apiVersion"].as_str() == Some(route.rt.api_version(&route.version).as_str())
+            && o["kind"].as_str() == Some(route.rt.kind.as_str())
     }
 
     /// A LIST's `labelSelector` and `fieldSelector`.

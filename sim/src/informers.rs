@@ -104,13 +104,10 @@ impl Sim {
         {
             return Ok(i.clone());
         }
-        let mut query = HashMap::new();
-        if !key.labels.is_empty() {
-            query.insert("labelSelector".to_string(), key.labels.clone());
-        }
-        if !key.fields.is_empty() {
-            query.insert("fieldSelector".to_string(), key.fields.clone());
-        }
+        let query = selector_query(
+            config.label_selector.as_deref(),
+            config.field_selector.as_deref(),
+        );
         let (mut rx, listed) = self.observe_query(path, &query)?;
         let mut writer = reflector::store::Writer::new(dyntype);
         writer.apply_watcher_event(&watcher::Event::Init);
@@ -140,6 +137,17 @@ impl Sim {
         informers.insert(key, Box::new(informer.clone()));
         Ok(informer)
     }
+}
+
+/// A watch's or LIST's query from its label and field selectors.
+pub fn selector_query(labels: Option<&str>, fields: Option<&str>) -> HashMap<String, String> {
+    [("labelSelector", labels), ("fieldSelector", fields)]
+        .into_iter()
+        .filter_map(|(k, v)| {
+            v.filter(|v| !v.is_empty())
+                .map(|v| (k.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 enum Change<K> {

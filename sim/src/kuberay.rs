@@ -246,13 +246,10 @@ impl Shared {
         let Some(sim) = &self.sim else {
             return api.list(lp).await.map(|l| l.items);
         };
-        let mut query = HashMap::new();
-        if let Some(l) = &lp.label_selector {
-            query.insert("labelSelector".to_string(), l.clone());
-        }
-        if let Some(f) = &lp.field_selector {
-            query.insert("fieldSelector".to_string(), f.clone());
-        }
+        let query = crate::informers::selector_query(
+            lp.label_selector.as_deref(),
+            lp.field_selector.as_deref(),
+        );
         sim.read_list(api.resource_url(), &query)
             .map_err(kube_error)
     }

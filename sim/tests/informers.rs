@@ -24,6 +24,19 @@ fn pod(name: &str, app: &str, node: &str) -> Pod {
     .unwrap()
 }
 
+/// A sim with pods a (app=x, on n1), b (app=y, n2) and c (app=x, n2).
+async fn three_pods() -> (Sim, Client, Api<Pod>) {
+    let sim = Sim::builder().namespace(NS).build();
+    let client = sim.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for (n, app, node) in [("a", "x", "n1"), ("b", "y", "n2"), ("c", "x", "n2")] {
+        pods.create(&PostParams::default(), &pod(n, app, node))
+            .await
+            .unwrap();
+    }
+    (sim, client, pods)
+}
+
 /// A kube-runtime reflector over a JSON watch (what the actors used before).
 fn json_store(client: &Client, config: watcher::Config) -> Store<Pod> {
     let (reader, writer) = reflector::store();
@@ -65,14 +78,7 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn an_informer_holds_what_a_json_watch_with_the_same_selector_holds() {
-    let sim = Sim::builder().namespace(NS).build();
-    let client = sim.client();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for (n, app, node) in [("a", "x", "n1"), ("b", "y", "n2"), ("c", "x", "n2")] {
-        pods.create(&PostParams::default(), &pod(n, app, node))
-            .await
-            .unwrap();
-    }
+    let (sim, client, pods) = three_pods().await;
     let configs = [
         watcher::Config::default().labels("app=x"),
         watcher::Config::default().fields("spec.nodeName=n2"),
@@ -189,14 +195,7 @@ async fn outside_a_scope_an_actor_watches_through_the_client() {
 
 #[tokio::test(start_paused = true)]
 async fn an_in_process_read_answers_what_a_get_and_a_list_answer() {
-    let sim = Sim::builder().namespace(NS).build();
-    let client = sim.client();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for (n, app, node) in [("a", "x", "n1"), ("b", "y", "n2"), ("c", "x", "n2")] {
-        pods.create(&PostParams::default(), &pod(n, app, node))
-            .await
-            .unwrap();
-    }
+    let (sim, _, pods) = three_pods().await;
     let json = |p: &Pod| serde_json::to_value(p).unwrap();
     let path = |name: &str| format!("/api/v1/namespaces/{NS}/pods/{name}");
     let read = sim.read::<Pod>(&path("a")).unwrap().unwrap();
