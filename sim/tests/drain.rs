@@ -21,8 +21,8 @@ use raygate::controller::drain::{self as executor, Run};
 use raygate::drain::PlanOptions;
 use raygate::drain::engine::{FailureAction, Handoff, Options, Phase, State};
 use raygate::drain::{Generation, GenerationSource, GenerationTarget};
-use raygate_sim::Sim;
 use raygate_sim::actors::{kubelet, lws, node_lifecycle};
+use raygate_sim::{FaultRule, Faults, Sim, Verb};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -434,6 +434,147 @@ async fn the_next_domain_s_leader_is_not_evicted_while_a_dying_group_has_not_sho
     assert!(
         b_evicted > c_back,
         "B's leader was evicted at {b_evicted} while C's group was down ({killed_at} – {c_back})"
+    );
+}
+
+/// Sets (or clears) a pod's readiness fault; a failing pod reports unready at once.
+async fn fail_readiness(client: &Client, pod: &str, fail: bool) {
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let value = if fail { json!("true") } else { Value::Null };
+    pods_api
+        .patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {kubelet::FAIL_READINESS: value}}})),
+        )
+        .await
+        .unwrap();
+    if fail {
+        pods_api
+            .patch_status(
+                pod,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The propagation window: the workers of the last domain's two groups fail their readiness
+/// just before the rollout starts. Their leaders stay Ready for their own probe's lag and the
+/// budget (floor 4 of 6) still counts every group healthy, so the Eviction API would let the
+/// first domain's two leaders go (2 groups left). raygate counts groups from their members: the
+/// first domain's leaders wait until those workers are Ready again. Measured from the workers'
+/// own readiness, not the leaders'.
+#[tokio::test(start_paused = true)]
+async fn leaders_wait_while_later_groups_have_failed_members_their_budget_does_not_see_yet() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    // the spare node holds every group (the drained nodes stay cordoned)
+    let placed = layout(&client, &[2, 2, 2], 12, 2).await;
+    let is_leader = |p: &str| !p.trim_start_matches("llm-").contains('-');
+    let on = |node: &str, leader: bool| -> Vec<String> {
+        placed
+            .iter()
+            .filter(|(p, n)| *n == node && is_leader(p) == leader)
+            .map(|(p, _)| p.clone())
+            .collect()
+    };
+    let (first_leaders, late_workers) = (on("node-0", true), on("node-2", false));
+    assert_eq!((first_leaders.len(), late_workers.len()), (2, 2));
+    let history = record(&sim);
+    for w in &late_workers {
+        fail_readiness(&client, w, true).await;
+    }
+    let failed_at = sim.clock().now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let drain = start(&sim, options());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let held = drain.seen(|s| {
+        s.domains[0]
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.reason == "GroupsUnavailable")
+    });
+    assert!(held.is_some(), "the hold was never reported");
+    for w in &late_workers {
+        fail_readiness(&client, w, false).await;
+    }
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let h = history.lock().unwrap().clone();
+    let back = late_workers
+        .iter()
+        .map(|w| {
+            h.iter()
+                .find(|e| &e.1 == w && e.3 == Seen::Ready && e.0 > failed_at)
+                .expect("the worker Ready again")
+                .0
+        })
+        .max()
+        .unwrap();
+    let first_eviction = h
+        .iter()
+        .filter(|e| first_leaders.contains(&e.1) && e.3 == Seen::Evicted)
+        .map(|e| e.0)
+        .min()
+        .expect("the first domain's leaders evicted");
+    eprintln!(
+        "workers failed at {failed_at}, Ready again at {back}; first leader evicted at \
+         {first_eviction}"
+    );
+    assert!(
+        first_eviction > back,
+        "a leader of the first domain was evicted at {first_eviction} while two later groups \
+         were missing a worker (until {back})"
+    );
+}
+
+/// Half the drain's evictions meet the API server's own throttling (a plain-text 429 with
+/// `Retry-After: 1`, as the priority-and-fairness filter answers). The drain waits the header's
+/// second and tries again; no budget is blamed (no refusal, no `EvictionRefused`).
+#[tokio::test(start_paused = true)]
+async fn throttled_evictions_wait_their_retry_after_and_are_never_blamed_on_a_budget() {
+    let sim = sim();
+    let client = sim.client();
+    let _actors = actors(&sim);
+    layout(&client, &[2, 1], 6, 1).await;
+    sim.set_faults(
+        Faults::none().rule(
+            FaultRule::any()
+                .verbs(&[Verb::Create])
+                .resource("pods")
+                .user_agent("raygate-drain")
+                .error(429, 0.5),
+        ),
+    );
+    let drain = start(&sim, options());
+    let states = drain.states.clone();
+    let end = drain.finish().await;
+    assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
+    let states = states.lock().unwrap();
+    let throttled = states
+        .iter()
+        .filter(|s| s.domains.iter().any(|d| d.throttled_until.is_some()))
+        .count();
+    assert!(
+        throttled > 0,
+        "no eviction was throttled: the fault did not bite"
+    );
+    let blamed: Vec<String> = states
+        .iter()
+        .flat_map(|s| &s.domains)
+        .filter_map(|d| d.refusal.as_ref())
+        .filter(|r| !r.message.contains("disruption budget"))
+        .map(|r| r.message.clone())
+        .collect();
+    assert!(
+        blamed.is_empty(),
+        "throttling blamed on a budget: {blamed:?}"
     );
 }
 

@@ -375,10 +375,14 @@ impl Apply {
                 }
                 Action::Uncordon {
                     node,
+                    keep_cordon,
                     remove_taint,
                     remove_label,
                 } => {
-                    let mut patch = json!({"spec": {"unschedulable": null}});
+                    let mut patch = match keep_cordon {
+                        true => json!({"spec": {}}),
+                        false => json!({"spec": {"unschedulable": null}}),
+                    };
                     if let Some(key) = remove_label {
                         patch["metadata"] = json!({"labels": {key: null}});
                     }
@@ -433,37 +437,8 @@ impl Apply {
     }
 
     async fn evict(&self, t: &EvictTarget, dry_run: bool) -> EvictionResult {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &t.pod.namespace);
-        let body = eviction(t, dry_run);
-        let post = PostParams {
-            dry_run,
-            ..PostParams::default()
-        };
-        let sent = api
-            .create_subresource::<_, serde_json::Value>("eviction", &t.pod.name, &post, &body)
-            .await;
-        let result = match sent {
-            Ok(_) => EvictionResult::Evicted,
-            Err(kube::Error::Api(s)) if s.code == 404 => EvictionResult::Gone,
-            Err(kube::Error::Api(s)) if s.code == 429 => {
-                let details = s.details.as_ref();
-                // the budget's own words are in the cause; the top message is generic
-                let cause = details
-                    .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))
-                    .map(|c| c.message.clone());
-                let retry = details
-                    .map(|d| d.retry_after_seconds)
-                    .filter(|&s| s > 0)
-                    .map(|s| SignedDuration::from_secs(i64::from(s)));
-                EvictionResult::TooManyRequests {
-                    message: cause.unwrap_or_else(|| s.message.clone()),
-                    retry_after: retry,
-                }
-            }
-            Err(kube::Error::Api(s)) => EvictionResult::Failed {
-                code: s.code,
-                message: s.message.clone(),
-            },
+        let result = match self.send_eviction(t, dry_run).await {
+            Ok((code, retry_after, body)) => eviction_result(code, retry_after, &body),
             Err(e) => EvictionResult::Failed {
                 code: 0,
                 message: e.to_string(),
@@ -477,11 +452,44 @@ impl Apply {
             EvictionResult::TooManyRequests { message, .. } => {
                 tracing::info!(pod = %t.pod, pdb = ?t.pdb, "drain: eviction refused (429): {message}")
             }
+            EvictionResult::Throttled { retry_after } => {
+                tracing::info!(pod = %t.pod, ?retry_after, "drain: eviction throttled by the API server (429)")
+            }
             EvictionResult::Failed { code, message } => {
                 tracing::warn!(pod = %t.pod, code, "drain: eviction failed: {message}")
             }
         }
         result
+    }
+
+    /// POSTs the Eviction and returns the answer's code, `Retry-After` header and body as they
+    /// came: a throttling 429 carries its wait only in the header, which `kube::Error` drops.
+    async fn send_eviction(
+        &self,
+        t: &EvictTarget,
+        dry_run: bool,
+    ) -> Result<(u16, Option<u64>, Vec<u8>), kube::Error> {
+        let post = PostParams {
+            dry_run,
+            ..PostParams::default()
+        };
+        let body = serde_json::to_vec(&eviction(t, dry_run)).map_err(kube::Error::SerdeError)?;
+        let url = format!("/api/v1/namespaces/{}/pods", t.pod.namespace);
+        let request = kube::core::Request::new(url)
+            .create_subresource("eviction", &t.pod.name, &post, body)
+            .map_err(kube::Error::BuildRequest)?;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let code = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let bytes = response.into_body().collect_bytes().await?;
+        Ok((code, retry_after, bytes.to_vec()))
     }
 
     async fn report(&mut self, node: &str, type_: EventType, reason: &'static str, message: &str) {
@@ -509,6 +517,47 @@ impl Apply {
         };
         // logs it too, and stamps it with the injected clock
         self.events.publish(&on, &event).await;
+    }
+}
+
+/// What an eviction's answer means for the engine. A 429 is a budget's refusal only with a
+/// `DisruptionBudget` cause (`pkg/registry/core/pod/storage/eviction.go` sets one on every budget
+/// 429); any other 429 is the API server's own throttling (the max-in-flight and
+/// priority-and-fairness filters answer in plain text with `Retry-After`).
+fn eviction_result(code: u16, retry_after: Option<u64>, body: &[u8]) -> EvictionResult {
+    let header = retry_after
+        .filter(|&s| s > 0)
+        .map(|s| SignedDuration::from_secs(i64::try_from(s).unwrap_or(i64::MAX)));
+    if (200..300).contains(&code) {
+        return EvictionResult::Evicted;
+    }
+    let status: Option<kube::core::Status> = serde_json::from_slice(body).ok();
+    let message = status.as_ref().map_or_else(
+        || String::from_utf8_lossy(body).trim().to_string(),
+        |s| s.message.clone(),
+    );
+    match code {
+        404 => EvictionResult::Gone,
+        429 => {
+            let details = status.as_ref().and_then(|s| s.details.as_ref());
+            // the budget's own words are in the cause; the top message is generic
+            let cause = details
+                .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))
+                .map(|c| c.message.clone());
+            let retry = details
+                .map(|d| d.retry_after_seconds)
+                .filter(|&s| s > 0)
+                .map(|s| SignedDuration::from_secs(i64::from(s)))
+                .or(header);
+            match cause {
+                Some(message) => EvictionResult::TooManyRequests {
+                    message,
+                    retry_after: retry,
+                },
+                None => EvictionResult::Throttled { retry_after: retry },
+            }
+        }
+        _ => EvictionResult::Failed { code, message },
     }
 }
 
@@ -555,6 +604,64 @@ fn eviction(t: &EvictTarget, dry_run: bool) -> Eviction {
 #[cfg(test)]
 mod eviction_tests {
     use super::*;
+
+    #[test]
+    fn a_429_is_a_budget_s_refusal_only_with_its_cause_and_throttling_keeps_the_header_s_wait() {
+        // the priority-and-fairness filter: plain text, the wait only in the header
+        let throttled = eviction_result(
+            429,
+            Some(1),
+            b"Too many requests, please try again later.\n",
+        );
+        assert_eq!(
+            throttled,
+            EvictionResult::Throttled {
+                retry_after: Some(SignedDuration::from_secs(1))
+            }
+        );
+        // eviction.go's refusal: a Status whose cause names the budget
+        let refusal = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "reason": "TooManyRequests", "code": 429,
+            "details": {"causes": [{"reason": "DisruptionBudget",
+                "message": "The disruption budget leaders needs 4 healthy pods and has 4 currently"}]}});
+        let body = serde_json::to_vec(&refusal).unwrap();
+        assert_eq!(
+            eviction_result(429, None, &body),
+            EvictionResult::TooManyRequests {
+                message: "The disruption budget leaders needs 4 healthy pods and has 4 currently"
+                    .into(),
+                retry_after: None
+            }
+        );
+        // a budget still being processed: its retryAfterSeconds
+        let mut processing = refusal.clone();
+        processing["details"]["retryAfterSeconds"] = json!(10);
+        let body = serde_json::to_vec(&processing).unwrap();
+        let EvictionResult::TooManyRequests { retry_after, .. } =
+            eviction_result(429, Some(10), &body)
+        else {
+            panic!("not a refusal");
+        };
+        assert_eq!(retry_after, Some(SignedDuration::from_secs(10)));
+        // a JSON 429 without a budget's cause is no budget's either
+        let other = json!({"kind": "Status", "code": 429, "message": "slow down"});
+        let body = serde_json::to_vec(&other).unwrap();
+        assert_eq!(
+            eviction_result(429, None, &body),
+            EvictionResult::Throttled { retry_after: None }
+        );
+        assert_eq!(eviction_result(201, None, b"{}"), EvictionResult::Evicted);
+        assert_eq!(eviction_result(404, None, b"{}"), EvictionResult::Gone);
+        let forbidden = json!({"kind": "Status", "code": 403, "message": "pods is forbidden"});
+        assert_eq!(
+            eviction_result(403, None, &serde_json::to_vec(&forbidden).unwrap()),
+            EvictionResult::Failed {
+                code: 403,
+                message: "pods is forbidden".into()
+            }
+        );
+    }
 
     #[test]
     fn the_eviction_body_carries_the_uid_precondition_and_dry_run_where_the_server_reads_them() {

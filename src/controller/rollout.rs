@@ -15,7 +15,8 @@
 //! [`CONTRACT_EVERY`]), so a running rollout never lists the cluster again; its findings become
 //! the `ContractSatisfied` condition (`drain::rollout::contract`) and a Warning Event when it
 //! turns `False`. It warns, it does not stop the rollout: the budgets still protect what they
-//! select.
+//! select, and the engine's own guards (`drain::engine`'s consent: groups counted from their
+//! members, a member of a group protected elsewhere held) cover what they do not.
 //!
 //! `spec.paused: true` stops the executor (an eviction already sent finishes; nothing new is
 //! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the

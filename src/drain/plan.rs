@@ -304,8 +304,8 @@ pub(super) fn plan_nodes<'a>(
     options: &PlanOptions,
     now: Timestamp,
     nodes: &std::collections::BTreeSet<&str>,
-) -> Option<Plan<'a>> {
-    plan_of(cluster, options, now, Some(nodes)).ok()
+) -> Result<Plan<'a>, DrainError> {
+    plan_of(cluster, options, now, Some(nodes))
 }
 
 fn plan_of<'a>(

@@ -370,24 +370,36 @@ fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>,
         .domains
         .iter()
         .find(|d| d.step == Step::Draining && d.message.starts_with("blocked"));
-    match (refused, unhealthy, blocked_pods) {
+    let held = state
+        .domains
+        .iter()
+        .filter(|d| d.step == Step::Draining)
+        .find_map(|d| Some((d, d.hold.as_ref()?)));
+    match (refused, held, unhealthy, blocked_pods) {
         _ if state.is_finished() => set(c, BLOCKED, "False", "NotBlocked", ""),
-        (Some(m), _, _) => set(c, BLOCKED, "True", "EvictionRefused", &m),
-        (None, Some(d), _) => set(
+        (Some(m), ..) => set(c, BLOCKED, "True", "EvictionRefused", &m),
+        (None, Some((d, h)), ..) => set(
+            c,
+            BLOCKED,
+            "True",
+            &h.reason,
+            &format!("upgrade domain {}: {}", d.name, h.message),
+        ),
+        (None, None, Some(d), _) => set(
             c,
             BLOCKED,
             "True",
             "HealthCheck",
             &format!("upgrade domain {}: {}", d.name, d.message),
         ),
-        (None, None, Some(d)) => set(
+        (None, None, None, Some(d)) => set(
             c,
             BLOCKED,
             "True",
             "PodsBlockDrain",
             &format!("upgrade domain {}: {}", d.name, d.message),
         ),
-        (None, None, None) => set(c, BLOCKED, "False", "NotBlocked", ""),
+        (None, None, None, None) => set(c, BLOCKED, "False", "NotBlocked", ""),
     }
     match &state.phase {
         Phase::Completed => set(c, COMPLETE, "True", "Completed", &planned),
@@ -466,7 +478,10 @@ pub fn contract(findings: Result<&[Finding], &DrainError>) -> Contract {
         .collect();
     let more = sorted.len().saturating_sub(FINDINGS_SHOWN);
     let mut message = format!(
-        "{} finding(s); the rollout goes on (the budgets still protect what they select): {}",
+        "{} finding(s); the rollout goes on, with raygate's own guards: a protected pod goes \
+         only while its workload's groups, counted from their members, stay at or above its \
+         budget's floor, and a pod whose group's representative is protected elsewhere holds \
+         its domain (SplitGroup): {}",
         sorted.len(),
         shown.join(" | ")
     );

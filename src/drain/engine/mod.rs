@@ -22,6 +22,8 @@
 //! gate at once. The state is plain data (serde): every decision is re-derived from it and the
 //! live view, so a restarted caller goes on where the last one stopped.
 
+mod consent;
+mod groups;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +35,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 pub use k8s_openapi::jiff::SignedDuration;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+
+use groups::GroupView;
+pub use groups::Window;
 
 use super::{
     Cluster, DomainOrder, DomainPlan, Plan, PlanOptions, PodRef, compare_generations, name,
@@ -125,6 +130,10 @@ pub struct Options {
     pub eviction_concurrency: usize,
     /// How long the disruption controller takes to reflect a pod's readiness in its budget.
     pub disruption_controller_lag: SignedDuration,
+    /// Before a domain's first protected eviction (and after a refusal lifts, and after the
+    /// caller restarts), each budget's groups, counted from their members, must not have
+    /// dropped for this long. `None`: the stable period in force.
+    pub eviction_window: Option<SignedDuration>,
     /// The health gate waits until every evicted group is Ready again: as many Ready groups in
     /// its workload as before the eviction (see [`PlanOptions::workload_keys`]; KubeRay
     /// recreates a multi-host replica under a new name), or, without workload labels, the
@@ -151,6 +160,7 @@ impl Default for Options {
             manual: false,
             eviction_concurrency: 10,
             disruption_controller_lag: SignedDuration::from_secs(10),
+            eviction_window: None,
             wait_for_evicted_groups: true,
             eviction_retry: SignedDuration::from_secs(5),
             handoff: Handoff::None,
@@ -240,6 +250,37 @@ pub struct Refusal {
     pub retry_after: Option<Timestamp>,
 }
 
+/// Why a domain in its drain evicts nothing for now, when it is not a budget's 429: the
+/// NodeRollout's `Blocked` condition shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hold {
+    /// `GroupsUnavailable` (evicting would take a workload's groups, counted from their
+    /// members, below its budget's floor) or `SplitGroup` (a pod whose group's representative a
+    /// budget protects elsewhere).
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the engine keeps in memory only, never stored and never compared: a restarted caller
+/// starts it afresh, so the stable window before evictions is waited out again after a restart.
+#[derive(Clone, Debug, Default)]
+pub struct Memory {
+    /// Per budget (`namespace/name`): since when its groups at pod level have not dropped.
+    pub windows: BTreeMap<String, Window>,
+    /// Domains that waited out the stable window since they started (or since their last
+    /// refusal lifted, or since this caller started).
+    pub windowed: BTreeSet<String>,
+}
+
+impl PartialEq for Memory {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Memory {}
+
 /// The health gate's clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -274,9 +315,21 @@ pub struct DomainState {
     #[serde(default, skip_serializing_if = "Folded::is_empty")]
     pub folded: Folded,
     pub refusal: Option<Refusal>,
+    /// Why it evicts nothing for now (see [`Hold`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
     /// After a failed eviction: no eviction before this time.
     pub retry_at: Option<Timestamp>,
+    /// The API server throttled an eviction (a 429 without a budget's cause): no eviction
+    /// before this time (its `Retry-After`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_until: Option<Timestamp>,
     pub handed_off: Option<Timestamp>,
+    /// The nodes raygate cordoned (a node cordoned before stays cordoned when raygate gives the
+    /// domain back). `None`: a state stored before raygate recorded them; every cordon counts
+    /// as raygate's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned: Option<BTreeSet<String>>,
     pub health: Health,
     /// Per workload (`namespace/label=value,...`) with a group about to be evicted: its Ready
     /// groups just before, which the health gate waits to see again.
@@ -394,6 +447,8 @@ pub struct State {
     pub domains: Vec<DomainState>,
     /// Why it waits (or what it does), one line.
     pub waiting: String,
+    #[serde(skip)]
+    pub memory: Memory,
 }
 
 impl State {
@@ -466,6 +521,9 @@ pub enum EvictionResult {
         message: String,
         retry_after: Option<SignedDuration>,
     },
+    /// 429 without a budget's cause: the API server's max-in-flight or priority-and-fairness
+    /// filter (plain text, `Retry-After` in a header). Nothing about any budget.
+    Throttled { retry_after: Option<SignedDuration> },
     /// Anything else (e.g. 500 for a pod under two budgets, 403).
     Failed { code: u16, message: String },
 }
@@ -529,9 +587,11 @@ pub enum Action {
         key: String,
         value: String,
     },
-    /// `spec.unschedulable` off, and remove the taint and the upgrade label if given.
+    /// `spec.unschedulable` off (unless `keep_cordon`: a cordon raygate did not make stays), and
+    /// remove the taint and the upgrade label if given.
     Uncordon {
         node: String,
+        keep_cordon: bool,
         remove_taint: Option<Taint>,
         remove_label: Option<String>,
     },
@@ -563,6 +623,12 @@ pub fn decide(
             .map(|p| ((namespace(&p.metadata), name(&p.metadata)), p))
             .collect(),
         untainted: 0,
+        groups: options
+            .plan
+            .group_label
+            .as_deref()
+            .filter(|_| !options.dry_run)
+            .map(|label| GroupView::new(obs.pods, obs.pdbs, label)),
     };
     step.run();
     (step.s, step.actions)
@@ -577,6 +643,8 @@ struct Stepper<'a> {
     pods: HashMap<(&'a str, &'a str), &'a Pod>,
     /// Nodes of domains not started yet that do not show the taint yet.
     untainted: usize,
+    /// Each budget's groups counted from their members (with a group label).
+    groups: Option<GroupView>,
 }
 
 impl<'a> Stepper<'a> {
@@ -594,6 +662,9 @@ impl<'a> Stepper<'a> {
         self.take_outcomes();
         self.settle_unanswered();
         self.take_resumes();
+        if let Some(view) = &self.groups {
+            self.s.memory.windows = groups::windows(&self.s.memory.windows, view, self.now);
+        }
         if self.s.phase == Phase::Running {
             self.check_rollout_timeout();
         }
@@ -634,7 +705,7 @@ impl<'a> Stepper<'a> {
     /// defaults for unset fields) plus the disruption controller's lag.
     fn derived_stable(&self) -> SignedDuration {
         let nodes: BTreeSet<&str> = self.s.nodes().collect();
-        let Some(plan) = replan(self.obs, &nodes, &self.o.plan, self.now) else {
+        let Ok(plan) = replan(self.obs, &nodes, &self.o.plan, self.now) else {
             return self.o.disruption_controller_lag;
         };
         let probe = plan
@@ -716,6 +787,31 @@ impl<'a> Stepper<'a> {
                     let d = &mut self.s.domains[i];
                     if !d.evicted.iter().any(|e| e.pod == r.pod && e.uid == r.uid) {
                         d.evicted.push(r);
+                    }
+                }
+                EvictionResult::Throttled { .. } if self.o.dry_run => {
+                    let r = record(Some("429: throttled by the API server".into()));
+                    self.s.domains[i].evicted.push(r);
+                }
+                EvictionResult::Throttled { retry_after } => {
+                    let wait = retry_after.unwrap_or(SignedDuration::from_secs(1));
+                    let until = self.now.checked_add(wait).unwrap_or(self.now);
+                    let d = &mut self.s.domains[i];
+                    let first = d.throttled_until.is_none_or(|u| u <= self.now);
+                    d.throttled_until = Some(d.throttled_until.map_or(until, |u| u.max(until)));
+                    if first {
+                        let node = t.pod.node.clone();
+                        self.report(
+                            &node,
+                            EventType::Normal,
+                            "EvictionThrottled",
+                            format!(
+                                "evicting {} was throttled by the API server (429, Retry-After \
+                                 {}); no budget refused it; the domain tries again then",
+                                t.pod,
+                                human(wait)
+                            ),
+                        );
                     }
                 }
                 EvictionResult::TooManyRequests { message, .. } if self.o.dry_run => {
@@ -870,6 +966,8 @@ impl<'a> Stepper<'a> {
             let d = &mut self.s.domains[i];
             d.step = Step::Draining;
             d.started = Some(self.now);
+            d.cordoned = Some(BTreeSet::new());
+            self.s.memory.windowed.remove(&d.name);
             let (node, message) = (
                 d.nodes.first().cloned().unwrap_or_default(),
                 format!(
@@ -906,12 +1004,44 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    fn domain_plan(&self, i: usize) -> Option<DomainPlan<'a>> {
-        let nodes: BTreeSet<&str> = self.s.domains[i].nodes.iter().map(String::as_str).collect();
-        replan(self.obs, &nodes, &self.o.plan, self.now)?
-            .domains
-            .into_iter()
-            .next()
+    /// The domain's plan as its nodes are now: `Ok(None)` once every node is gone. An error
+    /// names what no longer fits the rollout (a node's domain label changed or removed): the
+    /// domain is not drained, and never handed off, on a plan it cannot make.
+    fn domain_plan(&self, i: usize) -> Result<Option<DomainPlan<'a>>, String> {
+        let d = &self.s.domains[i];
+        let nodes: BTreeSet<&str> = d.nodes.iter().map(String::as_str).collect();
+        let plan = match replan(self.obs, &nodes, &self.o.plan, self.now) {
+            Ok(plan) => plan,
+            Err(super::DrainError::NoNodesMatched { .. }) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        if let Some(other) = plan.domains.iter().find(|p| p.name != d.name) {
+            let moved: Vec<&str> = other.nodes.iter().map(|n| n.name.as_str()).collect();
+            return Err(format!(
+                "node(s) {} of upgrade domain {} now carry {}={}",
+                moved.join(", "),
+                d.name,
+                self.o.plan.domain_label,
+                other.name
+            ));
+        }
+        Ok(plan.domains.into_iter().next())
+    }
+
+    /// The domain's plan, or `None` having paused the rollout over why it cannot be made.
+    fn domain_plan_or_pause(&mut self, i: usize) -> Option<Option<DomainPlan<'a>>> {
+        match self.domain_plan(i) {
+            Ok(plan) => Some(plan),
+            Err(why) => {
+                let reason = format!(
+                    "upgrade domain {} cannot be planned again: {why}; restore the label (or \
+                     the NodeRollout's spec), then resume",
+                    self.s.domains[i].name
+                );
+                self.pause(reason);
+                None
+            }
+        }
     }
 
     fn pod<S: AsRef<str>>(&self, p: &PodRef<S>) -> Option<&'a Pod> {
@@ -935,7 +1065,10 @@ impl<'a> Stepper<'a> {
     }
 
     fn drain(&mut self, i: usize) {
-        let Some(plan) = self.domain_plan(i) else {
+        let Some(plan) = self.domain_plan_or_pause(i) else {
+            return;
+        };
+        let Some(plan) = plan else {
             // every node of the domain is gone: nothing left to drain
             self.drained(i);
             return;
@@ -947,6 +1080,9 @@ impl<'a> Stepper<'a> {
                 self.actions.push(Action::Cordon {
                     node: n.name.clone(),
                 });
+                if let Some(mine) = self.s.domains[i].cordoned.as_mut() {
+                    mine.insert(n.name.clone());
+                }
             }
             let tainting = |a: &Action| matches!(a, Action::Taint { node, .. } if *node == n.name);
             if let Some(taint) = &n.taint
@@ -991,6 +1127,12 @@ impl<'a> Stepper<'a> {
                         ),
                     );
                     self.s.domains[i].refusal = None;
+                    // the groups that came back must stay available for the window first
+                    let name = self.s.domains[i].name.clone();
+                    self.s.memory.windowed.remove(&name);
+                    if let Some(w) = self.s.memory.windows.get_mut(&refusal.pdb) {
+                        w.since = self.now;
+                    }
                 }
                 Err(why) => {
                     self.s.domains[i].message = format!(
@@ -1006,6 +1148,14 @@ impl<'a> Stepper<'a> {
                 return;
             }
             self.s.domains[i].retry_at = None;
+        }
+        if let Some(at) = self.s.domains[i].throttled_until {
+            if at > self.now {
+                self.s.domains[i].message =
+                    format!("the API server throttles evictions (429): next try at {at}");
+                return;
+            }
+            self.s.domains[i].throttled_until = None;
         }
         // 3. phase 1, then phase 2, at most `eviction_concurrency` terminating at once
         let terminating = plan
@@ -1054,8 +1204,21 @@ impl<'a> Stepper<'a> {
         let targets: Vec<EvictTarget> = targets
             .into_iter()
             .filter(|t| !accepted.contains(&(t.pod.to_string(), t.uid.as_deref())))
-            .take(room)
             .collect();
+        let targets = if plan.phase1.is_empty() {
+            self.consented_members(i, targets)
+        } else if self.window_held(i, &targets) {
+            self.consented_protected(i, targets)
+        } else {
+            return;
+        };
+        let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
+        if targets.is_empty()
+            && let Some(hold) = &self.s.domains[i].hold
+        {
+            self.s.domains[i].message = hold.message.clone();
+            return;
+        }
         for t in &targets {
             self.note_baseline(i, t);
             let intent = Evicted {
@@ -1209,6 +1372,7 @@ impl<'a> Stepper<'a> {
         let d = &mut self.s.domains[i];
         d.step = Step::HandingOff;
         d.message = "drained".into();
+        d.hold = None;
         let (node, message) = (
             d.nodes.first().cloned().unwrap_or_default(),
             format!("upgrade domain {} drained ({} pod(s) evicted)", d.name, {
@@ -1221,7 +1385,10 @@ impl<'a> Stepper<'a> {
     }
 
     fn dry_run(&mut self, i: usize) {
-        let Some(plan) = self.domain_plan(i) else {
+        let Some(plan) = self.domain_plan_or_pause(i) else {
+            return;
+        };
+        let Some(plan) = plan else {
             self.s.domains[i].step = Step::Done;
             return;
         };
@@ -1332,9 +1499,11 @@ impl<'a> Stepper<'a> {
                 .as_ref()
                 .is_some_and(|l| l.contains_key(label))
                 .then(|| label.to_string());
-            if is_cordoned(node) || taint.is_some() || mark.is_some() {
+            let uncordon = is_cordoned(node) && self.cordoned_by_me(i, n);
+            if uncordon || taint.is_some() || mark.is_some() {
                 self.actions.push(Action::Uncordon {
                     node: n.clone(),
+                    keep_cordon: !uncordon,
                     remove_taint: taint,
                     remove_label: mark,
                 });
@@ -1343,6 +1512,14 @@ impl<'a> Stepper<'a> {
         }
         self.s.domains[i].message = format!("reboot: waiting for {}", waiting.join(", "));
         waiting.is_empty()
+    }
+
+    /// Whether raygate made the node's cordon (see [`DomainState::cordoned`]).
+    fn cordoned_by_me(&self, i: usize, node: &str) -> bool {
+        self.s.domains[i]
+            .cordoned
+            .as_ref()
+            .is_none_or(|mine| mine.contains(node))
     }
 
     fn replace(&mut self, i: usize, label: &str, value: &str) -> bool {
@@ -1551,15 +1728,7 @@ impl<'a> Stepper<'a> {
     fn fail(&mut self, reason: String) {
         let node = self.s.nodes().next().unwrap_or_default().to_string();
         match self.o.failure_action {
-            FailureAction::Pause => {
-                self.report(
-                    &node,
-                    EventType::Warning,
-                    "RolloutPaused",
-                    format!("{reason}; paused until resumed"),
-                );
-                self.s.phase = Phase::Paused { reason };
-            }
+            FailureAction::Pause => self.pause(reason),
             FailureAction::Abort => {
                 self.report(
                     &node,
@@ -1573,17 +1742,32 @@ impl<'a> Stepper<'a> {
         }
     }
 
+    /// Stops where it is until the operator resumes (whatever the failure action: what pauses
+    /// here is no failure of the upgrade, and aborting would lift cordons on a plan it cannot
+    /// make).
+    fn pause(&mut self, reason: String) {
+        let node = self.s.nodes().next().unwrap_or_default().to_string();
+        self.report(
+            &node,
+            EventType::Warning,
+            "RolloutPaused",
+            format!("{reason}; paused until resumed"),
+        );
+        self.s.phase = Phase::Paused { reason };
+    }
+
     /// Gives back the nodes of the domains not handed off yet, and takes the taint off the
     /// nodes of domains not started.
     fn abort(&mut self) {
         if let Some(taint) = self.o.plan.taint.clone() {
             for n in self.nodes_of_pending_domains() {
+                // a domain not started was never cordoned by raygate: only the taint goes
                 if let Some(node) = self.node(&n)
                     && has_taint(node, &taint)
-                    && !is_cordoned(node)
                 {
                     self.actions.push(Action::Uncordon {
                         node: n,
+                        keep_cordon: true,
                         remove_taint: Some(taint.clone()),
                         remove_label: None,
                     });
@@ -1607,9 +1791,11 @@ impl<'a> Stepper<'a> {
                         .is_some_and(|l| l.contains_key(key))
                         .then(|| key.to_string())
                 });
-                if is_cordoned(node) || taint.is_some() || mark.is_some() {
+                let uncordon = is_cordoned(node) && self.cordoned_by_me(i, &n);
+                if uncordon || taint.is_some() || mark.is_some() {
                     self.actions.push(Action::Uncordon {
                         node: n,
+                        keep_cordon: !uncordon,
                         remove_taint: taint,
                         remove_label: mark,
                     });
@@ -1679,7 +1865,7 @@ fn replan<'a>(
     nodes: &BTreeSet<&str>,
     options: &PlanOptions,
     now: Timestamp,
-) -> Option<Plan<'a>> {
+) -> Result<Plan<'a>, super::DrainError> {
     let options = PlanOptions {
         node_selector: String::new(),
         generation: None,

@@ -92,6 +92,8 @@ impl World {
                 ..PlanOptions::default()
             },
             health_check_stable: Some(secs(30)),
+            // the window before evictions has tests of its own (tests/consent.rs)
+            eviction_window: Some(SignedDuration::ZERO),
             ..Options::default()
         }
     }
@@ -154,12 +156,15 @@ impl World {
                 }
                 Action::Uncordon {
                     node,
+                    keep_cordon,
                     remove_taint,
                     remove_label,
                 } => {
                     let n = self.node_mut(node);
                     let spec = n.spec.get_or_insert_default();
-                    spec.unschedulable = None;
+                    if !keep_cordon {
+                        spec.unschedulable = None;
+                    }
                     if let (Some(t), Some(ts)) = (remove_taint, spec.taints.as_mut()) {
                         ts.retain(|x| x.key != t.key);
                     }
@@ -1312,3 +1317,6 @@ proptest! {
         }
     }
 }
+
+mod consent;
+mod ownership;

@@ -1,0 +1,313 @@
+//! The engine's own guard in front of the Eviction API: groups counted from their members, a
+//! member's eviction as its group's disruption, the stable window before a domain's first
+//! protected eviction, re-plan errors and throttling.
+
+use super::*;
+
+fn not_ready(w: &mut World, name: &str) {
+    let p = w
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .unwrap();
+    p.status.get_or_insert_default().conditions = Some(vec![PodCondition {
+        type_: "Ready".into(),
+        status: "False".into(),
+        ..PodCondition::default()
+    }]);
+}
+
+fn set_ready(w: &mut World, name: &str) {
+    let p = w
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .unwrap();
+    *p = ready(p.clone());
+}
+
+/// Cordons domain a and lets the cordon show.
+fn cordoned(w: &mut World, o: &Options) -> State {
+    let s = w.start(o);
+    let (s, a) = w.step(&s, o);
+    assert_eq!(cordons(&a), ["a1", "a2"]);
+    w.apply(&a, evicted);
+    s
+}
+
+/// The budget still counts gb healthy (its leader is Ready: the leader's probe has not caught
+/// up), but gb's worker is not Ready: evicting ga's leader would leave no group available under
+/// a floor of one.
+#[test]
+fn a_protected_eviction_waits_while_another_group_s_members_are_not_ready_though_its_representative_is()
+ {
+    let mut w = World::new();
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    not_ready(&mut w, "gb-1");
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty(), "{a:?}");
+    let hold = s.domains[0].hold.clone().expect("held");
+    assert_eq!(hold.reason, "GroupsUnavailable");
+    assert!(
+        hold.message.contains("ns/leaders has 1 group(s) available")
+            && hold.message.contains("floor of 1")
+            && hold
+                .message
+                .contains("Ready representatives, members not all Ready: gb"),
+        "{}",
+        hold.message
+    );
+    assert!(reasons(&a).contains(&"GroupsUnavailable"));
+    assert!(s.waiting.contains("holding"), "{}", s.waiting);
+    // the same hold again is not announced again
+    let (s, a) = w.step(&s, &o);
+    assert!(!reasons(&a).contains(&"GroupsUnavailable"));
+    // the NodeRollout says why it is blocked
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
+    assert_eq!(
+        blocked.map(|c| c.reason.as_str()),
+        Some("GroupsUnavailable")
+    );
+    set_ready(&mut w, "gb-1");
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    assert!(s.domains[0].hold.is_none());
+}
+
+/// Two groups in the domain and a budget that allows two disruptions: one step sends only as
+/// many protected evictions as the groups counted from their members allow.
+#[test]
+fn one_step_never_sends_more_protected_evictions_than_the_members_allow() {
+    let mut w = World::new();
+    w.pods.push(member("gc-0", "a1", "gc", true));
+    w.pods.push(member("gc-1", "a1", "gc", false));
+    w.pdbs = vec![pdb("ns/leaders", &[("role", "leader")]).observed(3, 1)];
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    // all three available: both leaders go (3 → 1, the floor)
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0", "gc-0"]);
+    // gb's worker down: only one may go (2 → 1)
+    not_ready(&mut w, "gb-1");
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    assert_eq!(
+        s.domains[0].hold.as_ref().map(|h| h.reason.as_str()),
+        Some("GroupsUnavailable")
+    );
+    // the accepted one still shows running in the stores: it is counted as gone already
+    w.apply(&a, |_| EvictionResult::Evicted);
+    for p in &mut w.pods {
+        p.metadata.deletion_timestamp = None;
+    }
+    let (_, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty(), "{a:?}");
+}
+
+/// A broken contract: ga's leader (protected) runs in domain b, its worker in domain a. The
+/// worker has no budget of its own, but evicting it disrupts ga without the budget's consent.
+#[test]
+fn a_member_whose_group_s_representative_is_protected_in_another_domain_is_held() {
+    let mut w = World::new();
+    w.pods[0] = member("ga-0", "b1", "ga", true);
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["web"], "ga-1 is held, the rest goes");
+    let hold = s.domains[0].hold.clone().expect("held");
+    assert_eq!(hold.reason, "SplitGroup");
+    assert!(
+        hold.message.contains("ns/ga-1 (group ga)") && hold.message.contains("ns/leaders"),
+        "{}",
+        hold.message
+    );
+    assert!(reasons(&a).contains(&"SplitGroup"));
+    w.apply(&a, evicted);
+    w.terminate();
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert_eq!(s.domains[0].step, Step::Draining, "never handed off");
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
+    assert_eq!(blocked.map(|c| c.reason.as_str()), Some("SplitGroup"));
+}
+
+/// The member goes once its group's representative was evicted through the Eviction API.
+#[test]
+fn a_member_goes_once_its_representative_was_evicted_in_the_domain() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    w.apply(&a, evicted);
+    w.terminate();
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-1", "web"]);
+    assert!(s.domains[0].hold.is_none());
+}
+
+fn windowed() -> Options {
+    Options {
+        eviction_window: None,
+        ..World::options()
+    }
+}
+
+#[test]
+fn the_first_protected_eviction_of_a_domain_waits_the_stable_window_and_a_drop_restarts_it() {
+    let mut w = World::new();
+    let o = windowed();
+    let s = cordoned(&mut w, &o);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert!(
+        s.domains[0].message.contains("stable window"),
+        "{}",
+        s.domains[0].message
+    );
+    // gb's worker drops and comes back: the window starts again at the drop
+    w.advance(20);
+    not_ready(&mut w, "gb-1");
+    let (s, _) = w.step(&s, &o);
+    w.advance(5);
+    set_ready(&mut w, "gb-1");
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    w.advance(5);
+    let (s, a) = w.step(&s, &o);
+    assert!(
+        evictions(&a).is_empty(),
+        "30 s after the start, 10 s after the drop"
+    );
+    w.advance(20);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"], "30 s after the drop");
+    // later protected evictions of the domain do not wait again
+    assert!(s.memory.windowed.contains("a"));
+}
+
+#[test]
+fn a_restarted_engine_waits_the_window_again() {
+    let mut w = World::new();
+    let o = windowed();
+    let s = cordoned(&mut w, &o);
+    let (s, _) = w.step(&s, &o);
+    w.advance(29);
+    let (s, _) = w.step(&s, &o);
+    // the caller restarts: the state comes back from its stored JSON, the window does not
+    let stored: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    w.advance(1);
+    let (s, a) = w.step(&stored, &o);
+    assert!(evictions(&a).is_empty(), "the restart restarted the window");
+    w.advance(30);
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+}
+
+#[test]
+fn a_refusal_lifting_restarts_the_window() {
+    let mut w = World::new();
+    w.pods.push(member("gc-0", "a1", "gc", true));
+    w.pods.push(member("gc-1", "a1", "gc", false));
+    w.pdbs = vec![pdb("ns/leaders", &[("role", "leader")]).observed(3, 1)];
+    let o = windowed();
+    let s = cordoned(&mut w, &o);
+    w.advance(30);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0", "gc-0"]);
+    w.apply(&a, |t| match t.pod.name.as_str() {
+        "ga-0" => EvictionResult::Evicted,
+        _ => EvictionResult::TooManyRequests {
+            message: "The disruption budget leaders needs 1 healthy pods and has 1 currently"
+                .into(),
+            retry_after: None,
+        },
+    });
+    w.terminate();
+    w.set_healthy(2, 1);
+    let (s, a) = w.step(&s, &o);
+    assert!(reasons(&a).contains(&"EvictionResumed"));
+    assert!(evictions(&a).is_empty(), "the window starts again");
+    w.advance(30);
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["gc-0"]);
+}
+
+#[test]
+fn a_node_whose_domain_label_changed_pauses_the_rollout_naming_it() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    w.node_mut("a2")
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(UD.into(), "b".into());
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    let Phase::Paused { reason } = &s.phase else {
+        panic!("not paused: {:?}", s.phase);
+    };
+    assert!(
+        reason.contains("a2") && reason.contains(&format!("{UD}=b")),
+        "{reason}"
+    );
+    assert!(reasons(&a).contains(&"RolloutPaused"));
+}
+
+#[test]
+fn a_node_that_lost_its_domain_label_pauses_the_rollout_and_is_never_handed_off() {
+    let mut w = World::new();
+    with_generations(&mut w);
+    let o = generation_options(Handoff::reboot());
+    let mut s = w.start(&o);
+    for _ in 0..3 {
+        let (next, a) = w.step(&s, &o);
+        w.apply(&a, evicted);
+        s = next;
+    }
+    w.node_mut("a2")
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove(UD);
+    let (s, a) = w.step(&s, &o);
+    assert!(
+        !a.iter()
+            .any(|a| matches!(a, Action::LabelForUpgrade { .. })),
+        "{a:?}"
+    );
+    let Phase::Paused { reason } = &s.phase else {
+        panic!("not paused: {:?}", s.phase);
+    };
+    assert!(reason.contains("a2") && reason.contains(UD), "{reason}");
+    assert_eq!(s.domains[0].step, Step::Draining);
+}
+
+#[test]
+fn a_throttled_eviction_waits_its_retry_after_and_blames_no_budget() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+    w.apply(&a, |_| EvictionResult::Throttled {
+        retry_after: Some(secs(5)),
+    });
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert!(s.domains[0].refusal.is_none(), "no budget refused");
+    assert!(reasons(&a).contains(&"EvictionThrottled"));
+    assert!(!reasons(&a).contains(&"EvictionRefused"));
+    assert!(s.waiting.contains("throttles"), "{}", s.waiting);
+    w.advance(4);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    w.advance(1);
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
+}
