@@ -1,5 +1,5 @@
 //! A node failing, through `kube::Client` on the paused clock: the node lifecycle controller's
-//! NoExecute taints (pkg/controller/nodelifecycle), taint eviction
+//! NoExecute taints and `MarkPodsNotReady` (pkg/controller/nodelifecycle), taint eviction
 //! (pkg/controller/tainteviction) with the DefaultTolerationSeconds admission plugin's 300 s
 //! tolerations, and PodGC (pkg/controller/podgc).
 
@@ -7,11 +7,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use raygate_sim::Sim;
 use raygate_sim::actors::node_lifecycle::{self, Readiness};
-use raygate_sim::actors::{podgc, taint_eviction};
+use raygate_sim::actors::support::Shutdown;
+use raygate_sim::actors::{kubelet, podgc, taint_eviction};
 use serde_json::{Value, json};
 
 const NS: &str = "t";
@@ -173,6 +175,143 @@ async fn an_unreachable_node_s_pods_leave_after_their_toleration_seconds_default
             "Marking for deletion Pod t/short"
         ]
     );
+}
+
+/// The pod's `Ready` condition: (status, lastTransitionTime).
+fn ready(p: &Pod) -> Option<(String, Option<Timestamp>)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.last_transition_time.as_ref().map(|t| t.0),
+            )
+        })
+}
+
+fn condition_status(p: &Pod, type_: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// `MarkPodsNotReady` (pkg/controller/util/node/controller_utils.go), called by
+/// `monitorNodeHealth` when the node's Ready condition turns Unknown after the grace period: a
+/// client sees the down node's pod `Ready=False` 50 s after its kubelet stopped, with
+/// `lastTransitionTime` then and the Warning Event `NodeNotReady` "Node is not ready";
+/// `ContainersReady` is not written. The pod of the healthy node is untouched. When the node
+/// returns, its kubelet re-reports the pod (containers restarted, Ready again).
+#[tokio::test(start_paused = true)]
+async fn mark_pods_not_ready_a_down_node_s_pods_go_not_ready_after_the_grace_period() {
+    let sim = Sim::builder().namespace(NS).build();
+    let client = sim.client();
+    let _nl = sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    tokio::spawn(kubelet::run_all(
+        client.clone(),
+        sim.clock().clone(),
+        kubelet::Config::default(),
+        Shutdown::never(),
+    ));
+    ready_node(&client, &sim, "n1").await;
+    ready_node(&client, &sim, "n2").await;
+    pod(&client, "down", "n1", json!([])).await;
+    pod(&client, "healthy", "n2", json!([])).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let ready_pod = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            eventually(name, || async {
+                let p = pods.get(name).await.ok()?;
+                (ready(&p)?.0 == "True").then_some(p)
+            })
+            .await
+        }
+    };
+    ready_pod("down").await;
+    let healthy = ready_pod("healthy").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // the kubelet of n1 stops: Ready=Unknown (the sim's kubelet is down while it is)
+    let t0 = tokio::time::Instant::now();
+    let n1 = node_lifecycle::write_ready(&client, sim.clock(), "n1", &Readiness::Unknown)
+        .await
+        .unwrap();
+    let unknown_since = n1.status.unwrap().conditions.unwrap()[0]
+        .last_transition_time
+        .clone()
+        .unwrap()
+        .0;
+    let (at, down) = eventually("down not ready", || async {
+        let p = pods.get("down").await.ok()?;
+        (ready(&p)?.0 == "False").then(|| (t0.elapsed(), p))
+    })
+    .await;
+    // condition times are whole seconds: the grace period runs from the second Unknown began
+    assert!(
+        (Duration::from_secs(49)..Duration::from_secs(51)).contains(&at),
+        "marked after the grace period, at {at:?}"
+    );
+    assert_eq!(
+        ready(&down).unwrap().1,
+        Some(unknown_since + SignedDuration::from_secs(50)),
+        "lastTransitionTime moves to the marking"
+    );
+    assert_eq!(
+        condition_status(&down, "ContainersReady").as_deref(),
+        Some("True"),
+        "only the Ready condition is written"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        ready(&pods.get("healthy").await.unwrap()),
+        ready(&healthy),
+        "the healthy node's pod is untouched"
+    );
+    let ev = Api::<Event>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let on: Vec<(String, String, String)> = ev
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("NodeNotReady"))
+        .map(|e| {
+            (
+                e.involved_object.name.clone().unwrap_or_default(),
+                e.type_.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        on,
+        [(
+            "down".to_string(),
+            "Warning".to_string(),
+            "Node is not ready".to_string()
+        )]
+    );
+    // the node returns: its kubelet restarts the containers and reports the pod Ready again
+    node_lifecycle::write_ready(&client, sim.clock(), "n1", &Readiness::Ready)
+        .await
+        .unwrap();
+    let back = ready_pod("down").await;
+    let restarts = back
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .restart_count;
+    assert_eq!(restarts, 1);
 }
 
 /// The node comes back before the toleration runs out: the taint goes and the scheduled

@@ -56,7 +56,8 @@ pub mod kubelet;
 /// A LeaderWorkerSet-like controller on the real LWS CRD.
 pub mod lws;
 /// Node lifecycle: reboot or replacement of a drained node; Node Ready writes; the NoExecute
-/// `not-ready`/`unreachable` taints of NotReady nodes (pkg/controller/nodelifecycle).
+/// `not-ready`/`unreachable` taints of NotReady nodes and `Ready=False` on the pods of a node
+/// whose kubelet stopped (pkg/controller/nodelifecycle).
 pub mod node_lifecycle;
 /// PodGC: orphaned, terminated beyond the threshold, terminating on out-of-service nodes
 /// (pkg/controller/podgc).

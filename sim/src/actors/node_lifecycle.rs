@@ -13,9 +13,13 @@
 //!   - **replace**: a new node `<old>-g<generation>` joins with the old node's labels (new
 //!     hostname and generation) and capacity, NotReady for [`Config::join`], then Ready; the
 //!     empty old node is deleted.
+//! - The node lifecycle controller's reaction to a NotReady node: the NoExecute taints
+//!   ([`noexecute_taints`]) and, once a node has been Unknown for the grace period, its pods'
+//!   `Ready=False` ([`pods_not_ready`], `MarkPodsNotReady`).
 //!
 //! Cordon (`spec.unschedulable`) and taints are plain Node fields; the API serves them as is.
-//! [`step`] is the pure decision; [`run`] the IO loop.
+//! [`step`], [`noexecute_taints`] and [`pods_not_ready`] are the pure decisions; [`run`] the IO
+//! loop.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -358,6 +362,14 @@ fn ready_condition(node: &Node) -> Option<(&str, Option<Timestamp>)> {
         })
 }
 
+/// When a Ready condition that turned `Unknown` at `since` has been so for [`Config::grace`]
+/// (`now` when the transition time is missing).
+fn grace_over(since: Option<Timestamp>, config: &Config, now: Timestamp) -> Timestamp {
+    since.map_or(now, |s| {
+        s + SignedDuration::try_from(config.grace).unwrap_or_default()
+    })
+}
+
 fn is_noexecute(t: &Taint, key: &str) -> bool {
     t.key == key && t.effect == "NoExecute"
 }
@@ -398,9 +410,7 @@ pub fn noexecute_taints(
             [UNREACHABLE_TAINT, UNREACHABLE_TAINT],
         ),
         _ => {
-            let due = since.map_or(now, |s| {
-                s + SignedDuration::try_from(config.grace).unwrap_or_default()
-            });
+            let due = grace_over(since, config, now);
             if due > now {
                 return (None, Some(due));
             }
@@ -425,12 +435,89 @@ pub fn noexecute_taints(
     ((next != taints).then_some(next), None)
 }
 
+/// The node lifecycle controller's marking of a down node's pods as not ready, pure: the pods of
+/// `node` as they are to be written, their `Ready` condition `False`, and when to look again.
+///
+/// After `MarkPodsNotReady` (pkg/controller/util/node/controller_utils.go), which
+/// `monitorNodeHealth` (pkg/controller/nodelifecycle/node_lifecycle_controller.go) calls when
+/// its own pass turns a node's Ready condition from `True` to `Unknown` (no heartbeat for
+/// `--node-monitor-grace-period`), and `processPod` for a pod newly bound to a node that is not
+/// Ready. For each pod bound to the node it takes the pod's `Ready` condition as it is, sets its
+/// status to `False` and lets `UpdatePodCondition` (pkg/api/v1/pod/util.go) move
+/// `lastTransitionTime` to now; reason and message stay, `ContainersReady` and the phase are not
+/// written. A pod without a `Ready` condition, or whose `Ready` is already `False`, is left
+/// alone; terminal and terminating pods are not skipped.
+///
+/// - Ready `Unknown` for [`Config::grace`]: the pods are marked. The sim writes `Unknown` the
+///   moment a kubelet stops, the real controller after the grace period; so the pods go not
+///   ready when they would in a cluster, with the `unreachable:NoExecute` taint
+///   ([`noexecute_taints`]).
+/// - Ready `False` (the kubelet reports NotReady) or `True`: nothing, as upstream, whose
+///   transition test (`observedReadyCondition` True, the current one not) holds only for the
+///   controller's own `Unknown`. Pods bound to such a node later have no `Ready` condition in
+///   the sim (their kubelet is down), so `processPod` would change nothing either.
+///
+/// Upstream marks once, at the transition (retrying failed writes); this marks every pod of the
+/// node whose `Ready` is not `False`, on every pass. The result is the same, since nothing else
+/// writes a down node's pods' readiness (its kubelet is down) — except a node that went
+/// `Unknown` from `False`: upstream marks nothing there, this marks its pods.
+pub fn pods_not_ready<P: Borrow<Pod>>(
+    node: &Node,
+    pods: &[P],
+    config: &Config,
+    now: Timestamp,
+) -> (Vec<Pod>, Option<Timestamp>) {
+    let Some(("Unknown", since)) = ready_condition(node) else {
+        return (vec![], None);
+    };
+    let due = grace_over(since, config, now);
+    if due > now {
+        return (vec![], Some(due));
+    }
+    let name = node.metadata.name.as_deref();
+    let marked = pods
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|p: &&Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == name)
+        .filter_map(|p| not_ready(p, now))
+        .collect();
+    (marked, None)
+}
+
+/// `pod` with its `Ready` condition `False` and `lastTransitionTime` now (`UpdatePodCondition`),
+/// or `None` when it has no `Ready` condition or it is `False` already.
+fn not_ready(pod: &Pod, now: Timestamp) -> Option<Pod> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let i = conditions.iter().position(|c| c.type_ == "Ready")?;
+    if conditions[i].status == "False" {
+        return None;
+    }
+    let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let mut next = pod.clone();
+    if let Some(c) = next
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.get_mut(i))
+    {
+        c.status = "False".into();
+        c.last_transition_time = Some(now);
+    }
+    Some(next)
+}
+
 /// The lifecycle actor's failing steps.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{step} of node {node}: {source}")]
     Write {
         step: &'static str,
+        node: String,
+        source: kube::Error,
+    },
+    #[error("marking pod {pod} of node {node} not ready: {source}")]
+    MarkPod {
+        pod: String,
         node: String,
         source: kube::Error,
     },
@@ -475,7 +562,7 @@ impl Actor for Lifecycle {
             &self.client,
             &self.config,
             &mut self.recorder,
-            &self.nodes,
+            (&self.nodes, &self.pods),
             expect,
             &nodes,
             &pods,
@@ -534,17 +621,98 @@ async fn publish_ready(recorder: &mut Recorder, node: &Node) {
     recorder.publish(on, "Normal", "NodeReady", &message).await;
 }
 
+/// Writes `node`'s NoExecute taints as [`noexecute_taints`] wants them, with a log line naming
+/// the ones added.
+async fn write_taints(
+    api: &Api<Node>,
+    cache: &Store<Node>,
+    expect: &mut Expect,
+    node: &Node,
+    taints: Vec<Taint>,
+) -> Result<(), Error> {
+    let name = node.name_any();
+    let mut n = node.clone();
+    let added: Vec<String> = taints
+        .iter()
+        .filter(|t| t.effect == "NoExecute" && t.time_added.is_some())
+        .filter(|t| {
+            !node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|old| old.contains(t))
+        })
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    n.spec.get_or_insert_with(Default::default).taints = (!taints.is_empty()).then_some(taints);
+    let stored = api
+        .replace(&name, &PostParams::default(), &n)
+        .await
+        .map_err(|source| Error::Write {
+            step: "tainting",
+            node: name.clone(),
+            source,
+        })?;
+    expect.written(cache, &stored);
+    tracing::info!(node = %name, ?added, "node lifecycle: NoExecute taints updated");
+    Ok(())
+}
+
+/// Writes the pods [`pods_not_ready`] chose through the status subresource, guarded by the
+/// resourceVersion read (`UpdateStatus`), each followed by `MarkPodsNotReady`'s Event (Warning
+/// `NodeNotReady` "Node is not ready" on the pod). A pod deleted or changed meanwhile is left to
+/// the next pass, which its change starts.
+async fn mark_pods_not_ready(
+    client: &Client,
+    recorder: &mut Recorder,
+    cache: &Store<Pod>,
+    expect: &mut Expect,
+    node: &str,
+    marked: Vec<Pod>,
+) -> Result<(), Error> {
+    let (reason, message) = ("NodeNotReady", "Node is not ready");
+    for pod in marked {
+        let name = pod.name_any();
+        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        let stored = match api
+            .replace_status(&name, &PostParams::default(), &pod)
+            .await
+        {
+            Ok(stored) => stored,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                tracing::debug!(pod = %name, code = s.code, "node lifecycle: pod not marked not ready (next pass retries)");
+                continue;
+            }
+            Err(source) => {
+                return Err(Error::MarkPod {
+                    pod: name,
+                    node: node.into(),
+                    source,
+                });
+            }
+        };
+        expect.written(cache, &stored);
+        tracing::info!(pod = %name, node, "node lifecycle: pod marked not ready");
+        let on = support::reference(&stored);
+        // one Event per marking: the pod goes not ready again if its node fails again
+        recorder.forget(&on, reason, message);
+        recorder.publish(on, "Warning", reason, message).await;
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn pass(
     client: &Client,
     config: &Config,
     recorder: &mut Recorder,
-    cache: &Store<Node>,
+    caches: (&Store<Node>, &Store<Pod>),
     expect: &mut Expect,
     nodes: &[Arc<Node>],
     pods: &[Arc<Pod>],
     now: Timestamp,
 ) -> Pass<Error> {
+    let (cache, pod_cache) = caches;
     let api: Api<Node> = Api::all(client.clone());
     let mut next: Option<Timestamp> = None;
     let mut wake_at = |t: Timestamp| next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
@@ -558,35 +726,16 @@ async fn pass(
         };
         match step(node, nodes, pods, config, now) {
             Step::Wait(at) => {
-                if let Some(t) = at {
-                    wake_at(t);
-                }
-                let (taints, at) = noexecute_taints(node, config, now);
-                if let Some(t) = at {
+                let (taints, taint_at) = noexecute_taints(node, config, now);
+                let (marked, mark_at) = pods_not_ready(node, pods, config, now);
+                for t in [at, taint_at, mark_at].into_iter().flatten() {
                     wake_at(t);
                 }
                 if let Some(taints) = taints {
-                    let mut n = node.clone();
-                    let added: Vec<String> = taints
-                        .iter()
-                        .filter(|t| t.effect == "NoExecute" && t.time_added.is_some())
-                        .filter(|t| {
-                            !node
-                                .spec
-                                .as_ref()
-                                .and_then(|s| s.taints.as_ref())
-                                .is_some_and(|old| old.contains(t))
-                        })
-                        .map(|t| format!("{}:{}", t.key, t.effect))
-                        .collect();
-                    n.spec.get_or_insert_with(Default::default).taints =
-                        (!taints.is_empty()).then_some(taints);
-                    let stored = api
-                        .replace(&name, &PostParams::default(), &n)
-                        .await
-                        .map_err(write("tainting"))?;
-                    expect.written(cache, &stored);
-                    tracing::info!(node = %name, ?added, "node lifecycle: NoExecute taints updated");
+                    write_taints(&api, cache, expect, node, taints).await?;
+                }
+                if !marked.is_empty() {
+                    mark_pods_not_ready(client, recorder, pod_cache, expect, &name, marked).await?;
                 }
             }
             Step::GoDown { until } => {

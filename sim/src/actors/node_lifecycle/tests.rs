@@ -238,3 +238,104 @@ fn step_reads_the_caches_arcs_as_it_reads_owned_objects() {
         Step::Wait(None)
     );
 }
+
+/// A pod on `node` with `ContainersReady=True` and, when given, a `Ready` condition of that
+/// status (reason `PodReason`), both last changed at 2025-01-01.
+fn pod_with_ready(name: &str, node: &str, phase: &str, ready: Option<&str>) -> Pod {
+    let since = "2025-01-01T00:00:00Z";
+    let mut conditions =
+        vec![json!({"type": "ContainersReady", "status": "True", "lastTransitionTime": since})];
+    if let Some(r) = ready {
+        conditions.push(json!({"type": "Ready", "status": r, "reason": "PodReason", "lastTransitionTime": since}));
+    }
+    pod_on(
+        node,
+        json!({"metadata": {"name": name}, "status": {"phase": phase, "conditions": conditions}}),
+    )
+}
+
+fn condition<'a>(pod: &'a Pod, type_: &str) -> &'a k8s_openapi::api::core::v1::PodCondition {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+        .unwrap()
+}
+
+fn names(pods: &[Pod]) -> Vec<String> {
+    pods.iter().map(ResourceExt::name_any).collect()
+}
+
+/// `MarkPodsNotReady` once the node has been Unknown for the grace period (when the real
+/// controller writes Unknown): every pod bound to the node whose Ready condition is not False —
+/// terminal ones too — gets Ready=False with `lastTransitionTime` now, reason and message kept;
+/// ContainersReady and the phase are not written; pods without a Ready condition, already not
+/// ready, or on another node are left alone.
+#[test]
+fn mark_pods_not_ready_a_node_unknown_for_the_grace_period_has_its_pods_ready_false() {
+    let config = Config::default();
+    let t0 = now();
+    let mut n = node("n", json!({}));
+    set_ready(n.status.as_mut().unwrap(), &Readiness::Unknown, t0);
+    let pods = [
+        pod_with_ready("ready", "n", "Running", Some("True")),
+        pod_with_ready("unknown", "n", "Running", Some("Unknown")),
+        pod_with_ready("done", "n", "Succeeded", Some("True")),
+        pod_with_ready("already", "n", "Running", Some("False")),
+        pod_with_ready("fresh", "n", "Pending", None),
+        pod_with_ready("elsewhere", "m", "Running", Some("True")),
+    ];
+    let due = t0 + SignedDuration::from_secs(50);
+    assert_eq!(
+        pods_not_ready(&n, &pods, &config, due - SignedDuration::from_secs(1)),
+        (vec![], Some(due)),
+        "within the grace period: nothing yet, a look at its end"
+    );
+    let (marked, at) = pods_not_ready(&n, &pods, &config, due);
+    assert_eq!(at, None);
+    assert_eq!(names(&marked), ["ready", "unknown", "done"]);
+    for (was, p) in pods.iter().zip(&marked) {
+        let ready = condition(p, "Ready");
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("PodReason"));
+        assert_eq!(ready.last_transition_time.as_ref().map(|t| t.0), Some(due));
+        assert_eq!(
+            condition(p, "ContainersReady"),
+            condition(was, "ContainersReady")
+        );
+        assert_eq!(
+            p.status.as_ref().unwrap().phase,
+            was.status.as_ref().unwrap().phase
+        );
+    }
+    // written: nothing left to mark on the next pass
+    let mut after: Vec<Pod> = marked;
+    after.extend(pods[3..].iter().cloned());
+    assert_eq!(pods_not_ready(&n, &after, &config, due), (vec![], None));
+    // the cache's `Arc`s read as owned pods
+    let arcs: Vec<Arc<Pod>> = pods.iter().cloned().map(Arc::new).collect();
+    assert_eq!(
+        names(&pods_not_ready(&n, &arcs, &config, due).0),
+        ["ready", "unknown", "done"]
+    );
+}
+
+/// `monitorNodeHealth` marks pods only when its own pass turns Ready from True to Unknown: a
+/// Ready node, one whose kubelet reports NotReady (False), and one that never reported are left
+/// alone.
+#[test]
+fn mark_pods_not_ready_leaves_a_ready_a_kubelet_not_ready_and_an_unreported_node_alone() {
+    let config = Config::default();
+    let pods = [pod_with_ready("ready", "n", "Running", Some("True"))];
+    let mut n = node("n", json!({}));
+    let later = now() + SignedDuration::from_secs(3600);
+    assert_eq!(pods_not_ready(&n, &pods, &config, later), (vec![], None));
+    set_ready(
+        n.status.as_mut().unwrap(),
+        &Readiness::NotReady("PLEG is not healthy".into()),
+        now(),
+    );
+    assert_eq!(pods_not_ready(&n, &pods, &config, later), (vec![], None));
+    n.status.as_mut().unwrap().conditions = None;
+    assert_eq!(pods_not_ready(&n, &pods, &config, later), (vec![], None));
+}
