@@ -17,8 +17,7 @@ use raygate::drain::{
     DrainRules, Generation, GenerationSource, GenerationTarget, NoRoom, PlanOptions, Returns,
 };
 use raygate::live_rollout as rollout;
-use raygate::types::k8s_openapi::api::core::v1::Taint;
-use raygate::types::rollout::{FailureActionSpec, HandOffMode, OUTDATED_TAINT_KEY};
+use raygate::types::rollout::{FailureActionSpec, HandOffMode};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum HandoffArg {
@@ -125,11 +124,7 @@ fn options(a: &RunArgs) -> Options {
                     .map_or(GenerationTarget::Newest, GenerationTarget::Value),
             }),
             group_label: a.group_label.clone(),
-            taint: a.taint_outdated.then(|| Taint {
-                key: OUTDATED_TAINT_KEY.into(),
-                effect: "NoSchedule".into(),
-                ..Taint::default()
-            }),
+            taint: a.taint_outdated.then(raygate::drain::outdated_taint),
             rules: DrainRules {
                 ignore_daemonsets: a.ignore_daemonsets,
                 delete_emptydir_data: a.delete_emptydir_data,

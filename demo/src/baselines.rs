@@ -588,7 +588,7 @@ pub fn drain_variants(
             if let Action::StartRollout(r) = a {
                 r.strategy = strategy;
                 r.k = k;
-                r.taint_outdated = false;
+                r.taint_outdated = Some(false);
             }
         }
         (name.to_string(), c)

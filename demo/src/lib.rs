@@ -13,6 +13,8 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// The in-process raygate rollout's default `taintOutdated`, as the NodeRollout controller's.
+pub mod auto_taint;
 pub mod baselines;
 /// A node rollout's lower bound and a rollout's ratio to it (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]

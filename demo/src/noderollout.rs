@@ -23,8 +23,9 @@ pub struct Request {
     pub domain_label: String,
     /// The generation every node ends at (label [`node_lifecycle::GENERATION`]).
     pub target: String,
-    /// Taint the outdated nodes `raygate.io/outdated:NoSchedule` up front.
-    pub taint_outdated: bool,
+    /// Taint the outdated nodes `raygate.io/outdated:NoSchedule` up front (`None`: the
+    /// NodeRollout's default, the controller decides by the room check).
+    pub taint_outdated: Option<bool>,
     /// The pod label naming a group: LeaderWorkerSet's group key uses the `LeaderWorkerSet`
     /// preset, any other a `Custom` one whose representative is `role=leader`.
     pub group_label: String,
@@ -45,7 +46,6 @@ pub fn object(r: &Request) -> serde_json::Value {
     let mut spec = json!({
         "udLabel": r.domain_label,
         "generation": {"label": node_lifecycle::GENERATION, "targetValue": r.target},
-        "taintOutdated": r.taint_outdated,
         "handOff": {"mode": "Reboot"},
         // Ray pods keep their logs in an emptyDir; a DaemonSet pod is not the rollout's business
         "drain": {"ignoreDaemonsets": true, "deleteEmptydirData": true},
@@ -53,6 +53,9 @@ pub fn object(r: &Request) -> serde_json::Value {
     });
     if let Some(s) = &r.health_check_stable {
         spec["healthCheckStable"] = json!(s);
+    }
+    if let Some(t) = r.taint_outdated {
+        spec["taintOutdated"] = json!(t);
     }
     json!({"apiVersion": "raygate.io/v1alpha1", "kind": "NodeRollout",
         "metadata": {"name": r.name}, "spec": spec})
@@ -131,7 +134,7 @@ mod tests {
             name: "gen-1".into(),
             domain_label: "topology.raygate.io/upgrade-domain".into(),
             target: "1".into(),
-            taint_outdated: true,
+            taint_outdated: Some(true),
             group_label: group_label.into(),
             health_check_stable: None,
         }
@@ -141,7 +144,7 @@ mod tests {
     fn the_object_parses_as_a_node_rollout_with_a_reboot_hand_off_to_the_target_generation() {
         let o: NodeRollout = serde_json::from_value(object(&request(lws::GROUP_KEY))).unwrap();
         assert_eq!(o.spec.ud_label, "topology.raygate.io/upgrade-domain");
-        assert!(o.spec.taint_outdated);
+        assert_eq!(o.spec.taint_outdated, Some(true));
         let g = o.spec.generation.unwrap();
         assert_eq!(g.label.as_deref(), Some(node_lifecycle::GENERATION));
         assert_eq!(g.target_value.as_deref(), Some("1"));

@@ -233,9 +233,11 @@ pub struct StartRollout {
     /// The pod label naming a group (default: LeaderWorkerSet's group key).
     #[serde(default)]
     pub group_label: Option<String>,
-    /// raygate: taint outdated nodes `raygate.io/outdated:NoSchedule` from the start.
+    /// raygate: taint outdated nodes `raygate.io/outdated:NoSchedule` from the start. Absent:
+    /// a NodeRollout's default (the controller decides by the room check); no taint for the
+    /// in-process strategies.
     #[serde(default)]
-    pub taint_outdated: bool,
+    pub taint_outdated: Option<bool>,
     /// nodeRollout: the NodeRollout's name (default `node-generation-<target>`).
     #[serde(default)]
     pub name: Option<String>,
@@ -976,23 +978,31 @@ impl Story {
                     .group_label
                     .clone()
                     .unwrap_or_else(|| lws::GROUP_KEY.to_string());
-                let taint: Option<k8s_openapi::api::core::v1::Taint> =
-                    r.taint_outdated.then(|| k8s_openapi::api::core::v1::Taint {
-                        key: "raygate.io/outdated".into(),
-                        effect: "NoSchedule".into(),
-                        ..Default::default()
-                    });
-                if let Some(t) = &taint {
-                    taint_outdated(&client, t, &r.target, line).await?;
-                }
-                let upgrade = Upgrade {
+                let mut upgrade = Upgrade {
                     domain_label: domain_label.into(),
                     target: r.target.clone(),
                     seed,
                     group_label: Some(group_label.clone()),
-                    taint,
                     ..Upgrade::default()
                 };
+                let taint = match (r.taint_outdated, &strategy) {
+                    (Some(taint), _) => taint,
+                    (None, Strategy::Raygate) => {
+                        let now = self.sim.clock().now();
+                        crate::auto_taint::decide(&client, now, &upgrade)
+                            .await
+                            .map_err(|reason| RunError::Step {
+                                line,
+                                what: "starting the rollout".into(),
+                                reason,
+                            })?
+                    }
+                    (None, _) => false,
+                };
+                upgrade.taint = taint.then(raygate::drain::outdated_taint);
+                if let Some(t) = &upgrade.taint {
+                    taint_outdated(&client, t, &r.target, line).await?;
+                }
                 self.expect.group_label = Some(group_label);
                 self.expect.generation =
                     Some((node_lifecycle::GENERATION.to_string(), r.target.clone()));

@@ -51,6 +51,8 @@ const TIGHT_FLOOR_PERCENT: u64 = 60;
 
 /// How often a rollout story's spare nodes join just before the rollout (else at the start).
 const SPARE_JOIN_LATE_PERCENT: u64 = 80;
+/// Of the rollouts, the share that leaves `taintOutdated` unset (raygate's default).
+const DEFAULT_TAINT_PERCENT: u64 = 50;
 
 /// The story a seed drew.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -318,6 +320,11 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
     let join_at = d
         .chance(SPARE_JOIN_LATE_PERCENT)
         .then(|| secs(rollout_at - 60));
+    // Rollouts that leave `taintOutdated` to raygate's default: the room check decides.
+    let taint_outdated = match d.chance(DEFAULT_TAINT_PERCENT) {
+        true => None,
+        false => Some(true),
+    };
     let steps = vec![(
         secs(rollout_at),
         Action::StartRollout(StartRollout {
@@ -325,7 +332,7 @@ fn rollout(seed: u64, d: &mut Draw) -> Checked {
             target: TARGET.into(),
             k: None,
             group_label: None,
-            taint_outdated: true,
+            taint_outdated,
             name: None,
             health_check_stable: None,
         }),

@@ -975,6 +975,51 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
     check_evictions(&history, &start);
 }
 
+/// The nodes carrying raygate's `raygate.io/outdated` taint, by name.
+async fn outdated_tainted(client: &Client) -> Vec<String> {
+    Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == "raygate.io/outdated"))
+        })
+        .map(|n| n.name_any())
+        .collect()
+}
+
+/// `taintOutdated` unset, with room for the evicted groups outside the rollout (the spare
+/// node): the controller taints every outdated node, so a group evicted from ud-0 never lands on
+/// ud-1 to be evicted again, and records the decision in its state.
+#[tokio::test(start_paused = true)]
+async fn an_unset_taint_outdated_taints_the_outdated_nodes_when_there_is_room_outside() {
+    let (sim, client, _actors, start) = world(&[1, 1]).await;
+    let history = record_evictions(&sim);
+    let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
+    create(&client, &rollout_object("r", old_pool())).await;
+    eventually("both outdated nodes tainted", || async {
+        (outdated_tainted(&client).await == ["node-0", "node-1"]).then_some(())
+    })
+    .await;
+    let done = wait_phase(&client, "r", "Completed").await;
+    let engine: serde_json::Value =
+        serde_json::from_str(done.engine.as_deref().unwrap_or("{}")).unwrap();
+    assert_eq!(engine["taintOutdated"], json!(true), "{engine}");
+    assert!(
+        !event_reasons(&client, "r")
+            .await
+            .iter()
+            .any(|r| r == "TaintSkipped")
+    );
+    // no recreated pod evicted: no group landed on a later domain to be disrupted again
+    check_evictions(&history, &start);
+}
+
 /// The whole controller as `raygate controller --node-rollouts --leader-elect` runs it
 /// (`controller::run_with`: the gate's watches, the admission loop, leader election on the
 /// cluster's clock, the supervised NodeRollout task) runs a rollout to completion; the Lease
@@ -1070,7 +1115,11 @@ async fn a_domain_whose_health_gate_could_never_pass_with_hand_off_none_holds_th
     set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
-    create(&client, &rollout_object("r", old_pool())).await;
+    // untainted: the health gate's dead end alone (unset, the default would taint, there being
+    // no room either way)
+    let mut spec = old_pool();
+    spec["taintOutdated"] = json!(false);
+    create(&client, &rollout_object("r", spec)).await;
     let (s, message) = held_for_no_room(&client).await;
     for says in [
         "2 upgrade domain(s) would fail their health check, their groups would have nowhere to \

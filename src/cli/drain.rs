@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Taint;
 use serde::Serialize;
 
 use super::status::columns;
@@ -13,7 +12,7 @@ use crate::drain::{
     GenerationSource, GenerationTarget, GroupContract, NoRoom, NodeInfoField, Plan, PlanOptions,
     PreflightOptions, Returns, SkipReason,
 };
-use crate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, OUTDATED_TAINT_KEY};
+use crate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL;
 
 /// Exit codes of `raygate drain plan|check`.
 pub mod exit {
@@ -212,7 +211,7 @@ impl PlanFlags {
             node_selector: self.target.selector.clone(),
             generation,
             order,
-            taint: self.taint_outdated.then(outdated_taint),
+            taint: self.taint_outdated.then(crate::drain::outdated_taint),
             group_label: self.group_label.clone(),
             workload_labels: Vec::new(),
             rules: DrainRules {
@@ -253,7 +252,7 @@ impl CheckFlags {
         (self.taint_outdated || self.handoff.is_some()).then(|| PlanOptions {
             domain_label: self.ud_label.clone(),
             node_selector: self.selector.clone(),
-            taint: self.taint_outdated.then(outdated_taint),
+            taint: self.taint_outdated.then(crate::drain::outdated_taint),
             group_label: Some(preflight.contract.group_label.clone()),
             ..PlanOptions::default()
         })
@@ -262,14 +261,6 @@ impl CheckFlags {
     /// The hand-off the room check assumes (`--handoff`, default none).
     pub fn returns(&self) -> Returns {
         self.handoff.unwrap_or(HandoffMode::None).returns()
-    }
-}
-
-fn outdated_taint() -> Taint {
-    Taint {
-        key: OUTDATED_TAINT_KEY.into(),
-        effect: "NoSchedule".into(),
-        ..Taint::default()
     }
 }
 
@@ -604,7 +595,10 @@ mod tests {
             })
         );
         assert_eq!(o.order, DomainOrder::Explicit(vec!["b".into(), "a".into()]));
-        assert_eq!(o.taint.map(|t| t.key), Some(OUTDATED_TAINT_KEY.to_string()));
+        assert_eq!(
+            o.taint.map(|t| t.key),
+            Some(crate::types::rollout::OUTDATED_TAINT_KEY.to_string())
+        );
         assert_eq!(o.group_label.as_deref(), Some("group"));
 
         let defaults = parse(&[]).options().unwrap();

@@ -42,7 +42,8 @@ use super::{Clock, Metrics};
 use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::rollout::{self as pure, NotReady};
 use crate::drain::{
-    DeadEnd, DrainError, GateDeadEnd, NoRoom, PreflightOptions, Returns, rollout_options,
+    DeadEnd, DrainError, GateDeadEnd, NoRoom, PreflightOptions, Returns, auto_taint,
+    outdated_taint, rollout_options,
 };
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
@@ -373,7 +374,8 @@ impl Worker {
             self.not_running(nro, prev.as_ref(), None, true).await?;
             return Ok(Next::WaitChange);
         }
-        let engine = pure::engine_options(&options);
+        let mut engine = pure::engine_options(&options);
+        let auto = options.taint_auto;
         let (state, base) = match prev_state {
             Some(state) => {
                 let paused_at = prev
@@ -396,7 +398,7 @@ impl Worker {
                     .insert(self.name.clone(), state.nodes().map(String::from).collect());
                 (state, prev)
             }
-            None => match self.plan(nro, &engine).await? {
+            None => match self.plan(nro, &engine, auto).await? {
                 Ok((state, planned)) => (state, Some(planned)),
                 Err(why) => {
                     self.not_running(nro, prev.as_ref(), Some(&why), false)
@@ -408,6 +410,9 @@ impl Worker {
                 }
             },
         };
+        if auto {
+            engine.plan.taint = (state.taint_outdated == Some(true)).then(outdated_taint);
+        }
         self.execute(nro, state, base, engine, obj).await
     }
 
@@ -417,6 +422,7 @@ impl Worker {
         &mut self,
         nro: &NodeRollout,
         options: &Options,
+        taint_auto: bool,
     ) -> Result<Result<(State, NodeRolloutStatus), NotReady>, RolloutError> {
         let objects = crate::live::drain_objects(&self.sh.client)
             .await
@@ -426,16 +432,33 @@ impl Worker {
             })?;
         self.check_contract(nro, &objects).await;
         let now = self.sh.clock.now();
-        let plan = match crate::drain::plan(&objects.cluster(), &options.plan, now) {
-            Ok(plan) => plan,
-            Err(e) => {
-                return Ok(Err(NotReady {
-                    reason: plan_reason(&e),
-                    message: plan_message(&e),
-                }));
-            }
+        let cluster = objects.cluster();
+        let returns = match options.handoff {
+            Handoff::None => Returns::Never,
+            Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
         };
-        let state = match State::new(&plan, options) {
+        let mut options = options.clone();
+        if taint_auto {
+            let auto = match auto_taint(&cluster, &options.plan, now, returns) {
+                Ok(a) => a,
+                Err(e) => {
+                    return Ok(Err(NotReady {
+                        reason: plan_reason(&e),
+                        message: plan_message(&e),
+                    }));
+                }
+            };
+            options.plan.taint = auto.taint.then(outdated_taint);
+            if let Some(tainted) = &auto.skipped {
+                let message = pure::taint_skipped(tainted);
+                self.publish(nro, true, pure::TAINT_SKIPPED, &message).await;
+            }
+        }
+        let (plan, found) = match plan_and_check(&cluster, &options, now, returns) {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
+        let mut state = match State::new(&plan, &options) {
             Ok(s) => s,
             Err(e) => {
                 return Ok(Err(NotReady {
@@ -444,12 +467,10 @@ impl Worker {
                 }));
             }
         };
+        if taint_auto {
+            state.taint_outdated = Some(options.plan.taint.is_some());
+        }
         let skip = crate::meta::annotation(&nro.metadata, SKIP_ROOM_CHECK_ANNOTATION);
-        let returns = match options.handoff {
-            Handoff::None => Returns::Never,
-            Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
-        };
-        let found = NoRoom::check(&objects.cluster(), &plan, &options.plan, returns);
         let (dead, gate) = (&found.dead_ends, &found.gate_dead_ends);
         if let Some(why) = no_room(dead, gate, skip == Some("true")) {
             return Ok(Err(why));
@@ -848,6 +869,21 @@ fn status_patch(status: &NodeRolloutStatus) -> Value {
 
 /// Why a rollout whose plan cannot finish is not started (`None`: it can, or the operator said
 /// to start anyway).
+/// The plan of `options` on `cluster` and its dead ends (nothing is decided on them here).
+fn plan_and_check<'a>(
+    cluster: &crate::drain::Cluster<'a>,
+    options: &Options,
+    now: k8s_openapi::jiff::Timestamp,
+    returns: Returns,
+) -> Result<(crate::drain::Plan<'a>, NoRoom), NotReady> {
+    let plan = crate::drain::plan(cluster, &options.plan, now).map_err(|e| NotReady {
+        reason: plan_reason(&e),
+        message: plan_message(&e),
+    })?;
+    let found = NoRoom::check(cluster, &plan, &options.plan, returns);
+    Ok((plan, found))
+}
+
 fn no_room(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Option<NotReady> {
     let found = NoRoom {
         dead_ends: dead.to_vec(),

@@ -28,6 +28,7 @@ pub mod rollout;
 mod room;
 pub mod rules;
 mod spec;
+mod taint;
 
 #[cfg(test)]
 mod preflight_tests;
@@ -58,7 +59,10 @@ pub use room::{
     DeadEnd, GateDeadEnd, NoRoom, Returns, dead_ends, gate_dead_ends, gate_message, no_room_message,
 };
 pub use rules::DrainRules;
-pub use spec::{InvalidSpec, RolloutOptions, SpecError, parse_duration, rollout_options};
+pub use spec::{
+    InvalidSpec, RolloutOptions, SpecError, outdated_taint, parse_duration, rollout_options,
+};
+pub use taint::{AutoTaint, auto_taint};
 
 /// A map keyed by strings borrowed from the observed objects, hashed with foldhash (fixed seed:
 /// deterministic). The plan looks up every pod's node and label pairs; SipHash cost more there

@@ -374,7 +374,7 @@ fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>,
         .domains
         .iter()
         .filter(|d| d.step == Step::Draining)
-        .find_map(|d| Some((d, d.hold.as_ref()?)));
+        .find_map(|d| Some((d, d.hold.as_ref().or(d.failed.as_ref())?)));
     match (refused, held, unhealthy, blocked_pods) {
         _ if state.is_finished() => set(c, BLOCKED, "False", "NotBlocked", ""),
         (Some(m), ..) => set(c, BLOCKED, "True", "EvictionRefused", &m),
@@ -409,6 +409,22 @@ fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>,
         Phase::Failed { reason } => set(c, FAILED, "True", failure_reason(reason), reason),
         _ => set(c, FAILED, "False", "NotFailed", ""),
     }
+}
+
+/// The Warning Event's reason when a spec leaving `taintOutdated` to the controller gets no
+/// taint: the taint would leave groups nowhere to run.
+pub const TAINT_SKIPPED: &str = "TaintSkipped";
+
+/// Why the outdated nodes are not tainted: what the room check found with the taint.
+pub fn taint_skipped(tainted: &crate::drain::NoRoom) -> String {
+    let mut why: Vec<String> = tainted.dead_ends.iter().map(ToString::to_string).collect();
+    why.extend(tainted.gate_dead_ends.iter().map(|g| g.problem()));
+    format!(
+        "the outdated nodes are not tainted (taintOutdated is unset): with the taint, {}; without \
+         it, a group evicted from one domain may land on a later domain's node and be disrupted \
+         again (add room outside the outdated nodes, or set taintOutdated to decide)",
+        why.join(" | ")
+    )
 }
 
 /// `TimedOut` for the engine's timeout failures, `HealthCheckFailed` otherwise.

@@ -771,7 +771,7 @@ fn describe(r: &Resources) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeMap;
 
     use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Toleration};
@@ -803,7 +803,7 @@ mod tests {
     }
 
     /// A node with 8 GPUs.
-    fn gpu_node(name: &str, domain: &str, pool: &str) -> Node {
+    pub(in crate::drain) fn gpu_node(name: &str, domain: &str, pool: &str) -> Node {
         let mut n = node(name, domain).label("pool", pool);
         n.status.get_or_insert_default().allocatable = Some(allocatable("8"));
         n
@@ -831,11 +831,11 @@ mod tests {
             .collect()
     }
 
-    fn leaders_pdb(min_available: i32) -> PodDisruptionBudget {
+    pub(in crate::drain) fn leaders_pdb(min_available: i32) -> PodDisruptionBudget {
         pdb("ns/leaders", &[("role", "leader")]).min_available(int(min_available))
     }
 
-    fn options(taint_outdated: bool) -> PlanOptions {
+    pub(in crate::drain) fn options(taint_outdated: bool) -> PlanOptions {
         PlanOptions {
             domain_label: UD.to_string(),
             node_selector: "pool=old".to_string(),
@@ -846,7 +846,7 @@ mod tests {
     }
 
     /// `a` groups in ud-a (node old-a), `b` in ud-b (node old-b), plus `extra` nodes.
-    fn world(a: usize, b: usize, extra: Vec<Node>) -> (Vec<Node>, Vec<Pod>) {
+    pub(in crate::drain) fn world(a: usize, b: usize, extra: Vec<Node>) -> (Vec<Node>, Vec<Pod>) {
         let mut nodes = vec![
             gpu_node("old-a", "ud-a", "old"),
             gpu_node("old-b", "ud-b", "old"),

@@ -55,6 +55,17 @@ pub struct RolloutOptions {
     pub manual: bool,
     pub paused: bool,
     pub hand_off: HandOffSpec,
+    /// `taintOutdated` absent: the controller decides at planning, by the room check.
+    pub taint_auto: bool,
+}
+
+/// The taint `taintOutdated` puts on the target nodes.
+pub fn outdated_taint() -> Taint {
+    Taint {
+        key: OUTDATED_TAINT_KEY.to_string(),
+        effect: "NoSchedule".to_string(),
+        ..Taint::default()
+    }
 }
 
 /// Collects the errors of one spec.
@@ -191,11 +202,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
     if !check.0.is_empty() {
         return Err(InvalidSpec(check.0));
     }
-    let taint = spec.taint_outdated.then(|| Taint {
-        key: OUTDATED_TAINT_KEY.to_string(),
-        effect: "NoSchedule".to_string(),
-        ..Taint::default()
-    });
+    let taint = (spec.taint_outdated == Some(true)).then(outdated_taint);
     let plan = PlanOptions {
         domain_label: spec.ud_label.clone(),
         node_selector,
@@ -236,6 +243,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         manual: spec.manual,
         paused: spec.paused,
         hand_off: spec.hand_off.clone(),
+        taint_auto: spec.taint_outdated.is_none(),
     })
 }
 
@@ -406,6 +414,7 @@ mod tests {
         assert_eq!(o.failure_action, FailureActionSpec::Abort);
         assert_eq!(o.max_unavailable_domains, 2);
         assert!(o.manual && o.paused);
+        assert!(!o.taint_auto);
         assert_eq!(o.hand_off.mode, HandOffMode::Reboot);
         assert_eq!(o.hand_off.label, "raygate.io/upgrade");
     }
@@ -419,6 +428,10 @@ mod tests {
         assert_eq!(o.plan.generation, None);
         assert_eq!(o.plan.order, DomainOrder::Name);
         assert_eq!(o.plan.taint, None);
+        assert!(
+            o.taint_auto,
+            "absent: decided by the room check at planning"
+        );
         assert_eq!(o.plan.rules, DrainRules::default());
         assert_eq!(o.preflight, None);
         assert_eq!(o.health_check_wait, SignedDuration::ZERO);

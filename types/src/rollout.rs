@@ -103,10 +103,13 @@ pub struct NodeRolloutSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub explicit_order: Vec<String>,
-    /// Taint each target node `raygate.io/outdated:NoSchedule` when its domain starts, so new
-    /// work avoids the old generation.
-    #[serde(default)]
-    pub taint_outdated: bool,
+    /// Taint every target node `raygate.io/outdated:NoSchedule` from the rollout's first step,
+    /// so evicted groups and new work avoid the old generation (a group evicted from one domain
+    /// does not land on a later one, to be disrupted again). Absent: tainted when the cluster
+    /// has room for the evicted groups outside the target nodes (the room check), otherwise not,
+    /// with a Warning Event `TaintSkipped`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint_outdated: Option<bool>,
     /// What happens to a drained domain's nodes.
     #[serde(default)]
     pub hand_off: HandOffSpec,

@@ -311,3 +311,65 @@ fn a_throttled_eviction_waits_its_retry_after_and_blames_no_budget() {
     let (_, a) = w.step(&s, &o);
     assert_eq!(evictions(&a), ["ga-0"]);
 }
+
+/// The budget's status says every group is back, but counted from their members none is: the
+/// gate waits (the status lags the members by the representatives' probes).
+#[test]
+fn the_health_gate_counts_a_budget_s_groups_from_their_members_too() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = drain_domain_a(&mut w, &o);
+    ga_recovers(&mut w);
+    not_ready(&mut w, "gb-1");
+    let ga_worker = w
+        .pods
+        .iter()
+        .position(|p| p.metadata.name.as_deref() == Some("ga-1"))
+        .unwrap();
+    let mut p = w.pods[ga_worker].clone();
+    p.status.get_or_insert_default().conditions = None;
+    w.pods[ga_worker] = p;
+    let (s, _) = w.step(&s, &o);
+    assert!(
+        s.waiting
+            .contains("ns/leaders has 0 group(s) available counted from their members"),
+        "{}",
+        s.waiting
+    );
+    set_ready(&mut w, "gb-1");
+    set_ready(&mut w, "ga-1");
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].health.healthy_since.is_some(), "{}", s.waiting);
+}
+
+/// A 403 (or a 500 for a pod under two budgets, a 422) is no budget's refusal and no throttling:
+/// the domain retries it and shows it as its block until an eviction succeeds.
+#[test]
+fn an_eviction_failing_other_than_with_a_429_blocks_the_domain_visibly_until_one_succeeds() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, |_| EvictionResult::Failed {
+        code: 403,
+        message: "pods \"ga-0\" is forbidden".into(),
+    });
+    let (s, a) = w.step(&s, &o);
+    assert!(reasons(&a).contains(&"EvictionFailed"));
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
+    assert_eq!(
+        blocked.map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("True", "EvictionFailed"))
+    );
+    assert!(blocked.is_some_and(|c| c.message.contains("(403)")));
+    w.advance(5);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"], "retried");
+    w.apply(&a, evicted);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].failed.is_none());
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
+    assert_eq!(blocked.map(|c| c.status.as_str()), Some("False"));
+}

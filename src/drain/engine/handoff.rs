@@ -1,0 +1,137 @@
+//! The hand-off of a drained domain (pure): none, or label its nodes for an upgrade agent and
+//! wait for them (reboot) or for new nodes (replace) at the target generation; then give back
+//! what raygate took (its cordons, taint and label).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Node;
+
+use super::{
+    Action, EventType, Handoff, Health, Step, Stepper, has_label, has_taint, is_cordoned,
+    node_ready,
+};
+use crate::drain::{compare_generations, name, node_domain, node_generation};
+
+impl<'a> Stepper<'a> {
+    pub(super) fn hand_off(&mut self, i: usize) {
+        let done = match &self.o.handoff {
+            Handoff::None => true,
+            Handoff::Reboot { label, value } => self.reboot(i, label, value),
+            Handoff::Replace { label, value } => self.replace(i, label, value),
+        };
+        if done {
+            let d = &mut self.s.domains[i];
+            d.step = Step::HealthCheck;
+            d.handed_off = Some(self.now);
+            d.health = Health::default();
+            d.message = "health check".into();
+            let (node, message) = (
+                d.nodes.first().cloned().unwrap_or_default(),
+                format!("upgrade domain {} handed off; health check follows", d.name),
+            );
+            self.report(&node, EventType::Normal, "DomainHandedOff", message);
+            self.health_gate(i);
+        }
+    }
+
+    pub(super) fn node(&self, name: &str) -> Option<&'a Node> {
+        self.obs
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+    }
+
+    /// Whether the node's generation is at (or past) the target.
+    pub(super) fn at_target(&self, node: &Node) -> bool {
+        let (Some(target), Some(generation)) = (&self.s.target_generation, &self.o.plan.generation)
+        else {
+            return false;
+        };
+        node_generation(node, &generation.source)
+            .is_some_and(|g| compare_generations(g, target) != std::cmp::Ordering::Less)
+    }
+
+    pub(super) fn label_for_upgrade(&mut self, node: &Node, label: &str, value: &str) {
+        if !has_label(node, label, value) {
+            self.actions.push(Action::LabelForUpgrade {
+                node: name(&node.metadata).to_string(),
+                key: label.to_string(),
+                value: value.to_string(),
+            });
+        }
+    }
+
+    pub(super) fn reboot(&mut self, i: usize, label: &str, value: &str) -> bool {
+        let names = self.s.domains[i].nodes.clone();
+        let mut waiting = Vec::new();
+        for n in &names {
+            let Some(node) = self.node(n) else {
+                waiting.push(format!("{n} (gone)"));
+                continue;
+            };
+            if !self.at_target(node) {
+                self.label_for_upgrade(node, label, value);
+                waiting.push(format!("{n} (upgrading)"));
+                continue;
+            }
+            if !node_ready(node) {
+                waiting.push(format!("{n} (not Ready)"));
+                continue;
+            }
+            let taint = self.o.plan.taint.clone().filter(|t| has_taint(node, t));
+            let mark = node
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(label))
+                .then(|| label.to_string());
+            let uncordon = is_cordoned(node) && self.cordoned_by_me(i, n);
+            if uncordon || taint.is_some() || mark.is_some() {
+                self.actions.push(Action::Uncordon {
+                    node: n.clone(),
+                    keep_cordon: !uncordon,
+                    remove_taint: taint,
+                    remove_label: mark,
+                });
+                waiting.push(format!("{n} (uncordoning)"));
+            }
+        }
+        self.s.domains[i].message = format!("reboot: waiting for {}", waiting.join(", "));
+        waiting.is_empty()
+    }
+
+    /// Whether raygate made the node's cordon (see [`DomainState::cordoned`]).
+    pub(super) fn cordoned_by_me(&self, i: usize, node: &str) -> bool {
+        self.s.domains[i]
+            .cordoned
+            .as_ref()
+            .is_none_or(|mine| mine.contains(node))
+    }
+
+    pub(super) fn replace(&mut self, i: usize, label: &str, value: &str) -> bool {
+        let d = &self.s.domains[i];
+        let drained: BTreeSet<String> = d.nodes.iter().cloned().collect();
+        let domain = d.name.clone();
+        for n in &drained {
+            if let Some(node) = self.node(n)
+                && !self.at_target(node)
+            {
+                let node = node.clone();
+                self.label_for_upgrade(&node, label, value);
+            }
+        }
+        let new = self
+            .obs
+            .nodes
+            .iter()
+            .filter(|n| !drained.contains(name(&n.metadata)))
+            .filter(|n| node_domain(n, &self.o.plan.domain_label) == Some(domain.as_str()))
+            .filter(|n| node_ready(n) && !is_cordoned(n) && self.at_target(n))
+            .count();
+        self.s.domains[i].message = format!(
+            "replace: {new} of {} new node(s) Ready at the target generation",
+            drained.len()
+        );
+        new >= drained.len()
+    }
+}

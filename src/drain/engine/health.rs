@@ -1,0 +1,212 @@
+//! The health gate after a domain's hand-off (pure), Service Fabric's monitored upgrade: after
+//! the wait, every affected budget current and satisfied and every evicted group Ready again, held
+//! for the stable period; unhealthy for the retry timeout is a failure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::evict::Workload;
+use super::{EventType, Step, Stepper, human, pod_serving};
+use crate::drain::namespace;
+
+impl Stepper<'_> {
+    pub(super) fn health_gate(&mut self, i: usize) {
+        let Some(handed_off) = self.s.domains[i].handed_off else {
+            return;
+        };
+        let wait_until = handed_off
+            .checked_add(self.o.health_check_wait)
+            .unwrap_or(handed_off);
+        if self.now < wait_until {
+            self.s.domains[i].message = format!("health check wait until {wait_until}");
+            return;
+        }
+        let (problems, counts) = self.health_problems(i);
+        let stable = self.stable();
+        let now = self.now;
+        let d = &mut self.s.domains[i];
+        let checking_since = *d.health.checking_since.get_or_insert(now);
+        let dropped = counts
+            .iter()
+            .any(|(k, v)| d.health.current_healthy.get(k).is_some_and(|old| v < old));
+        d.health.current_healthy = counts;
+        if !problems.is_empty() || dropped {
+            d.health.healthy_since = None;
+        }
+        if !problems.is_empty() {
+            let since = d.health.last_healthy.unwrap_or(checking_since);
+            let why = problems.join("; ");
+            d.message = format!("waiting for health: {why}");
+            if now.duration_since(since) >= self.o.health_check_retry_timeout {
+                let reason = format!(
+                    "upgrade domain {} stayed unhealthy for the health check retry timeout ({}): {why}",
+                    d.name,
+                    human(self.o.health_check_retry_timeout)
+                );
+                self.fail(reason);
+            }
+            return;
+        }
+        d.health.last_healthy = Some(now);
+        let since = *d.health.healthy_since.get_or_insert(now);
+        let held = now.duration_since(since);
+        if held < stable {
+            d.message = format!(
+                "healthy for {} of the stable period {}",
+                human(held),
+                human(stable)
+            );
+            return;
+        }
+        let node = d.nodes.first().cloned().unwrap_or_default();
+        let name = d.name.clone();
+        if self.o.manual {
+            d.step = Step::AwaitingResume;
+            d.message = "healthy; manual mode: waiting for the operator to resume".into();
+        } else {
+            d.step = Step::Done;
+            d.message = "done".into();
+        }
+        self.report(
+            &node,
+            EventType::Normal,
+            "DomainHealthy",
+            format!(
+                "upgrade domain {name} stayed healthy for {}{}",
+                human(stable),
+                if self.o.manual {
+                    "; manual mode: resume to go on"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+
+    /// What keeps the domain from being healthy, and each affected budget's `currentHealthy`.
+    pub(super) fn health_problems(&self, i: usize) -> (Vec<String>, BTreeMap<String, i32>) {
+        let (mut problems, counts) = self.budget_problems(i);
+        problems.extend(self.group_problems(i));
+        (problems, counts)
+    }
+
+    /// Every budget that protected an evicted pod: current, satisfied as its status says, and
+    /// at or above its floor counted from its groups' members (its status lags them).
+    fn budget_problems(&self, i: usize) -> (Vec<String>, BTreeMap<String, i32>) {
+        let d = &self.s.domains[i];
+        let mut problems = Vec::new();
+        let mut counts = BTreeMap::new();
+        let budgets: BTreeSet<&str> = d
+            .evicted
+            .iter()
+            .filter_map(|e| e.pdb.as_deref())
+            .chain(d.folded.budgets.iter().map(String::as_str))
+            .collect();
+        for key in budgets {
+            let Some(pdb) = self
+                .obs
+                .pdbs
+                .iter()
+                .find(|b| crate::meta::key(&b.metadata) == key)
+            else {
+                continue; // a deleted budget protects nothing
+            };
+            let Some(status) = &pdb.status else {
+                problems.push(format!("PodDisruptionBudget {key} has no status yet"));
+                continue;
+            };
+            if status.observed_generation != pdb.metadata.generation {
+                problems.push(format!("PodDisruptionBudget {key} is not current"));
+                continue;
+            }
+            let (current, desired) = (
+                status.current_healthy.unwrap_or(0),
+                status.desired_healthy.unwrap_or(0),
+            );
+            counts.insert(key.to_string(), current);
+            if current < desired {
+                problems.push(format!(
+                    "PodDisruptionBudget {key} needs {desired} healthy pods and has {current}"
+                ));
+            }
+            let members = self.groups.as_ref().and_then(|v| v.budgets.get(key));
+            if let Some(b) = members
+                && let Some(floor) = b.floor
+                && i64::try_from(b.available_count()).unwrap_or(i64::MAX) < floor
+            {
+                problems.push(format!(
+                    "PodDisruptionBudget {key} has {} group(s) available counted from their \
+                     members, under its floor of {floor}",
+                    b.available_count()
+                ));
+            }
+        }
+        (problems, counts)
+    }
+
+    /// Every evicted group Ready again: by its workload's count of Ready groups, or by name.
+    fn group_problems(&self, i: usize) -> Vec<String> {
+        let d = &self.s.domains[i];
+        let mut problems = Vec::new();
+        // groups only: a pod without a group value is covered by its budget (a ReplicaSet's
+        // replacement has a new name, so there is nothing to wait for by name)
+        if let (true, Some(key)) = (self.o.wait_for_evicted_groups, &self.o.plan.group_label) {
+            let mut groups: BTreeSet<(&str, &str)> = d
+                .evicted
+                .iter()
+                .filter(|e| e.refused.is_none())
+                .filter_map(|e| {
+                    let ns = e.pod.split_once('/').map_or("", |(ns, _)| ns);
+                    Some((ns, e.group.as_deref()?))
+                })
+                .chain(d.folded.groups.iter().filter_map(|g| g.split_once('/')))
+                .collect();
+            // by workload: as many Ready groups as before, whatever their names now
+            for (key, baseline) in &d.workloads {
+                let ns = key.split_once('/').map_or("", |(ns, _)| ns);
+                // a folded baseline's evictions are not listed one by one: its groups count
+                let evicted: Vec<&str> = baseline
+                    .groups
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|g| groups.remove(&(ns, *g)) || baseline.folded)
+                    .collect();
+                if evicted.is_empty() {
+                    continue;
+                }
+                let Some(workload) = Workload::parse(key) else {
+                    continue;
+                };
+                let (ready, _) = self.ready_groups(&workload, Some(baseline.group_size));
+                if ready < baseline.ready_groups {
+                    problems.push(format!(
+                        "workload {key} has {ready} of its {} Ready groups back (evicted: {})",
+                        baseline.ready_groups,
+                        evicted.join(", ")
+                    ));
+                }
+            }
+            // by name: groups whose workload is not known
+            for (ns, group) in groups {
+                let mut members = self
+                    .obs
+                    .pods
+                    .iter()
+                    .filter(|p| namespace(&p.metadata) == ns)
+                    .filter(|p| {
+                        p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(key))
+                            .map(String::as_str)
+                            == Some(group)
+                    })
+                    .peekable();
+                let ready = members.peek().is_some() && members.all(pod_serving);
+                if !ready {
+                    problems.push(format!("group {group} is not Ready again"));
+                }
+            }
+        }
+        problems
+    }
+}
