@@ -246,8 +246,12 @@ fn applied(
 fn one_pass(ix: &Index, forbidden: Vec<Option<usize>>) -> Pass<'_> {
     let mut pass = Pass::new(ix, forbidden);
     pass.evict_without_quota();
-    pass.finish_stale_replaced();
-    let (stray, queues) = nominate(ix);
+    let finished_pending = pass.finish_stale_replaced();
+    let (mut stray, mut queues) = nominate(ix);
+    if finished_pending {
+        stray.retain(|&i| !pass.gone[i]);
+        queues.iter_mut().for_each(|q| q.retain(|&i| !pass.gone[i]));
+    }
     for i in stray {
         pass.process_entry(i);
     }
@@ -463,6 +467,8 @@ struct Pass<'a> {
     decisions: Vec<Decision>,
     /// Finished in this pass (a replaced slice): holds nothing.
     gone: Vec<bool>,
+    /// Per slice that holds nothing: its replacement, admitted in this pass (in full).
+    replaced_now: Vec<Option<usize>>,
     /// Being evicted (by its status, or by a decision of this pass).
     evicting: Vec<bool>,
     /// Evicted by a decision of this pass.
@@ -526,6 +532,7 @@ impl<'a> Pass<'a> {
             admitted_by_cq,
             decisions: Vec::new(),
             gone: vec![false; n],
+            replaced_now: vec![None; n],
             evicting: ix
                 .workloads
                 .iter()
@@ -576,15 +583,21 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Finishes an old slice whose replacement already holds quota: the pass that admitted the
-    /// replacement finishes the old one, but when that write failed (or the controller died
-    /// between the two writes) no later admission of the replacement comes to do it, and both
-    /// slices would stay charged. Kueue's job reconciler finishes such a slice too (its
-    /// `workloadslicing.normalizeActiveSlices`: a reserved slice whose replacement holds quota is
-    /// finished, there with reason `OutOfSync`; here with `WorkloadSliceReplaced`, as if the
-    /// admitting pass had finished it).
-    fn finish_stale_replaced(&mut self) {
+    /// Finishes an old slice whose replacement already holds quota, whether the old one still
+    /// holds quota or not. Held: the pass that admitted the replacement finishes the old one, but
+    /// when that write failed (or the controller died between the two writes) no later admission
+    /// of the replacement comes to do it, and both slices would stay charged. Not held: it was
+    /// evicted and requeued before its replacement was admitted (in full, as nothing was left to
+    /// replace); admitted again, it would charge PodSets its replacement already holds. Kueue's
+    /// job reconciler finishes both: its `workloadslicing.normalizeActiveSlices` (v0.19.2) keeps
+    /// the newest reserved slice that no reserved slice replaces and that one's pending
+    /// replacement, never an evicted slice, and finishes every other one (`WorkloadSliceReplaced`
+    /// when a slice not evicted replaces it). Here as if the admitting pass had finished it.
+    /// Returns whether it finished a pending slice, which the pass's queues then leave out
+    /// ([`one_pass`]).
+    fn finish_stale_replaced(&mut self) -> bool {
         let ix = self.ix;
+        let mut finished_pending = false;
         for &r in &ix.sorted {
             let w = &ix.workloads[r];
             if w.held.is_none() || w.evicted || self.evicting[r] {
@@ -594,19 +607,30 @@ impl<'a> Pass<'a> {
                 continue;
             };
             let ow = &ix.workloads[o];
-            let Some(h) = &ow.held else { continue };
-            if self.gone[o] {
+            if ow.finished.is_some() || ow.duplicate || self.gone[o] {
                 continue;
             }
-            if let Some(oc) = h.cq {
-                charge(&ix.q, &mut self.usage, oc, &h.usage, false);
+            match &ow.held {
+                Some(h) => {
+                    if let Some(oc) = h.cq {
+                        charge(&ix.q, &mut self.usage, oc, &h.usage, false);
+                    }
+                }
+                None => finished_pending = true,
             }
-            self.gone[o] = true;
-            self.decisions.push(Decision::FinishReplaced {
-                workload: ow.key.clone(),
-                replaced_by: w.key.clone(),
-            });
+            self.finish_replaced(o, r);
         }
+        finished_pending
+    }
+
+    /// Finishes slice `o`, replaced by `r` (its quota, if it held any, already uncharged).
+    fn finish_replaced(&mut self, o: usize, r: usize) {
+        let ix = self.ix;
+        self.gone[o] = true;
+        self.decisions.push(Decision::FinishReplaced {
+            workload: ix.workloads[o].key.clone(),
+            replaced_by: ix.workloads[r].key.clone(),
+        });
     }
 
     /// How far Workload `i`, queued in ClusterQueue `c`, would borrow if admitted on the usage
@@ -661,6 +685,10 @@ impl<'a> Pass<'a> {
     /// within its own ClusterQueue's nominal quota on the usage without them is looked at without
     /// them (see [`Pass::see_through`]).
     fn process_entry(&mut self, i: usize) -> Outcome {
+        if let Some(r) = self.replaced_now[i] {
+            self.finish_replaced(i, r);
+            return Outcome::Continue;
+        }
         let Ok(t) = &self.ix.workloads[i].target else {
             return self.evaluate(i, false);
         };
@@ -1086,11 +1114,14 @@ impl<'a> Pass<'a> {
             {
                 charge(&ix.q, &mut self.usage, oc, &h.usage, false);
             }
-            self.gone[o] = true;
-            self.decisions.push(Decision::FinishReplaced {
-                workload: ow.key.clone(),
-                replaced_by: w.key.clone(),
-            });
+            self.finish_replaced(o, i);
+        } else if let Some(o) = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied()) {
+            // charged in full, the slice it replaces holding nothing: that one is finished when
+            // the pass comes to it, not admitted beside it (see [`Pass::finish_stale_replaced`])
+            let ow = &ix.workloads[o];
+            if ow.held.is_none() && ow.finished.is_none() && !ow.duplicate && !self.gone[o] {
+                self.replaced_now[o] = Some(i);
+            }
         }
         self.holders_now[c].push(i);
         self.newly_by_cq[c].push(i);
@@ -1392,7 +1423,8 @@ impl Pass<'_> {
         let mut seen: Vec<Vec<usize>> = vec![Vec::new(); ix.q.cqs.len()];
         for &w in &ix.sorted {
             let we = &ix.workloads[w];
-            if !we.is_pending() || admitted[w].is_some() || we.replaces.is_some() {
+            // a replaced slice finished in this pass is not there to reclaim anything
+            if !we.is_pending() || admitted[w].is_some() || we.replaces.is_some() || self.gone[w] {
                 continue;
             }
             let (Ok(t), Ok(podsets)) = (&we.target, &we.podsets) else {

@@ -17,7 +17,9 @@
 //! * **workload slices**: a replacement slice (`kueue.x-k8s.io/workload-slice-replacement-for`)
 //!   is charged only its delta over the slice it replaces, per (flavor, resource) over the whole
 //!   Workload — so PodSets may be added, removed or renamed — keeps that slice's flavors, and the
-//!   old slice is finished in the same pass, after the replacement is admitted, never before;
+//!   old slice is finished in the same pass, after the replacement is admitted, never before
+//!   (one evicted and requeued before its replacement was admitted in full is finished too,
+//!   never admitted beside it);
 //! * **preemption**: `withinClusterQueue` and `reclaimWithinCohort`, minimal victim sets chosen
 //!   as Kueue does; the replaced slice is never a victim of its replacement.
 //!
@@ -112,8 +114,8 @@ pub enum Decision {
         reason: String,
         message: String,
     },
-    /// Finish an old slice (`Finished=True`, `WorkloadSliceReplaced`): its replacement was just
-    /// admitted in the same cycle.
+    /// Finish an old slice (`Finished=True`, `WorkloadSliceReplaced`): its replacement was
+    /// admitted earlier in the same cycle, or already holds quota.
     FinishReplaced {
         workload: String,
         replaced_by: String,

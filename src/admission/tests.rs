@@ -304,6 +304,85 @@ fn an_old_slice_left_unfinished_beside_its_admitted_replacement_is_finished_by_t
     assert!(holds_quota(status_of(&s, "new")));
 }
 
+/// A chain whose old slice (1 CPU) was evicted and requeued before its replacement (2 CPUs)
+/// was admitted, in full as nothing was left to replace, with 3 CPUs free.
+fn requeued_old_slice_beside_its_admitted_replacement() -> Snapshot {
+    let evict = Decision::Evict {
+        workload: "default/old".into(),
+        reason: reason::PREEMPTED.into(),
+        message: "Preempted to accommodate a workload (default/urgent)".into(),
+    };
+    let mut old = workload("old")
+        .queue("team-a")
+        .podset(podset("head").count(1).cpu("1"))
+        .admitted("team-a", "default", ts(0));
+    let evicted = apply_decision(old.status.as_ref(), None, &evict, ts(20));
+    old.status = Some(release_quota(Some(&evicted), None, ts(21)));
+    let new = workload("new")
+        .queue("team-a")
+        .podset(podset("head").count(2).cpu("1"))
+        .created(10)
+        .replacing("old")
+        .admitted("team-a", "default", ts(30));
+    let team_a = cluster_queue("team-a").flavor_quota("default", &[("cpu", "5")]);
+    snap(vec![team_a], vec![old, new])
+}
+
+#[test]
+fn a_slice_evicted_before_its_replacement_was_admitted_is_finished_not_admitted_again() {
+    let finished_old = Decision::FinishReplaced {
+        workload: "default/old".into(),
+        replaced_by: "default/new".into(),
+    };
+    // "new" holds the chain's PodSets: "old", admitted again, would charge its CPU twice
+    for options in [RELEASE, HOLD] {
+        let r = cycle(
+            &requeued_old_slice_beside_its_admitted_replacement(),
+            &options,
+        );
+        assert_eq!(r.decisions, std::slice::from_ref(&finished_old));
+        assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
+    }
+    // the same pass: "urgent" preempts "old" while "new" waits behind it; once "urgent" is done,
+    // one pass admits "new" in full and comes to "old" next, with room for it
+    let old = workload("old")
+        .queue("team-a")
+        .priority(1)
+        .podset(podset("head").count(1).cpu("1"))
+        .admitted("team-a", "default", ts(0));
+    let new = workload("new")
+        .queue("team-a")
+        .priority(1)
+        .podset(podset("head").count(2).cpu("1"))
+        .created(10)
+        .replacing("old");
+    let urgent = workload("urgent")
+        .queue("team-a")
+        .priority(2)
+        .podset(podset("main").count(6).cpu("1"))
+        .created(5);
+    let team_a = with_preemption(
+        cluster_queue("team-a").flavor_quota("default", &[("cpu", "6")]),
+        WithinClusterQueue::LowerPriority,
+        ReclaimWithinCohort::Never,
+    );
+    let mut sched = Scheduler::new(snap(vec![team_a], vec![old, new, urgent]), &RELEASE);
+    let r = sched.cycle();
+    assert!(matches!(decision(&r, "old"), Some(Decision::Evict { .. })));
+    sched.apply(&r, ts(20));
+    let r = sched.cycle();
+    assert_eq!(admitted_names(&r), ["urgent"]);
+    sched.apply(&r, ts(30));
+    sched.finish("default/urgent", "Succeeded", "done", ts(40));
+    let r = sched.cycle();
+    assert_eq!(admitted_names(&r), ["new"]);
+    assert_eq!(decision(&r, "old"), Some(&finished_old));
+    assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
+    sched.apply(&r, ts(50));
+    assert!(is_finished(status_of(sched.snapshot(), "old")));
+    assert!(!sched.apply(&sched.cycle(), ts(60)));
+}
+
 #[test]
 fn unchanged_podset_is_not_charged_twice() {
     // Kueue's "8, not 12": A holds a=4; its replacement has a=4 and a new b=4 → 8 in use, and a
