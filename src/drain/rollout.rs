@@ -54,6 +54,7 @@ pub fn engine_options(o: &RolloutOptions) -> Options {
         health_check_stable: o.health_check_stable,
         health_check_retry_timeout: o.health_check_retry_timeout,
         domain_timeout: o.domain_timeout,
+        drain_timeout: o.drain_timeout,
         rollout_timeout: o.rollout_timeout,
         failure_action: match o.failure_action {
             FailureActionSpec::Pause => FailureAction::Pause,

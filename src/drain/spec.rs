@@ -47,6 +47,8 @@ pub struct RolloutOptions {
     pub health_check_retry_timeout: SignedDuration,
     /// `None`: no limit.
     pub domain_timeout: Option<SignedDuration>,
+    /// From cordon until the domain's last pod is gone; `None`: no limit.
+    pub drain_timeout: Option<SignedDuration>,
     /// `None`: no limit.
     pub rollout_timeout: Option<SignedDuration>,
     pub failure_action: FailureActionSpec,
@@ -58,6 +60,9 @@ pub struct RolloutOptions {
     /// `taintOutdated` absent: the controller decides at planning, by the room check.
     pub taint_auto: bool,
 }
+
+/// `spec.drainTimeout`'s default: the managed node pools' (AKS's drain timeout is 30 minutes).
+pub const DEFAULT_DRAIN_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 
 /// The taint `taintOutdated` puts on the target nodes.
 pub fn outdated_taint() -> Taint {
@@ -188,6 +193,12 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         spec.health_check_retry_timeout.as_deref(),
     );
     let domain_timeout = check.duration("spec.domainTimeout", spec.domain_timeout.as_deref());
+    let drain_timeout = match spec.drain_timeout.as_deref() {
+        None => Some(DEFAULT_DRAIN_TIMEOUT),
+        Some(v) => check
+            .duration("spec.drainTimeout", Some(v))
+            .filter(|d| !d.is_zero()),
+    };
     let rollout_timeout = check.duration("spec.rolloutTimeout", spec.rollout_timeout.as_deref());
     let max_unavailable_domains = match usize::try_from(spec.max_unavailable_domains) {
         Ok(n) if n >= 1 => n,
@@ -237,6 +248,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         health_check_retry_timeout: health_check_retry_timeout
             .unwrap_or(DEFAULT_HEALTH_CHECK_RETRY_TIMEOUT),
         domain_timeout,
+        drain_timeout,
         rollout_timeout,
         failure_action: spec.failure_action,
         max_unavailable_domains,
@@ -438,6 +450,9 @@ mod tests {
         assert_eq!(o.health_check_stable, None);
         assert_eq!(o.health_check_retry_timeout, SignedDuration::from_mins(10));
         assert_eq!((o.domain_timeout, o.rollout_timeout), (None, None));
+        assert_eq!(o.drain_timeout, Some(SignedDuration::from_mins(30)));
+        let unlimited = spec(json!({"nodeSelector": {}, "drainTimeout": "0"}));
+        assert_eq!(rollout_options(&unlimited).unwrap().drain_timeout, None);
         assert_eq!(o.failure_action, FailureActionSpec::Pause);
         assert_eq!(o.max_unavailable_domains, 1);
         assert_eq!(o.hand_off.mode, HandOffMode::None);

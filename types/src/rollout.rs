@@ -135,6 +135,11 @@ pub struct NodeRolloutSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
     pub health_check_retry_timeout: Option<String>,
+    /// One domain, from cordon until its last pod is gone: the managed node pools' drain timeout
+    /// (AKS's is 30 minutes). Past it, `failureAction` decides. Default `30m`; `0`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub drain_timeout: Option<String>,
     /// One domain, from cordon to the end of its health gate (`UpgradeDomainTimeout`; default: no
     /// limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]

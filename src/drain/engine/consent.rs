@@ -208,30 +208,29 @@ impl Stepper<'_> {
         recorded.chain(folded_baselines).chain(folded).collect()
     }
 
-    /// Sets (or clears, with no lines) the domain's hold of `reason`; a new or changed hold is
-    /// announced with a Warning Event.
-    fn set_hold(&mut self, i: usize, reason: &str, lines: Vec<String>) {
-        let d = &mut self.s.domains[i];
-        if lines.is_empty() {
-            d.hold = None;
-            return;
-        }
-        let hold = Hold {
+    /// Sets (or clears, with no lines) the domain's hold of `reason` (announced by
+    /// [`Stepper::announce_hold`] once the step is decided).
+    pub(super) fn set_hold(&mut self, i: usize, reason: &str, lines: Vec<String>) {
+        self.s.domains[i].hold = (!lines.is_empty()).then(|| Hold {
             reason: reason.to_string(),
             message: format!("holding: {}", lines.join("; ")),
-        };
-        if d.hold.as_ref() == Some(&hold) {
+        });
+    }
+
+    /// A Warning Event for a hold that is new or changed since `before` (the step's start).
+    pub(super) fn announce_hold(&mut self, i: usize, before: Option<&Hold>) {
+        let d = &self.s.domains[i];
+        let Some(hold) = d.hold.as_ref().filter(|h| Some(*h) != before) else {
             return;
-        }
+        };
         let (node, message) = (
             d.nodes.first().cloned().unwrap_or_default(),
             format!("upgrade domain {}: {}", d.name, hold.message),
         );
-        d.hold = Some(hold);
-        let reason = if reason == SPLIT_GROUP {
-            SPLIT_GROUP
-        } else {
-            GROUPS_UNAVAILABLE
+        let reason = match hold.reason.as_str() {
+            SPLIT_GROUP => SPLIT_GROUP,
+            super::evict::UNREACHABLE_NODE => super::evict::UNREACHABLE_NODE,
+            _ => GROUPS_UNAVAILABLE,
         };
         self.report(&node, EventType::Warning, reason, message);
     }

@@ -6,12 +6,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{
     Action, Baseline, DomainPlan, EventType, EvictTarget, Evicted, PodRef, Refusal, Step, Stepper,
     human, pod_serving, replan,
 };
 use crate::drain::{DrainError, is_finished, namespace};
+
+/// How long a pod terminating on an unreachable node is waited for (Cluster API's drain sets
+/// `SkipWaitForDeleteTimeoutSeconds` to 5 minutes for such a node).
+pub const UNREACHABLE_SKIP: SignedDuration = SignedDuration::from_mins(5);
+/// The hold's reason meanwhile.
+pub const UNREACHABLE_NODE: &str = "UnreachableNode";
 
 impl<'a> Stepper<'a> {
     /// The domain's plan as its nodes are now: `Ok(None)` once every node is gone. An error
@@ -196,12 +203,18 @@ impl<'a> Stepper<'a> {
     /// Step 3: phase 1, then phase 2, at most `eviction_concurrency` terminating at once, each
     /// target let through by the engine's consent.
     fn evict(&mut self, i: usize, plan: &DomainPlan<'a>) {
+        let before = self.s.domains[i].hold.clone();
+        self.evict_or_hold(i, plan);
+        self.announce_hold(i, before.as_ref());
+    }
+
+    fn evict_or_hold(&mut self, i: usize, plan: &DomainPlan<'a>) {
         let terminating = plan
             .phase1
             .iter()
             .map(|p| &p.pod)
             .chain(&plan.phase2)
-            .filter(|p| self.is_terminating(p))
+            .filter(|p| self.is_terminating(p) && !self.abandoned(p))
             .count();
         let room = self
             .o
@@ -222,6 +235,9 @@ impl<'a> Stepper<'a> {
             return;
         };
         let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
+        if targets.is_empty() {
+            self.hold_for_unreachable(i, plan);
+        }
         if targets.is_empty()
             && let Some(hold) = &self.s.domains[i].hold
         {
@@ -234,24 +250,72 @@ impl<'a> Stepper<'a> {
         );
     }
 
-    /// The phase's targets not terminating yet, its name and how many pods it has left.
+    /// The phase's targets not terminating yet, its name and how many pods it has left (a pod
+    /// abandoned on an unreachable node is not waited for).
     fn phase_targets(&self, plan: &DomainPlan<'a>) -> (Vec<EvictTarget>, &'static str, usize) {
-        if !plan.phase1.is_empty() {
-            let targets = plan
-                .phase1
-                .iter()
+        let phase1 = plan.phase1.iter().filter(|p| !self.abandoned(&p.pod));
+        if phase1.clone().next().is_some() {
+            let targets = phase1
+                .clone()
                 .filter(|p| !self.is_terminating(&p.pod))
                 .map(|p| self.target(&p.pod, Some(p.pdb), self.group_of(&p.pod)))
                 .collect();
-            return (targets, "protected", plan.phase1.len());
+            return (targets, "protected", phase1.count());
         }
-        let targets = plan
-            .phase2
-            .iter()
+        let phase2 = plan.phase2.iter().filter(|p| !self.abandoned(p));
+        let targets = phase2
+            .clone()
             .filter(|p| !self.is_terminating(p))
             .map(|p| self.target(p, None, self.group_of(p)))
             .collect();
-        (targets, "unprotected", plan.phase2.len())
+        (targets, "unprotected", phase2.count())
+    }
+
+    /// Cluster API's rule for an unreachable node (Ready `Unknown`, `IsNodeUnreachable`): a pod
+    /// terminating there for [`UNREACHABLE_SKIP`] is not waited for any more (its kubelet cannot
+    /// confirm it gone; the node lifecycle controller or an out-of-service taint will).
+    fn abandoned(&self, p: &PodRef<&str>) -> bool {
+        self.terminating_on_unreachable(p)
+            .is_some_and(|since| self.now.duration_since(since) >= UNREACHABLE_SKIP)
+    }
+
+    /// Since when `p` has been terminating, if its node is unreachable.
+    fn terminating_on_unreachable(&self, p: &PodRef<&str>) -> Option<Timestamp> {
+        let since = self.pod(p)?.metadata.deletion_timestamp.as_ref()?.0;
+        let node = self.node(p.node)?;
+        let unknown = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+            });
+        unknown.then_some(since)
+    }
+
+    /// With nothing to send: holds the domain (`UnreachableNode`) while pods wait out
+    /// [`UNREACHABLE_SKIP`] terminating on unreachable nodes, unless another hold says more.
+    fn hold_for_unreachable(&mut self, i: usize, plan: &DomainPlan<'a>) {
+        let stuck: Vec<String> = plan
+            .phase1
+            .iter()
+            .map(|p| &p.pod)
+            .chain(&plan.phase2)
+            .filter(|p| self.terminating_on_unreachable(p).is_some() && !self.abandoned(p))
+            .map(|p| format!("{p} on {}", p.node))
+            .collect();
+        if stuck.is_empty() || self.s.domains[i].hold.is_some() {
+            return;
+        }
+        let line = format!(
+            "{} pod(s) terminating on unreachable node(s) ({}): waited for up to {} after their \
+             deletion, then left to the node lifecycle controller",
+            stuck.len(),
+            stuck.join(", "),
+            human(UNREACHABLE_SKIP)
+        );
+        self.set_hold(i, UNREACHABLE_NODE, vec![line]);
     }
 
     /// Drops the targets whose eviction was accepted although the stores do not show the pod

@@ -313,6 +313,20 @@ impl<'a> Stepper<'a> {
             ));
             return;
         }
+        if let (Some(limit), Some(started)) = (self.o.drain_timeout, self.s.domains[i].started)
+            && self.s.domains[i].step == Step::Draining
+            && !self.o.dry_run
+            && self.now.duration_since(started) >= limit
+        {
+            let d = &self.s.domains[i];
+            self.fail(format!(
+                "upgrade domain {} was not drained within its timeout (drainTimeout {}): {}",
+                d.name,
+                human(limit),
+                d.message
+            ));
+            return;
+        }
         match self.s.domains[i].step {
             Step::Draining if self.o.dry_run => self.dry_run(i),
             Step::Draining => self.drain(i),

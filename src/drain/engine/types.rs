@@ -86,6 +86,10 @@ pub struct Options {
     pub health_check_retry_timeout: SignedDuration,
     /// SF `UpgradeDomainTimeout`: from cordon to the end of the health gate (`None`: no limit).
     pub domain_timeout: Option<SignedDuration>,
+    /// The managed node pools' drain timeout: from cordon until the domain's last pod is gone
+    /// (`None`: no limit). Bounds every wait of the drain (a refusal that never lifts, a hold,
+    /// pods that never go) with the failure action.
+    pub drain_timeout: Option<SignedDuration>,
     /// SF `UpgradeTimeout`: the whole rollout (`None`: no limit).
     pub rollout_timeout: Option<SignedDuration>,
     /// SF `FailureAction` (Rollback/Manual → Abort/Pause).
@@ -122,6 +126,7 @@ impl Default for Options {
             health_check_stable: None,
             health_check_retry_timeout: SignedDuration::from_mins(10),
             domain_timeout: None,
+            drain_timeout: Some(SignedDuration::from_mins(30)),
             rollout_timeout: None,
             failure_action: FailureAction::Pause,
             max_unavailable_domains: 1,

@@ -373,3 +373,72 @@ fn an_eviction_failing_other_than_with_a_429_blocks_the_domain_visibly_until_one
     let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
     assert_eq!(blocked.map(|c| c.status.as_str()), Some("False"));
 }
+
+/// A hold that never lifts is bounded: past the drain timeout (30 minutes by default, the
+/// managed node pools') the failure action decides, with the hold's reason in the pause.
+#[test]
+fn a_domain_held_past_its_drain_timeout_pauses_the_rollout_with_the_reason() {
+    let mut w = World::new();
+    let o = Options {
+        drain_timeout: Options::default().drain_timeout,
+        ..World::options()
+    };
+    assert_eq!(o.drain_timeout, Some(SignedDuration::from_mins(30)));
+    let s = cordoned(&mut w, &o);
+    not_ready(&mut w, "gb-1");
+    let (s, _) = w.step(&s, &o);
+    w.advance(29 * 60);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.phase, Phase::Running);
+    w.advance(60);
+    let (s, a) = w.step(&s, &o);
+    let Phase::Paused { reason } = &s.phase else {
+        panic!("not paused: {:?}", s.phase);
+    };
+    assert!(
+        reason.contains("not drained within its timeout (drainTimeout 30m0s)")
+            && reason.contains("GroupsUnavailable") | reason.contains("holding"),
+        "{reason}"
+    );
+    assert!(reasons(&a).contains(&"RolloutPaused"));
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let failed = status.conditions.iter().find(|c| c.type_ == "Progressing");
+    assert_eq!(failed.map(|c| c.reason.as_str()), Some("PausedOnFailure"));
+}
+
+/// Pods evicted from a node that then stops reporting (Ready `Unknown`) never finish
+/// terminating: the domain shows why it waits (`UnreachableNode`), and after Cluster API's five
+/// minutes goes on without them instead of stalling.
+#[test]
+fn pods_terminating_on_an_unreachable_node_are_waited_for_five_minutes_then_left() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    let (s, a) = w.step(&s, &o);
+    w.apply(&a, evicted);
+    w.terminate();
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-1", "web"]);
+    w.apply(&a, evicted);
+    w.node_mut("a2").status.as_mut().unwrap().conditions =
+        Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+            type_: "Ready".into(),
+            status: "Unknown".into(),
+            ..Default::default()
+        }]);
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty());
+    assert_eq!(s.domains[0].step, Step::Draining);
+    let hold = s.domains[0].hold.clone().expect("held");
+    assert_eq!(hold.reason, "UnreachableNode");
+    assert!(hold.message.contains("ns/ga-1 on a2"), "{}", hold.message);
+    assert!(reasons(&a).contains(&"UnreachableNode"));
+    w.advance(4 * 60);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::Draining);
+    assert!(!reasons(&a).contains(&"UnreachableNode"), "announced once");
+    w.advance(60);
+    let (s, _) = w.step(&s, &o);
+    assert_ne!(s.domains[0].step, Step::Draining, "{}", s.waiting);
+    assert!(s.domains[0].hold.is_none());
+}
