@@ -933,7 +933,6 @@ async fn a_running_rollout_checks_the_contract_over_its_watches_without_listing_
 #[tokio::test(start_paused = true)]
 async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is_evicted() {
     let (sim, client, _actors, start) = world(&[2, 1]).await;
-    let nodes = Api::<Node>::all(client.clone());
     set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
@@ -955,20 +954,7 @@ async fn a_domain_whose_groups_have_nowhere_to_go_is_reported_before_anything_is
         assert!(message.contains(says), "no {says:?} in {message}");
     }
     nothing_touched_while_held(&client, &s).await;
-    let tainted: Vec<String> = nodes
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_some_and(|t| !t.is_empty())
-        })
-        .map(|n| n.name_any())
-        .collect();
+    let tainted = outdated_tainted(&client).await;
     assert!(tainted.is_empty(), "tainted while held: {tainted:?}");
     assert!(evicted_uids(&history).is_empty(), "evicted while held");
     starts_once_the_spare_takes_pods(&sim, &client).await;
