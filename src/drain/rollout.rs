@@ -403,6 +403,17 @@ fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>,
         (None, None, None, None) => set(c, BLOCKED, "False", "NotBlocked", ""),
     }
     match &state.phase {
+        Phase::Completed if !state.joined.is_empty() => set(
+            c,
+            COMPLETE,
+            "True",
+            "CompletedWithNodesLeft",
+            &format!(
+                "{planned}; node(s) {} joined at an outdated generation after the plan and were \
+                 not drained",
+                state.joined.join(", ")
+            ),
+        ),
         Phase::Completed => set(c, COMPLETE, "True", "Completed", &planned),
         _ => set(c, COMPLETE, "False", "NotComplete", ""),
     }

@@ -125,16 +125,54 @@ impl<'a> Stepper<'a> {
             self.start_domains();
         }
         if self.s.phase == Phase::Running && self.s.domains.iter().all(|d| d.step == Step::Done) {
-            self.s.phase = Phase::Completed;
-            let node = self.s.nodes().next().unwrap_or_default().to_string();
-            self.report(
-                &node,
-                EventType::Normal,
-                "RolloutCompleted",
-                format!("every upgrade domain ({}) is done", self.s.domains.len()),
-            );
+            self.complete();
         }
         self.s.waiting = self.waiting_line();
+    }
+
+    /// Every domain is done: completed, naming the nodes that joined the selection meanwhile (an
+    /// outdated node added mid-rollout is not drained by it, and says so).
+    fn complete(&mut self) {
+        self.s.phase = Phase::Completed;
+        self.s.joined = self.joined_outdated();
+        let node = self.s.nodes().next().unwrap_or_default().to_string();
+        self.report(
+            &node,
+            EventType::Normal,
+            "RolloutCompleted",
+            format!("every upgrade domain ({}) is done", self.s.domains.len()),
+        );
+        if !self.s.joined.is_empty() {
+            let message = format!(
+                "node(s) {} joined the rollout's selection at an outdated generation after it was \
+                 planned and were not drained: a new NodeRollout with the same selection drains \
+                 them",
+                self.s.joined.join(", ")
+            );
+            self.report(&node, EventType::Warning, "OutdatedNodesJoined", message);
+        }
+    }
+
+    /// Nodes the rollout's selection picks now (its node selector and, with a generation option,
+    /// not at the target generation) that it never planned.
+    fn joined_outdated(&self) -> Vec<String> {
+        let Ok(selector) = crate::labels::Selector::parse_query(&self.o.plan.node_selector) else {
+            return Vec::new();
+        };
+        let planned: BTreeSet<&str> = self.s.nodes().collect();
+        let outdated = |n: &Node| match (&self.o.plan.generation, &self.s.target_generation) {
+            (Some(g), Some(target)) => {
+                super::node_generation(n, &g.source).is_some_and(|v| v != target.as_str())
+            }
+            _ => true,
+        };
+        self.obs
+            .nodes
+            .iter()
+            .filter(|n| selector.matches(n.metadata.labels.as_ref()))
+            .filter(|n| !planned.contains(name(&n.metadata)) && outdated(n))
+            .map(|n| name(&n.metadata).to_string())
+            .collect()
     }
 
     fn stable(&self) -> SignedDuration {

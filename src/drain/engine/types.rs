@@ -428,6 +428,10 @@ pub struct State {
     pub domains: Vec<DomainState>,
     /// Why it waits (or what it does), one line.
     pub waiting: String,
+    /// Once completed: the nodes that joined the selection at an outdated generation after the
+    /// plan, not drained by this rollout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joined: Vec<String>,
     #[serde(skip)]
     pub memory: Memory,
 }

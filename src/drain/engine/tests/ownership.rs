@@ -80,3 +80,41 @@ fn a_rebooted_node_an_admin_had_cordoned_stays_cordoned_and_the_domain_goes_on()
         "the upgrade label goes"
     );
 }
+
+/// An outdated node that joins the selection after the plan is not drained by this rollout; it
+/// completes naming it, rather than claiming every outdated node is done.
+#[test]
+fn a_rollout_completes_naming_an_outdated_node_that_joined_after_its_plan() {
+    let o = generation_options(Handoff::None);
+    let mut w = World::new();
+    w.pods.clear();
+    with_generations(&mut w);
+    let mut s = w.start(&o);
+    let mut joined = ready_node(node("c1", "c"));
+    joined
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("gen".into(), "1".into());
+    w.nodes.push(joined);
+    let mut reported = Vec::new();
+    for _ in 0..20 {
+        let (next, a) = w.step(&s, &o);
+        reported.extend(reasons(&a));
+        w.apply(&a, evicted);
+        s = next;
+        if s.phase == Phase::Completed {
+            break;
+        }
+        w.advance(31);
+    }
+    assert_eq!(s.phase, Phase::Completed, "{}", s.waiting);
+    assert_eq!(s.joined, ["c1"]);
+    assert!(reported.contains(&"OutdatedNodesJoined"), "{reported:?}");
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let complete = status.conditions.iter().find(|c| c.type_ == "Complete");
+    assert_eq!(
+        complete.map(|c| c.reason.as_str()),
+        Some("CompletedWithNodesLeft")
+    );
+}
