@@ -35,8 +35,10 @@ pub async fn create(
         .await
 }
 
-/// Follows rollout `name` until it completes, fails or cannot run, or `interrupt` resolves (then
-/// sets `spec.paused=true`). `out` gets one line per change.
+/// Follows rollout `name` until it completes, fails or cannot run, or `interrupt` resolves. A
+/// rollout it stops following unfinished (interrupted, or one the controller cannot run yet) is
+/// paused (`spec.paused=true`): the controller would otherwise start it later, the cause fixed,
+/// with nobody watching. `out` gets one line per change.
 pub async fn follow(
     client: &Client,
     name: &str,
@@ -63,20 +65,26 @@ pub async fn follow(
                 _ => {}
             }
             if let Some(c) = ready.filter(|c| c.status == "False" && c.reason != "NodeConflict") {
+                pause(&api, &o.name_any()).await?;
                 return Ok(Ended::BadInput(format!("{}: {}", c.reason, c.message)));
             }
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = &mut interrupt => {
-                api.patch(
-                    &o.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"paused": true}})),
-                )
-                .await?;
+                pause(&api, &o.name_any()).await?;
                 return Ok(Ended::Interrupted);
             }
         }
     }
+}
+
+async fn pause(api: &Api<NodeRollout>, name: &str) -> Result<(), kube::Error> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": true}})),
+    )
+    .await
+    .map(|_| ())
 }

@@ -240,7 +240,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         match &ended {
             Ended::Completed => println!("NodeRollout {name} completed"),
             Ended::Failed(why) => eprintln!("NodeRollout {name} failed: {why}"),
-            Ended::BadInput(why) => eprintln!("error: NodeRollout {name} cannot run: {why}"),
+            Ended::BadInput(why) => eprintln!(
+                "error: NodeRollout {name} cannot run: {why}. It is paused (spec.paused=true), so \
+                 it does not start later unwatched: fix the cause and go on with kubectl patch \
+                 nro {name} --type merge -p '{{\"spec\":{{\"paused\":false}}}}', or delete it"
+            ),
             Ended::Interrupted => eprintln!(
                 "interrupted: NodeRollout {name} is paused (spec.paused=true); evictions already \
                  sent finish, nothing new starts. Go on with: kubectl patch nro {name} --type merge \

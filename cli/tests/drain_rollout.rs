@@ -218,6 +218,9 @@ async fn an_upgrade_domain_label_no_node_has_is_bad_input_exit_2_and_a_dry_run_s
     }
     assert_eq!(ended.exit_code(), 2);
     assert_eq!(pods(&client).await, 4, "nothing was evicted");
+    // left paused, so the controller does not start it later with nobody following it
+    let left = api.get("bad").await.unwrap();
+    assert!(left.spec.paused, "{:?}", left.spec);
 }
 
 #[test]
