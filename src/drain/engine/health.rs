@@ -24,6 +24,11 @@ impl Stepper<'_> {
         let stable = self.stable();
         let now = self.now;
         let d = &mut self.s.domains[i];
+        // a restarted caller did not watch the domain while it was down: its stable period
+        // starts again (the time it was down is no evidence of health)
+        if self.s.memory.health_watched.insert(d.name.clone()) {
+            d.health.healthy_since = None;
+        }
         let checking_since = *d.health.checking_since.get_or_insert(now);
         let dropped = counts
             .iter()

@@ -244,6 +244,9 @@ pub struct Memory {
     /// Domains that waited out the stable window since they started (or since their last
     /// refusal lifted, or since this caller started).
     pub windowed: BTreeSet<String>,
+    /// Domains whose health gate this caller has watched: a restarted caller restarts the
+    /// stable period of a domain it has not.
+    pub health_watched: BTreeSet<String>,
 }
 
 impl PartialEq for Memory {

@@ -442,3 +442,30 @@ fn pods_terminating_on_an_unreachable_node_are_waited_for_five_minutes_then_left
     assert_ne!(s.domains[0].step, Step::Draining, "{}", s.waiting);
     assert!(s.domains[0].hold.is_none());
 }
+
+/// A restart in the middle of a domain's stable period starts the period again: the time the
+/// controller was down is no evidence that the domain stayed healthy.
+#[test]
+fn a_restart_during_the_stable_period_starts_it_again() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = drain_domain_a(&mut w, &o);
+    ga_recovers(&mut w);
+    let (s, _) = w.step(&s, &o);
+    let since = s.domains[0].health.healthy_since.expect("healthy");
+    w.advance(20);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].health.healthy_since, Some(since));
+    // stored, then read by a new controller 20 s later
+    let stored: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    w.advance(20);
+    let (s, a) = w.step(&stored, &o);
+    assert!(
+        cordons(&a).is_empty(),
+        "40 s since healthy, but not watched"
+    );
+    assert_eq!(s.domains[0].health.healthy_since, Some(w.now), "restarted");
+    w.advance(30);
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(cordons(&a), ["b1"], "30 s watched after the restart");
+}
