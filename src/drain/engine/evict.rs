@@ -95,7 +95,11 @@ impl<'a> Stepper<'a> {
             self.drained(i);
             return;
         };
-        if self.cordoning(i, &plan) {
+        // a domain blocked before raygate cordoned any of it is not cordoned: nothing of it
+        // could be drained
+        let mine = self.s.domains[i].cordoned.as_ref();
+        let untouched = mine.is_some_and(BTreeSet::is_empty);
+        if !(plan.is_blocked() && untouched) && self.cordoning(i, &plan) {
             return;
         }
         if plan.is_blocked() {

@@ -1166,6 +1166,10 @@ fn a_pod_whose_daemon_set_is_gone_blocks_without_force_and_is_evicted_with_it() 
         s.domains[0].message
     );
     assert!(sent.is_empty(), "{sent:?}");
+    assert!(
+        !is_cordoned(w.node_mut("a1")) && !is_cordoned(w.node_mut("a2")),
+        "a domain blocked from the start is not cordoned"
+    );
 
     let mut w = World::new();
     w.pods.push(orphan());
