@@ -29,6 +29,9 @@ pub enum Invariant {
     GroupDisruptedTwice,
     /// A budget's healthy pods fell below its floor.
     BelowPdbFloor,
+    /// A budget's groups available counted from their members (every member Ready) fell below
+    /// its floor.
+    BelowGroupFloor,
     /// An admitted, unfinished slice outlived the story's need for it.
     SliceLeaked,
     /// A node was not at the target generation at the end.
@@ -336,14 +339,25 @@ impl Window {
     }
 }
 
-/// Whether each group (pods sharing a value of `group_label`, per namespace) is up: at least
-/// its size in pods (LeaderWorkerSet's size annotation, else the most pods it ever had), all
-/// Ready and none being deleted.
-fn groups_up(
+/// One group at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct GroupNow {
+    /// Its full size in pods, all Ready, none being deleted.
+    up: bool,
+    /// A member is missing, being deleted or evicted (not merely not Ready).
+    removed: bool,
+    /// A member is on a node that is not Ready (what follows is the node's failure).
+    on_down_node: bool,
+}
+
+/// Each group (pods sharing a value of `group_label`, per namespace) now: up while it has at
+/// least its size in pods (LeaderWorkerSet's size annotation, else the most pods it ever had),
+/// all Ready and none being deleted.
+fn groups_now(
     states: &BTreeMap<Key, State>,
     group_label: &str,
     sizes: &mut BTreeMap<String, usize>,
-) -> BTreeMap<String, bool> {
+) -> BTreeMap<String, GroupNow> {
     let mut members: BTreeMap<String, Vec<&PodState>> = BTreeMap::new();
     for (k, p) in pods(states) {
         if let Some(g) = p.labels.get(group_label) {
@@ -353,32 +367,81 @@ fn groups_up(
                 .push(p);
         }
     }
-    let mut up: BTreeMap<String, bool> = sizes.keys().map(|g| (g.clone(), false)).collect();
+    let gone = GroupNow {
+        up: false,
+        removed: true,
+        on_down_node: false,
+    };
+    let node_down = |p: &PodState| {
+        p.node.as_ref().is_some_and(|n| {
+            matches!(states.get(&Key::new(Kind::Node, "", n)), Some(State::Node(node)) if !node.ready)
+        })
+    };
+    let mut out: BTreeMap<String, GroupNow> = sizes.keys().map(|g| (g.clone(), gone)).collect();
     for (g, ps) in members {
         let live: Vec<&&PodState> = ps.iter().filter(|p| !p.deleting).collect();
         let declared = ps.iter().filter_map(|p| p.group_size).max();
         let size = sizes.entry(g.clone()).or_default();
         *size = declared.unwrap_or((*size).max(live.len()));
-        up.insert(g, live.len() >= *size && live.iter().all(|p| p.ready));
+        let removed = live.len() < *size || ps.iter().any(|p| p.evicted);
+        let up = live.len() >= *size && live.iter().all(|p| p.ready);
+        let on_down_node = ps.iter().any(|p| node_down(p));
+        out.insert(
+            g,
+            GroupNow {
+                up,
+                removed,
+                on_down_node,
+            },
+        );
     }
-    up
+    out
 }
 
-/// When each group (see [`no_group_disrupted_more_than_once`]) went from up to down within
-/// `window`.
+/// Whether each group is up (see [`groups_now`]).
+fn groups_up(
+    states: &BTreeMap<Key, State>,
+    group_label: &str,
+    sizes: &mut BTreeMap<String, usize>,
+) -> BTreeMap<String, bool> {
+    groups_now(states, group_label, sizes)
+        .into_iter()
+        .map(|(g, now)| (g, now.up))
+        .collect()
+}
+
+/// When each group (see [`no_group_disrupted_more_than_once`]) was disrupted within `window`:
+/// the first instant of a spell down in which a member was removed (missing, being deleted or
+/// evicted). A spell down without a removal (a member failing its readiness probe), or in which a
+/// member's node failed (its pods then deleted by the taint manager), is an involuntary outage,
+/// not a disruption.
 pub fn group_disruptions(
     h: &History,
     group_label: &str,
     window: Window,
 ) -> BTreeMap<String, Vec<Timestamp>> {
     let mut sizes = BTreeMap::new();
-    let mut was_up: BTreeMap<String, bool> = BTreeMap::new();
+    // per group: down since, and whether that spell has been counted
+    let mut spells: BTreeMap<String, Option<bool>> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<Timestamp>> = BTreeMap::new();
     let mut replay = h.replay();
     while let Some((at, states)) = replay.step() {
-        for (g, up) in groups_up(states, group_label, &mut sizes) {
-            if was_up.insert(g.clone(), up) == Some(true) && !up && window.contains(at) {
-                out.entry(g).or_default().push(at);
+        for (g, now) in groups_now(states, group_label, &mut sizes) {
+            let spell = spells.entry(g.clone()).or_insert(Some(true));
+            if now.up {
+                *spell = None;
+                continue;
+            }
+            // a spell starts when an up group goes down; groups never up have no spell; a
+            // node failure's spell is never counted
+            let counted = spell.get_or_insert(false);
+            if now.on_down_node {
+                *counted = true;
+            } else if !*counted && now.removed {
+                *counted = true;
+                if window.contains(at) {
+                    out.entry(g).or_default().push(at);
+                }
             }
         }
     }
@@ -386,7 +449,8 @@ pub fn group_disruptions(
 }
 
 /// **No group disrupted more than once per rollout.** A group is up while it has its full size
-/// in pods, all Ready and none being deleted; a disruption is a change from up to down. More than
+/// in pods, all Ready and none being deleted; a disruption is a spell down in which a member was
+/// removed (see [`group_disruptions`]). More than
 /// one disruption of a group within `window` (the rollout) is a violation, from its second one.
 pub fn no_group_disrupted_more_than_once(
     h: &History,
@@ -556,6 +620,98 @@ pub fn seconds_below_pdb_floor(h: &History) -> f64 {
     total
 }
 
+/// Per budget at one instant, counted from the groups' members: (available groups, floor).
+/// A budget's groups are those (per `group_label`) any of whose pods it ever selected
+/// (`owners` remembers them, so a group whose pods are all gone still counts as down).
+fn group_budgets(
+    states: &BTreeMap<Key, State>,
+    group_label: &str,
+    sizes: &mut BTreeMap<String, usize>,
+    owners: &mut BTreeMap<Key, BTreeSet<String>>,
+) -> Budgets {
+    let up = groups_up(states, group_label, sizes);
+    let mut out = Budgets::new();
+    for (k, s) in states {
+        let State::Pdb(pdb) = s else { continue };
+        let Some(selector) = &pdb.selector else {
+            continue;
+        };
+        let selected: Vec<&PodState> = pods(states)
+            .filter(|(pk, p)| pk.namespace == k.namespace && selector_matches(selector, &p.labels))
+            .map(|(_, p)| p)
+            .collect();
+        let groups = owners.entry(k.clone()).or_default();
+        groups.extend(
+            selected
+                .iter()
+                .filter_map(|p| Some(format!("{}/{}", k.namespace, p.labels.get(group_label)?))),
+        );
+        let available = groups.iter().filter(|g| up.get(*g) == Some(&true)).count();
+        let n = i32::try_from(selected.len()).unwrap_or(i32::MAX);
+        if let Some(floor) = pdb_floor(pdb, n) {
+            out.insert(
+                k.clone(),
+                (i32::try_from(available).unwrap_or(i32::MAX), floor),
+            );
+        }
+    }
+    out
+}
+
+/// **Available groups, counted from their members, never below any budget's floor.** The
+/// ground truth beside [`never_below_pdb_floor`], which counts what the budget selects (with
+/// delegated readiness, the representatives, whose readiness lags their members'): per budget,
+/// its groups (`group_label`) that are up — their full size in pods, every one Ready, none being
+/// deleted — never fall below the budget's floor, from the first time the floor was met.
+pub fn never_below_group_floor(h: &History, group_label: &str) -> Vec<Violation> {
+    let (mut sizes, mut owners) = (BTreeMap::new(), BTreeMap::new());
+    let mut met: BTreeSet<Key> = BTreeSet::new();
+    intervals(h, Invariant::BelowGroupFloor, |_, states| {
+        let mut now = Now::new();
+        for (k, (available, floor)) in group_budgets(states, group_label, &mut sizes, &mut owners) {
+            if available >= floor {
+                met.insert(k);
+            } else if met.contains(&k) {
+                now.insert(
+                    k.to_string(),
+                    (
+                        vec![k.to_string()],
+                        format!("{available} group(s) available counted from their members, floor {floor}"),
+                    ),
+                );
+            }
+        }
+        now
+    })
+}
+
+/// Σ over budgets and time of (floor − available groups) while below it, the groups counted
+/// from their members (see [`never_below_group_floor`]).
+pub fn seconds_below_group_floor(h: &History, group_label: &str) -> f64 {
+    let (mut sizes, mut owners) = (BTreeMap::new(), BTreeMap::new());
+    let mut met: BTreeSet<Key> = BTreeSet::new();
+    let mut total = 0.0;
+    let mut last: Option<(Timestamp, Budgets)> = None;
+    let mut replay = h.replay();
+    while let Some((at, states)) = replay.step() {
+        if let Some((t, b)) = last.take() {
+            for (k, (available, floor)) in &b {
+                if met.contains(k) && available < floor {
+                    total += f64::from(floor - available) * at.duration_since(t).as_secs_f64();
+                }
+            }
+        }
+        let b = group_budgets(states, group_label, &mut sizes, &mut owners);
+        met.extend(
+            b.iter()
+                .filter(|(_, (a, f))| a >= f)
+                .map(|(k, _)| k.clone()),
+        );
+        last = Some((at, b));
+    }
+    total
+}
+
 /// **No slice leaked after the story ends.** At the end of the history, an admitted, unfinished
 /// slice must charge a RayService that still exists, is still opted in and still has a child;
 /// and a RayService has at most one such slice (an old slice finishes when its replacement is
@@ -653,6 +809,9 @@ pub fn check_all(h: &History, expect: &Expect) -> Vec<Violation> {
         out.extend(no_group_disrupted_more_than_once(h, label, window));
     }
     out.extend(never_below_pdb_floor(h));
+    if let Some(label) = &expect.group_label {
+        out.extend(never_below_group_floor(h, label));
+    }
     out.extend(no_slice_leaked(h));
     if let Some((label, target)) = &expect.generation {
         out.extend(every_node_at_target(h, label, target));

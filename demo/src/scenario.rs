@@ -194,6 +194,10 @@ pub struct PatchStep {
     pub name: String,
     /// A JSON merge patch.
     pub patch: Value,
+    /// Skip the step when the object does not exist (a pod being recreated); else that fails
+    /// the story.
+    #[serde(default)]
+    pub if_exists: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -297,6 +301,7 @@ pub enum InvariantName {
     RanUncovered,
     GroupDisruptedTwice,
     BelowPdbFloor,
+    BelowGroupFloor,
     SliceLeaked,
     NodeNotAtTarget,
 }
@@ -308,6 +313,7 @@ impl InvariantName {
             InvariantName::RanUncovered => Invariant::RanUncovered,
             InvariantName::GroupDisruptedTwice => Invariant::GroupDisruptedTwice,
             InvariantName::BelowPdbFloor => Invariant::BelowPdbFloor,
+            InvariantName::BelowGroupFloor => Invariant::BelowGroupFloor,
             InvariantName::SliceLeaked => Invariant::SliceLeaked,
             InvariantName::NodeNotAtTarget => Invariant::NodeNotAtTarget,
         }
@@ -930,15 +936,17 @@ impl Story {
             Action::Apply(objects) => apply(&client, objects, line).await,
             Action::Patch(p) => {
                 let (ar, namespaced) = resolve(&client, &p.api_version, &p.kind, line).await?;
-                api_for(&client, &ar, namespaced, p.namespace.as_deref())
+                let patched = api_for(&client, &ar, namespaced, p.namespace.as_deref())
                     .patch(&p.name, &PatchParams::default(), &Patch::Merge(&p.patch))
-                    .await
-                    .map(|_| ())
-                    .map_err(|source| RunError::Write {
+                    .await;
+                match patched {
+                    Err(kube::Error::Api(s)) if s.code == 404 && p.if_exists => Ok(()),
+                    r => r.map(|_| ()).map_err(|source| RunError::Write {
                         line,
                         what: format!("patching {} {}", p.kind, p.name),
                         source,
-                    })
+                    }),
+                }
             }
             Action::RaiseQuota(q) => raise_quota(&client, q, line).await,
             Action::StartRollout(r) if r.strategy == StrategyName::NodeRollout => {
@@ -1007,6 +1015,11 @@ impl Story {
                 self.expect.generation =
                     Some((node_lifecycle::GENERATION.to_string(), r.target.clone()));
                 let clock = self.sim.clock().clone();
+                // the drain's requests carry its client's name, as kubectl's and raygate's do
+                let client = self.sim.client_as(match strategy {
+                    Strategy::Raygate => "raygate",
+                    _ => "kubectl",
+                });
                 self.rollouts.push(tokio::spawn(async move {
                     baselines::run(&client, &clock, &strategy, &upgrade)
                         .await

@@ -315,7 +315,7 @@ fn resources(r: &Resources) -> String {
 }
 
 /// The invariants in the order of [`Invariant`], with what each promises.
-pub const INVARIANTS: [(Invariant, &str); 6] = [
+pub const INVARIANTS: [(Invariant, &str); 7] = [
     (
         Invariant::QuotaExceeded,
         "ClusterQueue quota never exceeded by running pods",
@@ -331,6 +331,10 @@ pub const INVARIANTS: [(Invariant, &str); 6] = [
     (
         Invariant::BelowPdbFloor,
         "available groups never below a PDB's floor",
+    ),
+    (
+        Invariant::BelowGroupFloor,
+        "available groups counted from their members never below a PDB's floor",
     ),
     (
         Invariant::SliceLeaked,

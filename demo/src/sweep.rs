@@ -30,29 +30,17 @@ use std::time::Duration;
 use raygate_sim::{Registry, Sim};
 use serde_json::{Value, json};
 
+mod rollout;
+
 use crate::baselines::{self, SplitMix, without_gate};
 use crate::invariants::Invariant;
 use crate::scenario::{
     self, Action, Checked, ClusterShape, ControllerSpec, Expectations, InjectFault, RaiseQuota,
-    Scenario, SpareNodes, StartRollout, StrategyName,
+    Scenario,
 };
 
 /// The node generation a rollout story upgrades to (the nodes start at 0).
 const TARGET: &str = "1";
-
-/// The most LWS groups a rollout story draws (the sim's work grows with them).
-const MAX_GROUPS: u64 = 8;
-
-/// A rollout story's inference start-up range (seconds from container start to Ready).
-const START_UP_SECONDS: (u64, u64) = (20, 180);
-
-/// How often a rollout story's floor is at the tight end (groups − groups per domain).
-const TIGHT_FLOOR_PERCENT: u64 = 60;
-
-/// How often a rollout story's spare nodes join just before the rollout (else at the start).
-const SPARE_JOIN_LATE_PERCENT: u64 = 80;
-/// Of the rollouts, the share that leaves `taintOutdated` unset (raygate's default).
-const DEFAULT_TAINT_PERCENT: u64 = 50;
 
 /// The story a seed drew.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -93,7 +81,7 @@ pub fn generate(seed: u64) -> Checked {
     if d.chance(50) {
         upgrade(seed, &mut d)
     } else {
-        rollout(seed, &mut d)
+        rollout::rollout(seed, &mut d)
     }
 }
 
@@ -204,6 +192,7 @@ fn upgrade(seed: u64, d: &mut Draw) -> Checked {
             namespace: Some("serving".into()),
             name: "svc".into(),
             patch: json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+            if_exists: false,
         }),
     )];
     let raise_at = upgrade_at + d.int(60, 400);
@@ -253,112 +242,6 @@ fn upgrade(seed: u64, d: &mut Draw) -> Checked {
         objects,
         steps,
         secs(30 * 60),
-    )
-}
-
-/// A node-generation rollout over LeaderWorkerSet groups behind a budget.
-fn rollout(seed: u64, d: &mut Draw) -> Checked {
-    let domains = d.int(2, 3);
-    let nodes = d.int(1, 2);
-    // one node holds 2 groups (4 GPUs, 2 per group), a domain `per_domain`. More groups than one
-    // domain holds, so a floor above 0 still lets raygate drain a whole domain: floors in
-    // 1..=groups−per_domain (the largest domain's groups down leave the floor up).
-    let per_domain = 2 * nodes;
-    let groups = d.int(per_domain + 1, (domains * per_domain).min(MAX_GROUPS));
-    // Floors as admins set them: most often at the tight end, groups − per_domain (one domain's
-    // groups down leave exactly the floor), else anywhere in the range.
-    let floor = if d.chance(TIGHT_FLOOR_PERCENT) {
-        groups - per_domain
-    } else {
-        d.int(1, groups - per_domain)
-    };
-    // An inference server's start-up (vLLM loading its weights): its readiness probe's
-    // `initialDelaySeconds`, which the sim's kubelet honours as the kubelet does, on the leader
-    // and the worker. A group recreated elsewhere is back that long after it started.
-    let start_up = d.int(START_UP_SECONDS.0, START_UP_SECONDS.1);
-    // Room outside the rollout: spare nodes already at the target generation (never drained,
-    // never tainted) that hold every group. With the outdated nodes tainted, the groups evicted
-    // from ud-k can only go to the spare nodes and the domains upgraded before it; there is no
-    // gang scheduling, so where they do not all fit a recreated leader takes a domain's last
-    // free GPU and its worker (bound to the leader's domain) waits for good (seeds 105, 122).
-    let spare = groups.div_ceil(2);
-    let group_key = "leaderworkerset.sigs.k8s.io/group-key";
-    let template = |labels: Value, readiness: bool| {
-        let mut t = json!({"metadata": {"labels": labels}, "spec": {"containers": [{
-            "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-            "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}},
-            "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
-                "initialDelaySeconds": start_up, "periodSeconds": 1, "failureThreshold": 1}}]}});
-        if readiness {
-            t["metadata"]["annotations"] = json!({"sim.raygate.io/readiness-group": group_key});
-        } else {
-            t["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/worker-index",
-                    "operator": "In", "values": ["0"]}]},
-                "matchLabelKeys": [group_key],
-                "topologyKey": "topology.raygate.io/upgrade-domain"}]}});
-        }
-        t
-    };
-    let objects = vec![
-        json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": {"name": "llm", "namespace": "serving"},
-            "spec": {"replicas": groups, "leaderWorkerTemplate": {"size": 2,
-                "leaderTemplate": template(json!({"role": "leader"}), true),
-                "workerTemplate": template(json!({"role": "worker"}), false)}}}),
-        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": "leaders", "namespace": "serving"},
-            "spec": {"minAvailable": floor, "selector": {"matchLabels": {"role": "leader"}}}}),
-    ];
-    // The groups are Ready by start_up + 10 s (the kubelet's 5 s start, two probe periods); the
-    // rollout comes after that. Mostly the spare nodes join 60 s before it (capacity added for
-    // the upgrade), so the groups were placed on the rollout's nodes, domains full as fleets run:
-    // a drain that does not wait for the groups it evicted to come back takes the next
-    // domain's groups down on top of them and breaks a tight floor. Else they are there from
-    // the start, and the scheduler spreads the groups over them too.
-    let rollout_at = start_up + 10 + d.int(90, 180);
-    let join_at = d
-        .chance(SPARE_JOIN_LATE_PERCENT)
-        .then(|| secs(rollout_at - 60));
-    // Rollouts that leave `taintOutdated` to raygate's default: the room check decides.
-    let taint_outdated = match d.chance(DEFAULT_TAINT_PERCENT) {
-        true => None,
-        false => Some(true),
-    };
-    let steps = vec![(
-        secs(rollout_at),
-        Action::StartRollout(StartRollout {
-            strategy: StrategyName::Raygate,
-            target: TARGET.into(),
-            k: None,
-            group_label: None,
-            taint_outdated,
-            name: None,
-            health_check_stable: None,
-        }),
-    )];
-    checked(
-        format!(
-            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes + {spare} spare{}, {groups} groups, floor {floor}, start-up {start_up} s",
-            join_at.map_or_else(String::new, |at| format!(" joining at {} s", at.as_secs()))
-        ),
-        seed,
-        ClusterShape {
-            spare: Some(SpareNodes {
-                nodes: usize_of(spare),
-                domain: "spare".into(),
-                generation: TARGET.into(),
-                join_at,
-            }),
-            ..shape(domains, nodes, vec!["serving".into()])
-        },
-        ControllerSpec {
-            run: false,
-            pod_gate: false,
-        },
-        objects,
-        steps,
-        secs(3 * 3600),
     )
 }
 
@@ -628,7 +511,13 @@ impl std::fmt::Display for Summary {
             )?;
         }
         for r in &self.raygate_failures {
-            writeln!(f, "raygate failed on seed {} ({:?}):", r.seed, r.story)?;
+            writeln!(
+                f,
+                "raygate failed on seed {} ({:?}): {}",
+                r.seed,
+                r.story,
+                generate(r.seed).scenario.name
+            )?;
             for (_, v) in &r.violations {
                 writeln!(f, "  {v}")?;
             }
@@ -731,111 +620,6 @@ mod tests {
         assert!(count(&|c| has(c, &|a| matches!(a, Action::InjectFault(_)))) > 30);
         assert!(count(&|c| has(c, &|a| matches!(a, Action::KillControllerAfterWrites(_)))) > 10);
         assert!(count(&|c| has(c, &|a| matches!(a, Action::KillController))) > 10);
-    }
-
-    #[test]
-    fn every_rollout_has_room_outside_it_and_a_floor_above_0_it_can_honour() {
-        let mut rollouts = 0;
-        for seed in 0..500 {
-            let c = generate(seed);
-            if story(&c) != Story::Rollout {
-                continue;
-            }
-            rollouts += 1;
-            let cluster = &c.scenario.cluster;
-            let per_domain = 2 * cluster.nodes_per_domain as i64;
-            let groups = c.scenario.objects[0]["spec"]["replicas"].as_i64().unwrap();
-            let floor = c.scenario.objects[1]["spec"]["minAvailable"]
-                .as_i64()
-                .unwrap();
-            assert!(cluster.upgrade_domains >= 2, "seed {seed}");
-            assert!(floor >= 1, "seed {seed}: the floor is tested");
-            assert!(
-                groups - floor >= per_domain,
-                "seed {seed}: a whole domain's groups down leave the floor up"
-            );
-            let spare = cluster.spare.as_ref().expect("spare nodes");
-            assert!(
-                2 * spare.nodes as i64 >= groups,
-                "seed {seed}: the spare nodes hold every group"
-            );
-            let target = c.steps.iter().find_map(|(_, a, _)| match a {
-                Action::StartRollout(r) => Some(r.target.clone()),
-                _ => None,
-            });
-            assert_eq!(
-                target.as_deref(),
-                Some(spare.generation.as_str()),
-                "seed {seed}: the spare nodes are outside the rollout"
-            );
-            assert_ne!(spare.domain, "ud-0", "seed {seed}");
-        }
-        assert!(rollouts > 150, "{rollouts} rollouts in 500 seeds");
-    }
-
-    /// Issue #14: the floor invariant must be able to bite a naive drain. Rollouts draw slow
-    /// start-ups (both pods of a group wait the same `initialDelaySeconds`, across 20–180 s),
-    /// floors mostly at the tight end, spare nodes mostly joining just before the rollout (after
-    /// the groups were placed), and the rollout only once the groups are Ready.
-    #[test]
-    fn rollouts_draw_slow_start_ups_tight_floors_and_spare_nodes_joining_before_the_rollout() {
-        let (mut rollouts, mut tight, mut late) = (0, 0, 0);
-        let mut start_ups = std::collections::BTreeSet::new();
-        for seed in 0..500 {
-            let c = generate(seed);
-            if story(&c) != Story::Rollout {
-                continue;
-            }
-            rollouts += 1;
-            let lws = &c.scenario.objects[0]["spec"];
-            let delay = |role: &str| {
-                lws["leaderWorkerTemplate"][role]["spec"]["containers"][0]["readinessProbe"]
-                    ["initialDelaySeconds"]
-                    .as_u64()
-                    .unwrap()
-            };
-            let start_up = delay("leaderTemplate");
-            assert_eq!(start_up, delay("workerTemplate"), "seed {seed}");
-            assert!((20..=180).contains(&start_up), "seed {seed}: {start_up}");
-            start_ups.insert(start_up);
-            let per_domain = 2 * c.scenario.cluster.nodes_per_domain as u64;
-            let groups = lws["replicas"].as_u64().unwrap();
-            let floor = c.scenario.objects[1]["spec"]["minAvailable"]
-                .as_u64()
-                .unwrap();
-            tight += usize::from(floor == groups - per_domain);
-            let rollout_at = c
-                .steps
-                .iter()
-                .find_map(|(at, a, _)| matches!(a, Action::StartRollout(_)).then_some(*at))
-                .unwrap();
-            // the kubelet's 5 s start, the probe's delay, a period for the worker, one for the
-            // leader: the groups are Ready before the rollout
-            assert!(
-                rollout_at > secs(5 + start_up + 2),
-                "seed {seed}: rollout at {rollout_at:?}, start-up {start_up} s"
-            );
-            if let Some(join) = c.scenario.cluster.spare.as_ref().unwrap().join_at {
-                late += 1;
-                assert!(
-                    join >= secs(30) && join < rollout_at,
-                    "seed {seed}: the spare nodes join after the groups were placed and before the rollout: {join:?}"
-                );
-            }
-        }
-        assert!(rollouts > 150, "{rollouts} rollouts in 500 seeds");
-        assert!(
-            start_ups.first() < Some(&60) && start_ups.last() > Some(&150),
-            "start-ups across the range: {start_ups:?}"
-        );
-        assert!(
-            tight * 2 > rollouts && tight < rollouts,
-            "{tight} tight floors of {rollouts}: mostly, not always"
-        );
-        assert!(
-            late * 3 > rollouts * 2 && late < rollouts,
-            "{late} of {rollouts} with the spare nodes joining before the rollout: mostly, not always"
-        );
     }
 
     #[test]

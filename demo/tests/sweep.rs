@@ -26,17 +26,27 @@ fn raygate_breaks_no_invariant_on_random_clusters_and_timelines() {
     assert!(summary.by_variant.len() >= 2, "{summary}");
 }
 
-/// Seeds 101, 105, 114 and 122 (3 UDs × 2 nodes, 5–8 LWS groups): the last domain was never
-/// upgraded. The sim's scheduler started a pass before its pod cache showed the previous pass's
-/// bindings, so it counted those pods as pending (no node, no requests) and bound a recreated
-/// leader into the GPU they had taken: a node over its allocatable, the leader's worker (bound to
-/// the leader's domain) pending for good, the group never Ready again, the drain of ud-1 paused
-/// on its health check and ud-2 never started. Each of these seeds, one at a time.
+/// Rollout seeds that draw the adversities together, each run alone: 1 (a NodeRollout whose
+/// controller is killed twice, lagging leader probes, a node down), 34 (two workers failing their
+/// probes, three controller restarts), 35 (a node down as the rollout starts, throttled
+/// evictions, a node's domain label changed mid-rollout), 59 (three restarts and a label
+/// change). The stories are checked first, so a generator change that stops drawing them fails
+/// here rather than passing vacuously.
 #[test]
-fn the_seeds_whose_last_domain_never_upgraded_now_finish() {
+fn seeds_that_draw_the_adversities_together_keep_every_invariant() {
     let registry = raygate_sim::upstream::registry().unwrap();
+    let drawn = [
+        (1, ["down", "controller down", "lagging"]),
+        (34, ["not Ready", "controller down", "NodeRollout"]),
+        (35, ["down", "throttled", "label changed"]),
+        (59, ["controller down", "label changed", "NodeRollout"]),
+    ];
     let mut failed = vec![];
-    for seed in [101, 105, 114, 122] {
+    for (seed, parts) in drawn {
+        let name = sweep::generate(seed).scenario.name;
+        for part in parts {
+            assert!(name.contains(part), "seed {seed} draws {part}: {name}");
+        }
         let summary = sweep::sweep(&registry, seed..seed + 1, 1, Duration::from_secs(240));
         if !summary.raygate_clean() {
             failed.push(summary.to_string());

@@ -508,8 +508,9 @@ pub fn contract(findings: Result<&[Finding], &DrainError>) -> Contract {
     let mut message = format!(
         "{} finding(s); the rollout goes on, with raygate's own guards: a protected pod goes \
          only while its workload's groups, counted from their members, stay at or above its \
-         budget's floor, and a pod whose group's representative is protected elsewhere holds \
-         its domain (SplitGroup): {}",
+         budget's floor, and a pod whose group's representative is protected in another domain \
+         goes only after that representative was evicted first, with its budget's consent \
+         (the group moves whole; SplitGroup while it waits): {}",
         sorted.len(),
         shown.join(" | ")
     );

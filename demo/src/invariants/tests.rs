@@ -520,3 +520,187 @@ fn the_quota_overrun_is_measured_peak_and_duration() {
     assert_eq!(team.seconds, 30.0);
     assert_eq!(o.len(), 1);
 }
+
+#[test]
+fn a_member_failing_its_probe_is_an_outage_not_a_disruption_until_a_member_is_removed() {
+    let mut h = History::new();
+    group_history(&mut h, &[("a", &[])]);
+    // the worker fails its readiness probe for 50 s: down, nothing removed
+    put(
+        &mut h,
+        100,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, false, false, false)),
+    );
+    put(
+        &mut h,
+        150,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, true, false, false)),
+    );
+    // down again, then its leader evicted in that same spell: one disruption, when removed
+    put(
+        &mut h,
+        200,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, false, false, false)),
+    );
+    put(
+        &mut h,
+        210,
+        Kind::Pod,
+        "a-0",
+        Some(member("a", 2, true, true, true)),
+    );
+    put(
+        &mut h,
+        211,
+        Kind::Pod,
+        "a-0",
+        Some(member("a", 2, true, false, true)),
+    );
+    put(
+        &mut h,
+        212,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, true, false, false)),
+    );
+    // its worker deleted later: a second disruption
+    put(
+        &mut h,
+        300,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, true, true, false)),
+    );
+    put(&mut h, 301, Kind::Pod, "a-1", None);
+    put(
+        &mut h,
+        305,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, true, false, false)),
+    );
+    let window = Window {
+        from: t(50),
+        to: t(500),
+    };
+    assert_eq!(
+        group_disruptions(&h, "group", window)["ns/a"],
+        vec![t(210), t(300)]
+    );
+}
+
+#[test]
+fn a_failed_node_s_pods_deleted_are_not_a_disruption() {
+    let mut h = History::new();
+    group_history(&mut h, &[("a", &[])]);
+    let node = |ready: bool| {
+        Some(State::Node(NodeState {
+            ready,
+            ..Default::default()
+        }))
+    };
+    h.record(t(0), Key::new(Kind::Node, "", "n"), node(true));
+    h.record(t(100), Key::new(Kind::Node, "", "n"), node(false));
+    put(
+        &mut h,
+        140,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, false, false, false)),
+    );
+    // the taint manager deletes the pods on the down node
+    put(
+        &mut h,
+        400,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, false, true, false)),
+    );
+    put(&mut h, 401, Kind::Pod, "a-1", None);
+    h.record(t(500), Key::new(Kind::Node, "", "n"), node(true));
+    put(
+        &mut h,
+        510,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, true, false, false)),
+    );
+    let window = Window {
+        from: t(50),
+        to: t(900),
+    };
+    assert!(group_disruptions(&h, "group", window).is_empty());
+}
+
+/// Issue #29 item 9: the leaders (representatives) stay Ready while their workers are not
+/// (their probe lags): the budget's own count keeps the floor, the members' count does not.
+#[test]
+fn groups_counted_from_their_members_fall_below_the_floor_where_the_budget_s_count_does_not() {
+    let mut h = History::new();
+    put(
+        &mut h,
+        0,
+        Kind::PodDisruptionBudget,
+        "leaders",
+        Some(leaders_pdb(Some(IntOrString::Int(2)), None)),
+    );
+    group_history(&mut h, &[("a", &[]), ("b", &[]), ("c", &[])]);
+    for g in ["a", "b"] {
+        put(
+            &mut h,
+            100,
+            Kind::Pod,
+            &format!("{g}-1"),
+            Some(member(g, 2, false, false, false)),
+        );
+    }
+    put(
+        &mut h,
+        130,
+        Kind::Pod,
+        "a-1",
+        Some(member("a", 2, true, false, false)),
+    );
+    put(
+        &mut h,
+        160,
+        Kind::Pod,
+        "b-1",
+        Some(member("b", 2, true, false, false)),
+    );
+    assert!(never_below_pdb_floor(&h).is_empty());
+    let v = never_below_group_floor(&h, "group");
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!((v[0].from, v[0].until), (t(100), Some(t(130))));
+    assert_eq!(v[0].invariant, Invariant::BelowGroupFloor);
+    assert_eq!(v[0].objects, vec!["PodDisruptionBudget ns/leaders"]);
+    assert_eq!(
+        v[0].message,
+        "1 group(s) available counted from their members, floor 2"
+    );
+    assert_eq!(seconds_below_group_floor(&h, "group"), 30.0);
+    // a group whose pods are all gone still counts as down
+    put(&mut h, 200, Kind::Pod, "a-0", None);
+    put(&mut h, 200, Kind::Pod, "a-1", None);
+    put(
+        &mut h,
+        200,
+        Kind::Pod,
+        "b-1",
+        Some(member("b", 2, false, false, false)),
+    );
+    put(
+        &mut h,
+        220,
+        Kind::Pod,
+        "b-1",
+        Some(member("b", 2, true, false, false)),
+    );
+    assert_eq!(seconds_below_group_floor(&h, "group"), 50.0);
+}

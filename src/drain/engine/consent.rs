@@ -8,11 +8,13 @@
 //!   counts have not dropped for the stable window.
 //! - **A member is its group**: a pod with no budget of its own whose group has a representative
 //!   a budget protects goes only after that representative was evicted through the Eviction API
-//!   in this domain; otherwise the domain holds (a group split across domains).
+//!   in this domain. A representative outside the domain (a group split across domains) is
+//!   evicted by this domain first, with its budget's consent like a protected pod of its own:
+//!   the group moves whole, disrupted once; until then the domain holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{EventType, EvictTarget, Hold, Stepper, human};
+use super::{EventType, EvictTarget, Hold, PodRef, Stepper, human};
 
 /// The hold reasons (the `Blocked` condition's reason).
 pub const GROUPS_UNAVAILABLE: &str = "GroupsUnavailable";
@@ -89,46 +91,99 @@ impl Stepper<'_> {
     }
 
     /// Phase 2's targets whose group no budget protects elsewhere, or whose protected
-    /// representative this domain evicted; the rest are held.
+    /// representative this domain evicted; the rest are held, and the representatives outside
+    /// the domain of their groups are returned beside them, to be evicted first.
     pub(super) fn consented_members(
         &mut self,
         i: usize,
         targets: Vec<EvictTarget>,
-    ) -> Vec<EvictTarget> {
+    ) -> (Vec<EvictTarget>, Vec<EvictTarget>) {
         let Some(view) = self.groups.as_ref() else {
-            return targets;
+            return (targets, vec![]);
         };
         let consented = self.consented_groups(i);
         let (mut allowed, mut held) = (Vec::new(), BTreeMap::<String, Vec<String>>::new());
+        let mut split: BTreeSet<(String, String, String)> = BTreeSet::new();
         for t in targets {
             let ns = t.pod.namespace.as_str();
             let protector = t.group.as_deref().and_then(|g| {
                 let consent = consented.contains(&(ns.to_string(), g.to_string()));
                 view.protector(ns, g).filter(|_| !consent)
             });
-            match protector {
-                Some(pdb) => held.entry(pdb.to_string()).or_default().push(format!(
-                    "{} (group {})",
-                    t.pod,
-                    t.group.as_deref().unwrap_or_default()
-                )),
-                None => allowed.push(t),
+            match (protector, t.group.as_deref()) {
+                (Some(pdb), Some(g)) => {
+                    split.insert((ns.to_string(), g.to_string(), pdb.to_string()));
+                    held.entry(pdb.to_string())
+                        .or_default()
+                        .push(format!("{} (group {g})", t.pod));
+                }
+                _ => allowed.push(t),
             }
         }
+        let (representatives, waiting) = self.representatives_elsewhere(i, &split);
         let lines: Vec<String> = held
             .iter()
             .map(|(pdb, pods)| {
                 format!(
                     "{} has no budget of its own and its group's representative, which \
-                     PodDisruptionBudget {pdb} protects, runs outside this domain: evicting it \
-                     would disrupt the group without the budget's consent; pack each group into \
-                     one upgrade domain",
-                    pods.join(", ")
+                     PodDisruptionBudget {pdb} protects, runs outside this domain: the \
+                     representative goes first, through the Eviction API, so the group moves \
+                     whole{}",
+                    pods.join(", "),
+                    if waiting.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (waiting for {} to go)", waiting.join(", "))
+                    }
                 )
             })
             .collect();
         self.set_hold(i, SPLIT_GROUP, lines);
-        allowed
+        (allowed, representatives)
+    }
+
+    /// The representatives, outside domain `i`, of the `(namespace, group, budget)`s whose
+    /// members it holds, as protected targets; and those already on their way out (terminating,
+    /// or evicted by this domain), which are waited for.
+    fn representatives_elsewhere(
+        &self,
+        i: usize,
+        split: &BTreeSet<(String, String, String)>,
+    ) -> (Vec<EvictTarget>, Vec<String>) {
+        let Some(view) = self.groups.as_ref() else {
+            return (vec![], vec![]);
+        };
+        let d = &self.s.domains[i];
+        let mine: BTreeSet<&str> = d.nodes.iter().map(String::as_str).collect();
+        let (mut targets, mut waiting) = (vec![], vec![]);
+        for (ns, g, pdb) in split {
+            let budget = pdb.split_once('/').map_or(pdb.as_str(), |(_, b)| b);
+            for name in view.representatives(ns, g) {
+                let Some(pod) = self.pods.get(&(ns.as_str(), name.as_str())) else {
+                    continue;
+                };
+                let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                if on.is_some_and(|n| mine.contains(n)) {
+                    continue;
+                }
+                let sent = d.evicted.iter().chain(&d.sending).any(|e| {
+                    e.refused.is_none()
+                        && e.pod == format!("{ns}/{name}")
+                        && e.uid == pod.metadata.uid
+                });
+                if sent || pod.metadata.deletion_timestamp.is_some() {
+                    waiting.push(format!("{ns}/{name}"));
+                    continue;
+                }
+                let r = PodRef {
+                    namespace: ns.as_str(),
+                    name: name.as_str(),
+                    node: on.unwrap_or_default(),
+                };
+                targets.push(self.target(&r, Some(budget), Some(g.clone())));
+            }
+        }
+        (targets, waiting)
     }
 
     /// Whether the domain may send its first protected eviction: the budgets of `targets` had
@@ -230,6 +285,7 @@ impl Stepper<'_> {
         let reason = match hold.reason.as_str() {
             SPLIT_GROUP => SPLIT_GROUP,
             super::evict::UNREACHABLE_NODE => super::evict::UNREACHABLE_NODE,
+            super::evict::DOMAIN_LABEL_CHANGED => super::evict::DOMAIN_LABEL_CHANGED,
             _ => GROUPS_UNAVAILABLE,
         };
         self.report(&node, EventType::Warning, reason, message);

@@ -19,6 +19,8 @@ use crate::drain::{DrainError, is_finished, namespace};
 pub const UNREACHABLE_SKIP: SignedDuration = SignedDuration::from_mins(5);
 /// The hold's reason meanwhile.
 pub const UNREACHABLE_NODE: &str = "UnreachableNode";
+/// The hold's reason while a node of the domain carries another domain's label, or none.
+pub const DOMAIN_LABEL_CHANGED: &str = "DomainLabelChanged";
 
 impl<'a> Stepper<'a> {
     /// The domain's plan as its nodes are now: `Ok(None)` once every node is gone. An error
@@ -45,17 +47,31 @@ impl<'a> Stepper<'a> {
         Ok(plan.domains.into_iter().next())
     }
 
-    /// The domain's plan, or `None` having paused the rollout over why it cannot be made.
-    pub(super) fn domain_plan_or_pause(&mut self, i: usize) -> Option<Option<DomainPlan<'a>>> {
+    /// The domain's plan, or `None` holding the domain over why it cannot be made (a node's
+    /// domain label changed or removed): nothing more of it is evicted or handed off until the
+    /// label is back, for at most the drain timeout; the hold lifts by itself then.
+    pub(super) fn domain_plan_or_hold(&mut self, i: usize) -> Option<Option<DomainPlan<'a>>> {
         match self.domain_plan(i) {
-            Ok(plan) => Some(plan),
+            Ok(plan) => {
+                let d = &mut self.s.domains[i];
+                if d.hold
+                    .as_ref()
+                    .is_some_and(|h| h.reason == DOMAIN_LABEL_CHANGED)
+                {
+                    d.hold = None;
+                }
+                Some(plan)
+            }
             Err(why) => {
-                let reason = format!(
-                    "upgrade domain {} cannot be planned again: {why}; restore the label (or \
-                     the NodeRollout's spec), then resume",
+                let before = self.s.domains[i].hold.clone();
+                let line = format!(
+                    "upgrade domain {} cannot be planned again: {why}; nothing more of it is \
+                     evicted or handed off until the label is restored (at most drainTimeout)",
                     self.s.domains[i].name
                 );
-                self.pause(reason);
+                self.s.domains[i].message = line.clone();
+                self.set_hold(i, DOMAIN_LABEL_CHANGED, vec![line]);
+                self.announce_hold(i, before.as_ref());
                 None
             }
         }
@@ -87,7 +103,7 @@ impl<'a> Stepper<'a> {
     }
 
     pub(super) fn drain(&mut self, i: usize) {
-        let Some(plan) = self.domain_plan_or_pause(i) else {
+        let Some(plan) = self.domain_plan_or_hold(i) else {
             return;
         };
         let Some(plan) = plan else {
@@ -232,7 +248,12 @@ impl<'a> Stepper<'a> {
         }
         let targets = self.not_accepted(i, targets);
         let targets = if plan.phase1.is_empty() {
-            self.consented_members(i, targets)
+            let (mut members, representatives) = self.consented_members(i, targets);
+            let representatives = self.not_accepted(i, representatives);
+            if !representatives.is_empty() && self.window_held(i, &representatives) {
+                members.extend(self.consented_protected(i, representatives));
+            }
+            members
         } else if self.window_held(i, &targets) {
             self.consented_protected(i, targets)
         } else {
@@ -503,7 +524,7 @@ impl<'a> Stepper<'a> {
     }
 
     pub(super) fn dry_run(&mut self, i: usize) {
-        let Some(plan) = self.domain_plan_or_pause(i) else {
+        let Some(plan) = self.domain_plan_or_hold(i) else {
             return;
         };
         let Some(plan) = plan else {

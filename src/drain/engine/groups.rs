@@ -85,6 +85,8 @@ pub(super) struct GroupView {
     pub budgets: BTreeMap<String, BudgetGroups>,
     /// `(namespace, group)` → the budget selecting a member of it (its representative).
     protected: HashMap<(String, String), String>,
+    /// `(namespace, group)` → the names of its pods a budget selects (its representatives).
+    representatives: HashMap<(String, String), Vec<String>>,
 }
 
 /// The key a pod's group goes by: the group label's value, or the pod itself.
@@ -135,7 +137,12 @@ impl GroupView {
                     .or_default();
                 (g.members, g.serving) = (m, s);
                 g.representative_serving |= pod_serving(p);
-                view.protected.insert((ns.to_string(), group), key);
+                let at = (ns.to_string(), group);
+                let reps = view.representatives.entry(at.clone()).or_default();
+                if !reps.iter().any(|r| r == name(&p.metadata)) {
+                    reps.push(name(&p.metadata).to_string());
+                }
+                view.protected.insert(at, key);
             }
         }
         for b in pdbs {
@@ -159,6 +166,13 @@ impl GroupView {
             }
         }
         view
+    }
+
+    /// The pods a budget selects in `group` of `namespace` (its representatives).
+    pub fn representatives(&self, namespace: &str, group: &str) -> &[String] {
+        self.representatives
+            .get(&(namespace.to_string(), group.to_string()))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The budget whose representative stands for `group` in `namespace`, if any.

@@ -107,23 +107,52 @@ fn one_step_never_sends_more_protected_evictions_than_the_members_allow() {
 }
 
 /// A broken contract: ga's leader (protected) runs in domain b, its worker in domain a. The
-/// worker has no budget of its own, but evicting it disrupts ga without the budget's consent.
+/// worker has no budget of its own, and evicting it disrupts ga: the domain evicts ga's leader
+/// first, through the Eviction API, then the worker, so ga moves whole, disrupted once.
 #[test]
-fn a_member_whose_group_s_representative_is_protected_in_another_domain_is_held() {
+fn a_split_group_s_representative_elsewhere_goes_first_then_its_member() {
     let mut w = World::new();
     w.pods[0] = member("ga-0", "b1", "ga", true);
     let o = World::options();
     let s = cordoned(&mut w, &o);
     let (s, a) = w.step(&s, &o);
-    assert_eq!(evictions(&a), ["web"], "ga-1 is held, the rest goes");
-    let hold = s.domains[0].hold.clone().expect("held");
-    assert_eq!(hold.reason, "SplitGroup");
-    assert!(
-        hold.message.contains("ns/ga-1 (group ga)") && hold.message.contains("ns/leaders"),
-        "{}",
-        hold.message
+    assert_eq!(evictions(&a), ["web", "ga-0"], "ga-1 waits for its leader");
+    let leader = a.iter().find_map(|a| match a {
+        Action::Evict { target, .. } if target.pod.name == "ga-0" => Some(target.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        leader.and_then(|t| t.pdb),
+        Some("ns/leaders".to_string()),
+        "through its budget"
     );
-    assert!(reasons(&a).contains(&"SplitGroup"));
+    w.apply(&a, evicted);
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(
+        evictions(&a),
+        ["ga-1"],
+        "the leader went: its worker follows"
+    );
+    w.apply(&a, evicted);
+    w.terminate();
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].hold.is_none(), "{:?}", s.domains[0].hold);
+}
+
+/// The representative elsewhere goes only with its budget's consent, counted from members: with
+/// gb's worker not Ready and a floor of 1, evicting ga's leader would leave no group available.
+#[test]
+fn a_split_group_s_representative_waits_for_the_floor_and_its_member_holds_visibly() {
+    let mut w = World::new();
+    w.pods[0] = member("ga-0", "b1", "ga", true);
+    let o = World::options();
+    let s = cordoned(&mut w, &o);
+    not_ready(&mut w, "gb-1");
+    let (s, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["web"], "{a:?}");
+    let hold = s.domains[0].hold.clone().expect("held");
+    assert_eq!(hold.reason, "GroupsUnavailable", "{}", hold.message);
+    assert!(hold.message.contains("ns/ga-0"), "{}", hold.message);
     w.apply(&a, evicted);
     w.terminate();
     let (s, a) = w.step(&s, &o);
@@ -131,7 +160,13 @@ fn a_member_whose_group_s_representative_is_protected_in_another_domain_is_held(
     assert_eq!(s.domains[0].step, Step::Draining, "never handed off");
     let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
     let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
-    assert_eq!(blocked.map(|c| c.reason.as_str()), Some("SplitGroup"));
+    assert_eq!(
+        blocked.map(|c| c.reason.as_str()),
+        Some("GroupsUnavailable")
+    );
+    set_ready(&mut w, "gb-1");
+    let (_, a) = w.step(&s, &o);
+    assert_eq!(evictions(&a), ["ga-0"]);
 }
 
 /// The member goes once its group's representative was evicted through the Eviction API.
@@ -236,30 +271,49 @@ fn a_refusal_lifting_restarts_the_window() {
     assert_eq!(evictions(&a), ["gc-0"]);
 }
 
+/// Issue #29 item 5: a node of the draining domain moved to another domain holds the domain
+/// (visibly, naming the node and the label) until the label is back, then the drain goes on.
 #[test]
-fn a_node_whose_domain_label_changed_pauses_the_rollout_naming_it() {
+fn a_node_whose_domain_label_changed_holds_the_domain_naming_it_until_restored() {
     let mut w = World::new();
     let o = World::options();
     let s = cordoned(&mut w, &o);
-    w.node_mut("a2")
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .insert(UD.into(), "b".into());
+    let label = |w: &mut World, value: &str| {
+        w.node_mut("a2")
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(UD.into(), value.into());
+    };
+    label(&mut w, "b");
     let (s, a) = w.step(&s, &o);
     assert!(evictions(&a).is_empty());
-    let Phase::Paused { reason } = &s.phase else {
-        panic!("not paused: {:?}", s.phase);
-    };
+    assert!(matches!(s.phase, Phase::Running), "{:?}", s.phase);
+    let hold = s.domains[0].hold.clone().expect("held");
+    assert_eq!(hold.reason, "DomainLabelChanged");
     assert!(
-        reason.contains("a2") && reason.contains(&format!("{UD}=b")),
-        "{reason}"
+        hold.message.contains("a2") && hold.message.contains(&format!("{UD}=b")),
+        "{}",
+        hold.message
     );
-    assert!(reasons(&a).contains(&"RolloutPaused"));
+    assert!(reasons(&a).contains(&"DomainLabelChanged"));
+    let status = crate::drain::rollout::status(None, &s, Some(1), w.now);
+    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked");
+    assert_eq!(
+        blocked.map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("True", "DomainLabelChanged"))
+    );
+    // still held a step later, without a second Event
+    let (s, a) = w.step(&s, &o);
+    assert!(evictions(&a).is_empty() && !reasons(&a).contains(&"DomainLabelChanged"));
+    label(&mut w, "a");
+    let (s, a) = w.step(&s, &o);
+    assert!(!evictions(&a).is_empty(), "the drain goes on: {a:?}");
+    assert!(s.domains[0].hold.is_none(), "{:?}", s.domains[0].hold);
 }
 
 #[test]
-fn a_node_that_lost_its_domain_label_pauses_the_rollout_and_is_never_handed_off() {
+fn a_node_that_lost_its_domain_label_holds_the_domain_and_is_never_handed_off() {
     let mut w = World::new();
     with_generations(&mut w);
     let o = generation_options(Handoff::reboot());
@@ -275,17 +329,50 @@ fn a_node_that_lost_its_domain_label_pauses_the_rollout_and_is_never_handed_off(
         .as_mut()
         .unwrap()
         .remove(UD);
-    let (s, a) = w.step(&s, &o);
+    for _ in 0..3 {
+        let (next, a) = w.step(&s, &o);
+        assert!(
+            !a.iter()
+                .any(|a| matches!(a, Action::LabelForUpgrade { .. })),
+            "{a:?}"
+        );
+        s = next;
+    }
+    let hold = s.domains[0].hold.clone().expect("held");
+    assert_eq!(hold.reason, "DomainLabelChanged");
     assert!(
-        !a.iter()
-            .any(|a| matches!(a, Action::LabelForUpgrade { .. })),
-        "{a:?}"
+        hold.message.contains("a2") && hold.message.contains(UD),
+        "{}",
+        hold.message
     );
+    assert_eq!(s.domains[0].step, Step::Draining);
+}
+
+/// The hold is bounded: past the drain timeout the failure action decides.
+#[test]
+fn a_domain_held_over_a_changed_label_meets_the_failure_action_at_the_drain_timeout() {
+    let mut w = World::new();
+    let o = Options {
+        drain_timeout: Some(SignedDuration::from_mins(30)),
+        ..World::options()
+    };
+    let s = cordoned(&mut w, &o);
+    w.node_mut("a2")
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(UD.into(), "b".into());
+    let (s, _) = w.step(&s, &o);
+    w.advance(31 * 60);
+    let (s, _) = w.step(&s, &o);
+    // the default failure action pauses the rollout
     let Phase::Paused { reason } = &s.phase else {
         panic!("not paused: {:?}", s.phase);
     };
-    assert!(reason.contains("a2") && reason.contains(UD), "{reason}");
-    assert_eq!(s.domains[0].step, Step::Draining);
+    assert!(
+        reason.contains("drainTimeout") && reason.contains("a2"),
+        "{reason}"
+    );
 }
 
 #[test]
