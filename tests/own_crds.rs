@@ -377,3 +377,134 @@ async fn the_node_rollout_crd_accepts_a_rollout_and_refuses_bad_specs_by_field()
         }
     }
 }
+
+/// The selection a `NodeRollout` started with is fixed on the real server (the CRD's transition
+/// rules, within the API server's CEL cost budget): before the rollout starts every field may
+/// change; once its status records the selection and its phase is Running or Paused, a change of
+/// `udLabel`, `nodeSelector` (a label or an expression) or `generation` is refused with a 422
+/// naming the field, and other fields still change; a finished rollout's selection may change
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_rollout_crd_refuses_a_selection_change_while_the_rollout_is_active() {
+    use kube::api::DeleteParams;
+    use raygate::types::rollout::NodeRollout;
+
+    raygate_testing::apiserver::init_logs();
+    let server = TestServer::get_with(KueueCrds::Raygate);
+    let client = server.client().await;
+    let rollouts: Api<NodeRollout> = Api::all(client.clone());
+    let _ = rollouts.delete("fixed", &DeleteParams::default()).await;
+    let spec = json!({
+        "nodeSelector": {"matchLabels": {"pool": "gpu"},
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
+        "generation": {"label": "example.com/generation", "targetValue": "v2"},
+        "udLabel": "topology.example.com/upgrade-domain",
+    });
+    let object: NodeRollout = serde_json::from_value(json!({"apiVersion": "raygate.io/v1alpha1",
+        "kind": "NodeRollout", "metadata": {"name": "fixed"}, "spec": spec}))
+    .unwrap();
+    rollouts
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let patch_spec = |change: serde_json::Value| {
+        let rollouts = rollouts.clone();
+        async move {
+            rollouts
+                .patch(
+                    "fixed",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": change })),
+                )
+                .await
+        }
+    };
+    let set_status = |status: serde_json::Value| {
+        let rollouts = rollouts.clone();
+        async move {
+            rollouts
+                .patch_status(
+                    "fixed",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // not started (Pending, then paused before its start): every field may change
+    patch_spec(json!({"udLabel": "topology.example.com/rack"}))
+        .await
+        .expect("a pending rollout's udLabel changes");
+    set_status(json!({"phase": "Paused"})).await;
+    patch_spec(json!({"udLabel": "topology.example.com/upgrade-domain"}))
+        .await
+        .expect("a rollout paused before its start changes");
+    // started: the status records the selection
+    let stored = rollouts.get("fixed").await.unwrap();
+    let selection = raygate::types::rollout::RolloutSelection::of(&stored.spec);
+    set_status(json!({"phase": "Running", "selection": selection})).await;
+    let refused = [
+        (
+            json!({"udLabel": "topology.example.com/rack"}),
+            "spec.udLabel",
+        ),
+        (
+            json!({"nodeSelector": {"matchLabels": {"pool": "cpu"}}}),
+            "spec.nodeSelector",
+        ),
+        (
+            json!({"nodeSelector": {"matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["a", "b", "c"]}]}}),
+            "spec.nodeSelector",
+        ),
+        (
+            json!({"generation": {"targetValue": "v3"}}),
+            "spec.generation",
+        ),
+        (
+            json!({"generation": {"label": null, "nodeInfo": "kubeletVersion"}}),
+            "spec.generation",
+        ),
+    ];
+    for phase in ["Running", "Paused"] {
+        set_status(json!({"phase": phase})).await;
+        for (change, field) in &refused {
+            let err = patch_spec(change.clone())
+                .await
+                .expect_err(&format!("{phase}: {change} is refused"));
+            let kube::Error::Api(s) = err else {
+                panic!("{phase}: {change}: {err}")
+            };
+            assert_eq!(s.code, 422, "{phase}: {change}: {s:?}");
+            let name = field.trim_start_matches("spec.");
+            let says =
+                format!("{field}: Invalid value: {name} cannot change while the rollout is active");
+            assert!(
+                s.message.contains(&says),
+                "{phase}: {change}: {}",
+                s.message
+            );
+        }
+    }
+    let kept = rollouts.get("fixed").await.unwrap();
+    assert_eq!(
+        raygate::types::rollout::RolloutSelection::of(&kept.spec),
+        selection,
+        "nothing of a refused change was stored"
+    );
+    // what does not select nodes still changes while active
+    patch_spec(json!({"paused": true, "healthCheckStable": "1m"}))
+        .await
+        .expect("a running rollout's other fields change");
+    // finished: the selection may change again
+    set_status(json!({"phase": "Completed"})).await;
+    patch_spec(json!({"udLabel": "topology.example.com/rack",
+        "nodeSelector": {"matchLabels": {"pool": "cpu"}}, "generation": {"targetValue": "v3"}}))
+    .await
+    .expect("a completed rollout's selection changes");
+    rollouts
+        .delete("fixed", &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -112,7 +112,10 @@ async fn pods(client: &Client) -> usize {
 async fn drain_run_creates_a_node_rollout_and_follows_it_line_by_line_to_completion() {
     let (sim, _stop) = cluster().await;
     let client = sim.client();
-    let o = create(&client, None, request().spec().unwrap(), false)
+    // each domain stays in its health check for 3 s: the 1 s polls see it in progress
+    let mut req = request();
+    req.health_check_stable_seconds = Some(3);
+    let o = create(&client, None, req.spec().unwrap(), false)
         .await
         .unwrap();
     let name = o.metadata.name.clone().unwrap();

@@ -59,7 +59,7 @@ pub struct Played {
 
 /// What the watchers beside the run report.
 enum Seen {
-    Rollout(String, NodeRolloutStatus),
+    Rollout(String, Box<NodeRolloutStatus>),
     Event {
         regarding: String,
         kind: String,
@@ -75,7 +75,7 @@ fn watch_rollouts(client: Client, tx: mpsc::UnboundedSender<Seen>) -> tokio::tas
         let mut stream = std::pin::pin!(stream);
         while let Some(o) = stream.next().await {
             let Ok(o) = o else { continue };
-            let status = o.status.clone().unwrap_or_default();
+            let status = Box::new(o.status.clone().unwrap_or_default());
             if tx.send(Seen::Rollout(o.name_any(), status)).is_err() {
                 return;
             }

@@ -85,3 +85,63 @@ async fn a_localqueue_s_cluster_queue_is_immutable_and_other_changes_pass() {
     let stored = api.get("lq").await.unwrap();
     assert_eq!(stored.data["spec"]["clusterQueue"], "a", "nothing written");
 }
+
+/// raygate's NodeRollout CRD (generated, as the sim installs it) keeps a running rollout's
+/// selection fixed on the sim as on the real server (`tests/own_crds.rs`): its root transition
+/// rules read the stored status through `oldSelf`.
+#[tokio::test(start_paused = true)]
+async fn a_node_rollout_s_selection_is_fixed_while_it_runs_and_free_before() {
+    use raygate::types::rollout::{NodeRollout, RolloutSelection};
+
+    let sim = raygate_sim::fixtures::sim_with_rollouts();
+    let api: Api<NodeRollout> = Api::all(sim.client());
+    let o: NodeRollout = serde_json::from_value(json!({"apiVersion": "raygate.io/v1alpha1",
+        "kind": "NodeRollout", "metadata": {"name": "r"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "old"}}}}))
+    .unwrap();
+    api.create(&PostParams::default(), &o)
+        .await
+        .expect("created");
+    let patch = |spec: Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "r",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+        }
+    };
+    patch(json!({"udLabel": "example.com/rack"}))
+        .await
+        .expect("a pending rollout's udLabel changes");
+    let stored = api.get("r").await.unwrap();
+    let status = json!({"status": {"phase": "Running",
+        "selection": RolloutSelection::of(&stored.spec)}});
+    api.patch_status("r", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let err = patch(json!({"nodeSelector": {"matchLabels": {"pool": "new"}}}))
+        .await
+        .expect_err("a running rollout's nodeSelector is fixed");
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains(
+            "spec.nodeSelector: Invalid value: nodeSelector cannot change while the rollout is active"
+        ),
+        "{}",
+        status.message
+    );
+    patch(json!({"paused": true}))
+        .await
+        .expect("a running rollout's other fields change");
+    let kept = api.get("r").await.unwrap();
+    assert_eq!(
+        RolloutSelection::of(&kept.spec),
+        RolloutSelection::of(&stored.spec)
+    );
+}

@@ -328,6 +328,18 @@ fn shape(line: &str) -> String {
     line.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
+/// Applies node `actions` (cordon, taint, hand-off label, uncordon) once, as the executor does,
+/// on `nodes` as they were read: a write that fails is logged, and the caller, deciding again on
+/// the nodes as they are then, sends it again.
+pub(super) async fn apply_node_actions(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    actions: &[Action],
+    nodes: &[Node],
+) {
+    Apply::new(client, clock).all(actions, nodes).await;
+}
+
 struct Apply {
     client: Client,
     nodes: Api<Node>,

@@ -18,6 +18,11 @@
 //! select, and the engine's own guards (`drain::engine`'s consent: groups counted from their
 //! members, a member of a group protected elsewhere held) cover what they do not.
 //!
+//! A started rollout holds on to its selection and its nodes (`drain::lifecycle`): a spec whose
+//! `udLabel`, `nodeSelector` or `generation` differs from `status.selection` pauses it until set
+//! back, and the finalizer it carries while active (`rollout/ownership.rs`) gives its nodes back
+//! when it is deleted.
+//!
 //! `spec.paused: true` stops the executor (an eviction already sent finishes; nothing new is
 //! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
 //! metrics come from the change between two states (`drain::rollout::changes`).
@@ -40,12 +45,15 @@ use super::drain::{self as executor, DrainRunError, Observer, Run, WriteAhead};
 use super::events::EventSink;
 use super::{Clock, Metrics};
 use crate::drain::engine::{Handoff, Options, State};
+use crate::drain::lifecycle::{self, SelectionCheck};
 use crate::drain::rollout::{self as pure, NotReady};
 use crate::drain::{
     DeadEnd, DrainError, GateDeadEnd, NoRoom, PreflightOptions, Returns, auto_taint,
     outdated_taint, rollout_options,
 };
-use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
+use crate::types::rollout::{NodeRollout, NodeRolloutStatus, RolloutSelection};
+
+mod ownership;
 
 /// Field manager of the NodeRollout status writes (the node patches keep
 /// [`super::drain::DRAIN_MANAGER`]).
@@ -101,6 +109,14 @@ pub enum RolloutError {
     NotLeader { name: String },
     #[error("running NodeRollout {name}: {source}")]
     Executor { name: String, source: DrainRunError },
+    #[error("updating NodeRollout {name}'s finalizer: {source}")]
+    Finalizer { name: String, source: kube::Error },
+    #[error("reading node {node} to give it back from deleted NodeRollout {name}: {source}")]
+    ReadNode {
+        name: String,
+        node: String,
+        source: kube::Error,
+    },
 }
 
 impl RolloutError {
@@ -112,6 +128,8 @@ impl RolloutError {
             RolloutError::Superseded { .. } => "rollout_superseded",
             RolloutError::NotLeader { .. } => "not_leader",
             RolloutError::Executor { .. } => "rollout_executor",
+            RolloutError::Finalizer { .. } => "rollout_finalizer",
+            RolloutError::ReadNode { .. } => "rollout_read_node",
         }
     }
 }
@@ -259,6 +277,7 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
         written: None,
         preflight: None,
         contract: None,
+        given_back: None,
     };
     let mut failures = 0u32;
     loop {
@@ -330,6 +349,8 @@ struct Worker {
     preflight: Option<PreflightOptions>,
     /// The last preflight's condition.
     contract: Option<pure::Contract>,
+    /// The last Event published while giving the nodes of a deleted rollout back.
+    given_back: Option<String>,
 }
 
 impl Worker {
@@ -347,14 +368,19 @@ impl Worker {
         nro: &NodeRollout,
         obj: &mut watch::Receiver<Option<Arc<NodeRollout>>>,
     ) -> Result<Next, RolloutError> {
-        let now = self.sh.clock.now();
-        let prev = self.current_status(nro);
+        let mut prev = self.current_status(nro);
         let prev_state: Option<State> = prev
             .as_ref()
             .and_then(|s| s.engine.as_deref())
             .and_then(|e| serde_json::from_str(e).ok());
+        if let Some(next) = self.own(nro, prev_state.as_ref()).await? {
+            return Ok(next);
+        }
         if prev_state.as_ref().is_some_and(State::is_finished) {
             self.sh.claims.lock().await.remove(&self.name);
+            return Ok(Next::WaitChange);
+        }
+        if self.selection_changed(nro, &mut prev).await? {
             return Ok(Next::WaitChange);
         }
         let options = match rollout_options(&nro.spec) {
@@ -378,19 +404,7 @@ impl Worker {
         let auto = options.taint_auto;
         let (state, base) = match prev_state {
             Some(state) => {
-                let paused_at = prev
-                    .as_ref()
-                    .and_then(|s| crate::conditions::find(&s.conditions, pure::PROGRESSING))
-                    .filter(|c| c.reason == "PausedBySpec")
-                    .map(|c| c.last_transition_time.0);
-                let state = match paused_at {
-                    Some(at) => {
-                        self.publish(nro, false, "Resumed", "spec.paused is false: going on")
-                            .await;
-                        pure::after_spec_pause(&state, at, now)
-                    }
-                    None => state,
-                };
+                let state = self.resumed(nro, prev.as_ref(), state).await;
                 self.sh
                     .claims
                     .lock()
@@ -399,7 +413,13 @@ impl Worker {
                 (state, prev)
             }
             None => match self.plan(nro, &engine, auto).await? {
-                Ok((state, planned)) => (state, Some(planned)),
+                Ok((state, planned)) => {
+                    // held before the first state is stored, so before any node is touched
+                    if !self.set_finalizer(true).await? {
+                        return Ok(Next::Retry);
+                    }
+                    (state, Some(planned))
+                }
                 Err(why) => {
                     self.not_running(nro, prev.as_ref(), Some(&why), false)
                         .await?;
@@ -414,6 +434,60 @@ impl Worker {
             engine.plan.taint = (state.taint_outdated == Some(true)).then(outdated_taint);
         }
         self.execute(nro, state, base, engine, obj).await
+    }
+
+    /// Whether the spec's selection differs from the one the started rollout runs on: then the
+    /// rollout is held (its status says which field). A rollout started without a record gets
+    /// the spec's in `prev`, written with its next status.
+    async fn selection_changed(
+        &mut self,
+        nro: &NodeRollout,
+        prev: &mut Option<NodeRolloutStatus>,
+    ) -> Result<bool, RolloutError> {
+        match lifecycle::check_selection(&nro.spec, prev.as_ref()) {
+            SelectionCheck::Changed(why) => {
+                tracing::warn!(rollout = %self.name, reason = why.reason, "{}", why.message);
+                self.not_running(nro, prev.as_ref(), Some(&why), false)
+                    .await?;
+                return Ok(true);
+            }
+            SelectionCheck::Unrecorded(selection) => {
+                if let Some(p) = prev.as_mut() {
+                    p.selection = Some(selection);
+                }
+            }
+            SelectionCheck::Free | SelectionCheck::Same => {}
+        }
+        Ok(false)
+    }
+
+    /// The stored `state` of a started rollout going on after a pause that stopped the executor
+    /// (`spec.paused`, or a changed selection): its timers shifted over the pause, and an Event
+    /// saying it goes on.
+    async fn resumed(
+        &self,
+        nro: &NodeRollout,
+        prev: Option<&NodeRolloutStatus>,
+        state: State,
+    ) -> State {
+        let now = self.sh.clock.now();
+        let by_spec = prev
+            .and_then(|s| crate::conditions::find(&s.conditions, pure::PROGRESSING))
+            .filter(|c| c.reason == "PausedBySpec")
+            .map(|c| c.last_transition_time.0);
+        if let Some(at) = by_spec {
+            self.publish(nro, false, "Resumed", "spec.paused is false: going on")
+                .await;
+            return pure::after_spec_pause(&state, at, now);
+        }
+        if let Some(at) = lifecycle::selection_paused_at(prev) {
+            let message = "the spec selects what the rollout started with again: going on";
+            tracing::info!(rollout = %self.name, "{message}");
+            self.publish(nro, false, lifecycle::SELECTION_RESTORED, message)
+                .await;
+            return pure::after_spec_pause(&state, at, now);
+        }
+        state
     }
 
     /// Plans the rollout from a fresh read of the cluster (and checks the group contract on
@@ -510,7 +584,9 @@ impl Worker {
             tracing::info!(rollout = %self.name, domain = %d.name, nodes = d.nodes.len(),
                 protected = d.phase1.len(), unprotected = d.phase2.len(), "NodeRollout planned");
         }
-        Ok(Ok((state, pure::planned(&plan))))
+        let mut planned = pure::planned(&plan);
+        planned.selection = Some(RolloutSelection::of(&nro.spec));
+        Ok(Ok((state, planned)))
     }
 
     /// Runs the executor from `state` until it finishes or the object changes generation (or
@@ -541,8 +617,10 @@ impl Worker {
         let stopped = async move {
             let _ = stop
                 .wait_for(|o| {
-                    o.as_ref()
-                        .is_none_or(|o| o.metadata.generation != generation)
+                    o.as_ref().is_none_or(|o| {
+                        o.metadata.generation != generation
+                            || o.metadata.deletion_timestamp.is_some()
+                    })
                 })
                 .await;
         };
@@ -856,6 +934,7 @@ fn status_patch(status: &NodeRolloutStatus) -> Value {
             "progress",
             "targetGeneration",
             "observedGeneration",
+            "selection",
             "engine",
         ] {
             map.entry(key).or_insert(Value::Null);

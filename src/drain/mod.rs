@@ -20,6 +20,8 @@
 
 pub mod engine;
 mod generation;
+/// What an active NodeRollout holds on to: its selection and its finalizer.
+pub mod lifecycle;
 mod pdb;
 mod plan;
 mod preflight;

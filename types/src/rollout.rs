@@ -24,6 +24,33 @@ pub const OUTDATED_TAINT_KEY: &str = "raygate.io/outdated";
 /// Go's `time.ParseDuration` syntax, non-negative (what the duration fields accept).
 pub const DURATION_PATTERN: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
 
+/// The phases in which a rollout that started is active: its selection (`udLabel`,
+/// `nodeSelector`, `generation`) is fixed then (see [`NodeRolloutStatus::selection`]).
+pub const ACTIVE_PHASES: [&str; 2] = ["Running", "Paused"];
+
+/// The API server's messages for a selection field changed while the rollout is active.
+pub const SELECTION_FIXED_UD_LABEL: &str = "udLabel cannot change while the rollout is active \
+     (status.phase Running or Paused after it started): its upgrade domains were planned with it; \
+     create a new NodeRollout instead";
+pub const SELECTION_FIXED_NODE_SELECTOR: &str = "nodeSelector cannot change while the rollout is \
+     active (status.phase Running or Paused after it started): its nodes were planned with it; \
+     create a new NodeRollout instead";
+pub const SELECTION_FIXED_GENERATION: &str = "generation cannot change while the rollout is active \
+     (status.phase Running or Paused after it started): its target generation was planned with \
+     it; create a new NodeRollout instead";
+
+/// A transition rule: `unchanged` must hold while the stored object is active (it started,
+/// which the status's `selection` record says, and its phase is Running or Paused). The status
+/// in `oldSelf` is the stored one: an update of the object keeps it, and an update of the status
+/// leaves the spec as it is.
+fn selection_fixed(unchanged: &str) -> String {
+    format!(
+        "!(has(oldSelf.status) && has(oldSelf.status.selection) && has(oldSelf.status.phase) && \
+         oldSelf.status.phase in ['{}', '{}']) || ({unchanged})",
+        ACTIVE_PHASES[0], ACTIVE_PHASES[1]
+    )
+}
+
 fn default_domain_label() -> String {
     DEFAULT_UPGRADE_DOMAIN_LABEL.to_string()
 }
@@ -74,7 +101,10 @@ fn default_upgrade_value() -> String {
         type_ = "date",
         json_path = ".metadata.creationTimestamp",
         description = "Time this rollout was created"
-    )
+    ),
+    validation = Rule::new(selection_fixed("self.spec.udLabel == oldSelf.spec.udLabel")).message(SELECTION_FIXED_UD_LABEL).field_path(".spec.udLabel"),
+    validation = Rule::new(selection_fixed("has(self.spec.generation) == has(oldSelf.spec.generation) && (!has(self.spec.generation) || self.spec.generation == oldSelf.spec.generation)")).message(SELECTION_FIXED_GENERATION).field_path(".spec.generation"),
+    validation = Rule::new(selection_fixed("has(self.spec.nodeSelector) == has(oldSelf.spec.nodeSelector) && (!has(self.spec.nodeSelector) || self.spec.nodeSelector == oldSelf.spec.nodeSelector)")).message(SELECTION_FIXED_NODE_SELECTOR).field_path(".spec.nodeSelector"),
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -332,10 +362,39 @@ pub struct NodeRolloutStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// What the rollout selected when it started (`udLabel`, `nodeSelector`, `generation`), as
+    /// its plan used it. While the rollout is active (`Running` or `Paused`) these spec fields
+    /// are fixed: the API server refuses a change (a CEL transition rule), and the controller
+    /// pauses a rollout whose spec differs from this record (condition `Ready=False`, reason
+    /// `SelectionChanged`) until the spec says the same again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<RolloutSelection>,
     /// The drain engine's state (compact JSON), written by the controller with every status so
     /// a new leader goes on where the last one stopped. Not an interface: read the fields above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+}
+
+/// The spec fields that say which nodes a rollout drains and how they fall into upgrade domains.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSelection {
+    pub ud_label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerationSpec>,
+}
+
+impl RolloutSelection {
+    /// The selection `spec` makes.
+    pub fn of(spec: &NodeRolloutSpec) -> Self {
+        RolloutSelection {
+            ud_label: spec.ud_label.clone(),
+            node_selector: spec.node_selector.clone(),
+            generation: spec.generation.clone(),
+        }
+    }
 }
 
 /// One upgrade domain's progress.

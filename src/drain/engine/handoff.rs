@@ -102,10 +102,7 @@ impl<'a> Stepper<'a> {
 
     /// Whether raygate made the node's cordon (see [`DomainState::cordoned`]).
     pub(super) fn cordoned_by_me(&self, i: usize, node: &str) -> bool {
-        self.s.domains[i]
-            .cordoned
-            .as_ref()
-            .is_none_or(|mine| mine.contains(node))
+        super::give_back::cordoned_by_raygate(&self.s.domains[i], node)
     }
 
     pub(super) fn replace(&mut self, i: usize, label: &str, value: &str) -> bool {

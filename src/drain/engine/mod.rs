@@ -24,6 +24,7 @@
 
 mod consent;
 mod evict;
+mod give_back;
 mod groups;
 mod handoff;
 mod health;
@@ -38,6 +39,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 pub use k8s_openapi::jiff::SignedDuration;
 use k8s_openapi::jiff::Timestamp;
 
+pub use give_back::give_back;
 use groups::GroupView;
 pub use groups::Window;
 pub use types::*;
@@ -407,49 +409,15 @@ impl<'a> Stepper<'a> {
     }
 
     /// Gives back the nodes of the domains not handed off yet, and takes the taint off the
-    /// nodes of domains not started.
+    /// nodes of domains not started ([`give_back()`]).
     fn abort(&mut self) {
-        if let Some(taint) = self.o.plan.taint.clone() {
-            for n in self.nodes_of_pending_domains() {
-                // a domain not started was never cordoned by raygate: only the taint goes
-                if let Some(node) = self.node(&n)
-                    && has_taint(node, &taint)
-                {
-                    self.actions.push(Action::Uncordon {
-                        node: n,
-                        keep_cordon: true,
-                        remove_taint: Some(taint.clone()),
-                        remove_label: None,
-                    });
-                }
-            }
-        }
-        for i in 0..self.s.domains.len() {
-            if self.s.domains[i].step != Step::Draining
-                && self.s.domains[i].step != Step::HandingOff
-            {
-                continue;
-            }
-            self.s.domains[i].step = Step::Aborted;
-            for n in self.s.domains[i].nodes.clone() {
-                let Some(node) = self.node(&n) else { continue };
-                let taint = self.o.plan.taint.clone().filter(|t| has_taint(node, t));
-                let mark = self.o.handoff.mark().and_then(|(key, _)| {
-                    node.metadata
-                        .labels
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(key))
-                        .then(|| key.to_string())
-                });
-                let uncordon = is_cordoned(node) && self.cordoned_by_me(i, &n);
-                if uncordon || taint.is_some() || mark.is_some() {
-                    self.actions.push(Action::Uncordon {
-                        node: n,
-                        keep_cordon: !uncordon,
-                        remove_taint: taint,
-                        remove_label: mark,
-                    });
-                }
+        let mark = self.o.handoff.mark().map(|(key, _)| key);
+        let taint = self.o.plan.taint.as_ref();
+        let given = give_back(&self.s, self.obs.nodes, taint, mark);
+        self.actions.extend(given);
+        for d in &mut self.s.domains {
+            if matches!(d.step, Step::Draining | Step::HandingOff) {
+                d.step = Step::Aborted;
             }
         }
     }
