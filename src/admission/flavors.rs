@@ -11,8 +11,10 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
-use super::queues::{Queues, QuotaGroup};
-use super::quota::Usage;
+use super::cohorts::QuotaGroup;
+use super::ids::{CqIx, FlavorIx, FrIx};
+use super::queues::Queues;
+use super::quota::{Charges, Usage, add_charge};
 use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
 
@@ -31,7 +33,7 @@ pub(crate) struct Replacing<'a> {
 }
 
 impl Replacing<'_> {
-    fn credit(&self, fr: usize) -> Quantity {
+    fn credit(&self, fr: FrIx) -> Quantity {
         match self.held.usage.binary_search_by_key(&fr, |(f, _)| *f) {
             Ok(i) => self.held.usage[i].1,
             Err(_) => Quantity::ZERO,
@@ -43,14 +45,14 @@ impl Replacing<'_> {
 #[derive(Debug)]
 pub(crate) struct Assignment {
     pub mode: Mode,
-    /// Per PodSet: (request index, flavor id).
-    pub flavors: Vec<Vec<(usize, usize)>>,
+    /// Per PodSet: (request index, flavor).
+    pub flavors: Vec<Vec<(usize, FlavorIx)>>,
     /// The Workload's full usage per (flavor, resource) once admitted.
-    pub totals: Vec<(usize, Quantity)>,
+    pub totals: Charges,
     /// What must fit: `totals` minus what the replaced slice holds, positive entries only.
-    pub need: Vec<(usize, Quantity)>,
+    pub need: Charges,
     /// Pairs where `need` exceeds what is available now.
-    pub short: Vec<usize>,
+    pub short: Vec<FrIx>,
     /// Why it does not fit (the first PodSet that does not).
     pub failure: Option<Failure>,
 }
@@ -68,17 +70,17 @@ pub(crate) enum Reason {
         resource: String,
     },
     Selector {
-        flavor: usize,
+        flavor: FlavorIx,
         key: String,
         wanted: String,
         has: String,
     },
     Sticky {
-        flavor: usize,
+        flavor: FlavorIx,
         resource: String,
     },
     Quota {
-        fr: usize,
+        fr: FrIx,
         need: Quantity,
         total: Quantity,
         credit: Quantity,
@@ -92,18 +94,11 @@ fn max0(q: Quantity) -> Quantity {
     if q.is_negative() { Quantity::ZERO } else { q }
 }
 
-fn get(totals: &[(usize, Quantity)], fr: usize) -> Quantity {
+fn get(totals: &[(FrIx, Quantity)], fr: FrIx) -> Quantity {
     totals
         .iter()
         .find(|(f, _)| *f == fr)
         .map_or(Quantity::ZERO, |(_, q)| *q)
-}
-
-fn add(totals: &mut Vec<(usize, Quantity)>, fr: usize, q: Quantity) {
-    match totals.iter_mut().find(|(f, _)| *f == fr) {
-        Some((_, t)) => *t += q,
-        None => totals.push((fr, q)),
-    }
 }
 
 fn no_fit(failure: Failure) -> Assignment {
@@ -128,7 +123,7 @@ fn failure(podset: &str, reasons: Vec<Reason>) -> Failure {
 pub(crate) fn assign(
     q: &Queues,
     usage: &Usage,
-    cq: usize,
+    cq: CqIx,
     podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
 ) -> Assignment {
@@ -138,7 +133,7 @@ pub(crate) fn assign(
         cq,
         replacing,
     };
-    let mut totals: Vec<(usize, Quantity)> = Vec::new();
+    let mut totals: Charges = Vec::new();
     let mut flavors = Vec::with_capacity(podsets.len());
     let mut mode = Mode::Fit;
     let mut failure = None;
@@ -166,7 +161,7 @@ pub(crate) fn assign(
             }
             mode = mode.max(m);
             for &(_, pos, ri) in reqs {
-                add(&mut totals, group.fr[fp][pos], ps.requests[ri].total);
+                add_charge(&mut totals, group.fr[fp][pos], ps.requests[ri].total);
                 chosen.push((ri, group.flavors[fp]));
             }
         }
@@ -180,12 +175,12 @@ pub(crate) fn assign(
 struct Assigner<'a> {
     q: &'a Queues,
     usage: &'a Usage,
-    cq: usize,
+    cq: CqIx,
     replacing: Option<&'a Replacing<'a>>,
 }
 
 impl Assigner<'_> {
-    fn credit(&self, fr: usize) -> Quantity {
+    fn credit(&self, fr: FrIx) -> Quantity {
         self.replacing.map_or(Quantity::ZERO, |r| r.credit(fr))
     }
 
@@ -254,14 +249,14 @@ impl Assigner<'_> {
         ps: &PodSetRequests,
         group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
-        totals: &[(usize, Quantity)],
+        totals: &[(FrIx, Quantity)],
     ) -> Result<(usize, Mode, Vec<Reason>), Failure> {
         let mut reasons = Vec::new();
         let mut preempt = None;
         for fp in self.candidates(ps, group, reqs)? {
             let fid = group.flavors[fp];
             if let Some((key, wanted, has)) =
-                conflict(&self.q.flavors[fid].node_labels, &ps.node_selector)
+                conflict(&self.q.catalog.flavors[fid].node_labels, &ps.node_selector)
             {
                 reasons.push(Reason::Selector {
                     flavor: fid,
@@ -290,9 +285,9 @@ impl Assigner<'_> {
     fn try_flavor(
         &self,
         ps: &PodSetRequests,
-        row: &[usize],
+        row: &[FrIx],
         reqs: &[(usize, usize, usize)],
-        totals: &[(usize, Quantity)],
+        totals: &[(FrIx, Quantity)],
         reasons: &mut Vec<Reason>,
     ) -> Mode {
         let tree = &self.q.tree;
@@ -318,7 +313,7 @@ impl Assigner<'_> {
                 // Kueue's `fitsResourceQuota`: preemption is tried only for what fits in the
                 // ClusterQueue's nominal quota, or in a sub-cohort below the root (no
                 // `borrowWithinCohort` here); else the flavor does not fit
-                let nominal = tree.nodes[self.cq].quota[fr].nominal;
+                let nominal = tree.node(self.cq).quota[fr].nominal;
                 if exceeds_max
                     || (need > nominal
                         && !tree.may_reclaim_in_hierarchy(self.usage, self.cq, fr, need))
@@ -335,12 +330,12 @@ impl Assigner<'_> {
     fn finish(
         &self,
         mode: Mode,
-        flavors: Vec<Vec<(usize, usize)>>,
-        mut totals: Vec<(usize, Quantity)>,
+        flavors: Vec<Vec<(usize, FlavorIx)>>,
+        mut totals: Charges,
         failure: Option<Failure>,
     ) -> Assignment {
         totals.sort_unstable_by_key(|(fr, _)| *fr);
-        let need: Vec<(usize, Quantity)> = totals
+        let need: Charges = totals
             .iter()
             .map(|&(fr, t)| (fr, max0(t - self.credit(fr))))
             .filter(|(_, n)| !n.is_zero())
@@ -378,7 +373,7 @@ fn conflict(
 }
 
 /// The user-facing message for a Workload that does not fit.
-pub(crate) fn message(q: &Queues, cq: usize, failure: &Failure, replacing: Option<&str>) -> String {
+pub(crate) fn message(q: &Queues, cq: CqIx, failure: &Failure, replacing: Option<&str>) -> String {
     let cq_name = &q.cqs[cq].name;
     let mut s = String::with_capacity(200);
     let _ = write!(s, "couldn't assign flavors to pod set {}: ", failure.podset);
@@ -401,12 +396,12 @@ pub(crate) fn message(q: &Queues, cq: usize, failure: &Failure, replacing: Optio
             } => write!(
                 s,
                 "flavor {} doesn't match the node selector {key}={wanted} (its nodeLabels have {key}={has})",
-                q.flavors[*flavor].name
+                q.catalog.flavors[*flavor].name
             ),
             Reason::Sticky { flavor, resource } => write!(
                 s,
                 "flavor {} that the replaced slice {} holds for {resource} is not in ClusterQueue {cq_name}",
-                q.flavors[*flavor].name,
+                q.catalog.flavors[*flavor].name,
                 replacing.unwrap_or("?")
             ),
             Reason::Quota { .. } => write_quota_reason(&mut s, q, cq, r, replacing),
@@ -420,7 +415,7 @@ pub(crate) fn message(q: &Queues, cq: usize, failure: &Failure, replacing: Optio
 fn write_quota_reason(
     s: &mut String,
     q: &Queues,
-    cq: usize,
+    cq: CqIx,
     reason: &Reason,
     replacing: Option<&str>,
 ) -> std::fmt::Result {
@@ -437,14 +432,15 @@ fn write_quota_reason(
         return Ok(());
     };
     let cq_name = &q.cqs[cq].name;
-    let (res, flavor) = (q.resource_name(*fr), q.flavor_name(*fr));
+    let (res, flavor) = (q.catalog.resource_name(*fr), q.catalog.flavor_name(*fr));
     let delta = match replacing {
         Some(old) if !credit.is_zero() => {
             format!(" ({total} for this slice minus {credit} held by {old})")
         }
         _ => String::new(),
     };
-    let nominal = q.tree.nodes[cq].quota[*fr].nominal;
+    let node = q.tree.node(cq);
+    let nominal = node.quota[*fr].nominal;
     let available = max0(*available);
     if !*exceeds_max {
         return write!(
@@ -453,10 +449,7 @@ fn write_quota_reason(
             *need - available
         );
     }
-    let limit = match (
-        q.tree.nodes[cq].parent,
-        q.tree.nodes[cq].quota[*fr].borrowing_limit,
-    ) {
+    let limit = match (node.parent, node.quota[*fr].borrowing_limit) {
         (None, _) => String::new(),
         (Some(_), Some(bl)) => format!(" with borrowing limit {bl}"),
         (Some(_), None) => " with all the cohort can lend".to_string(),

@@ -9,38 +9,38 @@
 
 use std::collections::HashMap;
 
+use super::ids::{CqIx, TiVec, WorkloadIx};
 use super::queues::Queues;
-use super::workloads::{NO_SHAPE, PodSetRequests, shape_hash};
+use super::workloads::{NO_SHAPE, PodSetRequests, WorkloadEntry, shape_hash};
+use super::{Options, Snapshot};
 
 /// (ClusterQueue, not a preemptor, priority reversed, queue order time, rank, Workload).
 pub(crate) type QueueKey = (
-    usize,
+    CqIx,
     bool,
     std::cmp::Reverse<i32>,
     k8s_openapi::jiff::Timestamp,
     u32,
-    usize,
+    WorkloadIx,
 );
-use super::workloads::WorkloadEntry;
-use super::{Options, Snapshot};
 
 /// The whole indexed view.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Index {
     pub q: Queues,
     /// Parallel to `Snapshot::workloads`.
-    pub workloads: Vec<WorkloadEntry>,
-    pub by_key: HashMap<String, usize, foldhash::fast::FixedState>,
+    pub workloads: TiVec<WorkloadIx, WorkloadEntry>,
+    pub by_key: HashMap<String, WorkloadIx, foldhash::fast::FixedState>,
     /// Shapes by hash: (shape id, its PodSets); a Workload's `shape` indexes `shape_podsets`.
     shapes: HashMap<u64, Vec<u32>, foldhash::fast::FixedState>,
     shape_podsets: Vec<Vec<PodSetRequests>>,
-    /// Workload indexes sorted by key.
-    pub sorted: Vec<usize>,
+    /// Workloads sorted by key.
+    pub sorted: Vec<WorkloadIx>,
     /// Position of each Workload in `sorted`: compares like its key, without comparing strings.
-    pub rank: Vec<u32>,
+    pub rank: TiVec<WorkloadIx, u32>,
     /// Every Workload with a ClusterQueue in queue order (see [`Index::queue_key`]), pending or
     /// not; `None` when a change may have moved one (then a pass sorts afresh).
-    pub order: Option<Vec<usize>>,
+    pub order: Option<Vec<WorkloadIx>>,
     /// A pass reports every Pending decision, also one that would change nothing (tests).
     pub report_unchanged: bool,
 }
@@ -50,14 +50,14 @@ impl Index {
     /// the first (in name order, then input order) is used.
     pub fn build(snapshot: &Snapshot, options: &Options) -> Index {
         let q = Queues::build(snapshot, options);
-        let workloads: Vec<WorkloadEntry> =
+        let workloads: TiVec<WorkloadIx, WorkloadEntry> =
             snapshot.workloads.iter().map(|w| q.derive(w)).collect();
         let mut ix = Index {
             q,
             workloads,
             ..Index::default()
         };
-        for i in 0..ix.workloads.len() {
+        for i in ix.workloads.keys() {
             ix.intern_shape(i);
         }
         ix.reindex_keys();
@@ -68,7 +68,7 @@ impl Index {
     /// Sets Workload `i`'s shape: the id of its PodSets, shared with every Workload whose
     /// PodSets are equal (a pass compares shapes for each pending Workload; ids spare it
     /// comparing the PodSets themselves).
-    pub fn intern_shape(&mut self, i: usize) {
+    pub fn intern_shape(&mut self, i: WorkloadIx) {
         let Ok(podsets) = &self.workloads[i].podsets else {
             self.workloads[i].shape = NO_SHAPE;
             return;
@@ -94,7 +94,7 @@ impl Index {
 
     /// A Workload's place in its ClusterQueue: a Workload that preempted in an earlier pass
     /// first, then priority (higher first), then queue order time, then key (by rank).
-    pub fn queue_key(&self, i: usize) -> Option<QueueKey> {
+    pub fn queue_key(&self, i: WorkloadIx) -> Option<QueueKey> {
         let w = &self.workloads[i];
         let t = w.target.as_ref().ok()?;
         Some((
@@ -121,15 +121,15 @@ impl Index {
     /// Rebuilds the key map and marks duplicates (the first in input order wins).
     pub fn reindex_keys(&mut self) {
         self.by_key.clear();
-        for (i, w) in self.workloads.iter_mut().enumerate() {
+        for (i, w) in self.workloads.iter_mut_enumerated() {
             w.duplicate = self.by_key.contains_key(&w.key);
             if !w.duplicate {
                 self.by_key.insert(w.key.clone(), i);
             }
         }
-        let mut sorted: Vec<usize> = self.by_key.values().copied().collect();
+        let mut sorted: Vec<WorkloadIx> = self.by_key.values().copied().collect();
         sorted.sort_by(|&a, &b| self.workloads[a].key.cmp(&self.workloads[b].key));
-        self.rank = vec![u32::MAX; self.workloads.len()];
+        self.rank = TiVec::from(vec![u32::MAX; self.workloads.len()]);
         for (r, &i) in sorted.iter().enumerate() {
             self.rank[i] = u32::try_from(r).unwrap_or(u32::MAX);
         }

@@ -32,16 +32,20 @@
 //! [`Scheduler`] keeps the indexed snapshot between passes (the controller's loop, the CLI, the
 //! benchmark); [`run_until_stable`] runs passes until nothing changes.
 //!
-//! Modules, in the order data flows through them: `index` builds the view once (`queues`:
-//! flavors, ClusterQueues, LocalQueues, priority classes; `cohorts`: quotas and the cohort tree;
+//! Modules, in the order data flows through them: `index` builds the view once, its tables keyed
+//! by the typed ids of `ids` (`catalog`: flavors, resources and (flavor, resource) pairs;
+//! `cohorts`: quotas and the cohort tree; `queues`: ClusterQueues, LocalQueues, priority classes;
 //! `workloads`: one entry per Workload with its requests and held quota); `cycle` runs a pass
-//! (`evict_without_quota`, `nominate`, `process_entry` → `flavors::assign` and
-//! `preemption::targets`, `report_usage`) over `quota`'s resource-node arithmetic; `status` turns
-//! decisions into Kueue status values.
+//! (`pass`: evictions without quota; `nominate`: queues and rounds; `entry`: one Workload →
+//! `flavors::assign`, `preempt` → `preemption::targets`; `hold` and `late`: Workloads held back;
+//! `lookahead`: what the next passes would undo; `usage`: the report) over `quota`'s
+//! resource-node arithmetic; `status` turns decisions into Kueue status values.
 
+mod catalog;
 mod cohorts;
 mod cycle;
 mod flavors;
+mod ids;
 mod index;
 mod preemption;
 mod queues;
@@ -70,6 +74,7 @@ use crate::types::kueue::{
     Admission, ClusterQueue, Cohort, FlavorUsage, LocalQueue, LocalQueueFlavorUsage,
     ResourceFlavor, Workload, WorkloadPriorityClass, WorkloadStatus,
 };
+use ids::WorkloadIx;
 use index::Index;
 
 /// The objects admission decides on.
@@ -390,7 +395,7 @@ impl Scheduler {
             let Some(&i) = self.index.by_key.get(d.workload()) else {
                 continue;
             };
-            let w = &mut self.snapshot.workloads[i];
+            let w = &mut self.snapshot.workloads[usize::from(i)];
             let generation = w.metadata.generation;
             if let Decision::Pending {
                 reason, message, ..
@@ -434,7 +439,7 @@ impl Scheduler {
         let Some(&i) = self.index.by_key.get(key) else {
             return false;
         };
-        change(&mut self.snapshot.workloads[i]);
+        change(&mut self.snapshot.workloads[usize::from(i)]);
         self.refresh(i);
         true
     }
@@ -450,8 +455,8 @@ impl Scheduler {
         let Some(&i) = self.index.by_key.get(key) else {
             return false;
         };
-        if let Some(s) = change(&self.snapshot.workloads[i]) {
-            self.snapshot.workloads[i].status = Some(s);
+        if let Some(s) = change(&self.snapshot.workloads[usize::from(i)]) {
+            self.snapshot.workloads[usize::from(i)].status = Some(s);
             self.refresh_status(i);
         }
         true
@@ -471,9 +476,9 @@ impl Scheduler {
     }
 
     /// Workload `i`'s status changed, not its spec.
-    fn refresh_status(&mut self, i: usize) {
+    fn refresh_status(&mut self, i: WorkloadIx) {
         let old_place = self.index.queue_key(i);
-        let w = &self.snapshot.workloads[i];
+        let w = &self.snapshot.workloads[usize::from(i)];
         self.index.q.derive_status(w, &mut self.index.workloads[i]);
         if self.index.queue_key(i) != old_place {
             // it moved in its queue: sort again before the next pass
@@ -481,10 +486,13 @@ impl Scheduler {
         }
     }
 
-    fn refresh(&mut self, i: usize) {
+    fn refresh(&mut self, i: WorkloadIx) {
         let old_key = std::mem::take(&mut self.index.workloads[i].key);
         let old_place = self.index.queue_key(i);
-        let info = self.index.q.derive(&self.snapshot.workloads[i]);
+        let info = self
+            .index
+            .q
+            .derive(&self.snapshot.workloads[usize::from(i)]);
         let rekey = info.key != old_key;
         let duplicate = self.index.workloads[i].duplicate;
         self.index.workloads[i] = workloads::WorkloadEntry { duplicate, ..info };

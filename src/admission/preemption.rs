@@ -20,41 +20,45 @@
 //! lower priority first, most recently admitted first), added until the preemptor fits, then
 //! every one that is not needed is dropped again walking back: a minimal set.
 
+use super::ids::{CqIx, FrIx, NodeIx, TiSlice, WorkloadIx};
 use super::index::Index;
-use super::quota::Usage;
+use super::quota::{Charges, Usage};
 use crate::quantity::Quantity;
 use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue};
 
 /// A Workload to evict.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Victim {
-    pub workload: usize,
+    pub workload: WorkloadIx,
     /// In the preemptor's own ClusterQueue (else reclaimed from another one in the cohort).
     pub same_queue: bool,
 }
 
 /// The preemptor.
 pub(crate) struct Preemptor<'a> {
-    pub workload: usize,
-    pub cq: usize,
+    pub workload: WorkloadIx,
+    pub cq: CqIx,
     /// What must fit, per (flavor, resource).
-    pub need: &'a [(usize, Quantity)],
+    pub need: &'a [(FrIx, Quantity)],
     /// Pairs where it does not fit now.
-    pub short: &'a [usize],
+    pub short: &'a [FrIx],
     /// A Workload that must not be chosen (the slice a replacement replaces).
-    pub spare: Option<usize>,
+    pub spare: Option<WorkloadIx>,
 }
 
 /// Quota held by a Workload admitted earlier in the same pass: (ClusterQueue, usage per
 /// (flavor, resource)). Indexed by Workload; empty when only the pass's starting holders count.
-pub(crate) type Admitted = [Option<(usize, Vec<(usize, Quantity)>)>];
+pub(crate) type Admitted = TiSlice<WorkloadIx, Option<(CqIx, Charges)>>;
+
+/// Holders per ClusterQueue.
+pub(crate) type Holders = TiSlice<CqIx, Vec<WorkloadIx>>;
 
 /// Per-cycle facts about Workloads the search must respect.
 pub(crate) struct Exclusions<'a> {
     /// Gone this cycle (finished): hold nothing.
-    pub gone: &'a [bool],
+    pub gone: &'a TiSlice<WorkloadIx, bool>,
     /// Already being evicted (status or earlier this cycle): preferred, not evicted twice.
-    pub evicting: &'a [bool],
+    pub evicting: &'a TiSlice<WorkloadIx, bool>,
     /// Admitted in this pass (see [`Admitted`]): what they hold, for a search that counts them.
     pub admitted: &'a Admitted,
 }
@@ -63,8 +67,8 @@ pub(crate) struct Exclusions<'a> {
 fn holding<'a>(
     ix: &'a Index,
     ex: &Exclusions<'a>,
-    w: usize,
-) -> Option<(usize, &'a [(usize, Quantity)])> {
+    w: WorkloadIx,
+) -> Option<(CqIx, &'a [(FrIx, Quantity)])> {
     if let Some(Some((cq, usage))) = ex.admitted.get(w) {
         return Some((*cq, usage.as_slice()));
     }
@@ -87,24 +91,25 @@ enum Variant {
 }
 
 struct Candidate {
-    workload: usize,
-    cq: usize,
+    workload: WorkloadIx,
+    cq: CqIx,
     same_queue: bool,
     evicting: bool,
     variant: Variant,
     /// The lowest Cohort holding both the candidate's and the preemptor's ClusterQueue (`None`
     /// in the preemptor's own ClusterQueue).
-    lca: Option<usize>,
+    lca: Option<NodeIx>,
 }
 
-fn uses_any(ix: &Index, ex: &Exclusions, w: usize, frs: &[usize]) -> bool {
+fn uses_any(ix: &Index, ex: &Exclusions, w: WorkloadIx, frs: &[FrIx]) -> bool {
     holding(ix, ex, w)
         .is_some_and(|(_, usage)| usage.iter().any(|(fr, q)| !q.is_zero() && frs.contains(fr)))
 }
 
 /// Kueue's `IsWithinNominalInResources`: `node` (ClusterQueue or Cohort) uses no more than its
 /// subtree quota (a ClusterQueue's: its nominal quota) of any of `frs`.
-fn within_nominal(ix: &Index, usage: &Usage, node: usize, frs: &[usize]) -> bool {
+fn within_nominal(ix: &Index, usage: &Usage, node: impl Into<NodeIx>, frs: &[FrIx]) -> bool {
+    let node = node.into();
     frs.iter()
         .all(|&fr| usage.get(node, fr) <= ix.q.tree.nodes[node].subtree[fr])
 }
@@ -123,7 +128,7 @@ fn still_valid(ix: &Index, usage: &Usage, p: &Preemptor, c: &Candidate, borrow: 
     if within_nominal(ix, usage, c.cq, p.short) {
         return false;
     }
-    let mut at = ix.q.tree.nodes[c.cq].parent;
+    let mut at = ix.q.tree.node(c.cq).parent;
     while let Some(x) = at {
         if Some(x) == c.lca {
             break;
@@ -136,7 +141,7 @@ fn still_valid(ix: &Index, usage: &Usage, p: &Preemptor, c: &Candidate, borrow: 
     true
 }
 
-fn charge(ix: &Index, ex: &Exclusions, usage: &mut Usage, w: usize, add: bool) {
+fn charge(ix: &Index, ex: &Exclusions, usage: &mut Usage, w: WorkloadIx, add: bool) {
     let Some((cq, held)) = holding(ix, ex, w) else {
         return;
     };
@@ -153,7 +158,7 @@ fn fits(ix: &Index, usage: &Usage, p: &Preemptor, allow_borrowing: bool) -> bool
     let tree = &ix.q.tree;
     p.need.iter().all(|&(fr, need)| {
         need <= tree.available(usage, p.cq, fr)
-            && (allow_borrowing || usage.get(p.cq, fr) + need <= tree.nodes[p.cq].subtree[fr])
+            && (allow_borrowing || usage.get(p.cq, fr) + need <= tree.node(p.cq).subtree[fr])
     })
 }
 
@@ -222,7 +227,7 @@ fn minimal(
 pub(crate) fn targets(
     ix: &Index,
     usage: &mut Usage,
-    admitted_by_cq: &[Vec<usize>],
+    admitted_by_cq: &Holders,
     p: &Preemptor,
     ex: &Exclusions,
 ) -> Vec<Victim> {
@@ -247,7 +252,7 @@ pub(crate) fn targets(
     let under_nominal = p
         .short
         .iter()
-        .all(|&fr| usage.get(p.cq, fr) < ix.q.tree.nodes[p.cq].subtree[fr]);
+        .all(|&fr| usage.get(p.cq, fr) < ix.q.tree.node(p.cq).subtree[fr]);
     // without `borrowWithinCohort`, reclaiming by priority alone needs the preemptor to fit
     // without borrowing; which attempt goes first is Kueue's (its comment: compatibility)
     let attempts: &[bool] = if no_other_queue || !under_nominal {
@@ -266,14 +271,14 @@ pub(crate) fn targets(
     Vec::new()
 }
 
-fn eligible(p: &Preemptor, ex: &Exclusions, w: usize) -> bool {
+fn eligible(p: &Preemptor, ex: &Exclusions, w: WorkloadIx) -> bool {
     !ex.gone[w] && Some(w) != p.spare && w != p.workload
 }
 
 /// Holders in the preemptor's own ClusterQueue that `withinClusterQueue` lets it preempt.
 fn within_queue(
     ix: &Index,
-    admitted_by_cq: &[Vec<usize>],
+    admitted_by_cq: &Holders,
     p: &Preemptor,
     ex: &Exclusions,
 ) -> Vec<Candidate> {
@@ -316,7 +321,7 @@ fn within_queue(
 fn in_cohort(
     ix: &Index,
     usage: &Usage,
-    admitted_by_cq: &[Vec<usize>],
+    admitted_by_cq: &Holders,
     p: &Preemptor,
     ex: &Exclusions,
 ) -> (Vec<Candidate>, Vec<Candidate>) {
@@ -324,7 +329,7 @@ fn in_cohort(
     let me = &ix.workloads[p.workload];
     let tree = &ix.q.tree;
     let (mut hierarchy, mut priority) = (Vec::new(), Vec::new());
-    if cq.reclaim == ReclaimWithinCohort::Never || tree.nodes[p.cq].parent.is_none() {
+    if cq.reclaim == ReclaimWithinCohort::Never || tree.node(p.cq).parent.is_none() {
         return (hierarchy, priority);
     }
     let advantage = advantage_by_ancestor(ix, usage, p);
@@ -333,7 +338,7 @@ fn in_cohort(
             continue;
         }
         // up to the lowest common ancestor, every Cohort on the way over its quota
-        let mut at = tree.nodes[other].parent;
+        let mut at = tree.node(other).parent;
         let mut found = None;
         while let Some(x) = at {
             if let Some(&(_, adv)) = advantage.iter().find(|(a, _)| *a == x) {
@@ -374,11 +379,11 @@ fn in_cohort(
 /// The preemptor's ancestors from its parent to the root, each with whether the preemptor has
 /// the hierarchical advantage over candidates whose lowest common ancestor with it is that
 /// Cohort (the `hasHierarchicalAdvantage` of Kueue's loop when it collects there).
-fn advantage_by_ancestor(ix: &Index, usage: &Usage, p: &Preemptor) -> Vec<(usize, bool)> {
+fn advantage_by_ancestor(ix: &Index, usage: &Usage, p: &Preemptor) -> Vec<(NodeIx, bool)> {
     let tree = &ix.q.tree;
-    let (mut adv, mut remaining) = fits_in_quota(ix, usage, p.cq, p.need);
+    let (mut adv, mut remaining) = fits_in_quota(ix, usage, p.cq.node(), p.need);
     let mut out = Vec::new();
-    let mut at = tree.nodes[p.cq].parent;
+    let mut at = tree.node(p.cq).parent;
     while let Some(x) = at {
         out.push((x, adv));
         let (fits, rest) = fits_in_quota(ix, usage, x, &remaining);
@@ -395,9 +400,9 @@ fn advantage_by_ancestor(ix: &Index, usage: &Usage, p: &Preemptor) -> Vec<(usize
 fn fits_in_quota(
     ix: &Index,
     usage: &Usage,
-    node: usize,
-    requests: &[(usize, Quantity)],
-) -> (bool, Vec<(usize, Quantity)>) {
+    node: NodeIx,
+    requests: &[(FrIx, Quantity)],
+) -> (bool, Charges) {
     let n = &ix.q.tree.nodes[node];
     let mut fits = true;
     let mut remaining = Vec::with_capacity(requests.len());

@@ -1,7 +1,7 @@
 //! The queues of a [`Snapshot`] as admission sees them: ResourceFlavors, ClusterQueues (with their
 //! parsed quota, queueing and preemption policy, namespace selector and why they are inactive),
 //! LocalQueues and WorkloadPriorityClasses, with flavors, resources and (flavor, resource) pairs
-//! interned to dense ids.
+//! interned to dense ids ([`Catalog`]).
 //!
 //! Decides which ClusterQueue a Workload's `spec.queueName` leads to, whether a ClusterQueue
 //! selects a namespace, and whether a ClusterQueue is active (its own quota, its flavors, its
@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::cohorts::{self, CohortTree, ParsedQuota};
+use super::catalog::Catalog;
+use super::cohorts::{self, CohortTree, ParsedQuota, QuotaGroup};
+use super::ids::{CqIx, FrIx, LqIx, NodeIx, ResourceIx, TiVec};
 use super::quota::Tree;
 use super::{Options, Snapshot};
 use crate::labels::Selector;
@@ -20,30 +22,13 @@ use crate::types::kueue::{
     WithinClusterQueue, Workload, WorkloadPriorityClass,
 };
 
-/// A ResourceFlavor (or a flavor name something refers to).
-#[derive(Clone, Debug)]
-pub(crate) struct FlavorEntry {
-    pub name: String,
-    pub exists: bool,
-    pub node_labels: BTreeMap<String, String>,
-}
-
-/// One resource group of a ClusterQueue or Cohort, as ids: `fr[flavor position][resource
-/// position]` is the (flavor, resource) id.
-#[derive(Clone, Debug)]
-pub(crate) struct QuotaGroup {
-    pub resources: Vec<usize>,
-    pub flavors: Vec<usize>,
-    pub fr: Vec<Vec<usize>>,
-}
-
 /// A ClusterQueue; its id is also its node id in the tree.
 #[derive(Clone, Debug)]
 pub(crate) struct ClusterQueueEntry {
     pub name: String,
     pub groups: Vec<QuotaGroup>,
-    /// resource id → (group, position in the group)
-    pub group_of: Vec<Option<(usize, usize)>>,
+    /// resource → (group, position in the group)
+    pub group_of: TiVec<ResourceIx, Option<(usize, usize)>>,
     pub strategy: QueueingStrategy,
     pub stop: StopPolicy,
     pub within: WithinClusterQueue,
@@ -56,9 +41,9 @@ pub(crate) struct ClusterQueueEntry {
     /// Why the ClusterQueue admits nothing (`None`: active), and the Active condition's reason.
     pub inactive: Option<(&'static str, String)>,
     /// Root node of its cohort tree (itself without a cohort).
-    pub root: usize,
+    pub root: NodeIx,
     /// (flavor, resource) pairs of its quota in spec order, for usage reports.
-    pub frs: Vec<usize>,
+    pub frs: Vec<FrIx>,
 }
 
 /// A LocalQueue.
@@ -73,28 +58,20 @@ pub(crate) struct LocalQueueEntry {
 /// The queue a pending Workload goes to.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Target {
-    pub cq: usize,
+    pub cq: CqIx,
 }
 
 /// Everything but the Workloads.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Queues {
-    pub flavors: Vec<FlavorEntry>,
-    pub(super) flavor_ids: HashMap<String, usize>,
-    pub resources: Vec<String>,
-    pub(super) resource_ids: HashMap<String, usize>,
-    /// (flavor id, resource id) per fr id.
-    pub frs: Vec<(usize, usize)>,
-    fr_ids: HashMap<(usize, usize), usize>,
+    pub catalog: Catalog,
     pub tree: Tree,
-    pub cqs: Vec<ClusterQueueEntry>,
-    pub cq_ids: HashMap<String, usize>,
-    /// Cohort node id → name.
-    pub cohort_names: BTreeMap<usize, String>,
-    /// Root node id → ClusterQueues in that tree.
-    pub tree_cqs: HashMap<usize, Vec<usize>>,
-    pub lqs: Vec<LocalQueueEntry>,
-    lq_ids: HashMap<(String, String), usize>,
+    pub cqs: TiVec<CqIx, ClusterQueueEntry>,
+    pub cq_ids: HashMap<String, CqIx>,
+    /// Root node → ClusterQueues in that tree.
+    pub tree_cqs: HashMap<NodeIx, Vec<CqIx>>,
+    pub lqs: TiVec<LqIx, LocalQueueEntry>,
+    lq_ids: HashMap<(String, String), LqIx>,
     pub(super) priorities: HashMap<String, i32>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     pub(super) release_evicted: bool,
@@ -123,23 +100,27 @@ impl Queues {
         q.add_flavors(&snapshot.flavors);
         // interning order: flavors, ClusterQueue quotas, Cohort quotas, then held usage
         let cluster_queues = by_name(&snapshot.cluster_queues, |c| &c.metadata);
-        let cq_quotas: Vec<ParsedQuota> = cluster_queues
+        let cq_quotas: TiVec<CqIx, ParsedQuota> = cluster_queues
             .iter()
-            .map(|(_, c)| q.parse_groups(&c.spec.resource_groups))
+            .map(|(_, c)| cohorts::parse_groups(&mut q.catalog, &c.spec.resource_groups))
             .collect();
         let cohorts = by_name(&snapshot.cohorts, |c| &c.metadata);
         let cohort_quotas: BTreeMap<&str, ParsedQuota> = cohorts
             .iter()
-            .map(|(n, c)| (*n, q.parse_groups(&c.spec.resource_groups)))
+            .map(|(n, c)| {
+                let quota = cohorts::parse_groups(&mut q.catalog, &c.spec.resource_groups);
+                (*n, quota)
+            })
             .collect();
         q.intern_held_pairs(&snapshot.workloads);
-        let tree = cohorts::build(
-            &mut q,
+        let mut tree = cohorts::build(
+            q.catalog.frs.len(),
             &cluster_queues,
             &cq_quotas,
             &cohorts,
             &cohort_quotas,
         );
+        q.tree = std::mem::take(&mut tree.tree);
         q.add_cluster_queues(&cluster_queues, cq_quotas, &tree);
         q.finish_tree();
         q.add_local_queues(&snapshot.local_queues);
@@ -149,9 +130,10 @@ impl Queues {
 
     fn add_flavors(&mut self, flavors: &[ResourceFlavor]) {
         for (name, f) in by_name(flavors, |f| &f.metadata) {
-            let id = self.flavor_id(name);
-            self.flavors[id].exists = true;
-            self.flavors[id].node_labels = f.spec.node_labels.clone().unwrap_or_default();
+            let id = self.catalog.intern_flavor(name);
+            let flavor = &mut self.catalog.flavors[id];
+            flavor.exists = true;
+            flavor.node_labels = f.spec.node_labels.clone().unwrap_or_default();
         }
     }
 
@@ -163,9 +145,9 @@ impl Queues {
             .flat_map(|adm| &adm.pod_set_assignments);
         for psa in assignments {
             for (res, fl) in &psa.flavors {
-                let f = self.flavor_id(fl);
-                let r = self.resource_id(res);
-                self.fr_id(f, r);
+                let f = self.catalog.intern_flavor(fl);
+                let r = self.catalog.intern_resource(res);
+                self.catalog.intern_fr(f, r);
             }
         }
     }
@@ -174,13 +156,13 @@ impl Queues {
     fn add_cluster_queues(
         &mut self,
         cluster_queues: &[(&str, &ClusterQueue)],
-        quotas: Vec<ParsedQuota>,
+        quotas: TiVec<CqIx, ParsedQuota>,
         tree: &CohortTree,
     ) {
-        for (i, ((name, cq), raw)) in cluster_queues.iter().zip(quotas).enumerate() {
+        for ((i, raw), (name, cq)) in quotas.into_iter_enumerated().zip(cluster_queues) {
             let cohort = cq.spec.cohort_name.as_deref().filter(|n| !n.is_empty());
             if let Some(c) = cohort {
-                self.tree.nodes[i].parent = Some(tree.node[c]);
+                self.tree.nodes[i.node()].parent = Some(tree.node[c]);
             }
             let mut inactive = quota_inactive(name, &raw).or_else(|| {
                 let m = cohort.and_then(|c| tree.broken.get(c))?;
@@ -209,14 +191,14 @@ impl Queues {
             self.cqs.push(ClusterQueueEntry {
                 name: name.to_string(),
                 groups: raw.groups,
-                group_of: Vec::new(),
+                group_of: TiVec::new(),
                 strategy: cq.spec.queueing_strategy.unwrap_or_default(),
                 stop: cq.spec.stop_policy.unwrap_or_default(),
                 within: preemption.within_cluster_queue.unwrap_or_default(),
                 reclaim: preemption.reclaim_within_cohort.unwrap_or_default(),
                 selector,
                 inactive,
-                root: i,
+                root: i.node(),
                 frs: raw.frs,
             });
         }
@@ -225,15 +207,15 @@ impl Queues {
     /// Finalizes the tree's quotas, then each ClusterQueue's resource → group map and root.
     fn finish_tree(&mut self) {
         self.tree.finalize();
-        let n_res = self.resources.len();
-        for c in 0..self.cqs.len() {
-            let mut group_of = vec![None; n_res];
+        let n_res = self.catalog.resources.len();
+        for c in self.cqs.keys() {
+            let mut group_of = TiVec::from(vec![None; n_res]);
             for (gi, g) in self.cqs[c].groups.iter().enumerate() {
                 for (pos, &r) in g.resources.iter().enumerate() {
                     group_of[r].get_or_insert((gi, pos));
                 }
             }
-            let mut root = c;
+            let mut root = c.node();
             let mut hops = 0;
             while let Some(p) = self.tree.nodes[root].parent {
                 root = p;
@@ -260,14 +242,13 @@ impl Queues {
         lqs.sort_by_key(|(k, _)| *k);
         lqs.dedup_by_key(|(k, _)| *k);
         for ((ns, name), l) in lqs {
-            self.lq_ids
-                .insert((ns.to_string(), name.to_string()), self.lqs.len());
-            self.lqs.push(LocalQueueEntry {
+            let id = self.lqs.push_and_get_key(LocalQueueEntry {
                 namespace: ns.to_string(),
                 name: name.to_string(),
                 cluster_queue: l.spec.cluster_queue.clone().filter(|c| !c.is_empty()),
                 stop: l.spec.stop_policy.unwrap_or_default(),
             });
+            self.lq_ids.insert((ns.to_string(), name.to_string()), id);
         }
     }
 
@@ -277,55 +258,7 @@ impl Queues {
         }
     }
 
-    pub(super) fn flavor_id(&mut self, name: &str) -> usize {
-        if let Some(&id) = self.flavor_ids.get(name) {
-            return id;
-        }
-        self.flavors.push(FlavorEntry {
-            name: name.to_string(),
-            exists: false,
-            node_labels: BTreeMap::new(),
-        });
-        self.flavor_ids
-            .insert(name.to_string(), self.flavors.len() - 1);
-        self.flavors.len() - 1
-    }
-
-    pub(super) fn resource_id(&mut self, name: &str) -> usize {
-        if let Some(&id) = self.resource_ids.get(name) {
-            return id;
-        }
-        self.resources.push(name.to_string());
-        self.resource_ids
-            .insert(name.to_string(), self.resources.len() - 1);
-        self.resources.len() - 1
-    }
-
-    pub(super) fn fr_id(&mut self, flavor: usize, resource: usize) -> usize {
-        if let Some(&id) = self.fr_ids.get(&(flavor, resource)) {
-            return id;
-        }
-        self.frs.push((flavor, resource));
-        self.fr_ids.insert((flavor, resource), self.frs.len() - 1);
-        self.frs.len() - 1
-    }
-
-    /// The (flavor, resource) id of names, if any quota or held usage mentions the pair.
-    pub fn find_fr(&self, flavor: &str, resource: &str) -> Option<usize> {
-        let f = self.flavor_ids.get(flavor)?;
-        let r = self.resource_ids.get(resource)?;
-        self.fr_ids.get(&(*f, *r)).copied()
-    }
-
-    pub fn flavor_name(&self, fr: usize) -> &str {
-        &self.flavors[self.frs[fr].0].name
-    }
-
-    pub fn resource_name(&self, fr: usize) -> &str {
-        &self.resources[self.frs[fr].1]
-    }
-
-    pub fn namespace_matches(&self, cq: usize, namespace: &str) -> bool {
+    pub fn namespace_matches(&self, cq: CqIx, namespace: &str) -> bool {
         match &self.cqs[cq].selector {
             None => true,
             Some(s) => s.matches(self.namespace_labels.get(namespace)),
@@ -337,7 +270,7 @@ impl Queues {
         &self,
         namespace: &str,
         queue: Option<&str>,
-    ) -> (Option<usize>, Result<Target, String>) {
+    ) -> (Option<LqIx>, Result<Target, String>) {
         let Some(queue) = queue.filter(|q| !q.is_empty()) else {
             return (None, Err("Workload has no spec.queueName".to_string()));
         };

@@ -7,7 +7,19 @@
 //! (`subtree − lendingLimit`). Usage beyond `guaranteed` is stored in the parent, so a parent's
 //! usage is exactly what its children borrowed from it.
 
+use super::ids::{FrIx, NodeIx, TiVec};
 use crate::quantity::Quantity;
+
+/// Usage per (flavor, resource) pair, in a short list (a Workload's, what a ClusterQueue keeps).
+pub(crate) type Charges = Vec<(FrIx, Quantity)>;
+
+/// Adds `value` of `fr` to `charges` (to its entry, else as a new one at the end).
+pub(crate) fn add_charge(charges: &mut Charges, fr: FrIx, value: Quantity) {
+    match charges.iter_mut().find(|(f, _)| *f == fr) {
+        Some((_, v)) => *v += value,
+        None => charges.push((fr, value)),
+    }
+}
 
 /// Quota of one node for one (flavor, resource).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -22,20 +34,20 @@ pub(crate) struct FlavorResourceQuota {
 /// One ClusterQueue or Cohort.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
-    pub parent: Option<usize>,
-    pub quota: Vec<FlavorResourceQuota>,
-    pub subtree: Vec<Quantity>,
-    pub guaranteed: Vec<Quantity>,
+    pub parent: Option<NodeIx>,
+    pub quota: TiVec<FrIx, FlavorResourceQuota>,
+    pub subtree: TiVec<FrIx, Quantity>,
+    pub guaranteed: TiVec<FrIx, Quantity>,
     /// Kueue's `getNodeHeight`: 0 for a ClusterQueue or an empty Cohort, else one more than its
     /// highest child Cohort (at least 1).
     pub height: u8,
 }
 
-/// All nodes of all cohort trees; indexes are node ids, `n_fr` (flavor, resource) pairs each.
+/// All nodes of all cohort trees, `n_fr` (flavor, resource) pairs each.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Tree {
     pub n_fr: usize,
-    pub nodes: Vec<Node>,
+    pub nodes: TiVec<NodeIx, Node>,
 }
 
 /// Usage per node and (flavor, resource), node-major.
@@ -53,12 +65,17 @@ impl Usage {
         }
     }
 
-    pub fn get(&self, node: usize, fr: usize) -> Quantity {
-        self.values[node * self.n_fr + fr]
+    pub fn get(&self, node: impl Into<NodeIx>, fr: FrIx) -> Quantity {
+        self.values[self.at(node.into(), fr)]
     }
 
-    fn slot(&mut self, node: usize, fr: usize) -> &mut Quantity {
-        &mut self.values[node * self.n_fr + fr]
+    fn slot(&mut self, node: NodeIx, fr: FrIx) -> &mut Quantity {
+        let at = self.at(node, fr);
+        &mut self.values[at]
+    }
+
+    fn at(&self, node: NodeIx, fr: FrIx) -> usize {
+        usize::from(node) * self.n_fr + usize::from(fr)
     }
 }
 
@@ -70,28 +87,37 @@ impl Tree {
     pub fn new(n_fr: usize) -> Self {
         Tree {
             n_fr,
-            nodes: Vec::new(),
+            nodes: TiVec::new(),
         }
     }
 
+    /// A node: a ClusterQueue's ([`super::ids::CqIx`]) or a Cohort's.
+    pub fn node(&self, node: impl Into<NodeIx>) -> &Node {
+        &self.nodes[node.into()]
+    }
+
+    /// The (flavor, resource) ids, in order.
+    pub fn frs(&self) -> impl Iterator<Item = FrIx> + use<> {
+        (0..self.n_fr).map(FrIx::from)
+    }
+
     /// Adds a node with its own quota (dense, `n_fr` long); parents are linked later.
-    pub fn push(&mut self, quota: Vec<FlavorResourceQuota>) -> usize {
+    pub fn push(&mut self, quota: TiVec<FrIx, FlavorResourceQuota>) -> NodeIx {
         debug_assert_eq!(quota.len(), self.n_fr);
-        self.nodes.push(Node {
+        self.nodes.push_and_get_key(Node {
             parent: None,
             subtree: quota.iter().map(|q| q.nominal).collect(),
-            guaranteed: vec![Quantity::ZERO; self.n_fr],
+            guaranteed: TiVec::from(vec![Quantity::ZERO; self.n_fr]),
             height: 0,
             quota,
-        });
-        self.nodes.len() - 1
+        })
     }
 
     /// Computes subtree and guaranteed quotas bottom-up. Parents must form a forest.
     pub fn finalize(&mut self) {
         let n = self.nodes.len();
-        let mut depth = vec![0usize; n];
-        for (i, d) in depth.iter_mut().enumerate() {
+        let mut depth: TiVec<NodeIx, usize> = TiVec::from(vec![0; n]);
+        for (i, d) in depth.iter_mut_enumerated() {
             let mut p = self.nodes[i].parent;
             while let Some(x) = p {
                 *d += 1;
@@ -101,10 +127,10 @@ impl Tree {
                 }
             }
         }
-        let mut order: Vec<usize> = (0..n).collect();
+        let mut order: Vec<NodeIx> = self.nodes.keys().collect();
         order.sort_by_key(|&i| std::cmp::Reverse(depth[i]));
         for i in order {
-            for fr in 0..self.n_fr {
+            for fr in self.frs() {
                 let node = &mut self.nodes[i];
                 node.guaranteed[fr] = match node.quota[fr].lending_limit {
                     Some(l) => max0(node.subtree[fr] - l),
@@ -124,7 +150,8 @@ impl Tree {
     }
 
     /// What `node` can still use of `fr`, borrowing included (may be negative when over-committed).
-    pub fn available(&self, usage: &Usage, node: usize, fr: usize) -> Quantity {
+    pub fn available(&self, usage: &Usage, node: impl Into<NodeIx>, fr: FrIx) -> Quantity {
+        let node = node.into();
         let n = &self.nodes[node];
         let used = usage.get(node, fr);
         let Some(parent) = n.parent else {
@@ -141,8 +168,8 @@ impl Tree {
     }
 
     /// What `node` could use of `fr` if nothing were in use.
-    pub fn potential(&self, node: usize, fr: usize) -> Quantity {
-        let n = &self.nodes[node];
+    pub fn potential(&self, node: impl Into<NodeIx>, fr: FrIx) -> Quantity {
+        let n = self.node(node);
         let Some(parent) = n.parent else {
             return n.subtree[fr];
         };
@@ -162,10 +189,11 @@ impl Tree {
     pub fn may_reclaim_in_hierarchy(
         &self,
         usage: &Usage,
-        cq: usize,
-        fr: usize,
+        cq: impl Into<NodeIx>,
+        fr: FrIx,
         val: Quantity,
     ) -> bool {
+        let cq = cq.into();
         let n = &self.nodes[cq];
         let used = usage.get(cq, fr);
         if n.parent.is_none() || used + val <= n.quota[fr].nominal {
@@ -189,7 +217,14 @@ impl Tree {
     /// nominal quota or `cq` has no cohort, else the height of the lowest Cohort on its path that
     /// holds it (what each node below guarantees taken off on the way up), the root's if none
     /// does. In a flat cohort: 1 for anything that borrows.
-    pub fn borrowing_height(&self, usage: &Usage, cq: usize, fr: usize, val: Quantity) -> u8 {
+    pub fn borrowing_height(
+        &self,
+        usage: &Usage,
+        cq: impl Into<NodeIx>,
+        fr: FrIx,
+        val: Quantity,
+    ) -> u8 {
+        let cq = cq.into();
         let n = &self.nodes[cq];
         let used = usage.get(cq, fr);
         if n.parent.is_none() || used + val <= n.quota[fr].nominal {
@@ -211,7 +246,8 @@ impl Tree {
     }
 
     /// Charges `value` to `node`; the part beyond its guaranteed quota climbs to the parent.
-    pub fn add_usage(&self, usage: &mut Usage, node: usize, fr: usize, value: Quantity) {
+    pub fn add_usage(&self, usage: &mut Usage, node: impl Into<NodeIx>, fr: FrIx, value: Quantity) {
+        let node = node.into();
         let n = &self.nodes[node];
         let local = max0(n.guaranteed[fr] - usage.get(node, fr));
         *usage.slot(node, fr) += value;
@@ -223,7 +259,14 @@ impl Tree {
     }
 
     /// Releases `value` from `node`, the exact inverse of [`Tree::add_usage`].
-    pub fn remove_usage(&self, usage: &mut Usage, node: usize, fr: usize, value: Quantity) {
+    pub fn remove_usage(
+        &self,
+        usage: &mut Usage,
+        node: impl Into<NodeIx>,
+        fr: FrIx,
+        value: Quantity,
+    ) {
+        let node = node.into();
         let n = &self.nodes[node];
         let stored_in_parent = usage.get(node, fr) - n.guaranteed[fr];
         *usage.slot(node, fr) -= value;
@@ -243,12 +286,22 @@ mod tests {
         Quantity::from_units(n)
     }
 
-    fn fq(nominal: i64, bl: Option<i64>, ll: Option<i64>) -> Vec<FlavorResourceQuota> {
-        vec![FlavorResourceQuota {
+    fn fq(nominal: i64, bl: Option<i64>, ll: Option<i64>) -> TiVec<FrIx, FlavorResourceQuota> {
+        TiVec::from(vec![FlavorResourceQuota {
             nominal: q(nominal),
             borrowing_limit: bl.map(q),
             lending_limit: ll.map(q),
-        }]
+        }])
+    }
+
+    /// Node `i` (in the order pushed).
+    fn n(i: usize) -> NodeIx {
+        NodeIx::from(i)
+    }
+
+    /// (flavor, resource) pair `i`.
+    fn fr(i: usize) -> FrIx {
+        FrIx::from(i)
     }
 
     /// cohort(root, own 0) ← a (nominal 10, lendingLimit 4), b (nominal 6, borrowingLimit 3)
@@ -277,35 +330,35 @@ mod tests {
         t.finalize();
         assert_eq!((t.nodes[co2].height, t.nodes[co0].height), (1, 2));
         let u = Usage::new(&t);
-        assert_eq!(t.borrowing_height(&u, cq2, 0, q(8)), 0); // within its nominal quota
-        assert_eq!(t.borrowing_height(&u, cq2, 0, q(11)), 1); // co2 holds it
-        assert_eq!(t.borrowing_height(&u, cq2, 0, q(12)), 2); // only co0 does
-        assert_eq!(t.borrowing_height(&u, cq1, 0, q(9)), 2); // directly under the root
-        assert_eq!(t.borrowing_height(&u, cq1, 0, q(99)), 2); // nothing holds it: the root's
+        assert_eq!(t.borrowing_height(&u, cq2, fr(0), q(8)), 0); // within its nominal quota
+        assert_eq!(t.borrowing_height(&u, cq2, fr(0), q(11)), 1); // co2 holds it
+        assert_eq!(t.borrowing_height(&u, cq2, fr(0), q(12)), 2); // only co0 does
+        assert_eq!(t.borrowing_height(&u, cq1, fr(0), q(9)), 2); // directly under the root
+        assert_eq!(t.borrowing_height(&u, cq1, fr(0), q(99)), 2); // nothing holds it: the root's
     }
 
     #[test]
     fn subtree_counts_only_lendable_quota() {
         let t = flat();
-        assert_eq!(t.nodes[2].subtree[0], q(10)); // 4 from a + 6 from b
-        assert_eq!(t.nodes[0].guaranteed[0], q(6));
-        assert_eq!(t.potential(0, 0), q(16)); // a: 6 guaranteed + all 10 of the cohort
-        assert_eq!(t.potential(1, 0), q(9)); // b: 6 + borrowingLimit 3
+        assert_eq!(t.nodes[n(2)].subtree[fr(0)], q(10)); // 4 from a + 6 from b
+        assert_eq!(t.nodes[n(0)].guaranteed[fr(0)], q(6));
+        assert_eq!(t.potential(n(0), fr(0)), q(16)); // a: 6 guaranteed + all 10 of the cohort
+        assert_eq!(t.potential(n(1), fr(0)), q(9)); // b: 6 + borrowingLimit 3
     }
 
     #[test]
     fn borrowing_is_bounded_by_limits_and_usage_climbs() {
         let t = flat();
         let mut u = Usage::new(&t);
-        assert_eq!(t.available(&u, 1, 0), q(9));
-        t.add_usage(&mut u, 1, 0, q(8)); // b borrows 2 of a's lendable 4
-        assert_eq!(u.get(2, 0), q(8));
-        assert_eq!(t.available(&u, 1, 0), q(1));
-        assert_eq!(t.available(&u, 0, 0), q(8)); // 6 guaranteed + 2 left in the cohort
-        t.add_usage(&mut u, 0, 0, q(7)); // 6 from guaranteed, 1 from cohort
-        assert_eq!(u.get(2, 0), q(9));
-        t.remove_usage(&mut u, 0, 0, q(7));
-        t.remove_usage(&mut u, 1, 0, q(8));
+        assert_eq!(t.available(&u, n(1), fr(0)), q(9));
+        t.add_usage(&mut u, n(1), fr(0), q(8)); // b borrows 2 of a's lendable 4
+        assert_eq!(u.get(n(2), fr(0)), q(8));
+        assert_eq!(t.available(&u, n(1), fr(0)), q(1));
+        assert_eq!(t.available(&u, n(0), fr(0)), q(8)); // 6 guaranteed + 2 left in the cohort
+        t.add_usage(&mut u, n(0), fr(0), q(7)); // 6 from guaranteed, 1 from cohort
+        assert_eq!(u.get(n(2), fr(0)), q(9));
+        t.remove_usage(&mut u, n(0), fr(0), q(7));
+        t.remove_usage(&mut u, n(1), fr(0), q(8));
         assert_eq!(u, Usage::new(&t));
     }
 }

@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::Timestamp;
 
 use super::PendingMessage;
+use super::ids::{CqIx, FlavorIx, FrIx, LqIx, ResourceIx};
 use super::queues::{Queues, Target};
+use super::quota::Charges;
 
 /// The end of a preemptor's `QuotaReserved=False` message (written by `cycle`).
 pub(crate) const PREEMPTOR_MARK: &str = ". Pending the preemption of ";
@@ -26,7 +28,7 @@ use crate::{conditions, meta, workload};
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ResourceRequest {
     /// `None`: no ClusterQueue or Cohort has quota for this resource.
-    pub res: Option<usize>,
+    pub res: Option<ResourceIx>,
     pub name: String,
     pub total: Quantity,
 }
@@ -44,11 +46,11 @@ pub(crate) struct PodSetRequests {
 #[derive(Clone, Debug)]
 pub(crate) struct HeldQuota {
     /// `None`: its ClusterQueue does not exist (it is counted nowhere).
-    pub cq: Option<usize>,
+    pub cq: Option<CqIx>,
     /// Per (flavor, resource), aggregated and sorted.
-    pub usage: Vec<(usize, Quantity)>,
-    /// PodSet name → (resource name → flavor id), for sticky flavors of a replacement.
-    pub flavors: Vec<(String, Vec<(String, usize)>)>,
+    pub usage: Charges,
+    /// PodSet name → (resource name → flavor), for sticky flavors of a replacement.
+    pub flavors: Vec<(String, Vec<(String, FlavorIx)>)>,
     pub admitted_at: Timestamp,
 }
 
@@ -60,7 +62,7 @@ pub(crate) struct WorkloadEntry {
     pub priority: i32,
     pub active: bool,
     pub target: Result<Target, String>,
-    pub lq: Option<usize>,
+    pub lq: Option<LqIx>,
     pub podsets: Result<Vec<PodSetRequests>, String>,
     /// Key of the slice it replaces (same namespace only).
     pub replaces: Option<String>,
@@ -321,7 +323,7 @@ impl Queues {
                 ));
             }
             requests.push(ResourceRequest {
-                res: self.resource_ids.get(name).copied(),
+                res: self.catalog.resource(name),
                 name: name.to_string(),
                 total,
             });
@@ -331,13 +333,13 @@ impl Queues {
 
     /// Usage of an admitted Workload, per (flavor, resource), scaled by [`PodCounts`].
     fn held(&self, w: &Workload, adm: &kueue::Admission, admitted_at: Timestamp) -> HeldQuota {
-        let mut usage: BTreeMap<usize, Quantity> = BTreeMap::new();
+        let mut usage: BTreeMap<FrIx, Quantity> = BTreeMap::new();
         let mut flavors = Vec::new();
         for psa in &adm.pod_set_assignments {
             let counts = PodCounts::of(w, psa);
             self.charge_assigned_usage(psa, &counts, &mut usage);
             self.charge_template_requests(w, psa, &counts, &mut usage);
-            flavors.push((psa.name.clone(), self.flavor_ids_of(psa)));
+            flavors.push((psa.name.clone(), self.catalog.flavor_ids_of(psa)));
         }
         HeldQuota {
             cq: self.cq_ids.get(&adm.cluster_queue).copied(),
@@ -347,27 +349,18 @@ impl Queues {
         }
     }
 
-    /// A PodSet assignment's flavors by resource, as flavor ids (unknown flavors left out): what
-    /// a replacement keeps of its old slice's flavors.
-    pub(super) fn flavor_ids_of(&self, psa: &PodSetAssignment) -> Vec<(String, usize)> {
-        psa.flavors
-            .iter()
-            .filter_map(|(res, f)| self.flavor_ids.get(f).map(|&id| (res.clone(), id)))
-            .collect()
-    }
-
     /// The PodSet's `resourceUsage`, scaled.
     fn charge_assigned_usage(
         &self,
         psa: &PodSetAssignment,
         counts: &PodCounts,
-        usage: &mut BTreeMap<usize, Quantity>,
+        usage: &mut BTreeMap<FrIx, Quantity>,
     ) {
         for (res, q) in &psa.resource_usage {
             let Some(flavor) = psa.flavors.get(res) else {
                 continue;
             };
-            let Some(fr) = self.find_fr(flavor, res) else {
+            let Some(fr) = self.catalog.find_fr(flavor, res) else {
                 continue;
             };
             let Ok(total) = Quantity::try_from(q) else {
@@ -386,7 +379,7 @@ impl Queues {
         w: &Workload,
         psa: &PodSetAssignment,
         counts: &PodCounts,
-        usage: &mut BTreeMap<usize, Quantity>,
+        usage: &mut BTreeMap<FrIx, Quantity>,
     ) {
         for (res, flavor) in &psa.flavors {
             let unreadable = psa
@@ -396,7 +389,7 @@ impl Queues {
             if !unreadable {
                 continue;
             }
-            let Some(fr) = self.find_fr(flavor, res) else {
+            let Some(fr) = self.catalog.find_fr(flavor, res) else {
                 continue;
             };
             let Some((i, ps)) = w
@@ -424,6 +417,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
     use super::*;
+    use crate::admission::ids::{FrIx, WorkloadIx};
     use crate::admission::index::Index;
     use crate::admission::testing::*;
     use crate::admission::{Options, Snapshot};
@@ -448,8 +442,8 @@ mod tests {
             ..Snapshot::default()
         };
         let ix = Index::build(&s, &Options::default());
-        let held = ix.workloads[0].held.as_ref().unwrap();
-        assert_eq!(held.usage, vec![(0, Quantity::from_units(2))]);
+        let held = ix.workloads[WorkloadIx::from(0)].held.as_ref().unwrap();
+        assert_eq!(held.usage, vec![(FrIx::from(0), Quantity::from_units(2))]);
     }
 
     #[test]
@@ -477,7 +471,7 @@ mod tests {
             ..Snapshot::default()
         };
         let ix = Index::build(&s, &Options::default());
-        let held = ix.workloads[0].held.as_ref().unwrap();
+        let held = ix.workloads[WorkloadIx::from(0)].held.as_ref().unwrap();
         assert_eq!(held.usage[0].1.to_string(), "6666666668n");
     }
 
