@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::outcome::BUDGET_NOT_SYNCED;
 use super::{
     Action, Baseline, DomainPlan, EventType, EvictTarget, Evicted, PodRef, Refusal, Step, Stepper,
     human, pod_serving, replan,
@@ -87,6 +88,7 @@ impl<'a> Stepper<'a> {
     }
 
     pub(super) fn drain(&mut self, i: usize) {
+        self.take_tolerating(i);
         let Some(plan) = self.domain_plan_or_pause(i) else {
             return;
         };
@@ -107,6 +109,7 @@ impl<'a> Stepper<'a> {
                 format!("blocked (nothing evicted): {}", plan.errors().join("; "));
             return;
         }
+        self.note_returned(i, &plan);
         if self.evictions_wait(i) {
             return;
         }
@@ -162,6 +165,7 @@ impl<'a> Stepper<'a> {
                         "paused: PodDisruptionBudget {} refused evicting {}: {} ({why})",
                         refusal.pdb, refusal.pod, refusal.message
                     );
+                    self.hold_for_sync(i, &refusal);
                     return true;
                 }
             }
@@ -196,6 +200,13 @@ impl<'a> Stepper<'a> {
             ),
         );
         self.s.domains[i].refusal = None;
+        let d = &mut self.s.domains[i];
+        if d.hold
+            .as_ref()
+            .is_some_and(|h| h.reason == BUDGET_NOT_SYNCED)
+        {
+            d.hold = None;
+        }
         // the groups that came back must stay available for the window first
         let name = self.s.domains[i].name.clone();
         self.s.memory.windowed.remove(&name);
@@ -218,14 +229,14 @@ impl<'a> Stepper<'a> {
             .iter()
             .map(|p| &p.pod)
             .chain(&plan.phase2)
-            .filter(|p| self.is_terminating(p) && !self.abandoned(p))
+            .filter(|p| self.is_terminating(p) && !self.left_alone(i, p))
             .count();
         let room = self
             .o
             .eviction_concurrency
             .max(1)
             .saturating_sub(terminating);
-        let (targets, what, left) = self.phase_targets(plan);
+        let (targets, what, left) = self.phase_targets(i, plan);
         if left == 0 {
             self.drained(i);
             return;
@@ -233,10 +244,11 @@ impl<'a> Stepper<'a> {
         let targets = self.not_accepted(i, targets);
         let targets = if plan.phase1.is_empty() {
             self.consented_members(i, targets)
-        } else if self.window_held(i, &targets) {
-            self.consented_protected(i, targets)
         } else {
-            return;
+            match self.consented_phase1(i, targets) {
+                Some(targets) => targets,
+                None => return,
+            }
         };
         let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
         if targets.is_empty() {
@@ -254,10 +266,20 @@ impl<'a> Stepper<'a> {
         );
     }
 
-    /// The phase's targets not terminating yet, its name and how many pods it has left (a pod
-    /// abandoned on an unreachable node is not waited for).
-    fn phase_targets(&self, plan: &DomainPlan<'a>) -> (Vec<EvictTarget>, &'static str, usize) {
-        let phase1 = plan.phase1.iter().filter(|p| !self.abandoned(&p.pod));
+    /// A pod the domain does not wait for: abandoned on an unreachable node, or a replacement
+    /// that came back onto a cordoned node.
+    fn left_alone(&self, i: usize, p: &PodRef<&str>) -> bool {
+        self.abandoned(p) || self.returned(i, p)
+    }
+
+    /// The phase's targets not terminating yet, its name and how many pods it has left (see
+    /// [`Stepper::left_alone`] for those not waited for).
+    fn phase_targets(
+        &self,
+        i: usize,
+        plan: &DomainPlan<'a>,
+    ) -> (Vec<EvictTarget>, &'static str, usize) {
+        let phase1 = plan.phase1.iter().filter(|p| !self.left_alone(i, &p.pod));
         if phase1.clone().next().is_some() {
             let targets = phase1
                 .clone()
@@ -266,7 +288,7 @@ impl<'a> Stepper<'a> {
                 .collect();
             return (targets, "protected", phase1.count());
         }
-        let phase2 = plan.phase2.iter().filter(|p| !self.abandoned(p));
+        let phase2 = plan.phase2.iter().filter(|p| !self.left_alone(i, p));
         let targets = phase2
             .clone()
             .filter(|p| !self.is_terminating(p))
