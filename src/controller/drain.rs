@@ -26,7 +26,8 @@ use super::events::EventSink;
 use super::stores::{Readiness, watch_store};
 use super::{SortedCopies, SortedState};
 use crate::drain::engine::{
-    self, Action, EventType, EvictTarget, EvictionResult, Observation, Options, Outcome, State,
+    self, Action, Disruption, EventType, EvictTarget, EvictionResult, Observation, Options,
+    Outcome, State,
 };
 use crate::drain::{Cluster, DrainError};
 
@@ -62,6 +63,9 @@ pub struct Run {
     /// [`Observer::every`] of cluster time: the NodeRollout controller checks the group contract
     /// over them instead of reading the whole cluster again. `None`: no look.
     pub observer: Option<Observer>,
+    /// The other NodeRollouts this drain weighs ([`Observation::elsewhere`]). `None` (`drain
+    /// run --local`): none.
+    pub peers: Option<super::peers::Peers>,
 }
 
 /// A periodic look at what the executor watches (see [`Run::observer`]). It runs inside the
@@ -88,6 +92,7 @@ impl Run {
             resumes: watch::channel(0).1,
             write_ahead: None,
             observer: None,
+            peers: None,
         }
     }
 }
@@ -245,8 +250,17 @@ pub async fn run(
             daemon_sets: ds,
             outcomes: &outcomes,
             resumes,
+            elsewhere: &[],
         };
-        let (next, actions) = engine::decide(&state, &obs, clock.now(), &run.options);
+        let now = clock.now();
+        let decide = |elsewhere: &[Disruption]| {
+            let obs = Observation { elsewhere, ..obs };
+            engine::decide(&state, &obs, now, &run.options)
+        };
+        let (next, actions) = match &run.peers {
+            Some(p) => p.board.step(&p.name, &*p.stored, decide),
+            None => decide(&[]),
+        };
         let evicts = actions
             .iter()
             .any(|a| matches!(a, Action::Evict { dry_run: false, .. }));

@@ -16,6 +16,7 @@ mod gate;
 mod http;
 mod leader;
 mod metrics;
+pub mod peers;
 /// The NodeRollout controller: one worker per rollout on the leader, the executor, the status.
 pub mod rollout;
 mod startup;

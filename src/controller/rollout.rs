@@ -43,6 +43,7 @@ use tokio::sync::{Mutex, Notify, mpsc, watch};
 use super::SortedState;
 use super::drain::{self as executor, DrainRunError, Observer, Run, WriteAhead};
 use super::events::EventSink;
+use super::peers::{Board, Peers, StoredDisruptions};
 use super::{Clock, Metrics};
 use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::lifecycle::{self, SelectionCheck};
@@ -145,6 +146,9 @@ struct Shared {
     /// Nodes claimed by the rollouts this process started (the store may not show their
     /// status yet); checked and updated under the lock, so two new rollouts never both claim.
     claims: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// What each running rollout's domains disrupt, read and written by every step under one
+    /// lock (at most `maxUnavailableDomains` domains of one workload across rollouts).
+    board: Board,
 }
 
 /// What a worker does next.
@@ -198,6 +202,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
         tick: r.tick,
         store,
         claims: Mutex::default(),
+        board: Board::default(),
     });
     let mut leader = r.leader;
     let mut workers: BTreeMap<String, watch::Sender<Option<Arc<NodeRollout>>>> = BTreeMap::new();
@@ -333,6 +338,7 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<A
         }
     }
     sh.claims.lock().await.remove(&name);
+    sh.board.leave(&name);
 }
 
 /// The last status this worker wrote, and the `resourceVersion` the server gave it.
@@ -401,6 +407,7 @@ impl Worker {
             return Ok(Next::WaitChange);
         }
         let mut engine = pure::engine_options(&options);
+        engine.rollout = self.name.clone();
         let auto = options.taint_auto;
         let (state, base) = match prev_state {
             Some(state) => {
@@ -417,6 +424,9 @@ impl Worker {
                     // held before the first state is stored, so before any node is touched
                     if !self.set_finalizer(true).await? {
                         return Ok(Next::Retry);
+                    }
+                    if let Some(note) = pure::tolerating_note(&planned) {
+                        self.publish(nro, true, pure::TOLERATE_CORDON, &note).await;
                     }
                     (state, Some(planned))
                 }
@@ -635,6 +645,18 @@ impl Worker {
                 contract_tx.send_replace(Some(pure::contract(findings.as_deref())));
             }),
         });
+        let store = self.sh.store.clone();
+        let cache = std::sync::Mutex::new(StoredDisruptions::default());
+        let peers = Peers {
+            board: self.sh.board.clone(),
+            name: self.name.clone(),
+            stored: Box::new(move || {
+                let mut cache = cache
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                cache.read(&store)
+            }),
+        };
         let run = Run {
             options,
             state: Some(state),
@@ -642,6 +664,7 @@ impl Worker {
             resumes: resume_rx,
             write_ahead: Some(ahead_tx),
             observer,
+            peers: Some(peers),
         };
         let exec = executor::run(
             self.sh.client.clone(),

@@ -208,6 +208,10 @@ pub struct NodeAction {
     pub taint: Option<Taint>,
 }
 
+/// The warning line for [`DomainPlan::tolerating`].
+pub const TOLERATING_WARNING: &str = "Pods that tolerate the cordon (evicted once; a replacement \
+     scheduled back onto these nodes is left there, as DaemonSet pods)";
+
 /// One upgrade domain's drain.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -226,6 +230,11 @@ pub struct DomainPlan<'a> {
     pub blocked: Vec<BlockedPod<'a>>,
     /// Pods evicted although a rule would have stopped them, because of a flag.
     pub warnings: Vec<(PodRef<&'a str>, Warning)>,
+    /// Pods of phase 1 or 2 that tolerate the cordon (and the taint), e.g. with a toleration
+    /// `operator: Exists` and no key: a replacement may be scheduled back onto the cordoned node.
+    /// Each is evicted once; a replacement found there later is left alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tolerating: Vec<PodRef<&'a str>>,
 }
 
 impl DomainPlan<'_> {
@@ -266,7 +275,11 @@ impl DomainPlan<'_> {
             .filter(|s| s.reason == SkipReason::DaemonSet)
             .map(|s| (rules::DAEMON_SET_WARNING.to_string(), &s.pod));
         let let_through = self.warnings.iter().map(|(pod, w)| (w.message(), pod));
-        for (msg, pod) in skipped_ds.chain(let_through) {
+        let tolerating = self
+            .tolerating
+            .iter()
+            .map(|pod| (TOLERATING_WARNING.to_string(), pod));
+        for (msg, pod) in skipped_ds.chain(let_through).chain(tolerating) {
             by_message.entry(msg).or_default().push(pod.to_string());
         }
         by_message
@@ -566,6 +579,9 @@ impl<'a> DomainContext<'a, '_> {
         }
         let warnings = warnings.into_iter().map(|w| (pod_ref.clone(), w));
         plan.warnings.extend(warnings);
+        if rules::tolerates_cordon(pod, self.options.taint.as_ref()) {
+            plan.tolerating.push(pod_ref.clone());
+        }
         match pdb {
             None => plan.phase2.push(pod_ref),
             Some(pdb) => plan.phase1.push(ProtectedPod {
@@ -590,6 +606,7 @@ fn sort(plan: &mut DomainPlan<'_>) {
     plan.skipped.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
     plan.blocked.sort_unstable_by(|a, b| a.pod.cmp(&b.pod));
     plan.warnings.sort_by(|a, b| a.0.cmp(&b.0));
+    plan.tolerating.sort_unstable();
 }
 
 fn order_domains(

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::engine::{FailureAction, Handoff, Options, Phase, State, Step};
+use super::engine::{BUDGET_NOT_SYNCED, FailureAction, Handoff, Options, Phase, State, Step};
 use super::{Check, DrainError, Finding, Plan, RolloutOptions};
 use crate::types::rollout::{DomainStatus, FailureActionSpec, HandOffMode, NodeRolloutStatus};
 
@@ -192,12 +192,46 @@ pub fn planned(plan: &Plan) -> NodeRolloutStatus {
                 nodes: d.nodes.iter().map(|n| n.name.clone()).collect(),
                 protected_total: count(d.phase1.len()),
                 other_total: count(d.phase2.len()),
+                tolerating_pods: d
+                    .tolerating
+                    .iter()
+                    .take(TOLERATING_SHOWN)
+                    .map(ToString::to_string)
+                    .collect(),
                 ..DomainStatus::default()
             })
             .collect(),
         target_generation: plan.target_generation.clone(),
         ..NodeRolloutStatus::default()
     }
+}
+
+/// How many pods that tolerate the cordon a domain's status names.
+const TOLERATING_SHOWN: usize = 10;
+
+/// The Warning Event's reason when a planned rollout has pods that tolerate the cordon.
+pub const TOLERATE_CORDON: &str = "PodsTolerateCordon";
+
+/// The message of that Event for a planned status, if any domain has such pods.
+pub fn tolerating_note(planned: &NodeRolloutStatus) -> Option<String> {
+    let pods: Vec<String> = planned
+        .domains
+        .iter()
+        .flat_map(|d| {
+            d.tolerating_pods
+                .iter()
+                .map(move |p| format!("{p} ({})", d.name))
+        })
+        .collect();
+    (!pods.is_empty()).then(|| {
+        format!(
+            "{} pod(s) tolerate the cordon, so a replacement may be scheduled back onto a \
+             cordoned node: {}; each is evicted once and a replacement found there later is left \
+             alone (as DaemonSet pods are), with a PodReturned Event",
+            pods.len(),
+            pods.join(", ")
+        )
+    })
 }
 
 fn count(n: usize) -> i32 {
@@ -284,6 +318,9 @@ pub fn status(
                     .max(count(protected)),
                 other_evicted: count(other),
                 other_total: before.map_or(0, |b| b.other_total).max(count(other)),
+                tolerating_pods: before
+                    .map(|b| b.tolerating_pods.clone())
+                    .unwrap_or_default(),
                 blocked_by: d.refusal.as_ref().map(|r| {
                     format!(
                         "PodDisruptionBudget {} refused evicting {}: {}",
@@ -371,11 +408,17 @@ fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>,
         .domains
         .iter()
         .find(|d| d.step == Step::Draining && d.message.starts_with("blocked"));
+    // a domain not started may hold too (another rollout disrupts its workloads)
     let held = state
         .domains
         .iter()
-        .filter(|d| d.step == Step::Draining)
+        .filter(|d| matches!(d.step, Step::Draining | Step::Pending))
         .find_map(|d| Some((d, d.hold.as_ref().or(d.failed.as_ref())?)));
+    // a refusal whose budget never syncs says so rather than what the budget answered
+    let refused = match held {
+        Some((_, h)) if h.reason == BUDGET_NOT_SYNCED => None,
+        _ => refused,
+    };
     match (refused, held, unhealthy, blocked_pods) {
         _ if state.is_finished() => set(c, BLOCKED, "False", "NotBlocked", ""),
         (Some(m), ..) => set(c, BLOCKED, "True", "EvictionRefused", &m),

@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use serde::Serialize;
 
 use super::pdb::{self, PdbIndex};
+use super::rules::tolerates;
 use super::{Cluster, FastMap, FastSet, Plan, PlanOptions, is_finished, list, name, namespace};
 use crate::quantity::{Quantity, Resources};
 
@@ -724,29 +725,6 @@ fn schedulable(node: &Node, pod: &Pod, removed: Option<&Taint>) -> bool {
         .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
         .filter(|t| removed.is_none_or(|r| !(r.key == t.key && r.effect == t.effect)))
         .all(|t| tolerations.iter().any(|x| tolerates(x, t)))
-}
-
-/// `v1.Toleration.ToleratesTaint`.
-fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if t.effect
-        .as_deref()
-        .is_some_and(|e| !e.is_empty() && e != taint.effect)
-    {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match t.operator.as_deref() {
-        Some("Exists") => true,
-        // Equal (the default): the key must be named
-        _ => {
-            !key.is_empty()
-                && t.value.as_deref().unwrap_or_default()
-                    == taint.value.as_deref().unwrap_or_default()
-        }
-    }
 }
 
 /// How many copies of `need` fit in `free` by every resource it requests; `None` when it

@@ -9,13 +9,16 @@
 //! a pod blocked both by local storage and by having no controller reports both at once, so one
 //! plan tells the operator every flag it needs.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::{controller_of, is_finished};
 use crate::labels::Selector;
+
+/// The taint the scheduler reads a cordon as (`NodeUnschedulable` admits a pod tolerating it).
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// `kubernetes.io/config.mirror`: the kubelet's annotation on a static pod's mirror.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -165,4 +168,48 @@ pub fn has_local_storage(pod: &Pod) -> bool {
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
         .any(|v| v.empty_dir.is_some())
+}
+
+/// `v1.Toleration.ToleratesTaint`.
+pub(super) fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if t.effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
+        return false;
+    }
+    let key = t.key.as_deref().unwrap_or_default();
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match t.operator.as_deref() {
+        Some("Exists") => true,
+        // Equal (the default): the key must be named
+        _ => {
+            !key.is_empty()
+                && t.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+        }
+    }
+}
+
+/// Whether a copy of `pod` may be scheduled onto a cordoned node carrying `taint`: it tolerates
+/// the cordon (the scheduler's `NodeUnschedulable` filter) and the taint, when that keeps pods
+/// away (`NoSchedule`, `NoExecute`). A toleration `operator: Exists` without a key tolerates
+/// both. Evicting such a pod may only bring its replacement back onto the same node.
+pub fn tolerates_cordon(pod: &Pod, taint: Option<&Taint>) -> bool {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let cordon = Taint {
+        key: UNSCHEDULABLE_TAINT.into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    let keeps_away = |t: &&Taint| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute");
+    std::iter::once(&cordon)
+        .chain(taint.filter(keeps_away))
+        .all(|t| tolerations.iter().any(|x| tolerates(x, t)))
 }

@@ -511,3 +511,47 @@ fn bad_options_are_errors_that_name_what_is_wrong() {
     };
     assert_eq!(run_err(&nodes, &order), DrainError::OrderNeedsGeneration);
 }
+
+/// A pod the cordon does not keep away (a toleration `operator: Exists` without a key tolerates
+/// every taint; one for `node.kubernetes.io/unschedulable` tolerates the cordon alone) is
+/// listed, so the plan says which replacements may be scheduled back; with a taint option the
+/// pod must tolerate the taint too.
+#[test]
+fn the_plan_lists_the_pods_that_tolerate_the_cordon() {
+    use k8s_openapi::api::core::v1::Toleration;
+    let tolerating = |name: &str, key: Option<&str>| {
+        let mut p = pod(&format!("ns/{name}"), "n1");
+        p.spec.get_or_insert_default().tolerations = Some(vec![Toleration {
+            key: key.map(str::to_string),
+            operator: Some("Exists".into()),
+            ..Toleration::default()
+        }]);
+        p
+    };
+    let pods = [
+        tolerating("everything", None),
+        tolerating("cordon", Some(rules::UNSCHEDULABLE_TAINT)),
+        tolerating("gpu", Some("nvidia.com/gpu")),
+        pod("ns/plain", "n1"),
+    ];
+    let d = only(&run(&[node("n1", "a")], &pods, &[], &options())).clone();
+    assert_eq!(
+        names(&d.tolerating, |p| p.to_string()),
+        ["ns/cordon", "ns/everything"]
+    );
+    assert_eq!(
+        d.warning_lines(),
+        [
+            "Pods that tolerate the cordon (evicted once; a replacement scheduled back onto \
+             these nodes is left there, as DaemonSet pods): ns/cordon, ns/everything"
+        ]
+    );
+    let tainted = PlanOptions {
+        taint: Some(outdated_taint()),
+        ..options()
+    };
+    let d = only(&run(&[node("n1", "a")], &pods, &[], &tainted)).clone();
+    assert_eq!(names(&d.tolerating, |p| p.to_string()), ["ns/everything"]);
+    let json = serde_json::to_value(&d).unwrap();
+    assert_eq!(json["tolerating"][0]["name"], "everything");
+}

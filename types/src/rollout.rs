@@ -418,6 +418,12 @@ pub struct DomainStatus {
     pub other_evicted: i32,
     #[serde(default)]
     pub other_total: i32,
+    /// Pods the plan found that tolerate the cordon (and the taint), e.g. with a toleration
+    /// `operator: Exists` and no key (`namespace/name`, the first 10): each is evicted once; a
+    /// replacement scheduled back onto the domain's cordoned nodes is left there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub tolerating_pods: Vec<String>,
     /// The PodDisruptionBudget refusing evictions and its message ("needs 3 healthy pods and
     /// has 3").
     #[serde(default, skip_serializing_if = "Option::is_none")]

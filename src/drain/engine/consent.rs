@@ -6,6 +6,8 @@
 //!   `disruptionsAllowed` says (it counts representatives, whose readiness lags); and before a
 //!   domain's first protected eviction (after a refusal lifts, after a restart) only once those
 //!   counts have not dropped for the stable window.
+//! - **Other rollouts**: before both, the protected pods of a budget that other NodeRollouts'
+//!   domains already disrupt as often as this rollout allows wait ([`super::peers`]).
 //! - **A member is its group**: a pod with no budget of its own whose group has a representative
 //!   a budget protects goes only after that representative was evicted through the Eviction API
 //!   in this domain. A representative outside the domain (a group split across domains) is
@@ -27,12 +29,39 @@ fn group_key(t: &EvictTarget) -> String {
 }
 
 impl Stepper<'_> {
-    /// Phase 1's targets the workload's groups allow now; the rest are held with the reason.
-    pub(super) fn consented_protected(
+    /// Phase 1's targets that go now: those no other rollout's domain holds ([`super::peers`]),
+    /// once the window is waited out, that the workload's groups allow. `None` while the domain
+    /// waits as a whole (its message says why).
+    pub(super) fn consented_phase1(
         &mut self,
         i: usize,
         targets: Vec<EvictTarget>,
-    ) -> Vec<EvictTarget> {
+    ) -> Option<Vec<EvictTarget>> {
+        let (targets, elsewhere) = self.not_disrupted_elsewhere(i, targets);
+        let held_elsewhere = !elsewhere.is_empty();
+        if targets.is_empty() && held_elsewhere {
+            self.set_hold(i, super::OTHER_ROLLOUT, elsewhere);
+            let d = &mut self.s.domains[i];
+            d.message = d
+                .hold
+                .as_ref()
+                .map(|h| h.message.clone())
+                .unwrap_or_default();
+            return None;
+        }
+        if !self.window_held(i, &targets) {
+            return None;
+        }
+        let targets = self.consented_protected(i, targets);
+        if held_elsewhere {
+            // the other rollout's hold says more than the groups' (it outlasts them)
+            self.set_hold(i, super::OTHER_ROLLOUT, elsewhere);
+        }
+        Some(targets)
+    }
+
+    /// Phase 1's targets the workload's groups allow now; the rest are held with the reason.
+    fn consented_protected(&mut self, i: usize, targets: Vec<EvictTarget>) -> Vec<EvictTarget> {
         if self.groups.is_none() {
             return targets;
         }
@@ -286,6 +315,7 @@ impl Stepper<'_> {
             SPLIT_GROUP => SPLIT_GROUP,
             super::evict::UNREACHABLE_NODE => super::evict::UNREACHABLE_NODE,
             super::evict::DOMAIN_LABEL_CHANGED => super::evict::DOMAIN_LABEL_CHANGED,
+            super::OTHER_ROLLOUT => super::OTHER_ROLLOUT,
             _ => GROUPS_UNAVAILABLE,
         };
         self.report(&node, EventType::Warning, reason, message);

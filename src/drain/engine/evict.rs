@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::outcome::BUDGET_NOT_SYNCED;
 use super::{
     Action, Baseline, DomainPlan, EventType, EvictTarget, Evicted, PodRef, Refusal, Step, Stepper,
     human, pod_serving, replan,
@@ -103,6 +104,7 @@ impl<'a> Stepper<'a> {
     }
 
     pub(super) fn drain(&mut self, i: usize) {
+        self.take_tolerating(i);
         let Some(plan) = self.domain_plan_or_hold(i) else {
             return;
         };
@@ -123,6 +125,7 @@ impl<'a> Stepper<'a> {
                 format!("blocked (nothing evicted): {}", plan.errors().join("; "));
             return;
         }
+        self.note_returned(i, &plan);
         if self.evictions_wait(i) {
             return;
         }
@@ -178,6 +181,7 @@ impl<'a> Stepper<'a> {
                         "paused: PodDisruptionBudget {} refused evicting {}: {} ({why})",
                         refusal.pdb, refusal.pod, refusal.message
                     );
+                    self.hold_for_sync(i, &refusal);
                     return true;
                 }
             }
@@ -212,6 +216,13 @@ impl<'a> Stepper<'a> {
             ),
         );
         self.s.domains[i].refusal = None;
+        let d = &mut self.s.domains[i];
+        if d.hold
+            .as_ref()
+            .is_some_and(|h| h.reason == BUDGET_NOT_SYNCED)
+        {
+            d.hold = None;
+        }
         // the groups that came back must stay available for the window first
         let name = self.s.domains[i].name.clone();
         self.s.memory.windowed.remove(&name);
@@ -234,14 +245,14 @@ impl<'a> Stepper<'a> {
             .iter()
             .map(|p| &p.pod)
             .chain(&plan.phase2)
-            .filter(|p| self.is_terminating(p) && !self.abandoned(p))
+            .filter(|p| self.is_terminating(p) && !self.left_alone(i, p))
             .count();
         let room = self
             .o
             .eviction_concurrency
             .max(1)
             .saturating_sub(terminating);
-        let (targets, what, left) = self.phase_targets(plan);
+        let (targets, what, left) = self.phase_targets(i, plan);
         if left == 0 {
             self.drained(i);
             return;
@@ -250,14 +261,17 @@ impl<'a> Stepper<'a> {
         let targets = if plan.phase1.is_empty() {
             let (mut members, representatives) = self.consented_members(i, targets);
             let representatives = self.not_accepted(i, representatives);
-            if !representatives.is_empty() && self.window_held(i, &representatives) {
-                members.extend(self.consented_protected(i, representatives));
+            if !representatives.is_empty()
+                && let Some(representatives) = self.consented_phase1(i, representatives)
+            {
+                members.extend(representatives);
             }
             members
-        } else if self.window_held(i, &targets) {
-            self.consented_protected(i, targets)
         } else {
-            return;
+            match self.consented_phase1(i, targets) {
+                Some(targets) => targets,
+                None => return,
+            }
         };
         let targets: Vec<EvictTarget> = targets.into_iter().take(room).collect();
         if targets.is_empty() {
@@ -275,10 +289,20 @@ impl<'a> Stepper<'a> {
         );
     }
 
-    /// The phase's targets not terminating yet, its name and how many pods it has left (a pod
-    /// abandoned on an unreachable node is not waited for).
-    fn phase_targets(&self, plan: &DomainPlan<'a>) -> (Vec<EvictTarget>, &'static str, usize) {
-        let phase1 = plan.phase1.iter().filter(|p| !self.abandoned(&p.pod));
+    /// A pod the domain does not wait for: abandoned on an unreachable node, or a replacement
+    /// that came back onto a cordoned node.
+    fn left_alone(&self, i: usize, p: &PodRef<&str>) -> bool {
+        self.abandoned(p) || self.returned(i, p)
+    }
+
+    /// The phase's targets not terminating yet, its name and how many pods it has left (see
+    /// [`Stepper::left_alone`] for those not waited for).
+    fn phase_targets(
+        &self,
+        i: usize,
+        plan: &DomainPlan<'a>,
+    ) -> (Vec<EvictTarget>, &'static str, usize) {
+        let phase1 = plan.phase1.iter().filter(|p| !self.left_alone(i, &p.pod));
         if phase1.clone().next().is_some() {
             let targets = phase1
                 .clone()
@@ -287,7 +311,7 @@ impl<'a> Stepper<'a> {
                 .collect();
             return (targets, "protected", phase1.count());
         }
-        let phase2 = plan.phase2.iter().filter(|p| !self.abandoned(p));
+        let phase2 = plan.phase2.iter().filter(|p| !self.left_alone(i, p));
         let targets = phase2
             .clone()
             .filter(|p| !self.is_terminating(p))

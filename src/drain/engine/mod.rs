@@ -19,8 +19,10 @@
 //! A domain over [`Options::domain_timeout`], or the rollout over [`Options::rollout_timeout`],
 //! fails too; a failure pauses the rollout or aborts it ([`FailureAction`]). At most
 //! [`Options::max_unavailable_domains`] domains are between cordon and the end of their health
-//! gate at once. The state is plain data (serde): every decision is re-derived from it and the
-//! live view, so a restarted caller goes on where the last one stopped.
+//! gate at once, and, with other NodeRollouts' domains in progress ([`Observation::elsewhere`]),
+//! at most that many domains of any rollout disrupt one workload (`peers`). The state is plain
+//! data (serde): every decision is re-derived from it and the live view, so a restarted caller
+//! goes on where the last one stopped.
 
 mod consent;
 mod evict;
@@ -29,6 +31,8 @@ mod groups;
 mod handoff;
 mod health;
 mod outcome;
+mod peers;
+mod returning;
 #[cfg(test)]
 mod tests;
 mod types;
@@ -42,6 +46,9 @@ use k8s_openapi::jiff::Timestamp;
 pub use give_back::give_back;
 use groups::GroupView;
 pub use groups::Window;
+pub use outcome::{BUDGET_NOT_SYNCED, BUDGET_SYNC_WAIT};
+pub use peers::OTHER_ROLLOUT;
+pub use returning::POD_RETURNED;
 pub use types::*;
 
 use super::{Cluster, DomainOrder, DomainPlan, Plan, PlanOptions, PodRef, name, namespace};
@@ -321,9 +328,14 @@ impl<'a> Stepper<'a> {
             let Some(i) = self.s.domains.iter().position(|d| d.step == Step::Pending) else {
                 return;
             };
+            if self.start_held(i) {
+                return;
+            }
             let d = &mut self.s.domains[i];
             d.step = Step::Draining;
             d.started = Some(self.now);
+            d.since = Some(self.now);
+            d.hold = None;
             d.cordoned = Some(BTreeSet::new());
             self.s.memory.windowed.remove(&d.name);
             let (node, message) = (
@@ -442,7 +454,11 @@ impl<'a> Stepper<'a> {
             .s
             .domains
             .iter()
-            .filter(|d| d.step.is_unavailable() || d.step == Step::AwaitingResume)
+            .filter(|d| {
+                d.step.is_unavailable()
+                    || d.step == Step::AwaitingResume
+                    || (d.step == Step::Pending && d.hold.is_some())
+            })
             .map(|d| format!("domain {}: {}", d.name, d.message))
             .collect();
         active.join(" | ")

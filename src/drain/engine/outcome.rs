@@ -2,13 +2,42 @@
 //! recorded; a budget's 429 pauses the domain ([`Refusal`]); the API server's throttling waits
 //! its `Retry-After`; any other failure is retried after [`super::Options::eviction_retry`] and
 //! shown as the domain's block until an eviction of it succeeds. A dry run records every answer.
+//! A refusal whose budget's status never catches up with its spec (the disruption controller is
+//! down, or cannot compute the budget) is named as such after [`BUDGET_SYNC_WAIT`].
 
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::SignedDuration;
 
 use super::{EventType, EvictTarget, Evicted, EvictionResult, Hold, Refusal, Stepper, human};
 
 /// The `Blocked` reason while a domain's evictions fail other than with a 429.
 pub const EVICTION_FAILED: &str = "EvictionFailed";
+/// The `Blocked` reason (and the Event's) while a refusing budget's status lags its spec.
+pub const BUDGET_NOT_SYNCED: &str = "BudgetNotSynced";
+/// How long a refusing budget may lag its spec before the domain says so: the disruption
+/// controller syncs a budget within seconds of a change, and the Eviction API asks to retry a
+/// budget "still being processed" after 10 s.
+pub const BUDGET_SYNC_WAIT: SignedDuration = SignedDuration::from_mins(1);
+
+/// Why `pdb`'s status is not current, if it is not: no status, or an `observedGeneration` behind
+/// `metadata.generation` (with the disruption controller's `SyncFailed` message, if any).
+fn not_synced(pdb: &PodDisruptionBudget) -> Option<String> {
+    let generation = pdb.metadata.generation;
+    let Some(status) = &pdb.status else {
+        return Some("it has no status".into());
+    };
+    if status.observed_generation == generation {
+        return None;
+    }
+    let failed = crate::drain::pdb::sync_failed(pdb)
+        .map(|m| format!("; the disruption controller failed on it (SyncFailed: {m})"))
+        .unwrap_or_default();
+    Some(format!(
+        "its status is at generation {} of {}{failed}",
+        status.observed_generation.unwrap_or(0),
+        generation.unwrap_or(0)
+    ))
+}
 
 impl Stepper<'_> {
     pub(super) fn take_outcomes(&mut self) {
@@ -48,6 +77,57 @@ impl Stepper<'_> {
                 } => self.refused(i, t, message, *retry_after),
                 EvictionResult::Failed { code, message } => self.failed(i, t, *code, message),
             }
+        }
+    }
+
+    /// While a budget's refusal holds domain `i`: once the budget has lagged its spec for
+    /// [`BUDGET_SYNC_WAIT`] since the refusal, the domain holds as [`BUDGET_NOT_SYNCED`] (a
+    /// Warning Event when that begins), which its drain timeout bounds; a current budget lifts
+    /// that hold.
+    pub(super) fn hold_for_sync(&mut self, i: usize, refusal: &Refusal) {
+        let pdb = self
+            .obs
+            .pdbs
+            .iter()
+            .find(|b| crate::meta::key(&b.metadata) == refusal.pdb);
+        let waited = self.now.duration_since(refusal.since);
+        let why = pdb
+            .and_then(not_synced)
+            .filter(|_| waited >= BUDGET_SYNC_WAIT);
+        let before = self.s.domains[i].hold.clone();
+        let Some(why) = why else {
+            if before.is_some_and(|h| h.reason == BUDGET_NOT_SYNCED) {
+                self.s.domains[i].hold = None;
+            }
+            return;
+        };
+        let bound = match self.o.drain_timeout {
+            Some(t) => format!(
+                "the domain waits for it up to its drain timeout ({})",
+                human(t)
+            ),
+            None => "the domain waits for it (no drain timeout)".into(),
+        };
+        let line = format!(
+            "PodDisruptionBudget {} has not synced for over {} (refusing since {}): {why}, so \
+             the Eviction API refuses every eviction it guards (\"still being processed\"); \
+             check that kube-controller-manager's disruption controller runs and can count the \
+             budget's pods (an integer minAvailable needs no scale subresource); {bound}",
+            refusal.pdb,
+            human(BUDGET_SYNC_WAIT),
+            refusal.since
+        );
+        self.set_hold(i, BUDGET_NOT_SYNCED, vec![line]);
+        let d = &mut self.s.domains[i];
+        if let Some(hold) = &d.hold {
+            d.message = hold.message.clone();
+        }
+        if before.map(|h| h.reason) != Some(BUDGET_NOT_SYNCED.to_string()) {
+            let (node, message) = (
+                d.nodes.first().cloned().unwrap_or_default(),
+                format!("upgrade domain {}: {}", d.name, d.message),
+            );
+            self.report(&node, EventType::Warning, BUDGET_NOT_SYNCED, message);
         }
     }
 

@@ -59,6 +59,8 @@ struct World {
     daemon_sets: Option<Vec<DaemonSet>>,
     outcomes: Vec<Outcome>,
     resumes: u64,
+    /// Other NodeRollouts' domains in progress.
+    elsewhere: Vec<Disruption>,
     now: Timestamp,
 }
 
@@ -81,6 +83,7 @@ impl World {
             daemon_sets: None,
             outcomes: vec![],
             resumes: 0,
+            elsewhere: vec![],
             now: t0(),
         }
     }
@@ -117,6 +120,7 @@ impl World {
             daemon_sets: self.daemon_sets.as_deref(),
             outcomes: &self.outcomes,
             resumes: self.resumes,
+            elsewhere: &self.elsewhere,
         };
         let out = decide(state, &obs, self.now, options);
         self.outcomes.clear();
@@ -1295,6 +1299,7 @@ proptest! {
                 daemon_sets: None,
                 outcomes: &w.outcomes,
                 resumes: w.resumes,
+                elsewhere: &w.elsewhere,
             };
             let uncompacted: State =
                 serde_json::from_str(&serde_json::to_string(&full).unwrap()).unwrap();
@@ -1326,5 +1331,8 @@ proptest! {
     }
 }
 
+mod budget_sync;
 mod consent;
 mod ownership;
+mod peers;
+mod returning;

@@ -116,6 +116,9 @@ pub struct Options {
     pub handoff: Handoff,
     /// Server-side dry-run evictions only: no cordon, no wait, no hand-off, no health gate.
     pub dry_run: bool,
+    /// The NodeRollout's name: it orders this rollout's domains against other rollouts' when
+    /// they start at the same time ([`Observation::elsewhere`]).
+    pub rollout: String,
 }
 
 impl Default for Options {
@@ -138,6 +141,7 @@ impl Default for Options {
             eviction_retry: SignedDuration::from_secs(5),
             handoff: Handoff::None,
             dry_run: false,
+            rollout: String::new(),
         }
     }
 }
@@ -229,8 +233,10 @@ pub struct Refusal {
 #[serde(rename_all = "camelCase")]
 pub struct Hold {
     /// `GroupsUnavailable` (evicting would take a workload's groups, counted from their
-    /// members, below its budget's floor) or `SplitGroup` (a pod whose group's representative a
-    /// budget protects elsewhere).
+    /// members, below its budget's floor), `SplitGroup` (a pod whose group's representative a
+    /// budget protects elsewhere), `UnreachableNode`, `OtherRolloutDisrupting` (another
+    /// NodeRollout's domain disrupts the same workload; on a domain not started yet too) or
+    /// `BudgetNotSynced` (a refusing budget's status does not catch up with its spec).
     pub reason: String,
     pub message: String,
 }
@@ -281,6 +287,20 @@ pub struct DomainState {
     pub step: Step,
     /// When it was started (cordon): the domain timeout runs from here.
     pub started: Option<Timestamp>,
+    /// When it was first started, never moved by a resume or a pause: its place among the
+    /// domains of every NodeRollout that disrupt one workload ([`Disruption::since`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// The pods on its nodes when it started that tolerate the cordon (and the taint), by uid:
+    /// each is evicted once; such a pod found there later is a replacement scheduled back onto
+    /// the cordoned node and is left alone (see [`DomainState::returned`]). `None`: not taken
+    /// yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerating: Option<BTreeSet<String>>,
+    /// Replacements scheduled back onto its cordoned nodes that it leaves alone
+    /// (`namespace/name`), as `kubectl drain` leaves DaemonSet pods.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub returned: BTreeSet<String>,
     pub evicted: Vec<Evicted>,
     /// Evictions decided in the last step whose answer has not been taken yet (the caller may
     /// store the state before it sends them: a caller that died after sending finds them here
@@ -361,6 +381,25 @@ impl Folded {
 }
 
 impl DomainState {
+    /// This domain as other rollouts weigh it ([`State::disruptions`]).
+    pub fn disruption(&self, rollout: &str) -> Disruption {
+        let evicted = self.evicted.iter().filter(|e| e.refused.is_none());
+        Disruption {
+            rollout: rollout.to_string(),
+            domain: self.name.clone(),
+            since: self.since.or(self.started),
+            nodes: match self.step {
+                Step::Draining => self.nodes.clone(),
+                _ => Vec::new(),
+            },
+            budgets: evicted
+                .chain(&self.sending)
+                .filter_map(|e| e.pdb.clone())
+                .chain(self.folded.budgets.iter().cloned())
+                .collect(),
+        }
+    }
+
     /// Accepted evictions (kept and folded): `(protected, other)`.
     pub fn evicted_counts(&self) -> (u64, u64) {
         let accepted = self.evicted.iter().filter(|e| e.refused.is_none());
@@ -404,6 +443,7 @@ impl DomainState {
         self.evicted = kept;
         if finished {
             // nothing reads a finished domain's health any more: its counts are enough
+            self.tolerating = None;
             self.folded.budgets.clear();
             self.folded.groups.clear();
             self.workloads.clear();
@@ -479,6 +519,19 @@ impl State {
         matches!(self.phase, Phase::Completed | Phase::Failed { .. })
     }
 
+    /// The domains of this rollout (`rollout`, its name) between cordon and the end of their
+    /// health gate, as other rollouts weigh them (nothing once it is finished).
+    pub fn disruptions(&self, rollout: &str) -> Vec<Disruption> {
+        if self.is_finished() {
+            return Vec::new();
+        }
+        self.domains
+            .iter()
+            .filter(|d| d.step.is_unavailable())
+            .map(|d| d.disruption(rollout))
+            .collect()
+    }
+
     /// The state with its size bounded for storing (the NodeRollout's `status.engine`, under
     /// etcd's object limit): in each domain every accepted eviction but the newest `keep` is
     /// folded into [`DomainState::folded`] (its count, its budget, its group, or a mark on the
@@ -552,6 +605,26 @@ pub struct Observation<'a> {
     /// How many times the operator asked to resume, ever (a counter: a restart that replays it
     /// resumes nothing twice).
     pub resumes: u64,
+    /// The domains other NodeRollouts have between cordon and the end of their health gate
+    /// ([`State::disruptions`] of each).
+    pub elsewhere: &'a [Disruption],
+}
+
+/// A NodeRollout's upgrade domain between its cordon and the end of its health gate, as the
+/// other rollouts weigh it: the workloads (budgets) it disrupts count against their
+/// `maxUnavailableDomains` too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disruption {
+    /// The NodeRollout's name.
+    pub rollout: String,
+    pub domain: String,
+    /// When it was first started ([`DomainState::since`]): domains that disrupt one workload go
+    /// in this order (then by rollout and domain name).
+    pub since: Option<Timestamp>,
+    /// Its nodes while it drains (the pods there are about to be disrupted); empty after.
+    pub nodes: Vec<String>,
+    /// The budgets (`namespace/name`) that protected the pods it evicted.
+    pub budgets: BTreeSet<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
