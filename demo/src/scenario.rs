@@ -1269,6 +1269,7 @@ async fn run_in_process(
         lag: Duration::from_secs(5),
     });
     sim.spawn_node_lifecycle(lifecycle_config.clone());
+    sim.spawn_replicaset_controller(Default::default());
     let (emulator_tx, emulator_rx) = oneshot::channel::<()>();
     if pinned_kind(
         &client,

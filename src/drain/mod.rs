@@ -60,7 +60,7 @@ pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
 pub use room::{
     DeadEnd, GateDeadEnd, NoRoom, Returns, dead_ends, gate_dead_ends, gate_message, no_room_message,
 };
-pub use rules::DrainRules;
+pub use rules::{DrainRules, tolerates_cordon};
 pub use spec::{
     InvalidSpec, RolloutOptions, SpecError, outdated_taint, parse_duration, rollout_options,
 };

@@ -41,6 +41,9 @@ const LABEL_CHANGE_PERCENT: u64 = 10;
 /// The share whose workers only prefer their leader's domain (soft affinity: a full domain
 /// splits a group).
 const SOFT_AFFINITY_PERCENT: u64 = 15;
+/// The share with a node agent that tolerates every taint (a ReplicaSet pinned to a rollout
+/// node: its replacement comes back onto the cordoned node).
+const TOLERATE_ALL_PERCENT: u64 = 15;
 /// How long (from the rollout's start) the timed adversities are spread over.
 const ROLLOUT_SPAN: u64 = 900;
 
@@ -125,7 +128,7 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
     interference(d, &mut adv, node_rollout, domains, nodes, rollout_at);
     // Room outside the rollout: spare nodes at the target generation that hold every group.
     let spare = groups.div_ceil(2);
-    let objects = vec![
+    let mut objects = vec![
         json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
             "metadata": {"name": "llm", "namespace": "serving"},
             "spec": {"replicas": groups, "leaderWorkerTemplate": {"size": 2,
@@ -135,6 +138,19 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
             "metadata": {"name": "leaders", "namespace": "serving"},
             "spec": {"minAvailable": floor, "selector": {"matchLabels": {"role": "leader"}}}}),
     ];
+    if d.chance(TOLERATE_ALL_PERCENT) {
+        let node = format!("ud{}-n0", d.int(0, domains - 1));
+        adv.notes
+            .push(format!("an agent tolerating every taint on {node}"));
+        objects.push(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "agent", "namespace": "serving"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "agent", "image": "agent",
+                        "resources": {"requests": {"cpu": "100m"}}}]}}}}));
+    }
     // Mostly the spare nodes join 60 s before the rollout (capacity added for the upgrade), so
     // the groups fill the rollout's domains as fleets run; else they are there from the start.
     let join_at = d

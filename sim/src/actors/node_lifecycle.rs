@@ -5,7 +5,7 @@
 //!   `lastTransitionTime` moving only on a status change. Kubelet actors call these.
 //! - The lifecycle actor ([`run`]): a node annotated `sim.raygate.io/lifecycle: reboot` or
 //!   `replace` ([`request`]) waits until it is drained (no active pod but DaemonSet and mirror
-//!   pods), then
+//!   pods and pods that tolerate the cordon), then
 //!   - **reboot**: Ready=Unknown and the `node.kubernetes.io/unreachable:NoSchedule` taint for
 //!     [`Config::reboot`], then Ready=True at the next generation label
 //!     (`sim.raygate.io/generation`) and [`Config::kubelet_version`]; a cordon stays (the
@@ -144,8 +144,11 @@ pub async fn request(client: &Client, node: &str, what: &str) -> Result<Node, ku
     .await
 }
 
-/// Whether a pod still keeps `node` from being drained: bound to it, not terminal, and
-/// neither a DaemonSet nor a mirror pod (kubectl drain's filters).
+/// Whether a pod still keeps `node` from being drained: bound to it, not terminal, neither a
+/// DaemonSet nor a mirror pod (kubectl drain's filters), and not one a cordon cannot keep off
+/// (it tolerates the cordon's taint): an upgrade agent that drains as kubectl does (kured,
+/// Cluster API) waits for the pods it evicted, not for their replacements, so such a pod's
+/// replacement scheduled back onto the node does not stop its reboot.
 pub fn blocks_drain(pod: &Pod, node: &str) -> bool {
     let on_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
     let terminal = matches!(
@@ -159,7 +162,8 @@ pub fn blocks_drain(pod: &Pod, node: &str) -> bool {
     let mirror = pod
         .annotations()
         .contains_key("kubernetes.io/config.mirror");
-    on_node && !terminal && !daemon && !mirror
+    let returns = raygate::drain::tolerates_cordon(pod, None);
+    on_node && !terminal && !daemon && !mirror && !returns
 }
 
 /// What the actor does to one node next.

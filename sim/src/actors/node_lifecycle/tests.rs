@@ -59,6 +59,11 @@ fn a_reboot_waits_for_the_drain_but_not_for_daemonset_mirror_or_finished_pods() 
         ),
         pod_on("n", json!({"status": {"phase": "Succeeded"}})),
         pod_on("other", json!({})),
+        // tolerates every taint: a cordon cannot keep its replacement off the node
+        pod_on(
+            "n",
+            json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+        ),
     ];
     assert_eq!(
         step(&n, NO_NODES, &fine, &cfg, now()),
