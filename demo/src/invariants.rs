@@ -586,20 +586,26 @@ fn walk_budgets(h: &History, mut f: impl FnMut(Timestamp, Option<Timestamp>, &Ke
 /// ([`pdb_floor`]), from the first time the floor was met. With a budget on the groups'
 /// representatives (delegated readiness) that counts available groups.
 pub fn never_below_pdb_floor(h: &History) -> Vec<Violation> {
+    below_floor(h, Invariant::BelowPdbFloor, budgets, "healthy")
+}
+
+/// Intervals where a budget's count (`count` at each instant: per budget, (count, floor)) is
+/// below its floor, from the first time the floor was met; `what` names the count.
+fn below_floor(
+    h: &History,
+    invariant: Invariant,
+    mut count: impl FnMut(&BTreeMap<Key, State>) -> Budgets,
+    what: &str,
+) -> Vec<Violation> {
     let mut met: BTreeSet<Key> = BTreeSet::new();
-    intervals(h, Invariant::BelowPdbFloor, |_, states| {
+    intervals(h, invariant, |_, states| {
         let mut now = Now::new();
-        for (k, (healthy, floor)) in budgets(states) {
-            if healthy >= floor {
+        for (k, (n, floor)) in count(states) {
+            if n >= floor {
                 met.insert(k);
             } else if met.contains(&k) {
-                now.insert(
-                    k.to_string(),
-                    (
-                        vec![k.to_string()],
-                        format!("{healthy} healthy, floor {floor}"),
-                    ),
-                );
+                let message = format!("{n} {what}, floor {floor}");
+                now.insert(k.to_string(), (vec![k.to_string()], message));
             }
         }
         now
@@ -665,24 +671,10 @@ fn group_budgets(
 /// deleted — never fall below the budget's floor, from the first time the floor was met.
 pub fn never_below_group_floor(h: &History, group_label: &str) -> Vec<Violation> {
     let (mut sizes, mut owners) = (BTreeMap::new(), BTreeMap::new());
-    let mut met: BTreeSet<Key> = BTreeSet::new();
-    intervals(h, Invariant::BelowGroupFloor, |_, states| {
-        let mut now = Now::new();
-        for (k, (available, floor)) in group_budgets(states, group_label, &mut sizes, &mut owners) {
-            if available >= floor {
-                met.insert(k);
-            } else if met.contains(&k) {
-                now.insert(
-                    k.to_string(),
-                    (
-                        vec![k.to_string()],
-                        format!("{available} group(s) available counted from their members, floor {floor}"),
-                    ),
-                );
-            }
-        }
-        now
-    })
+    let count =
+        |states: &BTreeMap<Key, State>| group_budgets(states, group_label, &mut sizes, &mut owners);
+    let what = "group(s) available counted from their members";
+    below_floor(h, Invariant::BelowGroupFloor, count, what)
 }
 
 /// Σ over budgets and time of (floor − available groups) while below it, the groups counted
