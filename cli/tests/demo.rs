@@ -132,7 +132,7 @@ fn simulate_prints_a_scenario_s_report_as_json() {
     assert_eq!(v["passed"], true);
     assert_eq!(v["violations"], serde_json::json!([]));
     assert!(v["held"][0]["heldSeconds"].as_i64().unwrap() >= 300, "{v}");
-    assert_eq!(v["invariants"].as_array().unwrap().len(), 6);
+    assert_eq!(v["invariants"].as_array().unwrap().len(), 7);
     assert!(v.get("baselines").is_none(), "baselines only when asked");
 }
 

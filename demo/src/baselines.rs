@@ -584,16 +584,6 @@ pub fn drain_variants(
     .map(|(name, strategy, k)| {
         let mut c = checked.clone();
         c.scenario.name = format!("{} ({name})", checked.scenario.name);
-        // no NodeRollout to run: the baselines drain without raygate's controller
-        c.scenario.controller.run = false;
-        c.steps.retain(|(_, a, _)| {
-            !matches!(
-                a,
-                Action::KillController
-                    | Action::KillControllerAfterWrites(_)
-                    | Action::RestartController
-            )
-        });
         for (_, a, _) in &mut c.steps {
             if let Action::StartRollout(r) = a {
                 r.strategy = strategy;

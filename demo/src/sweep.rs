@@ -103,7 +103,22 @@ pub fn variants(checked: &Checked) -> Vec<(String, Checked)> {
     let mut out = vec![("raygate".to_string(), checked.clone())];
     match story(checked) {
         Story::Upgrade => out.push(("KubeRay without the gate".into(), without_gate(checked))),
-        Story::Rollout => out.extend(baselines::drain_variants(checked)),
+        Story::Rollout => out.extend(baselines::drain_variants(checked).into_iter().map(
+            |(name, mut c)| {
+                // the story has nothing else for raygate's controller: the baselines drain
+                // without it (and without its restarts)
+                c.scenario.controller.run = false;
+                c.steps.retain(|(_, a, _)| {
+                    !matches!(
+                        a,
+                        Action::KillController
+                            | Action::KillControllerAfterWrites(_)
+                            | Action::RestartController
+                    )
+                });
+                (name, c)
+            },
+        )),
     }
     out
 }
