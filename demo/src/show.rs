@@ -334,7 +334,7 @@ pub const INVARIANTS: [(Invariant, &str); 7] = [
     ),
     (
         Invariant::BelowGroupFloor,
-        "available groups counted from their members never below a PDB's floor",
+        "member-counted groups never below a PDB's floor",
     ),
     (
         Invariant::SliceLeaked,
