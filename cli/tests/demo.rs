@@ -60,6 +60,7 @@ fn demo_plays_both_acts_and_every_invariant_holds() {
         "no child RayCluster ever ran uncovered by a slice",
         "no group disrupted more than once per rollout",
         "available groups never below a PDB's floor",
+        "member-counted groups never below a PDB's floor",
         "no slice leaked after the story ends",
         "every node at the target generation at the end",
     ] {
