@@ -532,17 +532,24 @@ pub fn pdb_floor(pdb: &PdbState, selected: i32) -> Option<i32> {
 /// Per budget at one instant: (healthy pods, floor).
 type Budgets = BTreeMap<Key, (i32, i32)>;
 
-fn budgets(states: &BTreeMap<Key, State>) -> Budgets {
-    let mut out = BTreeMap::new();
-    for (k, s) in states {
-        let State::Pdb(pdb) = s else { continue };
-        let Some(selector) = &pdb.selector else {
-            continue;
-        };
-        let selected: Vec<&PodState> = pods(states)
+/// Each budget with a selector and the pods it selects (in its namespace).
+fn selections(
+    states: &BTreeMap<Key, State>,
+) -> impl Iterator<Item = (&Key, &PdbState, Vec<&PodState>)> {
+    states.iter().filter_map(move |(k, s)| {
+        let State::Pdb(pdb) = s else { return None };
+        let selector = pdb.selector.as_ref()?;
+        let selected = pods(states)
             .filter(|(pk, p)| pk.namespace == k.namespace && selector_matches(selector, &p.labels))
             .map(|(_, p)| p)
             .collect();
+        Some((k, pdb, selected))
+    })
+}
+
+fn budgets(states: &BTreeMap<Key, State>) -> Budgets {
+    let mut out = BTreeMap::new();
+    for (k, pdb, selected) in selections(states) {
         let healthy = selected.iter().filter(|p| p.healthy()).count();
         let healthy = i32::try_from(healthy).unwrap_or(i32::MAX);
         let n = i32::try_from(selected.len()).unwrap_or(i32::MAX);
@@ -637,15 +644,7 @@ fn group_budgets(
 ) -> Budgets {
     let up = groups_up(states, group_label, sizes);
     let mut out = Budgets::new();
-    for (k, s) in states {
-        let State::Pdb(pdb) = s else { continue };
-        let Some(selector) = &pdb.selector else {
-            continue;
-        };
-        let selected: Vec<&PodState> = pods(states)
-            .filter(|(pk, p)| pk.namespace == k.namespace && selector_matches(selector, &p.labels))
-            .map(|(_, p)| p)
-            .collect();
+    for (k, pdb, selected) in selections(states) {
         let groups = owners.entry(k.clone()).or_default();
         groups.extend(
             selected
