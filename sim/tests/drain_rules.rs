@@ -458,8 +458,8 @@ async fn mirror_pod_filter_mirror_pods_are_skipped_and_never_evicted() {
 /// filters.go `daemonSetFilter`, `localStorageFilter`, `unreplicatedFilter`: "any finished pod
 /// can be removed", so kubectl evicts Succeeded and Failed pods without any flag. raygate agrees
 /// that they never block (a finished bare pod with `emptyDir` does not stop the drain), but
-/// skips them instead of evicting them: they hold no capacity and their logs stay (README,
-/// "Decisions where upstream is silent").
+/// skips them instead of evicting them: they hold no capacity and their logs stay
+/// (docs/decisions.md).
 #[tokio::test(start_paused = true)]
 async fn finished_pods_never_block_the_drain_and_are_left_in_place() {
     let (sim, _actors) = cluster(None).await;

@@ -1160,7 +1160,7 @@ mod tests {
         s
     }
 
-    /// The bound `status.engine` keeps (README, "NodeRollout"): a rollout of 5,000 nodes and
+    /// The bound `status.engine` keeps (docs/drain.md, "NodeRollout"): a rollout of 5,000 nodes and
     /// 100,000 pods in 50 domains stores under 640 KiB of status with one domain in progress
     /// (1 MiB with five), where its state in memory is ~17 MB; even all of it in one domain in
     /// progress stays under etcd's 1.5 MiB. A restart from it is pinned by the engine's

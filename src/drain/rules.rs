@@ -4,7 +4,7 @@
 //! selector in `drain.go`'s `GetPodsForDeletion`), for one pod. The flags keep kubectl's names; `--disable-eviction` is not offered (raygate only
 //! evicts, so a PodDisruptionBudget is always honoured).
 //!
-//! Differences from kubectl, on purpose (README, "Decisions where upstream is silent"):
+//! Differences from kubectl, on purpose (docs/decisions.md):
 //! finished pods are skipped rather than evicted (they hold no capacity and their logs stay), and
 //! a pod blocked both by local storage and by having no controller reports both at once, so one
 //! plan tells the operator every flag it needs.
