@@ -1,12 +1,24 @@
 //! The health gate after a domain's hand-off (pure), Service Fabric's monitored upgrade: after
 //! the wait, every affected budget current and satisfied and every evicted group Ready again, held
-//! for the stable period; unhealthy for the retry timeout is a failure.
+//! for the stable period; unhealthy for the retry timeout is a failure. A group that is down with
+//! a node that is not Ready is the node's failure, not the domain's: it is named and not waited
+//! for (the next domain's consent still counts it unavailable, from its members).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::evict::Workload;
-use super::{EventType, Step, Stepper, human, pod_serving};
-use crate::drain::namespace;
+use super::{EventType, Step, Stepper, human, node_ready, pod_serving};
+use crate::drain::{is_finished, namespace};
+
+/// What the health gate found in one look.
+struct Health {
+    /// What keeps the domain from being healthy.
+    problems: Vec<String>,
+    /// Each affected budget's `currentHealthy`.
+    counts: BTreeMap<String, i32>,
+    /// Groups not waited for: down with a node that is not Ready.
+    excused: Vec<String>,
+}
 
 impl Stepper<'_> {
     pub(super) fn health_gate(&mut self, i: usize) {
@@ -20,7 +32,11 @@ impl Stepper<'_> {
             self.s.domains[i].message = format!("health check wait until {wait_until}");
             return;
         }
-        let (problems, counts) = self.health_problems(i);
+        let Health {
+            problems,
+            counts,
+            excused,
+        } = self.health(i);
         let stable = self.stable();
         let now = self.now;
         let d = &mut self.s.domains[i];
@@ -60,6 +76,9 @@ impl Stepper<'_> {
                 human(held),
                 human(stable)
             );
+            if !excused.is_empty() {
+                d.message += &format!("; not waited for: {}", excused.join("; "));
+            }
             return;
         }
         let node = d.nodes.first().cloned().unwrap_or_default();
@@ -87,11 +106,17 @@ impl Stepper<'_> {
         );
     }
 
-    /// What keeps the domain from being healthy, and each affected budget's `currentHealthy`.
-    pub(super) fn health_problems(&self, i: usize) -> (Vec<String>, BTreeMap<String, i32>) {
+    /// What keeps the domain from being healthy, each affected budget's `currentHealthy`, and
+    /// the groups not waited for.
+    fn health(&self, i: usize) -> Health {
         let (mut problems, counts) = self.budget_problems(i);
-        problems.extend(self.group_problems(i));
-        (problems, counts)
+        let (groups, excused) = self.group_problems(i);
+        problems.extend(groups);
+        Health {
+            problems,
+            counts,
+            excused,
+        }
     }
 
     /// Every budget that protected an evicted pod: current, satisfied as its status says, and
@@ -148,10 +173,12 @@ impl Stepper<'_> {
         (problems, counts)
     }
 
-    /// Every evicted group Ready again: by its workload's count of Ready groups, or by name.
-    fn group_problems(&self, i: usize) -> Vec<String> {
+    /// Every evicted group Ready again: by its workload's count of Ready groups (less the groups
+    /// down with a failed node, returned apart), or by name.
+    fn group_problems(&self, i: usize) -> (Vec<String>, Vec<String>) {
         let d = &self.s.domains[i];
         let mut problems = Vec::new();
+        let mut excused = Vec::new();
         // groups only: a pod without a group value is covered by its budget (a ReplicaSet's
         // replacement has a new name, so there is nothing to wait for by name)
         if let (true, Some(key)) = (self.o.wait_for_evicted_groups, &self.o.plan.group_label) {
@@ -182,12 +209,17 @@ impl Stepper<'_> {
                     continue;
                 };
                 let (ready, _) = self.ready_groups(&workload, Some(baseline.group_size));
-                if ready < baseline.ready_groups {
+                let down = self.groups_down_with_their_node(&workload, baseline.group_size);
+                if ready + down.len() < baseline.ready_groups {
                     problems.push(format!(
                         "workload {key} has {ready} of its {} Ready groups back (evicted: {})",
                         baseline.ready_groups,
                         evicted.join(", ")
                     ));
+                } else if ready < baseline.ready_groups {
+                    excused.extend(down.iter().map(|(group, node)| {
+                        format!("group {group} of {key} is down with its node {node} not Ready")
+                    }));
                 }
             }
             // by name: groups whose workload is not known
@@ -212,6 +244,49 @@ impl Stepper<'_> {
                 }
             }
         }
-        problems
+        (problems, excused)
+    }
+
+    /// The workload's groups that are not Ready (a member not serving, or fewer than `size`)
+    /// and have a member on a node whose Ready condition is not True, each with that node: a
+    /// node failure took them, wherever the drain had sent them.
+    fn groups_down_with_their_node(&self, w: &Workload, size: usize) -> BTreeMap<String, String> {
+        let Some(group_key) = self.o.plan.group_label.as_deref() else {
+            return BTreeMap::new();
+        };
+        let failed: BTreeSet<&str> = self
+            .obs
+            .nodes
+            .iter()
+            .filter(|n| !node_ready(n))
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        // per group: members, all serving, a failed node one of them is on
+        let mut groups: BTreeMap<&str, (usize, bool, Option<&str>)> = BTreeMap::new();
+        for p in self.obs.pods {
+            let labels = p.metadata.labels.as_ref();
+            let group = labels.and_then(|l| l.get(group_key));
+            let (Some(labels), Some(group)) = (labels, group) else {
+                continue;
+            };
+            if namespace(&p.metadata) != w.namespace
+                || is_finished(p)
+                || !w.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            {
+                continue;
+            }
+            let g = groups.entry(group).or_insert((0, true, None));
+            g.0 += 1;
+            g.1 &= pod_serving(p);
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(node) = node.filter(|n| failed.contains(n)) {
+                g.2.get_or_insert(node);
+            }
+        }
+        groups
+            .into_iter()
+            .filter(|(_, (count, serving, _))| !(*serving && *count >= size))
+            .filter_map(|(group, (_, _, node))| Some((group.to_string(), node?.to_string())))
+            .collect()
     }
 }

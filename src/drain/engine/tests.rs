@@ -853,6 +853,92 @@ fn a_workload_short_of_its_groups_holds_the_gate_even_if_the_evicted_name_comes_
     assert!(s.waiting.contains("1 of its 2"), "{}", s.waiting);
 }
 
+/// The node's kubelet stops reporting: the node lifecycle controller marks it and its pods not
+/// Ready.
+fn fail_node(w: &mut World, name: &str) {
+    let n = w.node_mut(name);
+    n.status = None;
+    for p in &mut w.pods {
+        if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name) {
+            p.status = None;
+        }
+    }
+}
+
+#[test]
+fn a_group_down_with_its_failed_node_does_not_hold_the_gate_and_is_named() {
+    // ga is back on a spare; gb's node b1 failed meanwhile: the node's failure, not the domain's
+    let mut w = World::new();
+    one_workload(&mut w);
+    let o = workload_options();
+    let s = drain_domain_a(&mut w, &o);
+    w.nodes.push(ready_node(node("s1", "spare")));
+    w.pods
+        .push(member("ga-0", "s1", "ga", true).label("app", "llm"));
+    w.pods
+        .push(member("ga-1", "s1", "ga", false).label("app", "llm"));
+    fail_node(&mut w, "b1");
+    w.set_healthy(1, 1);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].health.healthy_since.is_some(), "{}", s.waiting);
+    assert!(
+        s.waiting
+            .contains("not waited for: group gb of ns/app=llm is down with its node b1 not Ready"),
+        "{}",
+        s.waiting
+    );
+    w.advance(30);
+    let (s, _) = w.step(&s, &o);
+    assert_eq!(s.domains[0].step, Step::Done, "{}", s.waiting);
+}
+
+#[test]
+fn an_evicted_group_whose_new_node_fails_before_it_is_ready_does_not_hold_the_gate() {
+    // ga's replacement lands on b1, which fails before ga is Ready (a budget that lets both go:
+    // one under its floor would hold the gate, the budget check counts every group)
+    let mut w = World::new();
+    one_workload(&mut w);
+    w.pdbs[0] = pdb("ns/leaders", &[("role", "leader")])
+        .min_available(int(0))
+        .observed(2, 0);
+    let o = workload_options();
+    let s = drain_domain_a(&mut w, &o);
+    w.pods
+        .push(member("ga-0", "b1", "ga", true).label("app", "llm"));
+    w.pods
+        .push(member("ga-1", "b1", "ga", false).label("app", "llm"));
+    fail_node(&mut w, "b1");
+    w.set_healthy(0, 0);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].health.healthy_since.is_some(), "{}", s.waiting);
+    assert!(
+        s.waiting
+            .contains("group ga of ns/app=llm is down with its node b1"),
+        "{}",
+        s.waiting
+    );
+}
+
+#[test]
+fn a_group_down_on_a_ready_node_still_holds_the_gate_beside_one_down_with_its_node() {
+    // gb down with its failed node is excused; ga, not back and on no failed node, is not
+    let mut w = World::new();
+    one_workload(&mut w);
+    let o = workload_options();
+    let s = drain_domain_a(&mut w, &o);
+    w.nodes.push(ready_node(node("s1", "spare")));
+    let mut ga = member("ga-0", "s1", "ga", true).label("app", "llm");
+    ga.status = None; // starting
+    w.pods.push(ga);
+    w.pods
+        .push(member("ga-1", "s1", "ga", false).label("app", "llm"));
+    fail_node(&mut w, "b1");
+    w.set_healthy(1, 1);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].health.healthy_since.is_none(), "{}", s.waiting);
+    assert!(s.waiting.contains("0 of its 2"), "{}", s.waiting);
+}
+
 #[test]
 fn the_kuberay_and_lws_group_labels_bring_their_workload_labels() {
     use crate::drain::preflight::{KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
