@@ -754,9 +754,10 @@ fn check_preemptors(s: &Snapshot, r: &CycleResult) -> Result<(), String> {
 /// Fresh random cohorts, nothing finishing: no pass preempts anything (what one pass admits, no
 /// later one takes back); then with a random part of the Workloads arriving only after the rest
 /// settled, every preemption until the state is stable respects the preemptors' policies.
-fn run_static_case(seed: u64) -> Result<(), String> {
+/// A static case: `Err` if it churns, else whether its fixed point is live ([`check_live`]).
+fn run_static_case(seed: u64) -> Result<Result<(), String>, String> {
     let mut rng = Rng(seed);
-    let (base, _) = random_snapshot(&mut rng);
+    let (base, model) = random_snapshot(&mut rng);
     let options = Options {
         release_evicted_immediately: rng.chance(50),
     };
@@ -792,10 +793,92 @@ fn run_static_case(seed: u64) -> Result<(), String> {
         let r = sched.cycle();
         check_preemptors(sched.snapshot(), &r)?;
         if !sched.apply(&r, ts(200 + pass)) {
-            return Ok(());
+            return Ok(check_live(&model, sched.snapshot()));
         }
     }
     Err("not stable after 50 passes".into())
+}
+
+/// Liveness at a fixed point: no pending Workload fits the quota left free (on the model, all
+/// its PodSets on one flavor of its ClusterQueue) unless it waits behind its queue's head
+/// (StrictFIFO, a head held back for a reclaimer, a head preempting for quota), as its
+/// `QuotaReserved=False` message says. The error follows the chain of what each waits for.
+fn check_live(model: &Model, s: &Snapshot) -> Result<(), String> {
+    let usage = held(s);
+    let message = |name: &str| {
+        s.workloads
+            .iter()
+            .find(|w| w.metadata.name.as_deref() == Some(name))
+            .and_then(|w| w.status.as_ref())
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "QuotaReserved"))
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    for w in &s.workloads {
+        let status = w.status.as_ref();
+        if holds_quota(status) || is_finished(status) {
+            continue;
+        }
+        let Some(f) = free_flavor(model, &usage, w) else {
+            continue;
+        };
+        let name = w.metadata.name.as_deref().unwrap_or("");
+        if message(name).starts_with("waiting behind workload ") {
+            continue;
+        }
+        let mut chain = vec![format!("{name}: {}", message(name))];
+        let mut next = name.to_string();
+        for _ in 0..6 {
+            let m = message(&next);
+            let Some(n) = [
+                "not admitted in this pass: workload default/",
+                "waiting behind workload default/",
+            ]
+            .iter()
+            .find_map(|p| m.strip_prefix(p))
+            .and_then(|r| r.split([' ', ',']).next()) else {
+                break;
+            };
+            next = n.to_string();
+            chain.push(format!("{next}: {}", message(&next)));
+        }
+        return Err(format!(
+            "pending though it fits flavor {f} of the quota left free: {}",
+            chain.join(" | ")
+        ));
+    }
+    Ok(())
+}
+
+/// A flavor of the Workload's ClusterQueue that all its PodSets fit on together, on the model
+/// with `usage` held.
+fn free_flavor(
+    model: &Model,
+    usage: &BTreeMap<(String, String, String), Quantity>,
+    w: &Workload,
+) -> Option<String> {
+    let cq = w.spec.queue_name.clone()?;
+    let (_, quota) = model.cqs.get(&cq)?;
+    let flavors: std::collections::BTreeSet<&String> = quota.keys().map(|(f, _)| f).collect();
+    flavors.into_iter().find_map(|f| {
+        let mut after = usage.clone();
+        for ps in &w.spec.pod_sets {
+            let containers = ps.template.spec.iter().flat_map(|p| &p.containers);
+            for c in containers {
+                let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+                for (res, q) in requests.into_iter().flatten() {
+                    let mut total = Quantity::ZERO;
+                    for _ in 0..ps.count {
+                        total += units(q);
+                    }
+                    *after
+                        .entry((cq.clone(), f.clone(), res.clone()))
+                        .or_default() += total;
+                }
+            }
+        }
+        check_capacity(model, &after).is_ok().then(|| f.clone())
+    })
 }
 
 /// Seeds 0..6000 and the seeds beyond that used to churn, every run the same;
@@ -869,4 +952,39 @@ fn static_cohorts_do_not_churn() {
         failed.len(),
         failed.join("\n")
     );
+}
+
+/// Seeds of [`static_cohorts_do_not_churn`] among 0..6000 whose fixed point is not live: a
+/// Workload stays pending though it fits the quota left free, held back for a reclaimer that is
+/// never admitted. Kinds: the reclaimer can never fit on any flavor (108, 532, 2593, and more),
+/// cannot find victims (1613), or the holds form a cycle through queues waiting behind held-back
+/// heads (759: cq2's w14 held for cq0's w33, which waits behind cq0's w28, held for cq2's w21,
+/// which waits behind w14; 850 likewise through a reservation). Ending a hold in each kind
+/// made other seeds churn (a preemption on the next pass), so the hold rule needs a liveness
+/// part of its own; until then this list is exact both ways: a seed that leaves it, or joins it,
+/// fails here.
+const NOT_LIVE: [u64; 12] = [
+    108, 532, 759, 850, 1613, 2593, 4174, 4562, 5350, 5372, 5817, 5837,
+];
+
+#[test]
+fn static_cohorts_settle_where_nothing_pending_fits_the_free_quota() {
+    // `LIVE_SEEDS=a..b` runs the range a..b instead
+    let range = match std::env::var("LIVE_SEEDS") {
+        Ok(range) => {
+            let (a, b) = range.split_once("..").expect("LIVE_SEEDS=a..b");
+            a.parse().expect("a number")..b.parse().expect("a number")
+        }
+        Err(_) => 0..6000u64,
+    };
+    let mut not_live = Vec::new();
+    let mut messages = Vec::new();
+    for seed in range.clone() {
+        if let Ok(Err(e)) = run_static_case(seed) {
+            not_live.push(seed);
+            messages.push(format!("seed {seed}: {e}"));
+        }
+    }
+    let expected: Vec<u64> = NOT_LIVE.into_iter().filter(|s| range.contains(s)).collect();
+    assert_eq!(not_live, expected, "\n{}", messages.join("\n"));
 }
