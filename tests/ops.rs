@@ -124,6 +124,12 @@ async fn service_with_child(
     priority: &str,
     worker_cpu: &str,
 ) {
+    gated_service(client, ns, name, priority, worker_cpu).await;
+    child_of(client, ns, name, worker_cpu).await;
+}
+
+/// A RayService, once the leader gated its template.
+async fn gated_service(client: &Client, ns: &str, name: &str, priority: &str, worker_cpu: &str) {
     let services: Api<RayService> = Api::namespaced(client.clone(), ns);
     let svc = json!({"apiVersion": "ray.io/v1", "kind": "RayService",
         "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/priority-class": priority}},
@@ -144,6 +150,10 @@ async fn service_with_child(
         },
     )
     .await;
+}
+
+/// KubeRay's part: the RayService's first child, born suspended and labelled.
+async fn child_of(client: &Client, ns: &str, name: &str, worker_cpu: &str) {
     let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": format!("{name}-a"), "namespace": ns, "labels": {
             "ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayService"}},
@@ -494,4 +504,99 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
     .await;
     let _ = stop_c.send(());
     c.await.unwrap();
+}
+
+/// A leader whose Lease renewals fail stops writing at its renew deadline, on cluster time,
+/// although its election loop is still trying then and has not told anyone yet: from the
+/// deadline on every write it would make is counted (and refused) by a fault rule, and there are
+/// none, although a new RayCluster waits for it; a standby takes the Lease once it expires and
+/// writes instead.
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_renewals_fail_writes_nothing_after_its_renew_deadline() {
+    use raygate_sim::faults::{FaultRule, Faults, Verb};
+    raygate_testing::apiserver::init_logs();
+    let ns = "stall";
+    let sim = sim(ns, raygate_sim::Clock::default());
+    let client = sim.client();
+    queues(&client, ns, "20").await;
+    // renew deadline 2/3 of it, retry 2/15: the election loop's turns do not fall on the
+    // deadline (5 retries are a nanosecond short of it)
+    const LEASE_SECONDS: u64 = 4;
+    let renew_deadline = Duration::from_secs(LEASE_SECONDS) * 2 / 3;
+    let config = |identity: &str| Config {
+        leader_elect: true,
+        lease_namespace: ns.into(),
+        identity: identity.into(),
+        lease_duration_seconds: LEASE_SECONDS,
+        admission_resync: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let holder = || async { leases.get("raygate").await.ok()?.spec?.holder_identity };
+    let wait = Duration::from_secs(60);
+    let (_stop_a, _a) = spawn_controller(sim.client_as("replica-a"), clock(), config("replica-a"));
+    eventually(wait, "replica-a leads", || async {
+        (holder().await? == "replica-a").then_some(())
+    })
+    .await;
+    service_with_child(&client, ns, "one", "low", "1").await;
+    eventually(wait, "the leader releases one-a", || {
+        released(&client, ns, "one-a")
+    })
+    .await;
+
+    gated_service(&client, ns, "two", "low", "1").await;
+
+    // replica-a's Lease requests fail: its election loop keeps trying past the renew deadline,
+    // which its last successful renewal, at most a retry period ago, set at most
+    // `renew_deadline` from now
+    let stall = FaultRule::any()
+        .resource("leases")
+        .user_agent("replica-a")
+        .error(500, 1.0);
+    sim.set_faults(Faults::none().rule(stall.clone()));
+    tokio::time::sleep(renew_deadline).await;
+    // from its renew deadline on, every write replica-a makes to anything but its Lease is
+    // counted
+    let fenced = [
+        "rayservices",
+        "rayclusters",
+        "workloads",
+        "events",
+        "pods",
+        "nodes",
+        "clusterqueues",
+        "localqueues",
+    ]
+    .into_iter()
+    .fold(FaultRule::any(), FaultRule::resource)
+    .verbs(&Verb::WRITES)
+    .user_agent("replica-a")
+    .error(503, 1.0);
+    sim.set_faults(Faults::none().rule(stall).rule(fenced));
+    child_of(&client, ns, "two", "1").await;
+    tokio::time::sleep(Duration::from_secs(LEASE_SECONDS) / 2).await;
+    assert_eq!(
+        sim.fault_stats().errors.get(&503),
+        None,
+        "replica-a wrote after its renew deadline"
+    );
+    assert!(released(&client, ns, "two-a").await.is_none());
+
+    // a standby takes the expired Lease and releases two-a
+    let (_stop_b, _b) = spawn_controller(sim.client_as("replica-b"), clock(), config("replica-b"));
+    eventually(wait, "replica-b takes over", || async {
+        (holder().await? == "replica-b").then_some(())
+    })
+    .await;
+    eventually(wait, "the new leader releases two-a", || {
+        released(&client, ns, "two-a")
+    })
+    .await;
+    assert_eq!(
+        sim.fault_stats().errors.get(&503),
+        None,
+        "replica-a wrote while replica-b led"
+    );
 }

@@ -14,6 +14,7 @@
 //! (a released Lease) is free at once.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -147,6 +148,15 @@ impl Elector {
             && self
                 .renewed_at
                 .is_some_and(|r| at < r + self.timing.renew_deadline)
+    }
+
+    /// Until when this replica may write without another successful renewal (`None` when it
+    /// does not hold the Lease).
+    pub fn lead_until(&self) -> Option<Monotonic> {
+        match self.renewed_at {
+            Some(r) if self.is_holder() => Some(r + self.timing.renew_deadline),
+            _ => None,
+        }
     }
 
     /// How long this replica may still write without a successful renewal (zero when it does not
@@ -346,11 +356,54 @@ async fn try_acquire_or_renew(
     }
 }
 
+/// This replica's write deadline on the controller's monotonic clock, shared with every writer:
+/// its last successful renewal plus the renew deadline. A writer checks it against the clock
+/// right before it writes, so a replica whose renewals stall stops writing at that instant, not
+/// when its election loop next turns (a standby may take the Lease a lease duration after it
+/// last saw it change, later than the renew deadline).
+#[derive(Clone, Debug)]
+pub struct Fence(Arc<AtomicU64>);
+
+impl Fence {
+    const CLOSED: u64 = 0;
+    const OPEN: u64 = u64::MAX;
+
+    /// Always open: a controller without leader election.
+    pub fn open() -> Fence {
+        Fence(Arc::new(AtomicU64::new(Self::OPEN)))
+    }
+
+    fn closed() -> Fence {
+        Fence(Arc::new(AtomicU64::new(Self::CLOSED)))
+    }
+
+    fn nanos(at: Monotonic) -> u64 {
+        let since = at.saturating_since(Monotonic::default());
+        u64::try_from(since.as_nanos()).unwrap_or(Self::OPEN - 1)
+    }
+
+    fn set(&self, until: Option<Monotonic>) {
+        let v = until.map_or(Self::CLOSED, |u| Self::nanos(u).max(1));
+        self.0.store(v, Ordering::SeqCst);
+    }
+
+    /// Whether a write may be made at `at`.
+    pub fn open_at(&self, at: Monotonic) -> bool {
+        match self.0.load(Ordering::SeqCst) {
+            Self::OPEN => true,
+            Self::CLOSED => false,
+            until => Self::nanos(at) < until,
+        }
+    }
+}
+
 /// A running election: whether this replica leads, and the task that contends. Dropped without
 /// [`Election::release`] (the controller's future dropped: a crash), the task stops where it
 /// stands and releases nothing.
 pub struct Election {
     pub leads: watch::Receiver<bool>,
+    /// The write deadline the election keeps current.
+    pub fence: Fence,
     stop: watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -396,6 +449,8 @@ pub fn elect(client: Client, config: &Config, clock: Arc<dyn Clock>) -> Result<E
     };
     let (tx, leads) = watch::channel(false);
     let (stop, mut stopped) = watch::channel(false);
+    let fence = Fence::closed();
+    let writes = fence.clone();
     let task = tokio::spawn(async move {
         loop {
             // a try may not outlast what is left of this replica's lead
@@ -406,6 +461,7 @@ pub fn elect(client: Client, config: &Config, clock: Arc<dyn Clock>) -> Result<E
             };
             let attempt = try_acquire_or_renew(&mut elector, &mut lock, clock.as_ref(), &lease);
             let _ = tokio::time::timeout(budget, attempt).await;
+            writes.set(elector.lead_until());
             let now_leads = elector.leads(clock.monotonic());
             if now_leads != *tx.borrow() {
                 if now_leads {
@@ -426,6 +482,7 @@ pub fn elect(client: Client, config: &Config, clock: Arc<dyn Clock>) -> Result<E
             }
         }
         // stopping: no more writes from here on, then give the Lease up if held
+        writes.set(None);
         let _ = tx.send(false);
         if let Some(record) = elector.release(clock.now()) {
             match lock.update(&record).await {
@@ -440,6 +497,7 @@ pub fn elect(client: Client, config: &Config, clock: Arc<dyn Clock>) -> Result<E
     });
     Ok(Election {
         leads,
+        fence,
         stop,
         task: Some(task),
     })
@@ -618,6 +676,26 @@ mod tests {
             None,
             "a replica that does not hold releases nothing"
         );
+    }
+
+    #[test]
+    fn the_fence_is_open_until_the_renew_deadline_of_the_last_renewal_only() {
+        let mut e = Elector::new(ME, timing());
+        let fence = Fence::closed();
+        assert!(!fence.open_at(m(0)));
+        let Decision::Create(r) = e.decide(None, t(0), m(0)) else {
+            panic!("creates");
+        };
+        e.wrote(r, m(1_000));
+        fence.set(e.lead_until());
+        // renew deadline 10 s after the renewal at 1 s
+        assert!(fence.open_at(m(10_999)));
+        assert!(!fence.open_at(m(11_000)), "closed at the deadline itself");
+        // another holder read: closed at once
+        let _ = e.decide(Some(&held_by(OTHER, 1)), t(2), m(2_000));
+        fence.set(e.lead_until());
+        assert!(!fence.open_at(m(2_000)));
+        assert!(Fence::open().open_at(m(u64::MAX / 2)));
     }
 
     #[test]

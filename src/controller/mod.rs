@@ -247,6 +247,8 @@ pub struct Context {
     pub events: EventSink,
     /// True while this replica may write (always, without leader election).
     pub leader: watch::Receiver<bool>,
+    /// Until when this replica may write, on `clock` (open without leader election).
+    pub fence: leader::Fence,
     /// When the admission loop admitted a Workload (key `ns/name`), for the gate-latency metric.
     pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, Monotonic>>,
     /// Consecutive failed reconciles per RayService (`ns/name`), for the error backoff.
@@ -258,8 +260,9 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether this replica may write now: it leads, and its write deadline has not passed.
     fn is_leader(&self) -> bool {
-        *self.leader.borrow()
+        *self.leader.borrow() && self.fence.open_at(self.clock.monotonic())
     }
 }
 
@@ -294,9 +297,12 @@ pub async fn run_with(
     let (stores, streams) = stores::start(client.clone(), config.admission, config.pod_gate).await;
     let (leader, election) = if config.leader_elect {
         let election = leader::elect(client.clone(), &config, clock.clone())?;
-        (election.leads.clone(), Some(election))
+        (
+            (election.leads.clone(), election.fence.clone()),
+            Some(election),
+        )
     } else {
-        (watch::channel(true).1, None)
+        ((watch::channel(true).1, leader::Fence::open()), None)
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -305,7 +311,8 @@ pub async fn run_with(
         config: config.clone(),
         stores,
         metrics: metrics.clone(),
-        leader,
+        leader: leader.0,
+        fence: leader.1,
         admitted_at: Default::default(),
         failures: Default::default(),
         just_released: Default::default(),
