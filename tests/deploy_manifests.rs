@@ -1220,6 +1220,96 @@ fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
     }
 }
 
+/// Whether `.dockerignore`'s `lines` leave `path` (relative to the repository, `/`-separated)
+/// out of the build context: the last line that matches decides (`!` keeps), and a line matches
+/// the path or one of its parent directories, `*` within one path element (Docker's
+/// `patternmatcher` with `filepath.Match`).
+fn docker_ignored(lines: &[&str], path: &str) -> bool {
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
+            (Some(a), Some(b)) if a == b || *a == b'?' => glob(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    let mut ignored = false;
+    for line in lines {
+        let (keep, pattern) = match line.strip_prefix('!') {
+            Some(p) => (true, p),
+            None => (false, *line),
+        };
+        let pattern: Vec<&str> = pattern.trim_end_matches('/').split('/').collect();
+        let matches = pattern.len() <= parts.len()
+            && pattern
+                .iter()
+                .zip(&parts)
+                .all(|(p, s)| glob(p.as_bytes(), s.as_bytes()));
+        if matches {
+            ignored = !keep;
+        }
+    }
+    ignored
+}
+
+/// `docker build .` compiles every file the binary's crates embed (`include_str!`,
+/// `include_bytes!` outside their test modules): each is in the build context.
+#[test]
+fn the_build_context_holds_every_file_the_binary_embeds() {
+    let ignore = std::fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
+    let lines: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(docker_ignored(&lines, "target/release/raygate"));
+    assert!(docker_ignored(&lines, "README.md"));
+    assert!(!docker_ignored(&lines, "src/lib.rs"));
+    let mut embedded = Vec::new();
+    let mut dirs: Vec<PathBuf> = ["src", "types/src", "sim/src", "demo/src", "cli/src"]
+        .iter()
+        .map(|d| repo().join(d))
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !name.ends_with(".rs") || name.ends_with("tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // test modules sit at the end of a file
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for m in ["include_str!(\"", "include_bytes!(\""] {
+                for (at, _) in code.match_indices(m) {
+                    let rest = &code[at + m.len()..];
+                    let file = &rest[..rest.find('"').unwrap()];
+                    let full = path.parent().unwrap().join(file).canonicalize().unwrap();
+                    let relative = full.strip_prefix(repo().canonicalize().unwrap()).unwrap();
+                    embedded.push(relative.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+    }
+    assert!(
+        embedded.iter().any(|f| f == "config/scenarios/demo.yaml"),
+        "the demo's scenario is embedded: {embedded:?}"
+    );
+    let left_out: Vec<&String> = embedded
+        .iter()
+        .filter(|f| docker_ignored(&lines, f))
+        .collect();
+    assert!(
+        left_out.is_empty(),
+        ".dockerignore leaves out files the binary embeds: {left_out:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The release manifest (hack/release.sh)
 // ---------------------------------------------------------------------------------------------
