@@ -41,12 +41,15 @@ impl Replacing<'_> {
     }
 }
 
+/// Per PodSet: (request index, flavor).
+pub(crate) type PodSetFlavors = Vec<Vec<(usize, FlavorIx)>>;
+
 /// Result of flavor assignment.
 #[derive(Debug)]
 pub(crate) struct Assignment {
     pub mode: Mode,
     /// Per PodSet: (request index, flavor).
-    pub flavors: Vec<Vec<(usize, FlavorIx)>>,
+    pub flavors: PodSetFlavors,
     /// The Workload's full usage per (flavor, resource) once admitted.
     pub totals: Charges,
     /// What must fit: `totals` minus what the replaced slice holds, positive entries only.
@@ -127,48 +130,75 @@ pub(crate) fn assign(
     podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
 ) -> Assignment {
-    let a = Assigner {
+    Assigner {
         q,
         usage,
         cq,
         replacing,
-    };
-    let mut totals: Charges = Vec::new();
-    let mut flavors = Vec::with_capacity(podsets.len());
-    let mut mode = Mode::Fit;
-    let mut failure = None;
-    for ps in podsets {
-        let mut chosen = Vec::new();
-        if ps.count == 0 || ps.requests.is_empty() {
-            flavors.push(chosen);
-            continue;
-        }
-        let placed = match a.place(ps) {
-            Ok(placed) => placed,
-            Err(f) => return no_fit(f),
-        };
-        for reqs in placed.chunk_by(|x, y| x.0 == y.0) {
-            let group = &q.cqs[cq].groups[reqs[0].0];
-            let (fp, m, reasons) = match a.choose_flavor(ps, group, reqs, &totals) {
-                Ok(chosen) => chosen,
+        pinned: None,
+    }
+    .assign(podsets)
+}
+
+/// Assigns the flavors of `pinned` (per PodSet: (request index, flavor), as
+/// [`Assignment::flavors`]) and no other: whether the Workload fits there now.
+pub(crate) fn assign_pinned(
+    q: &Queues,
+    usage: &Usage,
+    cq: CqIx,
+    podsets: &[PodSetRequests],
+    pinned: &[Vec<(usize, FlavorIx)>],
+) -> Assignment {
+    Assigner {
+        q,
+        usage,
+        cq,
+        replacing: None,
+        pinned: Some(pinned),
+    }
+    .assign(podsets)
+}
+
+impl Assigner<'_> {
+    fn assign(&self, podsets: &[PodSetRequests]) -> Assignment {
+        let (a, q, cq) = (self, self.q, self.cq);
+        let mut totals: Charges = Vec::new();
+        let mut flavors = Vec::with_capacity(podsets.len());
+        let mut mode = Mode::Fit;
+        let mut failure = None;
+        for (pi, ps) in podsets.iter().enumerate() {
+            let mut chosen = Vec::new();
+            if ps.count == 0 || ps.requests.is_empty() {
+                flavors.push(chosen);
+                continue;
+            }
+            let placed = match a.place(ps) {
+                Ok(placed) => placed,
                 Err(f) => return no_fit(f),
             };
-            if m == Mode::Preempt && failure.is_none() {
-                failure = Some(Failure {
-                    podset: ps.name.clone(),
-                    reasons,
-                });
+            for reqs in placed.chunk_by(|x, y| x.0 == y.0) {
+                let group = &q.cqs[cq].groups[reqs[0].0];
+                let (fp, m, reasons) = match a.choose_flavor(pi, ps, group, reqs, &totals) {
+                    Ok(chosen) => chosen,
+                    Err(f) => return no_fit(f),
+                };
+                if m == Mode::Preempt && failure.is_none() {
+                    failure = Some(Failure {
+                        podset: ps.name.clone(),
+                        reasons,
+                    });
+                }
+                mode = mode.max(m);
+                for &(_, pos, ri) in reqs {
+                    add_charge(&mut totals, group.fr[fp][pos], ps.requests[ri].total);
+                    chosen.push((ri, group.flavors[fp]));
+                }
             }
-            mode = mode.max(m);
-            for &(_, pos, ri) in reqs {
-                add_charge(&mut totals, group.fr[fp][pos], ps.requests[ri].total);
-                chosen.push((ri, group.flavors[fp]));
-            }
+            chosen.sort_unstable();
+            flavors.push(chosen);
         }
-        chosen.sort_unstable();
-        flavors.push(chosen);
+        a.finish(mode, flavors, totals, failure)
     }
-    a.finish(mode, flavors, totals, failure)
 }
 
 /// One flavor assignment in progress: a Workload in ClusterQueue `cq` against `usage`.
@@ -177,6 +207,8 @@ struct Assigner<'a> {
     usage: &'a Usage,
     cq: CqIx,
     replacing: Option<&'a Replacing<'a>>,
+    /// Per PodSet: the only flavor to try for each request ([`assign_pinned`]).
+    pinned: Option<&'a [Vec<(usize, FlavorIx)>]>,
 }
 
 impl Assigner<'_> {
@@ -213,10 +245,22 @@ impl Assigner<'_> {
     /// (sticky), else all in order.
     fn candidates(
         &self,
+        pi: usize,
         ps: &PodSetRequests,
         group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
     ) -> Result<Range<usize>, Failure> {
+        if let Some(pinned) = self.pinned {
+            let f = pinned.get(pi).and_then(|fl| {
+                fl.iter()
+                    .find(|(ri, _)| reqs.iter().any(|&(_, _, r)| r == *ri))
+                    .map(|(_, f)| *f)
+            });
+            return match f.and_then(|f| group.flavors.iter().position(|x| *x == f)) {
+                Some(p) => Ok(p..p + 1),
+                None => Err(failure(&ps.name, Vec::new())),
+            };
+        }
         let sticky = self
             .replacing
             .and_then(|r| r.held.flavors.iter().find(|(n, _)| *n == ps.name))
@@ -246,6 +290,7 @@ impl Assigner<'_> {
     /// preemption, with the reasons the flavors tried before it did not fit.
     fn choose_flavor(
         &self,
+        pi: usize,
         ps: &PodSetRequests,
         group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
@@ -253,7 +298,7 @@ impl Assigner<'_> {
     ) -> Result<(usize, Mode, Vec<Reason>), Failure> {
         let mut reasons = Vec::new();
         let mut preempt = None;
-        for fp in self.candidates(ps, group, reqs)? {
+        for fp in self.candidates(pi, ps, group, reqs)? {
             let fid = group.flavors[fp];
             if let Some((key, wanted, has)) =
                 conflict(&self.q.catalog.flavors[fid].node_labels, &ps.node_selector)

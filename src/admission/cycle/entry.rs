@@ -160,7 +160,7 @@ impl<'a> Pass<'a> {
             return self.hold_back(i, c, podsets, by);
         }
         let epoch = self.memo.epoch(ix, c);
-        let memo = w.replaces.is_none() && !fresh;
+        let memo = w.replaces.is_none() && !fresh && self.pins[i].is_none();
         if memo
             && let Some(message) = Memo::find(&mut self.memo.pending[c], epoch, |r| {
                 same_standing(ix, c, r, i)
@@ -179,6 +179,15 @@ impl<'a> Pass<'a> {
         if a.mode == Mode::Fit {
             self.admit(i, c, podsets, a, old);
             return Outcome::Continue;
+        }
+        if let Some(pin) = &self.pins[i]
+            && old.is_none()
+        {
+            let b = flavors::assign_pinned(&ix.q, &self.usage, c, podsets, pin);
+            if b.mode == Mode::Fit {
+                self.admit(i, c, podsets, b, old);
+                return Outcome::Continue;
+            }
         }
         let text: Arc<str> = a
             .failure

@@ -135,7 +135,7 @@ impl Pass<'_> {
     /// next pass (quota lent in this pass that its owner would reclaim, or a lower-priority
     /// Workload of its own queue), each with that Workload: admitting them now would only make
     /// the next pass evict them again.
-    pub(super) fn reclaimable(&self) -> Vec<(WorkloadIx, WorkloadIx)> {
+    pub(super) fn reclaimable(&self) -> Vec<(WorkloadIx, WorkloadIx, flavors::PodSetFlavors)> {
         let ix = self.ix;
         if self.newly.is_empty() {
             return Vec::new();
@@ -172,9 +172,9 @@ impl Pass<'_> {
                 // a Workload that preempted for this room keeps it (else it would preempt again)
                 if admitted[v.workload].is_some()
                     && !ix.workloads[v.workload].preemptor
-                    && !out.iter().any(|&(x, _)| x == v.workload)
+                    && !out.iter().any(|(x, _, _)| *x == v.workload)
                 {
-                    out.push((v.workload, w));
+                    out.push((v.workload, w, a.flavors.clone()));
                 }
             }
         }

@@ -36,6 +36,9 @@ use usage::report_usage;
 /// next pass to take back the quota it would use).
 type Forbidden = TiVec<WorkloadIx, Option<WorkloadIx>>;
 
+/// Per Workload: flavors to try, per PodSet (request index, flavor), see [`pass::Pass::pins`].
+type Pins = TiVec<WorkloadIx, Option<crate::admission::flavors::PodSetFlavors>>;
+
 /// Runs one pass, in Kueue's phases: quota-independent evictions, then the pending Workloads in
 /// rounds of one head per ClusterQueue (see [`nominate::rounds`]), then the usage report.
 ///
@@ -68,12 +71,15 @@ pub(crate) fn run(ix: &Index, options: &Options) -> CycleResult {
 /// (as far as the end of the pass shows: [`Pass::reclaimable`] and the conflicts preemption met);
 /// `forbidden` gains each Workload held back so.
 fn converge<'a>(ix: &'a Index, forbidden: &mut Forbidden) -> Pass<'a> {
-    let mut pass = one_pass(ix, forbidden.clone());
+    let mut pins: Pins = TiVec::from(vec![None; ix.workloads.len()]);
+    let mut pass = one_pass(ix, forbidden.clone(), pins.clone());
     for _ in 0..MAX_RETRIES {
         let mut extra = std::mem::take(&mut pass.conflicts);
-        for (v, by) in pass.reclaimable() {
+        for (v, by, flavors) in pass.reclaimable() {
             if !extra.iter().any(|&(x, _)| x == v) {
                 extra.push((v, by));
+                // as Kueue ends up once `by` preempted `v`: `by` on the flavors it takes then
+                pins[by].get_or_insert(flavors);
             }
         }
         if extra.is_empty() {
@@ -82,7 +88,7 @@ fn converge<'a>(ix: &'a Index, forbidden: &mut Forbidden) -> Pass<'a> {
         for (v, by) in extra {
             forbidden[v] = Some(by);
         }
-        pass = one_pass(ix, forbidden.clone());
+        pass = one_pass(ix, forbidden.clone(), pins.clone());
     }
     pass
 }
@@ -95,8 +101,8 @@ const MAX_LOOKAHEADS: usize = 8;
 
 /// One pass: evictions without quota, stale replaced slices finished, the pending Workloads
 /// nominated and processed in rounds, then the held-back ones looked at again.
-fn one_pass(ix: &Index, forbidden: Forbidden) -> Pass<'_> {
-    let mut pass = Pass::new(ix, forbidden);
+fn one_pass(ix: &Index, forbidden: Forbidden, pins: Pins) -> Pass<'_> {
+    let mut pass = Pass::new(ix, forbidden, pins);
     pass.evict_without_quota();
     let finished_pending = pass.finish_stale_replaced();
     let (mut stray, mut queues) = nominate(ix);

@@ -2,8 +2,8 @@
 //! Workload; the evictions that need no quota (deactivated Workloads, stopped queues) and the
 //! replaced slices finished before any Workload is looked at.
 
-use super::Forbidden;
 use super::memo::Memo;
+use super::{Forbidden, Pins};
 use crate::admission::ids::{CqIx, FrIx, NodeIx, TiVec, WorkloadIx};
 use crate::admission::index::Index;
 use crate::admission::queues::Queues;
@@ -77,6 +77,9 @@ pub(super) struct Pass<'a> {
     // who is held back, and the quota kept for them (see [`super::hold`])
     /// Not admitted in this pass: the Workload that could preempt it in the next one.
     pub forbidden: Forbidden,
+    /// Per Workload: the flavors it would have after preempting a Workload held back for it
+    /// ([`Pass::reclaimable`]), tried when its own assignment does not fit.
+    pub pins: Pins,
     /// Left pending in this pass because of `forbidden`, in the order they were looked at:
     /// (Workload, ClusterQueue, what it needs per (flavor, resource)).
     pub held: Vec<(WorkloadIx, CqIx, Charges)>,
@@ -98,7 +101,7 @@ pub(super) struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     /// Every held quota charged to its ClusterQueue.
-    pub fn new(ix: &'a Index, forbidden: Forbidden) -> Self {
+    pub fn new(ix: &'a Index, forbidden: Forbidden, pins: Pins) -> Self {
         let q = &ix.q;
         let n = ix.workloads.len();
         let per_cq = q.cqs.len();
@@ -140,6 +143,7 @@ impl<'a> Pass<'a> {
             blocked: TiVec::from(vec![None; per_cq]),
             waiting: TiVec::from(vec![None; per_cq]),
             forbidden,
+            pins,
             held: Vec::new(),
             held_in: TiVec::from(vec![(None, Vec::new()); per_cq]),
             reserved: TiVec::from(vec![Vec::new(); per_cq]),
