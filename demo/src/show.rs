@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 
 use crate::history::{Change, History, Key, Kind, State};
 use crate::invariants::{self, Invariant, Window};
-use crate::scenario::Report;
-use crate::story::BaselineRun;
+use crate::scenario::{BaselineRun, Report};
 
 /// One line of the live display.
 #[derive(Clone, Debug, PartialEq)]

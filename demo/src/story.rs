@@ -15,7 +15,7 @@ use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::{Clock, CrdError, Registry, Sim};
 use tokio::sync::mpsc;
 
-use crate::scenario::{self, Checked, Progress, Report, RunError, ScenarioError};
+use crate::scenario::{self, BaselineRun, Checked, Progress, Report, RunError, ScenarioError};
 use crate::show::{Line, Narrator};
 
 /// The demo's story: itself a scenario file, embedded.
@@ -148,7 +148,7 @@ pub fn baselines(checked: &Checked) -> Vec<(String, Checked)> {
             .iter()
             .any(|o| o["kind"] == "RayService");
     if gates_a_rayservice {
-        let mut c = crate::baselines::without_gate(checked);
+        let mut c = scenario::without_gate(checked);
         c.steps
             .retain(|(_, a, _)| !matches!(a, scenario::Action::StartRollout(_)));
         out.push(("KubeRay without the gate".to_string(), c));
@@ -158,13 +158,10 @@ pub fn baselines(checked: &Checked) -> Vec<(String, Checked)> {
         .iter()
         .any(|(_, a, _)| matches!(a, scenario::Action::StartRollout(_)));
     if rolls_out {
-        out.extend(crate::baselines::drain_variants(checked));
+        out.extend(scenario::drain_variants(checked));
     }
     out
 }
-
-/// A baseline's run: its name and its report, or why it could not run.
-pub type BaselineRun = (String, Result<Report, String>);
 
 /// Runs `runs` on `threads` threads, each on a fresh sim over `registry` on a paused runtime of
 /// its own (the same story gives the same history whatever the threads); the results in the

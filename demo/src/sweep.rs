@@ -7,7 +7,7 @@
 //!   may not fit its zero-downtime upgrade, the upgrade at a random time, the quota raised later
 //!   (or never), raygate's writes failing at a random rate (500, 409 or 429), raygate killed at a
 //!   random time or right after a random write (a crash at a write boundary) and restarted.
-//!   Baseline: KubeRay without the gate ([`crate::baselines::without_gate`]).
+//!   Baseline: KubeRay without the gate ([`crate::scenario::without_gate`]).
 //! - **rollout**: 2–3 upgrade domains × 1–2 nodes (4 GPUs each), more LeaderWorkerSet groups
 //!   than one domain holds (leader + worker, one GPU each, delegated readiness, the worker in its
 //!   leader's domain) that take 20–180 s from start to Ready (`initialDelaySeconds`: a model
@@ -32,11 +32,11 @@ use serde_json::{Value, json};
 
 mod rollout;
 
-use crate::baselines::{self, SplitMix, without_gate};
+use crate::baselines::SplitMix;
 use crate::invariants::Invariant;
 use crate::scenario::{
     self, Action, Checked, ClusterShape, ControllerSpec, Expectations, InjectFault, RaiseQuota,
-    Scenario,
+    Scenario, without_gate,
 };
 
 /// The node generation a rollout story upgrades to (the nodes start at 0).
@@ -103,7 +103,7 @@ pub fn variants(checked: &Checked) -> Vec<(String, Checked)> {
     let mut out = vec![("raygate".to_string(), checked.clone())];
     match story(checked) {
         Story::Upgrade => out.push(("KubeRay without the gate".into(), without_gate(checked))),
-        Story::Rollout => out.extend(baselines::drain_variants(checked).into_iter().map(
+        Story::Rollout => out.extend(scenario::drain_variants(checked).into_iter().map(
             |(name, mut c)| {
                 // the story has nothing else for raygate's controller: the baselines drain
                 // without it (and without its restarts)
