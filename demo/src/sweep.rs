@@ -172,13 +172,10 @@ fn ray_container(version: &str) -> Value {
         "resources": {"requests": {"cpu": "1"}}}])
 }
 
-/// The held-upgrade story with random sizes, times, faults and kills.
-fn upgrade(seed: u64, d: &mut Draw) -> Checked {
-    let workers = d.int(1, 3);
-    let pods = 1 + workers;
-    // the quota fits the running child and 0..=all of the upgrade's surge
-    let quota = pods + d.int(0, pods);
-    let objects = vec![
+/// The held-upgrade story's objects: a queue with `quota` cpu and a RayService of `workers`
+/// workers opted into it.
+fn upgrade_objects(workers: u64, quota: u64) -> Vec<Value> {
+    vec![
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
             "metadata": {"name": "default"}}),
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
@@ -197,7 +194,16 @@ fn upgrade(seed: u64, d: &mut Draw) -> Checked {
                     "workerGroupSpecs": [{"groupName": "w", "replicas": workers,
                         "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {},
                         "template": {"spec": {"containers": ray_container("2.51.0")}}}]}}}),
-    ];
+    ]
+}
+
+/// The held-upgrade story with random sizes, times, faults and kills.
+fn upgrade(seed: u64, d: &mut Draw) -> Checked {
+    let workers = d.int(1, 3);
+    let pods = 1 + workers;
+    // the quota fits the running child and 0..=all of the upgrade's surge
+    let quota = pods + d.int(0, pods);
+    let objects = upgrade_objects(workers, quota);
     let upgrade_at = d.int(60, 180);
     let mut steps = vec![(
         secs(upgrade_at),
