@@ -96,115 +96,116 @@ type Column = (
     Option<i32>,
 );
 
+/// Kueue's `Pending Workloads` column, on ClusterQueues and LocalQueues.
+const PENDING: Column = (
+    "Pending Workloads",
+    "integer",
+    ".status.pendingWorkloads",
+    "Number of pending workloads",
+    None,
+);
+
+const CLUSTER_QUEUE_COLUMNS: &[Column] = &[
+    (
+        "Cohort",
+        "string",
+        ".spec.cohortName",
+        "Cohort that this ClusterQueue belongs to",
+        None,
+    ),
+    (
+        "Strategy",
+        "string",
+        ".spec.queueingStrategy",
+        "The queueing strategy used to prioritize workloads",
+        Some(1),
+    ),
+    PENDING,
+    (
+        "Admitted Workloads",
+        "integer",
+        ".status.admittedWorkloads",
+        "Number of admitted workloads that haven't finished yet",
+        Some(1),
+    ),
+];
+
+const LOCAL_QUEUE_COLUMNS: &[Column] = &[
+    (
+        "ClusterQueue",
+        "string",
+        ".spec.clusterQueue",
+        "Backing ClusterQueue",
+        None,
+    ),
+    PENDING,
+    (
+        "Admitted Workloads",
+        "integer",
+        ".status.admittedWorkloads",
+        "Number of admitted workloads that haven't finished yet.",
+        None,
+    ),
+];
+
+const PRIORITY_CLASS_COLUMNS: &[Column] = &[(
+    "Value",
+    "integer",
+    ".value",
+    "Value of workloadPriorityClass's Priority",
+    None,
+)];
+
+const WORKLOAD_COLUMNS: &[Column] = &[
+    (
+        "Queue",
+        "string",
+        ".spec.queueName",
+        "Name of the queue this workload was submitted to",
+        None,
+    ),
+    (
+        "Reserved in",
+        "string",
+        ".status.admission.clusterQueue",
+        "Name of the ClusterQueue where the workload is reserving quota",
+        None,
+    ),
+    (
+        "Admitted",
+        "string",
+        ".status.conditions[?(@.type=='Admitted')].status",
+        "Admission status",
+        None,
+    ),
+    (
+        "Finished",
+        "string",
+        ".status.conditions[?(@.type=='Finished')].status",
+        "Workload finished",
+        None,
+    ),
+    (
+        "Age",
+        "date",
+        ".metadata.creationTimestamp",
+        "Time this workload was created",
+        None,
+    ),
+];
+
 /// Kueue v0.19's short names and printer columns for each kind (`kubectl get cq` works the same
 /// on raygate's CRDs as on Kueue's).
 fn kueue_names(plural: &str) -> (&'static [&'static str], &'static [Column]) {
-    const PENDING: Column = (
-        "Pending Workloads",
-        "integer",
-        ".status.pendingWorkloads",
-        "Number of pending workloads",
-        None,
-    );
     match plural {
-        "clusterqueues" => (
-            &["cq"],
-            &[
-                (
-                    "Cohort",
-                    "string",
-                    ".spec.cohortName",
-                    "Cohort that this ClusterQueue belongs to",
-                    None,
-                ),
-                (
-                    "Strategy",
-                    "string",
-                    ".spec.queueingStrategy",
-                    "The queueing strategy used to prioritize workloads",
-                    Some(1),
-                ),
-                PENDING,
-                (
-                    "Admitted Workloads",
-                    "integer",
-                    ".status.admittedWorkloads",
-                    "Number of admitted workloads that haven't finished yet",
-                    Some(1),
-                ),
-            ],
-        ),
+        "clusterqueues" => (&["cq"], CLUSTER_QUEUE_COLUMNS),
         "cohorts" => (&["co"], &[]),
-        "localqueues" => (
-            &["queue", "queues", "lq"],
-            &[
-                (
-                    "ClusterQueue",
-                    "string",
-                    ".spec.clusterQueue",
-                    "Backing ClusterQueue",
-                    None,
-                ),
-                PENDING,
-                (
-                    "Admitted Workloads",
-                    "integer",
-                    ".status.admittedWorkloads",
-                    "Number of admitted workloads that haven't finished yet.",
-                    None,
-                ),
-            ],
-        ),
+        "localqueues" => (&["queue", "queues", "lq"], LOCAL_QUEUE_COLUMNS),
         "resourceflavors" => (&["flavor", "flavors", "rf"], &[]),
-        "workloadpriorityclasses" => (
-            &["wpc"],
-            &[(
-                "Value",
-                "integer",
-                ".value",
-                "Value of workloadPriorityClass's Priority",
-                None,
-            )],
-        ),
+        "workloadpriorityclasses" => (&["wpc"], PRIORITY_CLASS_COLUMNS),
         "workloads" => (
             &["kwl", "kueueworkload", "kueueworkloads"],
-            &[
-                (
-                    "Queue",
-                    "string",
-                    ".spec.queueName",
-                    "Name of the queue this workload was submitted to",
-                    None,
-                ),
-                (
-                    "Reserved in",
-                    "string",
-                    ".status.admission.clusterQueue",
-                    "Name of the ClusterQueue where the workload is reserving quota",
-                    None,
-                ),
-                (
-                    "Admitted",
-                    "string",
-                    ".status.conditions[?(@.type=='Admitted')].status",
-                    "Admission status",
-                    None,
-                ),
-                (
-                    "Finished",
-                    "string",
-                    ".status.conditions[?(@.type=='Finished')].status",
-                    "Workload finished",
-                    None,
-                ),
-                (
-                    "Age",
-                    "date",
-                    ".metadata.creationTimestamp",
-                    "Time this workload was created",
-                    None,
-                ),
-            ],
+            WORKLOAD_COLUMNS,
         ),
         _ => (&[], &[]),
     }

@@ -114,57 +114,14 @@ impl Quantity {
             }
             _ => false,
         };
-        // mantissa digits (integer part, optional fraction)
-        let mut mantissa: i128 = 0;
-        let mut frac_digits: i32 = 0;
-        let mut seen_digit = false;
-        let mut seen_dot = false;
-        while i < bytes.len() {
-            let c = bytes[i];
-            if c.is_ascii_digit() {
-                seen_digit = true;
-                mantissa = mantissa
-                    .checked_mul(10)
-                    .and_then(|m| m.checked_add(i128::from(c - b'0')))
-                    .ok_or_else(overflow)?;
-                if seen_dot {
-                    frac_digits += 1;
-                }
-            } else if c == b'.' && !seen_dot {
-                seen_dot = true;
-            } else {
-                break;
-            }
-            i += 1;
-        }
-        if !seen_digit {
+        let start = i;
+        let (mantissa, frac_digits, i) = mantissa(bytes, start).ok_or_else(overflow)?;
+        if !bytes[start..i].iter().any(u8::is_ascii_digit) {
             return Err(syntax());
         }
         let suffix = &s[i..];
         // value = mantissa × 10^(dec_exp) × 1024^(bin_exp)
-        let (format, dec_exp, bin_exp): (Format, i32, u32) = match suffix {
-            "" => (Format::DecimalSI, 0, 0),
-            "n" => (Format::DecimalSI, -9, 0),
-            "u" => (Format::DecimalSI, -6, 0),
-            "m" => (Format::DecimalSI, -3, 0),
-            "k" => (Format::DecimalSI, 3, 0),
-            "M" => (Format::DecimalSI, 6, 0),
-            "G" => (Format::DecimalSI, 9, 0),
-            "T" => (Format::DecimalSI, 12, 0),
-            "P" => (Format::DecimalSI, 15, 0),
-            "E" => (Format::DecimalSI, 18, 0),
-            "Ki" => (Format::BinarySI, 0, 1),
-            "Mi" => (Format::BinarySI, 0, 2),
-            "Gi" => (Format::BinarySI, 0, 3),
-            "Ti" => (Format::BinarySI, 0, 4),
-            "Pi" => (Format::BinarySI, 0, 5),
-            "Ei" => (Format::BinarySI, 0, 6),
-            _ => {
-                let rest = suffix.strip_prefix(['e', 'E']).ok_or_else(syntax)?;
-                let exp: i32 = parse_exponent(rest).ok_or_else(syntax)?;
-                (Format::DecimalExponent, exp, 0)
-            }
-        };
+        let (format, dec_exp, bin_exp) = scale(suffix).ok_or_else(syntax)?;
         let mut value = mantissa;
         for _ in 0..bin_exp {
             value = value.checked_mul(1024).ok_or_else(overflow)?;
@@ -212,6 +169,57 @@ impl Quantity {
             self.format
         }
     }
+}
+
+/// The mantissa's digits from `i` (integer part, optional fraction): its value, the digits
+/// after the dot, and where it ends; `None` on overflow.
+fn mantissa(bytes: &[u8], mut i: usize) -> Option<(i128, i32, usize)> {
+    let mut mantissa: i128 = 0;
+    let mut frac_digits: i32 = 0;
+    let mut seen_dot = false;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_digit() {
+            mantissa = mantissa
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(i128::from(c - b'0')))?;
+            if seen_dot {
+                frac_digits += 1;
+            }
+        } else if c == b'.' && !seen_dot {
+            seen_dot = true;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    Some((mantissa, frac_digits, i))
+}
+
+/// A suffix's format and scale: (format, power of 10, power of 1024); `None`: not a suffix.
+fn scale(suffix: &str) -> Option<(Format, i32, u32)> {
+    Some(match suffix {
+        "" => (Format::DecimalSI, 0, 0),
+        "n" => (Format::DecimalSI, -9, 0),
+        "u" => (Format::DecimalSI, -6, 0),
+        "m" => (Format::DecimalSI, -3, 0),
+        "k" => (Format::DecimalSI, 3, 0),
+        "M" => (Format::DecimalSI, 6, 0),
+        "G" => (Format::DecimalSI, 9, 0),
+        "T" => (Format::DecimalSI, 12, 0),
+        "P" => (Format::DecimalSI, 15, 0),
+        "E" => (Format::DecimalSI, 18, 0),
+        "Ki" => (Format::BinarySI, 0, 1),
+        "Mi" => (Format::BinarySI, 0, 2),
+        "Gi" => (Format::BinarySI, 0, 3),
+        "Ti" => (Format::BinarySI, 0, 4),
+        "Pi" => (Format::BinarySI, 0, 5),
+        "Ei" => (Format::BinarySI, 0, 6),
+        _ => {
+            let rest = suffix.strip_prefix(['e', 'E'])?;
+            (Format::DecimalExponent, parse_exponent(rest)?, 0)
+        }
+    })
 }
 
 fn parse_exponent(s: &str) -> Option<i32> {

@@ -65,16 +65,7 @@ pub fn gauges<'a>(
         .into_iter()
         .filter_map(|lq| Some((meta::key(&lq.metadata), lq.spec.cluster_queue.clone()?)))
         .collect();
-    // children by (namespace, owner), so a scrape is linear in the objects
-    let mut by_owner: BTreeMap<(String, String), Vec<&RayCluster>> = BTreeMap::new();
-    for c in clusters {
-        if let (Some(ns), Some(owner)) = (
-            c.metadata.namespace.clone(),
-            meta::owning_rayservice(&c.metadata),
-        ) {
-            by_owner.entry((ns, owner.to_string())).or_default().push(c);
-        }
-    }
+    let by_owner = children_by_owner(clusters);
     let mut held = Vec::new();
     let mut cluster_queues: BTreeMap<String, (usize, Resources)> = BTreeMap::new();
     for svc in services {
@@ -87,29 +78,10 @@ pub fn gauges<'a>(
             .clone()
             .unwrap_or_else(|| "default".into());
         let name = svc.metadata.name.clone().unwrap_or_default();
-        let released: Vec<&str> = meta::annotation(&svc.metadata, RELEASED_ANNOTATION)
-            .map(|a| a.split(',').map(str::trim).collect())
-            .unwrap_or_default();
         let Some(children) = by_owner.get(&(ns.clone(), name.clone())) else {
             continue;
         };
-        let children = podsets::children_of(svc, children.iter().copied());
-        let mut n = 0;
-        let mut requests = Resources::new();
-        let mut oldest: Option<Timestamp> = None;
-        for c in children {
-            let cname = c.metadata.name.as_deref().unwrap_or_default();
-            if c.spec.suspend != Some(true) || released.contains(&cname) {
-                continue;
-            }
-            n += 1;
-            if let Ok(ps) = podsets::of_cluster(&c.spec, cname, "spec") {
-                requests.add(&podsets::total(&ps));
-            }
-            if let Some(t) = c.metadata.creation_timestamp.as_ref().map(|t| t.0) {
-                oldest = Some(oldest.map_or(t, |o| o.min(t)));
-            }
-        }
+        let (n, requests, oldest) = held_children(svc, children);
         if n == 0 {
             continue;
         }
@@ -138,6 +110,51 @@ pub fn gauges<'a>(
         held,
         cluster_queues,
     }
+}
+
+/// Children by (namespace, owner), so a scrape is linear in the objects.
+fn children_by_owner<'a>(
+    clusters: &[&'a RayCluster],
+) -> BTreeMap<(String, String), Vec<&'a RayCluster>> {
+    let mut by_owner: BTreeMap<(String, String), Vec<&RayCluster>> = BTreeMap::new();
+    for c in clusters {
+        if let (Some(ns), Some(owner)) = (
+            c.metadata.namespace.clone(),
+            meta::owning_rayservice(&c.metadata),
+        ) {
+            by_owner.entry((ns, owner.to_string())).or_default().push(c);
+        }
+    }
+    by_owner
+}
+
+/// The children of `svc` it holds (suspended, never released): how many, their pods' requests,
+/// and when the oldest was created.
+fn held_children(
+    svc: &RayService,
+    children: &[&RayCluster],
+) -> (usize, Resources, Option<Timestamp>) {
+    let released: Vec<&str> = meta::annotation(&svc.metadata, RELEASED_ANNOTATION)
+        .map(|a| a.split(',').map(str::trim).collect())
+        .unwrap_or_default();
+    let children = podsets::children_of(svc, children.iter().copied());
+    let mut n = 0;
+    let mut requests = Resources::new();
+    let mut oldest: Option<Timestamp> = None;
+    for c in children {
+        let cname = c.metadata.name.as_deref().unwrap_or_default();
+        if c.spec.suspend != Some(true) || released.contains(&cname) {
+            continue;
+        }
+        n += 1;
+        if let Ok(ps) = podsets::of_cluster(&c.spec, cname, "spec") {
+            requests.add(&podsets::total(&ps));
+        }
+        if let Some(t) = c.metadata.creation_timestamp.as_ref().map(|t| t.0) {
+            oldest = Some(oldest.map_or(t, |o| o.min(t)));
+        }
+    }
+    (n, requests, oldest)
 }
 
 /// The Events Kueue records on a Workload for an admission decision raygate's builtin loop wrote:

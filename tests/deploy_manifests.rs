@@ -51,7 +51,7 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     for entry in entries {
         let path = entry.expect("directory entry").path();
         if path.is_dir() {
-            // scenario files (raygate-demo's format, `demo/src/scenario.rs`) are not manifests
+            // scenario files (raygate-demo's format, `demo/src/scenario/format.rs`) are not manifests
             if path == config().join("scenarios") {
                 continue;
             }

@@ -202,7 +202,7 @@ fn play(
 /// raygate's, or `{name, error}`).
 fn with_baselines_json(
     mut report: serde_json::Value,
-    baselines: &[story::BaselineRun],
+    baselines: &[raygate_demo::scenario::BaselineRun],
 ) -> serde_json::Value {
     if baselines.is_empty() {
         return report;

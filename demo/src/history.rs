@@ -411,39 +411,74 @@ fn pod_state(object: &Value) -> PodState {
     }
 }
 
+fn node_state(object: &Value) -> NodeState {
+    let spec: Option<NodeSpec> = serde_json::from_value(object["spec"].clone()).ok();
+    let spec = spec.as_ref();
+    NodeState {
+        labels: labels(object),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        ready: condition_true(object, &["Ready"]),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| format!("{}:{}", t.key, t.effect))
+            .collect(),
+    }
+}
+
+fn pdb_state(object: &Value) -> PdbState {
+    let spec: PodDisruptionBudgetSpec =
+        serde_json::from_value(object["spec"].clone()).unwrap_or_default();
+    let status: Option<PodDisruptionBudgetStatus> =
+        serde_json::from_value(object["status"].clone()).ok();
+    PdbState {
+        selector: spec.selector,
+        min_available: spec.min_available,
+        max_unavailable: spec.max_unavailable,
+        expected_pods: status.as_ref().and_then(|s| s.expected_pods),
+        disruptions_allowed: status.as_ref().and_then(|s| s.disruptions_allowed),
+    }
+}
+
+fn cluster_queue_state(object: &Value) -> ClusterQueueState {
+    let flavors: Vec<Value> = object["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["flavors"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let mut unlimited: Vec<String> = flavors
+        .iter()
+        .flat_map(|f| f["resources"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["borrowingLimit"].is_null())
+        .filter_map(|r| r["name"].as_str().map(String::from))
+        .collect();
+    unlimited.sort();
+    unlimited.dedup();
+    let usage: Vec<Value> = object["status"]["flavorsUsage"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    ClusterQueueState {
+        cohort: object["spec"]["cohortName"]
+            .as_str()
+            .or_else(|| object["spec"]["cohort"].as_str())
+            .map(String::from),
+        nominal: flavor_sum(&flavors, "nominalQuota"),
+        borrowing_limit: flavor_sum(&flavors, "borrowingLimit"),
+        unlimited_borrowing: unlimited,
+        usage: flavor_sum(&usage, "total"),
+    }
+}
+
 /// An object's compact state. Fields a state keeps are read leniently: a watch never fails on
 /// an odd object, it records what it can read.
 pub fn compact(kind: Kind, object: &Value) -> State {
     match kind {
         Kind::Pod => State::Pod(pod_state(object)),
-        Kind::Node => {
-            let spec: Option<NodeSpec> = serde_json::from_value(object["spec"].clone()).ok();
-            let spec = spec.as_ref();
-            State::Node(NodeState {
-                labels: labels(object),
-                unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-                ready: condition_true(object, &["Ready"]),
-                taints: spec
-                    .and_then(|s| s.taints.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .map(|t| format!("{}:{}", t.key, t.effect))
-                    .collect(),
-            })
-        }
-        Kind::PodDisruptionBudget => {
-            let spec: PodDisruptionBudgetSpec =
-                serde_json::from_value(object["spec"].clone()).unwrap_or_default();
-            let status: Option<PodDisruptionBudgetStatus> =
-                serde_json::from_value(object["status"].clone()).ok();
-            State::Pdb(PdbState {
-                selector: spec.selector,
-                min_available: spec.min_available,
-                max_unavailable: spec.max_unavailable,
-                expected_pods: status.as_ref().and_then(|s| s.expected_pods),
-                disruptions_allowed: status.as_ref().and_then(|s| s.disruptions_allowed),
-            })
-        }
+        Kind::Node => State::Node(node_state(object)),
+        Kind::PodDisruptionBudget => State::Pdb(pdb_state(object)),
         Kind::RayCluster => State::RayCluster(RayClusterState {
             labels: labels(object),
             suspended: object["spec"]["suspend"].as_bool().unwrap_or(false),
@@ -465,36 +500,7 @@ pub fn compact(kind: Kind, object: &Value) -> State {
                 .map(|p| p["count"].as_i64().unwrap_or(1))
                 .sum(),
         }),
-        Kind::ClusterQueue => {
-            let flavors: Vec<Value> = object["spec"]["resourceGroups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|g| g["flavors"].as_array().cloned().unwrap_or_default())
-                .collect();
-            let mut unlimited: Vec<String> = flavors
-                .iter()
-                .flat_map(|f| f["resources"].as_array().cloned().unwrap_or_default())
-                .filter(|r| r["borrowingLimit"].is_null())
-                .filter_map(|r| r["name"].as_str().map(String::from))
-                .collect();
-            unlimited.sort();
-            unlimited.dedup();
-            let usage: Vec<Value> = object["status"]["flavorsUsage"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            State::ClusterQueue(ClusterQueueState {
-                cohort: object["spec"]["cohortName"]
-                    .as_str()
-                    .or_else(|| object["spec"]["cohort"].as_str())
-                    .map(String::from),
-                nominal: flavor_sum(&flavors, "nominalQuota"),
-                borrowing_limit: flavor_sum(&flavors, "borrowingLimit"),
-                unlimited_borrowing: unlimited,
-                usage: flavor_sum(&usage, "total"),
-            })
-        }
+        Kind::ClusterQueue => State::ClusterQueue(cluster_queue_state(object)),
         Kind::LocalQueue => State::LocalQueue(LocalQueueState {
             cluster_queue: object["spec"]["clusterQueue"]
                 .as_str()

@@ -15,7 +15,7 @@ use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::{Clock, CrdError, Registry, Sim};
 use tokio::sync::mpsc;
 
-use crate::scenario::{self, Checked, Progress, Report, RunError, ScenarioError};
+use crate::scenario::{self, BaselineRun, Checked, Progress, Report, RunError, ScenarioError};
 use crate::show::{Line, Narrator};
 
 /// The demo's story: itself a scenario file, embedded.
@@ -148,7 +148,7 @@ pub fn baselines(checked: &Checked) -> Vec<(String, Checked)> {
             .iter()
             .any(|o| o["kind"] == "RayService");
     if gates_a_rayservice {
-        let mut c = crate::baselines::without_gate(checked);
+        let mut c = scenario::without_gate(checked);
         c.steps
             .retain(|(_, a, _)| !matches!(a, scenario::Action::StartRollout(_)));
         out.push(("KubeRay without the gate".to_string(), c));
@@ -158,13 +158,10 @@ pub fn baselines(checked: &Checked) -> Vec<(String, Checked)> {
         .iter()
         .any(|(_, a, _)| matches!(a, scenario::Action::StartRollout(_)));
     if rolls_out {
-        out.extend(crate::baselines::drain_variants(checked));
+        out.extend(scenario::drain_variants(checked));
     }
     out
 }
-
-/// A baseline's run: its name and its report, or why it could not run.
-pub type BaselineRun = (String, Result<Report, String>);
 
 /// Runs `runs` on `threads` threads, each on a fresh sim over `registry` on a paused runtime of
 /// its own (the same story gives the same history whatever the threads); the results in the
@@ -214,16 +211,18 @@ pub async fn play(
     let wall = Instant::now();
     let clock: Clock = sim.clock().clone();
     let start = clock.now();
-    let mut narrator = Narrator::new(start);
-    let mut lines: Vec<Line> = vec![];
+    let mut live = Live {
+        narrator: Narrator::new(start),
+        lines: vec![],
+        narrated: 0,
+        rollout_progress: String::new(),
+    };
     let (ptx, mut prx) = mpsc::unbounded_channel::<Progress>();
     let (stx, mut srx) = mpsc::unbounded_channel::<Seen>();
     let watchers = [
         watch_rollouts(sim.client(), stx.clone()),
         watch_events(sim.client(), stx),
     ];
-    let mut narrated = 0usize;
-    let mut rollout_progress = String::new();
     let result = {
         let run = scenario::run_with(sim.clone(), checked, Some(ptx));
         let mut run = std::pin::pin!(run);
@@ -233,40 +232,15 @@ pub async fn play(
                 biased;
                 r = &mut run => break r,
                 Some(p) = prx.recv() => {
-                    let new = match p {
-                        Progress::Step { at, note, action, .. } => narrator.step(at, note.as_deref(), &action),
-                        Progress::Changes(cs) => {
-                            narrated += cs.len();
-                            cs.iter().flat_map(|c| narrator.change(c)).collect()
-                        }
-                        Progress::TimelineDone { at } => narrator.timeline_done(at),
-                    };
-                    emit(out, new, &narrator, &mut lines);
+                    live.progress(p, out);
                     out(Out::Status(format!(
                         "cluster time {} | act {} | {}",
                         crate::show::clock(clock.now().duration_since(start)),
-                        narrator.act(),
-                        rollout_progress
+                        live.narrator.act(),
+                        live.rollout_progress
                     )));
                 }
-                Some(s) = srx.recv() => {
-                    let now = clock.now();
-                    let new = match s {
-                        Seen::Rollout(name, status) => {
-                            rollout_progress = format!(
-                                "NodeRollout {name} {} {} {}",
-                                status.phase.as_deref().unwrap_or("Pending"),
-                                status.progress.as_deref().unwrap_or(""),
-                                status.current_domain.as_deref().unwrap_or("")
-                            ).trim_end().to_string();
-                            narrator.rollout(now, &name, &status)
-                        }
-                        Seen::Event { regarding, kind, reason, note } => {
-                            narrator.event(now, &regarding, &kind, &reason, &note)
-                        }
-                    };
-                    emit(out, new, &narrator, &mut lines);
-                }
+                Some(s) = srx.recv() => live.seen(s, clock.now(), out),
             }
         }
     };
@@ -277,31 +251,86 @@ pub async fn play(
     // what the last second of the run recorded, not yet reported
     while let Ok(p) = prx.try_recv() {
         if let Progress::Changes(cs) = p {
-            narrated += cs.len();
-            let new = cs.iter().flat_map(|c| narrator.change(c)).collect();
-            emit(out, new, &narrator, &mut lines);
+            live.changes(&cs, out);
         }
     }
-    let rest: Vec<Line> = report
+    let rest = report
         .history
         .changes
-        .get(narrated..)
-        .unwrap_or_default()
-        .iter()
-        .flat_map(|c| narrator.change(c))
-        .collect();
-    emit(out, rest, &narrator, &mut lines);
+        .get(live.narrated..)
+        .unwrap_or_default();
+    let rest: Vec<Line> = rest.iter().flat_map(|c| live.narrator.change(c)).collect();
+    live.emit(out, rest);
     Ok(Played {
         report,
-        lines,
+        lines: live.lines,
         wall: wall.elapsed(),
     })
 }
 
-fn emit(out: &mut dyn FnMut(Out), new: Vec<Line>, narrator: &Narrator, lines: &mut Vec<Line>) {
-    for l in new {
-        out(Out::Line(narrator.render(&l)));
-        lines.push(l);
+/// The live display as a run goes: the narrator, the lines so far, how many of the history's
+/// changes were narrated, and the NodeRollout's progress for the status line.
+struct Live {
+    narrator: Narrator,
+    lines: Vec<Line>,
+    narrated: usize,
+    rollout_progress: String,
+}
+
+impl Live {
+    /// What the runner reported.
+    fn progress(&mut self, p: Progress, out: &mut dyn FnMut(Out)) {
+        match p {
+            Progress::Step {
+                at, note, action, ..
+            } => {
+                let new = self.narrator.step(at, note.as_deref(), &action);
+                self.emit(out, new);
+            }
+            Progress::Changes(cs) => self.changes(&cs, out),
+            Progress::TimelineDone { at } => {
+                let new = self.narrator.timeline_done(at);
+                self.emit(out, new);
+            }
+        }
+    }
+
+    /// Changes the recorder saw.
+    fn changes(&mut self, cs: &[crate::history::Change], out: &mut dyn FnMut(Out)) {
+        self.narrated += cs.len();
+        let new = cs.iter().flat_map(|c| self.narrator.change(c)).collect();
+        self.emit(out, new);
+    }
+
+    /// What the watches saw: a NodeRollout's status, an Event raygate wrote.
+    fn seen(&mut self, s: Seen, now: k8s_openapi::jiff::Timestamp, out: &mut dyn FnMut(Out)) {
+        let new = match s {
+            Seen::Rollout(name, status) => {
+                self.rollout_progress = format!(
+                    "NodeRollout {name} {} {} {}",
+                    status.phase.as_deref().unwrap_or("Pending"),
+                    status.progress.as_deref().unwrap_or(""),
+                    status.current_domain.as_deref().unwrap_or("")
+                )
+                .trim_end()
+                .to_string();
+                self.narrator.rollout(now, &name, &status)
+            }
+            Seen::Event {
+                regarding,
+                kind,
+                reason,
+                note,
+            } => self.narrator.event(now, &regarding, &kind, &reason, &note),
+        };
+        self.emit(out, new);
+    }
+
+    fn emit(&mut self, out: &mut dyn FnMut(Out), new: Vec<Line>) {
+        for l in new {
+            out(Out::Line(self.narrator.render(&l)));
+            self.lines.push(l);
+        }
     }
 }
 

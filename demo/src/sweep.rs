@@ -7,7 +7,7 @@
 //!   may not fit its zero-downtime upgrade, the upgrade at a random time, the quota raised later
 //!   (or never), raygate's writes failing at a random rate (500, 409 or 429), raygate killed at a
 //!   random time or right after a random write (a crash at a write boundary) and restarted.
-//!   Baseline: KubeRay without the gate ([`crate::baselines::without_gate`]).
+//!   Baseline: KubeRay without the gate ([`crate::scenario::without_gate`]).
 //! - **rollout**: 2–3 upgrade domains × 1–2 nodes (4 GPUs each), more LeaderWorkerSet groups
 //!   than one domain holds (leader + worker, one GPU each, delegated readiness, the worker in its
 //!   leader's domain) that take 20–180 s from start to Ready (`initialDelaySeconds`: a model
@@ -32,11 +32,11 @@ use serde_json::{Value, json};
 
 mod rollout;
 
-use crate::baselines::{self, SplitMix, without_gate};
+use crate::baselines::SplitMix;
 use crate::invariants::Invariant;
 use crate::scenario::{
     self, Action, Checked, ClusterShape, ControllerSpec, Expectations, InjectFault, RaiseQuota,
-    Scenario,
+    Scenario, without_gate,
 };
 
 /// The node generation a rollout story upgrades to (the nodes start at 0).
@@ -103,7 +103,7 @@ pub fn variants(checked: &Checked) -> Vec<(String, Checked)> {
     let mut out = vec![("raygate".to_string(), checked.clone())];
     match story(checked) {
         Story::Upgrade => out.push(("KubeRay without the gate".into(), without_gate(checked))),
-        Story::Rollout => out.extend(baselines::drain_variants(checked).into_iter().map(
+        Story::Rollout => out.extend(scenario::drain_variants(checked).into_iter().map(
             |(name, mut c)| {
                 // the story has nothing else for raygate's controller: the baselines drain
                 // without it (and without its restarts)
@@ -172,13 +172,10 @@ fn ray_container(version: &str) -> Value {
         "resources": {"requests": {"cpu": "1"}}}])
 }
 
-/// The held-upgrade story with random sizes, times, faults and kills.
-fn upgrade(seed: u64, d: &mut Draw) -> Checked {
-    let workers = d.int(1, 3);
-    let pods = 1 + workers;
-    // the quota fits the running child and 0..=all of the upgrade's surge
-    let quota = pods + d.int(0, pods);
-    let objects = vec![
+/// The held-upgrade story's objects: a queue with `quota` cpu and a RayService of `workers`
+/// workers opted into it.
+fn upgrade_objects(workers: u64, quota: u64) -> Vec<Value> {
+    vec![
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
             "metadata": {"name": "default"}}),
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
@@ -197,7 +194,16 @@ fn upgrade(seed: u64, d: &mut Draw) -> Checked {
                     "workerGroupSpecs": [{"groupName": "w", "replicas": workers,
                         "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {},
                         "template": {"spec": {"containers": ray_container("2.51.0")}}}]}}}),
-    ];
+    ]
+}
+
+/// The held-upgrade story with random sizes, times, faults and kills.
+fn upgrade(seed: u64, d: &mut Draw) -> Checked {
+    let workers = d.int(1, 3);
+    let pods = 1 + workers;
+    // the quota fits the running child and 0..=all of the upgrade's surge
+    let quota = pods + d.int(0, pods);
+    let objects = upgrade_objects(workers, quota);
     let upgrade_at = d.int(60, 180);
     let mut steps = vec![(
         secs(upgrade_at),

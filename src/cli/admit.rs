@@ -174,94 +174,95 @@ pub fn admit(text: &str) -> Result<AdmitReport, InputError> {
         None => admission::cycle(&after, &options),
     };
 
-    let queue_of = |ns: &str, queue: Option<&str>| -> Option<String> {
-        let lq = after.local_queues.iter().find(|l| {
-            l.metadata.namespace.as_deref() == Some(ns) && l.metadata.name.as_deref() == queue
-        })?;
-        let cq = lq.spec.cluster_queue.as_deref()?;
-        after
-            .cluster_queues
-            .iter()
-            .any(|c| c.metadata.name.as_deref() == Some(cq))
-            .then(|| cq.to_string())
-    };
     let mut workloads: Vec<WorkloadRow> = after
         .workloads
         .iter()
-        .map(|w| {
-            let ns = w.metadata.namespace.as_deref().unwrap_or("default");
-            let status = w.status.as_ref();
-            let admitted = holds_quota(status);
-            let admission = status
-                .and_then(|s| s.admission.as_ref())
-                .filter(|_| admitted);
-            let finished = status
-                .and_then(|s| conditions::find(&s.conditions, condition::FINISHED))
-                .filter(|c| c.status == "True")
-                .map(|c| c.reason.clone());
-            let waiting = status
-                .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
-                .filter(|c| c.status == "False" && !admitted && finished.is_none());
-            WorkloadRow {
-                name: format!("{ns}/{}", w.metadata.name.as_deref().unwrap_or_default()),
-                admitted,
-                cluster_queue: match admission {
-                    Some(a) => Some(a.cluster_queue.clone()),
-                    None => queue_of(ns, w.spec.queue_name.as_deref()),
-                },
-                flavors: admission
-                    .map(|a| {
-                        a.pod_set_assignments
-                            .iter()
-                            .map(|p| (p.name.clone(), p.flavors.clone()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                reason: waiting.map(|c| c.reason.clone()),
-                message: waiting.map(|c| c.message.clone()),
-                preempted: workload::condition_true(status, condition::PREEMPTED),
-                finished,
-            }
-        })
+        .map(|w| workload_row(&after, w))
         .collect();
     workloads.sort_by(|a, b| a.name.cmp(&b.name));
-
-    let mut cluster_queues: Vec<ClusterQueueRow> = last
-        .cluster_queues
-        .iter()
-        .map(|c| {
-            let mut usage: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-            let mut borrowed: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-            for f in &c.reservation {
-                for r in &f.resources {
-                    let q =
-                        |x: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-                            x.as_ref().map_or_else(|| "0".to_string(), |q| q.0.clone())
-                        };
-                    usage
-                        .entry(f.name.clone())
-                        .or_default()
-                        .insert(r.name.clone(), q(&r.total));
-                    borrowed
-                        .entry(f.name.clone())
-                        .or_default()
-                        .insert(r.name.clone(), q(&r.borrowed));
-                }
-            }
-            ClusterQueueRow {
-                name: c.name.clone(),
-                usage,
-                borrowed,
-                pending: c.pending,
-                admitted: c.admitted,
-            }
-        })
-        .collect();
+    let mut cluster_queues: Vec<ClusterQueueRow> =
+        last.cluster_queues.iter().map(cluster_queue_row).collect();
     cluster_queues.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(AdmitReport {
         workloads,
         cluster_queues,
     })
+}
+
+/// The ClusterQueue a Workload would go to through its LocalQueue (`None`: either is missing).
+fn queue_of(after: &Snapshot, ns: &str, queue: Option<&str>) -> Option<String> {
+    let lq = after.local_queues.iter().find(|l| {
+        l.metadata.namespace.as_deref() == Some(ns) && l.metadata.name.as_deref() == queue
+    })?;
+    let cq = lq.spec.cluster_queue.as_deref()?;
+    after
+        .cluster_queues
+        .iter()
+        .any(|c| c.metadata.name.as_deref() == Some(cq))
+        .then(|| cq.to_string())
+}
+
+fn workload_row(after: &Snapshot, w: &crate::types::kueue::Workload) -> WorkloadRow {
+    let ns = w.metadata.namespace.as_deref().unwrap_or("default");
+    let status = w.status.as_ref();
+    let admitted = holds_quota(status);
+    let admission = status
+        .and_then(|s| s.admission.as_ref())
+        .filter(|_| admitted);
+    let finished = status
+        .and_then(|s| conditions::find(&s.conditions, condition::FINISHED))
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.clone());
+    let waiting = status
+        .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
+        .filter(|c| c.status == "False" && !admitted && finished.is_none());
+    WorkloadRow {
+        name: format!("{ns}/{}", w.metadata.name.as_deref().unwrap_or_default()),
+        admitted,
+        cluster_queue: match admission {
+            Some(a) => Some(a.cluster_queue.clone()),
+            None => queue_of(after, ns, w.spec.queue_name.as_deref()),
+        },
+        flavors: admission
+            .map(|a| {
+                a.pod_set_assignments
+                    .iter()
+                    .map(|p| (p.name.clone(), p.flavors.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        reason: waiting.map(|c| c.reason.clone()),
+        message: waiting.map(|c| c.message.clone()),
+        preempted: workload::condition_true(status, condition::PREEMPTED),
+        finished,
+    }
+}
+
+fn cluster_queue_row(c: &admission::ClusterQueueUsage) -> ClusterQueueRow {
+    let mut usage: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut borrowed: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for f in &c.reservation {
+        for r in &f.resources {
+            let q = |x: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+                x.as_ref().map_or_else(|| "0".to_string(), |q| q.0.clone())
+            };
+            usage
+                .entry(f.name.clone())
+                .or_default()
+                .insert(r.name.clone(), q(&r.total));
+            borrowed
+                .entry(f.name.clone())
+                .or_default()
+                .insert(r.name.clone(), q(&r.borrowed));
+        }
+    }
+    ClusterQueueRow {
+        name: c.name.clone(),
+        usage,
+        borrowed,
+        pending: c.pending,
+        admitted: c.admitted,
+    }
 }
 
 fn nested(m: &BTreeMap<String, BTreeMap<String, String>>) -> String {
@@ -321,6 +322,12 @@ pub fn admit_table(r: &AdmitReport) -> String {
         );
     }
     let _ = writeln!(s);
+    cluster_queue_table(&mut s, r);
+    s
+}
+
+/// The ClusterQueues' part of [`admit_table`].
+fn cluster_queue_table(s: &mut String, r: &AdmitReport) {
     let cw = r
         .cluster_queues
         .iter()
@@ -360,7 +367,6 @@ pub fn admit_table(r: &AdmitReport) -> String {
             usage.join(" ")
         );
     }
-    s
 }
 
 #[cfg(test)]

@@ -147,6 +147,111 @@ pub fn service_report(
         .clone()
         .unwrap_or_else(|| "default".into());
     let name = service.metadata.name.clone().unwrap_or_default();
+    let children = podsets::children_of(service, clusters);
+    let chain = own_chain(service, workloads, &ns, &name);
+    let slices: Vec<SliceRow> = chain.iter().map(slice_row).collect();
+    let live: Vec<&Workload> = chain
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+        .collect();
+    let newest_admitted = live.iter().rev().find(|w| {
+        workload::is_admitted(w.status.as_ref()) && !workload::is_evicted(w.status.as_ref())
+    });
+    let granted = newest_admitted.map(|w| slice_total(w)).unwrap_or_default();
+    let (rows, held, needed) = child_rows(service, &children, live.last().copied());
+    let mut shortfall = needed.clone();
+    shortfall.sub(&granted);
+    let shortfall = shortfall.clamp_non_negative();
+    ServiceReport {
+        queue: crate::gate::queue_name(service).map(str::to_string),
+        error: meta::annotation(&service.metadata, ERROR_ANNOTATION).map(str::to_string),
+        namespace: ns,
+        name,
+        suspended: suspended(service),
+        children: rows,
+        slices,
+        held,
+        needed: strings(&needed),
+        granted: strings(&granted),
+        shortfall: strings(&shortfall),
+    }
+}
+
+/// The Workloads `service` owns, in chain order.
+fn own_chain(service: &RayService, workloads: &[Workload], ns: &str, name: &str) -> Vec<Workload> {
+    let uid = service.metadata.uid.as_deref();
+    let own: Vec<Workload> = workloads
+        .iter()
+        .filter(|w| {
+            w.metadata.namespace.as_deref() == Some(ns)
+                && w.metadata.owner_references.iter().flatten().any(|o| {
+                    o.kind == "RayService" && o.name == name && uid.is_none_or(|u| u == o.uid)
+                })
+        })
+        .cloned()
+        .collect();
+    let mut chain: Vec<&Workload> = own.iter().collect();
+    workload::sort_chain_order(&mut chain, &own);
+    chain.into_iter().cloned().collect()
+}
+
+fn slice_row(w: &Workload) -> SliceRow {
+    SliceRow {
+        name: w.metadata.name.clone().unwrap_or_default(),
+        state: slice_state(w).to_string(),
+        cluster_queue: w
+            .status
+            .as_ref()
+            .and_then(|s| s.admission.as_ref())
+            .map(|a| a.cluster_queue.clone()),
+        podsets: w
+            .spec
+            .pod_sets
+            .iter()
+            .map(|p| (p.name.clone(), p.count))
+            .collect(),
+        message: slice_message(w),
+    }
+}
+
+/// Why the RayService is suspended, and by whom (`None`: it is not).
+fn suspended(service: &RayService) -> Option<String> {
+    let suspended_by_raygate =
+        meta::annotation(&service.metadata, SUSPENDED_BY_ANNOTATION).is_some();
+    (service.spec.suspend == Some(true)).then(|| {
+        if suspended_by_raygate {
+            "by raygate: its slice was evicted or deactivated; resumed when a slice is admitted again"
+                .to_string()
+        } else {
+            "by its owner (raygate never clears it)".to_string()
+        }
+    })
+}
+
+/// Why a held child waits, from the newest live slice.
+fn hold_reason(newest: Option<&Workload>) -> String {
+    match newest {
+        None => "no slice yet".to_string(),
+        Some(w) if !workload::is_admitted(w.status.as_ref()) => {
+            let n = w.metadata.name.as_deref().unwrap_or_default();
+            match slice_message(w) {
+                Some(m) => format!("slice {n} pending: {m}"),
+                None => format!("slice {n} pending"),
+            }
+        }
+        Some(w) => format!(
+            "slice {} admitted; release follows (or it does not cover this child yet)",
+            w.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+/// One row per child, the held ones with why they wait, and what the children request.
+fn child_rows(
+    service: &RayService,
+    children: &[&RayCluster],
+    newest: Option<&Workload>,
+) -> (Vec<ChildRow>, BTreeMap<String, String>, Resources) {
     let status = service.status.as_ref();
     let active = status
         .and_then(|s| s.active_service_status.as_ref())
@@ -162,81 +267,10 @@ pub fn service_report(
                 .collect()
         })
         .unwrap_or_default();
-    let children = podsets::children_of(service, clusters);
-
-    let uid = service.metadata.uid.as_deref();
-    let own: Vec<Workload> = workloads
-        .iter()
-        .filter(|w| {
-            w.metadata.namespace.as_deref() == Some(ns.as_str())
-                && w.metadata.owner_references.iter().flatten().any(|o| {
-                    o.kind == "RayService" && o.name == name && uid.is_none_or(|u| u == o.uid)
-                })
-        })
-        .cloned()
-        .collect();
-    let mut chain: Vec<&Workload> = own.iter().collect();
-    workload::sort_chain_order(&mut chain, &own);
-    let slices: Vec<SliceRow> = chain
-        .iter()
-        .map(|w| SliceRow {
-            name: w.metadata.name.clone().unwrap_or_default(),
-            state: slice_state(w).to_string(),
-            cluster_queue: w
-                .status
-                .as_ref()
-                .and_then(|s| s.admission.as_ref())
-                .map(|a| a.cluster_queue.clone()),
-            podsets: w
-                .spec
-                .pod_sets
-                .iter()
-                .map(|p| (p.name.clone(), p.count))
-                .collect(),
-            message: slice_message(w),
-        })
-        .collect();
-    let live: Vec<&&Workload> = chain
-        .iter()
-        .filter(|w| !workload::is_finished(w.status.as_ref()))
-        .collect();
-    let newest_admitted = live.iter().rev().find(|w| {
-        workload::is_admitted(w.status.as_ref()) && !workload::is_evicted(w.status.as_ref())
-    });
-    let granted = newest_admitted.map(|w| slice_total(w)).unwrap_or_default();
-    let newest = live.last();
-
-    let suspended_by_raygate =
-        meta::annotation(&service.metadata, SUSPENDED_BY_ANNOTATION).is_some();
-    let suspended = (service.spec.suspend == Some(true)).then(|| {
-        if suspended_by_raygate {
-            "by raygate: its slice was evicted or deactivated; resumed when a slice is admitted again"
-                .to_string()
-        } else {
-            "by its owner (raygate never clears it)".to_string()
-        }
-    });
-
-    let hold_reason = || -> String {
-        match newest {
-            None => "no slice yet".to_string(),
-            Some(w) if !workload::is_admitted(w.status.as_ref()) => {
-                let n = w.metadata.name.as_deref().unwrap_or_default();
-                match slice_message(w) {
-                    Some(m) => format!("slice {n} pending: {m}"),
-                    None => format!("slice {n} pending"),
-                }
-            }
-            Some(w) => format!(
-                "slice {} admitted; release follows (or it does not cover this child yet)",
-                w.metadata.name.as_deref().unwrap_or_default()
-            ),
-        }
-    };
     let mut needed = Resources::new();
     let mut rows = Vec::new();
     let mut held = BTreeMap::new();
-    for c in &children {
+    for c in children {
         let cname = c.metadata.name.clone().unwrap_or_default();
         let mut requests = Resources::new();
         if let Ok(ps) = podsets::of_cluster(&c.spec, &cname, "spec") {
@@ -246,7 +280,7 @@ pub fn service_report(
         let suspended = c.spec.suspend == Some(true);
         let is_held = suspended && !released.contains(&cname.as_str());
         if is_held {
-            held.insert(cname.clone(), hold_reason());
+            held.insert(cname.clone(), hold_reason(newest));
         }
         rows.push(ChildRow {
             role: if active.as_deref() == Some(cname.as_str()) {
@@ -264,22 +298,7 @@ pub fn service_report(
             requests: strings(&requests),
         });
     }
-    let mut shortfall = needed.clone();
-    shortfall.sub(&granted);
-    let shortfall = shortfall.clamp_non_negative();
-    ServiceReport {
-        queue: crate::gate::queue_name(service).map(str::to_string),
-        error: meta::annotation(&service.metadata, ERROR_ANNOTATION).map(str::to_string),
-        namespace: ns,
-        name,
-        suspended,
-        children: rows,
-        slices,
-        held,
-        needed: strings(&needed),
-        granted: strings(&granted),
-        shortfall: strings(&shortfall),
-    }
+    (rows, held, needed)
 }
 
 /// One flavor × resource of a ClusterQueue.
@@ -328,7 +347,32 @@ pub fn queue_report(
 ) -> QueueReport {
     let name = queue.metadata.name.clone().unwrap_or_default();
     let status = queue.status.as_ref();
-    let usage: BTreeMap<(String, String), (Quantity, Quantity)> = status
+    let quota = quota_rows(queue);
+    let pending = pending_rows(&name, local_queues, workloads);
+    let conds = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let active = match conditions::find(conds, "Active") {
+        Some(c) if c.status == "True" => "True".to_string(),
+        Some(c) => format!("{}: {}", c.reason, c.message),
+        None => "unknown (no status yet)".to_string(),
+    };
+    QueueReport {
+        name,
+        cohort: queue.spec.cohort_name.clone(),
+        active,
+        quota,
+        admitted: status
+            .and_then(|s| s.admitted_workloads)
+            .unwrap_or_default(),
+        pending,
+    }
+}
+
+/// Per (flavor, resource): the queue's usage and what it borrows, from its reservations (else
+/// its usage).
+fn queue_usage(queue: &ClusterQueue) -> BTreeMap<(String, String), (Quantity, Quantity)> {
+    queue
+        .status
+        .as_ref()
         .map(|s| {
             s.flavors_reservation
                 .iter()
@@ -354,7 +398,12 @@ pub fn queue_report(
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// One row per flavor × resource of the queue.
+fn quota_rows(queue: &ClusterQueue) -> Vec<QuotaRow> {
+    let usage = queue_usage(queue);
     let mut quota = Vec::new();
     for group in &queue.spec.resource_groups {
         for flavor in &group.flavors {
@@ -385,9 +434,18 @@ pub fn queue_report(
             }
         }
     }
+    quota
+}
+
+/// The Workloads waiting in ClusterQueue `name` (through the LocalQueues feeding it), by key.
+fn pending_rows(
+    name: &str,
+    local_queues: &[LocalQueue],
+    workloads: &[Workload],
+) -> Vec<PendingRow> {
     let feeding: Vec<(&str, &str)> = local_queues
         .iter()
-        .filter(|lq| lq.spec.cluster_queue.as_deref() == Some(name.as_str()))
+        .filter(|lq| lq.spec.cluster_queue.as_deref() == Some(name))
         .filter_map(|lq| {
             Some((
                 lq.metadata.namespace.as_deref()?,
@@ -416,22 +474,7 @@ pub fn queue_report(
         })
         .collect();
     pending.sort_by(|a, b| a.workload.cmp(&b.workload));
-    let conds = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let active = match conditions::find(conds, "Active") {
-        Some(c) if c.status == "True" => "True".to_string(),
-        Some(c) => format!("{}: {}", c.reason, c.message),
-        None => "unknown (no status yet)".to_string(),
-    };
-    QueueReport {
-        name,
-        cohort: queue.spec.cohort_name.clone(),
-        active,
-        quota,
-        admitted: status
-            .and_then(|s| s.admitted_workloads)
-            .unwrap_or_default(),
-        pending,
-    }
+    pending
 }
 
 fn kv(m: &BTreeMap<String, String>) -> String {

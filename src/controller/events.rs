@@ -190,55 +190,64 @@ impl EventSink {
                     ..r
                 }
             }
-            _ => {
-                let namespace = object
-                    .namespace
-                    .clone()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or_else(|| "default".into());
-                let name = format!(
-                    "{}.{:x}",
-                    object.name.as_deref().unwrap_or(REPORTING_CONTROLLER),
-                    self.stamp(now)
-                );
-                let event = K8sEvent {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(namespace.clone()),
-                        ..Default::default()
-                    },
-                    event_time: Some(MicroTime(now)),
-                    action: Some(ev.reason.to_string()),
-                    reason: Some(ev.reason.to_string()),
-                    note: Some(note),
-                    type_: Some(
-                        match ev.type_ {
-                            EventType::Normal => "Normal",
-                            EventType::Warning => "Warning",
-                        }
-                        .into(),
-                    ),
-                    regarding: Some(object.clone()),
-                    reporting_controller: Some(REPORTING_CONTROLLER.into()),
-                    reporting_instance: Some(self.instance.clone()),
-                    ..Default::default()
-                };
-                let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
-                api.create(&PostParams::default(), &event).await?;
-                Recorded {
-                    namespace,
-                    name,
-                    count: 1,
-                    last_observed: now,
-                    last_written: now,
-                }
-            }
+            _ => self.create(object, ev, note, now).await?,
         };
         self.recorded
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, recorded);
         Ok(())
+    }
+
+    /// Creates a new Event (the first of its series, or after the series expired).
+    async fn create(
+        &self,
+        object: &ObjectReference,
+        ev: &GateEvent,
+        note: String,
+        now: Timestamp,
+    ) -> Result<Recorded, kube::Error> {
+        let namespace = object
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let name = format!(
+            "{}.{:x}",
+            object.name.as_deref().unwrap_or(REPORTING_CONTROLLER),
+            self.stamp(now)
+        );
+        let event = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some(ev.reason.to_string()),
+            reason: Some(ev.reason.to_string()),
+            note: Some(note),
+            type_: Some(
+                match ev.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            regarding: Some(object.clone()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &event).await?;
+        Ok(Recorded {
+            namespace,
+            name,
+            count: 1,
+            last_observed: now,
+            last_written: now,
+        })
     }
 
     /// Nanoseconds of `now`, or one more than the last stamp when the clock has not moved.

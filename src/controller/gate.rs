@@ -497,144 +497,93 @@ async fn apply_action(
     decided: &mut Decided<'_>,
     now: Timestamp,
 ) -> Result<(), Error> {
-    {
-        match action {
-            GateAction::GateTemplate { released } => {
-                decided.service_rv = apply::gate_template(
-                    &ctx.client,
-                    ns,
-                    name,
-                    released,
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::Slice(a) => {
-                let rv = match a {
-                    SliceAction::SetPodSets { name, .. } | SliceAction::Finish { name, .. } => {
-                        decided.workload_rv(name)
-                    }
-                    SliceAction::Create { .. } => None,
-                };
-                apply::slice(&ctx.client, ns, a, rv, now).await?
-            }
-            GateAction::Release {
-                child,
-                released,
-                slice,
-                admitted_at,
-            } => {
-                apply::child_suspend(&ctx.client, ns, child, false, decided.child_rv(child))
-                    .await?;
-                // remembered before the record is written: the record may fail or lag
-                if let Ok(mut m) = ctx.just_released.lock() {
-                    m.entry(format!("{ns}/{name}"))
-                        .or_default()
-                        .insert(child.clone());
+    match action {
+        GateAction::Slice(a) => {
+            let rv = match a {
+                SliceAction::SetPodSets { name, .. } | SliceAction::Finish { name, .. } => {
+                    decided.workload_rv(name)
                 }
-                decided.releases.push(Released {
-                    slice: format!("{ns}/{slice}"),
-                    admitted_at: *admitted_at,
-                    at: ctx.clock.monotonic(),
-                });
-                // two writes in one action: a leader deposed during the first writes no second
-                // (the next leader records the running, covered child itself)
-                if !ctx.is_leader() {
-                    return Err(Error::NotLeader {
-                        name: format!("{ns}/{name}"),
-                    });
-                }
-                decided.service_rv = apply::record_released(
+                SliceAction::Create { .. } => None,
+            };
+            apply::slice(&ctx.client, ns, a, rv, now).await?
+        }
+        GateAction::Release {
+            child,
+            released,
+            slice,
+            admitted_at,
+        } => {
+            release(
+                ctx,
+                ns,
+                name,
+                (child, released, slice, *admitted_at),
+                decided,
+            )
+            .await?
+        }
+        GateAction::Hold { child } => {
+            apply::child_suspend(&ctx.client, ns, child, true, decided.child_rv(child)).await?
+        }
+        GateAction::OptOutChild { child, unsuspend } => {
+            apply::opt_out_child(&ctx.client, ns, child, *unsuspend).await?
+        }
+        GateAction::PatchChild { child, patch } => {
+            apply::patch_child(&ctx.client, ns, child, patch).await?
+        }
+        // every other action is one patch of the RayService, on the version decided on
+        service => {
+            if let Some((what, body)) = apply::service_patch(service) {
+                decided.service_rv = apply::patch_service_at(
                     &ctx.client,
                     ns,
                     name,
-                    released,
-                    decided.service_rv.as_deref(),
-                )
-                .await?;
-            }
-            GateAction::RecordReleased { released } => {
-                decided.service_rv = apply::record_released(
-                    &ctx.client,
-                    ns,
-                    name,
-                    released,
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::Hold { child } => {
-                apply::child_suspend(&ctx.client, ns, child, true, decided.child_rv(child)).await?
-            }
-            GateAction::SuspendService { reason } => {
-                decided.service_rv = apply::suspend_service(
-                    &ctx.client,
-                    ns,
-                    name,
-                    Some(reason),
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::ResumeService => {
-                decided.service_rv = apply::suspend_service(
-                    &ctx.client,
-                    ns,
-                    name,
-                    None,
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::ReportError { message } => {
-                decided.service_rv = apply::report_error(
-                    &ctx.client,
-                    ns,
-                    name,
-                    message.as_deref(),
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::OptOutChild { child, unsuspend } => {
-                apply::opt_out_child(&ctx.client, ns, child, *unsuspend).await?
-            }
-            GateAction::OptOut { resume } => {
-                decided.service_rv = apply::opt_out(
-                    &ctx.client,
-                    ns,
-                    name,
-                    *resume,
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::GatePodTemplates { patch } => {
-                decided.service_rv = apply::gate_pod_templates(
-                    &ctx.client,
-                    ns,
-                    name,
-                    patch,
-                    decided.service_rv.as_deref(),
-                )
-                .await?
-            }
-            GateAction::PatchChild { child, patch } => {
-                apply::patch_child(&ctx.client, ns, child, patch).await?
-            }
-            GateAction::Annotate { key, value } => {
-                decided.service_rv = apply::annotate_service(
-                    &ctx.client,
-                    ns,
-                    name,
-                    key,
-                    value.as_deref(),
+                    what,
+                    body,
                     decided.service_rv.as_deref(),
                 )
                 .await?
             }
         }
     }
+    Ok(())
+}
+
+/// A child released: unsuspended, remembered, then recorded on the RayService.
+async fn release(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    (child, released, slice, admitted_at): (&String, &[String], &String, Option<Timestamp>),
+    decided: &mut Decided<'_>,
+) -> Result<(), Error> {
+    apply::child_suspend(&ctx.client, ns, child, false, decided.child_rv(child)).await?;
+    // remembered before the record is written: the record may fail or lag
+    if let Ok(mut m) = ctx.just_released.lock() {
+        m.entry(format!("{ns}/{name}"))
+            .or_default()
+            .insert(child.clone());
+    }
+    decided.releases.push(Released {
+        slice: format!("{ns}/{slice}"),
+        admitted_at,
+        at: ctx.clock.monotonic(),
+    });
+    // two writes in one action: a leader deposed during the first writes no second
+    // (the next leader records the running, covered child itself)
+    if !ctx.is_leader() {
+        return Err(Error::NotLeader {
+            name: format!("{ns}/{name}"),
+        });
+    }
+    decided.service_rv = apply::record_released(
+        &ctx.client,
+        ns,
+        name,
+        released,
+        decided.service_rv.as_deref(),
+    )
+    .await?;
     Ok(())
 }
 

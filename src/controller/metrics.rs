@@ -102,141 +102,145 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("raygate");
-        let reconciles = Family::<ResultLabels, Counter>::default();
-        let errors = Family::<StepLabels, Counter>::default();
-        let reconcile_duration =
-            Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0]);
-        let gate_latency = Histogram::new([
-            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
-        ]);
-        let pending_slices = Gauge::default();
-        let admission_cycles = Counter::default();
-        let cluster_queue_usage = Family::<UsageLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
-            "reconciles",
-            "RayService reconciles by result",
-            reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Failed reconcile steps by step",
-            errors.clone(),
-        );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Duration of one RayService reconcile",
-            reconcile_duration.clone(),
-        );
-        registry.register(
-            "gate_latency_seconds",
-            "From a slice admitted to the unsuspend patch of the child it covers",
-            gate_latency.clone(),
-        );
-        registry.register(
-            "pending_slices",
-            "Workload slices waiting for quota",
-            pending_slices.clone(),
-        );
-        registry.register(
-            "admission_cycles",
-            "Admission cycles run",
-            admission_cycles.clone(),
-        );
-        registry.register(
-            "cluster_queue_usage",
-            "Reserved quota per ClusterQueue, flavor and resource",
-            cluster_queue_usage.clone(),
-        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             })
             .set(1);
-        registry.register("build_info", "raygate's version", build_info.clone());
-        let is_leader = Gauge::default();
-        registry.register(
+        let mut m = Metrics {
+            registry: Registry::with_prefix("raygate"),
+            reconciles: Family::default(),
+            errors: Family::default(),
+            reconcile_duration: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+            ]),
+            gate_latency: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+            ]),
+            pending_slices: Gauge::default(),
+            admission_cycles: Counter::default(),
+            cluster_queue_usage: Family::default(),
+            build_info,
+            is_leader: Gauge::default(),
+            held_children: Family::default(),
+            hold_duration: Family::default(),
+            held_resources: Family::default(),
+            cluster_queue_held: Family::default(),
+            cluster_queue_held_resources: Family::default(),
+            rollout_domains_completed: Counter::default(),
+            rollout_evictions: Family::default(),
+            rollout_blocked_seconds: Counter::default(),
+            rollouts: Family::default(),
+        };
+        // registered in this order, which is the order `/metrics` lists them in
+        m.register_reconciles();
+        m.register_holds();
+        m.register_rollouts();
+        m
+    }
+}
+
+impl Metrics {
+    /// The reconcile, admission and process metrics.
+    fn register_reconciles(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "reconciles",
+            "RayService reconciles by result",
+            self.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_errors",
+            "Failed reconcile steps by step",
+            self.errors.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Duration of one RayService reconcile",
+            self.reconcile_duration.clone(),
+        );
+        r.register(
+            "gate_latency_seconds",
+            "From a slice admitted to the unsuspend patch of the child it covers",
+            self.gate_latency.clone(),
+        );
+        r.register(
+            "pending_slices",
+            "Workload slices waiting for quota",
+            self.pending_slices.clone(),
+        );
+        r.register(
+            "admission_cycles",
+            "Admission cycles run",
+            self.admission_cycles.clone(),
+        );
+        r.register(
+            "cluster_queue_usage",
+            "Reserved quota per ClusterQueue, flavor and resource",
+            self.cluster_queue_usage.clone(),
+        );
+        r.register("build_info", "raygate's version", self.build_info.clone());
+        r.register(
             "is_leader",
             "1 while this replica holds the leader Lease (always 1 without leader election)",
-            is_leader.clone(),
+            self.is_leader.clone(),
         );
-        let held_children = Family::<ServiceLabels, Gauge>::default();
-        registry.register(
+    }
+
+    /// The held children, per RayService and per ClusterQueue.
+    fn register_holds(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "held_children",
             "Children of a RayService that raygate holds suspended until quota covers them",
-            held_children.clone(),
+            self.held_children.clone(),
         );
-        let hold_duration = Family::<ServiceLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
+        r.register(
             "hold_duration_seconds",
             "Seconds since the oldest child raygate holds of a RayService was created",
-            hold_duration.clone(),
+            self.hold_duration.clone(),
         );
-        let held_resources = Family::<ServiceResourceLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
+        r.register(
             "held_resources",
             "Requests of the held children's pods by resource (cpu in cores, memory in bytes, GPUs)",
-            held_resources.clone(),
+            self.held_resources.clone(),
         );
-        let cluster_queue_held = Family::<QueueLabels, Gauge>::default();
-        registry.register(
+        r.register(
             "cluster_queue_held_rayservices",
             "RayServices with a held child, per ClusterQueue",
-            cluster_queue_held.clone(),
+            self.cluster_queue_held.clone(),
         );
-        let cluster_queue_held_resources =
-            Family::<QueueResourceLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
+        r.register(
             "cluster_queue_held_resources",
             "Requests of held children per ClusterQueue and resource",
-            cluster_queue_held_resources.clone(),
+            self.cluster_queue_held_resources.clone(),
         );
-        let rollout_domains_completed = Counter::default();
-        registry.register(
+    }
+
+    /// The NodeRollout controller's.
+    fn register_rollouts(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "noderollout_domains_completed",
             "Upgrade domains NodeRollouts completed",
-            rollout_domains_completed.clone(),
+            self.rollout_domains_completed.clone(),
         );
-        let rollout_evictions = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        r.register(
             "noderollout_evictions",
             "Evictions NodeRollouts sent, by result (evicted, 429, error)",
-            rollout_evictions.clone(),
+            self.rollout_evictions.clone(),
         );
-        let rollout_blocked_seconds = Counter::<f64, AtomicU64>::default();
-        registry.register(
+        r.register(
             "noderollout_pdb_blocked_seconds",
             "Seconds NodeRollout domains waited on a PodDisruptionBudget's refusal (counted when the refusal ends)",
-            rollout_blocked_seconds.clone(),
+            self.rollout_blocked_seconds.clone(),
         );
-        let rollouts = Family::<PhaseLabels, Gauge>::default();
-        registry.register(
+        r.register(
             "noderollouts",
             "NodeRollouts by phase (Pending, Running, Paused, Completed, Failed)",
-            rollouts.clone(),
+            self.rollouts.clone(),
         );
-        Metrics {
-            rollout_domains_completed,
-            rollout_evictions,
-            rollout_blocked_seconds,
-            rollouts,
-            build_info,
-            is_leader,
-            held_children,
-            hold_duration,
-            held_resources,
-            cluster_queue_held,
-            cluster_queue_held_resources,
-            registry,
-            reconciles,
-            errors,
-            reconcile_duration,
-            gate_latency,
-            pending_slices,
-            admission_cycles,
-            cluster_queue_usage,
-        }
     }
 }
 

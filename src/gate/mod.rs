@@ -30,17 +30,23 @@ mod incremental_tests;
 use std::collections::BTreeSet;
 
 pub mod children;
+mod decision;
 pub mod flavors;
+mod release;
 
 use k8s_openapi::jiff::Timestamp;
 
 use crate::podsets::{self, PodSet};
-use crate::slices::{self, ChainMode, SliceAction, SliceContext, SliceOwner};
+use crate::slices::{self, SliceAction, SliceContext, SliceOwner};
 use crate::types::kueue::{
     PRIORITY_CLASS_LABEL, PriorityClassRef, QUEUE_NAME_LABEL, Workload, condition, reason,
 };
 use crate::types::ray::{RayCluster, RayService};
 use crate::{conditions, meta, workload};
+
+pub use decision::{EventType, GateAction, GateDecision, GateEvent, GateOptions};
+use release::release_or_hold;
+pub use release::{QUOTA_HELD, QUOTA_RELEASED};
 
 /// RayService annotation: comma-separated children raygate released (or found running at opt-in).
 /// Its presence also marks the RayService as gated.
@@ -49,166 +55,6 @@ pub const RELEASED_ANNOTATION: &str = "raygate.io/released-children";
 pub const SUSPENDED_BY_ANNOTATION: &str = "raygate.io/suspended-by-raygate";
 /// RayService annotation: why raygate cannot gate it (e.g. invalid PodSets); removed once fixed.
 pub const ERROR_ANNOTATION: &str = "raygate.io/error";
-
-/// What the controller must do for one RayService, in order.
-#[derive(Clone, Debug, PartialEq)]
-pub enum GateAction {
-    /// Set `spec.rayClusterConfig.suspend=true` and [`RELEASED_ANNOTATION`] to `released`.
-    GateTemplate { released: Vec<String> },
-    /// A change to the slice chain.
-    Slice(SliceAction),
-    /// Merge-patch the child's `spec.suspend=false`, then record it in [`RELEASED_ANNOTATION`].
-    /// (A crash in between is healed by [`GateAction::RecordReleased`].)
-    Release {
-        child: String,
-        released: Vec<String>,
-        slice: String,
-        admitted_at: Option<Timestamp>,
-    },
-    /// Record running, covered children in [`RELEASED_ANNOTATION`].
-    RecordReleased { released: Vec<String> },
-    /// Merge-patch `spec.suspend=true` on a child that runs without quota.
-    Hold { child: String },
-    /// Set the RayService's `spec.suspend=true` (KubeRay deletes every child).
-    SuspendService { reason: String },
-    /// Clear the RayService's `spec.suspend` that raygate set.
-    ResumeService,
-    /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
-    ReportError { message: Option<String> },
-    /// Opt-out: drop the child's `kueue.x-k8s.io/queue-name` label (so the admission policy no
-    /// longer applies to it) and, when `unsuspend`, merge-patch its `spec.suspend=false`.
-    OptOutChild { child: String, unsuspend: bool },
-    /// Opt-out, last step: lift the template gate (`spec.rayClusterConfig.suspend`), clear the
-    /// `spec.suspend` raygate set when `resume`, and remove raygate's annotations.
-    OptOut { resume: bool },
-    /// Merge-patch a child RayCluster (its flavors' node selector and tolerations, before it is
-    /// released; carries the child's resourceVersion).
-    PatchChild {
-        child: String,
-        patch: serde_json::Value,
-    },
-    /// Merge-patch `spec.rayClusterConfig` with `patch` (the [`pod_gate::POD_GATE`] scheduling
-    /// gate on every pod template; sent with the RayService's `resourceVersion`).
-    GatePodTemplates { patch: serde_json::Value },
-    /// Set (`Some`) or clear (`None`) an annotation on the RayService.
-    Annotate {
-        key: &'static str,
-        value: Option<String>,
-    },
-}
-
-/// Normal or Warning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An Event to record on the RayService (or one of its children).
-#[derive(Clone, Debug, PartialEq)]
-pub struct GateEvent {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-    /// `Some(child)` for an Event on a child RayCluster, `None` for the RayService.
-    pub child: Option<String>,
-}
-
-/// The decision for one RayService.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GateDecision {
-    pub actions: Vec<GateAction>,
-    pub events: Vec<GateEvent>,
-    /// Which Event announces which action: `(event index, action index)`. An announcing Event
-    /// is published only once its action is applied; the other Events are observations
-    /// (`Holding`, `InvalidPodSets`) and always published.
-    pub announced: Vec<(usize, usize)>,
-    /// The desired PodSets (empty when they could not be computed).
-    pub podsets: Vec<PodSet>,
-    /// Why PodSets could not be computed, if so (also an Event).
-    pub error: Option<String>,
-    /// The slice that must be admitted for the children to run.
-    pub target: Option<String>,
-    /// The `kueue.x-k8s.io/priority-class` label resolved: the class and its value (`None`
-    /// without the label or when the class does not exist, with a Warning Event).
-    pub priority: Option<(PriorityClassRef, i32)>,
-    /// Head PodSets kept charged past what the children need, for pods still holding resources
-    /// (with the pod gate on; see [`pods_held`]). While not empty, a pod going away changes the
-    /// decision: the controller looks again soon.
-    pub held_back: Vec<pods_held::HeldBack>,
-}
-
-impl GateDecision {
-    /// The index of the action the `event`-th Event announces, if it announces one.
-    pub fn announces(&self, event: usize) -> Option<usize> {
-        self.announced
-            .iter()
-            .find(|(e, _)| *e == event)
-            .map(|(_, a)| *a)
-    }
-
-    /// Pushes `action` and the Event that announces it, paired.
-    fn announce(
-        &mut self,
-        action: GateAction,
-        type_: EventType,
-        reason: &'static str,
-        message: String,
-        child: Option<&str>,
-    ) {
-        self.announced.push((self.events.len(), self.actions.len()));
-        self.actions.push(action);
-        self.event(type_, reason, message, child);
-    }
-
-    /// One more Event announcing the last pushed action (e.g. on the child it changes).
-    fn announce_last(
-        &mut self,
-        type_: EventType,
-        reason: &'static str,
-        message: String,
-        child: Option<&str>,
-    ) {
-        if let Some(action) = self.actions.len().checked_sub(1) {
-            self.announced.push((self.events.len(), action));
-            self.event(type_, reason, message, child);
-        }
-    }
-
-    fn event(
-        &mut self,
-        type_: EventType,
-        reason: &'static str,
-        message: String,
-        child: Option<&str>,
-    ) {
-        self.events.push(GateEvent {
-            type_,
-            reason,
-            message,
-            child: child.map(str::to_string),
-        });
-    }
-}
-
-/// Inputs besides the objects.
-#[derive(Clone, Debug, Default)]
-pub struct GateOptions {
-    pub mode: ChainMode,
-    /// WorkloadPriorityClasses: name → value (the `kueue.x-k8s.io/priority-class` label is
-    /// resolved against them).
-    pub priority_classes: std::collections::BTreeMap<String, i32>,
-    /// The time of the decision (for deadlines shown to the user).
-    pub now: Option<Timestamp>,
-    /// ResourceFlavors by name (their node labels and tolerations reach released children).
-    pub flavors: std::collections::BTreeMap<String, crate::types::kueue::ResourceFlavorSpec>,
-    /// Put [`pod_gate::POD_GATE`] on the pod templates of the RayService and its children (the
-    /// server serves Pods and the pod ungater runs).
-    pub pod_gate: bool,
-    /// The RayService's Ray pods, of live and deleted children (`None`: pods are not watched,
-    /// only the children are charged). A slice shrinks or finishes only once they are gone.
-    pub pods: Option<Vec<pod_gate::PodView>>,
-}
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
 pub fn queue_name(service: &RayService) -> Option<&str> {
@@ -655,143 +501,12 @@ fn resume(f: &Facts, target: Option<&Workload>, d: &mut GateDecision) -> bool {
     true
 }
 
-/// Release or hold each child against the newest admitted slice, if it covers every child's
-/// PodSets; suspend again a child unsuspended without one. Returns whether a child is held.
-fn release_or_hold(
-    f: &Facts,
-    target: Option<&Workload>,
-    released: &mut BTreeSet<String>,
-    d: &mut GateDecision,
-) -> bool {
-    let mut admitted: Vec<&Workload> = f
-        .live
-        .iter()
-        .copied()
-        .filter(|w| workload::is_admitted(w.status.as_ref()))
-        .collect();
-    workload::sort_chain_order(&mut admitted, f.workloads);
-    let cover = admitted
-        .last()
-        .copied()
-        .filter(|w| f.podsets.is_some_and(|p| slices::covers(w, p)));
-    let mut holding = false;
-    for child in f.children {
-        let name = child_name(child);
-        match (is_suspended(child), cover) {
-            (true, Some(slice)) if child.metadata.deletion_timestamp.is_none() => {
-                release(f, child, slice, released, d);
-            }
-            (true, None) => {
-                holding = true;
-                hold_suspended(f, &name, target, d);
-            }
-            (false, Some(_)) if !released.contains(&name) => {
-                released.insert(name);
-                d.actions.push(GateAction::RecordReleased {
-                    released: released.iter().cloned().collect(),
-                });
-            }
-            (false, None) if !released.contains(&name) => {
-                d.announce(
-                    GateAction::Hold {
-                        child: name.clone(),
-                    },
-                    EventType::Warning,
-                    "Tampered",
-                    format!("{name} was unsuspended without an admitted slice covering it: suspended it again"),
-                    Some(&name),
-                );
-            }
-            _ => {}
-        }
-    }
-    holding
-}
-
-/// Release a suspended child covered by admitted `slice` (after its flavors reach it).
-fn release(
-    f: &Facts,
-    child: &RayCluster,
-    slice: &Workload,
-    released: &mut BTreeSet<String>,
-    d: &mut GateDecision,
-) {
-    if !flavors::before_release(child, slice, &f.opts.flavors, d) {
-        return;
-    }
-    let name = child_name(child);
-    released.insert(name.clone());
-    let slice_name = meta::name(&slice.metadata);
-    let message =
-        format!("slice {slice_name} is admitted and covers every child: unsuspended {name}");
-    let on_child = format!(
-        "released by RayService {}: slice {slice_name} is admitted and covers every child",
-        meta::key(&f.service.metadata)
-    );
-    d.announce(
-        GateAction::Release {
-            child: name.clone(),
-            released: released.iter().cloned().collect(),
-            slice: slice_name,
-            admitted_at: admitted_at(slice),
-        },
-        EventType::Normal,
-        "Released",
-        message,
-        None,
-    );
-    d.announce_last(EventType::Normal, QUOTA_RELEASED, on_child, Some(&name));
-}
-
-/// Tell why a suspended child stays suspended.
-fn hold_suspended(f: &Facts, name: &str, target: Option<&Workload>, d: &mut GateDecision) {
-    let why = if f.podsets.is_none() {
-        "the RayService's PodSets are invalid (see the InvalidPodSets Event)".into()
-    } else {
-        target
-            .map(pending_message)
-            .unwrap_or_else(|| "no slice yet".into())
-    };
-    d.event(
-        EventType::Normal,
-        "Holding",
-        format!("holding {name} suspended until an admitted slice covers it: {why}"),
-        None,
-    );
-    // the same on the RayCluster itself, where `kubectl describe raycluster` shows it
-    d.event(
-        EventType::Normal,
-        QUOTA_HELD,
-        format!(
-            "held suspended by RayService {} until an admitted slice covers it: {why}",
-            meta::key(&f.service.metadata)
-        ),
-        Some(name),
-    );
-}
-
-/// The reason of the Event on a child RayCluster the gate holds suspended for quota.
-pub const QUOTA_HELD: &str = "QuotaHeld";
-/// The reason of the Event on a child RayCluster the gate released.
-pub const QUOTA_RELEASED: &str = "QuotaReleased";
-
 fn eviction_reason(w: &Workload) -> &str {
     w.status
         .as_ref()
         .and_then(|s| conditions::find_true(&s.conditions, condition::EVICTED))
         .map(|c| c.reason.as_str())
         .unwrap_or("Evicted")
-}
-
-/// The slice's `QuotaReserved=False` message, or a placeholder.
-fn pending_message(w: &Workload) -> String {
-    let name = w.metadata.name.as_deref().unwrap_or_default();
-    w.status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, condition::QUOTA_RESERVED))
-        .filter(|c| c.status != "True")
-        .map(|c| format!("slice {name} is pending: {}", c.message))
-        .unwrap_or_else(|| format!("slice {name} is not admitted yet"))
 }
 
 mod opt_out;

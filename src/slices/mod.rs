@@ -19,19 +19,26 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::conditions;
 use crate::meta;
-use crate::podsets::{Placement, PodSet, pod_requests, shape_name};
-use crate::quantity::Resources;
+use crate::podsets::PodSet;
 use crate::types::kueue::{
     self, ELASTIC_JOB_ANNOTATION, PriorityClassRef, QUEUE_NAME_LABEL,
     WORKLOAD_SLICE_NAME_ANNOTATION, WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION, Workload,
-    WorkloadSpec, condition, reason,
+    WorkloadSpec, reason,
 };
 use crate::workload::{self, SUPERSEDES_ANNOTATION};
+
+mod retention;
+mod shapes;
+
+pub use retention::{Retention, expired};
+#[cfg(test)]
+use shapes::counts;
+use shapes::{Aligned, align, same_podsets, scaled_down};
+pub(crate) use shapes::{Shape, shape};
+pub use shapes::{covers, grants};
 
 /// Annotation on a Workload PodSet template naming the KubeRay worker group (`headgroup` for heads).
 pub const GROUP_ANNOTATION: &str = "raygate.io/worker-group";
@@ -99,206 +106,6 @@ pub struct SlicePlan {
     pub actions: Vec<SliceAction>,
     /// The slice that covers the desired PodSets once admitted (`None` while an eviction drains).
     pub target: Option<String>,
-}
-
-/// What makes PodSets the same for quota: KubeRay group, per-pod requests and placement (node
-/// selector, tolerations), whatever the name.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Shape {
-    pub group: String,
-    pub requests: Resources,
-    pub placement: Placement,
-}
-
-impl Shape {
-    /// Whether the desired PodSet `p` has this shape.
-    pub(crate) fn fits(&self, p: &PodSet) -> bool {
-        self.group == p.group && self.requests == p.requests && self.placement == p.placement()
-    }
-}
-
-/// The shape of a Workload PodSet (`None` when its template cannot be read). The template is the
-/// user's (desired PodSets leave out what raygate injected, see [`crate::podsets::of_child`]).
-pub(crate) fn shape(ps: &kueue::PodSet) -> Option<Shape> {
-    let group = ps
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(|a| a.get(GROUP_ANNOTATION))
-        .cloned()
-        .unwrap_or_else(|| ps.name.clone());
-    let requests = match &ps.template.spec {
-        Some(spec) => pod_requests(spec, "template.spec", &ps.name).ok()?,
-        None => Resources::new(),
-    };
-    Some(Shape {
-        group,
-        requests,
-        placement: Placement::of(&ps.template),
-    })
-}
-
-/// What an admitted slice grants, PodSet by PodSet: KubeRay group, per-pod requests and granted
-/// count (for the pod ungater; a PodSet whose template cannot be read grants nothing).
-pub fn grants(w: &Workload) -> Vec<crate::gate::pod_gate::Grant> {
-    w.spec
-        .pod_sets
-        .iter()
-        .filter_map(|ps| {
-            shape(ps).map(|s| crate::gate::pod_gate::Grant {
-                group: s.group,
-                requests: s.requests,
-                count: granted(w, ps),
-            })
-        })
-        .collect()
-}
-
-/// Count a slice grants a PodSet: the admitted count capped by the spec count; 0 when unassigned.
-fn granted(w: &Workload, ps: &kueue::PodSet) -> i32 {
-    let admitted = w
-        .status
-        .as_ref()
-        .and_then(|s| s.admission.as_ref())
-        .and_then(|a| a.pod_set_assignments.iter().find(|p| p.name == ps.name))
-        // An assignment without a count (older Kueue) grants the spec count; a PodSet with no
-        // assignment, or a slice with no admission, grants nothing.
-        .map(|p| p.count.unwrap_or(ps.count))
-        .unwrap_or(0);
-    admitted.min(ps.count)
-}
-
-// ------------------------------------------------------------------------------------------------
-// Aligning desired PodSets with a chain
-// ------------------------------------------------------------------------------------------------
-
-/// A Workload PodSet for a desired PodSet: its template with metadata cut to labels and
-/// annotations (all Kueue accepts there) plus the group annotation.
-fn workload_podset(p: &PodSet, name: &str) -> kueue::PodSet {
-    let meta = p.template.metadata.clone().unwrap_or_default();
-    let mut annotations = meta.annotations.unwrap_or_default();
-    annotations.insert(GROUP_ANNOTATION.to_string(), p.group.clone());
-    kueue::PodSet {
-        name: name.to_string(),
-        count: p.count,
-        min_count: None,
-        template: PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: meta.labels,
-                annotations: Some(annotations),
-                ..Default::default()
-            }),
-            spec: p.template.spec.clone(),
-        },
-    }
-}
-
-/// Desired PodSets renamed onto `chain`'s PodSets by shape (group, per-pod requests, placement),
-/// in the chain's order; chain PodSets nothing matches follow with count 0; desired PodSets new
-/// to the chain come last, under their own name or a shape-suffixed one when the chain uses that
-/// name already.
-fn align(desired: &[PodSet], chain: &[kueue::PodSet]) -> Aligned {
-    let chain_shapes: Vec<Option<Shape>> = chain.iter().map(shape).collect();
-    let mut matched: Vec<Option<&PodSet>> = vec![None; chain.len()];
-    let mut unmatched: Vec<&PodSet> = Vec::new();
-    for d in desired {
-        let slot = (0..chain.len())
-            .find(|&i| matched[i].is_none() && chain_shapes[i].as_ref().is_some_and(|s| s.fits(d)));
-        match slot {
-            Some(i) => matched[i] = Some(d),
-            None => unmatched.push(d),
-        }
-    }
-    let mut out: Vec<kueue::PodSet> = chain
-        .iter()
-        .zip(&matched)
-        .map(|(c, m)| match m {
-            Some(d) => workload_podset(d, &c.name),
-            None => kueue::PodSet {
-                count: 0,
-                ..c.clone()
-            },
-        })
-        .collect();
-    let leftover: Vec<bool> = matched.iter().map(Option::is_none).collect();
-    let new = unmatched.len();
-    for d in unmatched {
-        let mut candidate = d.name.clone();
-        for hex_len in [8, 16, 64] {
-            if !out.iter().any(|o| o.name == candidate) {
-                break;
-            }
-            candidate = shape_name(&d.name, d, hex_len);
-        }
-        out.push(workload_podset(d, &candidate));
-    }
-    Aligned {
-        list: out,
-        leftover,
-        new,
-    }
-}
-
-/// Desired PodSets laid onto a chain's list (see [`align`]).
-struct Aligned {
-    list: Vec<kueue::PodSet>,
-    /// Per chain PodSet (a prefix of `list`): nothing desired matched it; it stays at count 0.
-    leftover: Vec<bool>,
-    /// How many entries at the end of `list` are new to the chain.
-    new: usize,
-}
-
-impl Aligned {
-    /// The list without the chain's leftovers (for slices whose PodSet list may change).
-    fn without_leftovers(self) -> Vec<kueue::PodSet> {
-        let leftover = self.leftover;
-        self.list
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !leftover.get(*i).copied().unwrap_or(false))
-            .map(|(_, p)| p)
-            .collect()
-    }
-}
-
-#[cfg(test)]
-fn counts(list: &[kueue::PodSet]) -> Vec<(&str, i32)> {
-    list.iter().map(|p| (p.name.as_str(), p.count)).collect()
-}
-
-/// `stored` with each PodSet's count taken from `counts` (same order and length), nothing else
-/// changed.
-fn scaled_down(stored: &[kueue::PodSet], counts: &[kueue::PodSet]) -> Vec<kueue::PodSet> {
-    stored
-        .iter()
-        .zip(counts)
-        .map(|(s, c)| kueue::PodSet {
-            count: c.count.min(s.count),
-            ..s.clone()
-        })
-        .collect()
-}
-
-/// Same names, counts and shapes (group, per-pod requests, placement), in order.
-fn same_podsets(a: &[kueue::PodSet], b: &[kueue::PodSet]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| x.name == y.name && x.count == y.count && shape(x) == shape(y))
-}
-
-/// Whether `w`, once admitted, grants every desired pod: each desired PodSet matches one of its
-/// PodSets by shape (group, per-pod requests, placement) with a granted count at least as large. This is the
-/// gate's shape-exact race guard.
-pub fn covers(w: &Workload, desired: &[PodSet]) -> bool {
-    let aligned = align(desired, &w.spec.pod_sets);
-    aligned.new == 0
-        && aligned
-            .list
-            .iter()
-            .zip(&w.spec.pod_sets)
-            .all(|(a, have)| a.count <= granted(w, have))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -666,72 +473,6 @@ fn follow_pending_replacement(
         });
     }
     Ok(meta::name(&p.metadata))
-}
-
-// ------------------------------------------------------------------------------------------------
-// Retention
-// ------------------------------------------------------------------------------------------------
-
-/// How long finished slices are kept (like Kueue's `objectRetentionPolicies.workloads.afterFinished`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retention {
-    /// A finished slice older than this (since its `Finished` condition) may be deleted.
-    pub after_finished: std::time::Duration,
-    /// The newest this many finished slices of each chain are kept whatever their age, for debugging.
-    pub keep_per_chain: usize,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            after_finished: std::time::Duration::from_secs(3600),
-            keep_per_chain: 3,
-        }
-    }
-}
-
-/// When `w` finished (`Finished=True`'s transition time).
-fn finished_at(w: &Workload) -> Option<k8s_openapi::jiff::Timestamp> {
-    conditions::find_true(&w.status.as_ref()?.conditions, condition::FINISHED)
-        .map(|c| c.last_transition_time.0)
-}
-
-/// The finished slices to delete at `now`: finished longer than `after_finished` ago and not among
-/// the newest `keep_per_chain` finished slices of their chain (`workload-slice-name`, else their
-/// own name). Oldest first.
-pub fn expired(
-    workloads: &[Workload],
-    now: k8s_openapi::jiff::Timestamp,
-    retention: &Retention,
-) -> Vec<String> {
-    let mut by_chain: std::collections::BTreeMap<String, Vec<&Workload>> = Default::default();
-    for w in workloads
-        .iter()
-        .filter(|w| workload::is_finished(w.status.as_ref()))
-    {
-        let chain = meta::annotation(&w.metadata, WORKLOAD_SLICE_NAME_ANNOTATION)
-            .map(str::to_string)
-            .unwrap_or_else(|| meta::name(&w.metadata));
-        by_chain.entry(chain).or_default().push(w);
-    }
-    let after = k8s_openapi::jiff::SignedDuration::try_from(retention.after_finished)
-        .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
-    let mut out = Vec::new();
-    for mut chain in by_chain.into_values() {
-        workload::sort_chain_order(&mut chain, workloads);
-        let old = chain.len().saturating_sub(retention.keep_per_chain);
-        for w in &chain[..old] {
-            let expired = finished_at(w).is_some_and(|at| {
-                at.checked_add(after)
-                    .map(|deadline| deadline <= now)
-                    .unwrap_or(false)
-            });
-            if expired {
-                out.push(meta::name(&w.metadata));
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

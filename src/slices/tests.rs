@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::podsets::{self, PodSet};
 use crate::quantity::Quantity;
+use crate::types::kueue::condition;
 use raygate_testing::{admit_counts, set_condition};
 
 fn ctx(mode: ChainMode) -> SliceContext {

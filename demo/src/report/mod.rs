@@ -479,63 +479,7 @@ fn quota(input: &Input) -> String {
         body.push_str(r#"<p class="note">No ClusterQueue in these histories.</p>"#);
     }
     for (queue, resource) in names {
-        let found: Vec<(usize, &series::QueueSeries)> = per_run
-            .iter()
-            .enumerate()
-            .filter_map(|(i, qs)| {
-                Some((
-                    i,
-                    qs.iter()
-                        .find(|q| q.queue == queue && q.resource == resource)?,
-                ))
-            })
-            .collect();
-        // a quota that may borrow without limit has no line while it may
-        let limits: Vec<Steps> = found
-            .iter()
-            .map(|(_, q)| {
-                q.limit
-                    .iter()
-                    .filter_map(|(t, l)| Some((*t, (*l)?)))
-                    .collect()
-            })
-            .collect();
-        let mut lines: Vec<Line<'_>> = found
-            .iter()
-            .map(|(i, q)| Line {
-                label: input.runs[*i].name.clone(),
-                colour: charts::run_colour(*i),
-                width: line_width(*i),
-                dashed: false,
-                steps: &q.used,
-            })
-            .collect();
-        let quotas: Vec<(usize, &Steps)> = found
-            .iter()
-            .zip(&limits)
-            .filter(|(_, l)| !l.is_empty())
-            .map(|((i, _), l)| (*i, l))
-            .collect();
-        let quotas = references(input, &quotas, "quota");
-        for (label, steps) in &quotas {
-            lines.push(Line {
-                label: label.clone(),
-                colour: charts::QUOTA,
-                width: 2,
-                dashed: true,
-                steps,
-            });
-        }
-        body.push_str(&chart(charts::time_chart(
-            &format!("ClusterQueue {queue}: {resource} requested by running pods"),
-            resource,
-            300,
-            &lines,
-            Some(charts::Bands {
-                label: "a RayCluster held (suspended)",
-                spans: &held,
-            }),
-        )));
+        body.push_str(&queue_chart(input, &per_run, queue, resource, &held));
     }
     section(
         "quota",
@@ -543,6 +487,74 @@ fn quota(input: &Input) -> String {
         "ClusterQueue usage against quota",
         &body,
     )
+}
+
+/// One ClusterQueue resource's chart: each run's usage against its quota, the held children
+/// shaded.
+fn queue_chart(
+    input: &Input,
+    per_run: &[Vec<series::QueueSeries>],
+    queue: &str,
+    resource: &str,
+    held: &[(f64, f64)],
+) -> String {
+    let found: Vec<(usize, &series::QueueSeries)> = per_run
+        .iter()
+        .enumerate()
+        .filter_map(|(i, qs)| {
+            Some((
+                i,
+                qs.iter()
+                    .find(|q| q.queue == queue && q.resource == resource)?,
+            ))
+        })
+        .collect();
+    // a quota that may borrow without limit has no line while it may
+    let limits: Vec<Steps> = found
+        .iter()
+        .map(|(_, q)| {
+            q.limit
+                .iter()
+                .filter_map(|(t, l)| Some((*t, (*l)?)))
+                .collect()
+        })
+        .collect();
+    let mut lines: Vec<Line<'_>> = found
+        .iter()
+        .map(|(i, q)| Line {
+            label: input.runs[*i].name.clone(),
+            colour: charts::run_colour(*i),
+            width: line_width(*i),
+            dashed: false,
+            steps: &q.used,
+        })
+        .collect();
+    let quotas: Vec<(usize, &Steps)> = found
+        .iter()
+        .zip(&limits)
+        .filter(|(_, l)| !l.is_empty())
+        .map(|((i, _), l)| (*i, l))
+        .collect();
+    let quotas = references(input, &quotas, "quota");
+    for (label, steps) in &quotas {
+        lines.push(Line {
+            label: label.clone(),
+            colour: charts::QUOTA,
+            width: 2,
+            dashed: true,
+            steps,
+        });
+    }
+    chart(charts::time_chart(
+        &format!("ClusterQueue {queue}: {resource} requested by running pods"),
+        resource,
+        300,
+        &lines,
+        Some(charts::Bands {
+            label: "a RayCluster held (suspended)",
+            spans: held,
+        }),
+    ))
 }
 
 fn gantts(input: &Input, metrics: &[Metrics]) -> String {

@@ -313,9 +313,7 @@ pub fn domain_phases(
     t0: Timestamp,
     from: Timestamp,
 ) -> Vec<DomainRow> {
-    let mut rows: BTreeMap<String, Vec<Span>> = BTreeMap::new();
-    let mut current: BTreeMap<String, (Phase, f64)> = BTreeMap::new();
-    let mut episodes: BTreeMap<String, Episode> = BTreeMap::new();
+    let mut gantt = Gantt::default();
     let mut replay = h.replay();
     let mut end = None;
     // healthy pods at the instant before: what a domain's episode must get back to (at its own
@@ -330,18 +328,9 @@ pub fn domain_phases(
             .collect();
         let healthy = live.iter().filter(|(_, p)| p.healthy()).count();
         healthy_before = Some(healthy);
-        let mut domain_of: BTreeMap<&str, &str> = BTreeMap::new();
-        let mut down: BTreeMap<&str, (bool, bool)> = BTreeMap::new(); // (cordoned, not ready)
-        for (k, s) in states {
-            let State::Node(n) = s else { continue };
-            let Some(d) = n.labels.get(domain_label) else {
-                continue;
-            };
-            rows.entry(d.clone()).or_default();
-            domain_of.insert(k.name.as_str(), d.as_str());
-            let e = down.entry(d.as_str()).or_default();
-            e.0 |= n.unschedulable;
-            e.1 |= !n.ready;
+        let (domain_of, down) = domains_now(states, domain_label);
+        for domain in down.keys() {
+            gantt.rows.entry(domain.to_string()).or_default();
         }
         if at < from {
             continue;
@@ -357,70 +346,137 @@ pub fn domain_phases(
                         .is_some_and(|d| *d == domain)
                 })
                 .collect();
-            let active = if on.iter().any(|(_, p)| p.deleting || p.evicted) {
-                Some(Phase::Evicting)
-            } else if cordoned && !on.is_empty() {
-                Some(Phase::Cordoned)
-            } else if cordoned || not_ready {
-                Some(Phase::Upgrading)
-            } else {
-                None
+            let active = active_phase(&on, cordoned, not_ready);
+            let now = Moment {
+                states,
+                healthy,
+                healthy_before: before.unwrap_or(healthy),
             };
-            let phase = match active {
-                Some(phase) => {
-                    let e = episodes
-                        .entry(domain.to_string())
-                        .or_insert_with(|| Episode {
-                            pods: BTreeSet::new(),
-                            healthy_before: before.unwrap_or(healthy),
-                        });
-                    e.pods.extend(on.iter().map(|(k, _)| (*k).clone()));
-                    Some(phase)
-                }
-                None => match episodes.get(domain) {
-                    Some(e) => {
-                        let back = e.pods.iter().all(|k| match states.get(k) {
-                            Some(State::Pod(p)) => p.healthy(),
-                            _ => true,
-                        });
-                        if back && healthy >= e.healthy_before {
-                            episodes.remove(domain);
-                            None
-                        } else {
-                            Some(Phase::Recovering)
-                        }
-                    }
-                    None => None,
-                },
-            };
-            let was = current.get(domain).map(|(p, _)| *p);
-            if was == phase {
-                continue;
-            }
-            if let Some((p, since)) = current.remove(domain) {
-                rows.entry(domain.to_string()).or_default().push(Span {
-                    phase: p,
-                    from: since,
-                    to: x,
-                });
-            }
-            if let Some(p) = phase {
-                current.insert(domain.to_string(), (p, x));
-            }
+            let phase = gantt.phase(domain, active, &on, &now);
+            gantt.set(domain, phase, x);
         }
     }
-    if let Some(end) = end {
-        for (domain, (p, since)) in current {
-            rows.entry(domain).or_default().push(Span {
+    gantt.rows(end)
+}
+
+/// Per node its domain, and per domain (a node cordoned, a node not Ready), at one instant.
+type DomainsNow<'a> = (BTreeMap<&'a str, &'a str>, BTreeMap<&'a str, (bool, bool)>);
+
+fn domains_now<'a>(states: &'a BTreeMap<Key, State>, domain_label: &str) -> DomainsNow<'a> {
+    let mut domain_of: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut down: BTreeMap<&str, (bool, bool)> = BTreeMap::new(); // (cordoned, not ready)
+    for (k, s) in states {
+        let State::Node(n) = s else { continue };
+        let Some(d) = n.labels.get(domain_label) else {
+            continue;
+        };
+        domain_of.insert(k.name.as_str(), d.as_str());
+        let e = down.entry(d.as_str()).or_default();
+        e.0 |= n.unschedulable;
+        e.1 |= !n.ready;
+    }
+    (domain_of, down)
+}
+
+/// A domain's active phase from its pods (`on`) and nodes; `None`: not active.
+fn active_phase(on: &[&(&Key, &PodState)], cordoned: bool, not_ready: bool) -> Option<Phase> {
+    if on.iter().any(|(_, p)| p.deleting || p.evicted) {
+        Some(Phase::Evicting)
+    } else if cordoned && !on.is_empty() {
+        Some(Phase::Cordoned)
+    } else if cordoned || not_ready {
+        Some(Phase::Upgrading)
+    } else {
+        None
+    }
+}
+
+/// The cluster at one instant, as a domain's recovery reads it.
+struct Moment<'a> {
+    states: &'a BTreeMap<Key, State>,
+    /// Healthy pods now.
+    healthy: usize,
+    /// Healthy pods at the instant before (now, at the first instant).
+    healthy_before: usize,
+}
+
+/// The rows being drawn: each domain's spans, its open one and its episode.
+#[derive(Default)]
+struct Gantt {
+    rows: BTreeMap<String, Vec<Span>>,
+    current: BTreeMap<String, (Phase, f64)>,
+    episodes: BTreeMap<String, Episode>,
+}
+
+impl Gantt {
+    /// A domain's phase now: its active one (its episode then counts the pods on its nodes), else
+    /// recovering until its episode's pods are healthy again (or gone) and the cluster has as many
+    /// healthy pods as before the episode.
+    fn phase(
+        &mut self,
+        domain: &str,
+        active: Option<Phase>,
+        on: &[&(&Key, &PodState)],
+        now: &Moment,
+    ) -> Option<Phase> {
+        if let Some(phase) = active {
+            let e = self
+                .episodes
+                .entry(domain.to_string())
+                .or_insert_with(|| Episode {
+                    pods: BTreeSet::new(),
+                    healthy_before: now.healthy_before,
+                });
+            e.pods.extend(on.iter().map(|(k, _)| (*k).clone()));
+            return Some(phase);
+        }
+        let e = self.episodes.get(domain)?;
+        let back = e.pods.iter().all(|k| match now.states.get(k) {
+            Some(State::Pod(p)) => p.healthy(),
+            _ => true,
+        });
+        if back && now.healthy >= e.healthy_before {
+            self.episodes.remove(domain);
+            None
+        } else {
+            Some(Phase::Recovering)
+        }
+    }
+
+    /// A domain's phase at `x`: the open span closes when it changes.
+    fn set(&mut self, domain: &str, phase: Option<Phase>, x: f64) {
+        let was = self.current.get(domain).map(|(p, _)| *p);
+        if was == phase {
+            return;
+        }
+        if let Some((p, since)) = self.current.remove(domain) {
+            self.rows.entry(domain.to_string()).or_default().push(Span {
                 phase: p,
                 from: since,
-                to: end,
+                to: x,
             });
         }
+        if let Some(p) = phase {
+            self.current.insert(domain.to_string(), (p, x));
+        }
     }
-    rows.into_iter()
-        .map(|(domain, spans)| DomainRow { domain, spans })
-        .collect()
+
+    /// The rows, the open spans closed at `end`.
+    fn rows(mut self, end: Option<f64>) -> Vec<DomainRow> {
+        if let Some(end) = end {
+            for (domain, (p, since)) in self.current {
+                self.rows.entry(domain).or_default().push(Span {
+                    phase: p,
+                    from: since,
+                    to: end,
+                });
+            }
+        }
+        self.rows
+            .into_iter()
+            .map(|(domain, spans)| DomainRow { domain, spans })
+            .collect()
+    }
 }
 
 #[cfg(test)]

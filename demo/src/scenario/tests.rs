@@ -1,5 +1,7 @@
 //! Reading scenario files: good ones, and bad ones with errors naming the line and the field.
 
+use std::time::Duration;
+
 use super::*;
 
 const GOOD: &str = r#"name: quota then rollout

@@ -1,6 +1,12 @@
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use raygate::types::rollout::{DomainStatus, NodeRolloutStatus};
+
 use super::*;
-use crate::history::{NodeState, PodState, RayClusterState, WorkloadState};
-use raygate::types::rollout::DomainStatus;
+use crate::history::{
+    Change, History, Key, Kind, NodeState, PodState, RayClusterState, State, WorkloadState,
+};
+use crate::invariants::{self, Invariant};
+use crate::scenario::Report;
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_767_225_600 + s).unwrap()

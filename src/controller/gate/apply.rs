@@ -10,7 +10,7 @@ use crate::controller::{
     Error, GATE_MANAGER, PODS_READY_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER,
 };
 use crate::gate::pods_ready::PodsReady;
-use crate::gate::{RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+use crate::gate::{GateAction, RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::{RayCluster, RayService};
@@ -21,7 +21,7 @@ fn merge(manager: &str) -> PatchParams {
 
 /// A merge patch of the RayService on the version decided on (`rv`, `None`: unconditional);
 /// returns the new version, which the next patch of the same decision is conditioned on.
-async fn patch_service_at(
+pub async fn patch_service_at(
     client: &Client,
     ns: &str,
     name: &str,
@@ -43,31 +43,74 @@ async fn patch_service_at(
         })
 }
 
-/// `spec.rayClusterConfig.suspend=true` plus the released-children record.
-pub async fn gate_template(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    released: &[String],
-    rv: Option<&str>,
-) -> Result<Option<String>, Error> {
-    let body = json!({
-        "metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}},
-        "spec": {"rayClusterConfig": {"suspend": true}},
-    });
-    patch_service_at(client, ns, name, "spec.rayClusterConfig.suspend", body, rv).await
+/// The RayService's merge patch for an action that writes only the RayService: what it sets (for
+/// errors) and the body. `None`: the action writes something else.
+pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::Value)> {
+    Some(match action {
+        // `spec.rayClusterConfig.suspend=true` plus the released-children record
+        GateAction::GateTemplate { released } => (
+            "spec.rayClusterConfig.suspend",
+            json!({
+                "metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}},
+                "spec": {"rayClusterConfig": {"suspend": true}},
+            }),
+        ),
+        GateAction::RecordReleased { released } => released_record(released),
+        // top-level `spec.suspend` with raygate's marker
+        GateAction::SuspendService { reason } => suspend(Some(reason)),
+        GateAction::ResumeService => suspend(None),
+        GateAction::ReportError { message } => (
+            "error annotation",
+            json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}}),
+        ),
+        // opt-out, last step: lifts the template gate (and raygate's `spec.suspend` when
+        // `resume`) and removes raygate's annotations
+        GateAction::OptOut { resume } => {
+            let mut body = json!({
+                "metadata": {"annotations": {
+                    RELEASED_ANNOTATION: null,
+                    SUSPENDED_BY_ANNOTATION: null,
+                    crate::gate::ERROR_ANNOTATION: null,
+                }},
+                "spec": {"rayClusterConfig": {"suspend": null}},
+            });
+            if *resume {
+                body["spec"]["suspend"] = json!(false);
+            }
+            ("opt-out", body)
+        }
+        // the pod scheduling gate on `spec.rayClusterConfig`'s pod templates
+        GateAction::GatePodTemplates { patch } => (
+            "pod template scheduling gates",
+            json!({"spec": {"rayClusterConfig": patch}}),
+        ),
+        GateAction::Annotate { key, value } => {
+            (*key, json!({"metadata": {"annotations": {*key: value}}}))
+        }
+        GateAction::Slice(_)
+        | GateAction::Release { .. }
+        | GateAction::Hold { .. }
+        | GateAction::OptOutChild { .. }
+        | GateAction::PatchChild { .. } => return None,
+    })
 }
 
-/// The pod scheduling gate on `spec.rayClusterConfig`'s pod templates.
-pub async fn gate_pod_templates(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    patch: &serde_json::Value,
-    rv: Option<&str>,
-) -> Result<Option<String>, Error> {
-    let body = json!({"spec": {"rayClusterConfig": patch}});
-    patch_service_at(client, ns, name, "pod template scheduling gates", body, rv).await
+/// The released children recorded on the RayService.
+fn released_record(released: &[String]) -> (&'static str, serde_json::Value) {
+    (
+        "released-children annotation",
+        json!({"metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}}}),
+    )
+}
+
+fn suspend(reason: Option<&String>) -> (&'static str, serde_json::Value) {
+    (
+        "spec.suspend",
+        json!({
+            "metadata": {"annotations": {SUSPENDED_BY_ANNOTATION: reason}},
+            "spec": {"suspend": reason.is_some()},
+        }),
+    )
 }
 
 /// Records the released children on the RayService.
@@ -78,35 +121,8 @@ pub async fn record_released(
     released: &[String],
     rv: Option<&str>,
 ) -> Result<Option<String>, Error> {
-    let body = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}}});
-    patch_service_at(client, ns, name, "released-children annotation", body, rv).await
-}
-
-/// Top-level `spec.suspend` with raygate's marker.
-pub async fn suspend_service(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    reason: Option<&str>,
-    rv: Option<&str>,
-) -> Result<Option<String>, Error> {
-    let body = json!({
-        "metadata": {"annotations": {SUSPENDED_BY_ANNOTATION: reason}},
-        "spec": {"suspend": reason.is_some()},
-    });
-    patch_service_at(client, ns, name, "spec.suspend", body, rv).await
-}
-
-/// Sets or clears the error annotation.
-pub async fn report_error(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    message: Option<&str>,
-    rv: Option<&str>,
-) -> Result<Option<String>, Error> {
-    let body = json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}});
-    patch_service_at(client, ns, name, "error annotation", body, rv).await
+    let (what, body) = released_record(released);
+    patch_service_at(client, ns, name, what, body, rv).await
 }
 
 /// `metadata.resourceVersion` as a precondition of a patch (`None`: unconditional).
@@ -233,29 +249,6 @@ pub async fn opt_out_child(
         })
 }
 
-/// Opt-out, last step: lifts the template gate (and raygate's `spec.suspend` when `resume`) and
-/// removes raygate's annotations.
-pub async fn opt_out(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    resume: bool,
-    rv: Option<&str>,
-) -> Result<Option<String>, Error> {
-    let mut body = json!({
-        "metadata": {"annotations": {
-            RELEASED_ANNOTATION: null,
-            SUSPENDED_BY_ANNOTATION: null,
-            crate::gate::ERROR_ANNOTATION: null,
-        }},
-        "spec": {"rayClusterConfig": {"suspend": null}},
-    });
-    if resume {
-        body["spec"]["suspend"] = json!(false);
-    }
-    patch_service_at(client, ns, name, "opt-out", body, rv).await
-}
-
 /// Deletes a finished slice past its retention (gone already is fine).
 pub async fn delete_slice(client: &Client, ns: &str, name: &str) -> Result<(), Error> {
     match Api::<Workload>::namespaced(client.clone(), ns)
@@ -305,19 +298,6 @@ pub async fn pods_ready(
             name: format!("{ns}/{}", pr.slice),
             source,
         })
-}
-
-/// Sets (`Some`) or clears (`None`) one annotation on the RayService.
-pub async fn annotate_service(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    key: &'static str,
-    value: Option<&str>,
-    rv: Option<&str>,
-) -> Result<Option<String>, Error> {
-    let body = json!({"metadata": {"annotations": {key: value}}});
-    patch_service_at(client, ns, name, key, body, rv).await
 }
 
 /// A merge patch of a child RayCluster (e.g. its flavors' node selector and tolerations); the

@@ -1,0 +1,149 @@
+//! The group family: a group (the pods sharing a group label) up or down at each instant, when it
+//! was disrupted, and no group disrupted twice in a rollout.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::owners::pods;
+use super::violation::{Invariant, Violation, Window};
+use crate::history::{History, Key, Kind, PodState, State};
+
+/// One group at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct GroupNow {
+    /// Its full size in pods, all Ready, none being deleted.
+    up: bool,
+    /// A member is missing, being deleted or evicted (not merely not Ready).
+    removed: bool,
+    /// A member is on a node that is not Ready (what follows is the node's failure).
+    on_down_node: bool,
+}
+
+/// Each group (pods sharing a value of `group_label`, per namespace) now: up while it has at
+/// least its size in pods (LeaderWorkerSet's size annotation, else the most pods it ever had),
+/// all Ready and none being deleted.
+fn groups_now(
+    states: &BTreeMap<Key, State>,
+    group_label: &str,
+    sizes: &mut BTreeMap<String, usize>,
+) -> BTreeMap<String, GroupNow> {
+    let mut members: BTreeMap<String, Vec<&PodState>> = BTreeMap::new();
+    for (k, p) in pods(states) {
+        if let Some(g) = p.labels.get(group_label) {
+            members
+                .entry(format!("{}/{g}", k.namespace))
+                .or_default()
+                .push(p);
+        }
+    }
+    let gone = GroupNow {
+        up: false,
+        removed: true,
+        on_down_node: false,
+    };
+    let node_down = |p: &PodState| {
+        p.node.as_ref().is_some_and(|n| {
+            matches!(states.get(&Key::new(Kind::Node, "", n)), Some(State::Node(node)) if !node.ready)
+        })
+    };
+    let mut out: BTreeMap<String, GroupNow> = sizes.keys().map(|g| (g.clone(), gone)).collect();
+    for (g, ps) in members {
+        let live: Vec<&&PodState> = ps.iter().filter(|p| !p.deleting).collect();
+        let declared = ps.iter().filter_map(|p| p.group_size).max();
+        let size = sizes.entry(g.clone()).or_default();
+        *size = declared.unwrap_or((*size).max(live.len()));
+        let removed = live.len() < *size || ps.iter().any(|p| p.evicted);
+        let up = live.len() >= *size && live.iter().all(|p| p.ready);
+        let on_down_node = ps.iter().any(|p| node_down(p));
+        out.insert(
+            g,
+            GroupNow {
+                up,
+                removed,
+                on_down_node,
+            },
+        );
+    }
+    out
+}
+
+/// Whether each group is up (see [`groups_now`]).
+pub(super) fn groups_up(
+    states: &BTreeMap<Key, State>,
+    group_label: &str,
+    sizes: &mut BTreeMap<String, usize>,
+) -> BTreeMap<String, bool> {
+    groups_now(states, group_label, sizes)
+        .into_iter()
+        .map(|(g, now)| (g, now.up))
+        .collect()
+}
+
+/// When each group (see [`no_group_disrupted_more_than_once`]) was disrupted within `window`:
+/// the first instant of a spell down in which a member was removed (missing, being deleted or
+/// evicted). A spell down without a removal (a member failing its readiness probe), or in which a
+/// member's node failed (its pods then deleted by the taint manager), is an involuntary outage,
+/// not a disruption.
+pub fn group_disruptions(
+    h: &History,
+    group_label: &str,
+    window: Window,
+) -> BTreeMap<String, Vec<Timestamp>> {
+    let mut sizes = BTreeMap::new();
+    // per group: down since, and whether that spell has been counted
+    let mut spells: BTreeMap<String, Option<bool>> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<Timestamp>> = BTreeMap::new();
+    let mut replay = h.replay();
+    while let Some((at, states)) = replay.step() {
+        for (g, now) in groups_now(states, group_label, &mut sizes) {
+            let spell = spells.entry(g.clone()).or_insert(Some(true));
+            if now.up {
+                *spell = None;
+                continue;
+            }
+            // a spell starts when an up group goes down; groups never up have no spell; a
+            // node failure's spell is never counted
+            let counted = spell.get_or_insert(false);
+            if now.on_down_node {
+                *counted = true;
+            } else if !*counted && now.removed {
+                *counted = true;
+                if window.contains(at) {
+                    out.entry(g).or_default().push(at);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// **No group disrupted more than once per rollout.** A group is up while it has its full size
+/// in pods, all Ready and none being deleted; a disruption is a spell down in which a member was
+/// removed (see [`group_disruptions`]). More than
+/// one disruption of a group within `window` (the rollout) is a violation, from its second one.
+pub fn no_group_disrupted_more_than_once(
+    h: &History,
+    group_label: &str,
+    window: Window,
+) -> Vec<Violation> {
+    group_disruptions(h, group_label, window)
+        .into_iter()
+        .filter(|(_, times)| times.len() > 1)
+        .map(|(g, times)| Violation {
+            invariant: Invariant::GroupDisruptedTwice,
+            from: times[1],
+            until: None,
+            objects: vec![format!("group {g}")],
+            message: format!(
+                "disrupted {} times in the rollout: {}",
+                times.len(),
+                times
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+        .collect()
+}
