@@ -9,7 +9,9 @@
 
 mod admission;
 mod clock;
-/// The drain's executor: observe → `drain::engine::decide` → evict and patch nodes → report.
+/// The drain: observe → `drain::engine::decide` → evict and patch nodes → report, one loop for
+/// `drain run --local` and each NodeRollout (`drain::rollout`: one worker per rollout on the
+/// leader, its status the loop's sink).
 pub mod drain;
 mod events;
 mod gate;
@@ -17,8 +19,6 @@ mod http;
 mod leader;
 mod metrics;
 pub mod peers;
-/// The NodeRollout controller: one worker per rollout on the leader, the executor, the status.
-pub mod rollout;
 mod startup;
 mod stores;
 pub use stores::{SortedCopies, SortedState};
@@ -55,7 +55,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
 // | `raygate-ungater`    | Pod `spec.schedulingGates` (removes `raygate.io/quota` only)        |
 // | `raygate-drain`      | Node cordon, taints, upgrade label, uncordon (`drain::DRAIN_MANAGER`) |
-// | `raygate-rollout`    | NodeRollout status (`rollout::ROLLOUT_MANAGER`)                     |
+// | `raygate-rollout`    | NodeRollout status (`drain::rollout::ROLLOUT_MANAGER`)              |
 // | `raygate-leader`     | the leader-election Lease (`leader.rs`)                             |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
@@ -342,7 +342,7 @@ pub async fn run_with(
         );
     }
     if config.node_rollouts {
-        let rollouts = rollout::Rollouts {
+        let rollouts = drain::rollout::Rollouts {
             client: client.clone(),
             clock: ctx.clock.clone(),
             metrics: metrics.clone(),
@@ -352,7 +352,7 @@ pub async fn run_with(
         };
         tasks.spawn(
             "noderollout controller",
-            rollout::run(rollouts, shutdown_rx.clone()),
+            drain::rollout::run(rollouts, shutdown_rx.clone()),
         );
     }
     for (name, driver) in streams.drivers {

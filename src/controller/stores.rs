@@ -1,6 +1,6 @@
 //! One watch per kind, feeding reflector stores (and, for the gate's kinds, the controller). Every
 //! watch in raygate runs on the one driver here ([`watch_store`] for readers outside [`Stores`],
-//! such as the drain executor): backoff on errors, readiness per kind, re-lists tracked.
+//! such as the drain loop): backoff on errors, readiness per kind, re-lists tracked.
 
 use std::sync::Arc;
 
@@ -330,7 +330,7 @@ fn watch<K: Watched>(
     }
 }
 
-/// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain executor): its
+/// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain loop): its
 /// store and its driving task (named `watch <Kind>`), to be spawned by the caller. The kind is
 /// tracked in `ready` (pending until its first complete list, and again while it re-lists);
 /// `changed` is notified on every event.

@@ -1,6 +1,6 @@
 //! A `NodeRollout`'s status, Events and metric deltas from the engine's state (pure).
 //!
-//! The controller (`controller::rollout`) runs the engine through the executor; everything it
+//! The controller (`controller::drain::rollout`) runs the engine through the drain loop; everything it
 //! tells people is decided here from plain data: [`status`] turns the engine's [`State`] (and the
 //! status written before, for what the state does not keep: planned pod counts, finish times)
 //! into the `NodeRollout` status with its conditions; [`changes`] compares two states and says
