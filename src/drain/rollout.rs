@@ -471,7 +471,7 @@ fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>,
 pub const TAINT_SKIPPED: &str = "TaintSkipped";
 
 /// Why the outdated nodes are not tainted: what the room check found with the taint.
-pub fn taint_skipped(tainted: &crate::drain::NoRoom) -> String {
+pub fn taint_skipped(tainted: &crate::drain::CapacityCheck) -> String {
     let mut why: Vec<String> = tainted.dead_ends.iter().map(ToString::to_string).collect();
     why.extend(tainted.gate_dead_ends.iter().map(|g| g.problem()));
     format!(

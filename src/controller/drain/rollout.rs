@@ -55,16 +55,16 @@ pub const ROLLOUT_MANAGER: &str = "raygate-rollout";
 /// How often a waiting rollout (a node conflict, a plan the cluster does not allow yet) is tried
 /// again.
 pub(super) const RETRY: Duration = Duration::from_secs(10);
-/// How often a rollout held for want of room ([`NO_ROOM`]) is planned again: it waits for the
+/// How often a rollout held for want of room ([`NO_CAPACITY`]) is planned again: it waits for the
 /// operator (a node added, the spec or a budget changed), and each try reads the whole cluster.
-pub(super) const NO_ROOM_RETRY: Duration = Duration::from_secs(60);
+pub(super) const NO_CAPACITY_RETRY: Duration = Duration::from_secs(60);
 /// The `Ready=False` reason of a rollout whose plan cannot finish: a domain's groups would have
 /// nowhere to run (`drain::dead_ends`), or, with hand-off `None`, nowhere to run again for the
 /// domain's health gate to pass (`drain::gate_dead_ends`). Nothing is cordoned or evicted.
-pub const NO_ROOM: &str = "NoRoomToRecover";
+pub const NO_CAPACITY: &str = "NoRoomToRecover";
 /// The annotation (value `"true"`) that starts a rollout although its plan shows no room, e.g.
 /// where an autoscaler adds nodes for pending pods.
-pub const SKIP_ROOM_CHECK_ANNOTATION: &str = "raygate.io/skip-room-check";
+pub const SKIP_CAPACITY_CHECK_ANNOTATION: &str = "raygate.io/skip-room-check";
 /// The longest a status lags the engine when only its "why it waits" lines changed.
 pub(super) const STATUS_EVERY: Duration = Duration::from_secs(10);
 /// How often a running rollout's group contract is checked again, over the drain loop's stores

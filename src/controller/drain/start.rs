@@ -9,14 +9,14 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::rollout::{
-    NO_ROOM, NO_ROOM_RETRY, Next, RolloutError, SKIP_ROOM_CHECK_ANNOTATION, Worker,
+    NO_CAPACITY, NO_CAPACITY_RETRY, Next, RolloutError, SKIP_CAPACITY_CHECK_ANNOTATION, Worker,
 };
 use crate::controller::SortedState;
 use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::lifecycle::{self, SelectionCheck};
 use crate::drain::rollout::{self as pure, NotReady};
 use crate::drain::{
-    Cluster, DeadEnd, DrainError, GateDeadEnd, NoRoom, Returns, auto_taint, outdated_taint,
+    CapacityCheck, Cluster, DeadEnd, DrainError, GateDeadEnd, Returns, auto_taint, outdated_taint,
     rollout_options,
 };
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus, RolloutSelection};
@@ -86,8 +86,8 @@ impl Worker {
                 Err(why) => {
                     self.not_running(nro, prev.as_ref(), Some(&why), false)
                         .await?;
-                    if why.reason == NO_ROOM {
-                        return Ok(Next::RetryAfter(NO_ROOM_RETRY));
+                    if why.reason == NO_CAPACITY {
+                        return Ok(Next::RetryAfter(NO_CAPACITY_RETRY));
                     }
                     return Ok(Next::Retry);
                 }
@@ -197,14 +197,14 @@ impl Worker {
         if taint_auto {
             state.taint_outdated = Some(options.plan.taint.is_some());
         }
-        let skip = crate::meta::annotation(&nro.metadata, SKIP_ROOM_CHECK_ANNOTATION);
+        let skip = crate::meta::annotation(&nro.metadata, SKIP_CAPACITY_CHECK_ANNOTATION);
         let (dead, gate) = (&found.dead_ends, &found.gate_dead_ends);
-        if let Some(why) = no_room(dead, gate, skip == Some("true")) {
+        if let Some(why) = no_capacity(dead, gate, skip == Some("true")) {
             return Ok(Err(why));
         }
         if !found.is_empty() {
             tracing::warn!(rollout = %self.name, domains = found.domains(),
-                "NodeRollout started without room for its groups ({SKIP_ROOM_CHECK_ANNOTATION}=true)");
+                "NodeRollout started without room for its groups ({SKIP_CAPACITY_CHECK_ANNOTATION}=true)");
         }
         if let Err(why) = self.claim(&state).await {
             return Ok(Err(why));
@@ -278,19 +278,19 @@ fn plan_and_check<'a>(
     options: &Options,
     now: k8s_openapi::jiff::Timestamp,
     returns: Returns,
-) -> Result<(crate::drain::Plan<'a>, NoRoom), NotReady> {
+) -> Result<(crate::drain::Plan<'a>, CapacityCheck), NotReady> {
     let plan = crate::drain::plan(cluster, &options.plan, now).map_err(|e| NotReady {
         reason: plan_reason(&e),
         message: plan_message(&e),
     })?;
-    let found = NoRoom::check(cluster, &plan, &options.plan, returns);
+    let found = CapacityCheck::check(cluster, &plan, &options.plan, returns);
     Ok((plan, found))
 }
 
 /// Why a rollout whose plan cannot finish is not started (`None`: it can, or the operator said
 /// to start anyway).
-fn no_room(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Option<NotReady> {
-    let found = NoRoom {
+fn no_capacity(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Option<NotReady> {
+    let found = CapacityCheck {
         dead_ends: dead.to_vec(),
         gate_dead_ends: gate.to_vec(),
     };
@@ -298,11 +298,11 @@ fn no_room(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Option<NotRead
         return None;
     }
     Some(NotReady {
-        reason: NO_ROOM,
+        reason: NO_CAPACITY,
         message: format!(
             "{}. Nothing was cordoned or evicted; the plan is checked again every minute (or when \
              the rollout changes); to start anyway (e.g. an autoscaler adds nodes for pending \
-             pods), annotate the rollout {SKIP_ROOM_CHECK_ANNOTATION}=true",
+             pods), annotate the rollout {SKIP_CAPACITY_CHECK_ANNOTATION}=true",
             found.message(),
         ),
     })
@@ -352,13 +352,13 @@ mod tests {
             tolerated: 1,
             must_move: 1,
             moved_before: 0,
-            room: 0,
+            capacity: 0,
             group_requests: "nvidia.com/gpu 2, pods 2".into(),
         };
-        assert_eq!(no_room(&[], &[], false), None);
-        assert_eq!(no_room(std::slice::from_ref(&dead), &[], true), None);
-        let why = no_room(&[dead], &[], false).unwrap();
-        assert_eq!(why.reason, NO_ROOM);
+        assert_eq!(no_capacity(&[], &[], false), None);
+        assert_eq!(no_capacity(std::slice::from_ref(&dead), &[], true), None);
+        let why = no_capacity(&[dead], &[], false).unwrap();
+        assert_eq!(why.reason, NO_CAPACITY);
         for says in [
             "1 upgrade domain(s) cannot be drained",
             "upgrade domain ud-0 holds 2 group(s)",
@@ -376,16 +376,16 @@ mod tests {
             groups: vec!["b".into()],
             moved_before: 2,
             taint_outdated: false,
-            room_without_taint: false,
+            capacity_without_taint: false,
             requests: "nvidia.com/gpu 6, pods 6".into(),
             free: "nvidia.com/gpu 4, pods 108".into(),
             short: "nvidia.com/gpu 2".into(),
-            room: Some(2),
+            capacity: Some(2),
             group_requests: Some("nvidia.com/gpu 2, pods 2".into()),
         };
-        assert_eq!(no_room(&[], std::slice::from_ref(&gate), true), None);
-        let why = no_room(&[], &[gate], false).unwrap();
-        assert_eq!(why.reason, NO_ROOM);
+        assert_eq!(no_capacity(&[], std::slice::from_ref(&gate), true), None);
+        let why = no_capacity(&[], &[gate], false).unwrap();
+        assert_eq!(why.reason, NO_CAPACITY);
         for says in [
             "1 upgrade domain(s) would fail their health check",
             "upgrade domain ud-1: with hand-off None its nodes stay cordoned",
