@@ -21,6 +21,7 @@ use crate::controller::Monotonic;
 use crate::controller::peers::{Peers, StoredDisruptions};
 use crate::drain::Cluster;
 use crate::drain::engine::{Options, State};
+use crate::drain::rollout::status::{self, ContractCondition, Observation, Run as Observed};
 use crate::drain::rollout::{self as pure, NotReady};
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
@@ -144,9 +145,7 @@ impl Worker {
         obj: &mut Object,
     ) -> Result<Next, RolloutError> {
         let generation = nro.metadata.generation;
-        let now = self.sh.clock.now();
-        let mut first = pure::status(base.as_ref(), &state, generation, now);
-        self.with_contract(&mut first, generation, now);
+        let first = status::next(base.as_ref(), &self.observed(nro, Observed::Engine(&state)));
         self.write(nro, first).await?;
         let mut stop = obj.clone();
         let stopped = async move {
@@ -217,11 +216,10 @@ impl Worker {
         last: &mut State,
         state: State,
     ) -> Result<(), RolloutError> {
-        let now = self.sh.clock.now();
-        let prev = self.current_status(nro);
-        let mut status = pure::status(prev.as_ref(), &state, nro.metadata.generation, now);
-        self.with_contract(&mut status, nro.metadata.generation, now);
-        self.write(nro, status).await?;
+        let obs = self.observed(nro, Observed::Engine(&state));
+        let now = obs.now;
+        let next = status::next(self.current_status(nro).as_ref(), &obs);
+        self.write(nro, next).await?;
         let (notes, counts) = pure::changes(last, &state, now);
         self.sh.metrics.count_rollout(&counts);
         for n in notes {
@@ -240,9 +238,7 @@ impl Worker {
         why: Option<&NotReady>,
         paused: bool,
     ) -> Result<(), RolloutError> {
-        let now = self.sh.clock.now();
-        let mut status = pure::waiting_status(prev, why, paused, nro.metadata.generation, now);
-        self.with_contract(&mut status, nro.metadata.generation, now);
+        let status = status::next(prev, &self.observed(nro, Observed::Waiting { why, paused }));
         let condition = |s: Option<&NodeRolloutStatus>, t: &str| {
             s.and_then(|s| crate::conditions::find(&s.conditions, t))
                 .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
@@ -307,17 +303,18 @@ impl Worker {
         self.contract = Some(new);
     }
 
-    /// Puts the contract's condition on `status` (removes it when the spec has no `groups`).
-    pub(super) fn with_contract(
-        &self,
-        status: &mut NodeRolloutStatus,
-        generation: Option<i64>,
-        now: k8s_openapi::jiff::Timestamp,
-    ) {
-        match (&self.preflight, &self.contract) {
-            (None, _) => pure::set_contract(status, None, generation, now),
-            (Some(_), Some(c)) => pure::set_contract(status, Some(c), generation, now),
-            (Some(_), None) => {}
+    /// What the status is made from now: `run`, and the contract's condition (none when the
+    /// spec has no `groups`).
+    fn observed<'a>(&'a self, nro: &NodeRollout, run: Observed<'a>) -> Observation<'a> {
+        Observation {
+            generation: nro.metadata.generation,
+            now: self.sh.clock.now(),
+            run,
+            contract: match (&self.preflight, &self.contract) {
+                (None, _) => ContractCondition::Unset,
+                (Some(_), Some(c)) => ContractCondition::Checked(c),
+                (Some(_), None) => ContractCondition::Unchecked,
+            },
         }
     }
 

@@ -4,7 +4,7 @@
 //! PodDisruptionBudgets and DaemonSets), claims the planned nodes against every other active
 //! rollout (`start.rs`), and runs the drain loop ([`super::run_with`]) with the rollout's status as
 //! its one sink (`report.rs`): every state the loop reports becomes the status
-//! (`drain::rollout::status`, field manager [`ROLLOUT_MANAGER`]), with the engine's state in `status.engine`: a new leader reads it and
+//! (`drain::rollout::status::next`, field manager [`ROLLOUT_MANAGER`]), with the engine's state in `status.engine`: a new leader reads it and
 //! goes on where the last one stopped. Nodes and pods are never trusted to that record alone: the
 //! engine re-derives every cordon and eviction from the live view, so a node already cordoned is
 //! not cordoned again and a pod already evicted (terminating or gone) is not evicted again.
