@@ -31,10 +31,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
@@ -43,6 +42,7 @@ use super::read::ReadError;
 use crate::controller::SortedState;
 use crate::controller::events::EventSink;
 use crate::controller::peers::Board;
+use crate::controller::stores::{Readiness, watch_store};
 use crate::controller::{Clock, Metrics};
 use crate::drain::PreflightOptions;
 use crate::drain::rollout as pure;
@@ -205,28 +205,17 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
     .await;
 }
 
-/// The NodeRollouts' store and its watch (stopped when the guard drops); `changed` is notified
-/// at every event.
+/// The NodeRollouts' store, on the controller's one watch driver, and its watch (stopped when
+/// the guard drops); `changed` is notified at every event.
 fn watch_rollouts(client: &Client, changed: Arc<Notify>) -> (Store<NodeRollout>, AbortOnDrop) {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(
-            Api::<NodeRollout>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
+    let ready = Arc::new(Readiness::default());
+    let (store, (_, driver)) = watch_store(
+        Api::<NodeRollout>::all(client.clone()),
+        watcher::Config::default(),
+        ready,
+        changed,
     );
-    let watch_task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::debug!(error = %e, "NodeRollout watch error; the watcher retries");
-            }
-            changed.notify_one();
-        }
-    });
-    (store, AbortOnDrop(watch_task))
+    (store, AbortOnDrop(tokio::spawn(driver)))
 }
 
 /// The rollouts by phase, for the metrics.
