@@ -249,6 +249,30 @@ struct Watch<K: Resource<DynamicType = ()> + 'static> {
     driver: Driver,
 }
 
+/// Who hears of a watch's events.
+#[derive(Clone)]
+pub enum Changed {
+    /// One waiter: a waiter that comes after the event finds it still there.
+    One(Arc<Notify>),
+    /// Every receiver of a counter bumped at each event (several loops reading one store).
+    Every(Arc<tokio::sync::watch::Sender<u64>>),
+}
+
+impl From<Arc<Notify>> for Changed {
+    fn from(n: Arc<Notify>) -> Self {
+        Changed::One(n)
+    }
+}
+
+impl Changed {
+    fn signal(&self) {
+        match self {
+            Changed::One(n) => n.notify_one(),
+            Changed::Every(tx) => tx.send_modify(|c| *c = c.wrapping_add(1)),
+        }
+    }
+}
+
 /// A kind raygate watches (the bounds of kube's watcher and reflector store).
 pub trait Watched:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
@@ -276,7 +300,7 @@ fn watch<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     feed: Feed,
-    notify: Option<Arc<Notify>>,
+    notify: Option<Changed>,
     ready: Arc<Readiness>,
     on_delete: impl Fn(&K) + Send + 'static,
 ) -> Watch<K> {
@@ -309,7 +333,7 @@ fn watch<K: Watched>(
     let driver = events
         .for_each(move |ev| {
             if let Some(n) = &notify {
-                n.notify_one();
+                n.signal();
             }
             match &ev {
                 Ok(watcher::Event::Init) => ready.unmark(label),
@@ -333,14 +357,21 @@ fn watch<K: Watched>(
 /// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain loop): its
 /// store and its driving task (named `watch <Kind>`), to be spawned by the caller. The kind is
 /// tracked in `ready` (pending until its first complete list, and again while it re-lists);
-/// `changed` is notified on every event.
+/// `changed` hears of every event.
 pub fn watch_store<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     ready: Arc<Readiness>,
-    changed: Arc<Notify>,
+    changed: impl Into<Changed>,
 ) -> (Store<K>, Driver) {
-    let w = watch(api, config, Feed::Store, Some(changed), ready, |_: &K| {});
+    let w = watch(
+        api,
+        config,
+        Feed::Store,
+        Some(changed.into()),
+        ready,
+        |_: &K| {},
+    );
     (w.store, w.driver)
 }
 
@@ -424,7 +455,7 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         Api::<Workload>::all(client.clone()),
         workload_cfg,
         Feed::Controller,
-        Some(trigger.clone()),
+        Some(trigger.clone().into()),
         ready.clone(),
         workload_owner,
     );

@@ -26,7 +26,7 @@ pub mod rollout;
 mod start;
 
 use apply::{Apply, apply_node_actions};
-use read::{Copies, DrainObjects, Watches};
+use read::{Copies, DrainObjects, DrainStores, Watches};
 
 /// Field manager of the drain's node patches (cordon, taint, upgrade label, uncordon).
 pub const DRAIN_MANAGER: &str = "raygate-drain";
@@ -55,6 +55,9 @@ pub struct Run {
     /// The other NodeRollouts this drain weighs ([`Observation::elsewhere`]). `None` (`drain
     /// run --local`): none.
     pub peers: Option<Peers>,
+    /// Stores shared with other drains (every NodeRollout the leader runs reads one set).
+    /// `None`: the loop watches for itself while it runs.
+    pub stores: Option<DrainStores>,
 }
 
 impl Run {
@@ -65,6 +68,7 @@ impl Run {
             tick: Duration::from_secs(1),
             resumes: watch::channel(0).1,
             peers: None,
+            stores: None,
         }
     }
 }
@@ -147,17 +151,28 @@ pub(crate) async fn run_with<S: Sink>(
     sink: &mut S,
     shutdown: impl Future<Output = ()>,
 ) -> Result<State, DrainRunError> {
-    let mut watches = Watches::start(&client).await;
-    watches.synced().await?;
+    let (stores, watches) = match run.stores.take() {
+        Some(shared) => (shared, None),
+        None => {
+            let mut own = Watches::start(&client).await;
+            own.synced().await?;
+            (own.stores.clone(), Some(own))
+        }
+    };
     let state = match run.state.take() {
         Some(state) => state,
-        None => plan(&watches.snapshot(), &run.options, clock.now())?,
+        None => {
+            stores.ready.wait().await;
+            plan(&stores.snapshot(), &run.options, clock.now())?
+        }
     };
     let drain = Drain {
         apply: Apply::new(client, clock.clone()),
         clock,
         run,
-        watches,
+        stores,
+        _watches: watches,
+        changes_open: true,
         copies: Copies::default(),
         outcomes: Vec::new(),
         state,
@@ -190,7 +205,11 @@ struct Drain {
     apply: Apply,
     clock: Arc<dyn Clock>,
     run: Run,
-    watches: Watches,
+    stores: DrainStores,
+    /// The loop's own watches (`None`: the stores are shared); dropped, they stop.
+    _watches: Option<Watches>,
+    /// A closed change counter (the watches are gone) must not wake the loop over and over.
+    changes_open: bool,
     copies: Copies,
     /// The outcomes of the evictions sent by the last step applied.
     outcomes: Vec<Outcome>,
@@ -217,11 +236,11 @@ impl Drain {
     ) -> Result<State, DrainRunError> {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            if !self.watches.ready.pending().is_empty() {
+            if !self.stores.ready.pending().is_empty() {
                 // a watch is re-listing (410 Gone): decide again on its complete new list
                 tokio::select! {
                     biased;
-                    () = self.watches.ready.wait() => {}
+                    () = self.stores.ready.wait() => {}
                     _ = &mut shutdown => return Ok(self.state),
                 }
             }
@@ -232,7 +251,9 @@ impl Drain {
                 Step::Change => {
                     tokio::select! {
                         biased;
-                        _ = self.watches.changed.notified() => {}
+                        r = self.stores.changes.changed(), if self.changes_open => {
+                            self.changes_open = r.is_ok();
+                        }
                         () = sink.resumed() => {}
                         _ = tokio::time::sleep(self.run.tick) => {}
                         _ = &mut shutdown => return Ok(self.state),
@@ -250,7 +271,7 @@ impl Drain {
 
     /// Observe → decide → store ahead → apply → report.
     async fn step<S: Sink>(&mut self, sink: &mut S) -> Step {
-        let cluster = self.copies.refresh(&self.watches);
+        let cluster = self.copies.refresh(&self.stores);
         if sink.look(&cluster, &self.state).await.is_break() {
             return Step::End;
         }

@@ -12,10 +12,10 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 use super::DrainRunError;
-use crate::controller::stores::{Readiness, watch_store};
+use crate::controller::stores::{Changed, Readiness, watch_store};
 use crate::controller::{SortedCopies, SortedState};
 use crate::drain::Cluster;
 
@@ -88,17 +88,37 @@ pub async fn drain_objects(client: &Client) -> Result<DrainObjects, ReadError> {
     })
 }
 
-/// The drain loop's watches: Nodes, Pods, PodDisruptionBudgets and, where they can be listed,
+/// The drain loop's stores: Nodes, Pods, PodDisruptionBudgets and, where they can be listed,
 /// DaemonSets (`kubectl drain`'s `daemonSetFilter` GETs a pod's DaemonSet: a pod whose
-/// DaemonSet is gone is evicted with --force and stops the drain without it). Dropped: every
-/// watch stops.
-pub(super) struct Watches {
+/// DaemonSet is gone is evicted with --force and stops the drain without it). A clone reads the
+/// same stores: every NodeRollout the leader runs reads one set.
+#[derive(Clone)]
+pub struct DrainStores {
     nodes: Store<Node>,
     pods: Store<Pod>,
     pdbs: Store<PodDisruptionBudget>,
     daemon_sets: Option<Store<DaemonSet>>,
     pub(super) ready: Arc<Readiness>,
-    pub(super) changed: Arc<Notify>,
+    /// Bumped at every event of every watch.
+    pub(super) changes: watch::Receiver<u64>,
+}
+
+impl DrainStores {
+    /// The stores' objects in (namespace, name) order, copied (the plan's one read; the loop's
+    /// reads go through [`Copies`]).
+    pub(super) fn snapshot(&self) -> DrainObjects {
+        DrainObjects {
+            nodes: snapshot(&self.nodes),
+            pods: snapshot(&self.pods),
+            pdbs: snapshot(&self.pdbs),
+            daemon_sets: self.daemon_sets.as_ref().map(snapshot),
+        }
+    }
+}
+
+/// The watches behind [`DrainStores`]: dropped, every watch stops.
+pub struct Watches {
+    pub stores: DrainStores,
     drivers: tokio::task::JoinSet<()>,
     kinds: HashMap<tokio::task::Id, &'static str>,
 }
@@ -106,10 +126,11 @@ pub(super) struct Watches {
 impl Watches {
     /// Starts the watches through the controller's one watch driver (backoff, readiness per
     /// kind, re-lists tracked).
-    pub(super) async fn start(client: &Client) -> Self {
-        let changed = Arc::new(Notify::new());
+    pub async fn start(client: &Client) -> Self {
+        let (tx, changes) = watch::channel(0u64);
+        let c = Changed::Every(Arc::new(tx));
         let ready = Arc::new(Readiness::default());
-        let (r, c) = (ready.clone(), changed.clone());
+        let r = ready.clone();
         let config = watcher::Config::default;
         let (nodes, node_driver) =
             watch_store(Api::all(client.clone()), config(), r.clone(), c.clone());
@@ -136,23 +157,26 @@ impl Watches {
         {
             kinds.insert(drivers.spawn(driver).id(), kind);
         }
-        Watches {
+        let stores = DrainStores {
             nodes,
             pods,
             pdbs,
             daemon_sets,
             ready,
-            changed,
+            changes,
+        };
+        Watches {
+            stores,
             drivers,
             kinds,
         }
     }
 
     /// Waits until every watch has listed its kind; a watch that ends first is an error.
-    pub(super) async fn synced(&mut self) -> Result<(), DrainRunError> {
+    pub async fn synced(&mut self) -> Result<(), DrainRunError> {
         tokio::select! {
             biased;
-            () = self.ready.wait() => Ok(()),
+            () = self.stores.ready.wait() => Ok(()),
             Some(ended) = self.drivers.join_next_with_id() => {
                 let id = match ended {
                     Ok((id, ())) => id,
@@ -161,17 +185,6 @@ impl Watches {
                 let kind = self.kinds.get(&id).copied().unwrap_or("watched kind");
                 Err(DrainRunError::NotSynced { kind })
             }
-        }
-    }
-
-    /// The stores' objects in (namespace, name) order, copied (the plan's one read; the loop's
-    /// reads go through [`Copies`]).
-    pub(super) fn snapshot(&self) -> DrainObjects {
-        DrainObjects {
-            nodes: snapshot(&self.nodes),
-            pods: snapshot(&self.pods),
-            pdbs: snapshot(&self.pdbs),
-            daemon_sets: self.daemon_sets.as_ref().map(snapshot),
         }
     }
 }
@@ -199,7 +212,7 @@ pub(super) struct Copies {
 
 impl Copies {
     /// The watched objects now.
-    pub(super) fn refresh<'a>(&'a mut self, w: &Watches) -> Cluster<'a> {
+    pub(super) fn refresh<'a>(&'a mut self, w: &DrainStores) -> Cluster<'a> {
         let ds = match &w.daemon_sets {
             Some(store) => Some(self.daemon_sets.refresh(store)),
             None => None,

@@ -158,10 +158,13 @@ impl Worker {
                 })
                 .await;
         };
+        // held until the rollout stops: the last one to stop stops the watches
+        let watches = self.sh.watches().await;
         let run = Run {
             state: Some(state.clone()),
             tick: self.sh.tick,
             peers: Some(self.peers()),
+            stores: Some(watches.stores.clone()),
             ..Run::new(options)
         };
         let (client, clock) = (self.sh.client.clone(), self.sh.clock.clone());

@@ -2,16 +2,17 @@
 //!
 //! A worker checks the spec (`drain::rollout_options`), plans once (a paged read of Nodes, Pods,
 //! PodDisruptionBudgets and DaemonSets), claims the planned nodes against every other active
-//! rollout (`start.rs`), and runs the drain loop ([`super::run_with`]) with the rollout's status as
-//! its one sink (`report.rs`): every state the loop reports becomes the status
-//! (`drain::rollout::status::next`, field manager [`ROLLOUT_MANAGER`]), with the engine's state in `status.engine`: a new leader reads it and
+//! rollout (`start.rs`), and runs the drain loop ([`super::run_with`]) on the watches every
+//! running rollout shares, with the rollout's status as its one sink (`report.rs`): every state
+//! the loop reports becomes the status (`drain::rollout::status::next`, field manager
+//! [`ROLLOUT_MANAGER`]), with the engine's state in `status.engine`: a new leader reads it and
 //! goes on where the last one stopped. Nodes and pods are never trusted to that record alone: the
 //! engine re-derives every cordon and eviction from the live view, so a node already cordoned is
 //! not cordoned again and a pod already evicted (terminating or gone) is not evicted again.
 //!
 //! With `spec.groups`, the group contract's preflight (`drain::preflight`, as `raygate drain
 //! check`) runs when the rollout is planned (on the plan's read) and, while it runs, over the
-//! loop's own reflector stores (the sink's look: once they are synced, then every
+//! loop's reflector stores (the sink's look: once they are synced, then every
 //! [`CONTRACT_EVERY`]), so a running rollout never lists the cluster again; its findings become
 //! the `ContractSatisfied` condition (`drain::rollout::contract`) and a Warning Event when it
 //! turns `False`. It warns, it does not stop the rollout: the budgets still protect what they
@@ -28,7 +29,7 @@
 //! metrics come from the change between two states (`drain::rollout::changes`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use kube::api::Api;
@@ -38,7 +39,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
 use super::DrainRunError;
-use super::read::ReadError;
+use super::read::{ReadError, Watches};
 use crate::controller::SortedState;
 use crate::controller::events::EventSink;
 use crate::controller::peers::Board;
@@ -138,6 +139,21 @@ pub(super) struct Shared {
     /// What each running rollout's domains disrupt, read and written by every step under one
     /// lock (at most `maxUnavailableDomains` domains of one workload across rollouts).
     pub(super) board: Board,
+    /// The drain loops' watches, one set while any rollout runs (each running loop holds it).
+    pub(super) watches: Mutex<Weak<Watches>>,
+}
+
+impl Shared {
+    /// The running rollouts' watches, started by the first to run.
+    pub(super) async fn watches(&self) -> Arc<Watches> {
+        let mut held = self.watches.lock().await;
+        if let Some(w) = held.upgrade() {
+            return w;
+        }
+        let w = Arc::new(Watches::start(&self.client).await);
+        *held = Arc::downgrade(&w);
+        w
+    }
 }
 
 /// What a worker does next.
@@ -173,6 +189,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
         store,
         claims: Mutex::default(),
         board: Board::default(),
+        watches: Mutex::new(Weak::new()),
     });
     let mut leader = r.leader;
     let mut workers = Workers::default();
