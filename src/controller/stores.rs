@@ -398,21 +398,34 @@ pub(crate) fn rayservice_of(c: &RayCluster) -> Option<ObjectRef<RayService>> {
     meta::owning_rayservice(&c.metadata).map(|name| ObjectRef::new(name).within(ns))
 }
 
-/// Starts every watch (the Ray pods' too with `pod_gate`).
-pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stores, Streams) {
-    let trigger = Arc::new(Notify::new());
-    let pods_changed = Arc::new(Notify::new());
-    let ready = Arc::new(Readiness::default());
-    let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
-    let child_owner = {
-        let tx = deleted_tx.clone();
-        move |c: &RayCluster| {
-            if let Some(owner) = rayservice_of(c) {
-                let _ = tx.unbounded_send(owner);
-            }
+/// A store-only watch of `K` whose every change triggers an admission cycle.
+fn queue_input<K: Watched>(
+    client: &Client,
+    trigger: &Arc<Notify>,
+    ready: &Arc<Readiness>,
+) -> (Store<K>, Driver) {
+    watch_store(
+        Api::<K>::all(client.clone()),
+        watch_config(),
+        ready.clone(),
+        trigger.clone(),
+    )
+}
+
+type Deleted = futures::channel::mpsc::UnboundedSender<ObjectRef<RayService>>;
+
+/// On a child RayCluster's deletion: its RayService, to `tx`.
+fn child_owner(tx: Deleted) -> impl Fn(&RayCluster) + Send + 'static {
+    move |c: &RayCluster| {
+        if let Some(owner) = rayservice_of(c) {
+            let _ = tx.unbounded_send(owner);
         }
-    };
-    let workload_owner = move |w: &Workload| {
+    }
+}
+
+/// On a Workload's deletion: the RayServices owning it, to `tx`.
+fn workload_owner(tx: Deleted) -> impl Fn(&Workload) + Send + 'static {
+    move |w: &Workload| {
         for o in w
             .metadata
             .owner_references
@@ -421,10 +434,58 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
             .filter(|o| o.kind == "RayService")
         {
             if let Some(ns) = w.metadata.namespace.as_deref() {
-                let _ = deleted_tx.unbounded_send(ObjectRef::new(&o.name).within(ns));
+                let _ = tx.unbounded_send(ObjectRef::new(&o.name).within(ns));
             }
         }
+    }
+}
+
+/// The RayClusters RayServices made (the gate's children); a deleted one reports its service.
+fn children_watch(client: &Client, ready: &Arc<Readiness>, deleted: Deleted) -> Watch<RayCluster> {
+    let children = watch_config().labels(&format!(
+        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
+    ));
+    watch(
+        Api::<RayCluster>::all(client.clone()),
+        children,
+        Feed::Controller,
+        None,
+        ready.clone(),
+        child_owner(deleted),
+    )
+}
+
+/// The Workloads: each change triggers an admission cycle, a deleted one reports its services.
+fn workloads_watch(
+    client: &Client,
+    mode: AdmissionMode,
+    trigger: &Arc<Notify>,
+    ready: &Arc<Readiness>,
+    deleted: Deleted,
+) -> Watch<Workload> {
+    // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
+    let workload_cfg = match mode {
+        AdmissionMode::Builtin => watch_config(),
+        AdmissionMode::Kueue => {
+            watch_config().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
+        }
     };
+    watch(
+        Api::<Workload>::all(client.clone()),
+        workload_cfg,
+        Feed::Controller,
+        Some(trigger.clone().into()),
+        ready.clone(),
+        workload_owner(deleted),
+    )
+}
+
+/// Starts every watch (the Ray pods' too with `pod_gate`).
+pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stores, Streams) {
+    let trigger = Arc::new(Notify::new());
+    let pods_changed = Arc::new(Notify::new());
+    let ready = Arc::new(Readiness::default());
+    let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
     let services = watch(
         Api::<RayService>::all(client.clone()),
         watch_config(),
@@ -433,45 +494,9 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         ready.clone(),
         |_: &RayService| {},
     );
-    let children = watch_config().labels(&format!(
-        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
-    ));
-    let clusters = watch(
-        Api::<RayCluster>::all(client.clone()),
-        children,
-        Feed::Controller,
-        None,
-        ready.clone(),
-        child_owner,
-    );
-    // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
-    let workload_cfg = match mode {
-        AdmissionMode::Builtin => watch_config(),
-        AdmissionMode::Kueue => {
-            watch_config().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
-        }
-    };
-    let workloads = watch(
-        Api::<Workload>::all(client.clone()),
-        workload_cfg,
-        Feed::Controller,
-        Some(trigger.clone().into()),
-        ready.clone(),
-        workload_owner,
-    );
+    let clusters = children_watch(&client, &ready, deleted_tx.clone());
+    let workloads = workloads_watch(&client, mode, &trigger, &ready, deleted_tx);
     // the admission loop's inputs: stores only, each change triggers a cycle
-    fn queue_input<K: Watched>(
-        client: &Client,
-        trigger: &Arc<Notify>,
-        ready: &Arc<Readiness>,
-    ) -> (Store<K>, Driver) {
-        watch_store(
-            Api::<K>::all(client.clone()),
-            watch_config(),
-            ready.clone(),
-            trigger.clone(),
-        )
-    }
     let (cluster_queues, cq_driver) = queue_input::<ClusterQueue>(&client, &trigger, &ready);
     let (local_queues, lq_driver) = queue_input::<LocalQueue>(&client, &trigger, &ready);
     let (flavors, flavors_driver) = queue_input::<ResourceFlavor>(&client, &trigger, &ready);
