@@ -284,6 +284,46 @@ pub struct Applied {
     pub outcome: &'static str,
 }
 
+/// A document with its kind, version and name: (what, kind, version, name, document).
+type Resolved = (String, &'static Kind, String, String, Value);
+
+/// The kind (of [`KINDS`]), version and name of a document.
+fn resolve(what: String, doc: Value) -> Result<Resolved, DevError> {
+    let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind_name = doc.get("kind").and_then(Value::as_str).unwrap_or("");
+    let (group, version) = match api_version.rsplit_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let kind = KINDS
+        .iter()
+        .find(|k| k.kind == kind_name && k.group == group)
+        .ok_or_else(|| DevError::UnknownKind {
+            what: what.clone(),
+            api_version: api_version.to_string(),
+            kind: kind_name.to_string(),
+            known: KINDS
+                .iter()
+                .map(|k| match k.group {
+                    "" => format!("{} ({})", k.kind, k.version),
+                    g => format!("{}.{g}", k.kind),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| DevError::Document {
+            what: what.clone(),
+            reason: "metadata.name is required".into(),
+        })?
+        .to_string();
+    let version = version.to_string();
+    Ok((what, kind, version, name, doc))
+}
+
 /// Server-side applies (field manager [`DEV_MANAGER`], forced) every document of `text`.
 /// `namespace` is used for namespaced objects without one (default "default").
 ///
@@ -295,43 +335,11 @@ pub async fn apply(
     source: &str,
     namespace: Option<&str>,
 ) -> Result<Vec<Applied>, DevError> {
-    let docs = documents(text, source)?;
     // resolve every kind first: an unknown kind fails before anything is written
-    let mut resolved = Vec::new();
-    for (what, doc) in docs {
-        let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        let kind_name = doc.get("kind").and_then(Value::as_str).unwrap_or("");
-        let (group, version) = match api_version.rsplit_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", api_version),
-        };
-        let kind = KINDS
-            .iter()
-            .find(|k| k.kind == kind_name && k.group == group)
-            .ok_or_else(|| DevError::UnknownKind {
-                what: what.clone(),
-                api_version: api_version.to_string(),
-                kind: kind_name.to_string(),
-                known: KINDS
-                    .iter()
-                    .map(|k| match k.group {
-                        "" => format!("{} ({})", k.kind, k.version),
-                        g => format!("{}.{g}", k.kind),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
-        let name = doc
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| DevError::Document {
-                what: what.clone(),
-                reason: "metadata.name is required".into(),
-            })?
-            .to_string();
-        resolved.push((what, kind, version.to_string(), name, doc));
-    }
+    let resolved = documents(text, source)?
+        .into_iter()
+        .map(|(what, doc)| resolve(what, doc))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut out = Vec::new();
     for (what, kind, version, name, mut doc) in resolved {
         let ns = kind.namespaced.then(|| {

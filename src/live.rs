@@ -1,6 +1,6 @@
 //! `raygate status` and `raygate drain plan|check` against a live cluster: reads the objects
 //! (one GET or paged LIST each) and hands them to the pure summaries in [`crate::cli::status`] and
-//! the pure drain plan.
+//! the pure drain plan (the drain's read is the controller's, [`crate::controller::drain::read`]).
 
 use std::path::Path;
 
@@ -151,64 +151,16 @@ pub async fn cluster_queue(client: &Client, name: &str) -> Result<QueueReport, E
     Ok(queue_report(&queue, &local_queues.items, &workloads.items))
 }
 
-/// What a drain plan or preflight reads: every Node, Pod, PodDisruptionBudget and DaemonSet.
-#[derive(Clone, Debug, Default)]
-pub struct DrainObjects {
-    pub nodes: Vec<k8s_openapi::api::core::v1::Node>,
-    pub pods: Vec<k8s_openapi::api::core::v1::Pod>,
-    pub pdbs: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
-    /// `None` when the DaemonSets could not be listed (not served, or not permitted): every
-    /// DaemonSet a pod names is then taken to exist.
-    pub daemon_sets: Option<Vec<k8s_openapi::api::apps::v1::DaemonSet>>,
-}
+pub use crate::controller::drain::read::DrainObjects;
 
-impl DrainObjects {
-    /// The objects as the pure plan reads them (with the DaemonSets, a pod of a deleted one is
-    /// found, as kubectl drain finds it).
-    pub fn cluster(&self) -> crate::drain::Cluster<'_> {
-        crate::drain::Cluster {
-            daemon_sets: self.daemon_sets.as_deref(),
-            ..crate::drain::Cluster::new(&self.nodes, &self.pods, &self.pdbs)
-        }
-    }
-}
-
-/// Every object of a kind, in pages of 500 (as kubectl lists), so a large cluster is never
-/// asked for one 100,000-object response.
-async fn list_all<K>(api: Api<K>, what: &str) -> Result<Vec<K>, Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut out = Vec::new();
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&params).await.map_err(|source| Error::Read {
-            what: what.to_string(),
-            source,
-        })?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
-}
-
-/// Reads what `raygate drain plan|check` needs, cluster-wide.
+/// Reads what `raygate drain plan|check` needs, cluster-wide (the controller's read).
 pub async fn drain_objects(client: &Client) -> Result<DrainObjects, Error> {
-    Ok(DrainObjects {
-        nodes: list_all(Api::all(client.clone()), "Nodes").await?,
-        pods: list_all(Api::all(client.clone()), "Pods").await?,
-        pdbs: list_all(Api::all(client.clone()), "PodDisruptionBudgets").await?,
-        daemon_sets: match list_all(Api::all(client.clone()), "DaemonSets").await {
-            Ok(sets) => Some(sets),
-            Err(Error::Read {
-                source: kube::Error::Api(status),
-                ..
-            }) if status.code == 403 || status.code == 404 => None,
-            Err(e) => return Err(e),
-        },
-    })
+    crate::controller::drain::read::drain_objects(client)
+        .await
+        .map_err(|e| Error::Read {
+            what: e.what,
+            source: e.source,
+        })
 }
 
 #[cfg(test)]

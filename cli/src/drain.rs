@@ -8,7 +8,7 @@ use raygate::cli::drain::{
     CheckFlags, CheckReport, PlanFlags, PlanReport, check_table, exit, plan_report_table,
 };
 use raygate::cli::{self, Output};
-use raygate::drain::NoRoom;
+use raygate::drain::CapacityCheck;
 use raygate::live;
 
 #[derive(clap::Args)]
@@ -106,7 +106,7 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let world = objects.cluster();
             let plan =
                 raygate::drain::plan(&world, &options, now).map_err(|e| bad(e.to_string()))?;
-            let found = NoRoom::check(&world, &plan, &options, flags.handoff.returns());
+            let found = CapacityCheck::check(&world, &plan, &options, flags.handoff.returns());
             let report = PlanReport {
                 plan,
                 dead_ends: found.dead_ends,
@@ -127,9 +127,9 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
                     let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
                     let plan = raygate::drain::plan(&world, &plan_options, now)
                         .map_err(|e| bad(e.to_string()))?;
-                    NoRoom::check(&world, &plan, &plan_options, flags.returns())
+                    CapacityCheck::check(&world, &plan, &plan_options, flags.returns())
                 }
-                None => NoRoom::default(),
+                None => CapacityCheck::default(),
             };
             let report = CheckReport {
                 nodes: objects.nodes.len(),

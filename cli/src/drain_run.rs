@@ -14,7 +14,7 @@ use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
 use raygate::drain::{
-    DrainRules, Generation, GenerationSource, GenerationTarget, NoRoom, PlanOptions, Returns,
+    CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions, Returns,
 };
 use raygate::live_rollout as rollout;
 use raygate::types::rollout::{FailureActionSpec, HandOffMode};
@@ -287,7 +287,7 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
         let client =
             raygate::live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let options = options(&args);
-        if let Some(refused) = room_check(&client, &options, args.skip_room_check).await? {
+        if let Some(refused) = capacity_check(&client, &options, args.skip_room_check).await? {
             eprintln!("error: {refused}");
             return Ok(ExitCode::from(2));
         }
@@ -357,7 +357,7 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// would have nowhere to run, or (hand-off none, with groups) nowhere to run again for its health
 /// gate (`None`: room enough, neither a taint nor hand-off none with groups, `--skip-room-check`,
 /// or a plan error the engine reports itself).
-async fn room_check(
+async fn capacity_check(
     client: &kube::Client,
     options: &Options,
     skip: bool,
@@ -376,12 +376,12 @@ async fn room_check(
         Handoff::None => Returns::Never,
         Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
     };
-    let found = NoRoom::check(&world, &plan, &options.plan, returns);
+    let found = CapacityCheck::check(&world, &plan, &options.plan, returns);
     if skip && !found.is_empty() {
         eprintln!(
             "warning: starting without room to recover (--skip-room-check): {}",
             found.message()
         );
     }
-    Ok(raygate::cli::drain::room_check(&found.dead_ends, &found.gate_dead_ends, skip).err())
+    Ok(raygate::cli::drain::capacity_check(&found.dead_ends, &found.gate_dead_ends, skip).err())
 }

@@ -8,7 +8,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
 use raygate::cli::drain::{Groups, HandoffMode, PlanReport, plan_exit_code};
-use raygate::cli::drain::{plan_report_table, room_check};
+use raygate::cli::drain::{capacity_check, plan_report_table};
 use raygate::cli::{Output, render};
 use raygate::types::k8s_openapi::api::apps::v1::DaemonSet;
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
@@ -488,9 +488,9 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
         let found = match flags.plan_options(&options) {
             Some(o) => {
                 let plan = raygate::drain::plan(&world, &o, Timestamp::UNIX_EPOCH).unwrap();
-                raygate::drain::NoRoom::check(&world, &plan, &o, flags.returns())
+                raygate::drain::CapacityCheck::check(&world, &plan, &o, flags.returns())
             }
-            None => raygate::drain::NoRoom::default(),
+            None => raygate::drain::CapacityCheck::default(),
         };
         CheckReport {
             nodes: objects.nodes.len(),
@@ -542,7 +542,7 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
 #[tokio::test]
 async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() {
     let dead = plan_report(&room_cluster(true).await, &ROOM_FLAGS).await.0;
-    let refused = room_check(&dead, &[], false).unwrap_err();
+    let refused = capacity_check(&dead, &[], false).unwrap_err();
     for says in [
         "1 upgrade domain(s) cannot be drained, their groups would have nowhere to run: upgrade \
          domain ud-a holds 2 group(s)",
@@ -552,10 +552,10 @@ async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() 
     ] {
         assert!(refused.contains(says), "no {says:?} in {refused}");
     }
-    assert!(refused.starts_with(&raygate::drain::no_room_message(&dead)));
-    assert_eq!(room_check(&dead, &[], true), Ok(()));
+    assert!(refused.starts_with(&raygate::drain::dead_end_message(&dead)));
+    assert_eq!(capacity_check(&dead, &[], true), Ok(()));
     let dead = plan_report(&room_cluster(false).await, &ROOM_FLAGS).await.0;
-    assert_eq!(room_check(&dead, &[], false), Ok(()));
+    assert_eq!(capacity_check(&dead, &[], false), Ok(()));
 
     // the binary: --skip-room-check and --taint-outdated are --local's
     let (code, _, err) = raygate(&[
@@ -638,7 +638,7 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
         let world = objects.cluster();
         let o = flags.plan_options(&options)?;
         let plan = raygate::drain::plan(&world, &o, Timestamp::UNIX_EPOCH).unwrap();
-        let found = raygate::drain::NoRoom::check(&world, &plan, &o, flags.returns());
+        let found = raygate::drain::CapacityCheck::check(&world, &plan, &o, flags.returns());
         Some(CheckReport {
             nodes: objects.nodes.len(),
             pods: objects.pods.len(),
@@ -675,7 +675,7 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     let options = plan_flags(&flags).options().unwrap();
     let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
     let gate = raygate::drain::gate_dead_ends(&world, &plan, &options, HandoffMode::None.returns());
-    let refused = room_check(&[], &gate, false).unwrap_err();
+    let refused = capacity_check(&[], &gate, false).unwrap_err();
     for says in [
         "1 upgrade domain(s) would fail their health check, their groups would have nowhere to \
          run again: upgrade domain ud-b",
@@ -685,7 +685,7 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     ] {
         assert!(refused.contains(says), "no {says:?} in {refused}");
     }
-    assert_eq!(room_check(&[], &gate, true), Ok(()));
+    assert_eq!(capacity_check(&[], &gate, true), Ok(()));
 
     // the spare node takes pods: room for all three groups, nothing reported
     let sim = room_cluster(false).await;

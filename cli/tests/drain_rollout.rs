@@ -9,7 +9,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use raygate::cli::rollout::{Ended, RolloutRequest};
-use raygate::controller::rollout::{Rollouts, run};
+use raygate::controller::drain::rollout::{Rollouts, run};
 use raygate::controller::{Clock, Metrics, Monotonic};
 use raygate::live_rollout::{create, follow};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};

@@ -1,5 +1,5 @@
 //! The NodeRollout controller on the simulated cluster, through `kube::Client` as in production:
-//! a `NodeRollout` object in, the controller (`raygate::controller::rollout::run`) plans it, runs
+//! a `NodeRollout` object in, the controller (`raygate::controller::drain::rollout::run`) plans it, runs
 //! the engine through the executor and writes the status; LeaderWorkerSet groups with delegated
 //! readiness, a budget over the leaders, the disruption controller with its lag, the scheduler and
 //! kubelets; the paused clock. What was evicted is read from the cluster's own history (a watch on
@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::rollout::{self, Rollouts};
+use raygate::controller::drain::rollout::{self, Rollouts};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
 use raygate_sim::actors::lws;

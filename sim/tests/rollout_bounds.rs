@@ -18,7 +18,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::rollout::{self, Rollouts};
+use raygate::controller::drain::rollout::{self, Rollouts};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
 use raygate_sim::actors::replicaset;

@@ -1,5 +1,5 @@
 //! What an active NodeRollout holds on to, on the simulated cluster through `kube::Client` with
-//! the controller (`raygate::controller::rollout::run`) running: the selection it started with
+//! the controller (`raygate::controller::drain::rollout::run`) running: the selection it started with
 //! (a spec selecting otherwise pauses it, on a server that does not run the CRD's CEL rules), and
 //! its nodes (deleting it gives back the taint and the cordons raygate made, then the object
 //! goes). LeaderWorkerSet groups, a budget over the leaders, the disruption controller, the
@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::rollout::{self, Rollouts};
+use raygate::controller::drain::rollout::{self, Rollouts};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::fixtures::*;
 use raygate_sim::{Registry, Sim};

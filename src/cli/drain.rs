@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::status::columns;
 use crate::drain::{
-    DeadEnd, DomainOrder, DomainPlan, DrainRules, Finding, GateDeadEnd, Generation,
-    GenerationSource, GenerationTarget, GroupContract, NoRoom, NodeInfoField, Plan, PlanOptions,
+    CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Finding, GateDeadEnd, Generation,
+    GenerationSource, GenerationTarget, GroupContract, NodeInfoField, Plan, PlanOptions,
     PreflightOptions, Returns, SkipReason,
 };
 use crate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL;
@@ -327,8 +327,8 @@ no room to recover: {} domain(s) cannot be drained, their groups would have \
 /// `drain run --local`'s room check: the refusal (the controller's `NoRoomToRecover` text) when a
 /// domain has no room to recover (`dead`) or no room for its health gate (`gate`), unless `skip`
 /// (`--skip-room-check`).
-pub fn room_check(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Result<(), String> {
-    let found = NoRoom {
+pub fn capacity_check(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Result<(), String> {
+    let found = CapacityCheck {
         dead_ends: dead.to_vec(),
         gate_dead_ends: gate.to_vec(),
     };

@@ -9,7 +9,9 @@
 
 mod admission;
 mod clock;
-/// The drain's executor: observe → `drain::engine::decide` → evict and patch nodes → report.
+/// The drain: observe → `drain::engine::decide` → evict and patch nodes → report, one loop for
+/// `drain run --local` and each NodeRollout (`drain::rollout`: one worker per rollout on the
+/// leader, its status the loop's sink).
 pub mod drain;
 mod events;
 mod gate;
@@ -17,8 +19,6 @@ mod http;
 mod leader;
 mod metrics;
 pub mod peers;
-/// The NodeRollout controller: one worker per rollout on the leader, the executor, the status.
-pub mod rollout;
 mod startup;
 mod stores;
 pub use stores::{SortedCopies, SortedState};
@@ -55,7 +55,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-admission`  | Workload admission conditions and `status.admission`; ClusterQueue and LocalQueue status |
 // | `raygate-ungater`    | Pod `spec.schedulingGates` (removes `raygate.io/quota` only)        |
 // | `raygate-drain`      | Node cordon, taints, upgrade label, uncordon (`drain::DRAIN_MANAGER`) |
-// | `raygate-rollout`    | NodeRollout status (`rollout::ROLLOUT_MANAGER`)                     |
+// | `raygate-rollout`    | NodeRollout status (`drain::rollout::ROLLOUT_MANAGER`)              |
 // | `raygate-leader`     | the leader-election Lease (`leader.rs`)                             |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
@@ -319,49 +319,8 @@ pub async fn run_with(
     });
 
     let mut tasks = Supervisor::default();
-    if let Some(addr) = config.metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Serve { addr, source })?;
-        tasks.spawn(
-            "http server",
-            http::serve(listener, ctx.clone(), shutdown_rx.clone()),
-        );
-    }
-    if config.admission == AdmissionMode::Builtin {
-        tasks.spawn(
-            "admission loop",
-            admission::run(
-                ctx.clone(),
-                streams.admission_trigger.clone(),
-                shutdown_rx.clone(),
-            ),
-        );
-    }
-    if config.pod_gate {
-        tasks.spawn(
-            "pod ungater",
-            ungater::run(
-                ctx.clone(),
-                streams.pods_changed.clone(),
-                shutdown_rx.clone(),
-            ),
-        );
-    }
-    if config.node_rollouts {
-        let rollouts = rollout::Rollouts {
-            client: client.clone(),
-            clock: ctx.clock.clone(),
-            metrics: metrics.clone(),
-            leader: ctx.leader.clone(),
-            identity: config.identity.clone(),
-            tick: Duration::from_secs(1),
-        };
-        tasks.spawn(
-            "noderollout controller",
-            rollout::run(rollouts, shutdown_rx.clone()),
-        );
-    }
+    let triggers = (&streams.admission_trigger, &streams.pods_changed);
+    spawn_loops(&mut tasks, &ctx, triggers, shutdown_rx.clone()).await?;
     for (name, driver) in streams.drivers {
         tasks.spawn(name, driver);
     }
@@ -392,21 +351,72 @@ pub async fn run_with(
         e = tasks.first_unexpected_end(shutdown_rx.clone()) => Err(e),
     };
     tasks.abort_all();
-    // on SIGTERM (or a failure) the Lease is released before the process exits, awaited: a
-    // standby takes over at once instead of after the lease duration
     if let Some(election) = election {
-        let lease = format!("{}/{}", config.lease_namespace, config.lease_name);
-        if election.release(LEASE_RELEASE_TIMEOUT).await {
-            tracing::info!(lease = %lease, "leader election stopped; the Lease is released");
-        } else {
-            tracing::warn!(lease = %lease, timeout = ?LEASE_RELEASE_TIMEOUT, "releasing the Lease timed out; a standby takes over when it expires");
-        }
+        release(election, &config).await;
     }
     match &result {
         Ok(()) => tracing::info!("raygate controller stopped"),
         Err(e) => tracing::error!(error = %e, "raygate controller failed"),
     }
     result
+}
+
+/// Starts the loops besides the gate's reconcile: the HTTP server, the admission loop, the pod
+/// ungater and the NodeRollout controller, as configured. `triggers`: the admission loop's and
+/// the ungater's.
+async fn spawn_loops(
+    tasks: &mut Supervisor,
+    ctx: &Arc<Context>,
+    (admission_trigger, pods_changed): (&Arc<tokio::sync::Notify>, &Arc<tokio::sync::Notify>),
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    if let Some(addr) = ctx.config.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Serve { addr, source })?;
+        tasks.spawn(
+            "http server",
+            http::serve(listener, ctx.clone(), shutdown.clone()),
+        );
+    }
+    if ctx.config.admission == AdmissionMode::Builtin {
+        tasks.spawn(
+            "admission loop",
+            admission::run(ctx.clone(), admission_trigger.clone(), shutdown.clone()),
+        );
+    }
+    if ctx.config.pod_gate {
+        tasks.spawn(
+            "pod ungater",
+            ungater::run(ctx.clone(), pods_changed.clone(), shutdown.clone()),
+        );
+    }
+    if ctx.config.node_rollouts {
+        let rollouts = drain::rollout::Rollouts {
+            client: ctx.client.clone(),
+            clock: ctx.clock.clone(),
+            metrics: ctx.metrics.clone(),
+            leader: ctx.leader.clone(),
+            identity: ctx.config.identity.clone(),
+            tick: Duration::from_secs(1),
+        };
+        tasks.spawn(
+            "noderollout controller",
+            drain::rollout::run(rollouts, shutdown.clone()),
+        );
+    }
+    Ok(())
+}
+
+/// Releases the Lease before the process exits, awaited: a standby takes over at once instead
+/// of after the lease duration (on SIGTERM or a failure).
+async fn release(election: leader::Election, config: &Config) {
+    let lease = format!("{}/{}", config.lease_namespace, config.lease_name);
+    if election.release(LEASE_RELEASE_TIMEOUT).await {
+        tracing::info!(lease = %lease, "leader election stopped; the Lease is released");
+    } else {
+        tracing::warn!(lease = %lease, timeout = ?LEASE_RELEASE_TIMEOUT, "releasing the Lease timed out; a standby takes over when it expires");
+    }
 }
 
 /// The controller's long-running tasks, by name: [`Supervisor::first_unexpected_end`] turns the

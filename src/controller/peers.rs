@@ -1,5 +1,5 @@
 //! What the NodeRollouts the leader runs disrupt, shared between them (IO glue around the
-//! engine's pure [`Disruption`]s): a [`Board`] every rollout's executor reads and writes under
+//! engine's pure [`Disruption`]s): a [`Board`] every rollout's drain loop reads and writes under
 //! one lock at each step, and [`StoredDisruptions`], what the rollouts not stepping in this
 //! process (paused by their spec, not started yet by a new leader) disrupt, from their stored
 //! engine state. The engine decides with them (`drain::engine`'s peers: at most

@@ -1,6 +1,6 @@
 //! One watch per kind, feeding reflector stores (and, for the gate's kinds, the controller). Every
 //! watch in raygate runs on the one driver here ([`watch_store`] for readers outside [`Stores`],
-//! such as the drain executor): backoff on errors, readiness per kind, re-lists tracked.
+//! such as the drain loop): backoff on errors, readiness per kind, re-lists tracked.
 
 use std::sync::Arc;
 
@@ -249,6 +249,30 @@ struct Watch<K: Resource<DynamicType = ()> + 'static> {
     driver: Driver,
 }
 
+/// Who hears of a watch's events.
+#[derive(Clone)]
+pub enum Changed {
+    /// One waiter: a waiter that comes after the event finds it still there.
+    One(Arc<Notify>),
+    /// Every receiver of a counter bumped at each event (several loops reading one store).
+    Every(Arc<tokio::sync::watch::Sender<u64>>),
+}
+
+impl From<Arc<Notify>> for Changed {
+    fn from(n: Arc<Notify>) -> Self {
+        Changed::One(n)
+    }
+}
+
+impl Changed {
+    fn signal(&self) {
+        match self {
+            Changed::One(n) => n.notify_one(),
+            Changed::Every(tx) => tx.send_modify(|c| *c = c.wrapping_add(1)),
+        }
+    }
+}
+
 /// A kind raygate watches (the bounds of kube's watcher and reflector store).
 pub trait Watched:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
@@ -276,7 +300,7 @@ fn watch<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     feed: Feed,
-    notify: Option<Arc<Notify>>,
+    notify: Option<Changed>,
     ready: Arc<Readiness>,
     on_delete: impl Fn(&K) + Send + 'static,
 ) -> Watch<K> {
@@ -309,7 +333,7 @@ fn watch<K: Watched>(
     let driver = events
         .for_each(move |ev| {
             if let Some(n) = &notify {
-                n.notify_one();
+                n.signal();
             }
             match &ev {
                 Ok(watcher::Event::Init) => ready.unmark(label),
@@ -330,17 +354,24 @@ fn watch<K: Watched>(
     }
 }
 
-/// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain executor): its
+/// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain loop): its
 /// store and its driving task (named `watch <Kind>`), to be spawned by the caller. The kind is
 /// tracked in `ready` (pending until its first complete list, and again while it re-lists);
-/// `changed` is notified on every event.
+/// `changed` hears of every event.
 pub fn watch_store<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     ready: Arc<Readiness>,
-    changed: Arc<Notify>,
+    changed: impl Into<Changed>,
 ) -> (Store<K>, Driver) {
-    let w = watch(api, config, Feed::Store, Some(changed), ready, |_: &K| {});
+    let w = watch(
+        api,
+        config,
+        Feed::Store,
+        Some(changed.into()),
+        ready,
+        |_: &K| {},
+    );
     (w.store, w.driver)
 }
 
@@ -367,21 +398,34 @@ pub(crate) fn rayservice_of(c: &RayCluster) -> Option<ObjectRef<RayService>> {
     meta::owning_rayservice(&c.metadata).map(|name| ObjectRef::new(name).within(ns))
 }
 
-/// Starts every watch (the Ray pods' too with `pod_gate`).
-pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stores, Streams) {
-    let trigger = Arc::new(Notify::new());
-    let pods_changed = Arc::new(Notify::new());
-    let ready = Arc::new(Readiness::default());
-    let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
-    let child_owner = {
-        let tx = deleted_tx.clone();
-        move |c: &RayCluster| {
-            if let Some(owner) = rayservice_of(c) {
-                let _ = tx.unbounded_send(owner);
-            }
+/// A store-only watch of `K` whose every change triggers an admission cycle.
+fn queue_input<K: Watched>(
+    client: &Client,
+    trigger: &Arc<Notify>,
+    ready: &Arc<Readiness>,
+) -> (Store<K>, Driver) {
+    watch_store(
+        Api::<K>::all(client.clone()),
+        watch_config(),
+        ready.clone(),
+        trigger.clone(),
+    )
+}
+
+type Deleted = futures::channel::mpsc::UnboundedSender<ObjectRef<RayService>>;
+
+/// On a child RayCluster's deletion: its RayService, to `tx`.
+fn child_owner(tx: Deleted) -> impl Fn(&RayCluster) + Send + 'static {
+    move |c: &RayCluster| {
+        if let Some(owner) = rayservice_of(c) {
+            let _ = tx.unbounded_send(owner);
         }
-    };
-    let workload_owner = move |w: &Workload| {
+    }
+}
+
+/// On a Workload's deletion: the RayServices owning it, to `tx`.
+fn workload_owner(tx: Deleted) -> impl Fn(&Workload) + Send + 'static {
+    move |w: &Workload| {
         for o in w
             .metadata
             .owner_references
@@ -390,10 +434,58 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
             .filter(|o| o.kind == "RayService")
         {
             if let Some(ns) = w.metadata.namespace.as_deref() {
-                let _ = deleted_tx.unbounded_send(ObjectRef::new(&o.name).within(ns));
+                let _ = tx.unbounded_send(ObjectRef::new(&o.name).within(ns));
             }
         }
+    }
+}
+
+/// The RayClusters RayServices made (the gate's children); a deleted one reports its service.
+fn children_watch(client: &Client, ready: &Arc<Readiness>, deleted: Deleted) -> Watch<RayCluster> {
+    let children = watch_config().labels(&format!(
+        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
+    ));
+    watch(
+        Api::<RayCluster>::all(client.clone()),
+        children,
+        Feed::Controller,
+        None,
+        ready.clone(),
+        child_owner(deleted),
+    )
+}
+
+/// The Workloads: each change triggers an admission cycle, a deleted one reports its services.
+fn workloads_watch(
+    client: &Client,
+    mode: AdmissionMode,
+    trigger: &Arc<Notify>,
+    ready: &Arc<Readiness>,
+    deleted: Deleted,
+) -> Watch<Workload> {
+    // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
+    let workload_cfg = match mode {
+        AdmissionMode::Builtin => watch_config(),
+        AdmissionMode::Kueue => {
+            watch_config().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
+        }
     };
+    watch(
+        Api::<Workload>::all(client.clone()),
+        workload_cfg,
+        Feed::Controller,
+        Some(trigger.clone().into()),
+        ready.clone(),
+        workload_owner(deleted),
+    )
+}
+
+/// Starts every watch (the Ray pods' too with `pod_gate`).
+pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stores, Streams) {
+    let trigger = Arc::new(Notify::new());
+    let pods_changed = Arc::new(Notify::new());
+    let ready = Arc::new(Readiness::default());
+    let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
     let services = watch(
         Api::<RayService>::all(client.clone()),
         watch_config(),
@@ -402,45 +494,9 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         ready.clone(),
         |_: &RayService| {},
     );
-    let children = watch_config().labels(&format!(
-        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
-    ));
-    let clusters = watch(
-        Api::<RayCluster>::all(client.clone()),
-        children,
-        Feed::Controller,
-        None,
-        ready.clone(),
-        child_owner,
-    );
-    // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
-    let workload_cfg = match mode {
-        AdmissionMode::Builtin => watch_config(),
-        AdmissionMode::Kueue => {
-            watch_config().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
-        }
-    };
-    let workloads = watch(
-        Api::<Workload>::all(client.clone()),
-        workload_cfg,
-        Feed::Controller,
-        Some(trigger.clone()),
-        ready.clone(),
-        workload_owner,
-    );
+    let clusters = children_watch(&client, &ready, deleted_tx.clone());
+    let workloads = workloads_watch(&client, mode, &trigger, &ready, deleted_tx);
     // the admission loop's inputs: stores only, each change triggers a cycle
-    fn queue_input<K: Watched>(
-        client: &Client,
-        trigger: &Arc<Notify>,
-        ready: &Arc<Readiness>,
-    ) -> (Store<K>, Driver) {
-        watch_store(
-            Api::<K>::all(client.clone()),
-            watch_config(),
-            ready.clone(),
-            trigger.clone(),
-        )
-    }
     let (cluster_queues, cq_driver) = queue_input::<ClusterQueue>(&client, &trigger, &ready);
     let (local_queues, lq_driver) = queue_input::<LocalQueue>(&client, &trigger, &ready);
     let (flavors, flavors_driver) = queue_input::<ResourceFlavor>(&client, &trigger, &ready);

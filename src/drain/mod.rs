@@ -18,6 +18,7 @@
 //!
 //! Nothing here does IO or reads a clock: the caller passes the objects it observed and `now`.
 
+mod capacity;
 pub mod engine;
 mod generation;
 /// What an active NodeRollout holds on to: its selection and its finalizer.
@@ -27,7 +28,6 @@ mod plan;
 mod preflight;
 /// A NodeRollout's status, Events and metric deltas from the engine's state.
 pub mod rollout;
-mod room;
 pub mod rules;
 mod spec;
 mod taint;
@@ -50,6 +50,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::labels::SelectorError;
 
+pub use capacity::{
+    CapacityCheck, DeadEnd, GateDeadEnd, Returns, dead_end_message, dead_ends, gate_dead_ends,
+    gate_message,
+};
 pub use generation::{Generation, GenerationSource, GenerationTarget, NodeInfoField};
 pub use generation::{compare_generations, node_generation};
 pub use plan::{
@@ -57,9 +61,6 @@ pub use plan::{
     ProtectedPod, SkipReason, SkippedPod, Warning, plan,
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
-pub use room::{
-    DeadEnd, GateDeadEnd, NoRoom, Returns, dead_ends, gate_dead_ends, gate_message, no_room_message,
-};
 pub use rules::{DrainRules, tolerates_cordon};
 pub use spec::{
     InvalidSpec, RolloutOptions, SpecError, outdated_taint, parse_duration, rollout_options,

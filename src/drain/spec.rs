@@ -14,8 +14,8 @@ use super::{DomainOrder, DrainRules, Generation, GenerationSource, GenerationTar
 use super::{NodeInfoField, PlanOptions};
 use crate::labels::Selector;
 use crate::types::rollout::{
-    DomainOrderSpec, FailureActionSpec, GroupPreset, GroupsSpec, HandOffMode, HandOffSpec,
-    NodeInfoFieldSpec, NodeRolloutSpec, OUTDATED_TAINT_KEY,
+    DomainOrderSpec, FailureActionSpec, GenerationSpec, GroupPreset, GroupsSpec, HandOffMode,
+    HandOffSpec, NodeInfoFieldSpec, NodeRolloutSpec, OUTDATED_TAINT_KEY,
 };
 
 /// The default `healthCheckRetryTimeout` (Service Fabric's `HealthCheckRetryTimeout` default).
@@ -135,44 +135,12 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         .as_ref()
         .and_then(|s| selector_query(s, &mut check))
         .unwrap_or_default();
-    let generation = spec.generation.as_ref().and_then(|g| {
-        let source = match (&g.label, g.node_info) {
-            (Some(label), None) if !label.is_empty() => GenerationSource::Label(label.clone()),
-            (Some(_), None) => {
-                check.fail("spec.generation.label", "must name a node label");
-                return None;
-            }
-            (None, Some(field)) => GenerationSource::NodeInfo(node_info(field)),
-            _ => {
-                check.fail("spec.generation", "set exactly one of label or nodeInfo");
-                return None;
-            }
-        };
-        let target = match &g.target_value {
-            Some(v) if v.is_empty() => {
-                check.fail(
-                    "spec.generation.targetValue",
-                    "must not be empty (omit it to target the newest generation)",
-                );
-                return None;
-            }
-            Some(v) => GenerationTarget::Value(v.clone()),
-            None => GenerationTarget::Newest,
-        };
-        Some(Generation { source, target })
-    });
+    let generation = spec
+        .generation
+        .as_ref()
+        .and_then(|g| generation(g, &mut check));
     let order = domain_order(spec, &mut check);
-    if spec.hand_off.mode != HandOffMode::None {
-        if spec.generation.is_none() {
-            check.fail(
-                "spec.handOff.mode",
-                "Reboot and Replace wait for nodes at the target generation: set spec.generation",
-            );
-        }
-        if spec.hand_off.label.is_empty() {
-            check.fail("spec.handOff.label", "must name a node label");
-        }
-    }
+    check_hand_off(spec, &mut check);
     check.query("spec.drain.podSelector", &spec.drain.pod_selector);
     let skip_wait = spec.drain.skip_wait_for_delete_timeout_seconds;
     if skip_wait < 0 {
@@ -182,24 +150,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         );
     }
     let contract = spec.groups.as_ref().and_then(|g| contract(g, &mut check));
-    let health_check_wait =
-        check.duration("spec.healthCheckWait", spec.health_check_wait.as_deref());
-    let health_check_stable = check.duration(
-        "spec.healthCheckStable",
-        spec.health_check_stable.as_deref(),
-    );
-    let health_check_retry_timeout = check.duration(
-        "spec.healthCheckRetryTimeout",
-        spec.health_check_retry_timeout.as_deref(),
-    );
-    let domain_timeout = check.duration("spec.domainTimeout", spec.domain_timeout.as_deref());
-    let drain_timeout = match spec.drain_timeout.as_deref() {
-        None => Some(DEFAULT_DRAIN_TIMEOUT),
-        Some(v) => check
-            .duration("spec.drainTimeout", Some(v))
-            .filter(|d| !d.is_zero()),
-    };
-    let rollout_timeout = check.duration("spec.rolloutTimeout", spec.rollout_timeout.as_deref());
+    let timeouts = timeouts(spec, &mut check);
     let max_unavailable_domains = match usize::try_from(spec.max_unavailable_domains) {
         Ok(n) if n >= 1 => n,
         _ => {
@@ -213,29 +164,18 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
     if !check.0.is_empty() {
         return Err(InvalidSpec(check.0));
     }
-    let taint = (spec.taint_outdated == Some(true)).then(outdated_taint);
     let plan = PlanOptions {
         domain_label: spec.ud_label.clone(),
         node_selector,
         generation,
         order,
-        taint,
+        taint: (spec.taint_outdated == Some(true)).then(outdated_taint),
         group_label: contract.as_ref().map(|c| c.group_label.clone()),
         workload_labels: contract
             .as_ref()
             .map(|c| c.workload_labels.clone())
             .unwrap_or_default(),
-        rules: DrainRules {
-            ignore_daemonsets: spec.drain.ignore_daemonsets,
-            delete_emptydir_data: spec.drain.delete_emptydir_data,
-            force: spec.drain.force,
-            pod_selector: spec.drain.pod_selector.clone(),
-            skip_wait_for_delete_timeout_seconds: skip_wait.unsigned_abs(),
-            grace_period_seconds: spec
-                .drain
-                .grace_period_seconds
-                .and_then(super::rules::grace_period),
-        },
+        rules: drain_rules(spec),
     };
     Ok(RolloutOptions {
         preflight: contract.map(|contract| PreflightOptions {
@@ -243,13 +183,14 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
             contract,
         }),
         plan,
-        health_check_wait: health_check_wait.unwrap_or(SignedDuration::ZERO),
-        health_check_stable,
-        health_check_retry_timeout: health_check_retry_timeout
+        health_check_wait: timeouts.health_check_wait.unwrap_or(SignedDuration::ZERO),
+        health_check_stable: timeouts.health_check_stable,
+        health_check_retry_timeout: timeouts
+            .health_check_retry_timeout
             .unwrap_or(DEFAULT_HEALTH_CHECK_RETRY_TIMEOUT),
-        domain_timeout,
-        drain_timeout,
-        rollout_timeout,
+        domain_timeout: timeouts.domain,
+        drain_timeout: timeouts.drain,
+        rollout_timeout: timeouts.rollout,
         failure_action: spec.failure_action,
         max_unavailable_domains,
         manual: spec.manual,
@@ -257,6 +198,107 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         hand_off: spec.hand_off.clone(),
         taint_auto: spec.taint_outdated.is_none(),
     })
+}
+
+/// `spec.generation` as the plan reads it (`None`, with its faults noted, when unusable).
+fn generation(g: &GenerationSpec, check: &mut Check) -> Option<Generation> {
+    let source = match (&g.label, g.node_info) {
+        (Some(label), None) if !label.is_empty() => GenerationSource::Label(label.clone()),
+        (Some(_), None) => {
+            check.fail("spec.generation.label", "must name a node label");
+            return None;
+        }
+        (None, Some(field)) => GenerationSource::NodeInfo(node_info(field)),
+        _ => {
+            check.fail("spec.generation", "set exactly one of label or nodeInfo");
+            return None;
+        }
+    };
+    let target = match &g.target_value {
+        Some(v) if v.is_empty() => {
+            check.fail(
+                "spec.generation.targetValue",
+                "must not be empty (omit it to target the newest generation)",
+            );
+            return None;
+        }
+        Some(v) => GenerationTarget::Value(v.clone()),
+        None => GenerationTarget::Newest,
+    };
+    Some(Generation { source, target })
+}
+
+/// A `Reboot` or `Replace` hand-off needs a target generation and a label to mark nodes with.
+fn check_hand_off(spec: &NodeRolloutSpec, check: &mut Check) {
+    if spec.hand_off.mode == HandOffMode::None {
+        return;
+    }
+    if spec.generation.is_none() {
+        check.fail(
+            "spec.handOff.mode",
+            "Reboot and Replace wait for nodes at the target generation: set spec.generation",
+        );
+    }
+    if spec.hand_off.label.is_empty() {
+        check.fail("spec.handOff.label", "must name a node label");
+    }
+}
+
+/// The spec's waits and timeouts, parsed (`None`: not set, or unusable and noted).
+struct Timeouts {
+    health_check_wait: Option<SignedDuration>,
+    health_check_stable: Option<SignedDuration>,
+    health_check_retry_timeout: Option<SignedDuration>,
+    domain: Option<SignedDuration>,
+    drain: Option<SignedDuration>,
+    rollout: Option<SignedDuration>,
+}
+
+fn timeouts(spec: &NodeRolloutSpec, check: &mut Check) -> Timeouts {
+    let health_check_wait =
+        check.duration("spec.healthCheckWait", spec.health_check_wait.as_deref());
+    let health_check_stable = check.duration(
+        "spec.healthCheckStable",
+        spec.health_check_stable.as_deref(),
+    );
+    let health_check_retry_timeout = check.duration(
+        "spec.healthCheckRetryTimeout",
+        spec.health_check_retry_timeout.as_deref(),
+    );
+    let domain = check.duration("spec.domainTimeout", spec.domain_timeout.as_deref());
+    let drain = match spec.drain_timeout.as_deref() {
+        None => Some(DEFAULT_DRAIN_TIMEOUT),
+        Some(v) => check
+            .duration("spec.drainTimeout", Some(v))
+            .filter(|d| !d.is_zero()),
+    };
+    let rollout = check.duration("spec.rolloutTimeout", spec.rollout_timeout.as_deref());
+    Timeouts {
+        health_check_wait,
+        health_check_stable,
+        health_check_retry_timeout,
+        domain,
+        drain,
+        rollout,
+    }
+}
+
+/// `spec.drain`: kubectl drain's flags.
+fn drain_rules(spec: &NodeRolloutSpec) -> DrainRules {
+    DrainRules {
+        ignore_daemonsets: spec.drain.ignore_daemonsets,
+        delete_emptydir_data: spec.drain.delete_emptydir_data,
+        force: spec.drain.force,
+        pod_selector: spec.drain.pod_selector.clone(),
+        skip_wait_for_delete_timeout_seconds: spec
+            .drain
+            .skip_wait_for_delete_timeout_seconds
+            .unsigned_abs(),
+        grace_period_seconds: spec
+            .drain
+            .grace_period_seconds
+            .and_then(super::rules::grace_period),
+    }
 }
 
 fn node_info(field: NodeInfoFieldSpec) -> NodeInfoField {

@@ -5,14 +5,14 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Cluster, DrainError, NoRoom, PlanOptions, Returns, outdated_taint, plan};
+use super::{CapacityCheck, Cluster, DrainError, PlanOptions, Returns, outdated_taint, plan};
 
 /// What the room check decided for a rollout that leaves `taintOutdated` to raygate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AutoTaint {
     pub taint: bool,
     /// When not tainted: the dead ends the taint would have made.
-    pub skipped: Option<NoRoom>,
+    pub skipped: Option<CapacityCheck>,
 }
 
 /// Taints when the plan with the taint has no dead end, or when the plan without it has dead
@@ -28,7 +28,7 @@ pub fn auto_taint(
         taint: Some(outdated_taint()),
         ..options.clone()
     };
-    let with = NoRoom::check(cluster, &plan(cluster, &tainted, now)?, &tainted, returns);
+    let with = CapacityCheck::check(cluster, &plan(cluster, &tainted, now)?, &tainted, returns);
     if with.is_empty() {
         return Ok(AutoTaint {
             taint: true,
@@ -39,7 +39,7 @@ pub fn auto_taint(
         taint: None,
         ..options.clone()
     };
-    let without = NoRoom::check(
+    let without = CapacityCheck::check(
         cluster,
         &plan(cluster, &untainted, now)?,
         &untainted,
@@ -60,7 +60,7 @@ pub fn auto_taint(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::room::tests::{gpu_node, leaders_pdb, options, world};
+    use crate::drain::capacity::tests::{gpu_node, leaders_pdb, options, world};
 
     fn decide(
         nodes: &[k8s_openapi::api::core::v1::Node],

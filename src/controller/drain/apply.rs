@@ -1,348 +1,24 @@
-//! The drain's executor (IO): observe Nodes, Pods and PodDisruptionBudgets (and DaemonSets, where
-//! they can be listed: `kubectl drain`'s rule for a pod whose DaemonSet is gone) through reflector
-//! stores → [`engine::decide`] → apply (evictions through the Eviction API, never a delete; node
-//! patches under the field manager [`DRAIN_MANAGER`]) → report (a log line and an Event per
-//! decision). One loop for `raygate drain run --local` and, later, the NodeRollout controller.
+//! The drain's writes (IO): evictions through the Eviction API (never a delete), node patches
+//! (cordon, taints, hand-off label, uncordon) under the field manager [`DRAIN_MANAGER`], and an
+//! Event per report. A write that fails is logged; the next step, deciding again on the cluster as
+//! it is then, sends it again.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
 use k8s_openapi::api::policy::v1::Eviction;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use super::Clock;
-use super::events::EventSink;
-use super::stores::{Readiness, watch_store};
-use super::{SortedCopies, SortedState};
-use crate::drain::engine::{
-    self, Action, Disruption, EventType, EvictTarget, EvictionResult, Observation, Options,
-    Outcome, State,
-};
-use crate::drain::{Cluster, DrainError};
+use super::DRAIN_MANAGER;
+use crate::controller::Clock;
+use crate::controller::events::EventSink;
+use crate::drain::engine::{Action, EventType, EvictTarget, EvictionResult, Outcome};
 
-/// Field manager of the drain's node patches (cordon, taint, upgrade label, uncordon).
-pub const DRAIN_MANAGER: &str = "raygate-drain";
-
-/// Why a drain could not run (a failing write is not one: the engine retries it).
-#[derive(Debug, thiserror::Error)]
-pub enum DrainRunError {
-    #[error("planning the drain: {0}")]
-    Plan(#[source] DrainError),
-    #[error("starting the drain: {0}")]
-    Engine(#[source] engine::EngineError),
-    #[error("the watches ended before they listed every {kind}")]
-    NotSynced { kind: &'static str },
-}
-
-/// How the executor runs.
-pub struct Run {
-    pub options: Options,
-    /// Where to go on from (a previous run's state); `None`: plan afresh.
-    pub state: Option<State>,
-    /// How often to decide when nothing changed (timers: stable period, Retry-After, timeouts).
-    pub tick: Duration,
-    /// The operator's resumes (a counter, see [`Observation::resumes`]).
-    pub resumes: watch::Receiver<u64>,
-    /// Where to store a state durably before its evictions are sent (the NodeRollout
-    /// controller's status): the engine's bookkeeping for an eviction (the workload's baseline,
-    /// the eviction itself) is then never lost to a crash right after it. `None` (`drain run
-    /// --local`): nothing is stored.
-    pub write_ahead: Option<mpsc::Sender<WriteAhead>>,
-    /// A look at the executor's own stores once they are synced and then every
-    /// [`Observer::every`] of cluster time: the NodeRollout controller checks the group contract
-    /// over them instead of reading the whole cluster again. `None`: no look.
-    pub observer: Option<Observer>,
-    /// The other NodeRollouts this drain weighs ([`Observation::elsewhere`]). `None` (`drain
-    /// run --local`): none.
-    pub peers: Option<super::peers::Peers>,
-}
-
-/// A periodic look at what the executor watches (see [`Run::observer`]). It runs inside the
-/// executor's loop, on the snapshot that step decides on: keep it short and pure.
-pub struct Observer {
-    pub every: Duration,
-    pub look: Box<dyn FnMut(&Cluster<'_>) + Send>,
-}
-
-/// A state to store before the step's evictions are sent (see [`Run::write_ahead`]).
-pub struct WriteAhead {
-    pub state: State,
-    /// Answer `true` once it is stored; `false` (or dropping it): nothing of the step is
-    /// applied, and it is decided again.
-    pub stored: oneshot::Sender<bool>,
-}
-
-impl Run {
-    pub fn new(options: Options) -> Self {
-        Run {
-            options,
-            state: None,
-            tick: Duration::from_secs(1),
-            resumes: watch::channel(0).1,
-            write_ahead: None,
-            observer: None,
-            peers: None,
-        }
-    }
-}
-
-/// The store's objects in (namespace, name) order, copied (the plan's one read; the loop's reads
-/// go through [`SortedCopies`]).
-fn snapshot<K>(store: &Store<K>) -> Vec<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store
-        .sorted_state()
-        .iter()
-        .map(|o| o.as_ref().clone())
-        .collect()
-}
-
-/// Runs the drain until it completes or fails, or `shutdown` resolves (Ctrl-C: the state so far
-/// is returned, nodes stay as they are). `progress` sees every new state.
-pub async fn run(
-    client: Client,
-    clock: Arc<dyn Clock>,
-    mut run: Run,
-    mut progress: impl FnMut(&State),
-    shutdown: impl Future<Output = ()>,
-) -> Result<State, DrainRunError> {
-    // the controller's one watch driver: backoff, readiness per kind, re-lists tracked
-    let changed = Arc::new(Notify::new());
-    let ready = Arc::new(Readiness::default());
-    let (nodes, node_driver) = watch_store(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        ready.clone(),
-        changed.clone(),
-    );
-    let (pods, pod_driver) = watch_store(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        ready.clone(),
-        changed.clone(),
-    );
-    let (pdbs, pdb_driver) = watch_store(
-        Api::<PodDisruptionBudget>::all(client.clone()),
-        watcher::Config::default(),
-        ready.clone(),
-        changed.clone(),
-    );
-    // kubectl drain's `daemonSetFilter` GETs a pod's DaemonSet: a pod whose DaemonSet is gone
-    // is evicted with --force and stops the drain without it
-    let daemon_sets = match daemon_sets_readable(&client).await {
-        true => Some(watch_store(
-            Api::<DaemonSet>::all(client.clone()),
-            watcher::Config::default(),
-            ready.clone(),
-            changed.clone(),
-        )),
-        false => None,
-    };
-    // dropped (the run returns): every watch stops
-    let mut drivers = tokio::task::JoinSet::new();
-    let mut kinds = std::collections::HashMap::new();
-    let (daemon_sets, ds_driver) = match daemon_sets {
-        Some((store, driver)) => (Some(store), Some(("DaemonSet", driver))),
-        None => (None, None),
-    };
-    for (kind, (_, driver)) in [
-        ("Node", node_driver),
-        ("Pod", pod_driver),
-        ("PodDisruptionBudget", pdb_driver),
-    ]
-    .into_iter()
-    .chain(ds_driver)
-    {
-        kinds.insert(drivers.spawn(driver).id(), kind);
-    }
-    tokio::select! {
-        biased;
-        () = ready.wait() => {}
-        Some(ended) = drivers.join_next_with_id() => {
-            let id = match ended {
-                Ok((id, ())) => id,
-                Err(e) => e.id(),
-            };
-            let kind = kinds.get(&id).copied().unwrap_or("watched kind");
-            return Err(DrainRunError::NotSynced { kind });
-        }
-    }
-    let mut apply = Apply::new(client, clock.clone());
-    let mut state = match run.state.take() {
-        Some(state) => state,
-        None => {
-            let (n, p, b) = (snapshot(&nodes), snapshot(&pods), snapshot(&pdbs));
-            let ds = daemon_sets.as_ref().map(snapshot);
-            let cluster = Cluster {
-                daemon_sets: ds.as_deref(),
-                ..Cluster::new(&n, &p, &b)
-            };
-            let plan = crate::drain::plan(&cluster, &run.options.plan, clock.now())
-                .map_err(DrainRunError::Plan)?;
-            for d in &plan.domains {
-                tracing::info!(
-                    domain = %d.name,
-                    nodes = d.nodes.len(),
-                    protected = d.phase1.len(),
-                    unprotected = d.phase2.len(),
-                    "drain plan"
-                );
-            }
-            State::new(&plan, &run.options).map_err(DrainRunError::Engine)?
-        }
-    };
-    let mut shutdown = std::pin::pin!(shutdown);
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    // a closed resume channel (nobody can resume) must not wake the loop over and over
-    let mut resumes_open = true;
-    let mut looked: Option<super::Monotonic> = None;
-    // the executor's decisions read owned objects; each step copies only those that changed
-    let (mut node_copies, mut pod_copies, mut pdb_copies, mut ds_copies) = (
-        SortedCopies::default(),
-        SortedCopies::default(),
-        SortedCopies::default(),
-        SortedCopies::default(),
-    );
-    loop {
-        if !ready.pending().is_empty() {
-            // a watch is re-listing (410 Gone): decide again on its complete new list
-            tokio::select! {
-                biased;
-                () = ready.wait() => {}
-                _ = &mut shutdown => return Ok(state),
-            }
-        }
-        let (n, p, b) = (
-            node_copies.refresh(&nodes),
-            pod_copies.refresh(&pods),
-            pdb_copies.refresh(&pdbs),
-        );
-        let ds = daemon_sets.as_ref().map(|store| ds_copies.refresh(store));
-        if let Some(o) = run.observer.as_mut() {
-            let at = clock.monotonic();
-            if looked.is_none_or(|l| at.saturating_since(l) >= o.every) {
-                (o.look)(&Cluster {
-                    daemon_sets: ds,
-                    ..Cluster::new(n, p, b)
-                });
-                looked = Some(at);
-            }
-        }
-        let resumes = *run.resumes.borrow();
-        let obs = Observation {
-            nodes: n,
-            pods: p,
-            pdbs: b,
-            daemon_sets: ds,
-            outcomes: &outcomes,
-            resumes,
-            elsewhere: &[],
-        };
-        let now = clock.now();
-        let decide = |elsewhere: &[Disruption]| {
-            let obs = Observation { elsewhere, ..obs };
-            engine::decide(&state, &obs, now, &run.options)
-        };
-        let (next, actions) = match &run.peers {
-            Some(p) => p.board.step(&p.name, &*p.stored, decide),
-            None => decide(&[]),
-        };
-        let evicts = actions
-            .iter()
-            .any(|a| matches!(a, Action::Evict { dry_run: false, .. }));
-        if let (true, Some(store)) = (evicts, &run.write_ahead) {
-            let (stored, answer) = oneshot::channel();
-            let asked = store
-                .send(WriteAhead {
-                    state: next.clone(),
-                    stored,
-                })
-                .await
-                .is_ok();
-            let stored = asked
-                && tokio::select! {
-                    biased;
-                    r = answer => r.unwrap_or(false),
-                    _ = &mut shutdown => return Ok(state),
-                };
-            if !stored {
-                // nothing of this step is applied; the outcomes so far are taken next time
-                tracing::info!("drain: the state was not stored; its evictions wait");
-                tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep(run.tick) => {}
-                    _ = &mut shutdown => return Ok(state),
-                }
-                continue;
-            }
-        }
-        outcomes = apply.all(&actions, n).await;
-        if shape(&next.waiting) != shape(&state.waiting) || next.phase != state.phase {
-            tracing::info!(phase = ?next.phase, "drain: {}", next.waiting);
-        }
-        let changed_state = next != state;
-        state = next;
-        if changed_state {
-            progress(&state);
-        }
-        if state.is_finished() {
-            return Ok(state);
-        }
-        if !outcomes.is_empty() || actions.iter().any(|a| !matches!(a, Action::Report { .. })) {
-            // look again soon: what was just applied shows in the stores
-            tokio::select! {
-                biased;
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                _ = &mut shutdown => return Ok(state),
-            }
-            continue;
-        }
-        tokio::select! {
-            biased;
-            _ = changed.notified() => {}
-            r = run.resumes.changed(), if resumes_open => resumes_open = r.is_ok(),
-            _ = tokio::time::sleep(run.tick) => {}
-            _ = &mut shutdown => return Ok(state),
-        }
-    }
-}
-
-/// Whether the DaemonSets can be listed (and so watched). Not served or not permitted: every
-/// DaemonSet a pod names is taken to exist (as the plan's read does, `live::drain_objects`), so
-/// its pods are never evicted as orphans.
-async fn daemon_sets_readable(client: &Client) -> bool {
-    match Api::<DaemonSet>::all(client.clone())
-        .list_metadata(&ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!(error = %e, "drain: DaemonSets are not readable; every DaemonSet a pod names is taken to exist");
-            false
-        }
-    }
-}
-
-/// A status line without its numbers: counters and timers ticking are not news for the log.
-fn shape(line: &str) -> String {
-    line.chars().filter(|c| !c.is_ascii_digit()).collect()
-}
-
-/// Applies node `actions` (cordon, taint, hand-off label, uncordon) once, as the executor does,
+/// Applies node `actions` (cordon, taint, hand-off label, uncordon) once, as the drain loop does,
 /// on `nodes` as they were read: a write that fails is logged, and the caller, deciding again on
 /// the nodes as they are then, sends it again.
 pub(super) async fn apply_node_actions(
@@ -354,14 +30,14 @@ pub(super) async fn apply_node_actions(
     Apply::new(client, clock).all(actions, nodes).await;
 }
 
-struct Apply {
+pub(super) struct Apply {
     client: Client,
     nodes: Api<Node>,
     events: EventSink,
 }
 
 impl Apply {
-    fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
+    pub(super) fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| DRAIN_MANAGER.into());
         Apply {
             nodes: Api::all(client.clone()),
@@ -378,7 +54,7 @@ impl Apply {
     }
 
     /// Applies `actions` in order; returns the evictions' outcomes.
-    async fn all(&mut self, actions: &[Action], nodes: &[Node]) -> Vec<Outcome> {
+    pub(super) async fn all(&mut self, actions: &[Action], nodes: &[Node]) -> Vec<Outcome> {
         let mut outcomes = Vec::new();
         for action in actions {
             match action {

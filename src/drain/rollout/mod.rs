@@ -1,9 +1,10 @@
 //! A `NodeRollout`'s status, Events and metric deltas from the engine's state (pure).
 //!
-//! The controller (`controller::rollout`) runs the engine through the executor; everything it
-//! tells people is decided here from plain data: [`status`] turns the engine's [`State`] (and the
-//! status written before, for what the state does not keep: planned pod counts, finish times)
-//! into the `NodeRollout` status with its conditions; [`changes`] compares two states and says
+//! The controller (`controller::drain::rollout`) runs the engine through the drain loop; everything it
+//! tells people is decided here from plain data: [`status::next`] turns what it observed (the
+//! engine's [`State`], or why the rollout does not run, and the group contract) and the status
+//! written before (for what the state does not keep: planned pod counts, finish times) into the
+//! whole `NodeRollout` status with its conditions; [`changes()`] compares two states and says
 //! which Events to publish and what to count; [`conflict`] finds a node another active rollout
 //! already drains; [`engine_options`] maps the checked spec onto the engine's knobs;
 //! [`contract`] turns the group-contract preflight's findings into the `ContractSatisfied`
@@ -11,12 +12,17 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::engine::{BUDGET_NOT_SYNCED, FailureAction, Handoff, Options, Phase, State, Step};
+use super::engine::{FailureAction, Handoff, Options, State, Step};
 use super::{Check, DrainError, Finding, Plan, RolloutOptions};
 use crate::types::rollout::{DomainStatus, FailureActionSpec, HandOffMode, NodeRolloutStatus};
+
+mod changes;
+pub mod status;
+
+pub use changes::{Counts, changes};
+pub use status::{set_contract, status, waiting_status};
 
 /// The annotation an operator bumps to resume a rollout the engine paused (a failure with
 /// `failureAction: Pause`, or manual mode after a domain): a counter, e.g.
@@ -118,68 +124,6 @@ pub struct NotReady {
     pub message: String,
 }
 
-/// The status of a rollout that does not run: `phase` (`Pending` or `Paused`), `Ready=False`
-/// with `why` (or, with `why` `None`, the previous Ready), and no engine state change.
-pub fn waiting_status(
-    prev: Option<&NodeRolloutStatus>,
-    why: Option<&NotReady>,
-    paused: bool,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> NodeRolloutStatus {
-    let mut s = prev.cloned().unwrap_or_default();
-    s.observed_generation = generation;
-    let started = s.engine.is_some();
-    let c = &mut s.conditions;
-    match why {
-        Some(why) => {
-            crate::conditions::set(c, READY, "False", why.reason, &why.message, generation, now)
-        }
-        None if !crate::conditions::is_true(c, READY) => crate::conditions::set(
-            c,
-            READY,
-            "True",
-            "SpecValid",
-            "the spec is valid",
-            generation,
-            now,
-        ),
-        None => {}
-    }
-    if paused {
-        s.phase = Some(PAUSED.into());
-        crate::conditions::set(
-            c,
-            PROGRESSING,
-            "False",
-            "PausedBySpec",
-            "spec.paused is true: no new evictions (those already sent finish); set it to false \
-             to go on",
-            generation,
-            now,
-        );
-    } else if why.is_some() {
-        // a started rollout whose spec became unusable stops where it is
-        s.phase = Some(if started { PAUSED } else { PENDING }.into());
-        let message = why.map(|w| w.message.as_str()).unwrap_or_default();
-        crate::conditions::set(
-            c,
-            PROGRESSING,
-            "False",
-            "NotReady",
-            message,
-            generation,
-            now,
-        );
-    }
-    for (t, reason) in [(COMPLETE, "NotComplete"), (FAILED, "NotFailed")] {
-        if crate::conditions::find(c, t).is_none() {
-            crate::conditions::set(c, t, "False", reason, "", generation, now);
-        }
-    }
-    s
-}
-
 /// The status for a rollout just planned: every domain with its planned pod counts.
 pub fn planned(plan: &Plan) -> NodeRolloutStatus {
     NodeRolloutStatus {
@@ -251,98 +195,6 @@ pub fn step_name(step: Step) -> &'static str {
     }
 }
 
-/// The status of a running (or finished) rollout from the engine's `state`. `prev` keeps what
-/// the state does not: planned pod counts and domains' finish times (a domain newly `Done` is
-/// stamped `now`).
-pub fn status(
-    prev: Option<&NodeRolloutStatus>,
-    state: &State,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> NodeRolloutStatus {
-    let mut s = prev.cloned().unwrap_or_default();
-    s.observed_generation = generation;
-    s.target_generation = state.target_generation.clone();
-    s.engine = serde_json::to_string(&compact(state)).ok();
-    let awaiting = state.domains.iter().any(|d| d.step == Step::AwaitingResume);
-    s.phase = Some(
-        match (&state.phase, awaiting) {
-            (Phase::Running, false) => RUNNING,
-            (Phase::Running, true) | (Phase::Paused { .. }, _) => PAUSED,
-            (Phase::Completed, _) => COMPLETED,
-            (Phase::Failed { .. }, _) => FAILED_PHASE,
-        }
-        .to_string(),
-    );
-    let current: Vec<&str> = state
-        .domains
-        .iter()
-        .filter(|d| d.step.is_unavailable() || d.step == Step::AwaitingResume)
-        .map(|d| d.name.as_str())
-        .collect();
-    s.current_domain = (!current.is_empty()).then(|| current.join(","));
-    let done = state
-        .domains
-        .iter()
-        .filter(|d| d.step == Step::Done)
-        .count();
-    s.progress = Some(format!("{done}/{}", state.domains.len()));
-    let old = std::mem::take(&mut s.domains);
-    s.domains = state
-        .domains
-        .iter()
-        .map(|d| {
-            let before = old.iter().find(|o| o.name == d.name);
-            let (protected, other) = d.evicted_counts();
-            let (protected, other) = (
-                usize::try_from(protected).unwrap_or(usize::MAX),
-                usize::try_from(other).unwrap_or(usize::MAX),
-            );
-            let finished = matches!(d.step, Step::Done | Step::Aborted);
-            // a finished domain's evictions are not kept in `engine` (see `compact`): its
-            // counts stay as the status last had them
-            let (protected, other) = match before {
-                Some(b) if finished => (
-                    protected.max(usize::try_from(b.protected_evicted).unwrap_or(0)),
-                    other.max(usize::try_from(b.other_evicted).unwrap_or(0)),
-                ),
-                _ => (protected, other),
-            };
-            DomainStatus {
-                name: d.name.clone(),
-                phase: step_name(d.step).into(),
-                nodes: d.nodes.clone(),
-                protected_evicted: count(protected),
-                protected_total: before
-                    .map_or(0, |b| b.protected_total)
-                    .max(count(protected)),
-                other_evicted: count(other),
-                other_total: before.map_or(0, |b| b.other_total).max(count(other)),
-                tolerating_pods: before
-                    .map(|b| b.tolerating_pods.clone())
-                    .unwrap_or_default(),
-                blocked_by: d.refusal.as_ref().map(|r| {
-                    format!(
-                        "PodDisruptionBudget {} refused evicting {}: {}",
-                        r.pdb, r.pod, r.message
-                    )
-                }),
-                started_at: d.started.map(Time),
-                finished_at: if finished {
-                    before
-                        .and_then(|b| b.finished_at.clone())
-                        .or(Some(Time(now)))
-                } else {
-                    None
-                },
-                message: (!d.message.is_empty()).then(|| d.message.clone()),
-            }
-        })
-        .collect();
-    conditions(&mut s, state, generation, now);
-    s
-}
-
 /// The accepted evictions `status.engine` keeps one by one per domain in progress (the newest);
 /// the older ones are folded into counts, budgets and groups ([`State::compacted`]).
 pub const STORED_EVICTIONS: usize = 256;
@@ -355,123 +207,12 @@ pub fn compact(state: &State) -> State {
     state.compacted(STORED_EVICTIONS)
 }
 
-fn conditions(s: &mut NodeRolloutStatus, state: &State, generation: Option<i64>, now: Timestamp) {
-    let c = &mut s.conditions;
-    let set = |c: &mut Vec<_>, t: &str, st: &str, reason: &str, message: &str| {
-        crate::conditions::set(c, t, st, reason, message, generation, now)
-    };
-    let planned = format!(
-        "{} upgrade domain(s), {} node(s)",
-        state.domains.len(),
-        state.nodes().count()
-    );
-    set(c, READY, "True", "Planned", &planned);
-    let awaiting = state
-        .domains
-        .iter()
-        .find(|d| d.step == Step::AwaitingResume);
-    let resume = format!(
-        "annotate it to go on: kubectl annotate nro NAME {RESUME_ANNOTATION}={} --overwrite",
-        state.resumes + 1
-    );
-    match (&state.phase, awaiting) {
-        (Phase::Running, None) => set(c, PROGRESSING, "True", "Draining", &state.waiting),
-        (Phase::Running, Some(d)) => set(
-            c,
-            PROGRESSING,
-            "False",
-            "AwaitingResume",
-            &format!("manual mode: upgrade domain {} is done; {resume}", d.name),
-        ),
-        (Phase::Paused { reason }, _) => set(
-            c,
-            PROGRESSING,
-            "False",
-            "PausedOnFailure",
-            &format!("{reason}; {resume}"),
-        ),
-        (Phase::Completed, _) => set(c, PROGRESSING, "False", "Completed", "every domain is done"),
-        (Phase::Failed { reason }, _) => set(c, PROGRESSING, "False", "Failed", reason),
-    }
-    let refused = state.domains.iter().find_map(|d| {
-        let r = d.refusal.as_ref()?;
-        Some(format!(
-            "upgrade domain {}: PodDisruptionBudget {} refused evicting {}: {}",
-            d.name, r.pdb, r.pod, r.message
-        ))
-    });
-    let unhealthy = state
-        .domains
-        .iter()
-        .find(|d| d.step == Step::HealthCheck && d.message.starts_with("waiting for health"));
-    let blocked_pods = state
-        .domains
-        .iter()
-        .find(|d| d.step == Step::Draining && d.message.starts_with("blocked"));
-    // a domain not started may hold too (another rollout disrupts its workloads)
-    let held = state
-        .domains
-        .iter()
-        .filter(|d| matches!(d.step, Step::Draining | Step::Pending))
-        .find_map(|d| Some((d, d.hold.as_ref().or(d.failed.as_ref())?)));
-    // a refusal whose budget never syncs says so rather than what the budget answered
-    let refused = match held {
-        Some((_, h)) if h.reason == BUDGET_NOT_SYNCED => None,
-        _ => refused,
-    };
-    match (refused, held, unhealthy, blocked_pods) {
-        _ if state.is_finished() => set(c, BLOCKED, "False", "NotBlocked", ""),
-        (Some(m), ..) => set(c, BLOCKED, "True", "EvictionRefused", &m),
-        (None, Some((d, h)), ..) => set(
-            c,
-            BLOCKED,
-            "True",
-            &h.reason,
-            &format!("upgrade domain {}: {}", d.name, h.message),
-        ),
-        (None, None, Some(d), _) => set(
-            c,
-            BLOCKED,
-            "True",
-            "HealthCheck",
-            &format!("upgrade domain {}: {}", d.name, d.message),
-        ),
-        (None, None, None, Some(d)) => set(
-            c,
-            BLOCKED,
-            "True",
-            "PodsBlockDrain",
-            &format!("upgrade domain {}: {}", d.name, d.message),
-        ),
-        (None, None, None, None) => set(c, BLOCKED, "False", "NotBlocked", ""),
-    }
-    match &state.phase {
-        Phase::Completed if !state.joined.is_empty() => set(
-            c,
-            COMPLETE,
-            "True",
-            "CompletedWithNodesLeft",
-            &format!(
-                "{planned}; node(s) {} joined at an outdated generation after the plan and were \
-                 not drained",
-                state.joined.join(", ")
-            ),
-        ),
-        Phase::Completed => set(c, COMPLETE, "True", "Completed", &planned),
-        _ => set(c, COMPLETE, "False", "NotComplete", ""),
-    }
-    match &state.phase {
-        Phase::Failed { reason } => set(c, FAILED, "True", failure_reason(reason), reason),
-        _ => set(c, FAILED, "False", "NotFailed", ""),
-    }
-}
-
 /// The Warning Event's reason when a spec leaving `taintOutdated` to the controller gets no
 /// taint: the taint would leave groups nowhere to run.
 pub const TAINT_SKIPPED: &str = "TaintSkipped";
 
 /// Why the outdated nodes are not tainted: what the room check found with the taint.
-pub fn taint_skipped(tainted: &crate::drain::NoRoom) -> String {
+pub fn taint_skipped(tainted: &crate::drain::CapacityCheck) -> String {
     let mut why: Vec<String> = tainted.dead_ends.iter().map(ToString::to_string).collect();
     why.extend(tainted.gate_dead_ends.iter().map(|g| g.problem()));
     format!(
@@ -480,15 +221,6 @@ pub fn taint_skipped(tainted: &crate::drain::NoRoom) -> String {
          again (add room outside the outdated nodes, or set taintOutdated to decide)",
         why.join(" | ")
     )
-}
-
-/// `TimedOut` for the engine's timeout failures, `HealthCheckFailed` otherwise.
-fn failure_reason(reason: &str) -> &'static str {
-    if reason.contains("within its timeout") {
-        "TimedOut"
-    } else {
-        "HealthCheckFailed"
-    }
 }
 
 /// The `ContractSatisfied` condition's value.
@@ -569,27 +301,6 @@ pub fn contract(findings: Result<&[Finding], &DrainError>) -> Contract {
     }
 }
 
-/// Sets (or, with `None`: a spec without `groups`, removes) the `ContractSatisfied` condition.
-pub fn set_contract(
-    s: &mut NodeRolloutStatus,
-    c: Option<&Contract>,
-    generation: Option<i64>,
-    now: Timestamp,
-) {
-    match c {
-        Some(c) => crate::conditions::set(
-            &mut s.conditions,
-            CONTRACT_SATISFIED,
-            c.status,
-            &c.reason,
-            &c.message,
-            generation,
-            now,
-        ),
-        None => s.conditions.retain(|x| x.type_ != CONTRACT_SATISFIED),
-    }
-}
-
 /// The Event of a contract change: a Warning `ContractBroken` when it turns `False` (or its most
 /// severe finding changes), a Normal `ContractSatisfied` when it holds again.
 pub fn contract_note(old: Option<&Contract>, new: &Contract) -> Option<Note> {
@@ -615,149 +326,6 @@ pub struct Note {
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
-}
-
-/// What to count (the metrics) for one state change.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Counts {
-    pub domains_completed: u64,
-    pub evicted: u64,
-    pub refused: u64,
-    pub failed: u64,
-    /// Seconds of PDB refusals that ended in this change.
-    pub blocked_seconds: f64,
-}
-
-/// The Events and counts of the change `old` → `new` at `now`: every domain start and finish, a
-/// 429 block and its end, a pause (a timeout says so), completion and failure.
-pub fn changes(old: &State, new: &State, now: Timestamp) -> (Vec<Note>, Counts) {
-    let mut notes = Vec::new();
-    let mut counts = Counts::default();
-    let note = |warning, reason, message: String| Note {
-        warning,
-        reason,
-        message,
-    };
-    for d in &new.domains {
-        let before = old.domains.iter().find(|o| o.name == d.name);
-        let was = before.map_or(Step::Pending, |b| b.step);
-        if was == Step::Pending && d.step != Step::Pending {
-            notes.push(note(
-                false,
-                "DomainStarted",
-                format!(
-                    "upgrade domain {} started: {} node(s) ({})",
-                    d.name,
-                    d.nodes.len(),
-                    d.nodes.join(", ")
-                ),
-            ));
-        }
-        if was != d.step && d.step == Step::AwaitingResume {
-            notes.push(note(
-                false,
-                "AwaitingResume",
-                format!(
-                    "upgrade domain {} is healthy; manual mode: annotate {RESUME_ANNOTATION} to go on",
-                    d.name
-                ),
-            ));
-        }
-        if was != Step::Done && d.step == Step::Done {
-            counts.domains_completed += 1;
-            notes.push(note(
-                false,
-                "DomainCompleted",
-                format!("upgrade domain {} is done ({} pod(s) evicted)", d.name, {
-                    let (protected, other) = d.evicted_counts();
-                    protected + other
-                }),
-            ));
-        }
-        let old_evicted = before.map_or(&[][..], |b| &b.evicted[..]);
-        for e in d.evicted.iter().filter(|e| !old_evicted.contains(e)) {
-            match e.refused.as_deref() {
-                None => counts.evicted += 1,
-                Some(r) if r.starts_with("429") => counts.refused += 1,
-                Some(_) => counts.failed += 1,
-            }
-        }
-        let old_refusal = before.and_then(|b| b.refusal.as_ref());
-        match (old_refusal, &d.refusal) {
-            (None, Some(r)) => {
-                counts.refused += 1;
-                notes.push(note(
-                    true,
-                    "EvictionBlocked",
-                    format!(
-                        "upgrade domain {}: PodDisruptionBudget {} refused evicting {}: {}; \
-                         waiting until it allows a disruption again",
-                        d.name, r.pdb, r.pod, r.message
-                    ),
-                ));
-            }
-            (Some(o), Some(r)) if o.since != r.since => {
-                counts.refused += 1;
-                counts.blocked_seconds += seconds(now.duration_since(o.since));
-            }
-            (Some(o), None) => {
-                let blocked = now.duration_since(o.since);
-                counts.blocked_seconds += seconds(blocked);
-                notes.push(note(
-                    false,
-                    "EvictionUnblocked",
-                    format!(
-                        "upgrade domain {}: PodDisruptionBudget {} allows a disruption again \
-                         after {}s",
-                        d.name,
-                        o.pdb,
-                        blocked.as_secs()
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        let old_retry = before.and_then(|b| b.retry_at);
-        if d.retry_at.is_some() && d.retry_at != old_retry {
-            counts.failed += 1;
-        }
-    }
-    if old.phase != new.phase {
-        match &new.phase {
-            Phase::Paused { reason } => {
-                if reason.contains("within its timeout") {
-                    notes.push(note(true, "TimedOut", reason.clone()));
-                }
-                notes.push(note(
-                    true,
-                    "RolloutPaused",
-                    format!("{reason}; annotate {RESUME_ANNOTATION} to resume"),
-                ));
-            }
-            Phase::Failed { reason } => {
-                if reason.contains("within its timeout") {
-                    notes.push(note(true, "TimedOut", reason.clone()));
-                }
-                notes.push(note(true, "RolloutFailed", reason.clone()));
-            }
-            Phase::Completed => notes.push(note(
-                false,
-                "RolloutCompleted",
-                format!("every upgrade domain ({}) is done", new.domains.len()),
-            )),
-            Phase::Running if matches!(old.phase, Phase::Paused { .. }) => notes.push(note(
-                false,
-                "RolloutResumed",
-                "resumed by the operator".into(),
-            )),
-            Phase::Running => {}
-        }
-    }
-    (notes, counts)
-}
-
-fn seconds(d: SignedDuration) -> f64 {
-    d.as_secs_f64().max(0.0)
 }
 
 /// Whether the change `old` → `new` must reach the status at once (a restarted controller needs
@@ -794,8 +362,10 @@ pub fn after_spec_pause(state: &State, paused_at: Timestamp, now: Timestamp) -> 
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
-    use crate::drain::engine::{Baseline, DomainState, Evicted, Refusal};
+    use crate::drain::engine::{Baseline, DomainState, Evicted, Phase, Refusal};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()

@@ -11,11 +11,11 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use serde_json::json;
 
-use super::{Next, NodeRollout, ROLLOUT_MANAGER, RolloutError, Worker};
+use super::rollout::{Next, ROLLOUT_MANAGER, RolloutError, Worker};
 use crate::drain::engine::{State, give_back};
 use crate::drain::lifecycle::{self, FINALIZER, FinalizerStep, GIVING_BACK};
 use crate::drain::outdated_taint;
-use crate::types::rollout::HandOffMode;
+use crate::types::rollout::{HandOffMode, NodeRollout};
 
 /// How soon a deleted rollout looks at its nodes again after giving them back.
 const GIVE_BACK_AGAIN: Duration = Duration::from_secs(1);
@@ -87,7 +87,7 @@ impl Worker {
                 name: self.name.clone(),
             });
         }
-        super::executor::apply_node_actions(
+        super::apply_node_actions(
             self.sh.client.clone(),
             self.sh.clock.clone(),
             &actions,
@@ -155,7 +155,7 @@ impl Worker {
             match api
                 .patch(
                     &self.name,
-                    &super::super::merge_params(ROLLOUT_MANAGER),
+                    &crate::controller::merge_params(ROLLOUT_MANAGER),
                     &Patch::Merge(&body),
                 )
                 .await

@@ -1,0 +1,390 @@
+//! The NodeRollout controller (IO): one worker per `NodeRollout`, on the leader only.
+//!
+//! A worker checks the spec (`drain::rollout_options`), plans once (a paged read of Nodes, Pods,
+//! PodDisruptionBudgets and DaemonSets), claims the planned nodes against every other active
+//! rollout (`start.rs`), and runs the drain loop ([`super::run_with`]) on the watches every
+//! running rollout shares, with the rollout's status as its one sink (`report.rs`): every state
+//! the loop reports becomes the status (`drain::rollout::status::next`, field manager
+//! [`ROLLOUT_MANAGER`]), with the engine's state in `status.engine`: a new leader reads it and
+//! goes on where the last one stopped. Nodes and pods are never trusted to that record alone: the
+//! engine re-derives every cordon and eviction from the live view, so a node already cordoned is
+//! not cordoned again and a pod already evicted (terminating or gone) is not evicted again.
+//!
+//! With `spec.groups`, the group contract's preflight (`drain::preflight`, as `raygate drain
+//! check`) runs when the rollout is planned (on the plan's read) and, while it runs, over the
+//! loop's reflector stores (the sink's look: once they are synced, then every
+//! [`CONTRACT_EVERY`]), so a running rollout never lists the cluster again; its findings become
+//! the `ContractSatisfied` condition (`drain::rollout::contract`) and a Warning Event when it
+//! turns `False`. It warns, it does not stop the rollout: the budgets still protect what they
+//! select, and the engine's own guards (`drain::engine`'s consent: groups counted from their
+//! members, a member of a group protected elsewhere held) cover what they do not.
+//!
+//! A started rollout holds on to its selection and its nodes (`drain::lifecycle`): a spec whose
+//! `udLabel`, `nodeSelector` or `generation` differs from `status.selection` pauses it until set
+//! back, and the finalizer it carries while active (`ownership.rs`) gives its nodes back
+//! when it is deleted.
+//!
+//! `spec.paused: true` stops the loop (an eviction already sent finishes; nothing new is
+//! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
+//! metrics come from the change between two states (`drain::rollout::changes`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use kube::api::Api;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use tokio::sync::{Mutex, Notify, watch};
+
+use super::DrainRunError;
+use super::read::{ReadError, Watches};
+use crate::controller::SortedState;
+use crate::controller::events::EventSink;
+use crate::controller::peers::Board;
+use crate::controller::stores::{Readiness, watch_store};
+use crate::controller::{Clock, Metrics};
+use crate::drain::PreflightOptions;
+use crate::drain::rollout as pure;
+use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
+
+/// Field manager of the NodeRollout status writes (the node patches keep
+/// [`super::DRAIN_MANAGER`]).
+pub const ROLLOUT_MANAGER: &str = "raygate-rollout";
+
+/// How often a waiting rollout (a node conflict, a plan the cluster does not allow yet) is tried
+/// again.
+pub(super) const RETRY: Duration = Duration::from_secs(10);
+/// How often a rollout held for want of room ([`NO_CAPACITY`]) is planned again: it waits for the
+/// operator (a node added, the spec or a budget changed), and each try reads the whole cluster.
+pub(super) const NO_CAPACITY_RETRY: Duration = Duration::from_secs(60);
+/// The `Ready=False` reason of a rollout whose plan cannot finish: a domain's groups would have
+/// nowhere to run (`drain::dead_ends`), or, with hand-off `None`, nowhere to run again for the
+/// domain's health gate to pass (`drain::gate_dead_ends`). Nothing is cordoned or evicted.
+pub const NO_CAPACITY: &str = "NoRoomToRecover";
+/// The annotation (value `"true"`) that starts a rollout although its plan shows no room, e.g.
+/// where an autoscaler adds nodes for pending pods.
+pub const SKIP_CAPACITY_CHECK_ANNOTATION: &str = "raygate.io/skip-room-check";
+/// The longest a status lags the engine when only its "why it waits" lines changed.
+pub(super) const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How often a running rollout's group contract is checked again, over the drain loop's stores
+/// (no read of the cluster).
+pub const CONTRACT_EVERY: Duration = Duration::from_secs(60);
+
+/// What the rollout controller needs.
+pub struct Rollouts {
+    pub client: Client,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<Metrics>,
+    /// True while this replica may write.
+    pub leader: watch::Receiver<bool>,
+    /// This replica's name (the Events' `reportingInstance`).
+    pub identity: String,
+    /// How often the drain loop decides when nothing changed.
+    pub tick: Duration,
+}
+
+/// A failing step, naming the rollout.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("reading the cluster to plan NodeRollout {name}: {source}")]
+    Read { name: String, source: ReadError },
+    #[error("writing NodeRollout {name} status: {source}")]
+    WriteStatus { name: String, source: kube::Error },
+    #[error("re-reading NodeRollout {name} after a conflict: {source}")]
+    Reread { name: String, source: kube::Error },
+    #[error("NodeRollout {name}: its status was written by someone else meanwhile; re-reading")]
+    Superseded { name: String },
+    #[error("not writing NodeRollout {name}: this replica no longer holds the leader Lease")]
+    NotLeader { name: String },
+    #[error("running NodeRollout {name}: {source}")]
+    Executor { name: String, source: DrainRunError },
+    #[error("updating NodeRollout {name}'s finalizer: {source}")]
+    Finalizer { name: String, source: kube::Error },
+    #[error("reading node {node} to give it back from deleted NodeRollout {name}: {source}")]
+    ReadNode {
+        name: String,
+        node: String,
+        source: kube::Error,
+    },
+}
+
+impl RolloutError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            RolloutError::Read { .. } => "rollout_read",
+            RolloutError::WriteStatus { .. } => "rollout_status",
+            RolloutError::Reread { .. } => "rollout_reread",
+            RolloutError::Superseded { .. } => "rollout_superseded",
+            RolloutError::NotLeader { .. } => "not_leader",
+            RolloutError::Executor { .. } => "rollout_executor",
+            RolloutError::Finalizer { .. } => "rollout_finalizer",
+            RolloutError::ReadNode { .. } => "rollout_read_node",
+        }
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) client: Client,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) leader: watch::Receiver<bool>,
+    pub(super) tick: Duration,
+    pub(super) events: EventSink,
+    pub(super) store: Store<NodeRollout>,
+    /// Nodes claimed by the rollouts this process started (the store may not show their
+    /// status yet); checked and updated under the lock, so two new rollouts never both claim.
+    pub(super) claims: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// What each running rollout's domains disrupt, read and written by every step under one
+    /// lock (at most `maxUnavailableDomains` domains of one workload across rollouts).
+    pub(super) board: Board,
+    /// The drain loops' watches, one set while any rollout runs (each running loop holds it).
+    pub(super) watches: Mutex<Weak<Watches>>,
+}
+
+impl Shared {
+    /// The running rollouts' watches, started by the first to run.
+    pub(super) async fn watches(&self) -> Arc<Watches> {
+        let mut held = self.watches.lock().await;
+        if let Some(w) = held.upgrade() {
+            return w;
+        }
+        let w = Arc::new(Watches::start(&self.client).await);
+        *held = Arc::downgrade(&w);
+        w
+    }
+}
+
+/// What a worker does next.
+pub(super) enum Next {
+    /// Wait until the object changes.
+    WaitChange,
+    /// Wait until it changes, or `RETRY`.
+    Retry,
+    /// Wait until it changes, or this long.
+    RetryAfter(Duration),
+    /// Look again at once.
+    Again,
+}
+
+/// Runs the controller until `shutdown` is true. Workers run only while `leader` is true; a
+/// replica that stops leading stops them (the loop stops at its next step).
+pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
+    let changed = Arc::new(Notify::new());
+    let (store, _watch) = watch_rollouts(&r.client, changed.clone());
+    tokio::select! {
+        biased;
+        ready = store.wait_until_ready() => if ready.is_err() { return },
+        _ = shutdown.wait_for(|s| *s) => return,
+    }
+    let identity = r.identity.clone();
+    let sh = Arc::new(Shared {
+        events: EventSink::new(r.client.clone(), r.clock.clone(), identity),
+        client: r.client,
+        clock: r.clock,
+        metrics: r.metrics,
+        leader: r.leader.clone(),
+        tick: r.tick,
+        store,
+        claims: Mutex::default(),
+        board: Board::default(),
+        watches: Mutex::new(Weak::new()),
+    });
+    let mut leader = r.leader;
+    let mut workers = Workers::default();
+    let mut leader_open = true;
+    tracing::info!("NodeRollout controller started");
+    loop {
+        while workers.tasks.try_join_next().is_some() {}
+        let rollouts = sh.store.sorted_state();
+        count_phases(&sh.metrics, &rollouts);
+        if *leader.borrow() {
+            workers.follow(&sh, rollouts);
+        } else if !workers.senders.is_empty() {
+            tracing::info!("not leading: NodeRollout workers stop");
+            workers.senders.clear();
+        }
+        tokio::select! {
+            biased;
+            _ = changed.notified() => {}
+            // a closed channel (a fixed leadership) must not wake the loop over and over
+            r = leader.changed(), if leader_open => leader_open = r.is_ok(),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+    }
+    workers.senders.clear();
+    // the workers see their channel close and stop at the loop's next step
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while workers.tasks.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// The NodeRollouts' store, on the controller's one watch driver, and its watch (stopped when
+/// the guard drops); `changed` is notified at every event.
+fn watch_rollouts(client: &Client, changed: Arc<Notify>) -> (Store<NodeRollout>, AbortOnDrop) {
+    let ready = Arc::new(Readiness::default());
+    let (store, (_, driver)) = watch_store(
+        Api::<NodeRollout>::all(client.clone()),
+        watcher::Config::default(),
+        ready,
+        changed,
+    );
+    (store, AbortOnDrop(tokio::spawn(driver)))
+}
+
+/// The rollouts by phase, for the metrics.
+fn count_phases(metrics: &Metrics, rollouts: &[Arc<NodeRollout>]) {
+    let mut phases: BTreeMap<String, i64> = BTreeMap::new();
+    for o in rollouts {
+        let phase = o.status.as_ref().and_then(|s| s.phase.clone());
+        *phases
+            .entry(phase.unwrap_or_else(|| pure::PENDING.into()))
+            .or_default() += 1;
+    }
+    metrics.refresh_rollouts(&phases);
+}
+
+/// The running workers, one per rollout, each fed its object through a channel.
+#[derive(Default)]
+struct Workers {
+    senders: BTreeMap<String, watch::Sender<Option<Arc<NodeRollout>>>>,
+    /// Dropped with the controller's future: a stopped controller stops its workers.
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Workers {
+    /// Hands each rollout its newest object, starting a worker for a new one.
+    fn follow(&mut self, sh: &Arc<Shared>, rollouts: Vec<Arc<NodeRollout>>) {
+        let names: BTreeSet<String> = rollouts.iter().map(|o| o.name_any()).collect();
+        // a worker whose object is gone (or that ended) is dropped: its receiver closes
+        self.senders
+            .retain(|name, tx| names.contains(name) && !tx.is_closed());
+        for o in rollouts {
+            let name = o.name_any();
+            match self.senders.get(&name) {
+                Some(tx) => {
+                    tx.send_if_modified(|cur| {
+                        let newer = cur.as_ref().map(|c| c.resource_version())
+                            != Some(o.resource_version());
+                        if newer {
+                            *cur = Some(o.clone());
+                        }
+                        newer
+                    });
+                }
+                None => {
+                    let (tx, rx) = watch::channel(Some(o));
+                    self.tasks.spawn(worker(sh.clone(), name.clone(), rx));
+                    self.senders.insert(name, tx);
+                }
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One rollout, while this replica leads and the object exists.
+async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<Arc<NodeRollout>>>) {
+    let mut w = Worker {
+        sh: sh.clone(),
+        name: name.clone(),
+        written: None,
+        preflight: None,
+        contract: None,
+        given_back: None,
+    };
+    let mut failures = 0u32;
+    loop {
+        let Some(nro) = obj.borrow_and_update().clone() else {
+            break;
+        };
+        let next = match w.step(&nro, &mut obj).await {
+            Ok(next) => {
+                failures = 0;
+                next
+            }
+            Err(e) => {
+                failures += 1;
+                sh.metrics
+                    .errors
+                    .get_or_create(&crate::controller::metrics::StepLabels {
+                        step: e.metric_label().into(),
+                    })
+                    .inc();
+                if matches!(e, RolloutError::NotLeader { .. }) {
+                    tracing::info!(rollout = %name, "{e}");
+                    break;
+                }
+                tracing::warn!(rollout = %name, error = %e, "NodeRollout step failed; retried");
+                // what was written may not be what the server has: read it again
+                w.written = None;
+                let delay = crate::controller::backoff(failures);
+                tokio::select! {
+                    biased;
+                    r = obj.changed() => if r.is_err() { break },
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                continue;
+            }
+        };
+        match next {
+            Next::Again => {}
+            Next::WaitChange => {
+                if obj.changed().await.is_err() {
+                    break;
+                }
+            }
+            Next::Retry => tokio::select! {
+                biased;
+                r = obj.changed() => if r.is_err() { break },
+                _ = tokio::time::sleep(RETRY) => {}
+            },
+            Next::RetryAfter(after) => tokio::select! {
+                biased;
+                r = obj.changed() => if r.is_err() { break },
+                _ = tokio::time::sleep(after) => {}
+            },
+        }
+    }
+    sh.claims.lock().await.remove(&name);
+    sh.board.leave(&name);
+}
+
+/// The last status this worker wrote, and the `resourceVersion` the server gave it.
+pub(super) struct Written {
+    pub(super) status: NodeRolloutStatus,
+    pub(super) resource_version: Option<String>,
+}
+
+pub(super) struct Worker {
+    pub(super) sh: Arc<Shared>,
+    pub(super) name: String,
+    pub(super) written: Option<Written>,
+    /// The spec's group contract (`None`: no `groups`, no preflight).
+    pub(super) preflight: Option<PreflightOptions>,
+    /// The last preflight's condition.
+    pub(super) contract: Option<pure::Contract>,
+    /// The last Event published while giving the nodes of a deleted rollout back.
+    pub(super) given_back: Option<String>,
+}
+
+impl Worker {
+    /// The status to start from: this worker's last write (the store may lag it), else the
+    /// object's.
+    pub(super) fn current_status(&self, nro: &NodeRollout) -> Option<NodeRolloutStatus> {
+        match &self.written {
+            Some(w) => Some(w.status.clone()),
+            None => nro.status.clone(),
+        }
+    }
+}
