@@ -12,7 +12,8 @@
 //! [`Sim::in_process`] scope watch through `kube::Client`, over JSON, with injected faults.
 //! What an in-process actor gives up: its caches see no injected list or watch faults (rules
 //! scoped to its requests still fail its writes), as the demo's history recorder sees none
-//! ([`Sim::observe`]); a change reaches every actor sharing the cache at the same instant.
+//! ([`Sim::observe`]); a change reaches every actor sharing the cache at the same instant; its
+//! typed objects come without `managedFields` ([`crate::decode`]).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -155,10 +156,11 @@ enum Change<K> {
     Delete(K),
 }
 
-/// The store event as a reflector change (`None` for a bookmark, an error, or an object that
-/// does not decode as `K`, which a JSON watch would also drop).
+/// The store event as a reflector change, its object without `managedFields` ([`crate::decode`]):
+/// `None` for a bookmark, an error, or an object that does not decode as `K`, which a JSON watch
+/// would also drop.
 fn change<K: DeserializeOwned>(ev: &WatchEvent) -> Option<Change<K>> {
-    let decode = || match K::deserialize(&*ev.object) {
+    let decode = || match crate::decode::without_managed_fields::<K>(&ev.object) {
         Ok(obj) => Some(obj),
         Err(e) => {
             tracing::warn!(error = %e, "sim informer: an object does not decode");
@@ -181,7 +183,7 @@ impl Sim {
     /// A GET of the object at `path` (`/apis/ray.io/v1/namespaces/ns/rayclusters/name`) from
     /// inside the process: what the API server answers at this instant, typed (`None` for a 404).
     /// For an actor that must read fresh (the KubeRay emulator): no HTTP, no JSON, no injected
-    /// faults; an object unchanged since the last read is not decoded again.
+    /// faults, no `managedFields`; an object unchanged since the last read is not decoded again.
     pub fn read<K>(&self, path: &str) -> Result<Option<K>, ApiError>
     where
         K: DeserializeOwned + Clone + Send + Sync + 'static,
@@ -230,8 +232,8 @@ impl Sim {
         objects.iter().map(|(at, o)| self.typed(at, o)).collect()
     }
 
-    /// `o` as `K`, decoded again only if its resourceVersion changed since the last read at
-    /// `at`.
+    /// `o` as `K` without its `managedFields` ([`crate::decode`]), decoded again only if its
+    /// resourceVersion changed since the last read at `at`.
     fn typed<K>(&self, at: &str, o: &serde_json::Value) -> Result<K, ApiError>
     where
         K: DeserializeOwned + Clone + Send + Sync + 'static,
@@ -247,7 +249,7 @@ impl Sim {
         {
             return Ok(k.clone());
         }
-        let k = K::deserialize(o)
+        let k = crate::decode::without_managed_fields::<K>(o)
             .map_err(|e| ApiError::internal(format!("{at} does not decode: {e}")))?;
         decoded.insert(key, (rv.to_string(), std::sync::Arc::new(k.clone())));
         Ok(k)

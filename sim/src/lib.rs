@@ -25,6 +25,9 @@ pub mod binding;
 pub mod cel;
 /// The virtual clock.
 pub mod clock;
+/// Typed copies of stored objects without their `managedFields`, for the sim's actors (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod decode;
 /// The Pod eviction subresource (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod eviction;
