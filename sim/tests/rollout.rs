@@ -182,6 +182,7 @@ fn controller_on(
         clock: Arc::new(SimClock(sim.clock().clone())),
         metrics,
         leader: watch::channel(true).1,
+        fence: raygate::controller::Fence::open(),
         identity: "raygate-0".into(),
         tick: Duration::from_secs(1),
     };

@@ -111,6 +111,7 @@ fn controller(sim: &Sim) -> watch::Sender<bool> {
         clock: Arc::new(SimClock(sim.clock().clone())),
         metrics: Arc::new(Metrics::default()),
         leader: watch::channel(true).1,
+        fence: raygate::controller::Fence::open(),
         identity: "raygate-0".into(),
         tick: Duration::from_secs(1),
     };

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use events::EventSink;
+pub use leader::Fence;
 pub use metrics::Metrics;
 pub use stores::Stores;
 
@@ -397,6 +398,7 @@ async fn spawn_loops(
             clock: ctx.clock.clone(),
             metrics: ctx.metrics.clone(),
             leader: ctx.leader.clone(),
+            fence: ctx.fence.clone(),
             identity: ctx.config.identity.clone(),
             tick: Duration::from_secs(1),
         };

@@ -82,7 +82,7 @@ impl Worker {
             self.publish(nro, false, GIVING_BACK, &note).await;
             self.given_back = Some(note);
         }
-        if !*self.sh.leader.borrow() {
+        if !self.sh.may_write() {
             return Err(RolloutError::NotLeader {
                 name: self.name.clone(),
             });
@@ -120,7 +120,7 @@ impl Worker {
     /// the object may be acted on: `false` when it is being deleted and the finalizer was not
     /// there to add to.
     pub(super) async fn set_finalizer(&mut self, hold: bool) -> Result<bool, RolloutError> {
-        if !*self.sh.leader.borrow() {
+        if !self.sh.may_write() {
             return Err(RolloutError::NotLeader {
                 name: self.name.clone(),
             });

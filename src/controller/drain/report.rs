@@ -329,7 +329,7 @@ impl Worker {
         nro: &NodeRollout,
         status: NodeRolloutStatus,
     ) -> Result<(), RolloutError> {
-        if !*self.sh.leader.borrow() {
+        if !self.sh.may_write() {
             return Err(RolloutError::NotLeader {
                 name: self.name.clone(),
             });
@@ -395,7 +395,7 @@ impl Worker {
         reason: &'static str,
         message: &str,
     ) {
-        if !*self.sh.leader.borrow() {
+        if !self.sh.may_write() {
             return;
         }
         let on = ObjectReference {

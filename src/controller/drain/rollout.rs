@@ -79,6 +79,9 @@ pub struct Rollouts {
     pub metrics: Arc<Metrics>,
     /// True while this replica may write.
     pub leader: watch::Receiver<bool>,
+    /// Until when this replica may write, on `clock` ([`crate::controller::Fence::open`] without
+    /// leader election).
+    pub fence: crate::controller::Fence,
     /// This replica's name (the Events' `reportingInstance`).
     pub identity: String,
     /// How often the drain loop decides when nothing changed.
@@ -130,6 +133,7 @@ pub(super) struct Shared {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) leader: watch::Receiver<bool>,
+    pub(super) fence: crate::controller::Fence,
     pub(super) tick: Duration,
     pub(super) events: EventSink,
     pub(super) store: Store<NodeRollout>,
@@ -141,6 +145,13 @@ pub(super) struct Shared {
     pub(super) board: Board,
     /// The drain loops' watches, one set while any rollout runs (each running loop holds it).
     pub(super) watches: Mutex<Weak<Watches>>,
+}
+
+impl Shared {
+    /// Whether this replica may write now: it leads, and its write deadline has not passed.
+    pub(super) fn may_write(&self) -> bool {
+        *self.leader.borrow() && self.fence.open_at(self.clock.monotonic())
+    }
 }
 
 impl Shared {
@@ -185,6 +196,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
         clock: r.clock,
         metrics: r.metrics,
         leader: r.leader.clone(),
+        fence: r.fence.clone(),
         tick: r.tick,
         store,
         claims: Mutex::default(),
