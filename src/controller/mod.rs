@@ -276,6 +276,24 @@ pub async fn run(
     run_with(client, config, Arc::new(SystemClock::default()), shutdown).await
 }
 
+/// Whether this replica leads, and until when it may write.
+type Leadership = (watch::Receiver<bool>, leader::Fence);
+
+/// With leader election: whether this replica leads, its write fence, and the running
+/// election; without: always leading, never fenced.
+fn elect(
+    client: &Client,
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+) -> Result<(Leadership, Option<leader::Election>), Error> {
+    if !config.leader_elect {
+        return Ok(((watch::channel(true).1, leader::Fence::open()), None));
+    }
+    let election = leader::elect(client.clone(), config, clock.clone())?;
+    let leads = (election.leads.clone(), election.fence.clone());
+    Ok((leads, Some(election)))
+}
+
 /// Runs the controller on `clock` (e.g. a simulated cluster's virtual clock) until `shutdown`
 /// resolves.
 pub async fn run_with(
@@ -296,15 +314,7 @@ pub async fn run_with(
         return Ok(());
     }
     let (stores, streams) = stores::start(client.clone(), config.admission, config.pod_gate).await;
-    let (leader, election) = if config.leader_elect {
-        let election = leader::elect(client.clone(), &config, clock.clone())?;
-        (
-            (election.leads.clone(), election.fence.clone()),
-            Some(election),
-        )
-    } else {
-        ((watch::channel(true).1, leader::Fence::open()), None)
-    };
+    let (leader, election) = elect(&client, &config, &clock)?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: EventSink::new(client.clone(), clock.clone(), config.identity.clone()),

@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::jiff::SignedDuration;
+
 use super::evict::Workload;
 use super::{EventType, Step, Stepper, human, node_ready, pod_serving};
 use crate::drain::{is_finished, namespace};
@@ -81,6 +83,12 @@ impl Stepper<'_> {
             }
             return;
         }
+        self.health_passed(i, stable);
+    }
+
+    /// Domain `i` stayed healthy for the stable period: done, or waiting for a resume.
+    fn health_passed(&mut self, i: usize, stable: SignedDuration) {
+        let d = &mut self.s.domains[i];
         let node = d.nodes.first().cloned().unwrap_or_default();
         let name = d.name.clone();
         if self.o.manual {
@@ -90,18 +98,18 @@ impl Stepper<'_> {
             d.step = Step::Done;
             d.message = "done".into();
         }
+        let manual = if self.o.manual {
+            "; manual mode: resume to go on"
+        } else {
+            ""
+        };
         self.report(
             &node,
             EventType::Normal,
             "DomainHealthy",
             format!(
-                "upgrade domain {name} stayed healthy for {}{}",
-                human(stable),
-                if self.o.manual {
-                    "; manual mode: resume to go on"
-                } else {
-                    ""
-                }
+                "upgrade domain {name} stayed healthy for {}{manual}",
+                human(stable)
             ),
         );
     }
