@@ -1,7 +1,9 @@
 //! The shared in-process informers (`raygate_sim::informers`) against what they replace: a
 //! kube-runtime reflector over a JSON watch of the same collection and selectors must hold the
 //! same objects after every kind of change (an object entering and leaving a selector, a delete),
-//! and actors in one `Sim::in_process` scope share one informer per kind and selector.
+//! and actors in one `Sim::in_process` scope share one informer per kind and selector. The
+//! in-process copies leave `metadata.managedFields` out (no actor reads it; see
+//! `raygate_sim::decode`); everything else is the same.
 
 use std::time::Duration;
 
@@ -49,6 +51,15 @@ fn json_store(client: &Client, config: watcher::Config) -> Store<Pod> {
 }
 
 /// (name, resourceVersion, the object as JSON) in name order.
+/// `object` without `metadata.managedFields`, and whether it had any.
+fn without_managed_fields(mut object: serde_json::Value) -> (serde_json::Value, bool) {
+    let had = object["metadata"]
+        .as_object_mut()
+        .and_then(|m| m.remove("managedFields"))
+        .is_some();
+    (object, had)
+}
+
 fn contents(store: &Store<Pod>) -> Vec<(String, String, serde_json::Value)> {
     let mut v: Vec<_> = store
         .state()
@@ -120,9 +131,23 @@ async fn an_informer_holds_what_a_json_watch_with_the_same_selector_holds() {
     assert_eq!(names(&shared[1]), ["b", "c", "d"], "on n2");
     assert_eq!(names(&shared[2]), ["b", "c", "d"], "every pod");
     for (s, w) in shared.iter().zip(&watched) {
+        let watched: Vec<_> = contents(w)
+            .into_iter()
+            .map(|(name, version, object)| {
+                let (object, had) = without_managed_fields(object);
+                assert!(had, "{name}: the JSON watch shows managedFields");
+                (name, version, object)
+            })
+            .collect();
+        for (name, _, object) in contents(s) {
+            assert!(
+                !without_managed_fields(object).1,
+                "{name}: the in-process copy leaves managedFields out"
+            );
+        }
         assert_eq!(
             contents(s),
-            contents(w),
+            watched,
             "the same objects at the same versions"
         );
     }
@@ -196,9 +221,10 @@ async fn outside_a_scope_an_actor_watches_through_the_client() {
 #[tokio::test(start_paused = true)]
 async fn an_in_process_read_answers_what_a_get_and_a_list_answer() {
     let (sim, _, pods) = three_pods().await;
-    let json = |p: &Pod| serde_json::to_value(p).unwrap();
+    let json = |p: &Pod| without_managed_fields(serde_json::to_value(p).unwrap()).0;
     let path = |name: &str| format!("/api/v1/namespaces/{NS}/pods/{name}");
     let read = sim.read::<Pod>(&path("a")).unwrap().unwrap();
+    assert!(read.metadata.managed_fields.is_none());
     assert_eq!(json(&read), json(&pods.get("a").await.unwrap()));
     assert!(
         sim.read::<Pod>(&path("zz")).unwrap().is_none(),
