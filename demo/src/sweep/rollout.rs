@@ -58,6 +58,15 @@ impl Adversities {
     fn at(&mut self, at: u64, action: Action) {
         self.steps.push((secs(at), action));
     }
+
+    /// The notes as the end of a story's name (`; a, b`), or nothing.
+    fn story(&self) -> String {
+        if self.notes.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", self.notes.join(", "))
+        }
+    }
 }
 
 /// The pod template of a leader (delegated readiness) or worker (in its leader's domain, unless
@@ -138,52 +147,18 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
             "metadata": {"name": "leaders", "namespace": "serving"},
             "spec": {"minAvailable": floor, "selector": {"matchLabels": {"role": "leader"}}}}),
     ];
-    if d.chance(TOLERATE_ALL_PERCENT) {
-        let node = format!("ud{}-n0", d.int(0, domains - 1));
-        adv.notes
-            .push(format!("an agent tolerating every taint on {node}"));
-        objects.push(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-            "metadata": {"name": "agent", "namespace": "serving"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "agent"}},
-                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "agent", "image": "agent",
-                        "resources": {"requests": {"cpu": "100m"}}}]}}}}));
-    }
+    objects.extend(agent(d, &mut adv, domains));
     // Mostly the spare nodes join 60 s before the rollout (capacity added for the upgrade), so
     // the groups fill the rollout's domains as fleets run; else they are there from the start.
     let join_at = d
         .chance(SPARE_JOIN_LATE_PERCENT)
         .then(|| secs(rollout_at - 60));
-    let taint_outdated = (!d.chance(DEFAULT_TAINT_PERCENT)).then_some(true);
-    let strategy = if node_rollout {
-        adv.notes.push("NodeRollout".into());
-        StrategyName::NodeRollout
-    } else {
-        StrategyName::Raygate
-    };
-    adv.at(
-        rollout_at,
-        Action::StartRollout(StartRollout {
-            strategy,
-            target: TARGET.into(),
-            k: None,
-            group_label: None,
-            taint_outdated,
-            name: None,
-            health_check_stable: None,
-        }),
-    );
+    start_rollout(d, &mut adv, node_rollout, rollout_at);
+    let joining = join_at.map_or_else(String::new, |at| format!(" joining at {} s", at.as_secs()));
     checked(
         format!(
-            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes + {spare} spare{}, {groups} groups, floor {floor}, start-up {start_up} s{}",
-            join_at.map_or_else(String::new, |at| format!(" joining at {} s", at.as_secs())),
-            if adv.notes.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", adv.notes.join(", "))
-            }
+            "sweep seed {seed}: rollout, {domains} UDs x {nodes} nodes + {spare} spare{joining}, {groups} groups, floor {floor}, start-up {start_up} s{}",
+            adv.story()
         ),
         seed,
         crate::scenario::ClusterShape {
@@ -203,6 +178,49 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
         adv.steps,
         secs(3 * 3600),
     )
+}
+
+/// `TOLERATE_ALL_PERCENT` of the time: an agent (a ReplicaSet of one) pinned to one rollout
+/// node and tolerating every taint, so the drain can only evict it once.
+fn agent(d: &mut Draw, adv: &mut Adversities, domains: u64) -> Option<Value> {
+    if !d.chance(TOLERATE_ALL_PERCENT) {
+        return None;
+    }
+    let node = format!("ud{}-n0", d.int(0, domains - 1));
+    adv.notes
+        .push(format!("an agent tolerating every taint on {node}"));
+    Some(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "agent", "namespace": "serving"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "agent",
+                    "resources": {"requests": {"cpu": "100m"}}}]}}}}))
+}
+
+/// The rollout's start at `rollout_at`: raygate's own drain or a NodeRollout, with the outdated
+/// nodes tainted unless the defaults are drawn.
+fn start_rollout(d: &mut Draw, adv: &mut Adversities, node_rollout: bool, rollout_at: u64) {
+    let taint_outdated = (!d.chance(DEFAULT_TAINT_PERCENT)).then_some(true);
+    let strategy = if node_rollout {
+        adv.notes.push("NodeRollout".into());
+        StrategyName::NodeRollout
+    } else {
+        StrategyName::Raygate
+    };
+    adv.at(
+        rollout_at,
+        Action::StartRollout(StartRollout {
+            strategy,
+            target: TARGET.into(),
+            k: None,
+            group_label: None,
+            taint_outdated,
+            name: None,
+            health_check_stable: None,
+        }),
+    );
 }
 
 /// Involuntary failures timed around the rollout, at most `slack` groups' worth: workers that
