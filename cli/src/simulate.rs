@@ -20,7 +20,7 @@ pub enum SimOutput {
 
 #[derive(clap::Args)]
 pub struct SimulateArgs {
-    /// A scenario file (see README, "Scenario files"; "-" for standard input).
+    /// A scenario file (see docs/simulations.md, "Scenario files"; "-" for standard input).
     #[arg(
         short = 'f',
         long = "filename",

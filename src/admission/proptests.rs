@@ -883,7 +883,7 @@ fn free_flavor(
 
 /// Seeds 0..6000 and the seeds beyond that used to churn, every run the same;
 /// `CHURN_SEEDS=a..b` runs the range a..b instead (0..20000 takes about 100 s of CPU in a dev
-/// build, see README). Seeds 3022 and 3729 used to preempt once on the second pass: a Workload
+/// build, see docs/decisions.md). Seeds 3022 and 3729 used to preempt once on the second pass: a Workload
 /// short of quota in a pass looked only at the pass's starting holders, so it preempted one of
 /// those while Kueue would take back the one just admitted (pinned by
 /// `quota_lent_in_a_pass_is_not_reclaimed_from_an_older_holder_in_the_same_pass`). Seeds 6123,
