@@ -462,10 +462,18 @@ impl<'a> Stepper<'a> {
     /// The workload's groups that are Ready (every pod Ready and not terminating, at least
     /// `size` pods; `None`: the largest group's size), and that size.
     pub(super) fn ready_groups(&self, w: &Workload, size: Option<usize>) -> (usize, usize) {
+        let groups = self.group_tallies(w);
+        let size = size.unwrap_or_else(|| groups.values().map(|g| g.pods).max().unwrap_or(0));
+        let ready = groups.values().filter(|g| g.ready(size)).count();
+        (ready, size)
+    }
+
+    /// The workload's groups (by group label value) as their unfinished pods show them.
+    pub(super) fn group_tallies(&self, w: &Workload) -> BTreeMap<&str, GroupTally<'_>> {
+        let mut groups: BTreeMap<&str, GroupTally> = BTreeMap::new();
         let Some(group_key) = self.o.plan.group_label.as_deref() else {
-            return (0, 0);
+            return groups;
         };
-        let mut groups: BTreeMap<&str, (usize, bool)> = BTreeMap::new();
         for p in self.obs.pods {
             if namespace(&p.metadata) != w.namespace || is_finished(p) {
                 continue;
@@ -479,16 +487,17 @@ impl<'a> Stepper<'a> {
             let Some(group) = labels.get(group_key) else {
                 continue;
             };
-            let g = groups.entry(group.as_str()).or_insert((0, true));
-            g.0 += 1;
-            g.1 &= pod_serving(p);
+            let g = groups.entry(group.as_str()).or_insert(GroupTally {
+                pods: 0,
+                serving: true,
+                nodes: Vec::new(),
+            });
+            g.pods += 1;
+            g.serving &= pod_serving(p);
+            g.nodes
+                .extend(p.spec.as_ref().and_then(|s| s.node_name.as_deref()));
         }
-        let size = size.unwrap_or_else(|| groups.values().map(|g| g.0).max().unwrap_or(0));
-        let ready = groups
-            .values()
-            .filter(|(count, serving)| *serving && *count >= size)
-            .count();
-        (ready, size)
+        groups
     }
 
     pub(super) fn is_terminating(&self, p: &PodRef<&str>) -> bool {
@@ -588,6 +597,22 @@ impl<'a> Stepper<'a> {
             });
         }
         self.s.domains[i].message = "dry run: evicting".into();
+    }
+}
+
+/// One group of a workload, counted from its unfinished pods.
+pub(super) struct GroupTally<'a> {
+    pub pods: usize,
+    /// Every pod Ready and not terminating.
+    pub serving: bool,
+    /// The nodes its pods are on.
+    pub nodes: Vec<&'a str>,
+}
+
+impl GroupTally<'_> {
+    /// Ready as a group: every pod serving, and at least `size` of them.
+    pub fn ready(&self, size: usize) -> bool {
+        self.serving && self.pods >= size
     }
 }
 

@@ -10,7 +10,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::evict::Workload;
 use super::{EventType, Step, Stepper, human, node_ready, pod_serving};
-use crate::drain::{is_finished, namespace};
+use crate::drain::namespace;
 
 /// What the health gate found in one look.
 struct Health {
@@ -259,9 +259,6 @@ impl Stepper<'_> {
     /// and have a member on a node whose Ready condition is not True, each with that node: a
     /// node failure took them, wherever the drain had sent them.
     fn groups_down_with_their_node(&self, w: &Workload, size: usize) -> BTreeMap<String, String> {
-        let Some(group_key) = self.o.plan.group_label.as_deref() else {
-            return BTreeMap::new();
-        };
         let failed: BTreeSet<&str> = self
             .obs
             .nodes
@@ -269,32 +266,13 @@ impl Stepper<'_> {
             .filter(|n| !node_ready(n))
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
-        // per group: members, all serving, a failed node one of them is on
-        let mut groups: BTreeMap<&str, (usize, bool, Option<&str>)> = BTreeMap::new();
-        for p in self.obs.pods {
-            let labels = p.metadata.labels.as_ref();
-            let group = labels.and_then(|l| l.get(group_key));
-            let (Some(labels), Some(group)) = (labels, group) else {
-                continue;
-            };
-            if namespace(&p.metadata) != w.namespace
-                || is_finished(p)
-                || !w.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            {
-                continue;
-            }
-            let g = groups.entry(group).or_insert((0, true, None));
-            g.0 += 1;
-            g.1 &= pod_serving(p);
-            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            if let Some(node) = node.filter(|n| failed.contains(n)) {
-                g.2.get_or_insert(node);
-            }
-        }
-        groups
+        self.group_tallies(w)
             .into_iter()
-            .filter(|(_, (count, serving, _))| !(*serving && *count >= size))
-            .filter_map(|(group, (_, _, node))| Some((group.to_string(), node?.to_string())))
+            .filter(|(_, g)| !g.ready(size))
+            .filter_map(|(group, g)| {
+                let node = g.nodes.into_iter().find(|n| failed.contains(n))?;
+                Some((group.to_string(), node.to_string()))
+            })
             .collect()
     }
 }

@@ -865,6 +865,20 @@ fn fail_node(w: &mut World, name: &str) {
     }
 }
 
+/// ga recreated on `node` (a spare node `s1` is added first), its leader Ready or starting.
+fn ga_recreated_on(w: &mut World, node_name: &str, leader_ready: bool) {
+    if node_name == "s1" {
+        w.nodes.push(ready_node(node("s1", "spare")));
+    }
+    let mut leader = member("ga-0", node_name, "ga", true).label("app", "llm");
+    if !leader_ready {
+        leader.status = None; // starting
+    }
+    w.pods.push(leader);
+    w.pods
+        .push(member("ga-1", node_name, "ga", false).label("app", "llm"));
+}
+
 #[test]
 fn a_group_down_with_its_failed_node_does_not_hold_the_gate_and_is_named() {
     // ga is back on a spare; gb's node b1 failed meanwhile: the node's failure, not the domain's
@@ -872,11 +886,7 @@ fn a_group_down_with_its_failed_node_does_not_hold_the_gate_and_is_named() {
     one_workload(&mut w);
     let o = workload_options();
     let s = drain_domain_a(&mut w, &o);
-    w.nodes.push(ready_node(node("s1", "spare")));
-    w.pods
-        .push(member("ga-0", "s1", "ga", true).label("app", "llm"));
-    w.pods
-        .push(member("ga-1", "s1", "ga", false).label("app", "llm"));
+    ga_recreated_on(&mut w, "s1", true);
     fail_node(&mut w, "b1");
     w.set_healthy(1, 1);
     let (s, _) = w.step(&s, &o);
@@ -903,10 +913,7 @@ fn an_evicted_group_whose_new_node_fails_before_it_is_ready_does_not_hold_the_ga
         .observed(2, 0);
     let o = workload_options();
     let s = drain_domain_a(&mut w, &o);
-    w.pods
-        .push(member("ga-0", "b1", "ga", true).label("app", "llm"));
-    w.pods
-        .push(member("ga-1", "b1", "ga", false).label("app", "llm"));
+    ga_recreated_on(&mut w, "b1", true);
     fail_node(&mut w, "b1");
     w.set_healthy(0, 0);
     let (s, _) = w.step(&s, &o);
@@ -926,12 +933,7 @@ fn a_group_down_on_a_ready_node_still_holds_the_gate_beside_one_down_with_its_no
     one_workload(&mut w);
     let o = workload_options();
     let s = drain_domain_a(&mut w, &o);
-    w.nodes.push(ready_node(node("s1", "spare")));
-    let mut ga = member("ga-0", "s1", "ga", true).label("app", "llm");
-    ga.status = None; // starting
-    w.pods.push(ga);
-    w.pods
-        .push(member("ga-1", "s1", "ga", false).label("app", "llm"));
+    ga_recreated_on(&mut w, "s1", false);
     fail_node(&mut w, "b1");
     w.set_healthy(1, 1);
     let (s, _) = w.step(&s, &o);
