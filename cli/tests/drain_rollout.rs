@@ -9,11 +9,10 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use raygate::cli::rollout::{Ended, RolloutRequest};
-use raygate::controller::drain::rollout::{Rollouts, run};
-use raygate::controller::{Clock, Metrics, Monotonic};
+use raygate::controller::Metrics;
+use raygate::controller::drain::rollout::run;
 use raygate::live_rollout::{create, follow};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
-use raygate::types::k8s_openapi::jiff::Timestamp;
 use raygate::types::rollout::NodeRollout;
 use raygate_sim::Sim;
 use raygate_sim::actors::kubelet;
@@ -21,18 +20,6 @@ use serde_json::json;
 use tokio::sync::watch;
 
 const UD: &str = "raygate.io/upgrade-domain";
-
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
 
 /// Two upgrade domains (n1 in ud-a, n2 in ud-b), two ReplicaSet pods on each, kubelets running
 /// them, and the NodeRollout controller.
@@ -76,15 +63,11 @@ async fn cluster() -> (Sim, watch::Sender<bool>) {
                 .unwrap();
         }
     }
-    let r = Rollouts {
-        client: sim.client_as("raygate"),
-        clock: Arc::new(SimClock(sim.clock().clone())),
-        metrics: Arc::new(Metrics::default()),
-        leader: watch::channel(true).1,
-        fence: raygate::controller::Fence::open(),
-        identity: "raygate-0".into(),
-        tick: Duration::from_secs(1),
-    };
+    let r = raygate_sim::fixtures::rollouts(
+        &sim,
+        sim.client_as("raygate"),
+        Arc::new(Metrics::default()),
+    );
     tokio::spawn(run(r, shutdown));
     (sim, stop)
 }

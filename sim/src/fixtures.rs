@@ -220,3 +220,21 @@ pub async fn pods(client: &Client) -> Vec<Pod> {
         .unwrap()
         .items
 }
+
+/// The NodeRollout controller's inputs on `sim`: `client`, the sim's clock, always leading and
+/// never fenced, as `raygate-0`, deciding every second.
+pub fn rollouts(
+    sim: &Sim,
+    client: Client,
+    metrics: std::sync::Arc<raygate::controller::Metrics>,
+) -> raygate::controller::drain::rollout::Rollouts {
+    raygate::controller::drain::rollout::Rollouts {
+        client,
+        clock: std::sync::Arc::new(SimClock(sim.clock().clone())),
+        metrics,
+        leader: watch::channel(true).1,
+        fence: raygate::controller::Fence::open(),
+        identity: "raygate-0".into(),
+        tick: Duration::from_secs(1),
+    }
+}

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::drain::rollout::{self, Rollouts};
+use raygate::controller::drain::rollout;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
 use raygate_sim::actors::lws;
@@ -177,15 +177,7 @@ fn controller_on(
     metrics: Arc<Metrics>,
 ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
     let (stop, shutdown) = watch::channel(false);
-    let r = Rollouts {
-        client,
-        clock: Arc::new(SimClock(sim.clock().clone())),
-        metrics,
-        leader: watch::channel(true).1,
-        fence: raygate::controller::Fence::open(),
-        identity: "raygate-0".into(),
-        tick: Duration::from_secs(1),
-    };
+    let r = raygate_sim::fixtures::rollouts(sim, client, metrics);
     (stop, tokio::spawn(rollout::run(r, shutdown)))
 }
 

@@ -18,7 +18,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::drain::rollout::{self, Rollouts};
+use raygate::controller::drain::rollout;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
 use raygate_sim::actors::replicaset;
@@ -120,15 +120,11 @@ fn record_evictions(sim: &Sim) -> History {
 /// The NodeRollout controller on `sim`, leading, until the sender is dropped.
 fn controller(sim: &Sim) -> watch::Sender<bool> {
     let (stop, shutdown) = watch::channel(false);
-    let r = Rollouts {
-        client: sim.client_as("raygate"),
-        clock: Arc::new(SimClock(sim.clock().clone())),
-        metrics: Arc::new(Metrics::default()),
-        leader: watch::channel(true).1,
-        fence: raygate::controller::Fence::open(),
-        identity: "raygate-0".into(),
-        tick: Duration::from_secs(1),
-    };
+    let r = raygate_sim::fixtures::rollouts(
+        sim,
+        sim.client_as("raygate"),
+        Arc::new(Metrics::default()),
+    );
     tokio::spawn(rollout::run(r, shutdown));
     stop
 }

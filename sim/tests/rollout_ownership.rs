@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::drain::rollout::{self, Rollouts};
+use raygate::controller::drain::rollout;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::fixtures::*;
 use raygate_sim::{Registry, Sim};
@@ -106,15 +106,11 @@ async fn layout(client: &Client) {
 /// The controller on `sim`, leading, until the returned sender is dropped.
 fn controller(sim: &Sim) -> watch::Sender<bool> {
     let (stop, shutdown) = watch::channel(false);
-    let r = Rollouts {
-        client: sim.client_as("raygate"),
-        clock: Arc::new(SimClock(sim.clock().clone())),
-        metrics: Arc::new(Metrics::default()),
-        leader: watch::channel(true).1,
-        fence: raygate::controller::Fence::open(),
-        identity: "raygate-0".into(),
-        tick: Duration::from_secs(1),
-    };
+    let r = raygate_sim::fixtures::rollouts(
+        sim,
+        sim.client_as("raygate"),
+        Arc::new(Metrics::default()),
+    );
     tokio::spawn(rollout::run(r, shutdown));
     stop
 }
