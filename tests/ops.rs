@@ -392,6 +392,18 @@ async fn events_carry_cluster_time_and_tell_holds_on_rayclusters_and_admission_o
     controller.await.unwrap();
 }
 
+/// One replica of a leader-elected controller: its Lease in `ns`, `lease_seconds` long.
+fn replica(ns: &str, identity: &str, lease_seconds: u64) -> Config {
+    Config {
+        leader_elect: true,
+        lease_namespace: ns.into(),
+        identity: identity.into(),
+        lease_duration_seconds: lease_seconds,
+        admission_resync: Duration::from_millis(500),
+        ..Default::default()
+    }
+}
+
 /// Two replicas on one sim, distinct identities: the leader gates; stopped (SIGTERM: the Lease
 /// is released, awaited), the standby takes over before the lease duration and gates on; the
 /// new leader crashed (its task dropped where it stands, nothing released), a third replica takes
@@ -406,14 +418,7 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
     queues(&client, ns, "20").await;
     const LEASE_SECONDS: u64 = 3;
     let lease_duration = Duration::from_secs(LEASE_SECONDS);
-    let config = |identity: &str| Config {
-        leader_elect: true,
-        lease_namespace: ns.into(),
-        identity: identity.into(),
-        lease_duration_seconds: LEASE_SECONDS,
-        admission_resync: Duration::from_millis(500),
-        ..Default::default()
-    };
+    let config = |identity: &str| replica(ns, identity, LEASE_SECONDS);
     let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let spec = || async { leases.get("raygate").await.ok()?.spec };
@@ -523,14 +528,7 @@ async fn a_leader_whose_renewals_fail_writes_nothing_after_its_renew_deadline() 
     // deadline (5 retries are a nanosecond short of it)
     const LEASE_SECONDS: u64 = 4;
     let renew_deadline = Duration::from_secs(LEASE_SECONDS) * 2 / 3;
-    let config = |identity: &str| Config {
-        leader_elect: true,
-        lease_namespace: ns.into(),
-        identity: identity.into(),
-        lease_duration_seconds: LEASE_SECONDS,
-        admission_resync: Duration::from_millis(500),
-        ..Default::default()
-    };
+    let config = |identity: &str| replica(ns, identity, LEASE_SECONDS);
     let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let holder = || async { leases.get("raygate").await.ok()?.spec?.holder_identity };
