@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
 use super::rules::tolerates;
-use super::{Cluster, FastMap, Plan, PlanOptions, namespace};
+use super::{Cluster, FastMap, Plan, PlanOptions, in_group};
 use crate::quantity::{Quantity, Resources};
 
 mod budget;
@@ -100,14 +100,7 @@ fn group_pods(live: &[&Pod], label: Option<&str>, ns: &str, group: &str) -> i64 
     let Some(label) = label else { return 1 };
     let n = live
         .iter()
-        .filter(|p| namespace(&p.metadata) == ns)
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(label))
-                .is_some_and(|v| v == group)
-        })
+        .filter(|p| in_group(p, ns, label, group))
         .count();
     i64::try_from(n).unwrap_or(i64::MAX)
 }

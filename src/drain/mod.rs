@@ -155,6 +155,17 @@ pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
+/// Whether `pod` is in namespace `ns` and labelled `label: group`.
+pub fn in_group(pod: &Pod, ns: &str, label: &str, group: &str) -> bool {
+    namespace(&pod.metadata) == ns
+        && pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label))
+            .is_some_and(|v| v == group)
+}
+
 /// Phase `Succeeded` or `Failed`.
 pub fn is_finished(pod: &Pod) -> bool {
     matches!(

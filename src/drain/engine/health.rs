@@ -10,7 +10,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::evict::Workload;
 use super::{EventType, Step, Stepper, human, node_ready, pod_serving};
-use crate::drain::namespace;
+use crate::drain::in_group;
 
 /// What the health gate found in one look.
 struct Health {
@@ -236,15 +236,7 @@ impl Stepper<'_> {
                     .obs
                     .pods
                     .iter()
-                    .filter(|p| namespace(&p.metadata) == ns)
-                    .filter(|p| {
-                        p.metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(key))
-                            .map(String::as_str)
-                            == Some(group)
-                    })
+                    .filter(|p| in_group(p, ns, key, group))
                     .peekable();
                 let ready = members.peek().is_some() && members.all(pod_serving);
                 if !ready {
