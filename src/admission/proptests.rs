@@ -802,7 +802,8 @@ fn run_static_case(seed: u64) -> Result<Result<(), String>, String> {
 /// Liveness at a fixed point: no pending Workload fits the quota left free (on the model, all
 /// its PodSets on one flavor of its ClusterQueue) unless it waits behind its queue's head
 /// (StrictFIFO, a head held back for a reclaimer, a head preempting for quota), as its
-/// `QuotaReserved=False` message says. The error follows the chain of what each waits for.
+/// `QuotaReserved=False` message says and the Workloads show (the head it names is pending, in
+/// the same queue). The error follows the chain of what each waits for.
 fn check_live(model: &Model, s: &Snapshot) -> Result<(), String> {
     let usage = held(s);
     let message = |name: &str| {
@@ -823,7 +824,18 @@ fn check_live(model: &Model, s: &Snapshot) -> Result<(), String> {
             continue;
         };
         let name = w.metadata.name.as_deref().unwrap_or("");
-        if message(name).starts_with("waiting behind workload ") {
+        // the claim is checked, not taken: the head it names is pending in the same queue
+        let head = message(name)
+            .strip_prefix("waiting behind workload default/")
+            .and_then(|r| r.split([' ', ',']).next())
+            .and_then(|h| {
+                s.workloads
+                    .iter()
+                    .find(|x| x.metadata.name.as_deref() == Some(h))
+            });
+        if head.is_some_and(|h| {
+            !holds_quota(h.status.as_ref()) && h.spec.queue_name == w.spec.queue_name
+        }) {
             continue;
         }
         let mut chain = vec![format!("{name}: {}", message(name))];
