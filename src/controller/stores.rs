@@ -310,7 +310,12 @@ fn watch<K: Watched>(
         std::borrow::Cow::Owned(kind) => Box::leak(kind.into_boxed_str()),
     };
     ready.expect(label);
-    let events = watcher(api, config).default_backoff();
+    // No reader needs field ownership (raygate writes by SSA and JSON patch, never reads who
+    // owns a field), and it is often the larger part of an object: dropped before the store, as
+    // controller-runtime's `cache.TransformStripManagedFields` does.
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(|o| o.meta_mut().managed_fields = None);
     let (store, stream, events) = match feed {
         Feed::Controller => {
             let (reader, writer) = reflector::store_shared(BUFFER);
@@ -590,6 +595,46 @@ mod tests {
         // a RayCluster not created for a RayService (only the name label) has no owner here
         let other = ray_cluster("c").label(ORIGINATED_FROM_CR_NAME_LABEL, "svc");
         assert_eq!(rayservice_of(&other), None);
+    }
+
+    /// The server keeps field ownership on every object (the sim does, as the API server does);
+    /// the stores never do.
+    #[tokio::test(start_paused = true)]
+    async fn the_stores_hold_objects_without_their_managed_fields() {
+        use super::{Api, Arc, Notify, ObjectRef, watch_config};
+        use crate::types::kueue::ResourceFlavor;
+        use kube::api::{Patch, PatchParams};
+        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+        let sim = raygate_sim::Sim::builder().crds_dir(crds).unwrap().build();
+        let client = sim.client();
+        let api = Api::<ResourceFlavor>::all(client.clone());
+        let flavor: ResourceFlavor = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "metadata": {"name": "f"}, "spec": {}
+        }))
+        .unwrap();
+        let on_server = api
+            .patch(
+                "f",
+                &PatchParams::apply("t").force(),
+                &Patch::Apply(&flavor),
+            )
+            .await
+            .unwrap();
+        assert!(
+            on_server
+                .metadata
+                .managed_fields
+                .is_some_and(|m| !m.is_empty())
+        );
+        let ready = Arc::new(Readiness::default());
+        let (store, (_, driver)) =
+            super::watch_store(api, watch_config(), ready.clone(), Arc::new(Notify::new()));
+        tokio::spawn(driver);
+        store.wait_until_ready().await.unwrap();
+        let cached = store.get(&ObjectRef::new("f")).unwrap();
+        assert_eq!(cached.metadata.name.as_deref(), Some("f"));
+        assert_eq!(cached.metadata.managed_fields, None);
     }
 
     #[test]
