@@ -15,10 +15,14 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch};
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-use super::SortedState;
+mod observe;
+
+use observe::{Assumed, Observer, UNCONFIRMED_FOR, key, rv};
+
 use super::metrics::{StepLabels, UsageLabels};
 use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{
@@ -38,37 +42,6 @@ const OWNED: [&str; 5] = [
 /// The one condition the admission loop owns on a ClusterQueue and a LocalQueue (the status
 /// values come from [`admission::cluster_queue_status`] / [`admission::local_queue_status`]).
 const ACTIVE: &str = "Active";
-
-/// A status this loop wrote that the store may not show yet.
-#[derive(Clone, Debug)]
-struct Assumed {
-    /// The store shows the write (or something newer) from this version on.
-    resource_version: u64,
-    /// The version later writes are conditioned on while the assumption holds.
-    decided_rv: String,
-    status: WorkloadStatus,
-    /// `Some` for a write whose outcome is unknown (it may have committed, then timed out): the
-    /// assumption is dropped after this instant if the store never showed a newer version.
-    expires: Option<Monotonic>,
-}
-
-/// How long a write of unknown outcome is assumed to have committed.
-const UNCONFIRMED_FOR: Duration = Duration::from_secs(30);
-
-/// What a cycle sees of a Workload the loop wrote: the assumed status, or the store's again.
-#[derive(Debug, PartialEq)]
-enum Overlay {
-    Keep,
-    Forget,
-}
-
-fn overlay(store_rv: u64, a: &Assumed, now: Monotonic) -> Overlay {
-    if store_rv >= a.resource_version || a.expires.is_some_and(|e| now >= e) {
-        Overlay::Forget
-    } else {
-        Overlay::Keep
-    }
-}
 
 /// Whether a failed write may still have been committed: the server answered with a Status
 /// (a rejection, a 409) means no; a transport failure or timeout means it may have.
@@ -136,22 +109,6 @@ impl WriteBackoff {
     }
 }
 
-fn key(w: &Workload) -> String {
-    format!(
-        "{}/{}",
-        w.metadata.namespace.as_deref().unwrap_or_default(),
-        w.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-fn rv(w: &Workload) -> u64 {
-    w.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
     if !ctx.stores.wait_until_ready().await {
         tracing::error!("the stores never synced: the admission loop does not run");
@@ -160,6 +117,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
     tracing::info!("admission loop running");
     let mut assumed: HashMap<String, Assumed> = HashMap::new();
     let mut backoff = WriteBackoff::default();
+    let mut observer = Observer::default();
     // the last wake-up: its cycle could send every write due by then
     let mut woke = ctx.clock.monotonic();
     loop {
@@ -187,7 +145,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        run_cycle(&ctx, &mut assumed, &mut backoff).await;
+        run_cycle(&ctx, &mut observer, &mut assumed, &mut backoff).await;
     }
 }
 
@@ -195,24 +153,28 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
 /// ([`admission::cycle`]) → apply (the statuses that changed) → report (metrics, logs).
 async fn run_cycle(
     ctx: &Context,
+    observer: &mut Observer,
     assumed: &mut HashMap<String, Assumed>,
     backoff: &mut WriteBackoff,
 ) {
-    let snapshot = snapshot(ctx, assumed);
-    forget_gone(backoff, &snapshot);
+    let snapshot = observer.snapshot(ctx, assumed);
+    forget_gone(backoff, snapshot);
     let result = admission::cycle(
-        &snapshot,
+        snapshot,
         &Options {
             release_evicted_immediately: false,
         },
     );
     let now = ctx.clock.now();
-    let failed = apply(ctx, &snapshot, &result, now, assumed, backoff).await;
-    report(ctx, &snapshot, &result, &failed);
+    let failed = apply(ctx, snapshot, &result, now, assumed, backoff).await;
+    report(ctx, snapshot, &result, &failed);
 }
 
 /// Drops the backoff of objects no longer in the snapshot.
 fn forget_gone(backoff: &mut WriteBackoff, snapshot: &Snapshot) {
+    if backoff.entries.is_empty() {
+        return;
+    }
     let mut present: HashSet<String> = snapshot
         .workloads
         .iter()
@@ -281,8 +243,11 @@ async fn apply(
     backoff: &mut WriteBackoff,
 ) -> Vec<Failed> {
     let mut failed = vec![];
-    let by_key: HashMap<String, &Workload> =
-        snapshot.workloads.iter().map(|w| (key(w), w)).collect();
+    let by_key: HashMap<String, &Workload> = if result.decisions.is_empty() {
+        HashMap::new()
+    } else {
+        snapshot.workloads.iter().map(|w| (key(w), w)).collect()
+    };
     // admissions whose write succeeded: only these finish the slice they replace
     let mut admitted: HashSet<&str> = HashSet::new();
     for d in &result.decisions {
@@ -388,85 +353,6 @@ fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Fa
     }
 }
 
-/// Everything admission reads, with the loop's own not-yet-watched writes laid over the stores.
-fn snapshot(ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> Snapshot {
-    let s = &ctx.stores;
-    let now = ctx.clock.monotonic();
-    let workloads: Vec<Workload> = s
-        .workloads
-        .sorted_state()
-        .iter()
-        .map(|w| {
-            let mut w = w.as_ref().clone();
-            let k = key(&w);
-            if let Some(a) = assumed.get(&k) {
-                match overlay(rv(&w), a, now) {
-                    Overlay::Keep => {
-                        w.status = Some(a.status.clone());
-                        w.metadata.resource_version = Some(a.decided_rv.clone());
-                    }
-                    Overlay::Forget => {
-                        assumed.remove(&k);
-                    }
-                }
-            }
-            w
-        })
-        .collect();
-    // a deleted Workload's assumption goes with it
-    let present: HashSet<String> = workloads.iter().map(key).collect();
-    assumed.retain(|k, _| present.contains(k));
-    let namespace_labels = s
-        .namespaces
-        .as_ref()
-        .map(|ns| {
-            ns.sorted_state()
-                .iter()
-                .filter_map(|n| {
-                    Some((
-                        n.metadata.name.clone()?,
-                        n.metadata.labels.clone().unwrap_or_default(),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Snapshot {
-        flavors: s
-            .flavors
-            .sorted_state()
-            .iter()
-            .map(|x| x.as_ref().clone())
-            .collect(),
-        cohorts: s
-            .cohorts
-            .sorted_state()
-            .iter()
-            .map(|x| x.as_ref().clone())
-            .collect(),
-        cluster_queues: s
-            .cluster_queues
-            .sorted_state()
-            .iter()
-            .map(|x| x.as_ref().clone())
-            .collect(),
-        local_queues: s
-            .local_queues
-            .sorted_state()
-            .iter()
-            .map(|x| x.as_ref().clone())
-            .collect(),
-        priority_classes: s
-            .priority_classes
-            .sorted_state()
-            .iter()
-            .map(|x| x.as_ref().clone())
-            .collect(),
-        workloads,
-        namespace_labels,
-    }
-}
-
 /// The part of a status the admission loop owns.
 fn owned(status: &WorkloadStatus, finished: bool) -> serde_json::Value {
     let conditions: Vec<&Condition> = status
@@ -531,12 +417,12 @@ async fn write_decision(
                 tracing::warn!(workload = k, error = %source, "admission write outcome unknown: assuming it committed");
                 assumed.insert(
                     k.to_string(),
-                    Assumed {
-                        resource_version: rv(w).saturating_add(1),
+                    Assumed::new(
+                        rv(w).saturating_add(1),
                         decided_rv,
-                        status: next,
-                        expires: Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
-                    },
+                        next,
+                        Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
+                    ),
                 );
             }
             return Err(Error::WorkloadStatus {
@@ -558,16 +444,16 @@ async fn write_decision(
     }
     assumed.insert(
         k.to_string(),
-        Assumed {
-            resource_version: rv(&updated),
-            decided_rv: updated
+        Assumed::new(
+            rv(&updated),
+            updated
                 .metadata
                 .resource_version
                 .clone()
                 .unwrap_or_default(),
-            status: updated.status.unwrap_or_default(),
-            expires: None,
-        },
+            updated.status.unwrap_or_default(),
+            None,
+        ),
     );
     Ok(())
 }
@@ -577,12 +463,7 @@ async fn write_cluster_queue(
     usage: &ClusterQueueUsage,
     now: Timestamp,
 ) -> Result<(), Error> {
-    let existing = ctx
-        .stores
-        .cluster_queues
-        .sorted_state()
-        .into_iter()
-        .find(|c| c.metadata.name.as_deref() == Some(usage.name.as_str()));
+    let existing = ctx.stores.cluster_queues.get(&ObjectRef::new(&usage.name));
     let previous = existing.as_ref().and_then(|c| c.status.as_ref());
     let generation = existing.as_ref().and_then(|c| c.metadata.generation);
     let mut next = admission::cluster_queue_status(usage, previous, generation, now);
@@ -614,12 +495,7 @@ async fn write_local_queue(
     let existing = ctx
         .stores
         .local_queues
-        .sorted_state()
-        .into_iter()
-        .find(|q| {
-            q.metadata.name.as_deref() == Some(usage.name.as_str())
-                && q.metadata.namespace.as_deref() == Some(usage.namespace.as_str())
-        });
+        .get(&ObjectRef::new(&usage.name).within(&usage.namespace));
     let previous = existing.as_ref().and_then(|q| q.status.as_ref());
     let generation = existing.as_ref().and_then(|q| q.metadata.generation);
     let mut next = admission::local_queue_status(usage, previous, generation, now);
@@ -647,48 +523,7 @@ async fn write_local_queue(
 mod tests {
     use std::time::Duration;
 
-    use super::{Assumed, Monotonic, Overlay, WriteBackoff, may_have_committed, overlay};
-
-    fn assumed(rv: u64, expires: Option<Monotonic>) -> Assumed {
-        Assumed {
-            resource_version: rv,
-            decided_rv: (rv - 1).to_string(),
-            status: Default::default(),
-            expires,
-        }
-    }
-
-    #[test]
-    fn a_confirmed_write_is_assumed_until_the_store_shows_its_version() {
-        let now = Monotonic::from_origin(Duration::from_secs(1000));
-        let a = assumed(12, None);
-        assert_eq!(overlay(11, &a, now), Overlay::Keep);
-        assert_eq!(overlay(12, &a, now), Overlay::Forget);
-        assert_eq!(overlay(40, &a, now), Overlay::Forget);
-        // no expiry: the store lagging a long time keeps it
-        assert_eq!(
-            overlay(11, &a, now + Duration::from_secs(3600)),
-            Overlay::Keep
-        );
-    }
-
-    #[test]
-    fn a_write_of_unknown_outcome_is_assumed_until_a_newer_version_or_expiry() {
-        let now = Monotonic::from_origin(Duration::from_secs(1000));
-        // decided on version 11: any newer version in the store settles it
-        let a = assumed(12, Some(now + Duration::from_secs(30)));
-        assert_eq!(overlay(11, &a, now), Overlay::Keep);
-        assert_eq!(
-            overlay(11, &a, now + Duration::from_secs(29)),
-            Overlay::Keep
-        );
-        assert_eq!(overlay(12, &a, now), Overlay::Forget);
-        // never committed: the assumption does not hold the quota forever
-        assert_eq!(
-            overlay(11, &a, now + Duration::from_secs(30)),
-            Overlay::Forget
-        );
-    }
+    use super::{Monotonic, WriteBackoff, may_have_committed};
 
     #[test]
     fn only_a_server_answer_proves_a_write_did_not_commit() {

@@ -58,14 +58,14 @@ where
 /// holds for any reflector store, on a real cluster as on the sim.
 pub struct SortedCopies<K> {
     /// The store's `Arc`s the copies were made from, in the same order.
-    arcs: Vec<Arc<K>>,
+    sources: Vec<(Arc<K>, ())>,
     copies: Vec<K>,
 }
 
 impl<K> Default for SortedCopies<K> {
     fn default() -> Self {
         SortedCopies {
-            arcs: Vec::new(),
+            sources: Vec::new(),
             copies: Vec::new(),
         }
     }
@@ -78,33 +78,46 @@ where
 {
     /// The store's objects now, in (namespace, name) order.
     pub fn refresh(&mut self, store: &Store<K>) -> &[K] {
-        let now = store.sorted_state();
-        let unchanged = now.len() == self.arcs.len()
-            && now.iter().zip(&self.arcs).all(|(a, b)| Arc::ptr_eq(a, b));
-        if !unchanged {
-            let copied: std::collections::HashMap<*const K, usize> = self
-                .arcs
-                .iter()
-                .enumerate()
-                .map(|(i, a)| (Arc::as_ptr(a), i))
-                .collect();
-            let mut before: Vec<Option<K>> = std::mem::take(&mut self.copies)
-                .into_iter()
-                .map(Some)
-                .collect();
-            self.copies = now
-                .iter()
-                .map(|a| {
-                    copied
-                        .get(&Arc::as_ptr(a))
-                        .and_then(|i| before.get_mut(*i).and_then(Option::take))
-                        .unwrap_or_else(|| a.as_ref().clone())
-                })
-                .collect();
-            self.arcs = now;
-        }
+        let now = store.sorted_state().into_iter().map(|a| (a, ())).collect();
+        reuse_copies(&mut self.sources, &mut self.copies, now, |a, ()| {
+            a.as_ref().clone()
+        });
         &self.copies
     }
+}
+
+/// Brings `copies` (made by `make` from `sources`, in the same order) up to `now`: an entry whose
+/// `Arc` is the one copied last time (the same pointer, kept alive in `sources` so its address is
+/// not reused) with the same variant `V` keeps last time's copy; any other is made again. Whether
+/// anything changed is returned. See [`SortedCopies`] for why a pointer is enough.
+pub(crate) fn reuse_copies<K, V: Copy + PartialEq>(
+    sources: &mut Vec<(Arc<K>, V)>,
+    copies: &mut Vec<K>,
+    now: Vec<(Arc<K>, V)>,
+    make: impl Fn(&Arc<K>, V) -> K,
+) -> bool {
+    let same = |(a, v): &(Arc<K>, V), (b, w): &(Arc<K>, V)| Arc::ptr_eq(a, b) && v == w;
+    if now.len() == sources.len() && now.iter().zip(sources.iter()).all(|(a, b)| same(a, b)) {
+        return false;
+    }
+    let copied: std::collections::HashMap<*const K, usize> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, (a, _))| (Arc::as_ptr(a), i))
+        .collect();
+    let mut before: Vec<Option<K>> = std::mem::take(copies).into_iter().map(Some).collect();
+    *copies = now
+        .iter()
+        .map(|n| {
+            copied
+                .get(&Arc::as_ptr(&n.0))
+                .filter(|&&i| same(n, &sources[i]))
+                .and_then(|&i| before.get_mut(i).and_then(Option::take))
+                .unwrap_or_else(|| make(&n.0, n.1))
+        })
+        .collect();
+    *sources = now;
+    true
 }
 
 /// Read handles on everything raygate watches.
@@ -686,5 +699,52 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(pod("c", "z", "n3")));
         assert_eq!(copies.refresh(&store), fresh(&store).as_slice());
         assert_eq!(copies.refresh(&store).len(), 3);
+    }
+
+    /// A copy is made again when its source or its variant changed, and only then.
+    #[test]
+    fn copies_are_made_again_only_for_a_new_source_or_a_new_variant() {
+        use super::{Arc, reuse_copies};
+        use std::cell::Cell;
+        let made = Cell::new(0);
+        let make = |a: &Arc<String>, v: u64| {
+            made.set(made.get() + 1);
+            format!("{a}{v}")
+        };
+        let (x, y) = (Arc::new("x".to_string()), Arc::new("y".to_string()));
+        let (mut sources, mut copies) = (vec![], vec![]);
+        assert!(reuse_copies(
+            &mut sources,
+            &mut copies,
+            vec![(x.clone(), 0), (y.clone(), 0)],
+            make
+        ));
+        assert_eq!(
+            (copies.clone(), made.get()),
+            (vec!["x0".into(), "y0".into()], 2)
+        );
+        // nothing changed: nothing made, and it says so
+        assert!(!reuse_copies(
+            &mut sources,
+            &mut copies,
+            vec![(x.clone(), 0), (y.clone(), 0)],
+            make
+        ));
+        assert_eq!(made.get(), 2);
+        // y's overlay changed: only y is made again
+        assert!(reuse_copies(
+            &mut sources,
+            &mut copies,
+            vec![(x.clone(), 0), (y.clone(), 7)],
+            make
+        ));
+        assert_eq!(
+            (copies.clone(), made.get()),
+            (vec!["x0".into(), "y7".into()], 3)
+        );
+        // the same content in a new Arc is made again; a dropped entry goes
+        let x2 = Arc::new("x".to_string());
+        assert!(reuse_copies(&mut sources, &mut copies, vec![(x2, 0)], make));
+        assert_eq!((copies, made.get()), (vec!["x0".to_string()], 4));
     }
 }
