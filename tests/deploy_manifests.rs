@@ -2584,9 +2584,10 @@ fn promql_metrics(expr: &str) -> BTreeSet<String> {
                     .any(|g| rest.starts_with(&format!("{g} (")));
             if GROUPING.contains(&word.as_str()) && called {
                 i = skip_to(&chars, next, ')');
-            } else if !called
-                && !KEYWORDS.contains(&word.as_str())
-                && !(start > 0 && chars[start - 1].is_ascii_digit())
+            // an exponent (`1e3`) is part of its number
+            } else if !(called
+                || KEYWORDS.contains(&word.as_str())
+                || (start > 0 && chars[start - 1].is_ascii_digit()))
             {
                 out.insert(word);
             }

@@ -1,6 +1,6 @@
 //! Prometheus metrics (`/metrics`).
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
