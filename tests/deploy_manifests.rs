@@ -1563,16 +1563,13 @@ fn helm_python() -> PathBuf {
     python
 }
 
-/// `helm template raygate charts/raygate -n NAMESPACE -f VALUES`: every rendered file by its
-/// template path (NOTES.txt included), or Helm's refusal (schema, `required`, `fail`).
-fn helm_template(namespace: &str, values: &Value) -> Result<BTreeMap<String, String>, String> {
+/// `hack/helm-template.py ARGS < VALUES`.
+fn helm_py(args: &[&str], values: &Value) -> std::process::Output {
     use std::io::Write;
     use std::process::Stdio;
     let mut child = Command::new(helm_python())
         .arg(repo().join("hack/helm-template.py"))
-        .arg(chart())
-        .arg("raygate")
-        .arg(namespace)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1584,7 +1581,14 @@ fn helm_template(namespace: &str, values: &Value) -> Result<BTreeMap<String, Str
         .expect("stdin")
         .write_all(values.to_string().as_bytes())
         .expect("writing the values");
-    let out = child.wait_with_output().expect("hack/helm-template.py");
+    child.wait_with_output().expect("hack/helm-template.py")
+}
+
+/// `helm template raygate charts/raygate -n NAMESPACE -f VALUES`: every rendered file by its
+/// template path (NOTES.txt included), or Helm's refusal (schema, `required`, `fail`).
+fn helm_template(namespace: &str, values: &Value) -> Result<BTreeMap<String, String>, String> {
+    let chart = chart().display().to_string();
+    let out = helm_py(&[&chart, "raygate", namespace], values);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     match out.status.code() {
         Some(0) => Ok(serde_json::from_slice(&out.stdout).expect("helm-template.py prints JSON")),
@@ -1750,6 +1754,32 @@ fn the_chart_values_are_checked_by_its_schema() {
         assert!(chart_values(&with_image(&bad)).is_err(), "{bad} is refused");
         let helm = try_render_chart(NAMESPACE, &bad);
         assert!(helm.is_err(), "helm refuses {bad} too");
+    }
+}
+
+#[test]
+fn helm_lint_strict_finds_nothing_to_fix() {
+    let chart = chart().display().to_string();
+    for overrides in [json!({}), every_option()] {
+        let out = helm_py(&["--lint", &chart, NAMESPACE], &with_image(&overrides));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        // severity 1 is INFO (e.g. "icon is recommended"); 2 WARNING, 4 ERROR
+        let findings: Vec<&Value> = report["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["severity"].as_i64() != Some(1))
+            .collect();
+        assert!(
+            findings.is_empty(),
+            "helm lint --strict with {overrides}: {findings:#?}"
+        );
+        assert_eq!(report["errors"], json!([]), "{report}");
     }
 }
 
