@@ -2194,7 +2194,7 @@ fn every_option() -> Value {
             "nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
         "namespace": {"create": true},
-        "extraArgs": ["--lease-duration-seconds=30"],
+        "extraArgs": ["--lease-namespace=platform-leases"],
         "extraEnv": [{"name": "RUST_LOG", "value": "info,raygate=debug"}],
         "podLabels": {"team": "ml-platform"},
         "podAnnotations": {"example.com/scrape": "true"},
@@ -2235,7 +2235,7 @@ fn every_option_is_rendered_by_a_test() {
 }
 
 #[test]
-fn every_option_lands_where_it_should() {
+fn every_option_lands_on_the_deployment() {
     let rendered = render_chart("platform", every_option());
     let deployment = chart_deployment(&rendered);
     assert_eq!(deployment.metadata.name.as_deref(), Some("ml-gate"));
@@ -2272,12 +2272,20 @@ fn every_option_lands_where_it_should() {
             "--log-format=text",
             "--finished-slice-retention-seconds=600",
             "--finished-slices-kept-per-chain=1",
-            "--lease-duration-seconds=30",
+            "--lease-namespace=platform-leases",
         ]
     );
     let env = c.env.clone().unwrap();
     assert_eq!(env.last().unwrap().name, "RUST_LOG");
     assert_env_from_field(&deployment, "POD_NAME", "metadata.name", "the chart");
+}
+
+#[test]
+fn every_option_lands_on_the_other_objects() {
+    let rendered = render_chart("platform", every_option());
+    let spec = chart_deployment(&rendered).spec.unwrap();
+    let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+    let selector = spec.selector.match_labels.unwrap();
 
     // Every name follows fullnameOverride; the bindings and the policies name its account.
     for doc in &rendered {
