@@ -18,7 +18,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use raygate::manifest::{Doc, read_documents};
@@ -166,6 +168,14 @@ fn one<'a>(objects: &'a [Doc], kind: &str) -> &'a Doc {
     found[0]
 }
 
+/// The object of `kind` called `name`.
+fn named<'a>(objects: &'a [Doc], kind: &str, name: &str) -> &'a Doc {
+    objects
+        .iter()
+        .find(|d| d.kind == kind && d.value["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
 fn typed<T: DeserializeOwned>(doc: &Doc) -> T {
     doc.parse()
         .unwrap_or_else(|e| panic!("{}: {e}", doc.object()))
@@ -177,9 +187,14 @@ fn default_build() -> Build {
 
 /// `kubectl`, when installed.
 fn kubectl() -> Option<PathBuf> {
+    on_path("kubectl")
+}
+
+/// `program` on PATH, when installed.
+fn on_path(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
-            .map(|p| p.join("kubectl"))
+            .map(|p| p.join(program))
             .find(|p| p.is_file())
     })
 }
@@ -260,6 +275,8 @@ fn the_default_install_is_everything() {
         ns("ServiceAccount", SERVICE_ACCOUNT),
         cluster("ClusterRole", "raygate"),
         cluster("ClusterRoleBinding", "raygate"),
+        cluster("ClusterRole", "raygate-viewer"),
+        cluster("ClusterRole", "raygate-editor"),
         ns("Role", "raygate-leader-election"),
         ns("RoleBinding", "raygate-leader-election"),
         ns("Deployment", "raygate"),
@@ -545,7 +562,7 @@ fn table(permissions: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, Str
 #[test]
 fn the_cluster_role_has_no_wildcards_and_no_secrets() {
     let objects = default_build().objects;
-    let role: ClusterRole = typed(one(&objects, "ClusterRole"));
+    let role: ClusterRole = typed(named(&objects, "ClusterRole", "raygate"));
     assert!(role.aggregation_rule.is_none());
     for (group, resource, verb) in grants(role.rules.as_deref().unwrap_or_default()) {
         for field in [&group, &resource, &verb] {
@@ -564,7 +581,7 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
 #[test]
 fn the_cluster_role_grants_exactly_what_the_controller_does() {
     let objects = default_build().objects;
-    let role: ClusterRole = typed(one(&objects, "ClusterRole"));
+    let role: ClusterRole = typed(named(&objects, "ClusterRole", "raygate"));
     let granted = grants(role.rules.as_deref().unwrap_or_default());
     let needed = table(CLUSTER_PERMISSIONS);
     let missing: Vec<_> = needed.difference(&granted).collect();
@@ -583,7 +600,7 @@ fn leases_are_granted_only_in_raygates_namespace() {
         grants(role.rules.as_deref().unwrap_or_default()),
         table(NAMESPACE_PERMISSIONS)
     );
-    let cluster_role: ClusterRole = typed(one(&objects, "ClusterRole"));
+    let cluster_role: ClusterRole = typed(named(&objects, "ClusterRole", "raygate"));
     assert!(
         grants(cluster_role.rules.as_deref().unwrap_or_default())
             .iter()
@@ -607,7 +624,7 @@ fn the_bindings_and_the_admission_policy_name_the_same_service_account() {
         json!([{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]);
 
     let crb: ClusterRoleBinding = typed(one(&objects, "ClusterRoleBinding"));
-    let cluster_role = one(&objects, "ClusterRole");
+    let cluster_role = named(&objects, "ClusterRole", "raygate");
     assert_eq!(crb.role_ref.kind, "ClusterRole");
     assert_eq!(crb.role_ref.name, cluster_role.value["metadata"]["name"]);
     assert_eq!(serde_json::to_value(&crb.subjects).unwrap(), subject);
@@ -1439,8 +1456,10 @@ fn the_release_manifest_is_config_default_with_the_image_tag() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The Helm chart (charts/raygate), rendered by raygate_testing::gotmpl: `helm` cannot be built
-// here (no Go module proxy) and no Debian package ships it.
+// The Helm chart (charts/raygate), rendered by Helm's own engine: Helm v4's library from PyPI's
+// helm-python-sdk (hack/install-helm.sh; no registry here ships the `helm` binary), driven by
+// hack/helm-template.py. Helm checks values.schema.json on every rendering; the tests check it
+// too (jsonschema, draft 7) and check every rendered object against its Kubernetes type.
 // ---------------------------------------------------------------------------------------------
 
 fn chart() -> PathBuf {
@@ -1449,7 +1468,11 @@ fn chart() -> PathBuf {
 
 /// Labels and annotations only the chart adds (Helm's conventions); everything else must be
 /// config/'s.
-const HELM_LABELS: [&str; 2] = ["helm.sh/chart", "app.kubernetes.io/managed-by"];
+const HELM_LABELS: [&str; 3] = [
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+];
 const HELM_ANNOTATIONS: [&str; 1] = ["helm.sh/resource-policy"];
 
 fn yaml_value(path: &Path) -> Value {
@@ -1472,16 +1495,6 @@ fn merge(base: &mut Value, over: &Value) {
             }
         }
         (b, o) => *b = o.clone(),
-    }
-}
-
-/// Helm reads values through JSON: every number is a float64.
-fn as_float64(v: &mut Value) {
-    match v {
-        Value::Number(n) => *v = json!(n.as_f64().expect("a number")),
-        Value::Array(a) => a.iter_mut().for_each(as_float64),
-        Value::Object(m) => m.values_mut().for_each(as_float64),
-        _ => {}
     }
 }
 
@@ -1508,43 +1521,101 @@ fn chart_values(overrides: &Value) -> Result<Value, Vec<String>> {
     }
 }
 
-/// The template data Helm passes: `.Values`, `.Release`, `.Chart`.
-fn chart_data(namespace: &str, overrides: &Value) -> Value {
-    let mut values = chart_values(overrides)
-        .unwrap_or_else(|e| panic!("values {overrides} fail values.schema.json: {e:#?}"));
-    as_float64(&mut values);
-    let meta = yaml_value(&chart().join("Chart.yaml"));
-    json!({
-        "Values": values,
-        "Release": {"Name": "raygate", "Namespace": namespace, "Service": "Helm"},
-        "Chart": {"Name": meta["name"], "Version": meta["version"], "AppVersion": meta["appVersion"]},
-    })
+/// The image repository the tests install: the chart has none by default (see values.yaml), so
+/// every rendering names config/'s.
+fn config_image_repository() -> String {
+    let image = deployment_image(&default_build().objects);
+    let (repository, _tag) = image.rsplit_once(':').expect("config/ tags its image");
+    repository.to_string()
 }
 
-/// The chart's templates (not `_*` helpers, not NOTES.txt), sorted.
-fn chart_templates() -> Vec<PathBuf> {
-    yaml_files(&chart().join("templates"))
-        .into_iter()
-        .filter(|p| {
-            !p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with('_'))
-        })
-        .collect()
+/// The `-f` file the tests pass: `overrides`, with config/'s image repository unless they set
+/// it (null passes through: Helm then deletes the default).
+fn with_image(overrides: &Value) -> Value {
+    let mut values = overrides.clone();
+    let image = values
+        .as_object_mut()
+        .expect("values are a map")
+        .entry("image")
+        .or_insert_with(|| json!({}));
+    if let Some(image) = image.as_object_mut() {
+        image
+            .entry("repository")
+            .or_insert_with(|| json!(config_image_repository()));
+    }
+    values
 }
 
-/// `helm template raygate charts/raygate -n NAMESPACE -f OVERRIDES`, parsed.
-fn render_chart(namespace: &str, overrides: Value) -> Vec<Doc> {
-    let data = chart_data(namespace, &overrides);
+/// The virtualenv's Python that carries Helm's library (hack/install-helm.sh).
+fn helm_python() -> PathBuf {
+    let venv = std::env::var_os("RAYGATE_HELM_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/raygate/helm-python")
+        });
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run hack/install-helm.sh (hack/test.sh does)",
+        python.display()
+    );
+    python
+}
+
+/// `hack/helm-template.py ARGS < VALUES`.
+fn helm_py(args: &[&str], values: &Value) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(helm_python())
+        .arg(repo().join("hack/helm-template.py"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running hack/helm-template.py");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(values.to_string().as_bytes())
+        .expect("writing the values");
+    child.wait_with_output().expect("hack/helm-template.py")
+}
+
+/// `helm template raygate charts/raygate -n NAMESPACE -f VALUES`: every rendered file by its
+/// template path (NOTES.txt included), or Helm's refusal (schema, `required`, `fail`).
+fn helm_template(namespace: &str, values: &Value) -> Result<BTreeMap<String, String>, String> {
+    let chart = chart().display().to_string();
+    let out = helm_py(&[&chart, "raygate", namespace], values);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    match out.status.code() {
+        Some(0) => Ok(serde_json::from_slice(&out.stdout).expect("helm-template.py prints JSON")),
+        Some(2) => Err(stderr),
+        _ => panic!("hack/helm-template.py failed ({}): {stderr}", out.status),
+    }
+}
+
+/// The chart's objects with `overrides` (and config/'s image), or Helm's refusal.
+fn try_render_chart(namespace: &str, overrides: &Value) -> Result<Vec<Doc>, String> {
+    let files = helm_template(namespace, &with_image(overrides))?;
     let mut out = String::new();
-    for path in chart_templates() {
-        let text = std::fs::read_to_string(&path).expect("a template");
-        let rendered = raygate_testing::gotmpl::render(&text, &data)
-            .unwrap_or_else(|e| panic!("{} with {overrides}: {e}", rel(&path)));
-        if !rendered.trim().is_empty() {
-            out.push_str(&format!("---\n# Source: {}\n{rendered}\n", rel(&path)));
+    for (path, text) in &files {
+        if !path.ends_with("NOTES.txt") && !text.trim().is_empty() {
+            out.push_str(&format!("---\n# Source: {path}\n{text}\n"));
         }
     }
-    read_documents(&out).unwrap_or_else(|e| panic!("the chart with {overrides}: {e}\n{out}"))
+    Ok(read_documents(&out).unwrap_or_else(|e| panic!("the chart with {overrides}: {e}\n{out}")))
+}
+
+/// `helm template` with `overrides`, which both schema checks (Helm's and draft 7's) accept.
+fn render_chart(namespace: &str, overrides: Value) -> Vec<Doc> {
+    if let Err(e) = chart_values(&with_image(&overrides)) {
+        panic!("values {overrides} fail values.schema.json: {e:#?}");
+    }
+    try_render_chart(namespace, &overrides)
+        .unwrap_or_else(|e| panic!("helm refuses {overrides}: {e}"))
 }
 
 /// `value` without what only the chart adds.
@@ -1656,7 +1727,12 @@ fn the_chart_without_leader_election_runs_one_replica_without_a_lease() {
 
 #[test]
 fn the_chart_values_are_checked_by_its_schema() {
-    assert!(chart_values(&json!({})).is_ok());
+    assert!(chart_values(&with_image(&json!({}))).is_ok());
+    // A subchart's values carry the umbrella's `global`.
+    render_chart(
+        NAMESPACE,
+        json!({"global": {"imageRegistry": "registry.example.com"}}),
+    );
     for bad in [
         json!({"admission": {"mode": "volcano"}}),
         json!({"logFormat": "xml"}),
@@ -1664,9 +1740,71 @@ fn the_chart_values_are_checked_by_its_schema() {
         json!({"metrics": {"port": 0}}),
         json!({"finishedSlices": {"retentionSeconds": -1}}),
         json!({"leaderElect": true}),
+        json!({"nodeRollouts": {"enabled": "no"}}),
+        json!({"imagePullSecrets": ["regcred"]}),
+        json!({"extraArgs": ["controller"]}),
+        json!({"extraEnv": [{"name": "POD_NAME", "value": "x"}]}),
+        json!({"podLabels": {"team": 1}}),
+        json!({"podDisruptionBudget": {"enabled": true, "maxUnavailable": 0}}),
+        json!({"networkPolicy": {"enabled": true, "apiServerCIDRs": ["10.0.0.1"]}}),
+        json!({"metrics": {"prometheusRule": {"enabled": true, "noLeaderFor": "five minutes"}}}),
+        json!({"metrics": {"serviceMonitor": {"enabled": true, "honorLabels": "yes"}}}),
+        json!({"rbac": {"aggregateToDefaultRoles": true, "viewer": true}}),
     ] {
-        assert!(chart_values(&bad).is_err(), "{bad} is refused");
+        assert!(chart_values(&with_image(&bad)).is_err(), "{bad} is refused");
+        let helm = try_render_chart(NAMESPACE, &bad);
+        assert!(helm.is_err(), "helm refuses {bad} too");
     }
+}
+
+#[test]
+fn helm_lint_strict_finds_nothing_to_fix() {
+    let chart = chart().display().to_string();
+    for overrides in [json!({}), every_option()] {
+        let out = helm_py(&["--lint", &chart, NAMESPACE], &with_image(&overrides));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        // severity 1 is INFO (e.g. "icon is recommended"); 2 WARNING, 4 ERROR
+        let findings: Vec<&Value> = report["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["severity"].as_i64() != Some(1))
+            .collect();
+        assert!(
+            findings.is_empty(),
+            "helm lint --strict with {overrides}: {findings:#?}"
+        );
+        assert_eq!(report["errors"], json!([]), "{report}");
+    }
+}
+
+#[test]
+fn the_chart_requires_an_image_repository() {
+    // Left at its default, `required` says why; deleted (`--set image.repository=null`), the
+    // schema names the missing field.
+    for (missing, says) in [
+        (
+            json!({"image": {"repository": ""}}),
+            "image.repository is required: raygate publishes no image",
+        ),
+        (
+            json!({"image": {"repository": null}}),
+            "missing property 'repository'",
+        ),
+    ] {
+        let refused = try_render_chart(NAMESPACE, &missing).expect_err("no image, no install");
+        assert!(refused.contains(says), "{missing}: {refused}");
+    }
+    let values = yaml_value(&chart().join("values.yaml"));
+    assert_eq!(
+        values["image"]["repository"], "",
+        "no default that could resolve"
+    );
 }
 
 /// Every rendered object parses as its Kubernetes type with nothing dropped; a ServiceMonitor
@@ -1688,6 +1826,10 @@ fn check_rendered(objects: &[Doc]) {
                 round_trips::<ValidatingAdmissionPolicyBinding>(doc)
             }
             "CustomResourceDefinition" => round_trips::<CustomResourceDefinition>(doc),
+            "PodDisruptionBudget" => round_trips::<PodDisruptionBudget>(doc),
+            "NetworkPolicy" => round_trips::<NetworkPolicy>(doc),
+            "ConfigMap" => round_trips::<ConfigMap>(doc),
+            "PrometheusRule" => check_prometheus_rule(doc),
             "ServiceMonitor" => {
                 let service: Service = typed(one(objects, "Service"));
                 let spec = service.spec.unwrap_or_default();
@@ -1707,6 +1849,8 @@ fn check_rendered(objects: &[Doc]) {
                     Err(format!("{}: selects no raygate Service", doc.object()))
                 } else if v["spec"]["endpoints"][0]["port"].as_str() != port.as_deref() {
                     Err(format!("{}: not the metrics port", doc.object()))
+                } else if !v["spec"]["endpoints"][0]["honorLabels"].is_boolean() {
+                    Err(format!("{}: honorLabels", doc.object()))
                 } else {
                     Ok(())
                 }
@@ -1741,7 +1885,10 @@ fn every_chart_rendering_validates_against_the_kubernetes_schemas() {
         json!({"admission": {"mode": "kueue"}}),
         json!({"leaderElection": {"enabled": false}}),
         json!({"resources": null, "affinity": null}),
+        json!({"nodeRollouts": {"enabled": false}, "rbac": {"aggregateToDefaultRoles": false}}),
+        json!({"podGate": {"enabled": true}, "networkPolicy": {"enabled": true}}),
         customised.clone(),
+        every_option(),
     ] {
         check_rendered(&render_chart("platform", overrides));
     }
@@ -1862,13 +2009,13 @@ fn the_charts_crds_are_a_current_copy_of_crds_kept_on_uninstall() {
 
 #[test]
 fn the_chart_notes_render() {
-    let text = std::fs::read_to_string(chart().join("templates/NOTES.txt")).expect("NOTES.txt");
     for mode in ["builtin", "kueue"] {
-        let notes = raygate_testing::gotmpl::render(
-            &text,
-            &chart_data("platform", &json!({"admission": {"mode": mode}})),
+        let files = helm_template(
+            "platform",
+            &with_image(&json!({"admission": {"mode": mode}})),
         )
-        .expect("NOTES.txt renders");
+        .expect("the chart renders");
+        let notes = &files["raygate/templates/NOTES.txt"];
         assert!(notes.contains(&format!("(admission: {mode})")), "{notes}");
         assert!(notes.contains("deploy/raygate"), "{notes}");
     }
@@ -2013,4 +2160,668 @@ fn the_chart_with_the_pod_gate_is_config_pod_gate() {
     );
     assert!(chart_values(&json!({"podGate": {"enabled": "yes"}})).is_err());
     assert!(chart_values(&json!({"podGate": {"on": true}})).is_err());
+}
+
+/// Every value the chart has, set away from its default.
+fn every_option() -> Value {
+    json!({
+        "global": {"imageRegistry": "registry.example.com"},
+        "nameOverride": "gate",
+        "fullnameOverride": "ml-gate",
+        "image": {"repository": "registry.example.com/raygate", "tag": "v0.2.0", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "replicas": 2,
+        "leaderElection": {"enabled": true},
+        "admission": {"mode": "kueue"},
+        "nodeRollouts": {"enabled": false},
+        "podGate": {"enabled": true},
+        "metrics": {
+            "port": 9090,
+            "serviceMonitor": {"enabled": true, "interval": "15s", "labels": {"release": "prom"},
+                               "honorLabels": false},
+            "prometheusRule": {"enabled": true, "labels": {"release": "prom"},
+                               "rolloutBlockedFor": "45m", "upgradeHeldFor": "2h", "noLeaderFor": "10m"},
+            "grafanaDashboard": {"enabled": true, "namespace": "monitoring",
+                                 "labels": {"grafana_dashboard": "raygate"},
+                                 "annotations": {"grafana_folder": "ML platform"}},
+        },
+        "logFormat": "text",
+        "finishedSlices": {"retentionSeconds": 600, "keptPerChain": 1},
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+        "namespace": {"create": true},
+        "extraArgs": ["--lease-namespace=platform-leases"],
+        "extraEnv": [{"name": "RUST_LOG", "value": "info,raygate=debug"}],
+        "podLabels": {"team": "ml-platform"},
+        "podAnnotations": {"example.com/scrape": "true"},
+        "priorityClassName": "system-cluster-critical",
+        "podDisruptionBudget": {"enabled": true, "maxUnavailable": "50%"},
+        "networkPolicy": {"enabled": true,
+                          "metricsFrom": [{"namespaceSelector": {"matchLabels":
+                              {"kubernetes.io/metadata.name": "monitoring"}}}],
+                          "apiServerCIDRs": ["172.18.0.2/32"], "apiServerPorts": [6443]},
+        "rbac": {"aggregateToDefaultRoles": true},
+    })
+}
+
+/// Every value of values.yaml is set by `every_option`: each top-level key, and each key of
+/// the groups values.schema.json spells out (not of free-form maps such as `resources`).
+#[test]
+fn every_option_is_rendered_by_a_test() {
+    let defaults = yaml_value(&chart().join("values.yaml"));
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .unwrap();
+    let all = every_option();
+    let mut unset: Vec<String> = Vec::new();
+    for (key, default) in defaults.as_object().expect("values.yaml is a map") {
+        if all.get(key).is_none() {
+            unset.push(key.clone());
+        }
+        let spelled_out = schema["properties"][key]["properties"].is_object();
+        if let (Some(d), Some(a), true) = (default.as_object(), all.get(key), spelled_out) {
+            unset.extend(
+                d.keys()
+                    .filter(|k| a.get(k.as_str()).is_none())
+                    .map(|k| format!("{key}.{k}")),
+            );
+        }
+    }
+    assert!(unset.is_empty(), "every_option() leaves {unset:?} unset");
+}
+
+#[test]
+fn every_option_lands_on_the_deployment() {
+    let rendered = render_chart("platform", every_option());
+    let deployment = chart_deployment(&rendered);
+    assert_eq!(deployment.metadata.name.as_deref(), Some("ml-gate"));
+    let spec = deployment.spec.clone().unwrap();
+    let pod_meta = spec.template.metadata.clone().unwrap();
+    let pod_labels = pod_meta.labels.unwrap();
+    assert_eq!(pod_labels["team"], "ml-platform");
+    assert_eq!(pod_labels["app.kubernetes.io/name"], "gate");
+    let selector = spec.selector.match_labels.clone().unwrap();
+    assert!(
+        selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "the selector selects the pods"
+    );
+    assert_eq!(pod_meta.annotations.unwrap()["example.com/scrape"], "true");
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("ml-gate"));
+    assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    assert!(pod.affinity.unwrap().node_affinity.is_some());
+    let c = &pod.containers[0];
+    assert_eq!(
+        args(&deployment),
+        [
+            "controller",
+            "--admission=kueue",
+            "--pod-gate",
+            "--leader-elect",
+            "--lease-name=ml-gate",
+            "--node-rollouts=false",
+            "--metrics-addr=0.0.0.0:9090",
+            "--log-format=text",
+            "--finished-slice-retention-seconds=600",
+            "--finished-slices-kept-per-chain=1",
+            "--lease-namespace=platform-leases",
+        ]
+    );
+    let env = c.env.clone().unwrap();
+    assert_eq!(env.last().unwrap().name, "RUST_LOG");
+    assert_env_from_field(&deployment, "POD_NAME", "metadata.name", "the chart");
+}
+
+#[test]
+fn every_option_lands_on_the_other_objects() {
+    let rendered = render_chart("platform", every_option());
+    let spec = chart_deployment(&rendered).spec.unwrap();
+    let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+    let selector = spec.selector.match_labels.unwrap();
+
+    // Every name follows fullnameOverride; the bindings and the policies name its account.
+    for doc in &rendered {
+        let name = doc.value["metadata"]["name"].as_str().unwrap_or_default();
+        if doc.kind != "CustomResourceDefinition" && doc.kind != "Namespace" {
+            assert!(name.starts_with("ml-gate"), "{}", doc.object());
+        }
+        for subject in doc.value["subjects"].as_array().into_iter().flatten() {
+            assert_eq!(subject["name"], "ml-gate", "{}", doc.object());
+        }
+        if doc.kind == "ValidatingAdmissionPolicy" {
+            let text = serde_json::to_string(&doc.value["spec"]).unwrap();
+            assert!(
+                text.contains("'system:serviceaccount:platform:ml-gate'"),
+                "{}",
+                doc.object()
+            );
+        }
+    }
+    let service: Service = typed(one(&rendered, "Service"));
+    let service_selector = service.spec.unwrap().selector.unwrap();
+    assert!(
+        service_selector
+            .iter()
+            .all(|(k, v)| pod_labels.get(k) == Some(v))
+    );
+
+    let pdb: PodDisruptionBudget = typed(one(&rendered, "PodDisruptionBudget"));
+    let pdb_spec = pdb.spec.unwrap();
+    assert_eq!(
+        serde_json::to_value(&pdb_spec.max_unavailable).unwrap(),
+        "50%"
+    );
+    assert_eq!(pdb_spec.selector.unwrap().match_labels.unwrap(), selector);
+
+    let policy: NetworkPolicy = typed(one(&rendered, "NetworkPolicy"));
+    let policy = serde_json::to_value(policy.spec.unwrap()).unwrap();
+    assert_eq!(policy["podSelector"]["matchLabels"], json!(selector));
+    assert_eq!(
+        policy["ingress"][0]["ports"],
+        json!([{"port": "metrics", "protocol": "TCP"}])
+    );
+    assert_eq!(
+        policy["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    assert_eq!(
+        policy["egress"],
+        json!([{"ports": [{"port": 6443, "protocol": "TCP"}],
+                                         "to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}]}])
+    );
+
+    let monitor = one(&rendered, "ServiceMonitor");
+    assert_eq!(monitor.value["spec"]["endpoints"][0]["honorLabels"], false);
+    let rule = one(&rendered, "PrometheusRule");
+    assert_eq!(rule.value["metadata"]["labels"]["release"], "prom");
+    let dashboard = one(&rendered, "ConfigMap");
+    assert_eq!(dashboard.value["metadata"]["namespace"], "monitoring");
+    assert_eq!(
+        dashboard.value["metadata"]["labels"]["grafana_dashboard"],
+        "raygate"
+    );
+    assert_eq!(
+        dashboard.value["metadata"]["annotations"]["grafana_folder"],
+        "ML platform"
+    );
+}
+
+#[test]
+fn the_nodeselector_tolerations_and_affinity_default_spread_replicas_by_name() {
+    // The default anti-affinity selects the pods whatever nameOverride says.
+    let rendered = render_chart(NAMESPACE, json!({"nameOverride": "gate", "replicas": 2}));
+    let deployment = chart_deployment(&rendered);
+    let template = deployment.spec.unwrap().template;
+    let labels = template.metadata.unwrap().labels.unwrap();
+    let affinity = serde_json::to_value(template.spec.unwrap().affinity.unwrap()).unwrap();
+    let term = &affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    let wanted: BTreeMap<String, String> =
+        serde_json::from_value(term["podAffinityTerm"]["labelSelector"]["matchLabels"].clone())
+            .unwrap();
+    assert_eq!(wanted["app.kubernetes.io/name"], "gate");
+    assert!(wanted.iter().all(|(k, v)| labels.get(k) == Some(v)));
+}
+
+#[test]
+fn a_budget_guards_the_controller_only_with_more_than_one_replica() {
+    let kinds = |overrides: Value| -> usize {
+        render_chart(NAMESPACE, overrides)
+            .iter()
+            .filter(|d| d.kind == "PodDisruptionBudget")
+            .count()
+    };
+    assert_eq!(
+        kinds(json!({})),
+        0,
+        "one replica: a budget would block every drain of its node"
+    );
+    assert_eq!(kinds(json!({"replicas": 2})), 1);
+    assert_eq!(
+        kinds(json!({"replicas": 2, "podDisruptionBudget": {"enabled": false}})),
+        0
+    );
+    let pdb: PodDisruptionBudget = typed(one(
+        &render_chart(NAMESPACE, json!({"replicas": 3})),
+        "PodDisruptionBudget",
+    ));
+    assert_eq!(
+        serde_json::to_value(pdb.spec.unwrap().max_unavailable).unwrap(),
+        1
+    );
+}
+
+#[test]
+fn the_network_policy_lets_in_scrapes_and_probes_and_out_the_api_server() {
+    assert!(
+        !render_chart(NAMESPACE, json!({}))
+            .iter()
+            .any(|d| d.kind == "NetworkPolicy")
+    );
+    let rendered = render_chart(NAMESPACE, json!({"networkPolicy": {"enabled": true}}));
+    let policy: NetworkPolicy = typed(one(&rendered, "NetworkPolicy"));
+    let spec = serde_json::to_value(policy.spec.unwrap()).unwrap();
+    assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+    // The probes use the metrics port by name (/healthz, /readyz): the one port let in.
+    let deployment = chart_deployment(&rendered);
+    let c = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(
+        c.ports.as_ref().unwrap()[0].name.as_deref(),
+        Some("metrics")
+    );
+    let probe_port = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        serde_json::to_value(&p.as_ref().unwrap().http_get.as_ref().unwrap().port).unwrap()
+    };
+    assert_eq!(probe_port(&c.liveness_probe), "metrics");
+    assert_eq!(probe_port(&c.readiness_probe), "metrics");
+    assert_eq!(
+        spec["ingress"],
+        json!([{"ports": [{"port": "metrics", "protocol": "TCP"}]}])
+    );
+    assert_eq!(
+        spec["egress"],
+        json!([{"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}]),
+        "the API server's ports, any address unless apiServerCIDRs says"
+    );
+}
+
+/// The rules only NodeRollouts need.
+const NODE_ROLLOUT_PERMISSIONS: &[(&str, &str, &[&str])] = &[
+    ("", "nodes", &["get", "list", "watch", "patch"]),
+    ("", "pods", &["get", "list", "watch"]),
+    ("", "pods/eviction", &["create"]),
+    ("policy", "poddisruptionbudgets", &["get", "list", "watch"]),
+    ("apps", "daemonsets", &["get", "list", "watch"]),
+    (
+        "raygate.io",
+        "noderollouts",
+        &["get", "list", "watch", "patch"],
+    ),
+    (
+        "raygate.io",
+        "noderollouts/status",
+        &["get", "patch", "update"],
+    ),
+];
+
+#[test]
+fn node_rollouts_off_drops_the_flag_and_the_drain_rights() {
+    let role_grants = |objects: &[Doc]| {
+        let role: ClusterRole = typed(named(objects, "ClusterRole", "raygate"));
+        grants(role.rules.as_deref().unwrap_or_default())
+    };
+    let on = render_chart(NAMESPACE, json!({}));
+    assert_eq!(role_grants(&on), table(CLUSTER_PERMISSIONS));
+    assert!(
+        !args(&chart_deployment(&on))
+            .iter()
+            .any(|a| a.starts_with("--node-rollouts"))
+    );
+
+    let off = render_chart(NAMESPACE, json!({"nodeRollouts": {"enabled": false}}));
+    let want: BTreeSet<_> = table(CLUSTER_PERMISSIONS)
+        .difference(&table(NODE_ROLLOUT_PERMISSIONS))
+        .cloned()
+        .collect();
+    assert_eq!(role_grants(&off), want);
+    assert!(args(&chart_deployment(&off)).contains(&"--node-rollouts=false".to_string()));
+    // The pod gate's own role still grants what it needs.
+    let gated = render_chart(
+        NAMESPACE,
+        json!({"nodeRollouts": {"enabled": false}, "podGate": {"enabled": true}}),
+    );
+    let gate: ClusterRole = typed(named(&gated, "ClusterRole", "raygate-pod-gate"));
+    assert_eq!(
+        grants(gate.rules.as_deref().unwrap_or_default()),
+        table(&[("", "pods", &["get", "list", "watch", "patch"])])
+    );
+}
+
+/// What people get through view, edit and admin.
+const VIEWER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
+    ("raygate.io", "noderollouts", &["get", "list", "watch"]),
+    (
+        "raygate.io",
+        "noderollouts/status",
+        &["get", "list", "watch"],
+    ),
+    ("kueue.x-k8s.io", "workloads", &["get", "list", "watch"]),
+    (
+        "kueue.x-k8s.io",
+        "workloads/status",
+        &["get", "list", "watch"],
+    ),
+    ("kueue.x-k8s.io", "localqueues", &["get", "list", "watch"]),
+    (
+        "kueue.x-k8s.io",
+        "localqueues/status",
+        &["get", "list", "watch"],
+    ),
+];
+const EDITOR_PERMISSIONS: &[(&str, &str, &[&str])] = &[(
+    "raygate.io",
+    "noderollouts",
+    &["create", "update", "patch", "delete"],
+)];
+
+#[test]
+fn viewer_and_editor_roles_aggregate_to_view_edit_and_admin() {
+    let objects = default_build().objects;
+    for (name, permissions, aggregated) in [
+        (
+            "raygate-viewer",
+            VIEWER_PERMISSIONS,
+            &["view", "edit", "admin"][..],
+        ),
+        ("raygate-editor", EDITOR_PERMISSIONS, &["edit", "admin"][..]),
+    ] {
+        let role: ClusterRole = typed(named(&objects, "ClusterRole", name));
+        assert_eq!(
+            grants(role.rules.as_deref().unwrap_or_default()),
+            table(permissions),
+            "{name}"
+        );
+        let labels = role.metadata.labels.unwrap_or_default();
+        let to: Vec<&str> = ["view", "edit", "admin"]
+            .into_iter()
+            .filter(|r| {
+                labels
+                    .get(&format!("rbac.authorization.k8s.io/aggregate-to-{r}"))
+                    .map(String::as_str)
+                    == Some("true")
+            })
+            .collect();
+        assert_eq!(to, aggregated, "{name}");
+        assert!(
+            !objects
+                .iter()
+                .any(|d| d.kind.ends_with("Binding") && d.value["roleRef"]["name"] == name),
+            "{name} is bound only through the default roles"
+        );
+    }
+    // The chart's defaults are config/'s (the_chart_renders_config_default_by_default); off:
+    let off = render_chart(
+        NAMESPACE,
+        json!({"rbac": {"aggregateToDefaultRoles": false}}),
+    );
+    assert_eq!(off.iter().filter(|d| d.kind == "ClusterRole").count(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Alerts and the dashboard: every query names a metric the controller exports
+// ---------------------------------------------------------------------------------------------
+
+/// The sample names `/metrics` can show, read from the controller's own registry.
+fn exported_metric_names() -> BTreeSet<String> {
+    raygate::controller::Metrics::default()
+        .sample_names()
+        .into_iter()
+        .collect()
+}
+
+/// The metric names a PromQL expression reads: its identifiers outside strings, label matchers,
+/// ranges and grouping clauses that are neither functions, aggregations nor keywords.
+fn promql_metrics(expr: &str) -> BTreeSet<String> {
+    const KEYWORDS: [&str; 7] = [
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "group_left",
+        "group_right",
+    ];
+    const GROUPING: [&str; 4] = ["by", "without", "on", "ignoring"];
+    let chars: Vec<char> = expr.chars().collect();
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    // past the `close` that ends what opens at `from`, strings inside included
+    fn skip_to(chars: &[char], from: usize, close: char) -> usize {
+        let mut j = from + 1;
+        while j < chars.len() && chars[j] != close {
+            j = match chars[j] {
+                '\\' => j + 2,
+                q @ ('"' | '\'') if close != q => skip_to(chars, j, q),
+                _ => j + 1,
+            };
+        }
+        j + 1
+    }
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '"' || c == '\'' {
+            i = skip_to(&chars, i, c);
+        } else if c == '{' {
+            i = skip_to(&chars, i, '}');
+        } else if c == '[' {
+            i = skip_to(&chars, i, ']');
+        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+            {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let mut next = i;
+            while next < chars.len() && chars[next] == ' ' {
+                next += 1;
+            }
+            let rest: String = chars[next..].iter().collect();
+            // `sum by (le) (x)`: an aggregation before its grouping clause
+            let called = rest.starts_with('(')
+                || GROUPING[..2]
+                    .iter()
+                    .any(|g| rest.starts_with(&format!("{g} (")));
+            if GROUPING.contains(&word.as_str()) && called {
+                i = skip_to(&chars, next, ')');
+            // an exponent (`1e3`) is part of its number
+            } else if !(called
+                || KEYWORDS.contains(&word.as_str())
+                || (start > 0 && chars[start - 1].is_ascii_digit()))
+            {
+                out.insert(word);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn the_promql_reader_finds_metric_names_only() {
+    assert_eq!(
+        promql_metrics(
+            r#"histogram_quantile(0.99, sum by (le) (rate(a_bucket{x="y}"}[5m]))) / on (job) b_total > bool 1e3 or vector(0)"#
+        ),
+        ["a_bucket", "b_total"].map(String::from).into()
+    );
+}
+
+/// Every query of `exprs` names at least one metric, and only metrics raygate exports.
+fn assert_names_exported<'a>(exprs: impl IntoIterator<Item = (String, &'a str)>) {
+    let exported = exported_metric_names();
+    assert!(
+        exported.contains("raygate_noderollout_blocked"),
+        "{exported:?}"
+    );
+    for (what, expr) in exprs {
+        let names = promql_metrics(expr);
+        assert!(!names.is_empty(), "{what}: {expr} names no metric");
+        let unknown: Vec<&String> = names.difference(&exported).collect();
+        assert!(
+            unknown.is_empty(),
+            "{what}: {expr} names {unknown:?}, which raygate does not export"
+        );
+    }
+}
+
+/// A PrometheusRule's shape (prometheus-operator's CRD is not vendored here): named groups of
+/// alerts, each with an expression, a duration and a severity.
+fn check_prometheus_rule(doc: &Doc) -> Result<(), String> {
+    let v = &doc.value;
+    let rules: Vec<&Value> = v["spec"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .collect();
+    let well_formed = |r: &&Value| {
+        r["alert"].is_string()
+            && r["expr"].is_string()
+            && r["for"].is_string()
+            && r["labels"]["severity"].is_string()
+    };
+    if v["apiVersion"] != "monitoring.coreos.com/v1" {
+        Err(format!("{}: apiVersion", doc.object()))
+    } else if rules.is_empty() || !rules.iter().all(well_formed) {
+        Err(format!(
+            "{}: alert, expr, for and severity on every rule",
+            doc.object()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_alerts_name_metrics_the_controller_exports() {
+    assert!(
+        !render_chart(NAMESPACE, json!({}))
+            .iter()
+            .any(|d| d.kind == "PrometheusRule"),
+        "off by default"
+    );
+    let rendered = render_chart(
+        NAMESPACE,
+        json!({"metrics": {"prometheusRule": {"enabled": true, "rolloutBlockedFor": "45m"}}}),
+    );
+    let rule = one(&rendered, "PrometheusRule");
+    check_prometheus_rule(rule).unwrap();
+    let rules: Vec<&Value> = rule.value["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    let alerts: BTreeMap<&str, &Value> = rules
+        .iter()
+        .map(|r| (r["alert"].as_str().unwrap(), *r))
+        .collect();
+    assert_eq!(
+        alerts.keys().copied().collect::<Vec<_>>(),
+        [
+            "RaygateNoLeader",
+            "RaygateNodeRolloutBlocked",
+            "RaygateUpgradeHeld"
+        ]
+    );
+    assert_eq!(alerts["RaygateNodeRolloutBlocked"]["for"], "45m");
+    assert_eq!(alerts["RaygateUpgradeHeld"]["for"], "1h");
+    assert!(
+        alerts["RaygateNoLeader"]["expr"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("namespace=\"{NAMESPACE}\""))
+    );
+    assert_names_exported(
+        alerts
+            .iter()
+            .map(|(name, r)| (name.to_string(), r["expr"].as_str().unwrap())),
+    );
+    promtool_check_rules("alerts", &rule.value["spec"]);
+}
+
+/// `promtool check rules` on a rule file's `groups`: Prometheus's own parser and checks.
+/// Debian's prometheus package ships promtool (hack/install-promtool.sh; hack/test.sh runs it).
+fn promtool_check_rules(name: &str, spec: &Value) {
+    let promtool = on_path("promtool").unwrap_or_else(|| {
+        panic!("promtool is missing: run hack/install-promtool.sh (hack/test.sh does)")
+    });
+    // JSON is YAML: promtool reads it as a rule file
+    let file = scratch_dir(name).join("rules.yaml");
+    std::fs::write(&file, serde_json::to_string(spec).unwrap()).unwrap();
+    let out = Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("running promtool");
+    assert!(
+        out.status.success(),
+        "promtool check rules ({name}): {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_dashboard_queries_name_metrics_the_controller_exports() {
+    assert!(
+        !render_chart(NAMESPACE, json!({}))
+            .iter()
+            .any(|d| d.kind == "ConfigMap"),
+        "off by default"
+    );
+    let rendered = render_chart(
+        NAMESPACE,
+        json!({"metrics": {"grafanaDashboard": {"enabled": true}}}),
+    );
+    let map: ConfigMap = typed(one(&rendered, "ConfigMap"));
+    assert_eq!(map.metadata.namespace.as_deref(), Some(NAMESPACE));
+    assert_eq!(map.metadata.labels.unwrap()["grafana_dashboard"], "1");
+    let text = &map.data.unwrap()["raygate.json"];
+    let shipped: Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart().join("dashboards/raygate.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        shipped, file,
+        "the ConfigMap carries dashboards/raygate.json as it is"
+    );
+    let panels: Vec<&Value> = file["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] != "row")
+        .collect();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let mut exprs = Vec::new();
+    for p in &panels {
+        let targets = p["targets"].as_array().filter(|t| !t.is_empty());
+        let targets = targets.unwrap_or_else(|| panic!("panel {} queries nothing", p["title"]));
+        for t in targets {
+            exprs.push((
+                format!("panel {}", p["title"]),
+                t["expr"].as_str().expect("a PromQL expr"),
+            ));
+        }
+    }
+    // Prometheus parses every query: each one as a recording rule's expression.
+    let records: Vec<Value> = exprs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, expr))| json!({"record": format!("raygate:dashboard_query_{i}"), "expr": expr}))
+        .collect();
+    promtool_check_rules(
+        "dashboard",
+        &json!({"groups": [{"name": "dashboard", "rules": records}]}),
+    );
+    assert_names_exported(exprs);
+    // The rollout gauges an operator watches are on it.
+    let all: String = panels.iter().map(|p| p["targets"].to_string()).collect();
+    for metric in [
+        "raygate_noderollout_blocked",
+        "raygate_hold_duration_seconds",
+        "raygate_is_leader",
+    ] {
+        assert!(all.contains(metric), "{metric} on the dashboard");
+    }
 }

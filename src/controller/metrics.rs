@@ -1,11 +1,12 @@
 //! Prometheus metrics (`/metrics`).
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -29,6 +30,28 @@ pub struct UsageLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub phase: String,
+}
+
+/// One NodeRollout.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    pub noderollout: String,
+}
+
+/// One NodeRollout in its phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutPhaseLabels {
+    pub noderollout: String,
+    pub phase: String,
+}
+
+/// A NodeRollout as the per-rollout gauges show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutState {
+    pub name: String,
+    pub phase: String,
+    /// Its Blocked condition is True.
+    pub blocked: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -68,9 +91,16 @@ pub struct QueueResourceLabels {
 /// The content type of `/metrics`: prometheus-client writes OpenMetrics text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// Every metric name carries it.
+const PREFIX: &str = "raygate";
+
 /// Every metric raygate exports.
 pub struct Metrics {
     pub registry: Registry,
+    /// What was registered (prefixed name, type), in order: `/metrics` lists a family only once
+    /// it has a series, so this is the one complete list (alerts and dashboards are checked
+    /// against it).
+    families: Vec<(String, MetricType)>,
     pub reconciles: Family<ResultLabels, Counter>,
     pub errors: Family<StepLabels, Counter>,
     pub reconcile_duration: Histogram,
@@ -98,6 +128,11 @@ pub struct Metrics {
     pub rollout_evictions: Family<ResultLabels, Counter>,
     pub rollout_blocked_seconds: Counter<f64, AtomicU64>,
     pub rollouts: Family<PhaseLabels, Gauge>,
+    /// Per NodeRollout: 1 on its phase, and 1 while Blocked=True (0 otherwise), so a stuck
+    /// rollout can be alerted on while it is stuck (the blocked-seconds counter grows only
+    /// once a refusal ends).
+    pub rollout_phase: Family<RolloutPhaseLabels, Gauge>,
+    pub rollout_blocked: Family<RolloutLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -109,7 +144,8 @@ impl Default for Metrics {
             })
             .set(1);
         let mut m = Metrics {
-            registry: Registry::with_prefix("raygate"),
+            registry: Registry::with_prefix(PREFIX),
+            families: Vec::new(),
             reconciles: Family::default(),
             errors: Family::default(),
             reconcile_duration: Histogram::new([
@@ -132,6 +168,8 @@ impl Default for Metrics {
             rollout_evictions: Family::default(),
             rollout_blocked_seconds: Counter::default(),
             rollouts: Family::default(),
+            rollout_phase: Family::default(),
+            rollout_blocked: Family::default(),
         };
         // registered in this order, which is the order `/metrics` lists them in
         m.register_reconciles();
@@ -142,46 +180,68 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        self.families
+            .push((format!("{PREFIX}_{name}"), metric.metric_type()));
+        self.registry.register(name, help, metric);
+    }
+
+    /// Every sample name `/metrics` can show: a counter's `_total`, a histogram's `_bucket`,
+    /// `_sum` and `_count`, a gauge's own name.
+    pub fn sample_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, kind) in &self.families {
+            match kind {
+                MetricType::Counter => out.push(format!("{name}_total")),
+                MetricType::Histogram => {
+                    out.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")))
+                }
+                MetricType::Info => out.push(format!("{name}_info")),
+                MetricType::Gauge | MetricType::Unknown => out.push(name.clone()),
+            }
+        }
+        out
+    }
+
     /// The reconcile, admission and process metrics.
     fn register_reconciles(&mut self) {
-        let r = &mut self.registry;
-        r.register(
+        self.register(
             "reconciles",
             "RayService reconciles by result",
             self.reconciles.clone(),
         );
-        r.register(
+        self.register(
             "reconcile_errors",
             "Failed reconcile steps by step",
             self.errors.clone(),
         );
-        r.register(
+        self.register(
             "reconcile_duration_seconds",
             "Duration of one RayService reconcile",
             self.reconcile_duration.clone(),
         );
-        r.register(
+        self.register(
             "gate_latency_seconds",
             "From a slice admitted to the unsuspend patch of the child it covers",
             self.gate_latency.clone(),
         );
-        r.register(
+        self.register(
             "pending_slices",
             "Workload slices waiting for quota",
             self.pending_slices.clone(),
         );
-        r.register(
+        self.register(
             "admission_cycles",
             "Admission cycles run",
             self.admission_cycles.clone(),
         );
-        r.register(
+        self.register(
             "cluster_queue_usage",
             "Reserved quota per ClusterQueue, flavor and resource",
             self.cluster_queue_usage.clone(),
         );
-        r.register("build_info", "raygate's version", self.build_info.clone());
-        r.register(
+        self.register("build_info", "raygate's version", self.build_info.clone());
+        self.register(
             "is_leader",
             "1 while this replica holds the leader Lease (always 1 without leader election)",
             self.is_leader.clone(),
@@ -190,28 +250,27 @@ impl Metrics {
 
     /// The held children, per RayService and per ClusterQueue.
     fn register_holds(&mut self) {
-        let r = &mut self.registry;
-        r.register(
+        self.register(
             "held_children",
             "Children of a RayService that raygate holds suspended until quota covers them",
             self.held_children.clone(),
         );
-        r.register(
+        self.register(
             "hold_duration_seconds",
             "Seconds since the oldest child raygate holds of a RayService was created",
             self.hold_duration.clone(),
         );
-        r.register(
+        self.register(
             "held_resources",
             "Requests of the held children's pods by resource (cpu in cores, memory in bytes, GPUs)",
             self.held_resources.clone(),
         );
-        r.register(
+        self.register(
             "cluster_queue_held_rayservices",
             "RayServices with a held child, per ClusterQueue",
             self.cluster_queue_held.clone(),
         );
-        r.register(
+        self.register(
             "cluster_queue_held_resources",
             "Requests of held children per ClusterQueue and resource",
             self.cluster_queue_held_resources.clone(),
@@ -220,26 +279,35 @@ impl Metrics {
 
     /// The NodeRollout controller's.
     fn register_rollouts(&mut self) {
-        let r = &mut self.registry;
-        r.register(
+        self.register(
             "noderollout_domains_completed",
             "Upgrade domains NodeRollouts completed",
             self.rollout_domains_completed.clone(),
         );
-        r.register(
+        self.register(
             "noderollout_evictions",
             "Evictions NodeRollouts sent, by result (evicted, 429, error)",
             self.rollout_evictions.clone(),
         );
-        r.register(
+        self.register(
             "noderollout_pdb_blocked_seconds",
             "Seconds NodeRollout domains waited on a PodDisruptionBudget's refusal (counted when the refusal ends)",
             self.rollout_blocked_seconds.clone(),
         );
-        r.register(
+        self.register(
             "noderollouts",
             "NodeRollouts by phase (Pending, Running, Paused, Completed, Failed)",
             self.rollouts.clone(),
+        );
+        self.register(
+            "noderollout_phase",
+            "1 for each NodeRollout on its phase",
+            self.rollout_phase.clone(),
+        );
+        self.register(
+            "noderollout_blocked",
+            "1 while a NodeRollout's Blocked condition is True, else 0",
+            self.rollout_blocked.clone(),
         );
     }
 }
@@ -317,15 +385,33 @@ impl Metrics {
         }
     }
 
-    /// Replaces the rollouts-by-phase gauge.
-    pub fn refresh_rollouts(&self, phases: &std::collections::BTreeMap<String, i64>) {
+    /// Replaces the NodeRollout gauges: by phase, and per rollout (series of deleted rollouts
+    /// disappear).
+    pub fn refresh_rollouts(&self, rollouts: &[RolloutState]) {
+        let mut phases: std::collections::BTreeMap<&str, i64> = Default::default();
         self.rollouts.clear();
+        self.rollout_phase.clear();
+        self.rollout_blocked.clear();
+        for r in rollouts {
+            *phases.entry(&r.phase).or_default() += 1;
+            self.rollout_phase
+                .get_or_create(&RolloutPhaseLabels {
+                    noderollout: r.name.clone(),
+                    phase: r.phase.clone(),
+                })
+                .set(1);
+            self.rollout_blocked
+                .get_or_create(&RolloutLabels {
+                    noderollout: r.name.clone(),
+                })
+                .set(i64::from(r.blocked));
+        }
         for (phase, n) in phases {
             self.rollouts
                 .get_or_create(&PhaseLabels {
-                    phase: phase.clone(),
+                    phase: phase.to_string(),
                 })
-                .set(*n);
+                .set(n);
         }
     }
 
@@ -335,5 +421,47 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(name: &str, phase: &str, blocked: bool) -> RolloutState {
+        RolloutState {
+            name: name.into(),
+            phase: phase.into(),
+            blocked,
+        }
+    }
+
+    #[test]
+    fn rollout_gauges_show_each_rollout_and_forget_deleted_ones() {
+        let m = Metrics::default();
+        m.refresh_rollouts(&[
+            state("gpu-a", "Running", true),
+            state("gpu-b", "Running", false),
+            state("cpu", "Completed", false),
+        ]);
+        let text = m.encode();
+        for line in [
+            "raygate_noderollouts{phase=\"Running\"} 2",
+            "raygate_noderollouts{phase=\"Completed\"} 1",
+            "raygate_noderollout_phase{noderollout=\"gpu-a\",phase=\"Running\"} 1",
+            "raygate_noderollout_blocked{noderollout=\"gpu-a\"} 1",
+            "raygate_noderollout_blocked{noderollout=\"gpu-b\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let names = m.sample_names();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            assert!(names.iter().any(|n| n == name), "{name} in sample_names()");
+        }
+        m.refresh_rollouts(&[state("gpu-b", "Completed", false)]);
+        let text = m.encode();
+        assert!(!text.contains("gpu-a"), "{text}");
+        assert!(!text.contains("phase=\"Running\""), "{text}");
     }
 }

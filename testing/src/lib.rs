@@ -26,8 +26,6 @@ pub mod apiserver;
 /// Where an integration scenario runs: the real test API server or the simulated cluster.
 #[cfg(feature = "integration")]
 pub mod backend;
-/// A renderer for the Go-template subset the Helm chart uses (Helm is not installable here).
-pub mod gotmpl;
 /// The upstream CRDs and samples in `../shared` (KubeRay v1.7.0, Kueue v0.19.2).
 #[cfg(feature = "integration")]
 pub mod upstream;

@@ -42,6 +42,7 @@ use super::DrainRunError;
 use super::read::{ReadError, Watches};
 use crate::controller::SortedState;
 use crate::controller::events::EventSink;
+use crate::controller::metrics::RolloutState;
 use crate::controller::peers::Board;
 use crate::controller::stores::{Readiness, watch_store};
 use crate::controller::{Clock, Metrics};
@@ -247,16 +248,24 @@ fn watch_rollouts(client: &Client, changed: Arc<Notify>) -> (Store<NodeRollout>,
     (store, AbortOnDrop(tokio::spawn(driver)))
 }
 
-/// The rollouts by phase, for the metrics.
+/// Each rollout's phase and whether it is blocked, for the metrics.
 fn count_phases(metrics: &Metrics, rollouts: &[Arc<NodeRollout>]) {
-    let mut phases: BTreeMap<String, i64> = BTreeMap::new();
-    for o in rollouts {
-        let phase = o.status.as_ref().and_then(|s| s.phase.clone());
-        *phases
-            .entry(phase.unwrap_or_else(|| pure::PENDING.into()))
-            .or_default() += 1;
-    }
-    metrics.refresh_rollouts(&phases);
+    let states: Vec<RolloutState> = rollouts
+        .iter()
+        .map(|o| {
+            let status = o.status.as_ref();
+            RolloutState {
+                name: o.name_any(),
+                phase: status
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_else(|| pure::PENDING.into()),
+                blocked: status.is_some_and(|s| {
+                    crate::conditions::find_true(&s.conditions, pure::BLOCKED).is_some()
+                }),
+            }
+        })
+        .collect();
+    metrics.refresh_rollouts(&states);
 }
 
 /// The running workers, one per rollout, each fed its object through a channel.
