@@ -187,7 +187,16 @@ async fn the_gate_runs_on_raygates_own_crds() {
         "raygate_reconciles_total",
         "raygate_gate_latency_seconds_count",
         "raygate_admission_cycles_total",
-        "raygate_cluster_queue_usage",
+        // Kueue's per-ClusterQueue series, under raygate's prefix
+        r#"raygate_cluster_queue_resource_reservation{cohort="",cluster_queue="team",flavor="default",resource="cpu"} 2.0"#,
+        r#"raygate_cluster_queue_resource_usage{cohort="",cluster_queue="team",flavor="default",resource="cpu"} 2.0"#,
+        r#"raygate_cluster_queue_nominal_quota{cohort="",cluster_queue="team",flavor="default",resource="cpu"} 4.0"#,
+        r#"raygate_admitted_active_workloads{cluster_queue="team"} 1"#,
+        r#"raygate_reserving_active_workloads{cluster_queue="team"} 1"#,
+        r#"raygate_pending_workloads{cluster_queue="team",status="active"} 0"#,
+        r#"raygate_cluster_queue_status{cluster_queue="team",status="active"} 1"#,
+        r#"raygate_admitted_workloads_total{cluster_queue="team"} 1"#,
+        r#"raygate_admission_wait_time_seconds_count{cluster_queue="team"} 1"#,
     ] {
         assert!(
             metrics.contains(name),

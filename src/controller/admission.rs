@@ -23,7 +23,7 @@ mod observe;
 
 use observe::{Assumed, Observer, UNCONFIRMED_FOR, key, rv};
 
-use super::metrics::{StepLabels, UsageLabels};
+use super::metrics::{CqLabels, CqReasonLabels, StepLabels};
 use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{
     self, ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, Snapshot,
@@ -310,27 +310,9 @@ fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Fa
         "admission cycle"
     );
     // raygate_pending_slices is computed at scrape time from the Workload cache (both modes)
-    for usage in &result.cluster_queues {
-        for f in &usage.reservation {
-            for r in &f.resources {
-                let total = r
-                    .total
-                    .as_ref()
-                    .and_then(|q| crate::quantity::Quantity::try_from(q).ok())
-                    .unwrap_or_default();
-                let labels = UsageLabels {
-                    cluster_queue: usage.name.clone(),
-                    flavor: f.name.clone(),
-                    resource: r.name.clone(),
-                };
-                // display only: decisions never read this back
-                ctx.metrics
-                    .cluster_queue_usage
-                    .get_or_create(&labels)
-                    .set(total.nanos() as f64 / 1e9);
-            }
-        }
-    }
+    ctx.metrics
+        .queues
+        .set_queues(snapshot, &result.cluster_queues);
     for f in failed {
         let e = &f.error;
         match f.backoff {
@@ -436,6 +418,7 @@ async fn write_decision(
     for ev in crate::visibility::admission_events(d) {
         ctx.events.publish(&reference, &ev).await;
     }
+    count_decision(ctx, w, d, now);
     if let Decision::Admit { .. } = d {
         tracing::info!(workload = k, "admitted");
         if let Ok(mut m) = ctx.admitted_at.lock() {
@@ -456,6 +439,45 @@ async fn write_decision(
         ),
     );
     Ok(())
+}
+
+/// Kueue's counters of a written admission or eviction, per ClusterQueue: the wait is from the
+/// Workload's creation, or its last requeue (Kueue's `QueuedWaitTime`).
+fn count_decision(ctx: &Context, w: &Workload, d: &Decision, now: Timestamp) {
+    let q = &ctx.metrics.queues;
+    match d {
+        Decision::Admit { admission, .. } => {
+            let labels = CqLabels {
+                cluster_queue: admission.cluster_queue.clone(),
+            };
+            q.admitted_total.get_or_create(&labels).inc();
+            let requeued = w.status.as_ref().and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == condition::REQUEUED && c.status == "True")
+            });
+            let queued = requeued.map(|c| c.last_transition_time.0).or(w
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0));
+            if let Some(since) = queued {
+                let waited = now.duration_since(since).as_secs_f64().max(0.0);
+                q.admission_wait.get_or_create(&labels).observe(waited);
+            }
+        }
+        Decision::Evict { reason, .. } => {
+            let cq = w.status.as_ref().and_then(|s| s.admission.as_ref());
+            if let Some(a) = cq {
+                let labels = CqReasonLabels {
+                    cluster_queue: a.cluster_queue.clone(),
+                    reason: reason.clone(),
+                };
+                q.evicted_total.get_or_create(&labels).inc();
+            }
+        }
+        Decision::Pending { .. } | Decision::FinishReplaced { .. } => {}
+    }
 }
 
 async fn write_cluster_queue(

@@ -9,6 +9,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
 
+mod queues;
+pub use queues::{CqLabels, CqReasonLabels, QueueMetrics};
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
@@ -17,13 +20,6 @@ pub struct ResultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabels {
     pub step: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UsageLabels {
-    pub cluster_queue: String,
-    pub flavor: String,
-    pub resource: String,
 }
 
 /// A NodeRollout phase.
@@ -108,8 +104,9 @@ pub struct Metrics {
     pub gate_latency: Histogram,
     pub pending_slices: Gauge,
     pub admission_cycles: Counter,
-    /// Reserved quota per ClusterQueue, flavor and resource (display only: decisions use exact quantities).
-    pub cluster_queue_usage: Family<UsageLabels, Gauge<f64, AtomicU64>>,
+    /// Kueue's per-ClusterQueue series, built-in admission only (display only: decisions use
+    /// exact quantities).
+    pub queues: QueueMetrics,
     /// 1, labelled with the version.
     pub build_info: Family<BuildLabels, Gauge>,
     /// 1 while this replica holds the Lease (always without leader election).
@@ -156,7 +153,7 @@ impl Default for Metrics {
             ]),
             pending_slices: Gauge::default(),
             admission_cycles: Counter::default(),
-            cluster_queue_usage: Family::default(),
+            queues: QueueMetrics::default(),
             build_info,
             is_leader: Gauge::default(),
             held_children: Family::default(),
@@ -174,6 +171,7 @@ impl Default for Metrics {
         // registered in this order, which is the order `/metrics` lists them in
         m.register_reconciles();
         m.register_holds();
+        m.register_queues();
         m.register_rollouts();
         m
     }
@@ -235,11 +233,6 @@ impl Metrics {
             "Admission cycles run",
             self.admission_cycles.clone(),
         );
-        self.register(
-            "cluster_queue_usage",
-            "Reserved quota per ClusterQueue, flavor and resource",
-            self.cluster_queue_usage.clone(),
-        );
         self.register("build_info", "raygate's version", self.build_info.clone());
         self.register(
             "is_leader",
@@ -275,6 +268,36 @@ impl Metrics {
             "Requests of held children per ClusterQueue and resource",
             self.cluster_queue_held_resources.clone(),
         );
+    }
+
+    /// Kueue's per-ClusterQueue series ([`QueueMetrics`]), under Kueue's names.
+    fn register_queues(&mut self) {
+        // families share their series with their clones
+        let q = self.queues.clone();
+        let pending = "Pending Workloads per ClusterQueue and status (active, inadmissible)";
+        self.register("pending_workloads", pending, q.pending);
+        let reserving = "Workloads holding quota per ClusterQueue";
+        self.register("reserving_active_workloads", reserving, q.reserving);
+        let admitted = "Admitted Workloads per ClusterQueue";
+        self.register("admitted_active_workloads", admitted, q.admitted_active);
+        let reserved = "Quota reserved per ClusterQueue, flavor and resource";
+        self.register(
+            "cluster_queue_resource_reservation",
+            reserved,
+            q.reservation,
+        );
+        let used = "Quota used by admitted Workloads per ClusterQueue, flavor and resource";
+        self.register("cluster_queue_resource_usage", used, q.usage);
+        let nominal = "Nominal quota per ClusterQueue, flavor and resource";
+        self.register("cluster_queue_nominal_quota", nominal, q.nominal);
+        let status = "1 for each ClusterQueue on its status (pending, active)";
+        self.register("cluster_queue_status", status, q.status);
+        let admissions = "Workloads admitted per ClusterQueue";
+        self.register("admitted_workloads", admissions, q.admitted_total);
+        let evictions = "Workloads evicted per ClusterQueue and reason";
+        self.register("evicted_workloads", evictions, q.evicted_total);
+        let wait = "From a Workload's creation to its admission, per ClusterQueue";
+        self.register("admission_wait_time_seconds", wait, q.admission_wait);
     }
 
     /// The NodeRollout controller's.
