@@ -60,6 +60,10 @@ use crate::types::ray::RayCluster;
 // | `raygate-leader`     | the leader-election Lease (`leader.rs`)                             |
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
+/// Every field manager of raygate's starts with it (the caches keep only these managers'
+/// `managedFields` entries).
+pub const FIELD_MANAGER_PREFIX: &str = "raygate-";
+
 /// Field manager of the gate's RayService/RayCluster patches.
 pub const GATE_MANAGER: &str = "raygate-gate";
 /// Field manager of Workload slices (metadata and spec, and the `Finished` status write: the

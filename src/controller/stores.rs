@@ -323,12 +323,12 @@ fn watch<K: Watched>(
         std::borrow::Cow::Owned(kind) => Box::leak(kind.into_boxed_str()),
     };
     ready.expect(label);
-    // No reader needs field ownership (raygate writes by SSA and JSON patch, never reads who
-    // owns a field), and it is often the larger part of an object: dropped before the store, as
-    // controller-runtime's `cache.TransformStripManagedFields` does.
+    // Field ownership is often the larger part of an object, and raygate reads only its own
+    // (whether a field is one it wrote): every other manager's entries are dropped before the
+    // store, as controller-runtime's `cache.TransformStripManagedFields` drops them all.
     let events = watcher(api, config)
         .default_backoff()
-        .modify(|o| o.meta_mut().managed_fields = None);
+        .modify(|o| keep_own_managed_fields(o.meta_mut()));
     let (store, stream, events) = match feed {
         Feed::Controller => {
             let (reader, writer) = reflector::store_shared(BUFFER);
@@ -369,6 +369,20 @@ fn watch<K: Watched>(
         store,
         stream,
         driver: (format!("watch {label}"), driver),
+    }
+}
+
+/// Drops the `managedFields` entries of every field manager but raygate's own (`raygate-…`).
+fn keep_own_managed_fields(meta: &mut kube::api::ObjectMeta) {
+    if let Some(entries) = &mut meta.managed_fields {
+        entries.retain(|m| {
+            m.manager
+                .as_deref()
+                .is_some_and(|n| n.starts_with(super::FIELD_MANAGER_PREFIX))
+        });
+        if entries.is_empty() {
+            meta.managed_fields = None;
+        }
     }
 }
 
@@ -611,43 +625,52 @@ mod tests {
     }
 
     /// The server keeps field ownership on every object (the sim does, as the API server does);
-    /// the stores never do.
+    /// the stores keep raygate's own managers' entries only.
     #[tokio::test(start_paused = true)]
-    async fn the_stores_hold_objects_without_their_managed_fields() {
+    async fn the_stores_keep_only_raygate_s_own_managed_fields() {
         use super::{Api, Arc, Notify, ObjectRef, watch_config};
         use crate::types::kueue::ResourceFlavor;
         use kube::api::{Patch, PatchParams};
         let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
         let sim = raygate_sim::Sim::builder().crds_dir(crds).unwrap().build();
-        let client = sim.client();
-        let api = Api::<ResourceFlavor>::all(client.clone());
-        let flavor: ResourceFlavor = serde_json::from_value(serde_json::json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-            "metadata": {"name": "f"}, "spec": {}
-        }))
-        .unwrap();
-        let on_server = api
-            .patch(
-                "f",
-                &PatchParams::apply("t").force(),
-                &Patch::Apply(&flavor),
-            )
-            .await
-            .unwrap();
-        assert!(
-            on_server
-                .metadata
+        let api = Api::<ResourceFlavor>::all(sim.client());
+        let apply = |name: &str, manager: &str, labels: serde_json::Value| {
+            let api = api.clone();
+            let body = serde_json::json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                "metadata": {"name": name, "labels": labels}
+            });
+            let (name, manager) = (name.to_string(), manager.to_string());
+            async move {
+                api.patch(&name, &PatchParams::apply(&manager), &Patch::Apply(&body))
+                    .await
+                    .unwrap()
+            }
+        };
+        let managers = |f: &ResourceFlavor| -> Vec<String> {
+            f.metadata
                 .managed_fields
-                .is_some_and(|m| !m.is_empty())
-        );
+                .iter()
+                .flatten()
+                .filter_map(|m| m.manager.clone())
+                .collect()
+        };
+        apply("f", "t", serde_json::json!({"a": "1"})).await;
+        let on_server = apply("f", "raygate-x", serde_json::json!({"b": "2"})).await;
+        let mut both = managers(&on_server);
+        both.sort();
+        assert_eq!(both, ["raygate-x", "t"]);
+        apply("g", "t", serde_json::json!({"a": "1"})).await;
         let ready = Arc::new(Readiness::default());
         let (store, (_, driver)) =
             super::watch_store(api, watch_config(), ready.clone(), Arc::new(Notify::new()));
         tokio::spawn(driver);
         store.wait_until_ready().await.unwrap();
         let cached = store.get(&ObjectRef::new("f")).unwrap();
-        assert_eq!(cached.metadata.name.as_deref(), Some("f"));
-        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(managers(&cached), ["raygate-x"]);
+        // with no entry of raygate's, none at all
+        let g = store.get(&ObjectRef::new("g")).unwrap();
+        assert_eq!(g.metadata.managed_fields, None);
     }
 
     #[test]
