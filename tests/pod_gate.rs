@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use raygate::gate::pod_gate::POD_GATE;
+use raygate::gate::pod_gate::{POD_GATE, any_template_gated};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::actors::kubelet;
@@ -806,4 +806,118 @@ async fn an_autoscaling_head_is_charged_its_sidecar_and_ungated() {
         raygate::quantity::Quantity::parse("1500m").unwrap(),
         "1 CPU for ray, 500m for the sidecar"
     );
+}
+
+impl Env {
+    /// Whether the RayService's or any child's pod templates still carry the gate, and how many
+    /// Ray pods do.
+    async fn gates_left(&self) -> (bool, usize) {
+        let svc = Api::<RayService>::namespaced(self.client.clone(), NS)
+            .get("svc")
+            .await
+            .unwrap();
+        let children = Api::<RayCluster>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let templates = any_template_gated(&svc.spec.ray_cluster_config)
+            || children.iter().any(|c| any_template_gated(&c.spec));
+        let lp = ListParams::default().labels("ray.io/node-type in (head,worker)");
+        let pods = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items;
+        (templates, pods.iter().filter(|p| is_gated(p)).count())
+    }
+
+    /// Head + 2 workers running in 4 CPUs, then grown to 4 workers: 2 wait at the gate.
+    async fn grown_past_its_slice(&self) {
+        self.queues("4").await;
+        self.create_service(2).await;
+        self.until("2 workers running", 2, || async {
+            (self.worker_counts().await == (0, 2)).then_some(())
+        })
+        .await;
+        self.scale_child(4).await;
+        self.until("2 new workers gated", 2, || async {
+            (self.worker_counts().await == (2, 2)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Issue #31: removing the queue label hands the pods back too. The gate goes from
+/// `spec.rayClusterConfig`, from the child's templates and from the pods it holds (which only
+/// raygate may lift: the `raygate-pod-gate` policy), so they run, and so does a pod created
+/// afterwards.
+#[tokio::test(start_paused = true)]
+async fn opting_out_removes_the_pod_gate_from_the_templates_and_the_gated_pods() {
+    let env = Env::new().await;
+    env.grown_past_its_slice().await;
+    assert_eq!(env.gates_left().await, (true, 2));
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": null}}})),
+        )
+        .await
+        .unwrap();
+    env.until("no gate left, 4 workers running", 4, || async {
+        (env.gates_left().await == (false, 0) && env.worker_counts().await == (0, 4)).then_some(())
+    })
+    .await;
+    env.scale_child(5).await;
+    env.until("the new worker runs ungated", 5, || async {
+        (env.worker_counts().await == (0, 5)).then_some(())
+    })
+    .await;
+    assert_eq!(env.gates_left().await, (false, 0));
+}
+
+/// Issue #31: raygate restarted without `--pod-gate` removes every gate it left (templates
+/// first, then pods), since nothing would lift one any more; the service stays opted in, its
+/// growth charged as a pending replacement slice but not held.
+#[tokio::test(start_paused = true)]
+async fn with_the_pod_gate_turned_off_raygate_removes_the_gates_it_left() {
+    let mut env = Env::new().await;
+    env.grown_past_its_slice().await;
+    env.kill_controller().await;
+    env.start_controller_with(false);
+    env.until("no gate left, 4 workers running", 4, || async {
+        (env.gates_left().await == (false, 0) && env.worker_counts().await == (0, 4)).then_some(())
+    })
+    .await;
+    assert!(
+        pending_slice(&env.slices().await),
+        "the growth stays charged"
+    );
+    env.scale_child(5).await;
+    env.until("the new worker runs ungated", 5, || async {
+        (env.worker_counts().await == (0, 5)).then_some(())
+    })
+    .await;
+}
+
+/// Issue #31: `raygate remove-pod-gate`, for an uninstall with raygate already gone, removes
+/// every gate it left with the same passes (templates, then pods).
+#[tokio::test(start_paused = true)]
+async fn remove_pod_gate_clears_every_gate_with_raygate_gone() {
+    let mut env = Env::new().await;
+    env.grown_past_its_slice().await;
+    env.kill_controller().await;
+    let removed = raygate::controller::remove_pod_gates(&env.client)
+        .await
+        .unwrap();
+    assert_eq!(
+        (removed.services, removed.clusters, removed.pods),
+        (1, 1, 2)
+    );
+    assert!(!removed.pods_forbidden);
+    env.until("4 workers running", 4, || async {
+        (env.gates_left().await == (false, 0) && env.worker_counts().await == (0, 4)).then_some(())
+    })
+    .await;
 }

@@ -2,6 +2,7 @@
 //! ([`apply`]: one narrow write per action) → report (Events, metrics, one log line).
 
 mod apply;
+pub mod cleanup;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use events::EventSink;
+pub use gate::cleanup::{Removed as PodGateRemoved, remove_pod_gates};
 pub use leader::Fence;
 pub use metrics::Metrics;
 pub use stores::Stores;
@@ -192,6 +193,8 @@ pub enum Error {
     Lease { name: String, reason: String },
     #[error("opting out RayCluster {name} (queue label, spec.suspend): {source}")]
     OptOutChild { name: String, source: kube::Error },
+    #[error("removing the pod scheduling gate ({what}): {source}")]
+    RemovePodGate { what: String, source: kube::Error },
     #[error("deleting finished Workload {name}: {source}")]
     DeleteWorkload { name: String, source: kube::Error },
     #[error("task {task} ended unexpectedly ({how}): the controller stops")]
@@ -231,6 +234,7 @@ impl Error {
             Error::Lease { .. } => "lease",
             Error::OptOutChild { .. } => "opt_out_child",
             Error::DeleteWorkload { .. } => "delete_workload",
+            Error::RemovePodGate { .. } => "remove_pod_gate",
             Error::NotLeader { .. } => "not_leader",
             Error::TaskEnded { .. } => "task_ended",
         }
@@ -400,6 +404,12 @@ async fn spawn_loops(
         tasks.spawn(
             "pod ungater",
             ungater::run(ctx.clone(), pods_changed.clone(), shutdown.clone()),
+        );
+    } else {
+        // nothing lifts the gate without the flag: a pod born gated would wait forever
+        tasks.spawn(
+            "pod gate removal",
+            gate::cleanup::run(ctx.clone(), shutdown.clone()),
         );
     }
     if ctx.config.node_rollouts {

@@ -5,10 +5,16 @@
 //! label (so the admission policy stops applying to it), and the template gate, a suspend raygate
 //! set and raygate's annotations are removed, in that order: the annotations mark the service as
 //! raygate's until the very last step, so a failed step is retried on the next reconcile.
+//!
+//! The pod scheduling gate ([`pod_gate::POD_GATE`]) goes too, whether `--pod-gate` is on now or
+//! not: from each child's templates (before its queue label, while the child is still found as
+//! raygate's), then from `spec.rayClusterConfig` in the last step. Pods already gated are lifted
+//! by the ungater (`src/controller/ungater.rs`), which lifts the gate from every pod of a
+//! RayService without the queue label.
 
 use super::{
     ERROR_ANNOTATION, EventType, GateAction, GateDecision, RELEASED_ANNOTATION,
-    SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended,
+    SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended, pod_gate,
 };
 use crate::slices::SliceAction;
 use crate::types::kueue::{QUEUE_NAME_LABEL, Workload, reason};
@@ -50,8 +56,15 @@ pub(super) fn decide(
 
     let finished = release_quota(workloads, &mut d);
     let released = release_children(children, owner_suspended, &mut d);
+    let pod_templates = pod_gate::ungate_templates_patch(&service.spec.ray_cluster_config);
+    let ungated = if pod_templates.is_some() {
+        format!(", removed scheduling gate {}", pod_gate::POD_GATE)
+    } else {
+        String::new()
+    };
     let action = GateAction::OptOut {
         resume: raygate_suspended,
+        pod_templates,
     };
     let list = |v: &[String]| {
         if v.is_empty() {
@@ -65,7 +78,7 @@ pub(super) fn decide(
         EventType::Normal,
         "OptedOut",
         format!(
-            "label {QUEUE_NAME_LABEL} removed: finished slices {} (quota released), released held children {}, lifted spec.rayClusterConfig.suspend{} and removed raygate's annotations",
+            "label {QUEUE_NAME_LABEL} removed: finished slices {} (quota released), released held children {}, lifted spec.rayClusterConfig.suspend{}{ungated} and removed raygate's annotations",
             list(&finished),
             list(&released),
             if raygate_suspended {
@@ -99,8 +112,9 @@ fn release_quota(workloads: &[Workload], d: &mut GateDecision) -> Vec<String> {
     finished
 }
 
-/// Drops the queue label from the children and unsuspends the held ones (unless the owner
-/// suspended the RayService); returns the names of those unsuspended.
+/// Removes the pod scheduling gate from the children's templates, drops the queue label from
+/// the children and unsuspends the held ones (unless the owner suspended the RayService);
+/// returns the names of those unsuspended.
 fn release_children(
     children: &[&RayCluster],
     owner_suspended: bool,
@@ -108,6 +122,14 @@ fn release_children(
 ) -> Vec<String> {
     let mut released = Vec::new();
     for c in children {
+        if let Some(patch) = pod_gate::child_ungate_patch(c)
+            && c.metadata.deletion_timestamp.is_none()
+        {
+            d.actions.push(GateAction::PatchChild {
+                child: child_name(c),
+                patch,
+            });
+        }
         let unsuspend =
             is_suspended(c) && !owner_suspended && c.metadata.deletion_timestamp.is_none();
         if unsuspend || has_queue_label(c) {

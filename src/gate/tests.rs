@@ -91,7 +91,17 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::OptOutChild { child, unsuspend } => {
                 format!("OptOutChild {child} unsuspend={unsuspend}")
             }
-            GateAction::OptOut { resume } => format!("OptOut resume={resume}"),
+            GateAction::OptOut {
+                resume,
+                pod_templates,
+            } => format!(
+                "OptOut resume={resume}{}",
+                if pod_templates.is_some() {
+                    " ungate"
+                } else {
+                    ""
+                }
+            ),
             GateAction::PatchChild { child, .. } => format!("PatchChild {child}"),
             GateAction::Annotate { key, value } => format!("Annotate {key} {}", value.is_some()),
             GateAction::GatePodTemplates { .. } => "GatePodTemplates".into(),
@@ -462,6 +472,63 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         ),
         GateDecision::default()
     );
+}
+
+/// The spec with [`pod_gate::POD_GATE`] on every pod template, as raygate's pod gate leaves it.
+fn pod_gated(spec: &crate::types::ray::RayClusterSpec) -> crate::types::ray::RayClusterSpec {
+    let mut v = serde_json::to_value(spec).unwrap();
+    json_patch::merge(&mut v, &pod_gate::gate_templates_patch(spec).unwrap());
+    serde_json::from_value(v).unwrap()
+}
+
+/// Issue #31: opting out removes the pod scheduling gate (the flag on or off now), from each
+/// child's templates before its queue label goes and from `spec.rayClusterConfig` in the last
+/// step; a service without it gets no such patch.
+#[test]
+fn opting_out_removes_the_pod_gate_from_the_templates() {
+    let mut out = opted_out(gated("svc-a"), None);
+    out.spec.ray_cluster_config = pod_gated(&out.spec.ray_cluster_config);
+    let mut active = child("svc-a", 1, false, 1);
+    active.spec = pod_gated(&active.spec);
+    let mut leaving = child("svc-0", 0, false, 1);
+    leaving.spec = pod_gated(&leaving.spec);
+    leaving.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(5).unwrap()));
+    for pod_gate_on in [true, false] {
+        let opts = GateOptions {
+            pod_gate: pod_gate_on,
+            ..Default::default()
+        };
+        let d = decide(&out, &[&active, &leaving], &[], &opts);
+        assert_eq!(
+            kinds(&d),
+            ["PatchChild svc-a", "OptOut resume=false ungate"],
+            "pod gate on: {pod_gate_on}"
+        );
+        let GateAction::PatchChild { patch, .. } = &d.actions[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            patch["spec"]["headGroupSpec"]["template"]["spec"]["schedulingGates"],
+            serde_json::Value::Null
+        );
+        let GateAction::OptOut {
+            pod_templates: Some(templates),
+            ..
+        } = &d.actions[1]
+        else {
+            unreachable!()
+        };
+        assert!(!pod_gate::any_template_gated(&{
+            let mut v = serde_json::to_value(&out.spec.ray_cluster_config).unwrap();
+            json_patch::merge(&mut v, templates);
+            serde_json::from_value(v).unwrap()
+        }));
+        assert!(
+            d.events
+                .iter()
+                .any(|e| e.reason == "OptedOut" && e.message.contains(pod_gate::POD_GATE))
+        );
+    }
 }
 
 #[test]

@@ -64,8 +64,11 @@ pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::V
             json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}}),
         ),
         // opt-out, last step: lifts the template gate (and raygate's `spec.suspend` when
-        // `resume`) and removes raygate's annotations
-        GateAction::OptOut { resume } => {
+        // `resume`, and the pod scheduling gate) and removes raygate's annotations
+        GateAction::OptOut {
+            resume,
+            pod_templates,
+        } => {
             let mut body = json!({
                 "metadata": {"annotations": {
                     RELEASED_ANNOTATION: null,
@@ -76,6 +79,11 @@ pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::V
             });
             if *resume {
                 body["spec"]["suspend"] = json!(false);
+            }
+            if let Some(serde_json::Value::Object(templates)) = pod_templates {
+                for (k, v) in templates {
+                    body["spec"]["rayClusterConfig"][k] = v.clone();
+                }
             }
             ("opt-out", body)
         }
