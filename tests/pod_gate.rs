@@ -921,3 +921,101 @@ async fn remove_pod_gate_clears_every_gate_with_raygate_gone() {
     })
     .await;
 }
+
+/// Issue #31: the controller killed between a Release's two writes (the child unsuspended, the
+/// released-children record never written: every RayService patch of raygate's fails), then the
+/// released child grows past every slice. The restarted controller, which has no memory of the
+/// release, sees an unsuspended, uncovered, unrecorded child: raygate's field manager owning its
+/// `spec.suspend=false` says raygate released it, so it is recorded, never held as tampered.
+#[tokio::test(start_paused = true)]
+async fn a_release_interrupted_before_its_record_is_recognised_after_a_restart() {
+    let mut env = Env::new().await;
+    env.queues("2").await;
+    env.create_service(1).await;
+    env.until("the first child runs", 1, || async {
+        (env.worker_counts().await == (0, 1)).then_some(())
+    })
+    .await;
+    let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS);
+    let services = Api::<RayService>::namespaced(env.client.clone(), NS);
+    let first = env.child().await.unwrap().name_any();
+    services
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
+        )
+        .await
+        .unwrap();
+    let pending = env
+        .until("a pending child held", 1, || async {
+            let all = clusters.list(&ListParams::default()).await.unwrap().items;
+            all.into_iter()
+                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
+                .map(|c| c.name_any())
+        })
+        .await;
+    // from now on every write of raygate's to the RayService fails: the record is never written
+    env.sim.set_faults(
+        Faults::none().rule(
+            FaultRule::any()
+                .verbs(&[Verb::Patch, Verb::Update])
+                .resource("rayservices")
+                .user_agent("raygate")
+                .error(500, 1.0),
+        ),
+    );
+    env.set_quota("4").await;
+    env.until("the pending child released", 4, || async {
+        let c = clusters.get(&pending).await.ok()?;
+        (c.spec.suspend == Some(false)).then_some(())
+    })
+    .await;
+    env.kill_controller().await;
+    let recorded = services
+        .get("svc")
+        .await
+        .unwrap()
+        .annotations()
+        .get("raygate.io/released-children")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !recorded.split(',').any(|n| n == pending),
+        "the record was never written: {recorded}"
+    );
+    // the released child grows past every slice (1 + 5 CPU on top of the old child's 2)
+    let grown = clusters.get(&pending).await.unwrap();
+    let mut groups = serde_json::to_value(&grown.spec.worker_group_specs).unwrap();
+    groups[0]["replicas"] = json!(5);
+    clusters
+        .patch(
+            &pending,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"workerGroupSpecs": groups}})),
+        )
+        .await
+        .unwrap();
+    env.start_controller();
+    for _ in 0..120 {
+        if let Some(c) = clusters.get_opt(&pending).await.unwrap() {
+            assert_ne!(
+                c.spec.suspend,
+                Some(true),
+                "{pending}, released before the crash, was held again as tampered"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // the writes go through again: the release is recorded
+    env.sim.set_faults(Faults::none());
+    env.until("the release recorded", 6, || async {
+        let s = services.get("svc").await.ok()?;
+        s.annotations()
+            .get("raygate.io/released-children")?
+            .split(',')
+            .any(|n| n == pending)
+            .then_some(())
+    })
+    .await;
+}

@@ -62,7 +62,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
 
 /// Field manager of the gate's RayService/RayCluster patches.
-pub const GATE_MANAGER: &str = "raygate-gate";
+pub const GATE_MANAGER: &str = crate::gate::GATE_FIELD_MANAGER;
 /// Field manager of Workload slices (metadata and spec, and the `Finished` status write: the
 /// status subresource keeps its own managed-fields entry under the same name).
 pub const SLICES_MANAGER: &str = "raygate-slices";

@@ -16,7 +16,8 @@ pub enum GateAction {
     /// A change to the slice chain.
     Slice(SliceAction),
     /// Merge-patch the child's `spec.suspend=false`, then record it in [`RELEASED_ANNOTATION`].
-    /// (A crash in between is healed by [`GateAction::RecordReleased`].)
+    /// (A crash in between is healed by [`GateAction::RecordReleased`]: the child is known as
+    /// released by raygate's field manager owning its `spec.suspend`.)
     Release {
         child: String,
         released: Vec<String>,

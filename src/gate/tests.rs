@@ -228,6 +228,60 @@ fn a_covered_running_child_missing_from_the_record_is_recorded() {
     );
 }
 
+/// `child` with `spec.suspend` owned by field manager `manager` (its last writer).
+fn suspend_written_by(mut c: RayCluster, manager: &str) -> RayCluster {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    c.metadata.managed_fields = Some(vec![
+        ManagedFieldsEntry {
+            manager: Some("kuberay-operator".into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:headGroupSpec": {}}}))),
+            ..Default::default()
+        },
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:suspend": {}}}))),
+            ..Default::default()
+        },
+    ]);
+    c
+}
+
+/// Issue #31: a crash between a Release's unsuspend and its record, then the child grows past
+/// every slice: uncovered, unsuspended and unrecorded, but raygate's field manager owns its
+/// `spec.suspend=false`, so it was released by raygate: recorded, not held. Anyone else's
+/// unsuspend is still tampering.
+#[test]
+fn a_child_raygate_unsuspended_is_recorded_even_when_uncovered() {
+    let s = service(gated(""), None);
+    let grown = child("svc-a", 1, false, 9);
+    let d = decide(
+        &s,
+        &[&suspend_written_by(grown.clone(), GATE_FIELD_MANAGER)],
+        &[],
+        &GateOptions::default(),
+    );
+    assert!(
+        kinds(&d).contains(&"RecordReleased svc-a".to_string()),
+        "{:?}",
+        kinds(&d)
+    );
+    assert!(!kinds(&d).iter().any(|k| k.starts_with("Hold")));
+    assert!(!d.events.iter().any(|e| e.reason == "Tampered"));
+    let d = decide(
+        &s,
+        &[&suspend_written_by(grown, "kubectl-patch")],
+        &[],
+        &GateOptions::default(),
+    );
+    assert!(
+        kinds(&d).contains(&"Hold svc-a".to_string()),
+        "{:?}",
+        kinds(&d)
+    );
+}
+
 #[test]
 fn a_released_child_that_grows_is_not_stopped() {
     let s = service(gated("svc-a"), None);
