@@ -237,6 +237,7 @@ async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
         children: &seen.children,
         service_rv: seen.service.metadata.resource_version.clone(),
         releases: vec![],
+        child_rvs: Default::default(),
     };
     let (applied, mut result) = apply_actions(ctx, ns, name, actions, &mut decided, plan.now).await;
     if result.is_ok() && applied == actions.len() {
@@ -472,6 +473,9 @@ struct Decided<'a> {
     service_rv: Option<String>,
     /// The Releases applied so far.
     releases: Vec<Released>,
+    /// The versions this decision's own patches of a child returned: a later write of the same
+    /// child (a Release after its flavors' patch) is conditioned on them, not on the stale one.
+    child_rvs: std::collections::BTreeMap<String, String>,
 }
 
 impl Decided<'_> {
@@ -483,6 +487,9 @@ impl Decided<'_> {
     }
 
     fn child_rv(&self, name: &str) -> Option<&str> {
+        if let Some(rv) = self.child_rvs.get(name) {
+            return Some(rv);
+        }
         self.children
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(name))
@@ -530,7 +537,9 @@ async fn apply_action(
             apply::opt_out_child(&ctx.client, ns, child, *unsuspend).await?
         }
         GateAction::PatchChild { child, patch } => {
-            apply::patch_child(&ctx.client, ns, child, patch).await?
+            if let Some(rv) = apply::patch_child(&ctx.client, ns, child, patch).await? {
+                decided.child_rvs.insert(child.clone(), rv);
+            }
         }
         // every other action is one patch of the RayService, on the version decided on
         service => {
@@ -721,6 +730,63 @@ mod tests {
                 .actions
                 .is_empty()
         );
+    }
+
+    fn conflict() -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("the object has been modified", "Conflict")
+                .with_code(409)
+                .boxed(),
+        )
+    }
+
+    /// Issue #31: a 409 on a child's flavor (or pod gate) patch or on an opt-out patch is a
+    /// re-read and re-decide (requeue in 0.2 s), not a failure backed off up to 5 minutes.
+    #[test]
+    fn a_409_on_a_child_patch_is_a_conflict() {
+        use crate::controller::Error;
+        let name = "ns/svc-a".to_string();
+        for e in [
+            Error::PatchChildFlavors {
+                name: name.clone(),
+                source: conflict(),
+            },
+            Error::OptOutChild {
+                name: name.clone(),
+                source: conflict(),
+            },
+            Error::PatchChildSuspend {
+                name: name.clone(),
+                suspend: false,
+                source: conflict(),
+            },
+        ] {
+            assert!(e.is_conflict(), "{e}");
+        }
+    }
+
+    /// Issue #31: a Release right after the child's flavor patch in the same decision is
+    /// conditioned on the version that patch returned, not on the one decided on (a certain 409).
+    #[test]
+    fn a_child_s_later_write_uses_the_version_its_patch_returned() {
+        let child: crate::types::ray::RayCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "svc-a", "namespace": "ns", "resourceVersion": "7"},
+            "spec": {"headGroupSpec": {"template": {}}}
+        }))
+        .unwrap();
+        let children = [child];
+        let mut decided = super::Decided {
+            workloads: &[],
+            children: &children,
+            service_rv: None,
+            releases: vec![],
+            child_rvs: Default::default(),
+        };
+        assert_eq!(decided.child_rv("svc-a"), Some("7"));
+        decided.child_rvs.insert("svc-a".into(), "9".into());
+        assert_eq!(decided.child_rv("svc-a"), Some("9"));
+        assert_eq!(decided.child_rv("svc-b"), None);
     }
 
     #[test]

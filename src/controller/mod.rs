@@ -168,7 +168,7 @@ pub enum Error {
         suspend: bool,
         source: kube::Error,
     },
-    #[error("patching RayCluster {name} pod templates with its flavors: {source}")]
+    #[error("patching RayCluster {name} pod templates (flavors, scheduling gate): {source}")]
     PatchChildFlavors { name: String, source: kube::Error },
     #[error("applying Workload {name}: {source}")]
     ApplyWorkload { name: String, source: kube::Error },
@@ -207,6 +207,8 @@ impl Error {
         let source = match self {
             Error::PatchService { source, .. }
             | Error::PatchChildSuspend { source, .. }
+            | Error::PatchChildFlavors { source, .. }
+            | Error::OptOutChild { source, .. }
             | Error::ApplyWorkload { source, .. }
             | Error::PatchPodSets { source, .. }
             | Error::WorkloadStatus { source, .. }

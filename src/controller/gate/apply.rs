@@ -309,17 +309,17 @@ pub async fn pods_ready(
 }
 
 /// A merge patch of a child RayCluster (e.g. its flavors' node selector and tolerations); the
-/// patch carries the child's `resourceVersion`.
+/// patch carries the child's `resourceVersion`. Returns the child's new version.
 pub async fn patch_child(
     client: &Client,
     ns: &str,
     name: &str,
     patch: &serde_json::Value,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     Api::<RayCluster>::namespaced(client.clone(), ns)
         .patch(name, &merge(GATE_MANAGER), &Patch::Merge(patch))
         .await
-        .map(|_| ())
+        .map(|c| c.metadata.resource_version)
         .map_err(|source| Error::PatchChildFlavors {
             name: format!("{ns}/{name}"),
             source,
