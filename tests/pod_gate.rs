@@ -1019,3 +1019,79 @@ async fn a_release_interrupted_before_its_record_is_recognised_after_a_restart()
     })
     .await;
 }
+
+/// Issue #31: `kubectl replace` from the user's own manifest (no queue label, none of raygate's
+/// annotations, no template gates) while an upgrade is held: the slices are still finished (no
+/// leaked quota), the held child (which carries the queue label, so the admission policy would
+/// keep its owner from releasing it) is released and unlabelled, and its pods run.
+#[tokio::test(start_paused = true)]
+async fn a_service_replaced_without_raygate_s_metadata_leaks_no_quota_and_holds_no_child() {
+    let env = Env::new().await;
+    env.queues("2").await;
+    env.create_service(1).await;
+    env.until("the first child runs", 1, || async {
+        (env.worker_counts().await == (0, 1)).then_some(())
+    })
+    .await;
+    let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS);
+    let services = Api::<RayService>::namespaced(env.client.clone(), NS);
+    let first = env.child().await.unwrap().name_any();
+    services
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
+        )
+        .await
+        .unwrap();
+    let pending = env
+        .until("a pending child held", 1, || async {
+            let all = clusters.list(&ListParams::default()).await.unwrap().items;
+            all.into_iter()
+                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
+                .map(|c| c.name_any())
+        })
+        .await;
+    // the user's manifest, as `kubectl replace` sends it
+    let mut svc = services.get("svc").await.unwrap();
+    svc.metadata.labels = None;
+    svc.metadata.annotations = None;
+    svc.metadata.managed_fields = None;
+    let mut config = serde_json::to_value(&svc.spec.ray_cluster_config).unwrap();
+    config.as_object_mut().unwrap().remove("suspend");
+    config["headGroupSpec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedulingGates");
+    config["workerGroupSpecs"][0]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedulingGates");
+    svc.spec.ray_cluster_config = serde_json::from_value(config).unwrap();
+    svc.status = None;
+    services
+        .replace("svc", &PostParams::default(), &svc)
+        .await
+        .unwrap();
+    env.until(
+        "slices finished, the held child released and unlabelled",
+        3,
+        || async {
+            let live = env.slices().await.into_iter().any(|w| {
+                !w.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Finished" && c.status == "True")
+                })
+            });
+            let c = clusters.get_opt(&pending).await.unwrap()?;
+            let labelled = c.labels().contains_key("kueue.x-k8s.io/queue-name");
+            (!live && c.spec.suspend != Some(true) && !labelled).then_some(())
+        },
+    )
+    .await;
+    env.until("no gated pod left", 3, || async {
+        (env.gates_left().await.1 == 0).then_some(())
+    })
+    .await;
+}

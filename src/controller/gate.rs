@@ -70,8 +70,11 @@ const PODS_HELD_RESYNC: Duration = Duration::from_secs(2);
 
 /// Why this RayService is not decided on now, as the requeue to return; `None`: decide.
 fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
-    // Without the queue label a service raygate still has state on is reconciled to opt it out.
-    let opted_in = gate::queue_name(service).is_some() || gate::has_state(service);
+    // Without the queue label a service raygate still has state or traces on is reconciled to
+    // opt it out.
+    let opted_in = gate::queue_name(service).is_some()
+        || gate::has_state(service)
+        || left_behind(service, ctx);
     if !opted_in || service.metadata.deletion_timestamp.is_some() {
         return Some(Action::await_change());
     }
@@ -87,6 +90,15 @@ fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
         return Some(not_synced());
     }
     None
+}
+
+/// [`gate::left_behind`] on the stores' children and slices of `service`.
+fn left_behind(service: &RayService, ctx: &Context) -> bool {
+    let ns = service.metadata.namespace.clone().unwrap_or_default();
+    let uid = service.metadata.uid.clone().unwrap_or_default();
+    let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.sorted_state();
+    let children = podsets::children_of(service, clusters.iter().map(|c| c.as_ref()));
+    gate::left_behind(service, &children, &ctx.stores.slices_of(&ns, &uid))
 }
 
 /// What a reconcile read from the stores (no LIST) for one RayService.
@@ -738,6 +750,29 @@ mod tests {
                 .with_code(409)
                 .boxed(),
         )
+    }
+
+    /// Issue #31: the opt-out's last patch leaves the opted-out marker (so later children are
+    /// released too) and opting in again removes it.
+    #[test]
+    fn the_opt_out_marker_is_left_by_the_opt_out_and_removed_by_opting_in() {
+        use crate::gate::OPTED_OUT_ANNOTATION;
+        let (_, out) = super::apply::service_patch(&GateAction::OptOut {
+            resume: false,
+            pod_templates: None,
+        })
+        .unwrap();
+        assert_eq!(
+            out["metadata"]["annotations"][OPTED_OUT_ANNOTATION],
+            serde_json::json!("true")
+        );
+        let (_, gate) =
+            super::apply::service_patch(&GateAction::GateTemplate { released: vec![] }).unwrap();
+        let annotations = gate["metadata"]["annotations"].as_object().unwrap();
+        assert_eq!(
+            annotations.get(OPTED_OUT_ANNOTATION),
+            Some(&serde_json::Value::Null)
+        );
     }
 
     /// Issue #31: a 409 on a child's flavor (or pod gate) patch or on an opt-out patch is a

@@ -57,6 +57,9 @@ pub const RELEASED_ANNOTATION: &str = "raygate.io/released-children";
 pub const SUSPENDED_BY_ANNOTATION: &str = "raygate.io/suspended-by-raygate";
 /// RayService annotation: why raygate cannot gate it (e.g. invalid PodSets); removed once fixed.
 pub const ERROR_ANNOTATION: &str = "raygate.io/error";
+/// RayService annotation: left by the last step of an opt-out, so a child KubeRay creates
+/// afterwards from a template it read still gated is released too; removed on opting in again.
+pub const OPTED_OUT_ANNOTATION: &str = "raygate.io/opted-out";
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
 pub fn queue_name(service: &RayService) -> Option<&str> {
@@ -512,7 +515,7 @@ fn eviction_reason(w: &Workload) -> &str {
 }
 
 mod opt_out;
-pub use opt_out::has_state;
+pub use opt_out::{has_state, left_behind};
 
 #[cfg(test)]
 mod tests;

@@ -501,6 +501,8 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         ]
     );
     assert!(d.events.iter().any(|e| e.reason == "OptedOut"));
+    // the opt-out finished the slices
+    apply_slices(&mut ws, &d, &mut t);
     // raygate's own suspend is cleared too; the owner's is not, nor are its children released
     let out = opted_out(
         json!({ RELEASED_ANNOTATION: "svc-a", SUSPENDED_BY_ANNOTATION: "Preempted" }),
@@ -516,11 +518,101 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         kinds(&decide(&out, &[&held], &[], &GateOptions::default())),
         ["OptOut resume=false"]
     );
-    // once the annotations are gone the service is left alone
+    // once the annotations are gone (and the slices finished) the service is left alone
     assert_eq!(
         decide(
             &opted_out(json!({}), None),
             &[&held],
+            &ws,
+            &GateOptions::default()
+        ),
+        GateDecision::default()
+    );
+}
+
+fn with_queue_label(mut c: RayCluster) -> RayCluster {
+    c.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(QUEUE_NAME_LABEL.into(), "team-a".into());
+    c
+}
+
+/// Issue #31: opting out is not one-shot. Its last step leaves [`OPTED_OUT_ANNOTATION`]; a child
+/// KubeRay creates afterwards from a template it read still gated (born suspended, with or
+/// without the queue label) is released; a child its owner holds (its own
+/// `rayClusterConfig.suspend`) is not; nothing left: nothing done.
+#[test]
+fn a_child_created_after_the_opt_out_is_released_too() {
+    let mut out = opted_out(json!({ OPTED_OUT_ANNOTATION: "true" }), None);
+    out.spec.ray_cluster_config.suspend = None;
+    let running = child("svc-a", 1, false, 1);
+    let late = child("svc-b", 2, true, 1);
+    let opts = GateOptions::default();
+    assert_eq!(
+        kinds(&decide(&out, &[&running, &late], &[], &opts)),
+        ["OptOutChild svc-b unsuspend=true", "OptOut resume=false"]
+    );
+    assert_eq!(
+        kinds(&decide(
+            &out,
+            &[&running, &with_queue_label(late.clone())],
+            &[],
+            &opts
+        )),
+        ["OptOutChild svc-b unsuspend=true", "OptOut resume=false"]
+    );
+    assert_eq!(
+        decide(&out, &[&running], &[], &opts),
+        GateDecision::default()
+    );
+    let mut owners = out.clone();
+    owners.spec.ray_cluster_config.suspend = Some(true);
+    assert_eq!(
+        decide(&owners, &[&late], &[], &opts),
+        GateDecision::default()
+    );
+}
+
+/// Issue #31: `kubectl replace` from a manifest without raygate's label and annotations: the
+/// live slice is finished (no leaked quota) and the held child, which carries the queue label
+/// (so the admission policy keeps its owner from releasing it), is released and unlabelled.
+#[test]
+fn a_service_replaced_without_raygate_s_metadata_is_still_opted_out() {
+    let (mut ws, mut t) = (vec![], 10);
+    let s = service(gated("svc-a"), None);
+    let active = with_queue_label(child("svc-a", 1, false, 1));
+    let pending = with_queue_label(child("svc-b", 2, true, 1));
+    {
+        let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    let mut replaced = opted_out(json!({}), None);
+    replaced.spec.ray_cluster_config.suspend = None;
+    let d = decide(
+        &replaced,
+        &[&active, &pending],
+        &ws,
+        &GateOptions::default(),
+    );
+    assert_eq!(
+        kinds(&d),
+        [
+            "Finish",
+            "OptOutChild svc-a unsuspend=false",
+            "OptOutChild svc-b unsuspend=true",
+            "OptOut resume=false"
+        ]
+    );
+    assert!(left_behind(&replaced, &[&active, &pending], &ws));
+    // done: the slices finished, the children unlabelled and running
+    apply_slices(&mut ws, &d, &mut t);
+    let (active, pending) = (child("svc-a", 1, false, 1), child("svc-b", 2, false, 1));
+    assert!(!left_behind(&replaced, &[&active, &pending], &ws));
+    assert_eq!(
+        decide(
+            &replaced,
+            &[&active, &pending],
             &ws,
             &GateOptions::default()
         ),

@@ -10,7 +10,7 @@ use crate::controller::{
     Error, GATE_MANAGER, PODS_READY_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER,
 };
 use crate::gate::pods_ready::PodsReady;
-use crate::gate::{GateAction, RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+use crate::gate::{GateAction, OPTED_OUT_ANNOTATION, RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::{RayCluster, RayService};
@@ -51,7 +51,10 @@ pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::V
         GateAction::GateTemplate { released } => (
             "spec.rayClusterConfig.suspend",
             json!({
-                "metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}},
+                "metadata": {"annotations": {
+                    RELEASED_ANNOTATION: released.join(","),
+                    OPTED_OUT_ANNOTATION: null,
+                }},
                 "spec": {"rayClusterConfig": {"suspend": true}},
             }),
         ),
@@ -74,6 +77,7 @@ pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::V
                     RELEASED_ANNOTATION: null,
                     SUSPENDED_BY_ANNOTATION: null,
                     crate::gate::ERROR_ANNOTATION: null,
+                    OPTED_OUT_ANNOTATION: "true",
                 }},
                 "spec": {"rayClusterConfig": {"suspend": null}},
             });
