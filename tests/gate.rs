@@ -770,11 +770,16 @@ async fn removing_the_queue_label_frees_the_quota_and_hands_the_service_back(bac
         (c.spec.suspend != Some(true)).then_some(())
     })
     .await;
+    // only the opted-out marker stays (a child KubeRay creates later from a stale template is
+    // released too)
     eventually(WAIT, "raygate's gate and annotations are gone", || async {
         let svc = env.services().get("svc").await.ok()?;
         let annotations = svc.metadata.annotations.unwrap_or_default();
         (svc.spec.ray_cluster_config.suspend.is_none()
-            && !annotations.keys().any(|k| k.starts_with("raygate.io/")))
+            && !annotations
+                .keys()
+                .any(|k| k.starts_with("raygate.io/") && k != "raygate.io/opted-out")
+            && annotations.contains_key("raygate.io/opted-out"))
         .then_some(())
     })
     .await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use raygate::gate::pod_gate::POD_GATE;
+use raygate::gate::pod_gate::{POD_GATE, any_template_gated};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::actors::kubelet;
@@ -806,4 +806,292 @@ async fn an_autoscaling_head_is_charged_its_sidecar_and_ungated() {
         raygate::quantity::Quantity::parse("1500m").unwrap(),
         "1 CPU for ray, 500m for the sidecar"
     );
+}
+
+impl Env {
+    /// Whether the RayService's or any child's pod templates still carry the gate, and how many
+    /// Ray pods do.
+    async fn gates_left(&self) -> (bool, usize) {
+        let svc = Api::<RayService>::namespaced(self.client.clone(), NS)
+            .get("svc")
+            .await
+            .unwrap();
+        let children = Api::<RayCluster>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let templates = any_template_gated(&svc.spec.ray_cluster_config)
+            || children.iter().any(|c| any_template_gated(&c.spec));
+        let lp = ListParams::default().labels("ray.io/node-type in (head,worker)");
+        let pods = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items;
+        (templates, pods.iter().filter(|p| is_gated(p)).count())
+    }
+
+    /// Head + 2 workers running in 4 CPUs, then grown to 4 workers: 2 wait at the gate.
+    async fn grown_past_its_slice(&self) {
+        self.queues("4").await;
+        self.create_service(2).await;
+        self.until("2 workers running", 2, || async {
+            (self.worker_counts().await == (0, 2)).then_some(())
+        })
+        .await;
+        self.scale_child(4).await;
+        self.until("2 new workers gated", 2, || async {
+            (self.worker_counts().await == (2, 2)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Issue #31: removing the queue label hands the pods back too. The gate goes from
+/// `spec.rayClusterConfig`, from the child's templates and from the pods it holds (which only
+/// raygate may lift: the `raygate-pod-gate` policy), so they run, and so does a pod created
+/// afterwards.
+#[tokio::test(start_paused = true)]
+async fn opting_out_removes_the_pod_gate_from_the_templates_and_the_gated_pods() {
+    let env = Env::new().await;
+    env.grown_past_its_slice().await;
+    assert_eq!(env.gates_left().await, (true, 2));
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": null}}})),
+        )
+        .await
+        .unwrap();
+    env.until("no gate left, 4 workers running", 4, || async {
+        (env.gates_left().await == (false, 0) && env.worker_counts().await == (0, 4)).then_some(())
+    })
+    .await;
+    env.scale_child(5).await;
+    env.until("the new worker runs ungated", 5, || async {
+        (env.worker_counts().await == (0, 5)).then_some(())
+    })
+    .await;
+    assert_eq!(env.gates_left().await, (false, 0));
+}
+
+/// Issue #31: raygate restarted without `--pod-gate` removes every gate it left (templates
+/// first, then pods), since nothing would lift one any more; the service stays opted in, its
+/// growth charged as a pending replacement slice but not held.
+#[tokio::test(start_paused = true)]
+async fn with_the_pod_gate_turned_off_raygate_removes_the_gates_it_left() {
+    let mut env = Env::new().await;
+    env.grown_past_its_slice().await;
+    env.kill_controller().await;
+    env.start_controller_with(false);
+    env.until("no gate left, 4 workers running", 4, || async {
+        (env.gates_left().await == (false, 0) && env.worker_counts().await == (0, 4)).then_some(())
+    })
+    .await;
+    assert!(
+        pending_slice(&env.slices().await),
+        "the growth stays charged"
+    );
+    env.scale_child(5).await;
+    env.until("the new worker runs ungated", 5, || async {
+        (env.worker_counts().await == (0, 5)).then_some(())
+    })
+    .await;
+}
+
+/// Issue #31: `raygate remove-pod-gate`, for an uninstall with raygate already gone, removes
+/// every gate it left with the same passes (templates, then pods).
+#[tokio::test(start_paused = true)]
+async fn remove_pod_gate_clears_every_gate_with_raygate_gone() {
+    let mut env = Env::new().await;
+    env.grown_past_its_slice().await;
+    env.kill_controller().await;
+    let removed = raygate::controller::remove_pod_gates(&env.client)
+        .await
+        .unwrap();
+    assert_eq!(
+        (removed.services, removed.clusters, removed.pods),
+        (1, 1, 2)
+    );
+    assert!(!removed.pods_forbidden);
+    env.until("4 workers running", 4, || async {
+        (env.gates_left().await == (false, 0) && env.worker_counts().await == (0, 4)).then_some(())
+    })
+    .await;
+}
+
+/// Issue #31: the controller killed between a Release's two writes (the child unsuspended, the
+/// released-children record never written: every RayService patch of raygate's fails), then the
+/// released child grows past every slice. The restarted controller, which has no memory of the
+/// release, sees an unsuspended, uncovered, unrecorded child: raygate's field manager owning its
+/// `spec.suspend=false` says raygate released it, so it is recorded, never held as tampered.
+#[tokio::test(start_paused = true)]
+async fn a_release_interrupted_before_its_record_is_recognised_after_a_restart() {
+    let mut env = Env::new().await;
+    env.queues("2").await;
+    env.create_service(1).await;
+    env.until("the first child runs", 1, || async {
+        (env.worker_counts().await == (0, 1)).then_some(())
+    })
+    .await;
+    let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS);
+    let services = Api::<RayService>::namespaced(env.client.clone(), NS);
+    let first = env.child().await.unwrap().name_any();
+    services
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
+        )
+        .await
+        .unwrap();
+    let pending = env
+        .until("a pending child held", 1, || async {
+            let all = clusters.list(&ListParams::default()).await.unwrap().items;
+            all.into_iter()
+                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
+                .map(|c| c.name_any())
+        })
+        .await;
+    // from now on every write of raygate's to the RayService fails: the record is never written
+    env.sim.set_faults(
+        Faults::none().rule(
+            FaultRule::any()
+                .verbs(&[Verb::Patch, Verb::Update])
+                .resource("rayservices")
+                .user_agent("raygate")
+                .error(500, 1.0),
+        ),
+    );
+    env.set_quota("4").await;
+    env.until("the pending child released", 4, || async {
+        let c = clusters.get(&pending).await.ok()?;
+        (c.spec.suspend == Some(false)).then_some(())
+    })
+    .await;
+    env.kill_controller().await;
+    let recorded = services
+        .get("svc")
+        .await
+        .unwrap()
+        .annotations()
+        .get("raygate.io/released-children")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !recorded.split(',').any(|n| n == pending),
+        "the record was never written: {recorded}"
+    );
+    // the released child grows past every slice (1 + 5 CPU on top of the old child's 2)
+    let grown = clusters.get(&pending).await.unwrap();
+    let mut groups = serde_json::to_value(&grown.spec.worker_group_specs).unwrap();
+    groups[0]["replicas"] = json!(5);
+    clusters
+        .patch(
+            &pending,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"workerGroupSpecs": groups}})),
+        )
+        .await
+        .unwrap();
+    env.start_controller();
+    for _ in 0..120 {
+        if let Some(c) = clusters.get_opt(&pending).await.unwrap() {
+            assert_ne!(
+                c.spec.suspend,
+                Some(true),
+                "{pending}, released before the crash, was held again as tampered"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // the writes go through again: the release is recorded
+    env.sim.set_faults(Faults::none());
+    env.until("the release recorded", 6, || async {
+        let s = services.get("svc").await.ok()?;
+        s.annotations()
+            .get("raygate.io/released-children")?
+            .split(',')
+            .any(|n| n == pending)
+            .then_some(())
+    })
+    .await;
+}
+
+/// Issue #31: `kubectl replace` from the user's own manifest (no queue label, none of raygate's
+/// annotations, no template gates) while an upgrade is held: the slices are still finished (no
+/// leaked quota), the held child (which carries the queue label, so the admission policy would
+/// keep its owner from releasing it) is released and unlabelled, and its pods run.
+#[tokio::test(start_paused = true)]
+async fn a_service_replaced_without_raygate_s_metadata_leaks_no_quota_and_holds_no_child() {
+    let env = Env::new().await;
+    env.queues("2").await;
+    env.create_service(1).await;
+    env.until("the first child runs", 1, || async {
+        (env.worker_counts().await == (0, 1)).then_some(())
+    })
+    .await;
+    let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS);
+    let services = Api::<RayService>::namespaced(env.client.clone(), NS);
+    let first = env.child().await.unwrap().name_any();
+    services
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
+        )
+        .await
+        .unwrap();
+    let pending = env
+        .until("a pending child held", 1, || async {
+            let all = clusters.list(&ListParams::default()).await.unwrap().items;
+            all.into_iter()
+                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
+                .map(|c| c.name_any())
+        })
+        .await;
+    // the user's manifest, as `kubectl replace` sends it
+    let mut svc = services.get("svc").await.unwrap();
+    svc.metadata.labels = None;
+    svc.metadata.annotations = None;
+    svc.metadata.managed_fields = None;
+    let mut config = serde_json::to_value(&svc.spec.ray_cluster_config).unwrap();
+    config.as_object_mut().unwrap().remove("suspend");
+    config["headGroupSpec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedulingGates");
+    config["workerGroupSpecs"][0]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedulingGates");
+    svc.spec.ray_cluster_config = serde_json::from_value(config).unwrap();
+    svc.status = None;
+    services
+        .replace("svc", &PostParams::default(), &svc)
+        .await
+        .unwrap();
+    env.until(
+        "slices finished, the held child released and unlabelled",
+        3,
+        || async {
+            let live = env.slices().await.into_iter().any(|w| {
+                !w.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Finished" && c.status == "True")
+                })
+            });
+            let c = clusters.get_opt(&pending).await.unwrap()?;
+            let labelled = c.labels().contains_key("kueue.x-k8s.io/queue-name");
+            (!live && c.spec.suspend != Some(true) && !labelled).then_some(())
+        },
+    )
+    .await;
+    env.until("no gated pod left", 3, || async {
+        (env.gates_left().await.1 == 0).then_some(())
+    })
+    .await;
 }

@@ -76,6 +76,18 @@ enum Command {
     /// Upgrade-domain aware drains, read from a live cluster: `plan` (what would be drained,
     /// domain by domain) and `check` (the group contract that makes it safe).
     Drain(drain::DrainArgs),
+    /// Remove raygate's pod scheduling gate (`raygate.io/quota`) from every RayService's and
+    /// RayCluster's pod templates and from every Ray pod, for an uninstall of `--pod-gate`: run it
+    /// after deleting the `raygate-pod-gate` policies (they let only raygate lift the gate), with
+    /// pods list/patch. Passes repeat until one finds nothing; prints what was changed.
+    RemovePodGate {
+        /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context (default: the current one).
+        #[arg(long)]
+        context: Option<String>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
     Completions {
         #[arg(value_enum)]
@@ -298,6 +310,17 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::RemovePodGate {
+            kubeconfig,
+            context,
+        } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            println!(
+                "{}",
+                runtime.block_on(remove_pod_gate(kubeconfig, context))?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Completions { shell } => {
             let mut cmd = Args::command();
             clap_complete::generate(shell, &mut cmd, command_name(), &mut std::io::stdout());
@@ -308,6 +331,27 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate::simulate(args),
         Command::Drain(args) => Ok(drain::run(args)),
     }
+}
+
+async fn remove_pod_gate(
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+) -> anyhow::Result<String> {
+    let client = raygate::live::client(kubeconfig.as_deref(), context.as_deref()).await?;
+    let r = raygate::controller::remove_pod_gates(&client).await?;
+    let mut text = format!(
+        "removed {}: pod templates of {} RayServices and {} RayClusters, {} pods",
+        raygate::gate::pod_gate::POD_GATE,
+        r.services,
+        r.clusters,
+        r.pods
+    );
+    if r.pods_forbidden {
+        text.push_str(
+            "; pods could not be listed or patched (no RBAC for pods): gated pods keep the gate",
+        );
+    }
+    Ok(text)
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<String> {

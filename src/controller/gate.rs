@@ -2,6 +2,7 @@
 //! ([`apply`]: one narrow write per action) → report (Events, metrics, one log line).
 
 mod apply;
+pub mod cleanup;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -69,8 +70,11 @@ const PODS_HELD_RESYNC: Duration = Duration::from_secs(2);
 
 /// Why this RayService is not decided on now, as the requeue to return; `None`: decide.
 fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
-    // Without the queue label a service raygate still has state on is reconciled to opt it out.
-    let opted_in = gate::queue_name(service).is_some() || gate::has_state(service);
+    // Without the queue label a service raygate still has state or traces on is reconciled to
+    // opt it out.
+    let opted_in = gate::queue_name(service).is_some()
+        || gate::has_state(service)
+        || left_behind(service, ctx);
     if !opted_in || service.metadata.deletion_timestamp.is_some() {
         return Some(Action::await_change());
     }
@@ -86,6 +90,15 @@ fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
         return Some(not_synced());
     }
     None
+}
+
+/// [`gate::left_behind`] on the stores' children and slices of `service`.
+fn left_behind(service: &RayService, ctx: &Context) -> bool {
+    let ns = service.metadata.namespace.clone().unwrap_or_default();
+    let uid = service.metadata.uid.clone().unwrap_or_default();
+    let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.sorted_state();
+    let children = podsets::children_of(service, clusters.iter().map(|c| c.as_ref()));
+    gate::left_behind(service, &children, &ctx.stores.slices_of(&ns, &uid))
 }
 
 /// What a reconcile read from the stores (no LIST) for one RayService.
@@ -236,6 +249,7 @@ async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
         children: &seen.children,
         service_rv: seen.service.metadata.resource_version.clone(),
         releases: vec![],
+        child_rvs: Default::default(),
     };
     let (applied, mut result) = apply_actions(ctx, ns, name, actions, &mut decided, plan.now).await;
     if result.is_ok() && applied == actions.len() {
@@ -471,6 +485,9 @@ struct Decided<'a> {
     service_rv: Option<String>,
     /// The Releases applied so far.
     releases: Vec<Released>,
+    /// The versions this decision's own patches of a child returned: a later write of the same
+    /// child (a Release after its flavors' patch) is conditioned on them, not on the stale one.
+    child_rvs: std::collections::BTreeMap<String, String>,
 }
 
 impl Decided<'_> {
@@ -482,6 +499,9 @@ impl Decided<'_> {
     }
 
     fn child_rv(&self, name: &str) -> Option<&str> {
+        if let Some(rv) = self.child_rvs.get(name) {
+            return Some(rv);
+        }
         self.children
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(name))
@@ -529,7 +549,9 @@ async fn apply_action(
             apply::opt_out_child(&ctx.client, ns, child, *unsuspend).await?
         }
         GateAction::PatchChild { child, patch } => {
-            apply::patch_child(&ctx.client, ns, child, patch).await?
+            if let Some(rv) = apply::patch_child(&ctx.client, ns, child, patch).await? {
+                decided.child_rvs.insert(child.clone(), rv);
+            }
         }
         // every other action is one patch of the RayService, on the version decided on
         service => {
@@ -720,6 +742,86 @@ mod tests {
                 .actions
                 .is_empty()
         );
+    }
+
+    fn conflict() -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("the object has been modified", "Conflict")
+                .with_code(409)
+                .boxed(),
+        )
+    }
+
+    /// Issue #31: the opt-out's last patch leaves the opted-out marker (so later children are
+    /// released too) and opting in again removes it.
+    #[test]
+    fn the_opt_out_marker_is_left_by_the_opt_out_and_removed_by_opting_in() {
+        use crate::gate::OPTED_OUT_ANNOTATION;
+        let (_, out) = super::apply::service_patch(&GateAction::OptOut {
+            resume: false,
+            pod_templates: None,
+        })
+        .unwrap();
+        assert_eq!(
+            out["metadata"]["annotations"][OPTED_OUT_ANNOTATION],
+            serde_json::json!("true")
+        );
+        let (_, gate) =
+            super::apply::service_patch(&GateAction::GateTemplate { released: vec![] }).unwrap();
+        let annotations = gate["metadata"]["annotations"].as_object().unwrap();
+        assert_eq!(
+            annotations.get(OPTED_OUT_ANNOTATION),
+            Some(&serde_json::Value::Null)
+        );
+    }
+
+    /// Issue #31: a 409 on a child's flavor (or pod gate) patch or on an opt-out patch is a
+    /// re-read and re-decide (requeue in 0.2 s), not a failure backed off up to 5 minutes.
+    #[test]
+    fn a_409_on_a_child_patch_is_a_conflict() {
+        use crate::controller::Error;
+        let name = "ns/svc-a".to_string();
+        for e in [
+            Error::PatchChildFlavors {
+                name: name.clone(),
+                source: conflict(),
+            },
+            Error::OptOutChild {
+                name: name.clone(),
+                source: conflict(),
+            },
+            Error::PatchChildSuspend {
+                name: name.clone(),
+                suspend: false,
+                source: conflict(),
+            },
+        ] {
+            assert!(e.is_conflict(), "{e}");
+        }
+    }
+
+    /// Issue #31: a Release right after the child's flavor patch in the same decision is
+    /// conditioned on the version that patch returned, not on the one decided on (a certain 409).
+    #[test]
+    fn a_child_s_later_write_uses_the_version_its_patch_returned() {
+        let child: crate::types::ray::RayCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "svc-a", "namespace": "ns", "resourceVersion": "7"},
+            "spec": {"headGroupSpec": {"template": {}}}
+        }))
+        .unwrap();
+        let children = [child];
+        let mut decided = super::Decided {
+            workloads: &[],
+            children: &children,
+            service_rv: None,
+            releases: vec![],
+            child_rvs: Default::default(),
+        };
+        assert_eq!(decided.child_rv("svc-a"), Some("7"));
+        decided.child_rvs.insert("svc-a".into(), "9".into());
+        assert_eq!(decided.child_rv("svc-a"), Some("9"));
+        assert_eq!(decided.child_rv("svc-b"), None);
     }
 
     #[test]

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 
 pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
 pub use events::EventSink;
+pub use gate::cleanup::{Removed as PodGateRemoved, remove_pod_gates};
 pub use leader::Fence;
 pub use metrics::Metrics;
 pub use stores::Stores;
@@ -65,7 +66,7 @@ use crate::types::ray::RayCluster;
 pub const FIELD_MANAGER_PREFIX: &str = "raygate-";
 
 /// Field manager of the gate's RayService/RayCluster patches.
-pub const GATE_MANAGER: &str = "raygate-gate";
+pub const GATE_MANAGER: &str = crate::gate::GATE_FIELD_MANAGER;
 /// Field manager of Workload slices (metadata and spec, and the `Finished` status write: the
 /// status subresource keeps its own managed-fields entry under the same name).
 pub const SLICES_MANAGER: &str = "raygate-slices";
@@ -171,7 +172,7 @@ pub enum Error {
         suspend: bool,
         source: kube::Error,
     },
-    #[error("patching RayCluster {name} pod templates with its flavors: {source}")]
+    #[error("patching RayCluster {name} pod templates (flavors, scheduling gate): {source}")]
     PatchChildFlavors { name: String, source: kube::Error },
     #[error("applying Workload {name}: {source}")]
     ApplyWorkload { name: String, source: kube::Error },
@@ -196,6 +197,8 @@ pub enum Error {
     Lease { name: String, reason: String },
     #[error("opting out RayCluster {name} (queue label, spec.suspend): {source}")]
     OptOutChild { name: String, source: kube::Error },
+    #[error("removing the pod scheduling gate ({what}): {source}")]
+    RemovePodGate { what: String, source: kube::Error },
     #[error("deleting finished Workload {name}: {source}")]
     DeleteWorkload { name: String, source: kube::Error },
     #[error("task {task} ended unexpectedly ({how}): the controller stops")]
@@ -208,6 +211,8 @@ impl Error {
         let source = match self {
             Error::PatchService { source, .. }
             | Error::PatchChildSuspend { source, .. }
+            | Error::PatchChildFlavors { source, .. }
+            | Error::OptOutChild { source, .. }
             | Error::ApplyWorkload { source, .. }
             | Error::PatchPodSets { source, .. }
             | Error::WorkloadStatus { source, .. }
@@ -235,6 +240,7 @@ impl Error {
             Error::Lease { .. } => "lease",
             Error::OptOutChild { .. } => "opt_out_child",
             Error::DeleteWorkload { .. } => "delete_workload",
+            Error::RemovePodGate { .. } => "remove_pod_gate",
             Error::NotLeader { .. } => "not_leader",
             Error::TaskEnded { .. } => "task_ended",
         }
@@ -404,6 +410,12 @@ async fn spawn_loops(
         tasks.spawn(
             "pod ungater",
             ungater::run(ctx.clone(), pods_changed.clone(), shutdown.clone()),
+        );
+    } else {
+        // nothing lifts the gate without the flag: a pod born gated would wait forever
+        tasks.spawn(
+            "pod gate removal",
+            gate::cleanup::run(ctx.clone(), shutdown.clone()),
         );
     }
     if ctx.config.node_rollouts {

@@ -1,5 +1,6 @@
 //! The pod ungater (IO): lifts [`POD_GATE`] from the pods of opted-in RayServices' children that
-//! the newest admitted slice grants ([`pod_gate::ungate`] decides).
+//! the newest admitted slice grants ([`pod_gate::ungate`] decides), and from every pod of a
+//! RayService without the queue label (opted out: nothing holds it any more).
 //!
 //! Observe: Ray pods ([`super::stores::RAY_PODS`]), RayServices, RayClusters and Workloads from
 //! the controller's stores. Apply: a JSON patch per pod whose
@@ -32,7 +33,7 @@ const RESYNC: Duration = Duration::from_secs(2);
 const CLUSTER_LABEL: &str = "ray.io/cluster";
 const GROUP_LABEL: &str = "ray.io/group";
 
-fn gates(p: &Pod) -> Vec<String> {
+pub(super) fn gates(p: &Pod) -> Vec<String> {
     p.spec
         .as_ref()
         .and_then(|s| s.scheduling_gates.as_ref())
@@ -56,15 +57,13 @@ pub(super) fn view(p: &Pod, ungated_here: &HashSet<String>) -> Option<PodView> {
     })
 }
 
-/// The pods to ungate for one RayService: `(pod, its gates as read)`.
-fn decide(
+/// The pods of `service`'s children, live and deleted (found by their cluster's name).
+fn pods_of_service<'a>(
     ctx: &Context,
     service: &RayService,
-    pods: &[Arc<Pod>],
-    ungated_here: &HashSet<String>,
-) -> Vec<(Arc<Pod>, Vec<String>)> {
+    pods: &'a [Arc<Pod>],
+) -> Vec<&'a Arc<Pod>> {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
-    let uid = service.metadata.uid.clone().unwrap_or_default();
     let clusters = ctx.stores.clusters.sorted_state();
     let children: BTreeSet<String> =
         podsets::children_of(service, clusters.iter().map(|c| c.as_ref()))
@@ -73,6 +72,41 @@ fn decide(
             .collect();
     let known = cluster_names(&clusters, &ns);
     let name = service.metadata.name.clone().unwrap_or_default();
+    pods.iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .filter(|p| {
+            crate::meta::label(&p.metadata, CLUSTER_LABEL)
+                .is_some_and(|c| pods_held::belongs(&name, c, &children, &known))
+        })
+        .collect()
+}
+
+/// Every gated pod of a RayService without the queue label (opted out, or never in: only raygate
+/// puts [`POD_GATE`] on, so nothing else would ever lift it), except pods being deleted.
+fn decide_opted_out(
+    ctx: &Context,
+    service: &RayService,
+    pods: &[Arc<Pod>],
+    ungated_here: &HashSet<String>,
+) -> Vec<(Arc<Pod>, Vec<String>)> {
+    pods_of_service(ctx, service, pods)
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !ungated_here.contains(p.metadata.uid.as_deref().unwrap_or_default()))
+        .filter(|p| gates(p).iter().any(|g| g == POD_GATE))
+        .map(|p| (p.clone(), gates(p)))
+        .collect()
+}
+
+/// The pods to ungate for one opted-in RayService: `(pod, its gates as read)`.
+fn decide(
+    ctx: &Context,
+    service: &RayService,
+    pods: &[Arc<Pod>],
+    ungated_here: &HashSet<String>,
+) -> Vec<(Arc<Pod>, Vec<String>)> {
+    let ns = service.metadata.namespace.clone().unwrap_or_default();
+    let uid = service.metadata.uid.clone().unwrap_or_default();
     let workloads = ctx.stores.slices_of(&ns, &uid);
     let mut admitted: Vec<&crate::types::kueue::Workload> = workloads
         .iter()
@@ -84,14 +118,7 @@ fn decide(
         return vec![];
     };
     // pods of deleted children still hold their grant until they are gone
-    let mine: Vec<&Arc<Pod>> = pods
-        .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|p| {
-            crate::meta::label(&p.metadata, CLUSTER_LABEL)
-                .is_some_and(|c| pods_held::belongs(&name, c, &children, &known))
-        })
-        .collect();
+    let mine = pods_of_service(ctx, service, pods);
     // a gated pod being deleted holds nothing and is never ungated
     let views: Vec<PodView> = mine
         .iter()
@@ -151,7 +178,11 @@ pub(super) fn pods_of(
 }
 
 /// Removes [`POD_GATE`] from `pod`, only if its gates are still `read`.
-async fn lift(client: &kube::Client, pod: &Pod, read: &[String]) -> Result<(), kube::Error> {
+pub(super) async fn lift(
+    client: &kube::Client,
+    pod: &Pod,
+    read: &[String],
+) -> Result<(), kube::Error> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let as_objects = |names: &[String]| -> Vec<serde_json::Value> {
@@ -176,7 +207,7 @@ async fn lift(client: &kube::Client, pod: &Pod, read: &[String]) -> Result<(), k
         .map(|_| ())
 }
 
-/// One pass over every opted-in RayService.
+/// One pass over every RayService (opted in or not).
 async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<String>) {
     let all = pods.sorted_state();
     // forget what the watch now shows ungated (or gone)
@@ -187,38 +218,60 @@ async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<Strin
         })
     });
     for service in ctx.stores.services.sorted_state() {
-        if crate::gate::queue_name(&service).is_none() || !ctx.is_leader() {
+        if !ctx.is_leader() {
             continue;
         }
-        for (pod, read) in decide(ctx, &service, &all, ungated_here) {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let key = format!(
-                "{}/{name}",
-                pod.metadata.namespace.as_deref().unwrap_or_default()
-            );
-            match lift(&ctx.client, &pod, &read).await {
-                Ok(()) => {
-                    ungated_here.insert(pod.metadata.uid.clone().unwrap_or_default());
-                    tracing::info!(pod = %key, gate = POD_GATE, "ungated: the newest admitted slice grants it");
-                    let ev = GateEvent {
-                        type_: EventType::Normal,
-                        reason: "Ungated",
-                        message: format!(
-                            "removed scheduling gate {POD_GATE} from pod {name}: the newest admitted slice grants it"
-                        ),
-                        child: None,
-                    };
-                    ctx.events
-                        .publish(&kube::Resource::object_ref(service.as_ref(), &()), &ev)
-                        .await;
-                }
-                // its gates changed since they were read: the next pass sees the new ones
-                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 || s.code == 404 => {
-                    tracing::debug!(pod = %key, code = s.code, "ungate skipped: the pod changed");
-                }
-                Err(e) => tracing::warn!(pod = %key, error = %e, "ungating failed; retrying"),
-            }
+        let (picked, why) = if crate::gate::queue_name(&service).is_some() {
+            (
+                decide(ctx, &service, &all, ungated_here),
+                "the newest admitted slice grants it",
+            )
+        } else {
+            (
+                decide_opted_out(ctx, &service, &all, ungated_here),
+                "the RayService is not opted in (no queue label)",
+            )
+        };
+        for (pod, read) in picked {
+            lift_and_tell(ctx, &service, &pod, &read, why, ungated_here).await;
         }
+    }
+}
+
+/// Lifts the gate from `pod` (gates as `read`), remembers it and tells why (`why`) in an
+/// `Ungated` Event on `service` and a log line.
+async fn lift_and_tell(
+    ctx: &Context,
+    service: &RayService,
+    pod: &Pod,
+    read: &[String],
+    why: &str,
+    ungated_here: &mut HashSet<String>,
+) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let key = format!(
+        "{}/{name}",
+        pod.metadata.namespace.as_deref().unwrap_or_default()
+    );
+    match lift(&ctx.client, pod, read).await {
+        Ok(()) => {
+            ungated_here.insert(pod.metadata.uid.clone().unwrap_or_default());
+            tracing::info!(pod = %key, gate = POD_GATE, "ungated: {why}");
+            let ev = GateEvent {
+                type_: EventType::Normal,
+                reason: "Ungated",
+                message: format!("removed scheduling gate {POD_GATE} from pod {name}: {why}"),
+                child: None,
+            };
+            ctx.events
+                .publish(&kube::Resource::object_ref(service, &()), &ev)
+                .await;
+        }
+        // its gates changed since they were read: the next pass sees the new ones
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 || s.code == 404 => {
+            tracing::debug!(pod = %key, code = s.code, "ungate skipped: the pod changed");
+        }
+        Err(e) => tracing::warn!(pod = %key, error = %e, "ungating failed; retrying"),
     }
 }
 

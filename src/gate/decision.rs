@@ -16,7 +16,8 @@ pub enum GateAction {
     /// A change to the slice chain.
     Slice(SliceAction),
     /// Merge-patch the child's `spec.suspend=false`, then record it in [`RELEASED_ANNOTATION`].
-    /// (A crash in between is healed by [`GateAction::RecordReleased`].)
+    /// (A crash in between is healed by [`GateAction::RecordReleased`]: the child is known as
+    /// released by raygate's field manager owning its `spec.suspend`.)
     Release {
         child: String,
         released: Vec<String>,
@@ -37,8 +38,13 @@ pub enum GateAction {
     /// longer applies to it) and, when `unsuspend`, merge-patch its `spec.suspend=false`.
     OptOutChild { child: String, unsuspend: bool },
     /// Opt-out, last step: lift the template gate (`spec.rayClusterConfig.suspend`), clear the
-    /// `spec.suspend` raygate set when `resume`, and remove raygate's annotations.
-    OptOut { resume: bool },
+    /// `spec.suspend` raygate set when `resume`, remove raygate's annotations and, when
+    /// `pod_templates` (a merge patch of `spec.rayClusterConfig`), the [`pod_gate::POD_GATE`]
+    /// scheduling gate (sent with the RayService's `resourceVersion`).
+    OptOut {
+        resume: bool,
+        pod_templates: Option<serde_json::Value>,
+    },
     /// Merge-patch a child RayCluster (its flavors' node selector and tolerations, before it is
     /// released; carries the child's resourceVersion).
     PatchChild {

@@ -12,7 +12,9 @@
 //!   PodSets of all live children, shape by shape ([`slices::covers`]); the child's name is
 //!   recorded in [`RELEASED_ANNOTATION`] on the RayService first. KubeRay rewrites a child's own
 //!   annotations on in-place updates, so the record lives on the RayService.
-//! * **Tamper**: a child that is unsuspended, not covered and never released is suspended again.
+//! * **Tamper**: a child that is unsuspended, not covered and never released is suspended again
+//!   (a child whose `spec.suspend=false` raygate's field manager wrote was released by raygate:
+//!   its record is written instead, e.g. after a crash between the release's two writes).
 //!   A released child that grows past its slice (an autoscaler scale-up) is not stopped: the
 //!   growth shows as a pending replacement slice.
 //! * **Stop and preemption**: an evicted slice or one with `spec.active=false` suspends the whole
@@ -46,7 +48,7 @@ use crate::{conditions, meta, workload};
 
 pub use decision::{EventType, GateAction, GateDecision, GateEvent, GateOptions};
 use release::release_or_hold;
-pub use release::{QUOTA_HELD, QUOTA_RELEASED};
+pub use release::{GATE_FIELD_MANAGER, QUOTA_HELD, QUOTA_RELEASED};
 
 /// RayService annotation: comma-separated children raygate released (or found running at opt-in).
 /// Its presence also marks the RayService as gated.
@@ -55,6 +57,9 @@ pub const RELEASED_ANNOTATION: &str = "raygate.io/released-children";
 pub const SUSPENDED_BY_ANNOTATION: &str = "raygate.io/suspended-by-raygate";
 /// RayService annotation: why raygate cannot gate it (e.g. invalid PodSets); removed once fixed.
 pub const ERROR_ANNOTATION: &str = "raygate.io/error";
+/// RayService annotation: left by the last step of an opt-out, so a child KubeRay creates
+/// afterwards from a template it read still gated is released too; removed on opting in again.
+pub const OPTED_OUT_ANNOTATION: &str = "raygate.io/opted-out";
 
 /// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
 pub fn queue_name(service: &RayService) -> Option<&str> {
@@ -510,7 +515,7 @@ fn eviction_reason(w: &Workload) -> &str {
 }
 
 mod opt_out;
-pub use opt_out::has_state;
+pub use opt_out::{has_state, left_behind};
 
 #[cfg(test)]
 mod tests;

@@ -83,6 +83,57 @@ pub fn child_patch(child: &RayCluster) -> Option<Value> {
     })
 }
 
+/// `spec`'s scheduling gates without [`POD_GATE`] (`None` when none is left).
+fn without_gate(spec: Option<&PodSpec>) -> Option<Vec<PodSchedulingGate>> {
+    let kept: Vec<PodSchedulingGate> = spec
+        .and_then(|s| s.scheduling_gates.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|g| g.name != POD_GATE)
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+/// Whether any pod template of `spec` (head or worker group) carries [`POD_GATE`].
+pub fn any_template_gated(spec: &RayClusterSpec) -> bool {
+    has_gate(spec.head_group_spec.template.spec.as_ref())
+        || spec
+            .worker_group_specs
+            .iter()
+            .flatten()
+            .any(|g| has_gate(g.template.spec.as_ref()))
+}
+
+/// The merge patch of a `RayClusterSpec` that removes [`POD_GATE`] from every pod template,
+/// keeping other gates; `None` when none carries it. Like [`gate_templates_patch`] it replaces
+/// the worker groups whole: send it with the `resourceVersion` it was computed from.
+pub fn ungate_templates_patch(spec: &RayClusterSpec) -> Option<Value> {
+    if !any_template_gated(spec) {
+        return None;
+    }
+    let mut groups = spec.worker_group_specs.clone();
+    for g in groups.iter_mut().flatten() {
+        if let Some(pod) = g.template.spec.as_mut() {
+            pod.scheduling_gates = without_gate(Some(pod));
+        }
+    }
+    let head = without_gate(spec.head_group_spec.template.spec.as_ref());
+    Some(json!({
+        "headGroupSpec": {"template": {"spec": {"schedulingGates": head}}},
+        "workerGroupSpecs": groups,
+    }))
+}
+
+/// The [`ungate_templates_patch`] of a child RayCluster, with its `resourceVersion`.
+pub fn child_ungate_patch(child: &RayCluster) -> Option<Value> {
+    ungate_templates_patch(&child.spec).map(|spec| {
+        json!({
+            "metadata": {"resourceVersion": child.metadata.resource_version},
+            "spec": spec,
+        })
+    })
+}
+
 /// What a slice grants one shape: `count` pods of KubeRay group `group`, each `requests`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Grant {
@@ -250,6 +301,47 @@ mod tests {
         let gated: RayClusterSpec = serde_json::from_value(v).unwrap();
         assert!(templates_gated(&gated));
         assert_eq!(gate_templates_patch(&gated), None);
+    }
+
+    #[test]
+    fn the_ungate_patch_removes_only_raygate_s_gate_from_every_template() {
+        let spec: RayClusterSpec = serde_json::from_value(json!({
+            "headGroupSpec": {"template": {"spec": {"containers": [],
+                "schedulingGates": [{"name": POD_GATE}]}}},
+            "workerGroupSpecs": [
+                {"groupName": "w", "replicas": 2, "template": {"spec": {"containers": [],
+                    "schedulingGates": [{"name": "example.com/other"}, {"name": POD_GATE}]}}},
+                {"groupName": "v", "replicas": 1, "template": {"spec": {"containers": [],
+                    "schedulingGates": [{"name": POD_GATE}]}}}]
+        }))
+        .unwrap();
+        let patch = ungate_templates_patch(&spec).unwrap();
+        // null removes the head's list; the worker groups are sent whole, other gates kept
+        assert_eq!(
+            patch["headGroupSpec"]["template"]["spec"]["schedulingGates"],
+            Value::Null
+        );
+        assert_eq!(
+            patch["workerGroupSpecs"][0]["template"]["spec"]["schedulingGates"],
+            json!([{"name": "example.com/other"}])
+        );
+        assert_eq!(patch["workerGroupSpecs"][0]["replicas"], json!(2));
+        assert!(
+            patch["workerGroupSpecs"][1]["template"]["spec"]
+                .get("schedulingGates")
+                .is_none()
+        );
+        let mut v = serde_json::to_value(&spec).unwrap();
+        v["headGroupSpec"]["template"]["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("schedulingGates");
+        v["workerGroupSpecs"] = patch["workerGroupSpecs"].clone();
+        let ungated: RayClusterSpec = serde_json::from_value(v).unwrap();
+        assert!(!any_template_gated(&ungated));
+        assert_eq!(ungate_templates_patch(&ungated), None);
+        // the gate on one worker template only is found too
+        assert!(any_template_gated(&spec));
     }
 
     fn arb_pods() -> impl Strategy<Value = Vec<PodView>> {

@@ -1,6 +1,6 @@
 //! Release and hold: each child against the newest admitted slice that covers every child's
 //! PodSets — released once its flavors reach it, held suspended (with why) until then, suspended
-//! again when unsuspended without one.
+//! again when unsuspended without one, unless raygate's own write unsuspended it.
 
 use std::collections::BTreeSet;
 
@@ -47,6 +47,13 @@ pub(super) fn release_or_hold(
                     released: released.iter().cloned().collect(),
                 });
             }
+            // released by raygate, its record lost (a crash between the two writes)
+            (false, None) if !released.contains(&name) && suspend_lifted_by_raygate(child) => {
+                released.insert(name);
+                d.actions.push(GateAction::RecordReleased {
+                    released: released.iter().cloned().collect(),
+                });
+            }
             (false, None) if !released.contains(&name) => {
                 d.announce(
                     GateAction::Hold {
@@ -62,6 +69,26 @@ pub(super) fn release_or_hold(
         }
     }
     holding
+}
+
+/// The field manager of the gate's writes to RayServices and RayClusters.
+pub const GATE_FIELD_MANAGER: &str = "raygate-gate";
+
+/// Whether `child`'s `spec.suspend=false` was written by raygate: its field manager owns the
+/// field (a write that changes a field takes its ownership, so another writer's later
+/// unsuspend would own it instead). A Release unsuspends before it records, so after a crash in
+/// between this is the only trace of the release.
+pub(super) fn suspend_lifted_by_raygate(child: &RayCluster) -> bool {
+    child.spec.suspend == Some(false)
+        && child
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.manager.as_deref() == Some(GATE_FIELD_MANAGER))
+            .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
+            .filter_map(|m| m.fields_v1.as_ref())
+            .any(|f| f.0["f:spec"].get("f:suspend").is_some())
 }
 
 /// Release a suspended child covered by admitted `slice` (after its flavors reach it).

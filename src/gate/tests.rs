@@ -91,7 +91,17 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::OptOutChild { child, unsuspend } => {
                 format!("OptOutChild {child} unsuspend={unsuspend}")
             }
-            GateAction::OptOut { resume } => format!("OptOut resume={resume}"),
+            GateAction::OptOut {
+                resume,
+                pod_templates,
+            } => format!(
+                "OptOut resume={resume}{}",
+                if pod_templates.is_some() {
+                    " ungate"
+                } else {
+                    ""
+                }
+            ),
             GateAction::PatchChild { child, .. } => format!("PatchChild {child}"),
             GateAction::Annotate { key, value } => format!("Annotate {key} {}", value.is_some()),
             GateAction::GatePodTemplates { .. } => "GatePodTemplates".into(),
@@ -215,6 +225,60 @@ fn a_covered_running_child_missing_from_the_record_is_recorded() {
     assert_eq!(
         kinds(&decide(&s, &[&running], &ws, &GateOptions::default())),
         ["RecordReleased svc-a"]
+    );
+}
+
+/// `child` with `spec.suspend` owned by field manager `manager` (its last writer).
+fn suspend_written_by(mut c: RayCluster, manager: &str) -> RayCluster {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    c.metadata.managed_fields = Some(vec![
+        ManagedFieldsEntry {
+            manager: Some("kuberay-operator".into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:headGroupSpec": {}}}))),
+            ..Default::default()
+        },
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:suspend": {}}}))),
+            ..Default::default()
+        },
+    ]);
+    c
+}
+
+/// Issue #31: a crash between a Release's unsuspend and its record, then the child grows past
+/// every slice: uncovered, unsuspended and unrecorded, but raygate's field manager owns its
+/// `spec.suspend=false`, so it was released by raygate: recorded, not held. Anyone else's
+/// unsuspend is still tampering.
+#[test]
+fn a_child_raygate_unsuspended_is_recorded_even_when_uncovered() {
+    let s = service(gated(""), None);
+    let grown = child("svc-a", 1, false, 9);
+    let d = decide(
+        &s,
+        &[&suspend_written_by(grown.clone(), GATE_FIELD_MANAGER)],
+        &[],
+        &GateOptions::default(),
+    );
+    assert!(
+        kinds(&d).contains(&"RecordReleased svc-a".to_string()),
+        "{:?}",
+        kinds(&d)
+    );
+    assert!(!kinds(&d).iter().any(|k| k.starts_with("Hold")));
+    assert!(!d.events.iter().any(|e| e.reason == "Tampered"));
+    let d = decide(
+        &s,
+        &[&suspend_written_by(grown, "kubectl-patch")],
+        &[],
+        &GateOptions::default(),
+    );
+    assert!(
+        kinds(&d).contains(&"Hold svc-a".to_string()),
+        "{:?}",
+        kinds(&d)
     );
 }
 
@@ -437,6 +501,8 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         ]
     );
     assert!(d.events.iter().any(|e| e.reason == "OptedOut"));
+    // the opt-out finished the slices
+    apply_slices(&mut ws, &d, &mut t);
     // raygate's own suspend is cleared too; the owner's is not, nor are its children released
     let out = opted_out(
         json!({ RELEASED_ANNOTATION: "svc-a", SUSPENDED_BY_ANNOTATION: "Preempted" }),
@@ -452,7 +518,7 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         kinds(&decide(&out, &[&held], &[], &GateOptions::default())),
         ["OptOut resume=false"]
     );
-    // once the annotations are gone the service is left alone
+    // once the annotations are gone (and the slices finished) the service is left alone
     assert_eq!(
         decide(
             &opted_out(json!({}), None),
@@ -462,6 +528,153 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
         ),
         GateDecision::default()
     );
+}
+
+fn with_queue_label(mut c: RayCluster) -> RayCluster {
+    c.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(QUEUE_NAME_LABEL.into(), "team-a".into());
+    c
+}
+
+/// Issue #31: opting out is not one-shot. Its last step leaves [`OPTED_OUT_ANNOTATION`]; a child
+/// KubeRay creates afterwards from a template it read still gated (born suspended, with or
+/// without the queue label) is released; a child its owner holds (its own
+/// `rayClusterConfig.suspend`) is not; nothing left: nothing done.
+#[test]
+fn a_child_created_after_the_opt_out_is_released_too() {
+    let mut out = opted_out(json!({ OPTED_OUT_ANNOTATION: "true" }), None);
+    out.spec.ray_cluster_config.suspend = None;
+    let running = child("svc-a", 1, false, 1);
+    let late = child("svc-b", 2, true, 1);
+    let opts = GateOptions::default();
+    assert_eq!(
+        kinds(&decide(&out, &[&running, &late], &[], &opts)),
+        ["OptOutChild svc-b unsuspend=true", "OptOut resume=false"]
+    );
+    assert_eq!(
+        kinds(&decide(
+            &out,
+            &[&running, &with_queue_label(late.clone())],
+            &[],
+            &opts
+        )),
+        ["OptOutChild svc-b unsuspend=true", "OptOut resume=false"]
+    );
+    assert_eq!(
+        decide(&out, &[&running], &[], &opts),
+        GateDecision::default()
+    );
+    let mut owners = out.clone();
+    owners.spec.ray_cluster_config.suspend = Some(true);
+    assert_eq!(
+        decide(&owners, &[&late], &[], &opts),
+        GateDecision::default()
+    );
+}
+
+/// Issue #31: `kubectl replace` from a manifest without raygate's label and annotations: the
+/// live slice is finished (no leaked quota) and the held child, which carries the queue label
+/// (so the admission policy keeps its owner from releasing it), is released and unlabelled.
+#[test]
+fn a_service_replaced_without_raygate_s_metadata_is_still_opted_out() {
+    let (mut ws, mut t) = (vec![], 10);
+    let s = service(gated("svc-a"), None);
+    let active = with_queue_label(child("svc-a", 1, false, 1));
+    let pending = with_queue_label(child("svc-b", 2, true, 1));
+    {
+        let d = decide(&s, &[&active, &pending], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+    }
+    let mut replaced = opted_out(json!({}), None);
+    replaced.spec.ray_cluster_config.suspend = None;
+    let d = decide(
+        &replaced,
+        &[&active, &pending],
+        &ws,
+        &GateOptions::default(),
+    );
+    assert_eq!(
+        kinds(&d),
+        [
+            "Finish",
+            "OptOutChild svc-a unsuspend=false",
+            "OptOutChild svc-b unsuspend=true",
+            "OptOut resume=false"
+        ]
+    );
+    assert!(left_behind(&replaced, &[&active, &pending], &ws));
+    // done: the slices finished, the children unlabelled and running
+    apply_slices(&mut ws, &d, &mut t);
+    let (active, pending) = (child("svc-a", 1, false, 1), child("svc-b", 2, false, 1));
+    assert!(!left_behind(&replaced, &[&active, &pending], &ws));
+    assert_eq!(
+        decide(
+            &replaced,
+            &[&active, &pending],
+            &ws,
+            &GateOptions::default()
+        ),
+        GateDecision::default()
+    );
+}
+
+/// The spec with [`pod_gate::POD_GATE`] on every pod template, as raygate's pod gate leaves it.
+fn pod_gated(spec: &crate::types::ray::RayClusterSpec) -> crate::types::ray::RayClusterSpec {
+    let mut v = serde_json::to_value(spec).unwrap();
+    json_patch::merge(&mut v, &pod_gate::gate_templates_patch(spec).unwrap());
+    serde_json::from_value(v).unwrap()
+}
+
+/// Issue #31: opting out removes the pod scheduling gate (the flag on or off now), from each
+/// child's templates before its queue label goes and from `spec.rayClusterConfig` in the last
+/// step; a service without it gets no such patch.
+#[test]
+fn opting_out_removes_the_pod_gate_from_the_templates() {
+    let mut out = opted_out(gated("svc-a"), None);
+    out.spec.ray_cluster_config = pod_gated(&out.spec.ray_cluster_config);
+    let mut active = child("svc-a", 1, false, 1);
+    active.spec = pod_gated(&active.spec);
+    let mut leaving = child("svc-0", 0, false, 1);
+    leaving.spec = pod_gated(&leaving.spec);
+    leaving.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(5).unwrap()));
+    for pod_gate_on in [true, false] {
+        let opts = GateOptions {
+            pod_gate: pod_gate_on,
+            ..Default::default()
+        };
+        let d = decide(&out, &[&active, &leaving], &[], &opts);
+        assert_eq!(
+            kinds(&d),
+            ["PatchChild svc-a", "OptOut resume=false ungate"],
+            "pod gate on: {pod_gate_on}"
+        );
+        let GateAction::PatchChild { patch, .. } = &d.actions[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            patch["spec"]["headGroupSpec"]["template"]["spec"]["schedulingGates"],
+            serde_json::Value::Null
+        );
+        let GateAction::OptOut {
+            pod_templates: Some(templates),
+            ..
+        } = &d.actions[1]
+        else {
+            unreachable!()
+        };
+        assert!(!pod_gate::any_template_gated(&{
+            let mut v = serde_json::to_value(&out.spec.ray_cluster_config).unwrap();
+            json_patch::merge(&mut v, templates);
+            serde_json::from_value(v).unwrap()
+        }));
+        assert!(
+            d.events
+                .iter()
+                .any(|e| e.reason == "OptedOut" && e.message.contains(pod_gate::POD_GATE))
+        );
+    }
 }
 
 #[test]

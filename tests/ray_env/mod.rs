@@ -138,12 +138,17 @@ impl Env {
 
     /// raygate's controller with the pod gate, on the sim's clock.
     pub fn start_controller(&mut self) {
+        self.start_controller_with(true);
+    }
+
+    /// raygate's controller, with the pod gate on or off (`--pod-gate`).
+    pub fn start_controller_with(&mut self, pod_gate: bool) {
         let (tx, rx) = oneshot::channel::<()>();
         let client = self.sim.client_as("raygate");
         let clock: Arc<dyn Clock> = Arc::new(SimClock(self.sim.clock().clone()));
         let config = Config {
             admission_resync: Duration::from_millis(500),
-            pod_gate: true,
+            pod_gate,
             ..Default::default()
         };
         let handle = tokio::spawn(async move {

@@ -10,7 +10,7 @@ use crate::controller::{
     Error, GATE_MANAGER, PODS_READY_MANAGER, SLICES_MANAGER, SLICES_STATUS_MANAGER,
 };
 use crate::gate::pods_ready::PodsReady;
-use crate::gate::{GateAction, RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+use crate::gate::{GateAction, OPTED_OUT_ANNOTATION, RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::{RayCluster, RayService};
@@ -51,7 +51,10 @@ pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::V
         GateAction::GateTemplate { released } => (
             "spec.rayClusterConfig.suspend",
             json!({
-                "metadata": {"annotations": {RELEASED_ANNOTATION: released.join(",")}},
+                "metadata": {"annotations": {
+                    RELEASED_ANNOTATION: released.join(","),
+                    OPTED_OUT_ANNOTATION: null,
+                }},
                 "spec": {"rayClusterConfig": {"suspend": true}},
             }),
         ),
@@ -64,18 +67,27 @@ pub fn service_patch(action: &GateAction) -> Option<(&'static str, serde_json::V
             json!({"metadata": {"annotations": {crate::gate::ERROR_ANNOTATION: message}}}),
         ),
         // opt-out, last step: lifts the template gate (and raygate's `spec.suspend` when
-        // `resume`) and removes raygate's annotations
-        GateAction::OptOut { resume } => {
+        // `resume`, and the pod scheduling gate) and removes raygate's annotations
+        GateAction::OptOut {
+            resume,
+            pod_templates,
+        } => {
             let mut body = json!({
                 "metadata": {"annotations": {
                     RELEASED_ANNOTATION: null,
                     SUSPENDED_BY_ANNOTATION: null,
                     crate::gate::ERROR_ANNOTATION: null,
+                    OPTED_OUT_ANNOTATION: "true",
                 }},
                 "spec": {"rayClusterConfig": {"suspend": null}},
             });
             if *resume {
                 body["spec"]["suspend"] = json!(false);
+            }
+            if let Some(serde_json::Value::Object(templates)) = pod_templates {
+                for (k, v) in templates {
+                    body["spec"]["rayClusterConfig"][k] = v.clone();
+                }
             }
             ("opt-out", body)
         }
@@ -301,17 +313,17 @@ pub async fn pods_ready(
 }
 
 /// A merge patch of a child RayCluster (e.g. its flavors' node selector and tolerations); the
-/// patch carries the child's `resourceVersion`.
+/// patch carries the child's `resourceVersion`. Returns the child's new version.
 pub async fn patch_child(
     client: &Client,
     ns: &str,
     name: &str,
     patch: &serde_json::Value,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     Api::<RayCluster>::namespaced(client.clone(), ns)
         .patch(name, &merge(GATE_MANAGER), &Patch::Merge(patch))
         .await
-        .map(|_| ())
+        .map(|c| c.metadata.resource_version)
         .map_err(|source| Error::PatchChildFlavors {
             name: format!("{ns}/{name}"),
             source,
