@@ -116,8 +116,7 @@ mod tests {
                 for t in tasks {
                     t.await.unwrap();
                 }
-                let order = order.lock().unwrap().clone();
-                order
+                order.lock().unwrap().clone()
             })
         };
         let first = run();
