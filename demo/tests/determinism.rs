@@ -39,6 +39,10 @@ fn runs() -> Vec<(u64, String)> {
     // and one baseline of each story
     out.push((out[0].0, "kubectl drain node by node".into()));
     out.push((faulty_upgrade, "KubeRay without the gate".into()));
+    // four LeaderWorkerSet groups evicted at once and recreated in one instant: their pods' uids
+    // follow the order in which the kubelets and the LWS controller, sharing the sim's pod
+    // informers, wake within that instant
+    out.push((11, "random drains of 2 nodes".into()));
     out
 }
 

@@ -26,9 +26,9 @@ use kube::Resource;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 
 use crate::Sim;
+use crate::fanout::Fanout;
 use crate::status::ApiError;
 use crate::store::WatchEvent;
 
@@ -51,14 +51,16 @@ pub fn carry<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     }
 }
 
-/// One shared cache: its store and a counter bumped after every applied change.
+/// One shared cache: its store and the signal fired after every applied change (its
+/// subscribers woken in the order they subscribed, so the actors sharing a cache react to a
+/// change in the same order in every run: [`crate::fanout`]).
 #[derive(Clone)]
 pub struct Informer<K: Resource + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
     pub store: Store<K>,
-    pub changed: watch::Receiver<u64>,
+    pub changed: Fanout,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -120,10 +122,10 @@ impl Sim {
             }
         }
         writer.apply_watcher_event(&watcher::Event::InitDone);
-        let (tx, changed) = watch::channel(0u64);
+        let changed = Fanout::default();
         let informer = Informer {
             store: writer.as_reader(),
-            changed,
+            changed: changed.clone(),
         };
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
@@ -132,7 +134,7 @@ impl Sim {
                     Change::Apply(obj) => watcher::Event::Apply(obj),
                     Change::Delete(obj) => watcher::Event::Delete(obj),
                 });
-                tx.send_modify(|n| *n += 1);
+                changed.notify();
             }
         });
         informers.insert(key, Box::new(informer.clone()));

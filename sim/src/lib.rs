@@ -31,6 +31,8 @@ pub mod decode;
 /// The Pod eviction subresource (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod eviction;
+/// A change signal waking several waiters in a fixed order (for reproducible runs).
+pub mod fanout;
 /// Fault injection: error rates, latency, watch drops and 410s, seeded (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod faults;

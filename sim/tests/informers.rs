@@ -263,3 +263,50 @@ async fn an_in_process_read_answers_what_a_get_and_a_list_answer() {
         ["a", "b"]
     );
 }
+
+/// On the paused clock the order in which actors wake within one instant is the order of their
+/// writes, so actors sharing an informer must wake in one order every run: the order in which
+/// their caches subscribed (a watch channel would wake them in an order drawn at random per
+/// runtime).
+#[tokio::test(start_paused = true)]
+async fn actors_sharing_an_informer_wake_in_the_order_they_subscribed() {
+    let sim = Sim::builder().namespace(NS).build();
+    let client = sim.client();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let actors = 16;
+    let rounds = 3;
+    let in_scope = (client.clone(), order.clone());
+    sim.in_process(async move {
+        let (client, order) = in_scope;
+        let mut tasks = vec![];
+        for i in 0..actors {
+            let mut caches = Caches::default();
+            let _store: Store<Pod> = caches.all(&client);
+            caches.wait_ready().await;
+            caches.swallow();
+            let order = order.clone();
+            tasks.push(tokio::spawn(raygate_sim::informers::carry(async move {
+                for _ in 0..rounds {
+                    caches.next().await;
+                    order.lock().unwrap().push(i);
+                }
+            })));
+        }
+        let pods = Api::<Pod>::namespaced(client.clone(), NS);
+        for round in 0..rounds {
+            settle().await;
+            pods.create(
+                &PostParams::default(),
+                &pod(&format!("p{round}"), "x", "n1"),
+            )
+            .await
+            .unwrap();
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    let expected: Vec<usize> = (0..rounds).flat_map(|_| 0..actors).collect();
+    assert_eq!(*order.lock().unwrap(), expected);
+}

@@ -474,19 +474,18 @@ mod io {
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
 
+    use super::{Action, Config, Kubelet, group_state, node_up};
+    use crate::Clock;
+    use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
+    use crate::fanout::Fanout;
     use k8s_openapi::api::core::v1::{Node, Pod};
     use k8s_openapi::jiff::Timestamp;
     use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
     use kube::runtime::reflector::Store;
     use kube::runtime::watcher;
-    use tokio::sync::watch;
-
-    use super::{Action, Config, Kubelet, group_state, node_up};
-    use crate::Clock;
-    use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 
     /// Every Pod, as a probe querying the API through a cache sees them, and its change signal.
-    type ClusterPods = (Store<Pod>, watch::Receiver<()>);
+    type ClusterPods = (Store<Pod>, Fanout);
 
     /// Runs the kubelet of node `node` until `shutdown`.
     pub async fn run(
@@ -539,7 +538,7 @@ mod io {
             kubelet: Kubelet::new(&config),
             client,
             cluster_pods,
-            group_changed,
+            group_changed: group_changed.subscriber(),
             representatives: false,
         };
         support::drive(actor, caches, clock, std::time::Duration::ZERO, shutdown).await;
@@ -550,7 +549,7 @@ mod io {
         pods: Store<Pod>,
         node: Store<Node>,
         cluster_pods: Store<Pod>,
-        group_changed: watch::Receiver<()>,
+        group_changed: Arc<tokio::sync::Notify>,
         /// Whether a pod of this node is a group's representative (its probe follows the group).
         representatives: bool,
         kubelet: Kubelet,
@@ -601,9 +600,10 @@ mod io {
 
         /// A representative's probe result moves with its group.
         async fn woken(&mut self) {
-            if !self.representatives || self.group_changed.changed().await.is_err() {
+            if !self.representatives {
                 std::future::pending::<()>().await;
             }
+            self.group_changed.notified().await;
         }
     }
 

@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::Clock;
+use crate::fanout::Fanout;
 
 /// How long a pass waits for the caches to show its writes before it trusts them again
 /// (controller-runtime's `ExpectationsTimeout` is 5 min; the sim's watches deliver at once, so a
@@ -131,20 +132,20 @@ impl Caches {
         self.reflect_inner(api, Default::default(), config, None)
     }
 
-    /// [`Caches::reflect`], also announcing every change to any number of receivers (a cache
-    /// shared by several actors).
+    /// [`Caches::reflect`], also announcing every change to any number of subscribers (a cache
+    /// shared by several actors), woken in the order they subscribed ([`Fanout`]).
     pub fn reflect_broadcast<K>(
         &mut self,
         api: Api<K>,
         config: watcher::Config,
-    ) -> (Store<K>, tokio::sync::watch::Receiver<()>)
+    ) -> (Store<K>, Fanout)
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
-        let (tx, rx) = tokio::sync::watch::channel(());
-        let store = self.reflect_inner(api, Default::default(), config, Some(tx));
-        (store, rx)
+        let broadcast = Fanout::default();
+        let store = self.reflect_inner(api, Default::default(), config, Some(broadcast.clone()));
+        (store, broadcast)
     }
 
     /// [`Caches::reflect`] for kinds with a runtime type (`DynamicObject`).
@@ -166,7 +167,7 @@ impl Caches {
         api: Api<K>,
         dyntype: K::DynamicType,
         config: watcher::Config,
-        broadcast: Option<tokio::sync::watch::Sender<()>>,
+        broadcast: Option<Fanout>,
     ) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -187,7 +188,7 @@ impl Caches {
                 }
                 notify.notify_one();
                 if let Some(b) = &broadcast {
-                    b.send_replace(());
+                    b.notify();
                 }
             }
         });
@@ -212,7 +213,7 @@ impl Caches {
         api: &Api<K>,
         dyntype: &K::DynamicType,
         config: &watcher::Config,
-        broadcast: &Option<tokio::sync::watch::Sender<()>>,
+        broadcast: &Option<Fanout>,
     ) -> Option<Store<K>>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -223,17 +224,17 @@ impl Caches {
             .informer::<K>(api.resource_url(), config, dyntype.clone())
             .inspect_err(|e| tracing::debug!(path = api.resource_url(), error = %e.message, "no shared informer; watching"))
             .ok()?;
-        let mut changed = informer.changed;
-        let notify = self.notify.clone();
-        let broadcast = broadcast.clone();
-        self.tasks.push(tokio::spawn(async move {
-            while changed.changed().await.is_ok() {
-                notify.notify_one();
-                if let Some(b) = &broadcast {
-                    b.send_replace(());
+        // the informer wakes this actor itself, in the order the actors subscribed
+        informer.changed.subscribe(&self.notify);
+        if let Some(b) = broadcast.clone() {
+            let changed = informer.changed.subscriber();
+            self.tasks.push(tokio::spawn(async move {
+                loop {
+                    changed.notified().await;
+                    b.notify();
                 }
-            }
-        }));
+            }));
+        }
         // listed before it was returned
         self.notify.notify_one();
         Some(informer.store)
