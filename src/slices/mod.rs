@@ -30,6 +30,7 @@ use crate::types::kueue::{
 };
 use crate::workload::{self, SUPERSEDES_ANNOTATION};
 
+pub mod lapsed;
 mod retention;
 mod shapes;
 mod upgrade;
