@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::SortedState;
+use super::coverage::{Coverage, keep_lapsed_coverage};
 use super::metrics::{StepLabels, UsageLabels};
 use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{
@@ -160,6 +161,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
     tracing::info!("admission loop running");
     let mut assumed: HashMap<String, Assumed> = HashMap::new();
     let mut backoff = WriteBackoff::default();
+    let mut coverage = Coverage::default();
     // the last wake-up: its cycle could send every write due by then
     let mut woke = ctx.clock.monotonic();
     loop {
@@ -187,7 +189,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        run_cycle(&ctx, &mut assumed, &mut backoff).await;
+        run_cycle(&ctx, &mut assumed, &mut backoff, &mut coverage).await;
     }
 }
 
@@ -197,15 +199,21 @@ async fn run_cycle(
     ctx: &Context,
     assumed: &mut HashMap<String, Assumed>,
     backoff: &mut WriteBackoff,
+    coverage: &mut Coverage,
 ) {
-    let snapshot = snapshot(ctx, assumed);
+    let mut snapshot = snapshot(ctx, assumed);
+    let stand_ins = keep_lapsed_coverage(ctx, &mut snapshot, coverage).await;
     forget_gone(backoff, &snapshot);
-    let result = admission::cycle(
+    let mut result = admission::cycle(
         &snapshot,
         &Options {
             release_evicted_immediately: false,
         },
     );
+    // a stand-in is no object: nothing is written to it
+    result
+        .decisions
+        .retain(|d| !stand_ins.contains(d.workload()));
     let now = ctx.clock.now();
     let failed = apply(ctx, &snapshot, &result, now, assumed, backoff).await;
     report(ctx, &snapshot, &result, &failed);
