@@ -91,6 +91,7 @@ on_both_servers!(
     a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor,
     a_failed_upgrade_s_evicted_slice_holds_the_upgrade_and_the_service_keeps_serving,
     a_preempted_upgrade_gives_up_only_its_delta_and_the_service_keeps_serving,
+    a_deleted_covering_workload_stays_charged_until_the_running_child_s_new_slice_is_admitted,
 );
 
 /// The controller's clock on the sim: the sim's (its timestamps and raygate's agree).
@@ -1482,6 +1483,83 @@ async fn a_preempted_upgrade_gives_up_only_its_delta_and_the_service_keeps_servi
             .unwrap_or(0.0);
         assert!(cpu <= 4.0, "{cpu} CPU reserved on a 4-CPU queue");
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    env.stop().await;
+}
+
+async fn a_deleted_covering_workload_stays_charged_until_the_running_child_s_new_slice_is_admitted(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "coverage-lapse").await;
+    env.queues("3", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+    eventually(WAIT, "2 CPU reserved", || async {
+        (env.cq_cpu().await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    // another team's service waits: 2 CPU do not fit in the 1 left
+    env.create_service("other", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    eventually(WAIT, "the other service's slice is pending", || async {
+        let live = env.live_slices("other").await;
+        (live.len() == 1 && !raygate::workload::holds_quota(live[0].status.as_ref())).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // someone deletes the Workload covering the running child
+    let covering = env.live_slices("svc").await;
+    let [covering] = covering.as_slice() else {
+        panic!("one slice: {covering:?}")
+    };
+    let deleted = covering.metadata.name.clone().unwrap_or_default();
+    env.workloads()
+        .delete(&deleted, &Default::default())
+        .await
+        .expect("Workload deleted");
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let other = env.live_slices("other").await;
+        assert!(
+            other
+                .iter()
+                .all(|w| !raygate::workload::holds_quota(w.status.as_ref())),
+            "the other service was admitted into the quota {active} still uses"
+        );
+        let cpu: f64 = env
+            .cq_cpu()
+            .await
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(0.0);
+        assert!(cpu <= 3.0, "{cpu} CPU reserved on a 3-CPU queue");
+        let c = env.clusters().get(&active).await.expect("the child");
+        assert_ne!(
+            c.spec.suspend,
+            Some(true),
+            "the running child is not stopped"
+        );
+    }
+    eventually(
+        WAIT,
+        "the running child's new slice is admitted",
+        || async {
+            let live = env.live_slices("svc").await;
+            live.iter()
+                .any(|w| raygate::workload::is_admitted(w.status.as_ref()))
+                .then_some(())
+        },
+    )
+    .await;
+    if let Some(notes) = env.service_events("svc", "CoverageLapsed").await {
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&deleted) && n.contains(&active)),
+            "{notes:?}"
+        );
     }
     env.stop().await;
 }

@@ -31,6 +31,7 @@ mod incremental_tests;
 use std::collections::BTreeSet;
 
 pub mod children;
+mod coverage;
 mod decision;
 pub mod flavors;
 mod release;
@@ -208,6 +209,7 @@ fn decide_gated(f: &Facts, mut released: BTreeSet<String>, d: &mut GateDecision)
         return;
     }
     let holding = release_or_hold(f, target, &mut released, d);
+    coverage::warn_uncovered(f, &released, d);
     children::warn_deadline(f.service, holding, f.opts.now, d);
 }
 

@@ -657,3 +657,39 @@ fn an_upgrade_s_evicted_slice_holds_only_the_upgrade_and_a_service_s_own_evictio
     let d = decide(&plain, &[&active], &ws, &GateOptions::default());
     assert_eq!(kinds(&d), ["SuspendService PodsReadyTimeout"]);
 }
+
+#[test]
+fn with_kueue_a_running_child_whose_slice_was_deleted_is_not_stopped_and_a_warning_says_so() {
+    let s = service(gated("svc-a"), None).cluster_names("svc-a", "");
+    let running = child("svc-a", 1, false, 1);
+    let kueue = GateOptions {
+        mode: slices::ChainMode::KueueCompatible,
+        ..Default::default()
+    };
+    // the covering Workload is gone: a new slice is created, nothing is held or stopped
+    let d = decide(&s, &[&running], &[], &kueue);
+    assert_eq!(kinds(&d), ["Create"]);
+    let warning = d
+        .events
+        .iter()
+        .find(|e| e.reason == "CoverageLapsed")
+        .expect("a CoverageLapsed Event");
+    assert_eq!(warning.type_, EventType::Warning);
+    assert!(warning.message.contains("svc-a"), "{}", warning.message);
+    assert!(
+        warning
+            .message
+            .contains(d.target.as_deref().unwrap_or("none")),
+        "{}",
+        warning.message
+    );
+    // builtin admission keeps the deleted slice charged and tells it there
+    let d = decide(&s, &[&running], &[], &GateOptions::default());
+    assert!(d.events.iter().all(|e| e.reason != "CoverageLapsed"));
+    // once the new slice holds quota, no warning
+    let mut ws = vec![];
+    apply_slices(&mut ws, &decide(&s, &[&running], &[], &kueue), &mut 10);
+    admit_counts(&mut ws[0]);
+    let d = decide(&s, &[&running], &ws, &kueue);
+    assert!(d.events.iter().all(|e| e.reason != "CoverageLapsed"));
+}
