@@ -693,3 +693,26 @@ fn with_kueue_a_running_child_whose_slice_was_deleted_is_not_stopped_and_a_warni
     let d = decide(&s, &[&running], &ws, &kueue);
     assert!(d.events.iter().all(|e| e.reason != "CoverageLapsed"));
 }
+
+#[test]
+fn an_eviction_of_the_serving_child_s_own_slice_stops_the_service_even_with_an_upgrade_held() {
+    let s = service(gated("svc-a"), None).cluster_names("svc-a", "svc-b");
+    let (mut ws, mut t) = (vec![], 10);
+    let active = child("svc-a", 1, false, 1);
+    let held = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&active], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    admit_counts(&mut ws[0]);
+    // the upgrade's replacement is pending; the serving child's own slice is preempted
+    let d = decide(&s, &[&active, &held], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    cond(
+        &mut ws[0],
+        condition::EVICTED,
+        reason::PREEMPTED,
+        "preempted",
+        "True",
+    );
+    let d = decide(&s, &[&active, &held], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["SuspendService Preempted"]);
+}

@@ -14,7 +14,7 @@ use super::{
     EventType, Facts, GateAction, GateDecision, child_name, eviction_reason, is_suspended,
 };
 use crate::podsets;
-use crate::slices::ServingCover;
+use crate::slices::{self, ServingCover};
 use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};
 use crate::{meta, workload};
@@ -36,18 +36,26 @@ pub(super) fn serving<'a>(
 }
 
 /// The evicted (not deactivated) slice whose eviction stops only the upgrade: a serving child
-/// runs, and another child exists or raygate already kept this slice for the serving child.
+/// runs and the slice grants an upgrade's delta too (another live child exists and the slice
+/// grants more than the serving child needs), or raygate already kept this slice for the
+/// serving child. An eviction of the serving child's own coverage stops the RayService.
 pub(super) fn evicted<'a>(f: &Facts<'a>) -> Option<&'a Workload> {
     let serving = f.serving?;
     let marked = meta::annotation(&f.service.metadata, UPGRADE_EVICTED_ANNOTATION);
     let upgrading = f
         .children
         .iter()
-        .any(|c| child_name(c) != child_name(serving));
+        .any(|c| child_name(c) != child_name(serving) && c.metadata.deletion_timestamp.is_none());
+    let own = || {
+        podsets::of_service(f.service, &[serving])
+            .ok()
+            .map(|p| p.podsets)
+    };
     f.live.iter().copied().rev().find(|w| {
         workload::is_evicted(w.status.as_ref())
             && w.spec.active != Some(false)
-            && (upgrading || marked == w.metadata.name.as_deref())
+            && (marked == w.metadata.name.as_deref()
+                || (upgrading && own().is_some_and(|p| slices::beyond(w, &p))))
     })
 }
 

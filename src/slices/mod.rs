@@ -41,7 +41,7 @@ use shapes::counts;
 use shapes::{Aligned, align, same_podsets, scaled_down};
 pub(crate) use shapes::{Shape, shape};
 pub use shapes::{covers, grants};
-pub use upgrade::ServingCover;
+pub use upgrade::{ServingCover, beyond};
 
 /// Annotation on a Workload PodSet template naming the KubeRay worker group (`headgroup` for heads).
 pub const GROUP_ANNOTATION: &str = "raygate.io/worker-group";

@@ -30,6 +30,16 @@ pub struct ServingCover {
     pub upgrade_held: bool,
 }
 
+/// Whether `w` grants more than the `serving` PodSets need (an upgrade's delta is part of it).
+pub fn beyond(w: &Workload, serving: &[PodSet]) -> bool {
+    let aligned = align(serving, &w.spec.pod_sets);
+    aligned
+        .list
+        .iter()
+        .zip(&w.spec.pod_sets)
+        .any(|(s, g)| g.count > s.count)
+}
+
 /// The plan while an evicted slice covers the serving child (`None` when no slice is evicted):
 /// the newest evicted slice stays the target until the upgrade's children are held, then it
 /// shrinks to the serving child's PodSets and the desired PodSets follow it as from a reserved
