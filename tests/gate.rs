@@ -89,6 +89,9 @@ on_both_servers!(
     a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished,
     the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child,
     a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor,
+    a_failed_upgrade_s_evicted_slice_holds_the_upgrade_and_the_service_keeps_serving,
+    a_preempted_upgrade_gives_up_only_its_delta_and_the_service_keeps_serving,
+    a_deleted_covering_workload_stays_charged_until_the_running_child_s_new_slice_is_admitted,
 );
 
 /// The controller's clock on the sim: the sim's (its timestamps and raygate's agree).
@@ -122,6 +125,15 @@ struct Env {
 
 impl Env {
     async fn new(backend: Backend, test: &str) -> Env {
+        Env::with_emulator(backend, test, |_| {}).await
+    }
+
+    /// As [`Env::new`], with the emulator's configuration changed by `configure`.
+    async fn with_emulator(
+        backend: Backend,
+        test: &str,
+        configure: impl FnOnce(&mut EmulatorConfig),
+    ) -> Env {
         raygate_testing::apiserver::init_logs();
         let cluster = backend.cluster(test).await;
         let clock: Arc<dyn Clock> = match &cluster.sim {
@@ -140,11 +152,12 @@ impl Env {
             started: (std::time::Instant::now(), clock.now()),
         };
         let (tx, rx) = oneshot::channel::<()>();
-        let cfg = EmulatorConfig {
+        let mut cfg = EmulatorConfig {
             start_delay: Duration::from_millis(300),
             namespace: Some(env.ns.clone()),
             ..Default::default()
         };
+        configure(&mut cfg);
         let emulator_clock = match &env.sim {
             Some(sim) => sim.clock().clone(),
             None => raygate_sim::Clock::wall(),
@@ -1247,5 +1260,311 @@ async fn on_the_paused_clock_a_held_upgrade_waits_its_cluster_minutes_in_seconds
     })
     .await;
     eprintln!("ten cluster minutes held in {wall:?} of wall time");
+    env.stop().await;
+}
+
+/// An image whose clusters never get ready in the emulator (a bad new version).
+const BAD_IMAGE: &str = "rayproject/ray:2.52.0-broken";
+
+fn bad_group(name: &str, replicas: i32, cpu: &str) -> Value {
+    let mut g = group(name, replicas, cpu);
+    g["template"]["spec"]["containers"][0]["image"] = json!(BAD_IMAGE);
+    g
+}
+
+impl Env {
+    /// The live slice that replaces another, admitted.
+    async fn admitted_replacement(&self, service: &str) -> Option<Workload> {
+        self.live_slices(service).await.into_iter().find(|w| {
+            raygate::workload::is_admitted(w.status.as_ref())
+                && w.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.contains_key("kueue.x-k8s.io/workload-slice-replacement-for")
+                })
+        })
+    }
+
+    /// Evicts `slice` as Kueue's `waitForPodsReady` does (`reconcileNotReadyTimeout` →
+    /// `workloadevict.Evict`): `Evicted=True`, reason `PodsReadyTimeout`, the reservation kept.
+    async fn evict_for_pods_ready_timeout(&self, slice: &str) {
+        let now = self.clock.now().to_string();
+        for _ in 0..20 {
+            let mut w = self.workloads().get(slice).await.expect("slice");
+            let status = w.status.get_or_insert_with(Default::default);
+            status.conditions.retain(|c| c.type_ != "Evicted");
+            status.conditions.push(
+                serde_json::from_value(json!({"type": "Evicted", "status": "True",
+                    "reason": "PodsReadyTimeout", "lastTransitionTime": now,
+                    "message": format!("Exceeded the PodsReady timeout {}/{slice}", self.ns)}))
+                .expect("condition"),
+            );
+            match self
+                .workloads()
+                .replace_status(slice, &PostParams::default(), &w)
+                .await
+            {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => panic!("evicting {slice}: {e}"),
+            }
+        }
+        panic!("evicting {slice}: 20 conflicts in a row");
+    }
+
+    /// The Events on the RayService `service` with `reason` (the sim serves Events; `None` on
+    /// the real CRD API server, which does not).
+    async fn service_events(&self, service: &str, reason: &str) -> Option<Vec<String>> {
+        self.sim.as_ref()?;
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        Some(
+            list.into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().is_some_and(|r| {
+                            r.kind.as_deref() == Some("RayService")
+                                && r.name.as_deref() == Some(service)
+                        })
+                })
+                .filter_map(|e| e.note)
+                .collect(),
+        )
+    }
+
+    /// The serving child `active` still runs, is still active, and the RayService is not stopped.
+    async fn still_serving(&self, service: &str, active: &str) -> bool {
+        let Ok(svc) = self.services().get(service).await else {
+            return false;
+        };
+        let named = svc
+            .status
+            .and_then(|s| s.active_service_status)
+            .and_then(|a| a.ray_cluster_name);
+        let child = self.clusters().get_opt(active).await.ok().flatten();
+        svc.spec.suspend != Some(true)
+            && named.as_deref() == Some(active)
+            && child.is_some_and(|c| {
+                c.spec.suspend != Some(true) && c.metadata.deletion_timestamp.is_none()
+            })
+    }
+}
+
+async fn a_failed_upgrade_s_evicted_slice_holds_the_upgrade_and_the_service_keeps_serving(
+    backend: Backend,
+) {
+    let env = Env::with_emulator(backend, "upgrade-evicted", |c| {
+        c.never_ready_image = Some(BAD_IMAGE.into());
+    })
+    .await;
+    env.queues("4", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+
+    // a new image that never gets ready; the quota fits both children
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [bad_group("w", 1, "1")]}}}),
+    )
+    .await;
+    let pending = eventually(WAIT, "the pending child is released", || async {
+        let c = env.pending_child("svc").await?;
+        (c.spec.suspend != Some(true)).then(|| c.metadata.name.clone().unwrap_or_default())
+    })
+    .await;
+    // Kueue's waitForPodsReady reads PodsReady: it follows the serving child, not the upgrade
+    let slice = eventually(
+        WAIT,
+        "PodsReady=True on the replacement slice while the new child is not ready",
+        || async {
+            let w = env.admitted_replacement("svc").await?;
+            let c = condition(&w, "PodsReady")?;
+            let p = env.clusters().get(&pending).await.ok()?;
+            let not_ready = p.status.and_then(|s| s.state).as_deref() != Some("ready");
+            (c.status == "True" && not_ready && p.spec.suspend != Some(true))
+                .then(|| w.metadata.name.clone().unwrap_or_default())
+        },
+    )
+    .await;
+
+    // Kueue evicts it anyway (a PodsReady timeout): only the upgrade stops
+    env.evict_for_pods_ready_timeout(&slice).await;
+    eventually(WAIT, "the pending child is held again", || async {
+        let p = env.clusters().get(&pending).await.ok()?;
+        (p.spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    assert!(env.still_serving("svc", &active).await);
+    if let Some(notes) = env.service_events("svc", "UpgradeEvicted").await {
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&slice) && n.contains(&pending) && n.contains(&active)),
+            "{notes:?}"
+        );
+        assert!(
+            env.service_events("svc", "Stopped")
+                .await
+                .unwrap_or_default()
+                .is_empty()
+        );
+    }
+    // the upgrade is queued again as a replacement of the evicted slice; the serving child is
+    // never left without a reservation, and the queue never holds more than its quota
+    eventually(WAIT, "the upgrade queued again", || async {
+        let live = env.live_slices("svc").await;
+        live.iter()
+            .any(|w| raygate::workload::predecessor(w).is_some_and(|p| p.ends_with(&slice)))
+            .then_some(())
+    })
+    .await;
+    for _ in 0..10 {
+        assert!(env.still_serving("svc", &active).await);
+        let cpu: f64 = env
+            .cq_cpu()
+            .await
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(0.0);
+        assert!(cpu <= 4.0, "{cpu} CPU reserved on a 4-CPU queue");
+        assert!(
+            env.live_slices("svc")
+                .await
+                .iter()
+                .any(|w| raygate::workload::holds_quota(w.status.as_ref())),
+            "the serving child has no reservation"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    env.stop().await;
+}
+
+async fn a_preempted_upgrade_gives_up_only_its_delta_and_the_service_keeps_serving(
+    backend: Backend,
+) {
+    let env = Env::with_emulator(backend, "upgrade-preempted", |c| {
+        c.never_ready_image = Some(BAD_IMAGE.into());
+    })
+    .await;
+    env.queues(
+        "4",
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
+    )
+    .await;
+    for (name, value) in [("low", 10), ("high", 100)] {
+        apply(&env.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": format!("{name}-{}", env.ns)}, "value": value})).await;
+    }
+    let labels = |p: &str| json!({"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/priority-class": format!("{p}-{}", env.ns)});
+    env.create_service("low", labels("low"), json!([group("w", 1, "1")]))
+        .await;
+    let active = env.wait_running("low").await;
+    env.patch_service(
+        "low",
+        json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [bad_group("w", 1, "1")]}}}),
+    )
+    .await;
+    let pending = eventually(WAIT, "the upgrade is admitted and released", || async {
+        let c = env.pending_child("low").await?;
+        (c.spec.suspend != Some(true)).then(|| c.metadata.name.clone().unwrap_or_default())
+    })
+    .await;
+
+    // a higher-priority service needs 2 of the 4 CPU the upgrade's slice holds
+    env.create_service("high", labels("high"), json!([group("w", 1, "1")]))
+        .await;
+    eventually(WAIT, "the upgrade is held again", || async {
+        let p = env.clusters().get(&pending).await.ok()?;
+        (p.spec.suspend == Some(true)).then_some(())
+    })
+    .await;
+    env.wait_running("high").await;
+    for _ in 0..10 {
+        assert!(env.still_serving("low", &active).await);
+        let cpu: f64 = env
+            .cq_cpu()
+            .await
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(0.0);
+        assert!(cpu <= 4.0, "{cpu} CPU reserved on a 4-CPU queue");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    env.stop().await;
+}
+
+async fn a_deleted_covering_workload_stays_charged_until_the_running_child_s_new_slice_is_admitted(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "coverage-lapse").await;
+    env.queues("3", json!({})).await;
+    env.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    let active = env.wait_running("svc").await;
+    eventually(WAIT, "2 CPU reserved", || async {
+        (env.cq_cpu().await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    // another team's service waits: 2 CPU do not fit in the 1 left
+    env.create_service("other", queue("lq"), json!([group("w", 1, "1")]))
+        .await;
+    eventually(WAIT, "the other service's slice is pending", || async {
+        let live = env.live_slices("other").await;
+        (live.len() == 1 && !raygate::workload::holds_quota(live[0].status.as_ref())).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // someone deletes the Workload covering the running child
+    let covering = env.live_slices("svc").await;
+    let [covering] = covering.as_slice() else {
+        panic!("one slice: {covering:?}")
+    };
+    let deleted = covering.metadata.name.clone().unwrap_or_default();
+    env.workloads()
+        .delete(&deleted, &Default::default())
+        .await
+        .expect("Workload deleted");
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let other = env.live_slices("other").await;
+        assert!(
+            other
+                .iter()
+                .all(|w| !raygate::workload::holds_quota(w.status.as_ref())),
+            "the other service was admitted into the quota {active} still uses"
+        );
+        let cpu: f64 = env
+            .cq_cpu()
+            .await
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(0.0);
+        assert!(cpu <= 3.0, "{cpu} CPU reserved on a 3-CPU queue");
+        let c = env.clusters().get(&active).await.expect("the child");
+        assert_ne!(
+            c.spec.suspend,
+            Some(true),
+            "the running child is not stopped"
+        );
+    }
+    eventually(
+        WAIT,
+        "the running child's new slice is admitted",
+        || async {
+            let live = env.live_slices("svc").await;
+            live.iter()
+                .any(|w| raygate::workload::is_admitted(w.status.as_ref()))
+                .then_some(())
+        },
+    )
+    .await;
+    if let Some(notes) = env.service_events("svc", "CoverageLapsed").await {
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&deleted) && n.contains(&active)),
+            "{notes:?}"
+        );
+    }
     env.stop().await;
 }

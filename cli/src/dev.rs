@@ -81,6 +81,7 @@ async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
                 // the dev cluster is the CRD-only server: pods are emulated by time
                 pods: false,
                 autoscaler: None,
+                never_ready_image: None,
             };
             run_emulator(client, Clock::wall(), config, crate::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)

@@ -90,6 +90,9 @@ pub struct EmulatorConfig {
     /// RayServices (it sizes them to their Serve `target_capacity`). Default off: no worker
     /// `replicas` change unless a test writes them.
     pub autoscaler: Option<AutoscalerConfig>,
+    /// A container image whose clusters never get ready (a bad new version: its pods start and
+    /// never pass readiness). Pods emulated by time only. Default none.
+    pub never_ready_image: Option<String>,
 }
 
 /// The emulated Ray autoscaler of incremental upgrades: at most `step` replicas per worker group
@@ -117,6 +120,7 @@ impl Default for EmulatorConfig {
             namespace: None,
             pods: false,
             autoscaler: None,
+            never_ready_image: None,
         }
     }
 }
@@ -300,7 +304,26 @@ impl Shared {
     /// When the cluster's pods are (or were) ready: `start_delay` after they were created.
     pub(crate) fn ready_at(&self, c: &RayCluster) -> Option<Timestamp> {
         self.pods_since(c)
+            .filter(|_| !self.never_ready(c))
             .map(|t| later(t, self.config.start_delay))
+    }
+
+    /// Whether `c` runs [`EmulatorConfig::never_ready_image`].
+    pub(crate) fn never_ready(&self, c: &RayCluster) -> bool {
+        let Some(bad) = self.config.never_ready_image.as_deref() else {
+            return false;
+        };
+        std::iter::once(&c.spec.head_group_spec.template)
+            .chain(
+                c.spec
+                    .worker_group_specs
+                    .iter()
+                    .flatten()
+                    .map(|g| &g.template),
+            )
+            .filter_map(|t| t.spec.as_ref())
+            .flat_map(|s| &s.containers)
+            .any(|k| k.image.as_deref() == Some(bad))
     }
 
     /// KubeRay's readiness of a cluster for serving (`reconcileServe`): not suspended, its pods

@@ -23,6 +23,7 @@ mod observe;
 
 use observe::{Assumed, Observer, UNCONFIRMED_FOR, key, rv};
 
+use super::coverage::{Coverage, keep_lapsed_coverage};
 use super::metrics::{CqLabels, CqReasonLabels, StepLabels};
 use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{
@@ -118,6 +119,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
     let mut assumed: HashMap<String, Assumed> = HashMap::new();
     let mut backoff = WriteBackoff::default();
     let mut observer = Observer::default();
+    let mut coverage = Coverage::default();
     // the last wake-up: its cycle could send every write due by then
     let mut woke = ctx.clock.monotonic();
     loop {
@@ -145,7 +147,8 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        run_cycle(&ctx, &mut observer, &mut assumed, &mut backoff).await;
+        let state = (&mut assumed, &mut backoff, &mut coverage);
+        run_cycle(&ctx, &mut observer, state).await;
     }
 }
 
@@ -154,17 +157,28 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
 async fn run_cycle(
     ctx: &Context,
     observer: &mut Observer,
-    assumed: &mut HashMap<String, Assumed>,
-    backoff: &mut WriteBackoff,
+    (assumed, backoff, coverage): (
+        &mut HashMap<String, Assumed>,
+        &mut WriteBackoff,
+        &mut Coverage,
+    ),
 ) {
-    let snapshot = observer.snapshot(ctx, assumed);
+    let observed = observer.snapshot(ctx, assumed);
+    let lapsed = keep_lapsed_coverage(ctx, observed, coverage).await;
+    let snapshot = lapsed.as_ref().map_or(observed, |(s, _)| s);
     forget_gone(backoff, snapshot);
-    let result = admission::cycle(
+    let mut result = admission::cycle(
         snapshot,
         &Options {
             release_evicted_immediately: false,
         },
     );
+    // a stand-in is no object: nothing is written to it
+    if let Some((_, stand_ins)) = &lapsed {
+        result
+            .decisions
+            .retain(|d| !stand_ins.contains(d.workload()));
+    }
     let now = ctx.clock.now();
     let failed = apply(ctx, snapshot, &result, now, assumed, backoff).await;
     report(ctx, snapshot, &result, &failed);

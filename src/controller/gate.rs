@@ -265,7 +265,12 @@ async fn apply(ctx: &Context, seen: &Observed, plan: &Plan) -> Applied {
     let children: Vec<&RayCluster> = seen.children.iter().collect();
     let mut pods_ready = None;
     if result.is_ok()
-        && let Some(pr) = gate::pods_ready::decide(&children, &released_now, &seen.workloads)
+        && let Some(pr) = gate::pods_ready::decide(
+            &children,
+            &released_now,
+            gate::children::active_name(&seen.service),
+            &seen.workloads,
+        )
         && !seen
             .workloads
             .iter()

@@ -9,6 +9,7 @@
 
 mod admission;
 mod clock;
+mod coverage;
 /// The drain: observe → `drain::engine::decide` → evict and patch nodes → report, one loop for
 /// `drain run --local` and each NodeRollout (`drain::rollout`: one worker per rollout on the
 /// leader, its status the loop's sink).

@@ -20,7 +20,8 @@
 //! * **Stop and preemption**: an evicted slice or one with `spec.active=false` suspends the whole
 //!   RayService (`spec.suspend=true`, marked [`SUSPENDED_BY_ANNOTATION`]); raygate clears it when
 //!   a slice is admitted again. A suspend set by someone else is theirs: raygate never clears it,
-//!   and releases the chain's quota once the children are gone.
+//!   and releases the chain's quota once the children are gone. An upgrade's evicted slice stops
+//!   only the upgrade ([`upgrade_evicted`]): the serving child keeps running on its reservation.
 
 pub mod pod_gate;
 pub mod pods_held;
@@ -32,9 +33,11 @@ mod incremental_tests;
 use std::collections::BTreeSet;
 
 pub mod children;
+mod coverage;
 mod decision;
 pub mod flavors;
 mod release;
+mod upgrade_evicted;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -49,6 +52,7 @@ use crate::{conditions, meta, workload};
 pub use decision::{EventType, GateAction, GateDecision, GateEvent, GateOptions};
 use release::release_or_hold;
 pub use release::{GATE_FIELD_MANAGER, QUOTA_HELD, QUOTA_RELEASED};
+pub use upgrade_evicted::UPGRADE_EVICTED_ANNOTATION;
 
 /// RayService annotation: comma-separated children raygate released (or found running at opt-in).
 /// Its presence also marks the RayService as gated.
@@ -89,6 +93,8 @@ struct Facts<'a> {
     queue: &'a str,
     /// The live children, without those KubeRay abandoned before they ran.
     children: &'a [&'a RayCluster],
+    /// The child KubeRay names active, when it runs ([`upgrade_evicted::serving`]).
+    serving: Option<&'a RayCluster>,
     workloads: &'a [Workload],
     /// The Workloads not finished.
     live: Vec<&'a Workload>,
@@ -181,6 +187,7 @@ fn decide_opted_in(
         service,
         queue,
         children: &kept,
+        serving: upgrade_evicted::serving(service, &kept),
         workloads,
         live: workloads
             .iter()
@@ -207,6 +214,7 @@ fn decide_gated(f: &Facts, mut released: BTreeSet<String>, d: &mut GateDecision)
         return;
     }
     let holding = release_or_hold(f, target, &mut released, d);
+    coverage::warn_uncovered(f, &released, d);
     children::warn_deadline(f.service, holding, f.opts.now, d);
 }
 
@@ -415,6 +423,7 @@ fn plan_slices<'a>(f: &Facts<'a>, d: &mut GateDecision) -> Option<&'a Workload> 
         priority: f.priority.map(|(_, v)| *v),
         mode: f.opts.mode,
         children_exist: anything_runs(f),
+        serving: upgrade_evicted::cover(f),
     };
     let plan = match f.podsets {
         Some(podsets) => slices::plan(&ctx, podsets, f.workloads),
@@ -447,8 +456,16 @@ fn plan_slices<'a>(f: &Facts<'a>, d: &mut GateDecision) -> Option<&'a Workload> 
         .find(|w| w.metadata.name.as_deref() == Some(target))
 }
 
-/// Stop: an evicted or deactivated slice stops the RayService (`spec.suspend=true`).
+/// Stop: an evicted or deactivated slice stops the RayService (`spec.suspend=true`), but for an
+/// upgrade's slice evicted while a child serves, which stops only the upgrade
+/// ([`upgrade_evicted`]).
 fn stop(f: &Facts, d: &mut GateDecision) -> bool {
+    let kept = upgrade_evicted::evicted(f);
+    upgrade_evicted::clear_mark(f, kept, d);
+    if let Some(w) = kept {
+        upgrade_evicted::hold_upgrade(f, w, d);
+        return false;
+    }
     let Some(w) = f
         .live
         .iter()

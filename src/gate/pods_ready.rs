@@ -4,6 +4,15 @@
 //! `PodsReady` never turns `True`. Kueue's own job integrations write it; raygate owns these
 //! Workloads, so it writes it the way `jobframework.generatePodsReadyCondition` does, with
 //! Kueue's RayCluster integration's readiness (`status.state == ready`) for each released child.
+//!
+//! Kueue evicts the whole Workload when `PodsReady` stays `False` past the timeout
+//! (`pkg/controller/core/workload_controller.go`, `reconcileNotReadyTimeout`), and once a
+//! replacement slice is admitted the slice it replaces is finished (`pkg/scheduler/scheduler.go`,
+//! `replaceWorkloadSlice`): during an upgrade the covering slice is the serving child's only
+//! coverage. So while KubeRay names an active (serving) child that runs, `PodsReady` follows that
+//! child alone: a pending child that never gets ready (a bad new image) never makes the covering
+//! slice time out. KubeRay keeps serving from the active child and retries the pending one; the
+//! upgrade's fate is KubeRay's, not Kueue's.
 
 use std::collections::BTreeSet;
 
@@ -80,14 +89,16 @@ fn is_ready(c: &RayCluster) -> bool {
     c.status.as_ref().and_then(|s| s.state.as_deref()) == Some("ready")
 }
 
-/// `PodsReady` for the covering slice of `workloads`, given the RayService's live children and
-/// those just released (their unsuspend may not show in `children` yet); `None` when no slice is
-/// admitted. `True` once every released (unsuspended or just released, not deleting) child is
-/// ready and at least one is; else `False`, `WaitForStart` until it was first ready,
-/// `WaitForRecovery` after.
+/// `PodsReady` for the covering slice of `workloads`, given the RayService's live children, those
+/// just released (their unsuspend may not show in `children` yet) and the child KubeRay names
+/// active (`serving`); `None` when no slice is admitted. The children that count: the serving
+/// child when it is released and live, else every released (unsuspended or just released, not
+/// deleting) child. `True` once they all are ready and at least one counts; else `False`,
+/// `WaitForStart` until it was first ready, `WaitForRecovery` after.
 pub fn decide(
     children: &[&RayCluster],
     just_released: &BTreeSet<String>,
+    serving: Option<&str>,
     workloads: &[Workload],
 ) -> Option<PodsReady> {
     let slice = covering_slice(workloads)?;
@@ -102,7 +113,13 @@ pub fn decide(
                 && c.metadata.deletion_timestamp.is_none()
         })
         .collect();
-    let ready = !released.is_empty() && released.iter().all(|c| is_ready(c));
+    let is_serving = |c: &&&RayCluster| serving.is_some() && c.metadata.name.as_deref() == serving;
+    let counted: Vec<&&RayCluster> = if released.iter().any(is_serving) {
+        released.into_iter().filter(|c| is_serving(c)).collect()
+    } else {
+        released
+    };
+    let ready = !counted.is_empty() && counted.iter().all(|c| is_ready(c));
     let previous = current(slice);
     let was = |r: &str| previous.is_some_and(|c| c.reason == r);
     let (reason, message) = if ready {
@@ -183,7 +200,7 @@ mod tests {
     }
 
     fn decide(children: &[&RayCluster], workloads: &[Workload]) -> Option<PodsReady> {
-        super::decide(children, &BTreeSet::new(), workloads)
+        super::decide(children, &BTreeSet::new(), None, workloads)
     }
 
     fn expect(slice: &str, ready: bool, reason: &'static str) -> Option<PodsReady> {
@@ -277,9 +294,38 @@ mod tests {
         let pending = child("b", true, None);
         let none = BTreeSet::new();
         let just: BTreeSet<String> = ["b".to_string()].into();
-        assert!(super::decide(&[&active, &pending], &none, &s).is_some_and(|p| p.ready));
-        let p = super::decide(&[&active, &pending], &just, &s).expect("a condition");
+        assert!(super::decide(&[&active, &pending], &none, None, &s).is_some_and(|p| p.ready));
+        let p = super::decide(&[&active, &pending], &just, None, &s).expect("a condition");
         assert!(!p.ready);
         assert_eq!(p.reason, reason::WAIT_FOR_START);
+    }
+
+    #[test]
+    fn during_an_upgrade_only_the_serving_child_counts() {
+        // the replacement slice covers both; the new image never gets ready
+        let s = [with_pods_ready(
+            slice("s2", 2, true, Some("ns/s1")),
+            "True",
+            reason::STARTED,
+        )];
+        let active = child("a", false, Some("ready"));
+        let failing = child("b", false, Some("failed"));
+        let none = BTreeSet::new();
+        assert_eq!(
+            super::decide(&[&active, &failing], &none, Some("a"), &s),
+            expect("s2", true, reason::STARTED)
+        );
+        // the serving child failing is the service's own failure: Kueue may evict
+        let down = child("a", false, Some("failed"));
+        assert_eq!(
+            super::decide(&[&down, &failing], &none, Some("a"), &s),
+            expect("s2", false, reason::WAIT_FOR_RECOVERY)
+        );
+        // an active name that is not a released live child (the first deploy, or promoted
+        // and gone): every released child counts
+        assert_eq!(
+            super::decide(&[&failing], &none, Some("a"), &s),
+            expect("s2", false, reason::WAIT_FOR_RECOVERY)
+        );
     }
 }

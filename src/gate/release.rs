@@ -23,7 +23,10 @@ pub(super) fn release_or_hold(
         .live
         .iter()
         .copied()
-        .filter(|w| workload::is_admitted(w.status.as_ref()))
+        .filter(|w| {
+            // an evicted slice may still hold the serving child's reservation; it releases nothing
+            workload::is_admitted(w.status.as_ref()) && !workload::is_evicted(w.status.as_ref())
+        })
         .collect();
     workload::sort_chain_order(&mut admitted, f.workloads);
     let cover = admitted

@@ -809,3 +809,123 @@ fn a_held_child_is_told_on_itself_with_the_service_slice_and_shortfall_and_its_r
     assert_eq!(d.announces(i), release);
     assert!(release.is_some());
 }
+
+#[test]
+fn an_upgrade_s_evicted_slice_holds_only_the_upgrade_and_a_service_s_own_eviction_stops_it() {
+    let s = service(gated("svc-a,svc-b"), None).cluster_names("svc-a", "svc-b");
+    let (mut ws, mut t) = (vec![], 10);
+    let active = child("svc-a", 1, false, 1);
+    let released = child("svc-b", 2, false, 1);
+    let both = [&active, &released];
+    for admit in [0, 1] {
+        let d = decide(&s, &both[..=admit], &ws, &GateOptions::default());
+        apply_slices(&mut ws, &d, &mut t);
+        admit_counts(&mut ws[admit]);
+    }
+    let d = decide(&s, &both, &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    assert!(workload::is_finished(ws[0].status.as_ref()));
+    let slice = ws[1].metadata.name.clone().unwrap();
+    cond(
+        &mut ws[1],
+        condition::EVICTED,
+        "PodsReadyTimeout",
+        "timeout",
+        "True",
+    );
+    // the pending child is suspended again; the service is not stopped
+    let d = decide(&s, &both, &ws, &GateOptions::default());
+    assert_eq!(
+        kinds(&d),
+        [
+            format!("Annotate {UPGRADE_EVICTED_ANNOTATION} true"),
+            "Hold svc-b".to_string()
+        ]
+    );
+    let warned = |on: Option<&str>| {
+        d.events.iter().any(|e| {
+            e.reason == "UpgradeEvicted"
+                && e.type_ == EventType::Warning
+                && e.child.as_deref() == on
+                && e.message.contains(&slice)
+                && e.message.contains("PodsReadyTimeout")
+        })
+    };
+    assert!(warned(None) && warned(Some("svc-b")), "{:?}", d.events);
+    // held: the evicted slice shrinks to the serving child and the upgrade queues again
+    let s = service(
+        json!({ RELEASED_ANNOTATION: "svc-a,svc-b", UPGRADE_EVICTED_ANNOTATION: slice }),
+        None,
+    )
+    .cluster_names("svc-a", "svc-b");
+    let held = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&active, &held], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["SetPodSets", "Create"]);
+    apply_slices(&mut ws, &d, &mut t);
+    // KubeRay drops the pending child: the shrunk evicted slice still covers the serving child
+    let d = decide(&s, &[&active], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["Finish"]);
+    // without an upgrade, an eviction of the service's own slice stops it, as before
+    let plain = service(gated("svc-a"), None).cluster_names("svc-a", "");
+    let d = decide(&plain, &[&active], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["SuspendService PodsReadyTimeout"]);
+}
+
+#[test]
+fn with_kueue_a_running_child_whose_slice_was_deleted_is_not_stopped_and_a_warning_says_so() {
+    let s = service(gated("svc-a"), None).cluster_names("svc-a", "");
+    let running = child("svc-a", 1, false, 1);
+    let kueue = GateOptions {
+        mode: slices::ChainMode::KueueCompatible,
+        ..Default::default()
+    };
+    // the covering Workload is gone: a new slice is created, nothing is held or stopped
+    let d = decide(&s, &[&running], &[], &kueue);
+    assert_eq!(kinds(&d), ["Create"]);
+    let warning = d
+        .events
+        .iter()
+        .find(|e| e.reason == "CoverageLapsed")
+        .expect("a CoverageLapsed Event");
+    assert_eq!(warning.type_, EventType::Warning);
+    assert!(warning.message.contains("svc-a"), "{}", warning.message);
+    assert!(
+        warning
+            .message
+            .contains(d.target.as_deref().unwrap_or("none")),
+        "{}",
+        warning.message
+    );
+    // builtin admission keeps the deleted slice charged and tells it there
+    let d = decide(&s, &[&running], &[], &GateOptions::default());
+    assert!(d.events.iter().all(|e| e.reason != "CoverageLapsed"));
+    // once the new slice holds quota, no warning
+    let mut ws = vec![];
+    apply_slices(&mut ws, &decide(&s, &[&running], &[], &kueue), &mut 10);
+    admit_counts(&mut ws[0]);
+    let d = decide(&s, &[&running], &ws, &kueue);
+    assert!(d.events.iter().all(|e| e.reason != "CoverageLapsed"));
+}
+
+#[test]
+fn an_eviction_of_the_serving_child_s_own_slice_stops_the_service_even_with_an_upgrade_held() {
+    let s = service(gated("svc-a"), None).cluster_names("svc-a", "svc-b");
+    let (mut ws, mut t) = (vec![], 10);
+    let active = child("svc-a", 1, false, 1);
+    let held = child("svc-b", 2, true, 1);
+    let d = decide(&s, &[&active], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    admit_counts(&mut ws[0]);
+    // the upgrade's replacement is pending; the serving child's own slice is preempted
+    let d = decide(&s, &[&active, &held], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    cond(
+        &mut ws[0],
+        condition::EVICTED,
+        reason::PREEMPTED,
+        "preempted",
+        "True",
+    );
+    let d = decide(&s, &[&active, &held], &ws, &GateOptions::default());
+    assert_eq!(kinds(&d), ["SuspendService Preempted"]);
+}

@@ -30,8 +30,10 @@ use crate::types::kueue::{
 };
 use crate::workload::{self, SUPERSEDES_ANNOTATION};
 
+pub mod lapsed;
 mod retention;
 mod shapes;
+mod upgrade;
 
 pub use retention::{Retention, expired};
 #[cfg(test)]
@@ -39,6 +41,7 @@ use shapes::counts;
 use shapes::{Aligned, align, same_podsets, scaled_down};
 pub(crate) use shapes::{Shape, shape};
 pub use shapes::{covers, grants};
+pub use upgrade::{ServingCover, beyond};
 
 /// Annotation on a Workload PodSet template naming the KubeRay worker group (`headgroup` for heads).
 pub const GROUP_ANNOTATION: &str = "raygate.io/worker-group";
@@ -76,6 +79,9 @@ pub struct SliceContext {
     pub mode: ChainMode,
     /// Whether any child RayCluster still exists (an evicted slice keeps its quota until none does).
     pub children_exist: bool,
+    /// Set while an upgrade's slice is evicted and the serving child keeps running (see
+    /// [`upgrade`]).
+    pub serving: Option<ServingCover>,
 }
 
 /// One change to the owner's Workloads.
@@ -183,6 +189,11 @@ pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> S
         .filter(|w| !workload::is_finished(w.status.as_ref()))
         .collect();
     workload::sort_chain_order(&mut live, workloads);
+    if let Some(serving) = &ctx.serving
+        && let Some(plan) = upgrade::requeue(ctx, serving, desired, &live, &taken)
+    {
+        return plan;
+    }
     let mut actions = Vec::new();
     let Some(live) = finish_evicted(ctx, live, &mut actions) else {
         return SlicePlan {

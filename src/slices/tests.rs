@@ -20,6 +20,7 @@ fn ctx(mode: ChainMode) -> SliceContext {
         priority: None,
         mode,
         children_exist: true,
+        serving: None,
     }
 }
 
@@ -855,4 +856,63 @@ fn tolerations_alone_distinguish_podsets_but_their_order_does_not() {
     assert_eq!(plan(&c, &[head(1), tolerate(&["y", "x"])], &ws).actions, []);
     assert!(!covers(&ws[0], &[head(1), tolerate(&["x"])]));
     assert!(!covers(&ws[0], &[head(1), workers(1)]));
+}
+
+#[test]
+fn an_upgrade_s_evicted_slice_keeps_the_serving_child_then_requeues_only_the_delta() {
+    for mode in [ChainMode::Builtin, ChainMode::KueueCompatible] {
+        let c = ctx(mode);
+        let (mut ws, mut clock) = (vec![], 0);
+        step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
+        admit_counts(&mut ws[0]);
+        // the upgrade's replacement is admitted, the old slice finished
+        step(&mut ws, &c, &[head(2), workers(2)], &mut clock);
+        admit_counts(&mut ws[1]);
+        step(&mut ws, &c, &[head(2), workers(2)], &mut clock);
+        let evicted = ws[1].metadata.name.clone().unwrap();
+        set(&mut ws[1], condition::EVICTED, "PodsReadyTimeout");
+        let serving = |upgrade_held| SliceContext {
+            serving: Some(ServingCover {
+                podsets: vec![head(1), workers(1)],
+                upgrade_held,
+            }),
+            ..c.clone()
+        };
+        // while the pending child still runs: nothing finishes, nothing is queued
+        let p = plan(&serving(false), &[head(2), workers(2)], &ws);
+        assert_eq!(p.actions, [], "{mode:?}");
+        assert_eq!(p.target.as_deref(), Some(evicted.as_str()));
+        // once it is held: the evicted slice shrinks to the serving child in place, and the
+        // upgrade is queued again as its replacement (charged its delta)
+        let p = step(&mut ws, &serving(true), &[head(2), workers(2)], &mut clock);
+        let [
+            SliceAction::SetPodSets { name, .. },
+            SliceAction::Create {
+                replaces: Some(old),
+                ..
+            },
+        ] = p.actions.as_slice()
+        else {
+            panic!("{mode:?}: {p:?}")
+        };
+        assert_eq!((name, old), (&evicted, &evicted));
+        assert_eq!(
+            counts(&by_name(&ws, &evicted).spec.pod_sets),
+            [("head", 1), ("workers", 1)]
+        );
+        assert!(workload::holds_quota(
+            by_name(&ws, &evicted).status.as_ref()
+        ));
+        // stable; and without the upgrade (its child gone) the shrunk slice is the target
+        assert_eq!(
+            plan(&serving(true), &[head(2), workers(2)], &ws).actions,
+            []
+        );
+        let p = plan(&serving(true), &[head(1), workers(1)], &ws);
+        assert_eq!(p.target.as_deref(), Some(evicted.as_str()));
+        assert!(
+            matches!(&p.actions[..], [SliceAction::Finish { .. }]),
+            "{mode:?}: the queued upgrade is dropped: {p:?}"
+        );
+    }
 }

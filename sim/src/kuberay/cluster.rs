@@ -171,7 +171,9 @@ fn observe_by_time(
             Some(ctx.pods_created(rc, at))
         }
     };
-    let ready_at = since.map(|t| later(t, ctx.config.start_delay));
+    let ready_at = since
+        .filter(|_| !ctx.never_ready(rc))
+        .map(|t| later(t, ctx.config.start_delay));
     let ready = ready_at.is_some_and(|t| t <= now);
     let (desired, _, _) = worker_replicas(&rc.spec);
     let total = usize::try_from(desired).unwrap_or(0) + 1;
