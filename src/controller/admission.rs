@@ -433,12 +433,6 @@ async fn write_decision(
         ctx.events.publish(&reference, &ev).await;
     }
     count_decision(ctx, w, d, now);
-    if let Decision::Admit { .. } = d {
-        tracing::info!(workload = k, "admitted");
-        if let Ok(mut m) = ctx.admitted_at.lock() {
-            m.insert(k.to_string(), ctx.clock.monotonic());
-        }
-    }
     assumed.insert(
         k.to_string(),
         Assumed::new(
@@ -455,12 +449,20 @@ async fn write_decision(
     Ok(())
 }
 
-/// Kueue's counters of a written admission or eviction, per ClusterQueue: the wait is from the
-/// Workload's creation, or its last requeue (Kueue's `QueuedWaitTime`).
+/// The traces of a written admission or eviction: a log line and the admission time (the gate's
+/// latency starts there), and Kueue's counters per ClusterQueue: the wait is from the Workload's
+/// creation, or its last requeue (Kueue's `QueuedWaitTime`).
 fn count_decision(ctx: &Context, w: &Workload, d: &Decision, now: Timestamp) {
     let q = &ctx.metrics.queues;
     match d {
-        Decision::Admit { admission, .. } => {
+        Decision::Admit {
+            admission,
+            workload,
+        } => {
+            tracing::info!(workload, "admitted");
+            if let Ok(mut m) = ctx.admitted_at.lock() {
+                m.insert(workload.clone(), ctx.clock.monotonic());
+            }
             let labels = CqLabels {
                 cluster_queue: admission.cluster_queue.clone(),
             };
