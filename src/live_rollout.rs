@@ -1,6 +1,7 @@
 //! `raygate drain run` without `--local` (IO): creates the `NodeRollout` and follows its status
 //! while the controller runs it; Ctrl-C pauses it (`spec.paused=true`) instead of leaving it
-//! running unattended. The spec and the lines are [`crate::cli::rollout`]'s.
+//! running unattended. The spec and the lines are [`crate::cli::rollout`]'s. Also `raygate
+//! rollout get|pause|resume NAME` (their pure half: [`crate::cli::rollout_verbs`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::cli::rollout::{Ended, line};
+use crate::cli::rollout_verbs::{self as verbs, exit};
 use crate::drain::rollout as pure;
 use crate::types::rollout::{NodeRollout, NodeRolloutSpec};
 
@@ -87,4 +89,83 @@ async fn pause(api: &Api<NodeRollout>, name: &str) -> Result<(), kube::Error> {
     )
     .await
     .map(|_| ())
+}
+
+/// Why `raygate rollout get|pause|resume` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbError {
+    #[error("noderollout {name:?} not found")]
+    NotFound { name: String },
+    #[error("noderollout {name}: {source}")]
+    Api { name: String, source: kube::Error },
+    #[error("noderollout {name}: changed by someone else {tries} times in a row; try again")]
+    Conflicts { name: String, tries: usize },
+}
+
+impl VerbError {
+    fn of(name: &str, e: kube::Error) -> Self {
+        match &e {
+            kube::Error::Api(s) if s.code == 404 => VerbError::NotFound { name: name.into() },
+            _ => VerbError::Api {
+                name: name.into(),
+                source: e,
+            },
+        }
+    }
+
+    /// The exit code ([`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            VerbError::NotFound { .. } => exit::NOT_FOUND,
+            VerbError::Api { .. } | VerbError::Conflicts { .. } => exit::API,
+        }
+    }
+}
+
+/// How many times `resume` reads again after a 409 before giving up.
+const RESUME_TRIES: usize = 5;
+
+/// `raygate rollout get NAME`.
+pub async fn get(client: &Client, name: &str) -> Result<NodeRollout, VerbError> {
+    let api: Api<NodeRollout> = Api::all(client.clone());
+    api.get(name).await.map_err(|e| VerbError::of(name, e))
+}
+
+/// `raygate rollout pause NAME`: `spec.paused=true` (a merge patch: nothing else is touched).
+pub async fn pause_rollout(client: &Client, name: &str) -> Result<NodeRollout, VerbError> {
+    let api: Api<NodeRollout> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(verbs::pause_patch()),
+    )
+    .await
+    .map_err(|e| VerbError::of(name, e))
+}
+
+/// `raygate rollout resume NAME`: `spec.paused=false` and, when the engine paused it, the resume
+/// counter's next value, in one patch conditioned on the object as read; a 409 (someone else
+/// wrote in between, maybe the same bump) reads again and decides again.
+pub async fn resume_rollout(client: &Client, name: &str) -> Result<verbs::Resume, VerbError> {
+    let api: Api<NodeRollout> = Api::all(client.clone());
+    for _ in 0..RESUME_TRIES {
+        let o = api.get(name).await.map_err(|e| VerbError::of(name, e))?;
+        let plan = verbs::resume(&o);
+        if plan.is_noop() {
+            return Ok(plan);
+        }
+        let patch = plan.patch(o.metadata.resource_version.as_deref());
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => return Ok(plan),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(VerbError::of(name, e)),
+        }
+    }
+    Err(VerbError::Conflicts {
+        name: name.into(),
+        tries: RESUME_TRIES,
+    })
 }

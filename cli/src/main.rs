@@ -3,6 +3,7 @@
 mod dev;
 mod drain;
 mod drain_run;
+mod rollout;
 mod simulate;
 
 use std::path::PathBuf;
@@ -88,6 +89,9 @@ enum Command {
         #[arg(long)]
         context: Option<String>,
     },
+    /// A NodeRollout on a live cluster: `get` (phase, domain, conditions), `pause`
+    /// (spec.paused), `resume` (spec.paused and the engine's pause).
+    Rollout(rollout::RolloutArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
     Completions {
         #[arg(value_enum)]
@@ -330,6 +334,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => simulate::demo(args),
         Command::Simulate(args) => simulate::simulate(args),
         Command::Drain(args) => Ok(drain::run(args)),
+        Command::Rollout(args) => Ok(rollout::run(args)),
     }
 }
 

@@ -7,6 +7,8 @@ pub mod drain;
 mod podsets;
 /// `drain run` over a NodeRollout: the spec from the flags, create, follow, pause on Ctrl-C.
 pub mod rollout;
+/// `raygate rollout get|pause|resume NAME`: the view, the resume counter, the exit codes.
+pub mod rollout_verbs;
 pub mod status;
 
 pub use podsets::{PodSetRow, PodSetsReport, podsets, podsets_table};

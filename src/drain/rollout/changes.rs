@@ -70,7 +70,8 @@ fn step_notes(
             false,
             "AwaitingResume",
             format!(
-                "upgrade domain {} is healthy; manual mode: annotate {RESUME_ANNOTATION} to go on",
+                "upgrade domain {} is healthy; manual mode: `raygate rollout resume NAME` \
+                 (or bump the {RESUME_ANNOTATION} annotation) to go on",
                 d.name
             ),
         ));
@@ -158,7 +159,10 @@ fn phase_notes(old: &State, new: &State) -> Vec<Note> {
             .chain([note(
                 true,
                 "RolloutPaused",
-                format!("{reason}; annotate {RESUME_ANNOTATION} to resume"),
+                format!(
+                    "{reason}; `raygate rollout resume NAME` (or bump the {RESUME_ANNOTATION} \
+                     annotation) to resume"
+                ),
             )])
             .collect(),
         Phase::Failed { reason } => timed_out(reason)

@@ -1,0 +1,83 @@
+//! `raygate rollout get|pause|resume NAME`: one read or patch of a NodeRollout (cluster-scoped:
+//! no namespace), print, exit with a code (`raygate::cli::rollout_verbs::exit`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use raygate::cli::rollout_verbs::{self as verbs, exit};
+use raygate::cli::{self, Output};
+use raygate::live;
+use raygate::live_rollout::{self as io, VerbError};
+
+#[derive(clap::Args)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    command: RolloutCommand,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long, global = true)]
+    context: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum RolloutCommand {
+    /// Phase, current domain, progress, who paused it (spec.paused, or the engine: a failure
+    /// with failureAction Pause, manual mode after a domain) and the Ready, Progressing and
+    /// Blocked conditions with reason and message.
+    /// Exit code 0: shown; 2: no such NodeRollout; 3: the cluster could not be read.
+    Get {
+        name: String,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Set spec.paused=true: no new evictions (those already sent finish), the state is kept.
+    /// Exit code 0: paused; 2: no such NodeRollout; 3: the cluster could not be written.
+    Pause { name: String },
+    /// Set spec.paused=false and, when the engine paused it, bump the raygate.io/resume counter
+    /// to its next value (conditioned on the object as read; retried on a conflict).
+    /// Exit code 0: resumed, or nothing to resume; 2: no such NodeRollout; 3: the cluster could
+    /// not be written.
+    Resume { name: String },
+}
+
+pub fn run(args: RolloutArgs) -> ExitCode {
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| (format!("starting the async runtime: {e}"), exit::API))
+        .and_then(|rt| rt.block_on(command(args)));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::from(exit::OK)
+        }
+        Err((message, code)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn command(args: RolloutArgs) -> Result<String, (String, u8)> {
+    let failed = |e: VerbError| (e.to_string(), e.exit_code());
+    let client = live::client(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
+        .map_err(|e| (e.to_string(), exit::API))?;
+    match args.command {
+        RolloutCommand::Get { name, output } => {
+            let o = io::get(&client, &name).await.map_err(failed)?;
+            cli::render(&verbs::view(&o), output, verbs::view_table)
+                .map_err(|e| (e.to_string(), exit::API))
+        }
+        RolloutCommand::Pause { name } => {
+            io::pause_rollout(&client, &name).await.map_err(failed)?;
+            Ok(format!(
+                "noderollout {name} paused: spec.paused set to true\n"
+            ))
+        }
+        RolloutCommand::Resume { name } => {
+            let done = io::resume_rollout(&client, &name).await.map_err(failed)?;
+            Ok(done.line(&name))
+        }
+    }
+}

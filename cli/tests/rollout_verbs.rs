@@ -1,0 +1,194 @@
+//! `raygate rollout get|pause|resume NAME`: the commands' library halves
+//! (`raygate::live_rollout`, `raygate::cli::rollout_verbs`) against the simulated cluster with
+//! the NodeRollout controller running in-process, on the paused clock.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, PostParams};
+use raygate::cli::rollout::RolloutRequest;
+use raygate::cli::rollout_verbs::{exit, view, view_table};
+use raygate::controller::Metrics;
+use raygate::controller::drain::rollout::run;
+use raygate::drain::rollout::RESUME_ANNOTATION;
+use raygate::live_rollout::{VerbError, create, get, pause_rollout, resume_rollout};
+use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
+use raygate::types::rollout::NodeRollout;
+use raygate_sim::Sim;
+use raygate_sim::actors::kubelet;
+use serde_json::json;
+use tokio::sync::watch;
+
+const UD: &str = "raygate.io/upgrade-domain";
+
+/// Two upgrade domains (n1 in ud-a, n2 in ud-b), a ReplicaSet pod on each, kubelets running
+/// them, and the NodeRollout controller.
+async fn cluster() -> (Sim, watch::Sender<bool>) {
+    let crd =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/noderollouts.raygate.io.yaml");
+    let sim = Sim::builder()
+        .crds_yaml(&std::fs::read_to_string(crd).unwrap())
+        .unwrap()
+        .namespace("t")
+        .build();
+    let client = sim.client();
+    let (stop, shutdown) = watch::channel(false);
+    tokio::spawn(kubelet::run_all(
+        client.clone(),
+        sim.clock().clone(),
+        kubelet::Config::default(),
+        shutdown.clone(),
+    ));
+    for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": n, "labels": {UD: ud, "pool": "old"}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]}}))
+        .unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("web-{n}"), "namespace": "t",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web", "uid": "web-uid", "controller": true}]},
+            "spec": {"nodeName": n, "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": "nginx"}]}}))
+        .unwrap();
+        Api::<Pod>::namespaced(client.clone(), "t")
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap();
+    }
+    let r = raygate_sim::fixtures::rollouts(
+        &sim,
+        sim.client_as("raygate"),
+        Arc::new(Metrics::default()),
+    );
+    tokio::spawn(run(r, shutdown));
+    (sim, stop)
+}
+
+async fn start(client: &Client, manual: bool) {
+    let req = RolloutRequest {
+        domain_label: UD.into(),
+        selector: "pool=old".into(),
+        health_check_stable_seconds: Some(0),
+        health_check_retry_timeout_seconds: 600,
+        max_unavailable_domains: 1,
+        manual,
+        ..RolloutRequest::default()
+    };
+    create(client, Some("r"), req.spec().unwrap(), false)
+        .await
+        .unwrap();
+}
+
+/// The rollout once `done` holds of it (at most 10 simulated minutes).
+async fn until(client: &Client, done: impl Fn(&NodeRollout) -> bool) -> NodeRollout {
+    for _ in 0..600 {
+        let o = get(client, "r").await.unwrap();
+        if done(&o) {
+            return o;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("not reached: {:?}", get(client, "r").await.unwrap().status);
+}
+
+fn phase(o: &NodeRollout) -> Option<&str> {
+    o.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+fn annotation(o: &NodeRollout) -> Option<&str> {
+    o.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RESUME_ANNOTATION))
+        .map(String::as_str)
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_sets_spec_paused_get_shows_it_and_resume_goes_on_to_completion() {
+    let (sim, _stop) = cluster().await;
+    let client = sim.client();
+    start(&client, false).await;
+    until(&client, |o| phase(o) == Some("Running")).await;
+    let paused = pause_rollout(&client, "r").await.unwrap();
+    assert!(paused.spec.paused);
+    let o = until(&client, |o| phase(o) == Some("Paused")).await;
+    let v = view(&o);
+    assert!(v.paused_by_spec && v.paused_by_engine.is_none(), "{v:?}");
+    let table = view_table(&v);
+    let progressing = o
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    for want in [
+        "NodeRollout r\n".to_string(),
+        "Phase:     Paused".to_string(),
+        "by spec.paused".to_string(),
+        format!("Progressing=False PausedBySpec: {}", progressing.message),
+        "Ready=True".to_string(),
+    ] {
+        assert!(table.contains(&want), "{want:?} in\n{table}");
+    }
+    let done = resume_rollout(&client, "r").await.unwrap();
+    assert!(done.unpause_spec && done.bump_to.is_none(), "{done:?}");
+    let o = until(&client, |o| phase(o) == Some("Completed")).await;
+    assert!(!o.spec.paused);
+    assert_eq!(annotation(&o), None, "a spec pause needs no resume counter");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_of_an_engine_pause_bumps_the_counter_each_time_and_the_rollout_goes_on() {
+    let (sim, _stop) = cluster().await;
+    let client = sim.client();
+    start(&client, true).await;
+    let awaiting = |o: &NodeRollout| view(o).paused_by_engine.is_some();
+    let o = until(&client, awaiting).await;
+    assert!(view_table(&view(&o)).contains("by the engine (manual mode: upgrade domain ud-a"));
+    // paused by both: one resume lifts both
+    pause_rollout(&client, "r").await.unwrap();
+    let done = resume_rollout(&client, "r").await.unwrap();
+    assert_eq!((done.unpause_spec, done.bump_to), (true, Some(1)));
+    let o = get(&client, "r").await.unwrap();
+    assert_eq!((o.spec.paused, annotation(&o)), (false, Some("1")));
+    // the next domain: N to N+1
+    let on_b = |o: &NodeRollout| {
+        view(o)
+            .paused_by_engine
+            .is_some_and(|why| why.contains("ud-b"))
+    };
+    until(&client, on_b).await;
+    let done = resume_rollout(&client, "r").await.unwrap();
+    assert_eq!((done.unpause_spec, done.bump_to), (false, Some(2)));
+    assert_eq!(annotation(&get(&client, "r").await.unwrap()), Some("2"));
+    until(&client, |o| phase(o) == Some("Completed")).await;
+    // nothing left to resume: nothing written
+    let done = resume_rollout(&client, "r").await.unwrap();
+    assert!(done.line("r").contains("nothing to resume"), "{done:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_rollout_is_not_found_with_its_name_and_exit_code_2() {
+    let (sim, _stop) = cluster().await;
+    let client = sim.client();
+    for e in [
+        get(&client, "nope").await.unwrap_err(),
+        pause_rollout(&client, "nope").await.unwrap_err(),
+        resume_rollout(&client, "nope").await.unwrap_err(),
+    ] {
+        assert!(matches!(e, VerbError::NotFound { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "noderollout \"nope\" not found");
+        assert_eq!(e.exit_code(), exit::NOT_FOUND);
+        assert_eq!(exit::NOT_FOUND, 2);
+    }
+}
