@@ -183,7 +183,7 @@ fn progressing(state: &State) -> Condition {
         .iter()
         .find(|d| d.step == Step::AwaitingResume);
     let resume = format!(
-        "annotate it to go on: kubectl annotate nro NAME {RESUME_ANNOTATION}={} --overwrite",
+        "to go on: raygate rollout resume NAME (or kubectl annotate nro NAME {RESUME_ANNOTATION}={} --overwrite)",
         state.resumes + 1
     );
     match (&state.phase, awaiting) {
