@@ -2,75 +2,20 @@
 //! the spec from the flags, create, follow, Ctrl-C pauses) against the simulated cluster with the
 //! NodeRollout controller running in-process, on the paused clock.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use raygate::cli::rollout::{Ended, RolloutRequest};
-use raygate::controller::Metrics;
-use raygate::controller::drain::rollout::run;
 use raygate::live_rollout::{create, follow};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate::types::rollout::NodeRollout;
-use raygate_sim::Sim;
-use raygate_sim::actors::kubelet;
-use serde_json::json;
 use tokio::sync::watch;
 
-const UD: &str = "raygate.io/upgrade-domain";
-
-/// Two upgrade domains (n1 in ud-a, n2 in ud-b), two ReplicaSet pods on each, kubelets running
-/// them, and the NodeRollout controller.
-async fn cluster() -> (Sim, watch::Sender<bool>) {
-    let crd =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/noderollouts.raygate.io.yaml");
-    let sim = Sim::builder()
-        .crds_yaml(&std::fs::read_to_string(crd).unwrap())
-        .unwrap()
-        .namespace("t")
-        .build();
-    let client = sim.client();
-    let (stop, shutdown) = watch::channel(false);
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        sim.clock().clone(),
-        kubelet::Config::default(),
-        shutdown.clone(),
-    ));
-    for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": n, "labels": {UD: ud, "pool": "old"}},
-            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}]}}))
-        .unwrap();
-        Api::<Node>::all(client.clone())
-            .create(&PostParams::default(), &node)
-            .await
-            .unwrap();
-        for i in 0..2 {
-            let p: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("web-{n}-{i}"), "namespace": "t",
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                        "name": "web", "uid": "web-uid", "controller": true}]},
-                "spec": {"nodeName": n, "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "c", "image": "nginx"}]}}))
-            .unwrap();
-            Api::<Pod>::namespaced(client.clone(), "t")
-                .create(&PostParams::default(), &p)
-                .await
-                .unwrap();
-        }
-    }
-    let r = raygate_sim::fixtures::rollouts(
-        &sim,
-        sim.client_as("raygate"),
-        Arc::new(Metrics::default()),
-    );
-    tokio::spawn(run(r, shutdown));
-    (sim, stop)
-}
+#[path = "support/rollout_cluster.rs"]
+mod rollout_cluster;
+use rollout_cluster::{UD, cluster};
 
 fn request() -> RolloutRequest {
     RolloutRequest {
@@ -94,7 +39,7 @@ async fn pods(client: &Client) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn drain_run_creates_a_node_rollout_and_follows_it_line_by_line_to_completion() {
-    let (sim, _stop) = cluster().await;
+    let (sim, _stop) = cluster(2).await;
     let client = sim.client();
     // each domain stays in its health check for 3 s: the 1 s polls see it in progress
     let mut req = request();
@@ -135,7 +80,7 @@ async fn drain_run_creates_a_node_rollout_and_follows_it_line_by_line_to_complet
 
 #[tokio::test(start_paused = true)]
 async fn ctrl_c_pauses_the_rollout_and_exits_130() {
-    let (sim, _stop) = cluster().await;
+    let (sim, _stop) = cluster(2).await;
     let client = sim.client();
     let spec = request().spec().unwrap();
     create(&client, Some("r"), spec, false).await.unwrap();
@@ -175,7 +120,7 @@ async fn ctrl_c_pauses_the_rollout_and_exits_130() {
 
 #[tokio::test(start_paused = true)]
 async fn an_upgrade_domain_label_no_node_has_is_bad_input_exit_2_and_a_dry_run_stores_nothing() {
-    let (sim, _stop) = cluster().await;
+    let (sim, _stop) = cluster(2).await;
     let client = sim.client();
     let bad = RolloutRequest {
         domain_label: "example.com/rack".into(),

@@ -2,75 +2,18 @@
 //! (`raygate::live_rollout`, `raygate::cli::rollout_verbs`) against the simulated cluster with
 //! the NodeRollout controller running in-process, on the paused clock.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, PostParams};
 use raygate::cli::rollout::RolloutRequest;
 use raygate::cli::rollout_verbs::{exit, view, view_table};
-use raygate::controller::Metrics;
-use raygate::controller::drain::rollout::run;
 use raygate::drain::rollout::RESUME_ANNOTATION;
 use raygate::live_rollout::{VerbError, create, get, pause_rollout, resume_rollout};
-use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate::types::rollout::NodeRollout;
-use raygate_sim::Sim;
-use raygate_sim::actors::kubelet;
-use serde_json::json;
-use tokio::sync::watch;
 
-const UD: &str = "raygate.io/upgrade-domain";
-
-/// Two upgrade domains (n1 in ud-a, n2 in ud-b), a ReplicaSet pod on each, kubelets running
-/// them, and the NodeRollout controller.
-async fn cluster() -> (Sim, watch::Sender<bool>) {
-    let crd =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/noderollouts.raygate.io.yaml");
-    let sim = Sim::builder()
-        .crds_yaml(&std::fs::read_to_string(crd).unwrap())
-        .unwrap()
-        .namespace("t")
-        .build();
-    let client = sim.client();
-    let (stop, shutdown) = watch::channel(false);
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        sim.clock().clone(),
-        kubelet::Config::default(),
-        shutdown.clone(),
-    ));
-    for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": n, "labels": {UD: ud, "pool": "old"}},
-            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}]}}))
-        .unwrap();
-        Api::<Node>::all(client.clone())
-            .create(&PostParams::default(), &node)
-            .await
-            .unwrap();
-        let p: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("web-{n}"), "namespace": "t",
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                    "name": "web", "uid": "web-uid", "controller": true}]},
-            "spec": {"nodeName": n, "terminationGracePeriodSeconds": 5,
-                "containers": [{"name": "c", "image": "nginx"}]}}))
-        .unwrap();
-        Api::<Pod>::namespaced(client.clone(), "t")
-            .create(&PostParams::default(), &p)
-            .await
-            .unwrap();
-    }
-    let r = raygate_sim::fixtures::rollouts(
-        &sim,
-        sim.client_as("raygate"),
-        Arc::new(Metrics::default()),
-    );
-    tokio::spawn(run(r, shutdown));
-    (sim, stop)
-}
+#[path = "support/rollout_cluster.rs"]
+mod rollout_cluster;
+use rollout_cluster::{UD, cluster};
 
 async fn start(client: &Client, manual: bool) {
     let req = RolloutRequest {
@@ -113,7 +56,7 @@ fn annotation(o: &NodeRollout) -> Option<&str> {
 
 #[tokio::test(start_paused = true)]
 async fn pause_sets_spec_paused_get_shows_it_and_resume_goes_on_to_completion() {
-    let (sim, _stop) = cluster().await;
+    let (sim, _stop) = cluster(1).await;
     let client = sim.client();
     start(&client, false).await;
     until(&client, |o| phase(o) == Some("Running")).await;
@@ -149,7 +92,7 @@ async fn pause_sets_spec_paused_get_shows_it_and_resume_goes_on_to_completion() 
 
 #[tokio::test(start_paused = true)]
 async fn resume_of_an_engine_pause_bumps_the_counter_each_time_and_the_rollout_goes_on() {
-    let (sim, _stop) = cluster().await;
+    let (sim, _stop) = cluster(1).await;
     let client = sim.client();
     start(&client, true).await;
     let awaiting = |o: &NodeRollout| view(o).paused_by_engine.is_some();
@@ -179,7 +122,7 @@ async fn resume_of_an_engine_pause_bumps_the_counter_each_time_and_the_rollout_g
 
 #[tokio::test(start_paused = true)]
 async fn a_missing_rollout_is_not_found_with_its_name_and_exit_code_2() {
-    let (sim, _stop) = cluster().await;
+    let (sim, _stop) = cluster(1).await;
     let client = sim.client();
     for e in [
         get(&client, "nope").await.unwrap_err(),

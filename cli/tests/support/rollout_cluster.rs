@@ -1,0 +1,66 @@
+//! The NodeRollout CLI tests' cluster on the sim.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::api::{Api, PostParams};
+use raygate::controller::Metrics;
+use raygate::controller::drain::rollout::run;
+use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
+use raygate_sim::Sim;
+use raygate_sim::actors::kubelet;
+use serde_json::json;
+use tokio::sync::watch;
+
+pub const UD: &str = "raygate.io/upgrade-domain";
+
+/// Two upgrade domains (n1 in ud-a, n2 in ud-b), `pods` ReplicaSet pods on each (`web-<node>-<i>`),
+/// kubelets running them, and the NodeRollout controller.
+pub async fn cluster(pods: usize) -> (Sim, watch::Sender<bool>) {
+    let crd =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/noderollouts.raygate.io.yaml");
+    let sim = Sim::builder()
+        .crds_yaml(&std::fs::read_to_string(crd).unwrap())
+        .unwrap()
+        .namespace("t")
+        .build();
+    let client = sim.client();
+    let (stop, shutdown) = watch::channel(false);
+    tokio::spawn(kubelet::run_all(
+        client.clone(),
+        sim.clock().clone(),
+        kubelet::Config::default(),
+        shutdown.clone(),
+    ));
+    for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": n, "labels": {UD: ud, "pool": "old"}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]}}))
+        .unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+        for i in 0..pods {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("web-{n}-{i}"), "namespace": "t",
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                        "name": "web", "uid": "web-uid", "controller": true}]},
+                "spec": {"nodeName": n, "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "c", "image": "nginx"}]}}))
+            .unwrap();
+            Api::<Pod>::namespaced(client.clone(), "t")
+                .create(&PostParams::default(), &p)
+                .await
+                .unwrap();
+        }
+    }
+    let r = raygate_sim::fixtures::rollouts(
+        &sim,
+        sim.client_as("raygate"),
+        Arc::new(Metrics::default()),
+    );
+    tokio::spawn(run(r, shutdown));
+    (sim, stop)
+}
