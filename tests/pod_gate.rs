@@ -100,6 +100,34 @@ impl Env {
             .items
     }
 
+    /// Quota 2, `svc` serving with one worker, then a `rayVersion` bump whose new child is held:
+    /// the held child's name.
+    async fn held_upgrade(&self) -> String {
+        self.queues("2").await;
+        self.create_service(1).await;
+        self.until("the first child runs", 1, || async {
+            (self.worker_counts().await == (0, 1)).then_some(())
+        })
+        .await;
+        let clusters = Api::<RayCluster>::namespaced(self.client.clone(), NS);
+        let first = self.child().await.unwrap().name_any();
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
+            )
+            .await
+            .unwrap();
+        self.until("a pending child held", 1, || async {
+            let all = clusters.list(&ListParams::default()).await.unwrap().items;
+            all.into_iter()
+                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
+                .map(|c| c.name_any())
+        })
+        .await
+    }
+
     /// (gated, ungated) worker pods.
     async fn worker_counts(&self) -> (usize, usize) {
         let ws = self.workers().await;
@@ -930,31 +958,9 @@ async fn remove_pod_gate_clears_every_gate_with_raygate_gone() {
 #[tokio::test(start_paused = true)]
 async fn a_release_interrupted_before_its_record_is_recognised_after_a_restart() {
     let mut env = Env::new().await;
-    env.queues("2").await;
-    env.create_service(1).await;
-    env.until("the first child runs", 1, || async {
-        (env.worker_counts().await == (0, 1)).then_some(())
-    })
-    .await;
+    let pending = env.held_upgrade().await;
     let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS);
     let services = Api::<RayService>::namespaced(env.client.clone(), NS);
-    let first = env.child().await.unwrap().name_any();
-    services
-        .patch(
-            "svc",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
-        )
-        .await
-        .unwrap();
-    let pending = env
-        .until("a pending child held", 1, || async {
-            let all = clusters.list(&ListParams::default()).await.unwrap().items;
-            all.into_iter()
-                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
-                .map(|c| c.name_any())
-        })
-        .await;
     // from now on every write of raygate's to the RayService fails: the record is never written
     env.sim.set_faults(
         Faults::none().rule(
@@ -1027,31 +1033,9 @@ async fn a_release_interrupted_before_its_record_is_recognised_after_a_restart()
 #[tokio::test(start_paused = true)]
 async fn a_service_replaced_without_raygate_s_metadata_leaks_no_quota_and_holds_no_child() {
     let env = Env::new().await;
-    env.queues("2").await;
-    env.create_service(1).await;
-    env.until("the first child runs", 1, || async {
-        (env.worker_counts().await == (0, 1)).then_some(())
-    })
-    .await;
+    let pending = env.held_upgrade().await;
     let clusters = Api::<RayCluster>::namespaced(env.client.clone(), NS);
     let services = Api::<RayService>::namespaced(env.client.clone(), NS);
-    let first = env.child().await.unwrap().name_any();
-    services
-        .patch(
-            "svc",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.1"}}})),
-        )
-        .await
-        .unwrap();
-    let pending = env
-        .until("a pending child held", 1, || async {
-            let all = clusters.list(&ListParams::default()).await.unwrap().items;
-            all.into_iter()
-                .find(|c| c.name_any() != first && c.spec.suspend == Some(true))
-                .map(|c| c.name_any())
-        })
-        .await;
     // the user's manifest, as `kubectl replace` sends it
     let mut svc = services.get("svc").await.unwrap();
     svc.metadata.labels = None;
