@@ -1273,6 +1273,19 @@ fn bad_group(name: &str, replicas: i32, cpu: &str) -> Value {
 }
 
 impl Env {
+    /// Upgrades `service`'s worker group `w` (1 × 1 CPU) to [`BAD_IMAGE`] and waits for the new
+    /// child to be released: its name.
+    async fn release_bad_upgrade(&self, service: &str) -> String {
+        let bad =
+            json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [bad_group("w", 1, "1")]}}});
+        self.patch_service(service, bad).await;
+        eventually(WAIT, "the upgrade is admitted and released", || async {
+            let c = self.pending_child(service).await?;
+            (c.spec.suspend != Some(true)).then(|| c.metadata.name.clone().unwrap_or_default())
+        })
+        .await
+    }
+
     /// The live slice that replaces another, admitted.
     async fn admitted_replacement(&self, service: &str) -> Option<Workload> {
         self.live_slices(service).await.into_iter().find(|w| {
@@ -1362,16 +1375,7 @@ async fn a_failed_upgrade_s_evicted_slice_holds_the_upgrade_and_the_service_keep
     let active = env.wait_running("svc").await;
 
     // a new image that never gets ready; the quota fits both children
-    env.patch_service(
-        "svc",
-        json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [bad_group("w", 1, "1")]}}}),
-    )
-    .await;
-    let pending = eventually(WAIT, "the pending child is released", || async {
-        let c = env.pending_child("svc").await?;
-        (c.spec.suspend != Some(true)).then(|| c.metadata.name.clone().unwrap_or_default())
-    })
-    .await;
+    let pending = env.release_bad_upgrade("svc").await;
     // Kueue's waitForPodsReady reads PodsReady: it follows the serving child, not the upgrade
     let slice = eventually(
         WAIT,
@@ -1458,16 +1462,7 @@ async fn a_preempted_upgrade_gives_up_only_its_delta_and_the_service_keeps_servi
     env.create_service("low", labels("low"), json!([group("w", 1, "1")]))
         .await;
     let active = env.wait_running("low").await;
-    env.patch_service(
-        "low",
-        json!({"spec": {"rayClusterConfig": {"workerGroupSpecs": [bad_group("w", 1, "1")]}}}),
-    )
-    .await;
-    let pending = eventually(WAIT, "the upgrade is admitted and released", || async {
-        let c = env.pending_child("low").await?;
-        (c.spec.suspend != Some(true)).then(|| c.metadata.name.clone().unwrap_or_default())
-    })
-    .await;
+    let pending = env.release_bad_upgrade("low").await;
 
     // a higher-priority service needs 2 of the 4 CPU the upgrade's slice holds
     env.create_service("high", labels("high"), json!([group("w", 1, "1")]))
