@@ -183,7 +183,7 @@ async fn measure(strategy: Strategy) -> Measured {
         disruptions: by_group.values().map(Vec::len).sum(),
         disrupted_twice: by_group.values().filter(|t| t.len() > 1).count(),
         group_seconds_below_floor: invariants::seconds_below_pdb_floor(&history),
-        below_floor: invariants::never_below_pdb_floor(&history),
+        below_floor: invariants::never_below_pdb_floor(&history, Some(lws::GROUP_KEY)),
         not_at_target: invariants::every_node_at_target(&history, node_lifecycle::GENERATION, "1"),
         outcome,
         history,

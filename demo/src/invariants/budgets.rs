@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-use super::groups::groups_up;
+use super::groups::{Down, Spell, Spells};
 use super::owners::pods;
 use super::violation::{Invariant, Now, Violation, intervals};
 use crate::history::{History, Key, PdbState, PodState, State};
@@ -126,8 +126,19 @@ fn walk_budgets(h: &History, mut f: impl FnMut(Timestamp, Option<Timestamp>, &Ke
 /// selects that are healthy (Ready, not being deleted) never fall below its floor
 /// ([`pdb_floor`]), from the first time the floor was met. With a budget on the groups'
 /// representatives (delegated readiness) that counts available groups.
-pub fn never_below_pdb_floor(h: &History) -> Vec<Violation> {
-    below_floor(h, Invariant::BelowPdbFloor, budgets, "healthy")
+///
+/// With `group_label`, a selected pod whose group is down for a failure the drain does not
+/// answer for counts as healthy (see [`never_below_group_floor`]); without it every unhealthy
+/// pod counts.
+pub fn never_below_pdb_floor(h: &History, group_label: Option<&str>) -> Vec<Violation> {
+    match group_label {
+        None => below_floor(h, Invariant::BelowPdbFloor, |_, s| budgets(s), "healthy"),
+        Some(label) => {
+            let mut floors = GroupFloors::new(label);
+            let count = |at, states: &_| floors.pdb_counts(at, states);
+            below_floor(h, Invariant::BelowPdbFloor, count, "healthy")
+        }
+    }
 }
 
 /// Intervals where a budget's count (`count` at each instant: per budget, (count, floor)) is
@@ -135,13 +146,13 @@ pub fn never_below_pdb_floor(h: &History) -> Vec<Violation> {
 fn below_floor(
     h: &History,
     invariant: Invariant,
-    mut count: impl FnMut(&BTreeMap<Key, State>) -> Budgets,
+    mut count: impl FnMut(Timestamp, &BTreeMap<Key, State>) -> Budgets,
     what: &str,
 ) -> Vec<Violation> {
     let mut met: BTreeSet<Key> = BTreeSet::new();
-    intervals(h, invariant, |_, states| {
+    intervals(h, invariant, |at, states| {
         let mut now = Now::new();
-        for (k, (n, floor)) in count(states) {
+        for (k, (n, floor)) in count(at, states) {
             if n >= floor {
                 met.insert(k);
             } else if met.contains(&k) {
@@ -167,34 +178,107 @@ pub fn seconds_below_pdb_floor(h: &History) -> f64 {
     total
 }
 
-/// Per budget at one instant, counted from the groups' members: (available groups, floor).
-/// A budget's groups are those (per `group_label`) any of whose pods it ever selected
-/// (`owners` remembers them, so a group whose pods are all gone still counts as down).
-fn group_budgets(
-    states: &BTreeMap<Key, State>,
-    group_label: &str,
-    sizes: &mut BTreeMap<String, usize>,
-    owners: &mut BTreeMap<Key, BTreeSet<String>>,
-) -> Budgets {
-    let up = groups_up(states, group_label, sizes);
-    let mut out = Budgets::new();
-    for (k, pdb, selected) in selections(states) {
-        let groups = owners.entry(k.clone()).or_default();
-        groups.extend(
-            selected
-                .iter()
-                .filter_map(|p| Some(format!("{}/{}", k.namespace, p.labels.get(group_label)?))),
-        );
-        let available = groups.iter().filter(|g| up.get(*g) == Some(&true)).count();
-        let n = i32::try_from(selected.len()).unwrap_or(i32::MAX);
-        if let Some(floor) = pdb_floor(pdb, n) {
-            out.insert(
-                k.clone(),
-                (i32::try_from(available).unwrap_or(i32::MAX), floor),
-            );
+/// The groups of each budget counted from their members, and which of those that are down the
+/// drain does not answer for.
+///
+/// A budget cannot stop an involuntary failure (a member failing its probe, a node failing),
+/// and the disruption controller counts one against the budget only from when it happens. So a
+/// group down for a failure that began after the latest ongoing disruption of the budget's
+/// groups began (or while none of them is disrupted) is *excused*: no eviction was made with it
+/// in view. A failure that was already there when a group was disrupted is not: the drain
+/// could see it (counted from the members) and evicted anyway.
+struct GroupFloors<'a> {
+    group_label: &'a str,
+    spells: Spells,
+    /// Per budget, its groups: those any of whose pods it ever selected (so a group whose pods
+    /// are all gone still counts as down).
+    owners: BTreeMap<Key, BTreeSet<String>>,
+}
+
+/// The groups among `groups` that are down for a failure the drain does not answer for (see
+/// [`GroupFloors`]).
+fn excused<'g>(spells: &Spells, groups: &'g BTreeSet<String>) -> BTreeSet<&'g String> {
+    let latest = groups
+        .iter()
+        .filter_map(|g| match spells.get(g) {
+            Spell::Down(Down::Disrupted(at)) => Some(at),
+            _ => None,
+        })
+        .max();
+    groups
+        .iter()
+        .filter(|g| match spells.get(g) {
+            Spell::Down(Down::Failed(since) | Down::NodeFailed(since)) => {
+                latest.is_none_or(|l| since > l)
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+impl<'a> GroupFloors<'a> {
+    fn new(group_label: &'a str) -> Self {
+        Self {
+            group_label,
+            spells: Spells::default(),
+            owners: BTreeMap::new(),
         }
     }
-    out
+
+    /// Advances the groups to `at`; then per budget: (its pods' group keys, floor).
+    fn step<'s>(
+        &mut self,
+        at: Timestamp,
+        states: &'s BTreeMap<Key, State>,
+    ) -> Vec<(Key, Vec<(&'s PodState, Option<String>)>, i32)> {
+        self.spells.step(at, states, self.group_label);
+        let mut out = vec![];
+        for (k, pdb, selected) in selections(states) {
+            let keyed: Vec<_> = selected
+                .into_iter()
+                .map(|p| {
+                    let g = p.labels.get(self.group_label);
+                    (p, g.map(|g| format!("{}/{g}", k.namespace)))
+                })
+                .collect();
+            let groups = self.owners.entry(k.clone()).or_default();
+            groups.extend(keyed.iter().filter_map(|(_, g)| g.clone()));
+            let n = i32::try_from(keyed.len()).unwrap_or(i32::MAX);
+            if let Some(floor) = pdb_floor(pdb, n) {
+                out.push((k.clone(), keyed, floor));
+            }
+        }
+        out
+    }
+
+    /// Per budget: (groups up plus excused groups, floor).
+    fn group_counts(&mut self, at: Timestamp, states: &BTreeMap<Key, State>) -> Budgets {
+        let mut out = Budgets::new();
+        for (k, _, floor) in self.step(at, states) {
+            let groups = &self.owners[&k];
+            let up = groups
+                .iter()
+                .filter(|g| self.spells.get(g) == Spell::Up)
+                .count();
+            let n = up + excused(&self.spells, groups).len();
+            out.insert(k, (i32::try_from(n).unwrap_or(i32::MAX), floor));
+        }
+        out
+    }
+
+    /// Per budget: (healthy pods plus unhealthy ones of excused groups, floor).
+    fn pdb_counts(&mut self, at: Timestamp, states: &BTreeMap<Key, State>) -> Budgets {
+        let mut out = Budgets::new();
+        for (k, pods, floor) in self.step(at, states) {
+            let excused = excused(&self.spells, &self.owners[&k]);
+            let counted = pods
+                .iter()
+                .filter(|(p, g)| p.healthy() || g.as_ref().is_some_and(|g| excused.contains(g)))
+                .count();
+            out.insert(k, (i32::try_from(counted).unwrap_or(i32::MAX), floor));
+        }
+        out
+    }
 }
 
 /// **Available groups, counted from their members, never below any budget's floor.** The
@@ -202,18 +286,21 @@ fn group_budgets(
 /// delegated readiness, the representatives, whose readiness lags their members'): per budget,
 /// its groups (`group_label`) that are up — their full size in pods, every one Ready, none being
 /// deleted — never fall below the budget's floor, from the first time the floor was met.
+///
+/// A group down for an involuntary failure that began after the latest ongoing disruption of
+/// the budget's groups counts as up: a budget cannot protect against a failure that comes after
+/// the evictions it allowed (see [`GroupFloors`]).
 pub fn never_below_group_floor(h: &History, group_label: &str) -> Vec<Violation> {
-    let (mut sizes, mut owners) = (BTreeMap::new(), BTreeMap::new());
-    let count =
-        |states: &BTreeMap<Key, State>| group_budgets(states, group_label, &mut sizes, &mut owners);
+    let mut floors = GroupFloors::new(group_label);
+    let count = |at, states: &_| floors.group_counts(at, states);
     let what = "group(s) available counted from their members";
     below_floor(h, Invariant::BelowGroupFloor, count, what)
 }
 
 /// Σ over budgets and time of (floor − available groups) while below it, the groups counted
-/// from their members (see [`never_below_group_floor`]).
+/// from their members as [`never_below_group_floor`] counts them.
 pub fn seconds_below_group_floor(h: &History, group_label: &str) -> f64 {
-    let (mut sizes, mut owners) = (BTreeMap::new(), BTreeMap::new());
+    let mut floors = GroupFloors::new(group_label);
     let mut met: BTreeSet<Key> = BTreeSet::new();
     let mut total = 0.0;
     let mut last: Option<(Timestamp, Budgets)> = None;
@@ -226,7 +313,7 @@ pub fn seconds_below_group_floor(h: &History, group_label: &str) -> f64 {
                 }
             }
         }
-        let b = group_budgets(states, group_label, &mut sizes, &mut owners);
+        let b = floors.group_counts(at, states);
         met.extend(
             b.iter()
                 .filter(|(_, (a, f))| a >= f)

@@ -68,16 +68,83 @@ fn groups_now(
     out
 }
 
-/// Whether each group is up (see [`groups_now`]).
-pub(super) fn groups_up(
-    states: &BTreeMap<Key, State>,
-    group_label: &str,
-    sizes: &mut BTreeMap<String, usize>,
-) -> BTreeMap<String, bool> {
-    groups_now(states, group_label, sizes)
-        .into_iter()
-        .map(|(g, now)| (g, now.up))
-        .collect()
+/// Why a group is down in the spell it is in, and since when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Down {
+    /// A member failed (its readiness probe) and none was removed: since then.
+    Failed(Timestamp),
+    /// A member's node failed before any member was removed: since then. What follows (its
+    /// pods deleted by the taint manager) is the failure's, not a disruption.
+    NodeFailed(Timestamp),
+    /// A member was removed (missing, being deleted or evicted): a disruption, at this instant.
+    Disrupted(Timestamp),
+}
+
+/// A group's state across instants: never up yet (starting, no spell), up, or down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Spell {
+    #[default]
+    NeverUp,
+    Up,
+    Down(Down),
+}
+
+impl Spell {
+    /// The spell after an instant at which the group is `now`. A spell's cause is what came
+    /// first: a node failure stays one; a failing member's spell becomes a disruption once a
+    /// member is removed.
+    fn next(self, now: GroupNow, at: Timestamp) -> Spell {
+        use Down::*;
+        if now.up {
+            return Spell::Up;
+        }
+        let down = match self {
+            Spell::NeverUp => return Spell::NeverUp,
+            Spell::Up if now.on_down_node => NodeFailed(at),
+            Spell::Up if now.removed => Disrupted(at),
+            Spell::Up => Failed(at),
+            Spell::Down(Failed(s)) if now.on_down_node => NodeFailed(s),
+            Spell::Down(Failed(_)) if now.removed => Disrupted(at),
+            Spell::Down(d) => d,
+        };
+        Spell::Down(down)
+    }
+}
+
+/// Every group's [`Spell`], advanced instant by instant through a history's replay.
+#[derive(Debug, Default)]
+pub(super) struct Spells {
+    sizes: BTreeMap<String, usize>,
+    spells: BTreeMap<String, Spell>,
+}
+
+impl Spells {
+    /// Advances every group to the instant `at` (see [`groups_now`]); returns the groups
+    /// whose spell became a disruption at this instant.
+    pub(super) fn step(
+        &mut self,
+        at: Timestamp,
+        states: &BTreeMap<Key, State>,
+        group_label: &str,
+    ) -> Vec<String> {
+        let mut disrupted = vec![];
+        for (g, now) in groups_now(states, group_label, &mut self.sizes) {
+            let spell = self.spells.entry(g.clone()).or_default();
+            let next = spell.next(now, at);
+            if matches!(next, Spell::Down(Down::Disrupted(d)) if d == at)
+                && !matches!(*spell, Spell::Down(Down::Disrupted(_)))
+            {
+                disrupted.push(g);
+            }
+            *spell = next;
+        }
+        disrupted
+    }
+
+    /// Group `g`'s spell now.
+    pub(super) fn get(&self, g: &str) -> Spell {
+        self.spells.get(g).copied().unwrap_or_default()
+    }
 }
 
 /// When each group (see [`no_group_disrupted_more_than_once`]) was disrupted within `window`:
@@ -90,28 +157,13 @@ pub fn group_disruptions(
     group_label: &str,
     window: Window,
 ) -> BTreeMap<String, Vec<Timestamp>> {
-    let mut sizes = BTreeMap::new();
-    // per group: down since, and whether that spell has been counted
-    let mut spells: BTreeMap<String, Option<bool>> = BTreeMap::new();
+    let mut spells = Spells::default();
     let mut out: BTreeMap<String, Vec<Timestamp>> = BTreeMap::new();
     let mut replay = h.replay();
     while let Some((at, states)) = replay.step() {
-        for (g, now) in groups_now(states, group_label, &mut sizes) {
-            let spell = spells.entry(g.clone()).or_insert(Some(true));
-            if now.up {
-                *spell = None;
-                continue;
-            }
-            // a spell starts when an up group goes down; groups never up have no spell; a
-            // node failure's spell is never counted
-            let counted = spell.get_or_insert(false);
-            if now.on_down_node {
-                *counted = true;
-            } else if !*counted && now.removed {
-                *counted = true;
-                if window.contains(at) {
-                    out.entry(g).or_default().push(at);
-                }
+        for g in spells.step(at, states, group_label) {
+            if window.contains(at) {
+                out.entry(g).or_default().push(at);
             }
         }
     }

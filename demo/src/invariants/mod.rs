@@ -47,7 +47,7 @@ pub fn check_all(h: &History, expect: &Expect) -> Vec<Violation> {
         let window = expect.rollout.unwrap_or(Window { from, to });
         out.extend(no_group_disrupted_more_than_once(h, label, window));
     }
-    out.extend(never_below_pdb_floor(h));
+    out.extend(never_below_pdb_floor(h, expect.group_label.as_deref()));
     if let Some(label) = &expect.group_label {
         out.extend(never_below_group_floor(h, label));
     }

@@ -362,7 +362,7 @@ fn groups_below_the_budget_s_floor_are_flagged_and_counted_in_group_seconds() {
         "a-0",
         Some(member("a", 1, false, true, true)),
     );
-    assert!(never_below_pdb_floor(&h).is_empty());
+    assert!(never_below_pdb_floor(&h, None).is_empty());
     assert_eq!(seconds_below_pdb_floor(&h), 0.0);
     // two down for 30 s: one group below the floor
     put(
@@ -386,7 +386,7 @@ fn groups_below_the_budget_s_floor_are_flagged_and_counted_in_group_seconds() {
         "a-0",
         Some(member("a", 1, true, false, true)),
     );
-    let v = never_below_pdb_floor(&h);
+    let v = never_below_pdb_floor(&h, None);
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!((v[0].from, v[0].until), (t(110), Some(t(140))));
     assert_eq!(v[0].message, "1 healthy, floor 2");
@@ -638,10 +638,39 @@ fn a_failed_node_s_pods_deleted_are_not_a_disruption() {
     assert!(group_disruptions(&h, "group", window).is_empty());
 }
 
-/// Issue #29 item 9: the leaders (representatives) stay Ready while their workers are not
-/// (their probe lags): the budget's own count keeps the floor, the members' count does not.
-#[test]
-fn groups_counted_from_their_members_fall_below_the_floor_where_the_budget_s_count_does_not() {
+/// Changes to record: (at, pod name, state).
+type Changes = Vec<(i64, String, Option<State>)>;
+
+/// Records `changes` in time order (a history's cluster time only moves forward).
+fn play(h: &mut History, mut changes: Changes) {
+    changes.sort_by_key(|c| c.0);
+    for (at, name, state) in changes {
+        put(h, at, Kind::Pod, &name, state);
+    }
+}
+
+/// The worker of a group fails its probe while its leader (the representative) stays Ready,
+/// its probe lagging.
+fn worker_fails(g: &str, at: i64, back: i64) -> Changes {
+    let worker = format!("{g}-1");
+    vec![
+        (at, worker.clone(), Some(member(g, 2, false, false, false))),
+        (back, worker, Some(member(g, 2, true, false, false))),
+    ]
+}
+
+/// A group's leader evicted at `at`, back Ready at `back`.
+fn leader_evicted(g: &str, at: i64, back: i64) -> Changes {
+    let leader = format!("{g}-0");
+    vec![
+        (at, leader.clone(), Some(member(g, 2, false, true, true))),
+        (at + 1, leader.clone(), None),
+        (back, leader, Some(member(g, 2, true, false, true))),
+    ]
+}
+
+/// Three groups of two (a, b, c) under a budget of 2 on their leaders, then `changes`.
+fn three_groups(changes: &[Changes]) -> History {
     let mut h = History::new();
     put(
         &mut h,
@@ -650,57 +679,82 @@ fn groups_counted_from_their_members_fall_below_the_floor_where_the_budget_s_cou
         "leaders",
         Some(leaders_pdb(Some(IntOrString::Int(2)), None)),
     );
-    group_history(&mut h, &[("a", &[]), ("b", &[]), ("c", &[])]);
-    for g in ["a", "b"] {
-        put(
-            &mut h,
-            100,
-            Kind::Pod,
-            &format!("{g}-1"),
-            Some(member(g, 2, false, false, false)),
-        );
-    }
-    put(
-        &mut h,
-        130,
-        Kind::Pod,
-        "a-1",
-        Some(member("a", 2, true, false, false)),
-    );
-    put(
-        &mut h,
-        160,
-        Kind::Pod,
-        "b-1",
-        Some(member("b", 2, true, false, false)),
-    );
-    assert!(never_below_pdb_floor(&h).is_empty());
+    group_history(&mut h, &["a", "b", "c"].map(|g| (g, &[][..])));
+    play(&mut h, changes.concat());
+    h
+}
+
+/// Issue #29 item 9: the leaders (representatives) stay Ready while their workers are not
+/// (their probe lags): the budget's own count keeps the floor, the members' count does not.
+#[test]
+fn groups_counted_from_their_members_fall_below_the_floor_where_the_budget_s_count_does_not() {
+    // a's worker fails; its leader stays Ready, so the budget still counts 3 and allows one
+    // eviction: c's leader goes at 110 with a visibly down
+    let mut changes = vec![worker_fails("a", 100, 130), leader_evicted("c", 110, 170)];
+    let h = three_groups(&changes);
+    assert!(never_below_pdb_floor(&h, Some("group")).is_empty());
     let v = never_below_group_floor(&h, "group");
     assert_eq!(v.len(), 1, "{v:?}");
-    assert_eq!((v[0].from, v[0].until), (t(100), Some(t(130))));
+    assert_eq!((v[0].from, v[0].until), (t(110), Some(t(130))));
     assert_eq!(v[0].invariant, Invariant::BelowGroupFloor);
     assert_eq!(v[0].objects, vec!["PodDisruptionBudget ns/leaders"]);
     assert_eq!(
         v[0].message,
         "1 group(s) available counted from their members, floor 2"
     );
-    assert_eq!(seconds_below_group_floor(&h, "group"), 30.0);
-    // a group whose pods are all gone still counts as down
-    put(&mut h, 200, Kind::Pod, "a-0", None);
-    put(&mut h, 200, Kind::Pod, "a-1", None);
-    put(
-        &mut h,
-        200,
-        Kind::Pod,
-        "b-1",
-        Some(member("b", 2, false, false, false)),
+    assert_eq!(seconds_below_group_floor(&h, "group"), 20.0);
+    // a group whose pods are all gone still counts as down; b failing in the same instant is
+    // not a failure after it
+    changes.push(vec![(200, "a-0".into(), None), (200, "a-1".into(), None)]);
+    changes.push(worker_fails("b", 200, 220));
+    let h = three_groups(&changes);
+    assert_eq!(seconds_below_group_floor(&h, "group"), 40.0);
+}
+
+/// A budget cannot stop a failure that comes after the evictions it allowed: a group failing
+/// after the latest ongoing disruption is not the drain's, whichever count is read.
+#[test]
+fn a_failure_after_the_budget_s_evictions_is_not_counted_against_the_drain() {
+    let leader_lags = vec![
+        (140, "a-0".into(), Some(member("a", 2, false, false, true))),
+        (150, "a-0".into(), Some(member("a", 2, true, false, true))),
+    ];
+    let mut changes = vec![
+        leader_evicted("c", 100, 170),
+        worker_fails("a", 110, 150),
+        leader_lags,
+    ];
+    let h = three_groups(&changes);
+    assert!(never_below_group_floor(&h, "group").is_empty());
+    assert_eq!(seconds_below_group_floor(&h, "group"), 0.0);
+    assert!(never_below_pdb_floor(&h, Some("group")).is_empty());
+    // without group labels the budget's count cannot tell whose the drop is
+    let v = never_below_pdb_floor(&h, None);
+    assert_eq!((v[0].from, v[0].until), (t(140), Some(t(150))), "{v:?}");
+    // an eviction made while that failure is in view is the drain's again
+    changes.push(leader_evicted("b", 120, 200));
+    let h = three_groups(&changes);
+    let v = never_below_group_floor(&h, "group");
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!((v[0].from, v[0].until), (t(120), Some(t(170))));
+    assert_eq!(
+        v[0].message,
+        "0 group(s) available counted from their members, floor 2"
     );
-    put(
-        &mut h,
-        220,
-        Kind::Pod,
-        "b-1",
-        Some(member("b", 2, true, false, false)),
-    );
-    assert_eq!(seconds_below_group_floor(&h, "group"), 50.0);
+    let v = never_below_pdb_floor(&h, Some("group"));
+    assert_eq!((v[0].from, v[0].until), (t(120), Some(t(170))), "{v:?}");
+}
+
+/// Failures alone, with nothing disrupted, are outages no drain caused.
+#[test]
+fn failures_with_nothing_disrupted_are_not_below_the_drain_s_floor() {
+    let mut changes = vec![worker_fails("a", 100, 130), worker_fails("b", 105, 140)];
+    let h = three_groups(&changes);
+    assert!(never_below_group_floor(&h, "group").is_empty());
+    assert_eq!(seconds_below_group_floor(&h, "group"), 0.0);
+    // a disruption while they are down is the drain's
+    changes.push(leader_evicted("c", 120, 200));
+    let h = three_groups(&changes);
+    let v = never_below_group_floor(&h, "group");
+    assert_eq!((v[0].from, v[0].until), (t(120), Some(t(140))), "{v:?}");
 }
