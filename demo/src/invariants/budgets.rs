@@ -178,6 +178,9 @@ pub fn seconds_below_pdb_floor(h: &History) -> f64 {
     total
 }
 
+/// One budget at one instant: its key, the pods it selects with their group keys, its floor.
+type BudgetNow<'s> = (Key, Vec<(&'s PodState, Option<String>)>, i32);
+
 /// The groups of each budget counted from their members, and which of those that are down the
 /// drain does not answer for.
 ///
@@ -226,11 +229,7 @@ impl<'a> GroupFloors<'a> {
     }
 
     /// Advances the groups to `at`; then per budget: (its pods' group keys, floor).
-    fn step<'s>(
-        &mut self,
-        at: Timestamp,
-        states: &'s BTreeMap<Key, State>,
-    ) -> Vec<(Key, Vec<(&'s PodState, Option<String>)>, i32)> {
+    fn step<'s>(&mut self, at: Timestamp, states: &'s BTreeMap<Key, State>) -> Vec<BudgetNow<'s>> {
         self.spells.step(at, states, self.group_label);
         let mut out = vec![];
         for (k, pdb, selected) in selections(states) {
