@@ -31,7 +31,7 @@ pub struct SimulateArgs {
     /// Instead of a file: the reliability sweep over N generated seeds (random clusters and
     /// timelines), raygate and each baseline on every seed; prints the violations per invariant
     /// and exits 1 if raygate broke one.
-    #[arg(long, value_name = "N", conflicts_with_all = ["output", "html"])]
+    #[arg(long, value_name = "N", conflicts_with_all = ["output", "html", "history"])]
     seeds: Option<u64>,
     /// With --seeds: the first seed (default 0).
     #[arg(long, value_name = "S", requires = "seeds", default_value_t = 0)]
@@ -45,6 +45,10 @@ pub struct SimulateArgs {
     /// Also write the run as one self-contained HTML page (charts, no network) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Also write the recorded history of raygate's run to FILE as JSON lines, one per change
+    /// (docs/simulations.md, "History lines").
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
     /// Also run the story's baselines, each on a cluster of its own with the same shape and seed
     /// (KubeRay without the gate for a gated RayService; kubectl drain node by node, random drains
     /// of 2 nodes and UD by UD for a rollout), and show raygate beside them.
@@ -52,19 +56,34 @@ pub struct SimulateArgs {
     baselines: bool,
 }
 
-/// `raygate demo`'s one option.
+/// `raygate demo`'s options.
 #[derive(clap::Args)]
 pub struct DemoArgs {
     /// Also write the run as one self-contained HTML page (charts, no network) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Also write the recorded history of raygate's run to FILE as JSON lines, one per change
+    /// (docs/simulations.md, "History lines").
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+}
+
+/// The files a run also writes.
+#[derive(Clone, Copy, Default)]
+struct Files<'a> {
+    html: Option<&'a std::path::Path>,
+    history: Option<&'a std::path::Path>,
 }
 
 /// Exit 0 when every invariant held and every expectation was met, 1 otherwise.
 pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let checked = story::demo().context("the embedded demo story")?;
     // the demo always shows raygate beside its baselines (issue #14: the same run, cluster, seed)
-    play(&checked, SimOutput::Table, args.html.as_deref(), true)
+    let files = Files {
+        html: args.html.as_deref(),
+        history: args.history.as_deref(),
+    };
+    play(&checked, SimOutput::Table, files, true)
 }
 
 /// Exit 2 on a bad scenario file (line and field named), else as [`demo`].
@@ -88,7 +107,11 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     } else {
         SimOutput::Json
     });
-    play(&checked, output, args.html.as_deref(), args.baselines)
+    let files = Files {
+        html: args.html.as_deref(),
+        history: args.history.as_deref(),
+    };
+    play(&checked, output, files, args.baselines)
 }
 
 /// `raygate simulate --seeds N`: the sweep over seeds `first..first + n` (each a generated
@@ -116,7 +139,7 @@ fn seeds(first: u64, n: u64, threads: usize) -> anyhow::Result<ExitCode> {
 fn play(
     checked: &Checked,
     output: SimOutput,
-    html: Option<&std::path::Path>,
+    files: Files,
     with_baselines: bool,
 ) -> anyhow::Result<ExitCode> {
     let registry = raygate_sim::upstream::registry().context("the embedded CRDs")?;
@@ -176,19 +199,7 @@ fn play(
             ))?
         ),
     }
-    if let Some(path) = html {
-        let mut runs = vec![report::Run::from_scenario("raygate", &played.report)];
-        runs.extend(
-            baselines.iter().filter_map(|(name, r)| {
-                r.as_ref().ok().map(|r| report::Run::from_scenario(name, r))
-            }),
-        );
-        let mut input = report::Input::new(played.report.name.clone(), runs);
-        input.subtitle = checked.scenario.description.trim().to_string();
-        input.domain_label = checked.scenario.cluster.domain_label.clone();
-        report::write(path, &input)?;
-        eprintln!("wrote {}", path.display());
-    }
+    write_files(checked, &played.report, &baselines, files)?;
     // a baseline breaking invariants is what it shows; one that could not run is a broken demo
     let baselines_ran = baselines.iter().all(|(_, r)| r.is_ok());
     Ok(if played.report.passed() && baselines_ran {
@@ -196,6 +207,37 @@ fn play(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Writes the files a run was asked for: raygate's history as JSON lines, the HTML report.
+fn write_files(
+    checked: &Checked,
+    played: &raygate_demo::scenario::Report,
+    baselines: &[raygate_demo::scenario::BaselineRun],
+    files: Files,
+) -> anyhow::Result<()> {
+    if let Some(path) = files.history {
+        let file = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
+        played
+            .history
+            .write_lines(played.started, std::io::BufWriter::new(file))
+            .with_context(|| format!("{}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = files.html {
+        let mut runs = vec![report::Run::from_scenario("raygate", played)];
+        runs.extend(
+            baselines.iter().filter_map(|(name, r)| {
+                r.as_ref().ok().map(|r| report::Run::from_scenario(name, r))
+            }),
+        );
+        let mut input = report::Input::new(played.name.clone(), runs);
+        input.subtitle = checked.scenario.description.trim().to_string();
+        input.domain_label = checked.scenario.cluster.domain_label.clone();
+        report::write(path, &input)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 /// `report` with `baselines: [{name, report}]` (each baseline's report as `-o json` gives

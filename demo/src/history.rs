@@ -16,6 +16,8 @@ use k8s_openapi::jiff::Timestamp;
 use raygate::quantity::{Quantity, Resources};
 use serde_json::Value;
 
+mod lines;
+
 /// The kinds a history records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -117,7 +119,8 @@ impl std::fmt::Display for Key {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodState {
     pub uid: String,
     pub labels: BTreeMap<String, String>,
@@ -154,7 +157,8 @@ impl PodState {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeState {
     pub labels: BTreeMap<String, String>,
     pub unschedulable: bool,
@@ -163,7 +167,8 @@ pub struct NodeState {
     pub taints: Vec<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PdbState {
     pub selector: Option<LabelSelector>,
     pub min_available: Option<IntOrString>,
@@ -173,19 +178,24 @@ pub struct PdbState {
     pub disruptions_allowed: Option<i32>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RayClusterState {
     pub labels: BTreeMap<String, String>,
     pub suspended: bool,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RayServiceState {
     /// The `kueue.x-k8s.io/queue-name` label: opted in.
     pub queue: Option<String>,
+    /// `status.activeServiceStatus.rayClusterName`: the child its serve Service selects.
+    pub active: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkloadState {
     /// raygate's `raygate.io/rayservice` label: the RayService this slice charges.
     pub rayservice: Option<String>,
@@ -198,7 +208,8 @@ pub struct WorkloadState {
     pub pods: i64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClusterQueueState {
     pub cohort: Option<String>,
     /// Σ over flavors of `nominalQuota`, per resource.
@@ -212,19 +223,22 @@ pub struct ClusterQueueState {
     pub usage: Resources,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LocalQueueState {
     pub cluster_queue: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeRolloutState {
     pub phase: Option<String>,
     pub domain: Option<String>,
 }
 
 /// The compact state of one object.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 pub enum State {
     Pod(PodState),
     Node(NodeState),
@@ -485,6 +499,10 @@ pub fn compact(kind: Kind, object: &Value) -> State {
         }),
         Kind::RayService => State::RayService(RayServiceState {
             queue: labels(object).remove(raygate::types::kueue::QUEUE_NAME_LABEL),
+            active: object["status"]["activeServiceStatus"]["rayClusterName"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(String::from),
         }),
         Kind::Workload => State::Workload(WorkloadState {
             rayservice: labels(object).remove(raygate::slices::RAYSERVICE_LABEL),

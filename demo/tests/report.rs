@@ -210,6 +210,15 @@ fn the_report_renders_every_chart_in_a_headless_browser() {
     assert_eq!(m[0].group_seconds_below_floor, Some(0.0));
     assert!(m[1].group_seconds_below_floor.unwrap() > 0.0, "{:?}", m[1]);
     assert_eq!(m[2].peak_quota_overrun, Some(0.0));
+    assert_eq!(
+        m[2].serving_seconds_lost,
+        Some(0.0),
+        "served through its upgrade"
+    );
+    assert_eq!(
+        m[0].serving_seconds_lost, None,
+        "no RayService in the rollout"
+    );
     let held = report::series::held(&runs[2].history, runs[2].t0().unwrap());
     assert!(
         held.iter().any(|h| h.to - h.from >= 300.0),
@@ -246,14 +255,18 @@ fn the_report_renders_every_chart_in_a_headless_browser() {
     );
 
     let availability = section_rows(&img, markers::AVAILABILITY);
+    let serving = section_rows(&img, markers::SERVING);
     let quota = section_rows(&img, markers::QUOTA);
     let gantt = section_rows(&img, markers::GANTT);
     let bars = section_rows(&img, markers::BARS);
     eprintln!(
-        "sections: availability {availability:?}, quota {quota:?}, gantt {gantt:?}, bars {bars:?}"
+        "sections: availability {availability:?}, serving {serving:?}, quota {quota:?}, gantt {gantt:?}, bars {bars:?}"
     );
     assert!(
-        availability.end <= quota.start && quota.end <= gantt.start && gantt.end <= bars.start,
+        availability.end <= serving.start
+            && serving.end <= quota.start
+            && quota.end <= gantt.start
+            && gantt.end <= bars.start,
         "the sections in order, apart"
     );
     assert!(
@@ -285,6 +298,13 @@ fn the_report_renders_every_chart_in_a_headless_browser() {
         1000,
     );
     expect("the budget's floor", charts::FLOOR, &availability, 500);
+    // the held upgrade's RayService keeps serving through its upgrade
+    expect(
+        "the RayService's serving pods",
+        charts::run_colour(2),
+        &serving,
+        1000,
+    );
     // the held upgrade's CPUs against the queue's quota
     expect(
         "the held upgrade's CPUs",

@@ -43,7 +43,19 @@ async fn the_demo_story_runs_with_every_invariant_holding() {
     let summary = show::summary(report, &played.lines, played.wall, &[]);
     eprintln!("{}\n{summary}", shown.join("\n"));
     assert!(report.passed(), "{:#?}", report.failures);
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    // every invariant holds but one: act 2 drains the domain of the RayService's only serving
+    // cluster, and raygate does not move a RayService first yet, so it stops serving until its
+    // pods are back elsewhere (the story declares it)
+    assert!(
+        report
+            .violations
+            .iter()
+            .all(|v| v.invariant == raygate_demo::invariants::Invariant::StoppedServing),
+        "{:#?}",
+        report.violations
+    );
+    let lost = raygate_demo::invariants::serving_seconds_lost(&report.history);
+    assert!(lost["serving/llm"] > 0.0, "{lost:?}");
 
     // act 1: a child born suspended, held for minutes (until the quota is raised at 8m), then
     // released; the old child is gone at the end
@@ -94,5 +106,5 @@ async fn the_demo_story_runs_with_every_invariant_holding() {
     ] {
         assert!(text.contains(want), "the display shows {want:?}");
     }
-    assert!(summary.contains("RESULT  every invariant held"));
+    assert!(summary.contains("RESULT  every expectation was met"));
 }

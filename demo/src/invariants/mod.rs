@@ -4,7 +4,7 @@
 //! All of them read the cluster's own record (pods, nodes, budgets, queues, slices), never what
 //! raygate says it did, so a baseline drainer is judged by the same code as raygate.
 //!
-//! One file per family: [`quota`], [`coverage`] (slices), [`groups`], [`budgets`], [`nodes`]; a
+//! One file per family: [`quota`], [`coverage`] (slices), [`groups`], [`budgets`], [`serving`], [`nodes`]; a
 //! [`violation`] and its intervals, and whose a pod is ([`owners`]), shared by them.
 
 mod budgets;
@@ -13,6 +13,7 @@ mod groups;
 mod nodes;
 mod owners;
 mod quota;
+mod serving;
 mod violation;
 
 use crate::history::History;
@@ -26,6 +27,7 @@ pub use groups::{group_disruptions, no_group_disrupted_more_than_once};
 pub use nodes::every_node_at_target;
 pub use owners::{ORIGINATED_FROM_NAME, RAY_CLUSTER_LABEL, queue_of_pod};
 pub use quota::{QuotaOverrun, quota_never_exceeded, quota_overrun};
+pub use serving::{SERVE_LABEL, never_stopped_serving, serving_pods, serving_seconds_lost};
 pub use violation::{Invariant, Violation, Window};
 
 /// What a story expects, for [`check_all`].
@@ -51,6 +53,7 @@ pub fn check_all(h: &History, expect: &Expect) -> Vec<Violation> {
     if let Some(label) = &expect.group_label {
         out.extend(never_below_group_floor(h, label));
     }
+    out.extend(never_stopped_serving(h));
     out.extend(no_slice_leaked(h));
     if let Some((label, target)) = &expect.generation {
         out.extend(every_node_at_target(h, label, target));

@@ -64,6 +64,7 @@ fn serving(h: &mut History, nominal: i64) {
         Key::new(Kind::RayService, "ns", "svc"),
         Some(State::RayService(RayServiceState {
             queue: Some("lq".into()),
+            active: None,
         })),
     );
     for child in ["svc-a", "svc-b"] {

@@ -21,6 +21,9 @@ pub enum Invariant {
     /// A budget's groups available counted from their members (every member Ready) fell below
     /// its floor.
     BelowGroupFloor,
+    /// A RayService that was serving had no serving pod (Ready, not terminating,
+    /// `ray.io/serve=true`) in its active cluster.
+    StoppedServing,
     /// An admitted, unfinished slice outlived the story's need for it.
     SliceLeaked,
     /// A node was not at the target generation at the end.

@@ -5,6 +5,7 @@
 //! - a summary table (rollout time, evictions, disruptions, group-seconds below the floor, peak
 //!   quota overrun, invariants broken) and the violations;
 //! - available groups over time against each PodDisruptionBudget's floor;
+//! - each RayService's serving pods over time;
 //! - each ClusterQueue's use (the running pods' requests) against its quota;
 //! - a Gantt per run: each upgrade domain cordoned → evicting → upgrading → recovering;
 //! - raygate against the baselines as bars.
@@ -14,6 +15,7 @@
 
 pub mod charts;
 pub mod series;
+mod serving;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -131,6 +133,9 @@ pub struct Metrics {
     pub disrupted_twice: Option<usize>,
     /// `None`: no PodDisruptionBudget in the history.
     pub group_seconds_below_floor: Option<f64>,
+    /// Σ over the RayServices that served of the seconds each had no serving pod; `None`: no
+    /// RayService served.
+    pub serving_seconds_lost: Option<f64>,
     /// The largest overrun of any ClusterQueue's quota by running pods, as a share of it;
     /// `None`: no ClusterQueue in the history.
     pub peak_quota_overrun: Option<f64>,
@@ -187,6 +192,10 @@ pub fn metrics(run: &Run, group_label: Option<&str>) -> Metrics {
             .map(|g| g.values().filter(|t| t.len() > 1).count()),
         group_seconds_below_floor: budgets
             .then(|| invariants::seconds_below_pdb_floor(&run.history)),
+        serving_seconds_lost: {
+            let lost = invariants::serving_seconds_lost(&run.history);
+            (!lost.is_empty()).then(|| lost.values().sum())
+        },
         peak_quota_overrun: (!queues.is_empty())
             .then(|| queues.iter().map(|q| q.peak_overrun).fold(0.0, f64::max)),
         violations: run.violations.len(),
@@ -216,6 +225,7 @@ pub fn write(path: &Path, input: &Input) -> Result<(), ReportError> {
 /// into the sections (the browser test does).
 pub mod markers {
     pub const AVAILABILITY: &str = "#0e7490";
+    pub const SERVING: &str = "#be185d";
     pub const QUOTA: &str = "#a21caf";
     pub const GANTT: &str = "#854d0e";
     pub const BARS: &str = "#166534";
@@ -274,11 +284,11 @@ fn legend(items: &[(String, String)]) -> String {
 }
 
 /// A chart, or why it could not be drawn.
-fn chart(result: Result<String, String>) -> String {
+pub(super) fn chart(result: Result<String, String>) -> String {
     result.unwrap_or_else(|e| format!(r#"<p class="error">chart not drawn: {}</p>"#, esc(&e)))
 }
 
-fn section(id: &str, marker: &str, title: &str, body: &str) -> String {
+pub(super) fn section(id: &str, marker: &str, title: &str, body: &str) -> String {
     format!(
         r#"<section id="{id}" style="border-left-color:{marker}"><h2>{}</h2>{body}</section>"#,
         esc(title)
@@ -294,7 +304,7 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
         "<table><tr><th>run</th><th>rollout</th><th>lower bound</th><th>ratio</th>\
          <th>evictions</th><th>429s</th>\
          <th>group disruptions</th><th>groups disrupted twice</th>\
-         <th>group-seconds below floor</th><th>peak quota overrun</th>\
+         <th>group-seconds below floor</th><th>serving-seconds lost</th><th>peak quota overrun</th>\
          <th>invariants broken</th></tr>",
     );
     for (i, (run, m)) in input.runs.iter().zip(metrics).enumerate() {
@@ -308,7 +318,7 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
         let _ = write!(
             out,
             "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             swatch(&charts::hex(charts::run_colour(i))),
             esc(&run.name),
             m.rollout_seconds.map_or_else(|| "—".into(), seconds),
@@ -320,6 +330,7 @@ fn summary(input: &Input, metrics: &[Metrics]) -> String {
             m.disruptions.map_or_else(|| "—".into(), |d| d.to_string()),
             cell(m.disrupted_twice.map(|d| d as f64), &count),
             cell(m.group_seconds_below_floor, &count),
+            cell(m.serving_seconds_lost, &count),
             cell(m.peak_quota_overrun, &|v| format!("{:.0}%", v * 100.0)),
             cell(Some(m.violations as f64), &count),
         );
@@ -357,7 +368,7 @@ fn run_legend(input: &Input) -> String {
 
 /// The line width of run `i`: raygate's (the first) wider, so the baselines drawn over it do not
 /// hide it where they agree.
-fn line_width(i: usize) -> u32 {
+pub(super) fn line_width(i: usize) -> u32 {
     if i == 0 { 6 } else { 2 }
 }
 
@@ -676,6 +687,7 @@ pub fn html(input: &Input) -> String {
         &summary(input, &metrics),
     ));
     out.push_str(&availability(input));
+    out.push_str(&serving::section(input));
     out.push_str(&quota(input));
     out.push_str(&gantts(input, &metrics));
     out.push_str(&comparison(input, &metrics));

@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use raygate::quantity::{Quantity, Resources};
 
 use crate::history::{ClusterQueueState, History, Key, Kind, PodState, State};
-use crate::invariants::{pdb_floor, queue_of_pod, selector_matches};
+use crate::invariants::{pdb_floor, queue_of_pod, selector_matches, serving_pods};
 
 /// Seconds from `t0` to `at` (negative before it).
 pub fn seconds(t0: Timestamp, at: Timestamp) -> f64 {
@@ -98,6 +98,41 @@ pub fn budgets(h: &History, t0: Timestamp) -> Vec<BudgetSeries> {
         for s in &mut out {
             close(&mut s.healthy, end);
             close(&mut s.floor, end);
+        }
+    }
+    out
+}
+
+/// One RayService over time: its serving pods (Ready, not terminating, `ray.io/serve=true`, in
+/// its active cluster: what the serving invariant counts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServingSeries {
+    /// `namespace/name`.
+    pub service: String,
+    pub pods: Steps,
+}
+
+/// Every RayService's serving pods over time ([`serving_pods`]).
+pub fn serving(h: &History, t0: Timestamp) -> Vec<ServingSeries> {
+    let mut out: BTreeMap<String, ServingSeries> = BTreeMap::new();
+    let mut replay = h.replay();
+    let mut end = None;
+    while let Some((at, states)) = replay.step() {
+        let x = seconds(t0, at);
+        end = Some(x);
+        for (service, n) in serving_pods(states) {
+            let series = out.entry(service.clone()).or_insert_with(|| ServingSeries {
+                service,
+                pods: vec![],
+            });
+            // counts of pods: exact in an f64
+            push_step(&mut series.pods, x, n as f64);
+        }
+    }
+    let mut out: Vec<ServingSeries> = out.into_values().collect();
+    if let Some(end) = end {
+        for s in &mut out {
+            close(&mut s.pods, end);
         }
     }
     out

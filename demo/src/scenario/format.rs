@@ -265,6 +265,7 @@ pub enum InvariantName {
     GroupDisruptedTwice,
     BelowPdbFloor,
     BelowGroupFloor,
+    StoppedServing,
     SliceLeaked,
     NodeNotAtTarget,
 }
@@ -277,6 +278,7 @@ impl InvariantName {
             InvariantName::GroupDisruptedTwice => Invariant::GroupDisruptedTwice,
             InvariantName::BelowPdbFloor => Invariant::BelowPdbFloor,
             InvariantName::BelowGroupFloor => Invariant::BelowGroupFloor,
+            InvariantName::StoppedServing => Invariant::StoppedServing,
             InvariantName::SliceLeaked => Invariant::SliceLeaked,
             InvariantName::NodeNotAtTarget => Invariant::NodeNotAtTarget,
         }

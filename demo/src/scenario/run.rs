@@ -43,6 +43,8 @@ pub struct Report {
     pub ended: Timestamp,
     pub history: History,
     pub violations: Vec<Violation>,
+    /// The invariants the story expects to break (`expect.violations`).
+    pub expected: Vec<Invariant>,
     pub rollouts: Vec<Result<Outcome, String>>,
     /// The node rollout's lower bound from the runner's own durations (`None`: the timeline
     /// starts no rollout), see [`crate::bound`].
@@ -144,6 +146,7 @@ async fn run_in_process(
         ended,
         history,
         violations,
+        expected: s.expect.violations.iter().map(|v| v.invariant()).collect(),
         rollouts,
         lower_bound: lower_bound(checked, &actors.kubelet, &actors.lifecycle),
         failures,

@@ -15,7 +15,7 @@ use crate::invariants::{self, Invariant, Window};
 use crate::scenario::{BaselineRun, Report};
 
 /// The invariants in the order of [`Invariant`], with what each promises.
-pub const INVARIANTS: [(Invariant, &str); 7] = [
+pub const INVARIANTS: [(Invariant, &str); 8] = [
     (
         Invariant::QuotaExceeded,
         "ClusterQueue quota never exceeded by running pods",
@@ -35,6 +35,10 @@ pub const INVARIANTS: [(Invariant, &str); 7] = [
     (
         Invariant::BelowGroupFloor,
         "member-counted groups never below a PDB's floor",
+    ),
+    (
+        Invariant::StoppedServing,
+        "no serving RayService ever stopped serving",
     ),
     (
         Invariant::SliceLeaked,
@@ -171,14 +175,22 @@ pub fn summary(
         write_rollouts(&mut s, report);
     }
     write_quota_peaks(&mut s, report);
+    write_serving(&mut s, report);
     if !baselines.is_empty() {
         s.push_str(&against_baselines(report, baselines));
     }
     let _ = writeln!(s);
-    if report.passed() {
+    if report.passed() && report.violations.is_empty() {
         let _ = writeln!(
             s,
             "RESULT  every invariant held and every expectation was met"
+        );
+    } else if report.passed() {
+        let expected: Vec<String> = report.expected.iter().map(|i| format!("{i:?}")).collect();
+        let _ = writeln!(
+            s,
+            "RESULT  every expectation was met; every invariant held but what the story expects to break ({})",
+            expected.join(", ")
         );
     } else {
         let _ = writeln!(s, "RESULT  FAILED:");
@@ -203,7 +215,9 @@ fn write_invariants(s: &mut String, report: &Report) {
             .iter()
             .filter(|v| v.invariant == inv)
             .collect();
-        let result = if !broken.is_empty() {
+        let result = if !broken.is_empty() && report.expected.contains(&inv) {
+            format!("broken, as the story expects ({} violations)", broken.len())
+        } else if !broken.is_empty() {
             format!("BROKEN ({} violations)", broken.len())
         } else if !rollout_checked
             && matches!(
@@ -310,6 +324,32 @@ fn write_quota_peaks(s: &mut String, report: &Report) {
     }
 }
 
+/// Per RayService that served: the seconds it had no serving pod.
+fn write_serving(s: &mut String, report: &Report) {
+    let lost = invariants::serving_seconds_lost(&report.history);
+    if lost.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n  {:<32} {:>19}",
+        "SERVING (RayService)", "SERVING-S LOST"
+    );
+    for (svc, seconds) in &lost {
+        let _ = writeln!(s, "  {svc:<32} {seconds:>19.0}");
+    }
+}
+
+/// Σ over the RayServices that served of the seconds each had no serving pod; "—" when none
+/// served.
+fn serving_lost_cell(report: &Report) -> String {
+    let lost = invariants::serving_seconds_lost(&report.history);
+    if lost.is_empty() {
+        return "—".into();
+    }
+    format!("{:.0}", lost.values().sum::<f64>())
+}
+
 /// One run's row in [`against_baselines`]: rollout time, ratio to the lower bound, group
 /// disruptions, groups disrupted twice, group-seconds below the floor, quota overrun, the
 /// invariants it broke.
@@ -354,8 +394,9 @@ fn comparison_row(name: &str, report: &Report) -> String {
     } else {
         broken.join(", ")
     };
+    let serving = serving_lost_cell(report);
     format!(
-        "  {name:<28} {took_:>9} {ratio:>6} {disruptions:>12} {twice:>16} {below:>20}  {overrun:<34} {broken}"
+        "  {name:<28} {took_:>9} {ratio:>6} {disruptions:>12} {twice:>16} {below:>20} {serving:>15}  {overrun:<34} {broken}"
     )
 }
 
@@ -368,13 +409,14 @@ pub fn against_baselines(report: &Report, baselines: &[BaselineRun]) -> String {
     );
     let _ = writeln!(
         s,
-        "  {:<28} {:>9} {:>6} {:>12} {:>16} {:>20}  {:<34} INVARIANTS BROKEN",
+        "  {:<28} {:>9} {:>6} {:>12} {:>16} {:>20} {:>15}  {:<34} INVARIANTS BROKEN",
         "RUN",
         "ROLLOUT",
         "RATIO",
         "DISRUPTIONS",
         "DISRUPTED TWICE",
         "GROUP-S BELOW FLOOR",
+        "SERVING-S LOST",
         "QUOTA OVERRUN"
     );
     let _ = writeln!(s, "{}", comparison_row("raygate", report));
@@ -429,6 +471,7 @@ pub fn report_json(report: &Report, wall: std::time::Duration) -> Value {
             "recoversElsewhere": b.recovers_elsewhere, "seconds": b.total().as_secs(),
         })),
         "groupSecondsBelowPdbFloor": invariants::seconds_below_pdb_floor(&report.history),
+        "servingSecondsLost": invariants::serving_seconds_lost(&report.history),
         "held": holds(&report.history).iter().map(|(name, d, at)| json!({
             "rayCluster": name, "heldSeconds": d.as_secs(), "releasedAtSeconds": at.map(secs),
         })).collect::<Vec<_>>(),

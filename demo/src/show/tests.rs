@@ -202,6 +202,7 @@ fn rollout_report(o: crate::baselines::Outcome, violations: Vec<invariants::Viol
         ended: t(900),
         history: History::new(),
         violations,
+        expected: vec![],
         rollouts: vec![Ok(o)],
         lower_bound: Some(crate::bound::LowerBound {
             domains: 2,
