@@ -107,10 +107,12 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let plan =
                 raygate::drain::plan(&world, &options, now).map_err(|e| bad(e.to_string()))?;
             let found = CapacityCheck::check(&world, &plan, &options, flags.handoff.returns());
+            let exposed = raygate::drain::exposures(&world, &plan);
             let report = PlanReport {
                 plan,
                 dead_ends: found.dead_ends,
                 gate_dead_ends: found.gate_dead_ends,
+                exposed,
             };
             let text = cli::render(&report, cluster.output, plan_report_table)
                 .map_err(|e| bad(e.to_string()))?;
@@ -122,14 +124,15 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let world = objects.cluster();
             let findings =
                 raygate::drain::preflight(&world, &options).map_err(|e| bad(e.to_string()))?;
-            let found = match flags.plan_options(&options) {
+            let (found, exposed) = match flags.plan_options(&options) {
                 Some(plan_options) => {
                     let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
                     let plan = raygate::drain::plan(&world, &plan_options, now)
                         .map_err(|e| bad(e.to_string()))?;
-                    CapacityCheck::check(&world, &plan, &plan_options, flags.returns())
+                    let found = CapacityCheck::check(&world, &plan, &plan_options, flags.returns());
+                    (found, raygate::drain::exposures(&world, &plan))
                 }
-                None => CapacityCheck::default(),
+                None => (CapacityCheck::default(), vec![]),
             };
             let report = CheckReport {
                 nodes: objects.nodes.len(),
@@ -137,6 +140,7 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
                 findings,
                 dead_ends: found.dead_ends,
                 gate_dead_ends: found.gate_dead_ends,
+                exposed,
             };
             let text = cli::render(&report, cluster.output, check_table)
                 .map_err(|e| bad(e.to_string()))?;

@@ -50,6 +50,9 @@ fn demo_plays_both_acts_and_every_invariant_holds() {
         "released: its slice is admitted",
         "Act 2: a new node generation",
         "NodeRollout node-generation-1: Completed",
+        // the NodeRollout names the RayService's serve pods before it drains their domain
+        "Event Warning ServingAtRisk on NodeRollout node-generation-1: 1 workload(s)",
+        "RayCluster serving/llm-",
         "TIMELINE",
         "SUMMARY  raygate demo",
         "raygate (NodeRollout)",

@@ -225,6 +225,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         findings,
         dead_ends: Vec::new(),
         gate_dead_ends: Vec::new(),
+        exposed: Vec::new(),
     };
     assert_eq!(
         check_table(&report),
@@ -259,6 +260,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         findings,
         dead_ends: Vec::new(),
         gate_dead_ends: Vec::new(),
+        exposed: Vec::new(),
     };
     assert_eq!(report.exit_code(), exit::PROBLEMS);
     let table = check_table(&report);
@@ -411,10 +413,12 @@ async fn plan_report(
     let dead_ends = raygate::drain::dead_ends(&world, &plan, &options, flags.handoff.returns());
     let gate_dead_ends =
         raygate::drain::gate_dead_ends(&world, &plan, &options, flags.handoff.returns());
+    let exposed = raygate::drain::exposures(&world, &plan);
     let report = PlanReport {
         plan,
         dead_ends: dead_ends.clone(),
         gate_dead_ends,
+        exposed,
     };
     let table = render(&report, Output::Table, plan_report_table).unwrap();
     let json: Value =
@@ -498,6 +502,7 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
             findings,
             dead_ends: found.dead_ends,
             gate_dead_ends: found.gate_dead_ends,
+            exposed: Vec::new(),
         }
     };
     let r = report(room_cluster(true).await, true).await;
@@ -645,6 +650,7 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
             findings: raygate::drain::preflight(&world, &options).unwrap(),
             dead_ends: found.dead_ends,
             gate_dead_ends: found.gate_dead_ends,
+            exposed: raygate::drain::exposures(&world, &plan),
         })
     };
     let r = report(room_cluster(true).await, Some(HandoffMode::None))
@@ -696,4 +702,33 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
         "{table}"
     );
     assert!(!table.contains("no room for the health gate"), "{table}");
+}
+
+/// Issue #32 item 2: a RayCluster whose serve pods all sit in one domain, with no budget over
+/// them, is named by `drain plan` before anything is touched, with the least interruption.
+#[tokio::test]
+async fn plan_names_a_workload_whose_whole_serving_capacity_one_domain_takes() {
+    let sim = cluster().await;
+    let client = sim.client();
+    for (name, node, serve) in [("llm-w0", "n1", "true"), ("llm-w1", "n2", "true")] {
+        let labels = json!({"ray.io/cluster": "llm", "ray.io/serve": serve});
+        pod(&client, "t", name, node, labels, Some("ReplicaSet")).await;
+    }
+    // the head serves nothing (KubeRay flips its label by the proxy's health) and runs elsewhere
+    let labels = json!({"ray.io/cluster": "llm", "ray.io/serve": "false"});
+    pod(&client, "t", "llm-head", "n3", labels, Some("ReplicaSet")).await;
+    let (_, table, json, code) = plan_report(&sim, &["--ignore-daemonsets", "--force"]).await;
+    let says = "  RayCluster t/llm (serve pods): all 2 serving pod(s) are in domain ud-a and no \
+                budget keeps one running";
+    assert!(table.contains("\nserving at risk: "), "{table}");
+    assert!(table.contains(says), "no {says:?} in\n{table}");
+    let exposed = json["exposed"].as_array().unwrap();
+    let llm = exposed
+        .iter()
+        .find(|e| e["workload"] == "RayCluster t/llm (serve pods)")
+        .unwrap_or_else(|| panic!("{exposed:?}"));
+    assert_eq!(llm["domain"], "ud-a");
+    assert_eq!(llm["pods"], json!(["t/llm-w0", "t/llm-w1"]));
+    // a warning: the exit code is the plan's
+    assert_eq!(code, exit::OK, "{table}");
 }

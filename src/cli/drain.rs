@@ -8,9 +8,9 @@ use serde::Serialize;
 
 use super::status::columns;
 use crate::drain::{
-    CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Finding, GateDeadEnd, Generation,
-    GenerationSource, GenerationTarget, GroupContract, NodeInfoField, Plan, PlanOptions,
-    PreflightOptions, Returns, SkipReason,
+    CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Exposure, Finding, GateDeadEnd,
+    Generation, GenerationSource, GenerationTarget, GroupContract, NodeInfoField, Plan,
+    PlanOptions, PreflightOptions, Returns, SkipReason,
 };
 use crate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL;
 
@@ -274,6 +274,9 @@ pub struct PlanReport<'a> {
     pub plan: Plan<'a>,
     pub dead_ends: Vec<DeadEnd>,
     pub gate_dead_ends: Vec<GateDeadEnd>,
+    /// Workloads whose whole serving capacity one domain's drain takes, unprotected
+    /// ([`crate::drain::exposures`]): warnings, not errors.
+    pub exposed: Vec<Exposure>,
 }
 
 impl PlanReport<'_> {
@@ -321,6 +324,28 @@ no room to recover: {} domain(s) cannot be drained, their groups would have \
             ));
         }
     }
+    out.push_str(&exposed_lines(&report.exposed));
+    out
+}
+
+/// The serving-at-risk warning lines (empty without exposures).
+fn exposed_lines(exposed: &[Exposure]) -> String {
+    if exposed.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nserving at risk: {} workload(s) stop serving while a domain drains (every serving pod \
+         in that domain, no budget keeping one running):\n",
+        exposed.len()
+    );
+    for e in exposed {
+        out.push_str(&format!("  {e}\n"));
+    }
+    out.push_str(
+        "  fix: spread the pods over domains (topology spread constraints on the domain label), \
+         or add a PodDisruptionBudget that keeps one running (e.g. maxUnavailable: 1 with 2 \
+         replicas)\n",
+    );
     out
 }
 
@@ -356,6 +381,9 @@ pub struct CheckReport {
     /// pass for want of room (error findings, `NoRoomToRecover`).
     #[serde(rename = "gateDeadEnds")]
     pub gate_dead_ends: Vec<GateDeadEnd>,
+    /// With a plan (`--taint-outdated` or `--handoff`): workloads whose whole serving capacity
+    /// one domain's drain takes ([`crate::drain::exposures`]); warnings, not errors.
+    pub exposed: Vec<Exposure>,
 }
 
 impl CheckReport {
@@ -492,8 +520,10 @@ pub fn check_table(report: &CheckReport) -> String {
     if report.findings.is_empty() && report.dead_ends.is_empty() && report.gate_dead_ends.is_empty()
     {
         return format!(
-            "the group contract holds: no findings ({} nodes, {} pods checked)\n",
-            report.nodes, report.pods
+            "the group contract holds: no findings ({} nodes, {} pods checked)\n{}",
+            report.nodes,
+            report.pods,
+            exposed_lines(&report.exposed)
         );
     }
     let mut out = format!(
@@ -526,6 +556,7 @@ pub fn check_table(report: &CheckReport) -> String {
             d.fix()
         ));
     }
+    out.push_str(&exposed_lines(&report.exposed));
     out
 }
 

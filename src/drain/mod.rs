@@ -20,6 +20,7 @@
 
 mod capacity;
 pub mod engine;
+mod exposure;
 mod generation;
 /// What an active NodeRollout holds on to: its selection and its finalizer.
 pub mod lifecycle;
@@ -54,6 +55,7 @@ pub use capacity::{
     CapacityCheck, DeadEnd, GateDeadEnd, Returns, dead_end_message, dead_ends, gate_dead_ends,
     gate_message,
 };
+pub use exposure::{Exposure, exposures};
 pub use generation::{Generation, GenerationSource, GenerationTarget, NodeInfoField};
 pub use generation::{compare_generations, node_generation};
 pub use plan::{

@@ -424,6 +424,13 @@ pub struct DomainStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub tolerating_pods: Vec<String>,
+    /// Workloads whose every serving pod is in this domain with no budget keeping one running
+    /// (a RayCluster's serve pods, a one-replica Deployment): draining the domain interrupts
+    /// each, for at least its replacement's readiness probe (`<workload>: N pod(s), at least S
+    /// s`, the delay left out without a probe; the first 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub serving_at_risk: Vec<String>,
     /// The PodDisruptionBudget refusing evictions and its message ("needs 3 healthy pods and
     /// has 3").
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -81,6 +81,9 @@ impl Worker {
                     if let Some(note) = pure::tolerating_note(&planned) {
                         self.publish(nro, true, pure::TOLERATE_CORDON, &note).await;
                     }
+                    if let Some(note) = pure::serving_note(&planned) {
+                        self.publish(nro, true, pure::SERVING_AT_RISK, &note).await;
+                    }
                     (state, Some(planned))
                 }
                 Err(why) => {
@@ -213,7 +216,8 @@ impl Worker {
             tracing::info!(rollout = %self.name, domain = %d.name, nodes = d.nodes.len(),
                 protected = d.phase1.len(), unprotected = d.phase2.len(), "NodeRollout planned");
         }
-        let mut planned = pure::planned(&plan);
+        let exposed = crate::drain::exposures(&cluster, &plan);
+        let mut planned = pure::planned(&plan, &exposed);
         planned.selection = Some(RolloutSelection::of(&nro.spec));
         Ok(Ok((state, planned)))
     }

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::engine::{FailureAction, Handoff, Options, State, Step};
-use super::{Check, DrainError, Finding, Plan, RolloutOptions};
+use super::{Check, DrainError, Exposure, Finding, Plan, RolloutOptions};
 use crate::types::rollout::{DomainStatus, FailureActionSpec, HandOffMode, NodeRolloutStatus};
 
 mod changes;
@@ -125,7 +125,18 @@ pub struct NotReady {
 }
 
 /// The status for a rollout just planned: every domain with its planned pod counts.
-pub fn planned(plan: &Plan) -> NodeRolloutStatus {
+pub fn planned(plan: &Plan, exposed: &[Exposure]) -> NodeRolloutStatus {
+    let at_risk = |domain: &str| -> Vec<String> {
+        exposed
+            .iter()
+            .filter(|e| e.domain == domain)
+            .take(SERVING_SHOWN)
+            .map(|e| match e.at_least_seconds {
+                0 => format!("{}: {} pod(s)", e.workload, e.pods.len()),
+                s => format!("{}: {} pod(s), at least {s} s", e.workload, e.pods.len()),
+            })
+            .collect()
+    };
     NodeRolloutStatus {
         domains: plan
             .domains
@@ -142,12 +153,42 @@ pub fn planned(plan: &Plan) -> NodeRolloutStatus {
                     .take(TOLERATING_SHOWN)
                     .map(ToString::to_string)
                     .collect(),
+                serving_at_risk: at_risk(&d.name),
                 ..DomainStatus::default()
             })
             .collect(),
         target_generation: plan.target_generation.clone(),
         ..NodeRolloutStatus::default()
     }
+}
+
+/// How many workloads at risk a domain's status names.
+const SERVING_SHOWN: usize = 10;
+
+/// The Warning Event's reason when a planned rollout will interrupt workloads' serving.
+pub const SERVING_AT_RISK: &str = "ServingAtRisk";
+
+/// The message of that Event for a planned status, if any domain takes a workload's whole
+/// serving capacity.
+pub fn serving_note(planned: &NodeRolloutStatus) -> Option<String> {
+    let at_risk: Vec<String> = planned
+        .domains
+        .iter()
+        .flat_map(|d| {
+            d.serving_at_risk
+                .iter()
+                .map(move |w| format!("{w} (domain {})", d.name))
+        })
+        .collect();
+    (!at_risk.is_empty()).then(|| {
+        format!(
+            "{} workload(s) have every serving pod in one domain and no budget keeping one \
+             running; draining that domain interrupts each until a replacement is Ready \
+             elsewhere: {}",
+            at_risk.len(),
+            at_risk.join("; ")
+        )
+    })
 }
 
 /// How many pods that tolerate the cordon a domain's status names.
@@ -366,6 +407,42 @@ mod tests {
 
     use super::*;
     use crate::drain::engine::{Baseline, DomainState, Evicted, Phase, Refusal};
+
+    /// Issue #32 item 2: the planned status names each domain's workloads at risk, and one
+    /// Warning names them all with their domains.
+    #[test]
+    fn the_workloads_a_domain_takes_whole_are_named_in_its_status_and_one_warning() {
+        let status = |d: &str, risk: &[&str]| DomainStatus {
+            name: d.into(),
+            serving_at_risk: risk.iter().map(|r| r.to_string()).collect(),
+            ..DomainStatus::default()
+        };
+        let planned = NodeRolloutStatus {
+            domains: vec![
+                status("ud-0", &["Deployment ns/web: 1 pod(s), at least 25 s"]),
+                status("ud-1", &[]),
+                status("ud-2", &["RayCluster ns/llm-x (serve pods): 2 pod(s)"]),
+            ],
+            ..NodeRolloutStatus::default()
+        };
+        let note = serving_note(&planned).unwrap();
+        assert!(
+            note.starts_with("2 workload(s) have every serving pod in one domain"),
+            "{note}"
+        );
+        assert!(
+            note.ends_with(
+                "Deployment ns/web: 1 pod(s), at least 25 s (domain ud-0); RayCluster \
+                 ns/llm-x (serve pods): 2 pod(s) (domain ud-2)"
+            ),
+            "{note}"
+        );
+        let none = NodeRolloutStatus {
+            domains: vec![status("ud-1", &[])],
+            ..NodeRolloutStatus::default()
+        };
+        assert_eq!(serving_note(&none), None);
+    }
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()

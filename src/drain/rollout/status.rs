@@ -138,6 +138,9 @@ fn domain_status(d: &DomainState, before: Option<&DomainStatus>, now: Timestamp)
         tolerating_pods: before
             .map(|b| b.tolerating_pods.clone())
             .unwrap_or_default(),
+        serving_at_risk: before
+            .map(|b| b.serving_at_risk.clone())
+            .unwrap_or_default(),
         blocked_by: d.refusal.as_ref().map(|r| {
             format!(
                 "PodDisruptionBudget {} refused evicting {}: {}",
