@@ -1552,3 +1552,53 @@ mod incremental {
         assert_eq!(workers(&env, &new).await, 4);
     }
 }
+
+/// How raygate can move a RayService to new nodes without changing what its user declared
+/// (issue #32): KubeRay v1.7.0 compares the RayService's spec hash with the active child's
+/// `ray.io/hash-without-replicas-and-workers-to-delete` annotation (`shouldPrepareNewCluster`,
+/// `isClusterSpecHashEqual` in `rayservice_controller.go`), and `shouldUpdateCluster` leaves an
+/// active cluster alone unless its KubeRay version changed. So a child whose annotation no
+/// longer matches makes KubeRay prepare a new cluster from the unchanged spec, switch traffic
+/// once it is Ready and delete the old one: a zero-downtime upgrade to the same spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_hash_on_the_active_child_moves_the_service_to_a_new_cluster_with_the_same_spec() {
+    let env = setup("move").await;
+    let (rs, first) = serving(&env, "svc", |o| {
+        o["spec"]["rayClusterDeletionDelaySeconds"] = json!(0);
+    })
+    .await;
+    let generation = rs.metadata.generation;
+    let old = env.clusters.get(&first).await.unwrap();
+    let hash_key = "ray.io/hash-without-replicas-and-workers-to-delete";
+    let hash = old.annotations()[hash_key].clone();
+    env.clusters
+        .patch(
+            &first,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {hash_key: "moved-by-raygate"}}})),
+        )
+        .await
+        .unwrap();
+    let second = wait_for(&env, "svc", "a new active cluster", |rs| {
+        active(rs).filter(|a| *a != first)
+    })
+    .await;
+    let new = env.clusters.get(&second).await.unwrap();
+    assert_eq!(new.annotations()[hash_key], hash, "the same spec");
+    assert_eq!(new.spec.ray_version, old.spec.ray_version);
+    eventually(TIMEOUT, "the old cluster deleted", || async {
+        env.clusters
+            .get_opt(&first)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let rs = get(&env, "svc").await;
+    assert!(is(&rs, "Ready", "True", "NonZeroServeEndpoints"));
+    assert_eq!(
+        rs.metadata.generation, generation,
+        "the user's spec untouched"
+    );
+}
