@@ -6,7 +6,7 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,
-    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool, ValidationRule,
 };
 use kube::CustomResourceExt;
 
@@ -28,7 +28,7 @@ pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
         LocalQueue::crd(),
         ResourceFlavor::crd(),
         WorkloadPriorityClass::crd(),
-        Workload::crd(),
+        workload_crd(),
     ];
     for crd in &mut out {
         let (short, columns) = kueue_names(&crd.spec.names.plural);
@@ -85,6 +85,53 @@ pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
             )
         })
         .collect()
+}
+
+/// The message of the rules that keep a reserved Workload's PodSets.
+pub const PODSETS_FIXED_MESSAGE: &str = "spec.podSets cannot change while the Workload has quota \
+     reserved (QuotaReserved=True), except a PodSet's count going down";
+
+/// Whether the stored Workload has quota reserved, in CEL.
+const RESERVED_BEFORE: &str = "has(oldSelf.status) && has(oldSelf.status.conditions) && \
+     oldSelf.status.conditions.exists(c, c.type == 'QuotaReserved' && c.status == 'True')";
+
+/// Kueue's webhook (`ValidateWorkloadUpdate` → `validateImmutablePodSets` in
+/// `pkg/webhooks/workload_webhook.go`, v0.19.2) refuses any change of a Workload's PodSets while
+/// the stored one has quota reserved, but a lower count (elastic jobs), comparing them in order.
+/// raygate's CRDs have no webhook, so the builtin Workload carries the same check as CEL
+/// transition rules: otherwise a reserved slice's requests could change under the quota charged
+/// for them. Three rules rather than one, each within the API server's cost budget (one rule
+/// comparing templates pairwise exceeds it): the names in order, the templates in order, and
+/// per PodSet no count going up and the same `minCount`.
+fn podsets_fixed_while_reserved() -> [String; 3] {
+    [
+        "self.spec.podSets.map(p, p.name) == oldSelf.spec.podSets.map(p, p.name)",
+        "self.spec.podSets.map(p, p.template) == oldSelf.spec.podSets.map(p, p.template)",
+        "self.spec.podSets.all(p, oldSelf.spec.podSets.exists(o, o.name == p.name && p.count <= \
+         o.count && has(p.minCount) == has(o.minCount) && (!has(p.minCount) || p.minCount == \
+         o.minCount)))",
+    ]
+    .map(|unchanged| format!("!({RESERVED_BEFORE}) || ({unchanged})"))
+}
+
+/// The builtin Workload CRD, with Kueue's webhook check on PodSets as a rule.
+fn workload_crd() -> CustomResourceDefinition {
+    let mut crd = Workload::crd();
+    for v in &mut crd.spec.versions {
+        if let Some(schema) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            let rules = schema.x_kubernetes_validations.get_or_insert_with(Vec::new);
+            rules.extend(podsets_fixed_while_reserved().map(|rule| ValidationRule {
+                rule,
+                message: Some(PODSETS_FIXED_MESSAGE.to_string()),
+                ..ValidationRule::default()
+            }));
+        }
+    }
+    crd
 }
 
 /// A printer column: name, type, JSON path, description, priority.

@@ -517,3 +517,77 @@ async fn the_node_rollout_crd_refuses_a_selection_change_while_the_rollout_is_ac
         .await
         .unwrap();
 }
+
+/// The builtin Workload CRD keeps a reserved Workload's PodSets as Kueue's webhook does
+/// (`validateImmutablePodSets`): a change of a PodSet's template (its requests) is refused while
+/// it has quota reserved, a lower count passes, and before the reservation anything goes. The
+/// same steps on the real API server and on the sim (which installs the same generated CRD).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_workload_s_pod_sets_are_fixed_but_for_a_lower_count_on_both_servers() {
+    raygate_testing::apiserver::init_logs();
+    let server = TestServer::get_with(KueueCrds::Raygate);
+    let real = server.client().await;
+    let ns = namespace("wl-fixed");
+    let yaml = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/workloads.kueue.x-k8s.io.yaml"),
+    )
+    .unwrap();
+    let sim = raygate_sim::Sim::builder()
+        .crds_yaml(&yaml)
+        .unwrap()
+        .namespace(&ns)
+        .build();
+    for (server, client) in [("the real API server", real), ("the sim", sim.client())] {
+        podsets_fixed_while_reserved(Api::namespaced(client, &ns))
+            .await
+            .unwrap_or_else(|e| panic!("on {server}: {e}"));
+    }
+}
+
+async fn podsets_fixed_while_reserved(api: Api<Workload>) -> Result<(), String> {
+    let podset = |cpu: &str, count: i32| {
+        json!({"name": "workers", "count": count, "template": {"spec": {"containers": [
+            {"name": "ray", "image": "rayproject/ray", "resources": {"requests": {"cpu": cpu}}}]}}})
+    };
+    let wl = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": "slice"}, "spec": {"queueName": "lq", "podSets": [podset("1", 3)]}});
+    api.create(&PostParams::default(), &serde_json::from_value(wl).unwrap())
+        .await
+        .map_err(|e| format!("create: {e}"))?;
+    let set_pod_sets = |p: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "slice",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"podSets": [p]}})),
+            )
+            .await
+        }
+    };
+    set_pod_sets(podset("2", 3))
+        .await
+        .map_err(|e| format!("before the reservation a template changes: {e}"))?;
+    let reserved = json!({"status": {"conditions": [{"type": "QuotaReserved", "status": "True",
+        "reason": "QuotaReserved", "message": "reserved", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    api.patch_status("slice", &PatchParams::default(), &Patch::Merge(&reserved))
+        .await
+        .map_err(|e| format!("reserve: {e}"))?;
+    for (change, what) in [
+        (podset("4", 3), "its requests"),
+        (podset("2", 4), "a higher count"),
+    ] {
+        match set_pod_sets(change).await {
+            Err(kube::Error::Api(s))
+                if s.code == 422 && s.message.contains(raygate::crdgen::PODSETS_FIXED_MESSAGE) => {}
+            other => return Err(format!("changing {what} while reserved: {other:?}")),
+        }
+    }
+    set_pod_sets(podset("2", 2))
+        .await
+        .map_err(|e| format!("a lower count while reserved: {e}"))?;
+    let stored = api.get("slice").await.map_err(|e| e.to_string())?;
+    let ps = &stored.spec.pod_sets[0];
+    assert_eq!(ps.count, 2);
+    Ok(())
+}

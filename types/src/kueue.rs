@@ -339,7 +339,8 @@ pub struct WorkloadPriorityClassFields {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadSpec {
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    /// At most 8, as in Kueue's CRD.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"], "maxItems" = 8))]
     pub pod_sets: Vec<PodSet>,
     /// The LocalQueue, in the Workload's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -357,6 +358,8 @@ pub struct WorkloadSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSet {
+    /// At most 63 characters, as in Kueue's CRD.
+    #[schemars(extend("maxLength" = 63))]
     pub name: String,
     #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,
@@ -380,8 +383,9 @@ pub struct PriorityClassRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadStatus {
+    /// At most 16, as in Kueue's CRD.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "maxItems" = 16))]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Admission>,
