@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # raygate's image: a static (musl) binary on distroless/static, running as the unprivileged
 # user 65532, with nothing to write on the root filesystem (the Deployment mounts it read-only).
-# TLS is rustls: no OpenSSL, no libc at run time.
+# TLS is rustls: no OpenSSL, no libc at run time. The binary is the controller build (no
+# simulator: `--no-default-features`, as hack/build-image.sh's daemonless OCI archive).
 #
 #   docker build -t registry.example.com/raygate:v0.1.0 .
 #
@@ -16,7 +17,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin raygate \
+    cargo build --release --locked -p raygate-cli --no-default-features --bin raygate \
     && cp target/release/raygate /raygate \
     && strip /raygate
 

@@ -10,4 +10,13 @@ hack/install-test-apiserver.sh
 hack/install-chromium.sh
 hack/install-helm.sh
 hack/install-promtool.sh
+# The image: the controller build links no simulator (cargo tree, 1 s); its daemonless OCI archive
+# from the debug build (the release build's fat-LTO link is tens of minutes: docs/decisions.md),
+# unpacked for tests/image_boot.rs, which boots its binary from the image's root filesystem.
+hack/check-controller-deps.sh
+image_dir=${CARGO_TARGET_DIR:-target}/image
+PROFILE=dev OUT="$image_dir/raygate.oci.tar" hack/build-image.sh
+hack/unpack-image.sh "$image_dir/raygate.oci.tar" "$image_dir/unpacked"
+RAYGATE_IMAGE_DIR=$(realpath "$image_dir/unpacked")
+export RAYGATE_IMAGE_DIR
 exec cargo test --workspace "$@"

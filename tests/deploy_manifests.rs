@@ -1183,6 +1183,20 @@ fn the_image_is_a_static_binary_on_distroless_as_user_65532() {
         .last()
         .expect("the builder stage is named");
 
+    // The controller build: the simulator's commands stay out of the image (hack/build-image.sh
+    // builds the same way).
+    let build_run = stages[0]
+        .iter()
+        .filter(|i| i.keyword == "RUN")
+        .find(|i| i.args.contains("cargo build"))
+        .expect("the builder runs cargo build");
+    assert!(
+        build_run
+            .args
+            .contains("-p raygate-cli --no-default-features --bin raygate"),
+        "{build_run:?}"
+    );
+
     let runtime = stages.last().expect("a runtime stage");
     let base = instruction(runtime, "FROM").expect("FROM");
     assert!(

@@ -1,9 +1,12 @@
-//! raygate's command line: a thin front over the library (and `raygate-sim` for `raygate dev`).
+//! raygate's command line: a thin front over the library (and, with the default `sim` feature,
+//! `raygate-sim`/`raygate-demo` for `raygate demo`, `simulate` and `dev`).
 
+#[cfg(feature = "sim")]
 mod dev;
 mod drain;
 mod drain_run;
 mod rollout;
+#[cfg(feature = "sim")]
 mod simulate;
 
 use std::path::PathBuf;
@@ -37,9 +40,11 @@ enum Command {
     /// and promoted. Act 2: a new node generation rolled out domain by domain through a
     /// NodeRollout. raygate's real controller does it all; the invariants are checked from the
     /// cluster's history. Exits 1 if any broke.
+    #[cfg(feature = "sim")]
     Demo(simulate::DemoArgs),
     /// Run a scenario file on the simulated cluster (the demo's runner) and print its report;
     /// exits 1 when an expectation fails, 2 when the file is bad (line and field named).
+    #[cfg(feature = "sim")]
     Simulate(simulate::SimulateArgs),
     /// Print the PodSets (pods × per-pod requests) a RayService needs now, from a manifest file
     /// holding one RayService and any of its child RayClusters.
@@ -99,6 +104,7 @@ enum Command {
     },
     /// Development helpers for the dev cluster (hack/dev-cluster.sh): the KubeRay v1.7
     /// emulator, and apply/get without API discovery.
+    #[cfg(feature = "sim")]
     Dev(dev::DevArgs),
 }
 
@@ -330,8 +336,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             clap_complete::generate(shell, &mut cmd, command_name(), &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "sim")]
         Command::Dev(args) => dev::run(args),
+        #[cfg(feature = "sim")]
         Command::Demo(args) => simulate::demo(args),
+        #[cfg(feature = "sim")]
         Command::Simulate(args) => simulate::simulate(args),
         Command::Drain(args) => Ok(drain::run(args)),
         Command::Rollout(args) => Ok(rollout::run(args)),
