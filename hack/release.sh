@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# release.sh VERSION — render the whole install (config/default: CRDs, RBAC, Deployment, Service,
-# admission policy) into one manifest, dist/raygate.yaml, with the image tag set to VERSION:
+# release.sh VERSION — everything a release ships, into dist/:
+#   raygate.yaml                 the whole install (config/default: CRDs, RBAC, Deployment, Service,
+#                                admission policy) in one manifest, the image tag set to VERSION;
+#   raygate-CHARTVERSION.tgz     charts/raygate packaged as `helm package` does (Chart.yaml's
+#                                version and appVersion set from VERSION);
+#   raygate-image-VERSION.oci.tar  the image (hack/build-image.sh, release profile), for
+#                                `skopeo copy oci-archive:... docker://$IMAGE:VERSION`.
 #
 #   hack/release.sh v0.1.0
 #   kubectl apply --server-side -f dist/raygate.yaml
@@ -8,12 +13,14 @@
 # Environment:
 #   IMAGE     image repository (default ghcr.io/raygate/raygate)
 #   DIST_DIR  output directory (default dist)
+#   RAYGATE_RELEASE_IMAGE  0: skip the image (its release build takes tens of minutes; the
+#             manifest and chart take a second)
 #
 # Needs neither kubectl nor kustomize: config/ uses only `resources:` (files and directories),
 # which this script resolves in order, as kustomize does; it refuses anything else (patches,
 # images, ...) rather than render it wrong. tests/deploy_manifests.rs runs it and checks the
 # output against its own reading of config/default and, where kubectl is installed, against
-# `kubectl kustomize`. Build and push the image itself with the Dockerfile (see README).
+# `kubectl kustomize`. The image can also be built with the Dockerfile (see README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -109,3 +116,22 @@ grep -q "image: $IMAGE:$VERSION\$" "$tmp" || die "no image line of $PLACEHOLDER 
 mv "$tmp" "$out"
 trap - EXIT
 echo "release.sh: wrote $out ($(grep -c '^kind:' "$out") objects, image $IMAGE:$VERSION)"
+
+# The chart, packaged as `helm package` does: a gzipped tar of raygate/ with the release's version
+# (SemVer without the v: Helm requires it) and the image tag as appVersion.
+chart_version=${VERSION#v}
+chart_tmp=$(mktemp -d)
+trap 'rm -rf "$chart_tmp"' EXIT
+cp -r charts/raygate "$chart_tmp/raygate"
+sed -i -E "s/^version: .*/version: $chart_version/; s/^appVersion: .*/appVersion: $VERSION/" \
+    "$chart_tmp/raygate/Chart.yaml"
+chart_out="$DIST_DIR/raygate-$chart_version.tgz"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+    --exclude-from=<(grep -v '^#' charts/raygate/.helmignore | grep .) \
+    -C "$chart_tmp" -cf - raygate | gzip -n >"$chart_out"
+echo "release.sh: wrote $chart_out (chart $chart_version, appVersion $VERSION)"
+
+if [[ "${RAYGATE_RELEASE_IMAGE:-1}" != 0 ]]; then
+    VERSION=$VERSION OUT="$DIST_DIR/raygate-image-$VERSION.oci.tar" PROFILE=${PROFILE:-release} \
+        hack/build-image.sh
+fi

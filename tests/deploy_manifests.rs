@@ -1376,6 +1376,8 @@ fn release(version: &str, image: &str, dist: &Path) -> std::process::Output {
         .arg(version)
         .env("IMAGE", image)
         .env("DIST_DIR", dist)
+        // the image's release build takes tens of minutes; hack/test.sh builds and boots it
+        .env("RAYGATE_RELEASE_IMAGE", "0")
         .output()
         .expect("running bash hack/release.sh")
 }
@@ -1454,6 +1456,37 @@ fn the_release_manifest_is_config_default_with_the_image_tag() {
     } else {
         eprintln!("kubectl is not on PATH: release.sh was not compared with kustomize");
     }
+
+    // The packaged chart: charts/raygate with the release's version and image tag.
+    let chart = Command::new("tar")
+        .arg("-xzOf")
+        .arg(dist.join("raygate-9.8.7-rc.1.tgz"))
+        .arg("raygate/Chart.yaml")
+        .output()
+        .expect("tar");
+    assert!(
+        chart.status.success(),
+        "the chart archive holds raygate/Chart.yaml"
+    );
+    let chart_yaml = String::from_utf8_lossy(&chart.stdout);
+    assert!(
+        chart_yaml.contains("\nversion: 9.8.7-rc.1\n"),
+        "{chart_yaml}"
+    );
+    assert!(
+        chart_yaml.contains("\nappVersion: v9.8.7-rc.1\n"),
+        "{chart_yaml}"
+    );
+    assert_eq!(
+        Command::new("tar")
+            .arg("-tzf")
+            .arg(dist.join("raygate-9.8.7-rc.1.tgz"))
+            .arg("raygate/values.schema.json")
+            .output()
+            .map(|o| o.status.success())
+            .ok(),
+        Some(true)
+    );
 
     // Nothing half-written on bad input.
     for (version, image) in [
