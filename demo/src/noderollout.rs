@@ -31,6 +31,8 @@ pub struct Request {
     pub group_label: String,
     /// How long a domain stays healthy before the next starts (default: from the probes).
     pub health_check_stable: Option<String>,
+    /// `spec.rayServices` (`None`: its defaults).
+    pub ray_services: Option<raygate::types::rollout::RayServicesSpec>,
 }
 
 /// The strategy's name in outcomes and tables.
@@ -56,6 +58,9 @@ pub fn object(r: &Request) -> serde_json::Value {
     }
     if let Some(t) = r.taint_outdated {
         spec["taintOutdated"] = json!(t);
+    }
+    if let Some(m) = &r.ray_services {
+        spec["rayServices"] = json!(m);
     }
     json!({"apiVersion": "raygate.io/v1alpha1", "kind": "NodeRollout",
         "metadata": {"name": r.name}, "spec": spec})
@@ -137,6 +142,7 @@ mod tests {
             taint_outdated: Some(true),
             group_label: group_label.into(),
             health_check_stable: None,
+            ray_services: None,
         }
     }
 

@@ -123,6 +123,43 @@ async fn quota_held_upgrade_controller_killed() {
     assert_held_then_released(&run("quota-held-upgrade-controller-killed.yaml").await);
 }
 
+/// The clusters a RayService served from, in turn (from the history).
+fn active_clusters(report: &scenario::Report, service: &str) -> Vec<String> {
+    use raygate_demo::history::{Kind, State};
+    let mut out: Vec<String> = Vec::new();
+    for c in &report.history.changes {
+        if let (Kind::RayService, Some(State::RayService(rs))) = (&c.key.kind, &c.state)
+            && c.key.name == service
+            && let Some(active) = &rs.active
+            && out.last() != Some(active)
+        {
+            out.push(active.clone());
+        }
+    }
+    out
+}
+
+/// Every domain of the rollout holds part of the RayService's only cluster and its queue holds
+/// one cluster: the move's new cluster is held for quota, the domain waits (evicting nothing)
+/// until the queue grows, and the service moves twice (off the first domain onto the second
+/// before anything is upgraded, then off the second onto upgraded nodes) without a second of
+/// lost serving or quota exceeded (the scenario's invariants).
+#[tokio::test(start_paused = true)]
+async fn a_move_held_for_quota_waits_and_the_service_keeps_serving() {
+    let report = run("move-quota-short-wait.yaml").await;
+    let clusters = active_clusters(&report, "llm");
+    assert_eq!(clusters.len(), 3, "moved twice: {clusters:?}");
+}
+
+/// The same with `whenMoveHeld: Interrupt`: the domain drains without waiting for quota and
+/// the service stops serving (the scenario expects it), from the cluster it always had.
+#[tokio::test(start_paused = true)]
+async fn with_interrupt_a_move_held_for_quota_drains_the_domain_anyway() {
+    let report = run("move-quota-short-interrupt.yaml").await;
+    let clusters = active_clusters(&report, "llm");
+    assert_eq!(clusters.len(), 1, "never moved: {clusters:?}");
+}
+
 scenarios! {
     rollout_raygate => "rollout-raygate.yaml",
     rollout_domain_by_domain => "rollout-domain-by-domain.yaml",

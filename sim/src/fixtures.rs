@@ -236,5 +236,6 @@ pub fn rollouts(
         fence: raygate::controller::Fence::open(),
         identity: "raygate-0".into(),
         tick: Duration::from_secs(1),
+        services: None,
     }
 }

@@ -314,6 +314,7 @@ mod tests {
                 outcomes: &[],
                 resumes,
                 elsewhere: &[],
+                services: &[],
             };
             let now = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
             decide(&state, &obs, now, &Options::default()).0

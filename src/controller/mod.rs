@@ -428,6 +428,11 @@ async fn spawn_loops(
             fence: ctx.fence.clone(),
             identity: ctx.config.identity.clone(),
             tick: Duration::from_secs(1),
+            services: Some(drain::ServiceStores {
+                services: ctx.stores.services.clone(),
+                clusters: ctx.stores.clusters.clone(),
+                workloads: ctx.stores.workloads.clone(),
+            }),
         };
         tasks.spawn(
             "noderollout controller",

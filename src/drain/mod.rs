@@ -30,6 +30,7 @@ mod preflight;
 /// A NodeRollout's status, Events and metric deltas from the engine's state.
 pub mod rollout;
 pub mod rules;
+pub mod services;
 mod spec;
 mod taint;
 

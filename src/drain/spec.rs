@@ -9,13 +9,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::SignedDuration;
 use serde::Serialize;
 
+use super::engine::{DEFAULT_MOVE_TIMEOUT, MoveOptions};
 use super::preflight::{GroupContract, PreflightOptions};
 use super::{DomainOrder, DrainRules, Generation, GenerationSource, GenerationTarget};
 use super::{NodeInfoField, PlanOptions};
 use crate::labels::Selector;
 use crate::types::rollout::{
     DomainOrderSpec, FailureActionSpec, GenerationSpec, GroupPreset, GroupsSpec, HandOffMode,
-    HandOffSpec, NodeInfoFieldSpec, NodeRolloutSpec, OUTDATED_TAINT_KEY,
+    HandOffSpec, NodeInfoFieldSpec, NodeRolloutSpec, OUTDATED_TAINT_KEY, WhenMoveHeld,
 };
 
 /// The default `healthCheckRetryTimeout` (Service Fabric's `HealthCheckRetryTimeout` default).
@@ -59,6 +60,8 @@ pub struct RolloutOptions {
     pub hand_off: HandOffSpec,
     /// `taintOutdated` absent: the controller decides at planning, by the room check.
     pub taint_auto: bool,
+    /// `spec.rayServices`.
+    pub moves: MoveOptions,
 }
 
 /// `spec.drainTimeout`'s default: the managed node pools' (AKS's drain timeout is 30 minutes).
@@ -197,6 +200,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         paused: spec.paused,
         hand_off: spec.hand_off.clone(),
         taint_auto: spec.taint_outdated.is_none(),
+        moves: timeouts.moves,
     })
 }
 
@@ -249,6 +253,7 @@ struct Timeouts {
     health_check_wait: Option<SignedDuration>,
     health_check_stable: Option<SignedDuration>,
     health_check_retry_timeout: Option<SignedDuration>,
+    moves: MoveOptions,
     domain: Option<SignedDuration>,
     drain: Option<SignedDuration>,
     rollout: Option<SignedDuration>,
@@ -274,12 +279,28 @@ fn timeouts(spec: &NodeRolloutSpec, check: &mut Check) -> Timeouts {
     };
     let rollout = check.duration("spec.rolloutTimeout", spec.rollout_timeout.as_deref());
     Timeouts {
+        moves: move_options(spec, check),
         health_check_wait,
         health_check_stable,
         health_check_retry_timeout,
         domain,
         drain,
         rollout,
+    }
+}
+
+/// `spec.rayServices`.
+fn move_options(spec: &NodeRolloutSpec, check: &mut Check) -> MoveOptions {
+    let r = &spec.ray_services;
+    MoveOptions {
+        enabled: r.r#move,
+        interrupt_when_held: r.when_move_held == WhenMoveHeld::Interrupt,
+        timeout: match r.move_timeout.as_deref() {
+            None => Some(DEFAULT_MOVE_TIMEOUT),
+            Some(v) => check
+                .duration("spec.rayServices.moveTimeout", Some(v))
+                .filter(|d| !d.is_zero()),
+        },
     }
 }
 
@@ -395,7 +416,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::types::rollout::{DrainFlags, GenerationSpec};
+    use crate::types::rollout::{DrainFlags, GenerationSpec, RayServicesSpec};
 
     fn spec(value: serde_json::Value) -> NodeRolloutSpec {
         serde_json::from_value(value).unwrap()
@@ -421,8 +442,17 @@ mod tests {
             "healthCheckWait": "30s", "healthCheckStable": "2m", "healthCheckRetryTimeout": "1h30m",
             "domainTimeout": "45m", "rolloutTimeout": "12h",
             "failureAction": "Abort", "maxUnavailableDomains": 2, "manual": true, "paused": true,
+            "rayServices": {"move": false, "whenMoveHeld": "Interrupt", "moveTimeout": "5m"},
         }));
         let o = rollout_options(&s).unwrap();
+        assert_eq!(
+            o.moves,
+            MoveOptions {
+                enabled: false,
+                interrupt_when_held: true,
+                timeout: Some(SignedDuration::from_mins(5)),
+            }
+        );
         assert_eq!(o.plan.domain_label, "example.com/ud");
         assert_eq!(o.plan.node_selector, "pool=gpu");
         assert_eq!(
@@ -493,6 +523,10 @@ mod tests {
         assert_eq!(o.health_check_retry_timeout, SignedDuration::from_mins(10));
         assert_eq!((o.domain_timeout, o.rollout_timeout), (None, None));
         assert_eq!(o.drain_timeout, Some(SignedDuration::from_mins(30)));
+        assert_eq!(o.moves, MoveOptions::default(), "move, wait, 20m");
+        assert_eq!(o.moves.timeout, Some(SignedDuration::from_mins(20)));
+        let no_limit = spec(json!({"nodeSelector": {}, "rayServices": {"moveTimeout": "0"}}));
+        assert_eq!(rollout_options(&no_limit).unwrap().moves.timeout, None);
         let unlimited = spec(json!({"nodeSelector": {}, "drainTimeout": "0"}));
         assert_eq!(rollout_options(&unlimited).unwrap().drain_timeout, None);
         assert_eq!(o.failure_action, FailureActionSpec::Pause);
@@ -540,6 +574,10 @@ mod tests {
             health_check_wait: Some("30 seconds".into()),
             health_check_stable: Some("-5s".into()),
             max_unavailable_domains: 0,
+            ray_services: RayServicesSpec {
+                move_timeout: Some("5 minutes".into()),
+                ..RayServicesSpec::default()
+            },
             ..spec(json!({"nodeSelector": {}}))
         };
         let err = rollout_options(&s).unwrap_err();
@@ -554,6 +592,7 @@ mod tests {
                 "spec.groups.representative",
                 "spec.healthCheckWait",
                 "spec.healthCheckStable",
+                "spec.rayServices.moveTimeout",
                 "spec.maxUnavailableDomains",
             ]
         );

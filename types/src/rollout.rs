@@ -192,6 +192,58 @@ pub struct NodeRolloutSpec {
     /// Stop starting new work; set back to false to resume.
     #[serde(default)]
     pub paused: bool,
+    /// RayServices whose serving cluster a domain holds: moved off it before it drains.
+    #[serde(default)]
+    pub ray_services: RayServicesSpec,
+}
+
+/// How a domain's drain treats a RayService serving from it: before anything of the domain is
+/// evicted, KubeRay's zero-downtime upgrade moves the service to a new cluster off the domain
+/// (its surge charged to quota by raygate's gate like any upgrade), switches traffic to it and
+/// deletes the old cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RayServicesSpec {
+    /// Move a RayService whose active cluster's head, or every serving pod, is in a domain
+    /// before the domain drains (default true). `false`: its pods are evicted like any other.
+    #[serde(default = "default_true")]
+    pub r#move: bool,
+    /// What a domain does while a move cannot finish (the new cluster held for quota, or no new
+    /// cluster started): `Wait` (default) holds the domain until `moveTimeout`, then
+    /// `failureAction` decides; `Interrupt` drains the domain anyway, with a Warning Event
+    /// `ServingInterrupted` naming the service (the move finishes when its new cluster can run).
+    #[serde(default)]
+    pub when_move_held: WhenMoveHeld,
+    /// How long a move may take, from its start until the old cluster's pods are gone (default
+    /// `20m`; `0`: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub move_timeout: Option<String>,
+}
+
+impl Default for RayServicesSpec {
+    fn default() -> Self {
+        RayServicesSpec {
+            r#move: true,
+            when_move_held: WhenMoveHeld::Wait,
+            move_timeout: None,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// What a domain does while a RayService's move cannot finish.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WhenMoveHeld {
+    /// Hold the domain (`Blocked`, reason `RayServiceMoveHeld`) until the move finishes or
+    /// `moveTimeout` passes.
+    #[default]
+    Wait,
+    /// Drain the domain anyway: the service stops serving until its pods are Ready elsewhere.
+    Interrupt,
 }
 
 /// Where a node's generation is read, and which generation is current.

@@ -307,6 +307,7 @@ impl Story {
                 .clone()
                 .unwrap_or_else(|| lws::GROUP_KEY.to_string()),
             health_check_stable: r.health_check_stable.clone(),
+            ray_services: r.ray_services.clone(),
         };
         self.expect.group_label = Some(request.group_label.clone());
         self.expect.generation = Some((node_lifecycle::GENERATION.to_string(), r.target.clone()));

@@ -211,6 +211,10 @@ pub struct StartRollout {
     /// nodeRollout: `spec.healthCheckStable` (default: from the representatives' probes).
     #[serde(default)]
     pub health_check_stable: Option<String>,
+    /// nodeRollout: `spec.rayServices` (default: move serving RayServices, wait while a move
+    /// is held, for at most 20m).
+    #[serde(default)]
+    pub ray_services: Option<raygate::types::rollout::RayServicesSpec>,
 }
 
 fn default_target() -> String {

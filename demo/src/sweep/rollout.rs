@@ -219,6 +219,7 @@ fn start_rollout(d: &mut Draw, adv: &mut Adversities, node_rollout: bool, rollou
             taint_outdated,
             name: None,
             health_check_stable: None,
+            ray_services: None,
         }),
     );
 }

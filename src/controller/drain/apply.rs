@@ -17,6 +17,8 @@ use super::DRAIN_MANAGER;
 use crate::controller::Clock;
 use crate::controller::events::EventSink;
 use crate::drain::engine::{Action, EventType, EvictTarget, EvictionResult, Outcome};
+use crate::drain::engine::{KUBERAY_SPEC_HASH, MOVE_MARK, MOVED_BY};
+use crate::types::ray::RayCluster;
 
 /// Applies node `actions` (cordon, taint, hand-off label, uncordon) once, as the drain loop does,
 /// on `nodes` as they were read: a write that fails is logged, and the caller, deciding again on
@@ -111,9 +113,39 @@ impl Apply {
                     reason,
                     message,
                 } => self.report(node, *type_, reason, message).await,
+                Action::MoveRayService {
+                    namespace,
+                    service,
+                    cluster,
+                    by,
+                } => self.mark_for_move(namespace, service, cluster, by).await,
             }
         }
         outcomes
+    }
+
+    /// Marks a RayService's active cluster so that KubeRay moves the service to a new cluster
+    /// (server-side apply of two annotations under [`DRAIN_MANAGER`]: the RayService, the
+    /// object a GitOps tool manages, is not touched; the marked cluster is deleted by KubeRay
+    /// once the move is done).
+    async fn mark_for_move(&self, namespace: &str, service: &str, cluster: &str, by: &str) {
+        let patch = json!({
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {
+                "name": cluster,
+                "namespace": namespace,
+                "annotations": {KUBERAY_SPEC_HASH: MOVE_MARK, MOVED_BY: by},
+            },
+        });
+        let params = PatchParams::apply(DRAIN_MANAGER).force();
+        let api: Api<RayCluster> = Api::namespaced(self.client.clone(), namespace);
+        match api.patch(cluster, &params, &Patch::Apply(&patch)).await {
+            Ok(_) => tracing::info!(namespace, service, cluster, "drain: RayService move asked"),
+            Err(e) => {
+                tracing::warn!(namespace, service, cluster, error = %e, "drain: marking the cluster for a move failed; retried")
+            }
+        }
     }
 
     async fn patch(&self, node: &str, step: &str, patch: serde_json::Value) {

@@ -26,6 +26,7 @@ pub mod rollout;
 mod start;
 
 use apply::{Apply, apply_node_actions};
+pub use read::ServiceStores;
 use read::{Copies, DrainObjects, DrainStores, Watches};
 
 /// Field manager of the drain's node patches (cordon, taint, upgrade label, uncordon).
@@ -154,7 +155,7 @@ pub(crate) async fn run_with<S: Sink>(
     let (stores, watches) = match run.stores.take() {
         Some(shared) => (shared, None),
         None => {
-            let mut own = Watches::start(&client).await;
+            let mut own = Watches::start(&client, None).await;
             own.synced().await?;
             (own.stores.clone(), Some(own))
         }
@@ -271,6 +272,7 @@ impl Drain {
 
     /// Observe → decide → store ahead → apply → report.
     async fn step<S: Sink>(&mut self, sink: &mut S) -> Step {
+        let services = self.copies.services(&self.stores);
         let cluster = self.copies.refresh(&self.stores);
         if sink.look(&cluster, &self.state).await.is_break() {
             return Step::End;
@@ -283,6 +285,7 @@ impl Drain {
             outcomes: &self.outcomes,
             resumes: sink.resumes(),
             elsewhere: &[],
+            services: &services,
         };
         let (next, actions) = decide(&self.run, &self.state, obs, self.clock.now());
         let evicts = actions

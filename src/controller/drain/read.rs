@@ -18,6 +18,18 @@ use super::DrainRunError;
 use crate::controller::stores::{Changed, Readiness, watch_store};
 use crate::controller::{SortedCopies, SortedState};
 use crate::drain::Cluster;
+use crate::drain::engine::ServiceView;
+use crate::types::kueue::Workload;
+use crate::types::ray::{RayCluster, RayService};
+
+/// The gate's stores of RayServices, their clusters and their slices, read by the drain to move
+/// a serving RayService off a domain before draining it.
+#[derive(Clone)]
+pub struct ServiceStores {
+    pub services: Store<RayService>,
+    pub clusters: Store<RayCluster>,
+    pub workloads: Store<Workload>,
+}
 
 /// A read of the cluster that failed, naming what was read.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +110,8 @@ pub struct DrainStores {
     pods: Store<Pod>,
     pdbs: Store<PodDisruptionBudget>,
     daemon_sets: Option<Store<DaemonSet>>,
+    /// `None`: no RayService is moved (`drain run --local`, a server without KubeRay's CRDs).
+    services: Option<ServiceStores>,
     pub(super) ready: Arc<Readiness>,
     /// Bumped at every event of every watch.
     pub(super) changes: watch::Receiver<u64>,
@@ -125,8 +139,8 @@ pub struct Watches {
 
 impl Watches {
     /// Starts the watches through the controller's one watch driver (backoff, readiness per
-    /// kind, re-lists tracked).
-    pub async fn start(client: &Client) -> Self {
+    /// kind, re-lists tracked); `services` are read as they are (the gate's).
+    pub async fn start(client: &Client, services: Option<ServiceStores>) -> Self {
         let (tx, changes) = watch::channel(0u64);
         let c = Changed::Every(Arc::new(tx));
         let ready = Arc::new(Readiness::default());
@@ -162,6 +176,7 @@ impl Watches {
             pods,
             pdbs,
             daemon_sets,
+            services,
             ready,
             changes,
         };
@@ -208,9 +223,24 @@ pub(super) struct Copies {
     pods: SortedCopies<Pod>,
     pdbs: SortedCopies<PodDisruptionBudget>,
     daemon_sets: SortedCopies<DaemonSet>,
+    services: SortedCopies<RayService>,
+    clusters: SortedCopies<RayCluster>,
+    workloads: SortedCopies<Workload>,
 }
 
 impl Copies {
+    /// The RayServices as a domain's drain weighs them (none without the service stores).
+    pub(super) fn services(&mut self, w: &DrainStores) -> Vec<ServiceView> {
+        let Some(s) = &w.services else {
+            return Vec::new();
+        };
+        crate::drain::services::views(
+            self.services.refresh(&s.services),
+            self.clusters.refresh(&s.clusters),
+            self.workloads.refresh(&s.workloads),
+        )
+    }
+
     /// The watched objects now.
     pub(super) fn refresh<'a>(&'a mut self, w: &DrainStores) -> Cluster<'a> {
         let ds = match &w.daemon_sets {

@@ -39,7 +39,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
 use super::DrainRunError;
-use super::read::{ReadError, Watches};
+use super::read::{ReadError, ServiceStores, Watches};
 use crate::controller::SortedState;
 use crate::controller::events::EventSink;
 use crate::controller::metrics::RolloutState;
@@ -87,6 +87,9 @@ pub struct Rollouts {
     pub identity: String,
     /// How often the drain loop decides when nothing changed.
     pub tick: Duration,
+    /// The gate's RayServices, clusters and slices: a serving RayService is moved off a domain
+    /// before it drains (`None`: none is).
+    pub services: Option<ServiceStores>,
 }
 
 /// A failing step, naming the rollout.
@@ -146,6 +149,7 @@ pub(super) struct Shared {
     pub(super) board: Board,
     /// The drain loops' watches, one set while any rollout runs (each running loop holds it).
     pub(super) watches: Mutex<Weak<Watches>>,
+    pub(super) services: Option<ServiceStores>,
 }
 
 impl Shared {
@@ -162,7 +166,7 @@ impl Shared {
         if let Some(w) = held.upgrade() {
             return w;
         }
-        let w = Arc::new(Watches::start(&self.client).await);
+        let w = Arc::new(Watches::start(&self.client, self.services.clone()).await);
         *held = Arc::downgrade(&w);
         w
     }
@@ -203,6 +207,7 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
         claims: Mutex::default(),
         board: Board::default(),
         watches: Mutex::new(Weak::new()),
+        services: r.services,
     });
     let mut leader = r.leader;
     let mut workers = Workers::default();

@@ -316,6 +316,7 @@ impl Stepper<'_> {
             super::evict::UNREACHABLE_NODE => super::evict::UNREACHABLE_NODE,
             super::evict::DOMAIN_LABEL_CHANGED => super::evict::DOMAIN_LABEL_CHANGED,
             super::OTHER_ROLLOUT => super::OTHER_ROLLOUT,
+            super::MOVE_HELD => super::MOVE_HELD,
             _ => GROUPS_UNAVAILABLE,
         };
         self.report(&node, EventType::Warning, reason, message);

@@ -126,6 +126,9 @@ impl<'a> Stepper<'a> {
             return;
         }
         self.note_returned(i, &plan);
+        if self.moving(i) {
+            return;
+        }
         if self.evictions_wait(i) {
             return;
         }

@@ -30,6 +30,7 @@ mod give_back;
 mod groups;
 mod handoff;
 mod health;
+mod moves;
 mod outcome;
 mod peers;
 mod returning;
@@ -46,6 +47,10 @@ use k8s_openapi::jiff::Timestamp;
 pub use give_back::give_back;
 use groups::GroupView;
 pub use groups::Window;
+pub use moves::{
+    DEFAULT_MOVE_TIMEOUT, KUBERAY_SPEC_HASH, MOVE_HELD, MOVE_MARK, MOVED_BY, MOVING_RAYSERVICE,
+    Move, MoveOptions, RAYSERVICE_MOVED, SERVING_INTERRUPTED, ServiceView,
+};
 pub use outcome::{BUDGET_NOT_SYNCED, BUDGET_SYNC_WAIT};
 pub use peers::OTHER_ROLLOUT;
 pub use returning::POD_RETURNED;
@@ -229,6 +234,9 @@ impl<'a> Stepper<'a> {
         let Some(taint) = self.o.plan.taint.clone().filter(|_| !self.o.dry_run) else {
             return;
         };
+        if self.taint_waits_for_moves() {
+            return;
+        }
         for n in self.nodes_of_pending_domains() {
             if let Some(node) = self.node(&n)
                 && !has_taint(node, &taint)
@@ -277,6 +285,9 @@ impl<'a> Stepper<'a> {
                 d.refusal = None;
                 d.retry_at = None;
                 d.failed = None;
+                for m in d.moves.values_mut() {
+                    m.since = self.now;
+                }
             }
             self.s.started = Some(self.now);
         }
@@ -325,7 +336,7 @@ impl<'a> Stepper<'a> {
                 .count()
                 < max
         {
-            let Some(i) = self.s.domains.iter().position(|d| d.step == Step::Pending) else {
+            let Some(i) = self.next_domain() else {
                 return;
             };
             if self.start_held(i) {

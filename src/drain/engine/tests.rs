@@ -61,6 +61,10 @@ struct World {
     resumes: u64,
     /// Other NodeRollouts' domains in progress.
     elsewhere: Vec<Disruption>,
+    /// The RayServices observed.
+    services: Vec<ServiceView>,
+    /// The clusters marked for a move, `namespace/cluster`.
+    marked: Vec<String>,
     now: Timestamp,
 }
 
@@ -84,6 +88,8 @@ impl World {
             outcomes: vec![],
             resumes: 0,
             elsewhere: vec![],
+            services: vec![],
+            marked: vec![],
             now: t0(),
         }
     }
@@ -121,6 +127,7 @@ impl World {
             outcomes: &self.outcomes,
             resumes: self.resumes,
             elsewhere: &self.elsewhere,
+            services: &self.services,
         };
         let out = decide(state, &obs, self.now, options);
         self.outcomes.clear();
@@ -195,6 +202,9 @@ impl World {
                     });
                 }
                 Action::Report { .. } => {}
+                Action::MoveRayService {
+                    namespace, cluster, ..
+                } => self.marked.push(format!("{namespace}/{cluster}")),
             }
         }
     }
@@ -1120,7 +1130,7 @@ proptest! {
                     Action::Cordon { node } | Action::Taint { node, .. }
                     | Action::LabelForUpgrade { node, .. } | Action::Uncordon { node, .. } => node.clone(),
                     Action::Evict { target, .. } => target.pod.node.clone(),
-                    Action::Report { .. } => continue,
+                    Action::Report { .. } | Action::MoveRayService { .. } => continue,
                 };
                 prop_assert!(planned.contains(&node), "{a:?} acts outside the plan");
                 if let Action::Evict { target, .. } = a {
@@ -1388,6 +1398,7 @@ proptest! {
                 outcomes: &w.outcomes,
                 resumes: w.resumes,
                 elsewhere: &w.elsewhere,
+                services: &w.services,
             };
             let uncompacted: State =
                 serde_json::from_str(&serde_json::to_string(&full).unwrap()).unwrap();
@@ -1421,6 +1432,7 @@ proptest! {
 
 mod budget_sync;
 mod consent;
+mod moves;
 mod ownership;
 mod peers;
 mod returning;

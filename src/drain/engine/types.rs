@@ -9,7 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::Window;
+use super::{Move, MoveOptions, ServiceView, Window};
 use crate::drain::{Plan, PlanOptions, PodRef};
 
 /// The label [`Handoff::Reboot`] and [`Handoff::Replace`] put on drained nodes by default, for an
@@ -119,6 +119,8 @@ pub struct Options {
     /// The NodeRollout's name: it orders this rollout's domains against other rollouts' when
     /// they start at the same time ([`Observation::elsewhere`]).
     pub rollout: String,
+    /// RayServices moved off a domain before it drains ([`Observation::services`]).
+    pub moves: MoveOptions,
 }
 
 impl Default for Options {
@@ -142,6 +144,7 @@ impl Default for Options {
             handoff: Handoff::None,
             dry_run: false,
             rollout: String::new(),
+            moves: MoveOptions::default(),
         }
     }
 }
@@ -335,6 +338,9 @@ pub struct DomainState {
     /// groups just before, which the health gate waits to see again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workloads: BTreeMap<String, Baseline>,
+    /// RayServices moved off it before its evictions, by `namespace/name`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub moves: BTreeMap<String, Move>,
     /// What it does or waits for, for people.
     pub message: String,
 }
@@ -608,6 +614,8 @@ pub struct Observation<'a> {
     /// The domains other NodeRollouts have between cordon and the end of their health gate
     /// ([`State::disruptions`] of each).
     pub elsewhere: &'a [Disruption],
+    /// The RayServices (empty: none, or not observed: nothing is moved).
+    pub services: &'a [ServiceView],
 }
 
 /// A NodeRollout's upgrade domain between its cordon and the end of its health gate, as the
@@ -655,6 +663,15 @@ pub enum Action {
         keep_cordon: bool,
         remove_taint: Option<Taint>,
         remove_label: Option<String>,
+    },
+    /// Move a RayService off the domain: mark its active cluster so that KubeRay's zero-downtime
+    /// upgrade starts a new cluster with the same spec (see [`MOVE_MARK`]).
+    MoveRayService {
+        namespace: String,
+        service: String,
+        cluster: String,
+        /// `<NodeRollout>/<domain>` ([`MOVED_BY`](super::MOVED_BY)).
+        by: String,
     },
     /// Tell people: an Event on `node` (and a log line).
     Report {

@@ -69,6 +69,7 @@ pub fn engine_options(o: &RolloutOptions) -> Options {
         max_unavailable_domains: o.max_unavailable_domains,
         manual: o.manual,
         wait_for_evicted_groups: true,
+        moves: o.moves.clone(),
         handoff: match o.hand_off.mode {
             HandOffMode::None => Handoff::None,
             HandOffMode::Reboot => Handoff::Reboot {
@@ -184,7 +185,8 @@ pub fn serving_note(planned: &NodeRolloutStatus) -> Option<String> {
         format!(
             "{} workload(s) have every serving pod in one domain and no budget keeping one \
              running; draining that domain interrupts each until a replacement is Ready \
-             elsewhere: {}",
+             elsewhere, but a RayService's, which is moved off the domain first (unless \
+             spec.rayServices.move is false): {}",
             at_risk.len(),
             at_risk.join("; ")
         )

@@ -71,6 +71,7 @@ fn a_refusing_budget_that_never_syncs_is_named_after_a_bounded_wait() {
         outcomes: &[],
         resumes: w.resumes,
         elsewhere: &[],
+        services: &[],
     };
     let (paused, _) = decide(&s, &obs, w.now + secs(600), &o);
     let Phase::Paused { reason } = &paused.phase else {
