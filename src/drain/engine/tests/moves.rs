@@ -36,6 +36,14 @@ fn serving_world() -> World {
     w
 }
 
+/// KubeRay started the move's new cluster, and the gate holds it: its slice is short.
+fn held_for_quota(w: &mut World) {
+    w.services[0].marked = true;
+    w.services[0].pending = Some("llm-b".into());
+    w.services[0].held =
+        Some("slice llm-2 is pending: insufficient quota for nvidia.com/gpu".into());
+}
+
 fn gone(w: &mut World, prefix: &str) {
     w.pods
         .retain(|p| !p.metadata.name.as_deref().unwrap_or("").starts_with(prefix));
@@ -118,10 +126,7 @@ fn a_move_held_for_quota_holds_the_domain_until_the_move_timeout() {
     let o = explicit(&["a", "b"]);
     let (s, a) = cordoned(&mut w, &o);
     w.apply(&a, evicted);
-    w.services[0].marked = true;
-    w.services[0].pending = Some("llm-b".into());
-    w.services[0].held =
-        Some("slice llm-2 is pending: insufficient quota for nvidia.com/gpu".into());
+    held_for_quota(&mut w);
     let (s, a) = w.step(&s, &o);
     assert!(evictions(&a).is_empty(), "{a:?}");
     let hold = s.domains[0].hold.clone().expect("held");
@@ -151,9 +156,7 @@ fn with_interrupt_a_held_move_lets_the_domain_drain_with_a_warning() {
     o.moves.interrupt_when_held = true;
     let (s, a) = cordoned(&mut w, &o);
     w.apply(&a, evicted);
-    w.services[0].marked = true;
-    w.services[0].pending = Some("llm-b".into());
-    w.services[0].held = Some("slice llm-2 is pending: insufficient quota".into());
+    held_for_quota(&mut w);
     let (s, a) = w.step(&s, &o);
     assert!(reasons(&a).contains(&SERVING_INTERRUPTED), "{a:?}");
     assert_eq!(evictions(&a), ["ga-0"]);
@@ -268,9 +271,7 @@ fn a_resumed_rollout_gives_a_held_move_a_fresh_timeout() {
     let o = explicit(&["a", "b"]);
     let (s, a) = cordoned(&mut w, &o);
     w.apply(&a, evicted);
-    w.services[0].marked = true;
-    w.services[0].pending = Some("llm-b".into());
-    w.services[0].held = Some("slice llm-2 is pending: insufficient quota".into());
+    held_for_quota(&mut w);
     let (s, _) = w.step(&s, &o);
     w.advance(DEFAULT_MOVE_TIMEOUT.as_secs());
     let (s, _) = w.step(&s, &o);
