@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::SignedDuration;
 use serde::Serialize;
 
-use super::engine::{DEFAULT_MOVE_TIMEOUT, MoveOptions};
+use super::engine::{DEFAULT_HANDOFF_TIMEOUT, DEFAULT_MOVE_TIMEOUT, MoveOptions};
 use super::preflight::{GroupContract, PreflightOptions};
 use super::{DomainOrder, DrainRules, Generation, GenerationSource, GenerationTarget};
 use super::{NodeInfoField, PlanOptions};
@@ -62,6 +62,8 @@ pub struct RolloutOptions {
     pub taint_auto: bool,
     /// `spec.rayServices`.
     pub moves: MoveOptions,
+    /// `spec.handOff.timeout`; `None`: no limit.
+    pub handoff_timeout: Option<SignedDuration>,
 }
 
 /// `spec.drainTimeout`'s default: the managed node pools' (AKS's drain timeout is 30 minutes).
@@ -201,6 +203,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         hand_off: spec.hand_off.clone(),
         taint_auto: spec.taint_outdated.is_none(),
         moves: timeouts.moves,
+        handoff_timeout: timeouts.handoff,
     })
 }
 
@@ -254,6 +257,7 @@ struct Timeouts {
     health_check_stable: Option<SignedDuration>,
     health_check_retry_timeout: Option<SignedDuration>,
     moves: MoveOptions,
+    handoff: Option<SignedDuration>,
     domain: Option<SignedDuration>,
     drain: Option<SignedDuration>,
     rollout: Option<SignedDuration>,
@@ -278,8 +282,15 @@ fn timeouts(spec: &NodeRolloutSpec, check: &mut Check) -> Timeouts {
             .filter(|d| !d.is_zero()),
     };
     let rollout = check.duration("spec.rolloutTimeout", spec.rollout_timeout.as_deref());
+    let handoff = match spec.hand_off.timeout.as_deref() {
+        None => Some(DEFAULT_HANDOFF_TIMEOUT),
+        Some(v) => check
+            .duration("spec.handOff.timeout", Some(v))
+            .filter(|d| !d.is_zero()),
+    };
     Timeouts {
         moves: move_options(spec, check),
+        handoff,
         health_check_wait,
         health_check_stable,
         health_check_retry_timeout,
@@ -444,7 +455,10 @@ mod tests {
             "failureAction": "Abort", "maxUnavailableDomains": 2, "manual": true, "paused": true,
             "rayServices": {"move": false, "whenMoveHeld": "Interrupt", "moveTimeout": "5m"},
         }));
+        let mut s = s;
+        s.hand_off.timeout = Some("0".into());
         let o = rollout_options(&s).unwrap();
+        assert_eq!(o.handoff_timeout, None, "0: no limit");
         assert_eq!(
             o.moves,
             MoveOptions {
@@ -524,6 +538,7 @@ mod tests {
         assert_eq!((o.domain_timeout, o.rollout_timeout), (None, None));
         assert_eq!(o.drain_timeout, Some(SignedDuration::from_mins(30)));
         assert_eq!(o.moves, MoveOptions::default(), "move, wait, 20m");
+        assert_eq!(o.handoff_timeout, Some(SignedDuration::from_hours(1)));
         assert_eq!(o.moves.timeout, Some(SignedDuration::from_mins(20)));
         let no_limit = spec(json!({"nodeSelector": {}, "rayServices": {"moveTimeout": "0"}}));
         assert_eq!(rollout_options(&no_limit).unwrap().moves.timeout, None);

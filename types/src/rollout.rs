@@ -301,6 +301,13 @@ pub struct HandOffSpec {
     /// Its value.
     #[serde(default = "default_upgrade_value")]
     pub value: String,
+    /// How long the drained nodes may take to come back (`Reboot`) or be replaced (`Replace`)
+    /// before `failureAction` decides (default `1h`; `0`: no limit). Past 10 minutes (Cluster
+    /// API's default `nodeStartupTimeout`) the rollout is `Blocked`, reason `NodeNotReturning`,
+    /// naming the nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    pub timeout: Option<String>,
 }
 
 impl Default for HandOffSpec {
@@ -309,6 +316,7 @@ impl Default for HandOffSpec {
             mode: HandOffMode::None,
             label: default_upgrade_label(),
             value: default_upgrade_value(),
+            timeout: None,
         }
     }
 }

@@ -317,6 +317,7 @@ impl Stepper<'_> {
             super::evict::DOMAIN_LABEL_CHANGED => super::evict::DOMAIN_LABEL_CHANGED,
             super::OTHER_ROLLOUT => super::OTHER_ROLLOUT,
             super::MOVE_HELD => super::MOVE_HELD,
+            super::NODE_NOT_RETURNING => super::NODE_NOT_RETURNING,
             _ => GROUPS_UNAVAILABLE,
         };
         self.report(&node, EventType::Warning, reason, message);

@@ -545,6 +545,7 @@ impl<'a> Stepper<'a> {
     pub(super) fn drained(&mut self, i: usize) {
         let d = &mut self.s.domains[i];
         d.step = Step::HandingOff;
+        d.drained_at = Some(self.now);
         d.message = "drained".into();
         d.hold = None;
         d.failed = None;

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Node;
 
 use super::{
-    Action, EventType, Handoff, Health, Step, Stepper, has_label, has_taint, is_cordoned,
-    node_ready,
+    Action, EventType, Handoff, Health, NODE_NOT_RETURNING, NODE_RETURN_GRACE, Step, Stepper,
+    has_label, has_taint, human, is_cordoned, node_ready,
 };
 use crate::drain::{compare_generations, name, node_domain, node_generation};
 
@@ -19,18 +19,56 @@ impl<'a> Stepper<'a> {
             Handoff::Reboot { label, value } => self.reboot(i, label, value),
             Handoff::Replace { label, value } => self.replace(i, label, value),
         };
-        if done {
-            let d = &mut self.s.domains[i];
-            d.step = Step::HealthCheck;
-            d.handed_off = Some(self.now);
-            d.health = Health::default();
-            d.message = "health check".into();
-            let (node, message) = (
-                d.nodes.first().cloned().unwrap_or_default(),
-                format!("upgrade domain {} handed off; health check follows", d.name),
-            );
-            self.report(&node, EventType::Normal, "DomainHandedOff", message);
-            self.health_gate(i);
+        if !done {
+            self.handoff_waits(i);
+            return;
+        }
+        let d = &mut self.s.domains[i];
+        d.step = Step::HealthCheck;
+        d.handed_off = Some(self.now);
+        if d.hold
+            .as_ref()
+            .is_some_and(|h| h.reason == NODE_NOT_RETURNING)
+        {
+            d.hold = None;
+        }
+        d.health = Health::default();
+        d.message = "health check".into();
+        let (node, message) = (
+            d.nodes.first().cloned().unwrap_or_default(),
+            format!("upgrade domain {} handed off; health check follows", d.name),
+        );
+        self.report(&node, EventType::Normal, "DomainHandedOff", message);
+        self.health_gate(i);
+    }
+
+    /// A hand-off still waiting: past [`NODE_RETURN_GRACE`] the domain holds naming the nodes
+    /// (`Blocked`), past the hand-off timeout the failure action decides.
+    fn handoff_waits(&mut self, i: usize) {
+        let d = &self.s.domains[i];
+        let Some(since) = d.drained_at.or(d.started) else {
+            return;
+        };
+        let waited = self.now.duration_since(since);
+        let line = format!(
+            "upgrade domain {}'s nodes have not returned from the hand-off within {}: {}",
+            d.name,
+            human(NODE_RETURN_GRACE),
+            d.message
+        );
+        if let Some(limit) = self.o.handoff_timeout
+            && waited >= limit
+        {
+            self.fail(format!("{line} (handOff.timeout {})", human(limit)));
+            return;
+        }
+        if waited >= NODE_RETURN_GRACE {
+            let before = d.hold.clone();
+            self.set_hold(i, NODE_NOT_RETURNING, vec![line]);
+            let changed = before.as_ref().map(|h| h.reason.as_str()) != Some(NODE_NOT_RETURNING);
+            if changed {
+                self.announce_hold(i, before.as_ref());
+            }
         }
     }
 

@@ -288,6 +288,9 @@ impl<'a> Stepper<'a> {
                 for m in d.moves.values_mut() {
                     m.since = self.now;
                 }
+                if d.drained_at.is_some() {
+                    d.drained_at = Some(self.now);
+                }
             }
             self.s.started = Some(self.now);
         }

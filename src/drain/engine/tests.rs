@@ -662,6 +662,45 @@ fn replace_waits_until_the_domain_has_new_nodes_at_the_target_generation() {
     assert_eq!(s.domains[0].step, Step::HealthCheck);
 }
 
+/// A node that never comes back from the reboot hand-off: the domain waits silently for
+/// `NODE_RETURN_GRACE` (a reboot takes minutes), then holds naming the node (`Blocked`, one
+/// Warning `NodeNotReturning`), and the hand-off timeout applies the failure action.
+#[test]
+fn a_node_that_never_returns_from_the_reboot_is_named_then_fails_the_rollout_at_the_timeout() {
+    let o = generation_options(Handoff::reboot());
+    let mut w = World::new();
+    with_generations(&mut w);
+    let mut s = w.start(&o);
+    for _ in 0..5 {
+        let (next, a) = w.step(&s, &o);
+        w.apply(&a, evicted);
+        w.terminate();
+        s = next;
+    }
+    assert_eq!(s.domains[0].step, Step::HandingOff);
+    w.advance(NODE_RETURN_GRACE.as_secs() - 1);
+    let (s, _) = w.step(&s, &o);
+    assert!(s.domains[0].hold.is_none(), "a reboot takes minutes");
+    w.advance(1);
+    let (s, a) = w.step(&s, &o);
+    let hold = s.domains[0].hold.clone().expect("named");
+    assert_eq!(hold.reason, NODE_NOT_RETURNING);
+    assert!(hold.message.contains("a1 (upgrading)"), "{hold:?}");
+    assert_eq!(reasons(&a), [NODE_NOT_RETURNING]);
+    w.advance(60);
+    let (s, a) = w.step(&s, &o);
+    assert!(
+        !reasons(&a).contains(&NODE_NOT_RETURNING),
+        "announced once: {a:?}"
+    );
+    w.advance(DEFAULT_HANDOFF_TIMEOUT.as_secs());
+    let (s, _) = w.step(&s, &o);
+    match &s.phase {
+        Phase::Paused { reason } => assert!(reason.contains("handOff.timeout"), "{reason}"),
+        other => panic!("not paused: {other:?}"),
+    }
+}
+
 #[test]
 fn a_reboot_or_replace_hand_off_needs_a_generation() {
     let w = World::new();

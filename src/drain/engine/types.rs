@@ -121,7 +121,19 @@ pub struct Options {
     pub rollout: String,
     /// RayServices moved off a domain before it drains ([`Observation::services`]).
     pub moves: MoveOptions,
+    /// From a domain's drain's end until its hand-off is done (the nodes back, or replaced);
+    /// past it, the failure action (`None`: no limit). After [`NODE_RETURN_GRACE`] the domain
+    /// holds with reason [`NODE_NOT_RETURNING`].
+    pub handoff_timeout: Option<SignedDuration>,
 }
+
+/// `spec.handOff.timeout`'s default.
+pub const DEFAULT_HANDOFF_TIMEOUT: SignedDuration = SignedDuration::from_hours(1);
+/// How long a hand-off waits before it says which nodes have not returned: Cluster API's
+/// default `nodeStartupTimeout` (a MachineHealthCheck's wait for a machine's node).
+pub const NODE_RETURN_GRACE: SignedDuration = SignedDuration::from_mins(10);
+/// The hold of a hand-off whose nodes have not returned within [`NODE_RETURN_GRACE`].
+pub const NODE_NOT_RETURNING: &str = "NodeNotReturning";
 
 impl Default for Options {
     fn default() -> Self {
@@ -145,6 +157,7 @@ impl Default for Options {
             dry_run: false,
             rollout: String::new(),
             moves: MoveOptions::default(),
+            handoff_timeout: Some(DEFAULT_HANDOFF_TIMEOUT),
         }
     }
 }
@@ -328,6 +341,9 @@ pub struct DomainState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttled_until: Option<Timestamp>,
     pub handed_off: Option<Timestamp>,
+    /// When its drain ended (its hand-off began): the hand-off timeout runs from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_at: Option<Timestamp>,
     /// The nodes raygate cordoned (a node cordoned before stays cordoned when raygate gives the
     /// domain back). `None`: a state stored before raygate recorded them; every cordon counts
     /// as raygate's.

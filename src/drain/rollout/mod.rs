@@ -70,6 +70,7 @@ pub fn engine_options(o: &RolloutOptions) -> Options {
         manual: o.manual,
         wait_for_evicted_groups: true,
         moves: o.moves.clone(),
+        handoff_timeout: o.handoff_timeout,
         handoff: match o.hand_off.mode {
             HandOffMode::None => Handoff::None,
             HandOffMode::Reboot => Handoff::Reboot {
