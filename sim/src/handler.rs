@@ -642,28 +642,7 @@ impl State {
             _ => {}
         }
         if route.subresource.as_deref() == Some("status") {
-            let status = new.as_object_mut().and_then(|m| m.remove("status"));
-            let managed = new["metadata"]
-                .as_object_mut()
-                .and_then(|m| m.remove("managedFields"));
-            let mut next = (**old).clone();
-            match status {
-                Some(s) => next["status"] = s,
-                None => {
-                    if let Some(m) = next.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
-            match managed {
-                Some(mf) => next["metadata"]["managedFields"] = mf,
-                None => {
-                    if let Some(m) = next["metadata"].as_object_mut() {
-                        m.remove("managedFields");
-                    }
-                }
-            }
-            new = next;
+            new = status_write(old, new);
         } else if route.rt.status_subresource {
             match old.get("status") {
                 Some(s) => new["status"] = s.clone(),
@@ -801,14 +780,10 @@ impl State {
     /// status; main writes keep the old status (where it is a subresource).
     fn scoped(&self, route: &Route, old: &Value, mut new: Value) -> Value {
         if route.subresource.as_deref() == Some("status") {
-            let mut next = old.clone();
-            match new.get("status") {
-                Some(s) => next["status"] = s.clone(),
-                None => {
-                    if let Some(m) = next.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
+            let mut next = new;
+            match (next.as_object_mut(), old.as_object()) {
+                (Some(n), Some(o)) => restore(n, o, &["status"]),
+                _ => return with_status_of(old, &next),
             }
             next
         } else {
@@ -1158,6 +1133,57 @@ fn same_but_type_meta(new: &Value, old: &Value) -> bool {
             .all(|(k, v)| o.get(k) == Some(v))
 }
 
+/// `new` made equal to `old` but for the top-level fields in `keep` (which stay as `new` has
+/// them, absent included). Built in place: a status write's object agrees with the stored one
+/// nearly everywhere, and comparing costs far less than copying the stored object.
+fn restore(new: &mut serde_json::Map<String, Value>, old: &serde_json::Map<String, Value>, keep: &[&str]) {
+    new.retain(|k, _| keep.contains(&k.as_str()) || old.contains_key(k));
+    for (k, v) in old {
+        if !keep.contains(&k.as_str()) && new.get(k) != Some(v) {
+            new.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// `old` with the `status` of `new` (none when `new` has none).
+fn with_status_of(old: &Value, new: &Value) -> Value {
+    let mut next = old.clone();
+    match new.get("status") {
+        Some(s) => next["status"] = s.clone(),
+        None => {
+            if let Some(m) = next.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    }
+    next
+}
+
+/// What a status write stores: `old` with the `status` and `metadata.managedFields` of `new`.
+fn status_write(old: &Value, mut new: Value) -> Value {
+    if let (Some(n), Some(o)) = (new.as_object_mut(), old.as_object()) {
+        restore(n, o, &["status", "metadata"]);
+        let om = o.get("metadata").and_then(Value::as_object);
+        if let (Some(nm), Some(om)) = (n.get_mut("metadata").and_then(Value::as_object_mut), om) {
+            restore(nm, om, &["managedFields"]);
+            return new;
+        }
+    }
+    let managed = new["metadata"]
+        .as_object_mut()
+        .and_then(|m| m.remove("managedFields"));
+    let mut next = with_status_of(old, &new);
+    match managed {
+        Some(mf) => next["metadata"]["managedFields"] = mf,
+        None => {
+            if let Some(m) = next["metadata"].as_object_mut() {
+                m.remove("managedFields");
+            }
+        }
+    }
+    next
+}
+
 fn propagation(
     opts: &Value,
     query: &HashMap<String, String>,
@@ -1311,6 +1337,23 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"mode": 493}})
         );
         assert_eq!(apply_body(b"a: [").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn a_status_write_keeps_all_but_the_status_and_managed_fields_of_the_stored_object() {
+        let old = json!({"metadata": {"name": "a", "managedFields": [1], "labels": {"l": "1"}},
+            "spec": {"x": 1}, "status": {"s": 1}, "data": 1});
+        let new = json!({"metadata": {"name": "b", "managedFields": [2]},
+            "spec": {"x": 2}, "status": {"s": 2}, "extra": 1});
+        let want = json!({"metadata": {"name": "a", "managedFields": [2], "labels": {"l": "1"}},
+            "spec": {"x": 1}, "status": {"s": 2}, "data": 1});
+        assert_eq!(status_write(&old, new.clone()), want);
+        let bare = json!({"metadata": {"name": "b"}, "spec": {"x": 2}});
+        let want = json!({"metadata": {"name": "a", "labels": {"l": "1"}}, "spec": {"x": 1}, "data": 1});
+        assert_eq!(status_write(&old, bare), want);
+        let mut n = new.as_object().cloned().unwrap_or_default();
+        restore(&mut n, old.as_object().unwrap_or(&serde_json::Map::new()), &["status"]);
+        assert_eq!(Value::Object(n), with_status_of(&old, &new));
     }
 
     #[test]
