@@ -611,7 +611,9 @@ fn granted(slices: &[Workload]) -> Vec<(ShapeKey, i32)> {
     out
 }
 
-/// Per (group, per-pod requests): the pods that run (ungated, bound to a node, not finished).
+/// Per (group, per-pod requests as the pod's template asks them: KubeRay's `wait-gcs-ready` init
+/// container, which it adds to every worker, left out): the pods that run (ungated, bound to a
+/// node, not finished).
 fn running(pods: &[Pod]) -> Vec<(ShapeKey, i32)> {
     let mut out: Vec<(ShapeKey, i32)> = Vec::new();
     for p in pods {
@@ -621,9 +623,13 @@ fn running(pods: &[Pod]) -> Vec<(ShapeKey, i32)> {
         {
             continue;
         }
+        let mut as_templated = spec.clone();
+        if let Some(init) = as_templated.init_containers.as_mut() {
+            init.retain(|c| c.name != "wait-gcs-ready");
+        }
         let key = (
             p.labels().get("ray.io/group").cloned().unwrap_or_default(),
-            raygate::podsets::pod_requests(spec, "spec", &p.name_any()).unwrap(),
+            raygate::podsets::pod_requests(&as_templated, "spec", &p.name_any()).unwrap(),
         );
         match out.iter_mut().find(|(k, _)| *k == key) {
             Some((_, n)) => *n += 1,

@@ -1136,7 +1136,11 @@ fn same_but_type_meta(new: &Value, old: &Value) -> bool {
 /// `new` made equal to `old` but for the top-level fields in `keep` (which stay as `new` has
 /// them, absent included). Built in place: a status write's object agrees with the stored one
 /// nearly everywhere, and comparing costs far less than copying the stored object.
-fn restore(new: &mut serde_json::Map<String, Value>, old: &serde_json::Map<String, Value>, keep: &[&str]) {
+fn restore(
+    new: &mut serde_json::Map<String, Value>,
+    old: &serde_json::Map<String, Value>,
+    keep: &[&str],
+) {
     new.retain(|k, _| keep.contains(&k.as_str()) || old.contains_key(k));
     for (k, v) in old {
         if !keep.contains(&k.as_str()) && new.get(k) != Some(v) {
@@ -1349,10 +1353,15 @@ mod tests {
             "spec": {"x": 1}, "status": {"s": 2}, "data": 1});
         assert_eq!(status_write(&old, new.clone()), want);
         let bare = json!({"metadata": {"name": "b"}, "spec": {"x": 2}});
-        let want = json!({"metadata": {"name": "a", "labels": {"l": "1"}}, "spec": {"x": 1}, "data": 1});
+        let want =
+            json!({"metadata": {"name": "a", "labels": {"l": "1"}}, "spec": {"x": 1}, "data": 1});
         assert_eq!(status_write(&old, bare), want);
         let mut n = new.as_object().cloned().unwrap_or_default();
-        restore(&mut n, old.as_object().unwrap_or(&serde_json::Map::new()), &["status"]);
+        restore(
+            &mut n,
+            old.as_object().unwrap_or(&serde_json::Map::new()),
+            &["status"],
+        );
         assert_eq!(Value::Object(n), with_status_of(&old, &new));
     }
 

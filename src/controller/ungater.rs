@@ -41,15 +41,27 @@ pub(super) fn gates(p: &Pod) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The ungater's view of a pod (`None`: its requests cannot be read; it stays gated).
-pub(super) fn view(p: &Pod, ungated_here: &HashSet<String>) -> Option<PodView> {
+/// Per-pod requests by `(cluster, group)` from the children's templates
+/// ([`pod_gate::template_requests`]).
+pub(super) type Shapes = std::collections::HashMap<(String, String), crate::quantity::Resources>;
+
+/// The ungater's view of a pod: its requests as its child's template for its group charges them
+/// (`shapes`); for a pod whose child is gone, its own without what KubeRay added to it
+/// ([`pod_gate::as_templated`]) (`None`: they cannot be read; it stays gated).
+pub(super) fn view(p: &Pod, ungated_here: &HashSet<String>, shapes: &Shapes) -> Option<PodView> {
     let name = p.metadata.name.clone()?;
     let spec = p.spec.as_ref()?;
     let uid = p.metadata.uid.clone().unwrap_or_default();
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    let group = crate::meta::label(&p.metadata, GROUP_LABEL)?.to_string();
+    let cluster = crate::meta::label(&p.metadata, CLUSTER_LABEL).unwrap_or_default();
+    let requests = match shapes.get(&(cluster.to_string(), group.clone())) {
+        Some(r) => r.clone(),
+        None => pod_requests(&pod_gate::as_templated(spec), "spec", &name).ok()?,
+    };
     Some(PodView {
-        requests: pod_requests(spec, "spec", &name).ok()?,
-        group: crate::meta::label(&p.metadata, GROUP_LABEL)?.to_string(),
+        requests,
+        group,
         created: p.metadata.creation_timestamp.as_ref()?.0,
         gated: gates(p).iter().any(|g| g == POD_GATE) && !ungated_here.contains(&uid),
         finished: matches!(phase, Some("Succeeded" | "Failed")),
@@ -119,13 +131,18 @@ fn decide(
     };
     // pods of deleted children still hold their grant until they are gone
     let mine = pods_of_service(ctx, service, pods);
+    let clusters = ctx.stores.clusters.sorted_state();
+    let shapes = pod_gate::template_requests(podsets::children_of(
+        service,
+        clusters.iter().map(|c| c.as_ref()),
+    ));
     // a gated pod being deleted holds nothing and is never ungated
     let views: Vec<PodView> = mine
         .iter()
         .filter(|p| {
             p.metadata.deletion_timestamp.is_none() || !gates(p).iter().any(|g| g == POD_GATE)
         })
-        .filter_map(|p| view(p, ungated_here))
+        .filter_map(|p| view(p, ungated_here, &shapes))
         .collect();
     let picked = pod_gate::ungate(&crate::slices::grants(newest), &views);
     mine.into_iter()
@@ -163,6 +180,7 @@ pub(super) fn pods_of(
         .filter_map(|c| c.metadata.name.clone())
         .collect();
     let known = cluster_names(&ctx.stores.clusters.sorted_state(), &ns);
+    let shapes = pod_gate::template_requests(children);
     Some(
         store
             .sorted_state()
@@ -172,7 +190,7 @@ pub(super) fn pods_of(
                 crate::meta::label(&p.metadata, CLUSTER_LABEL)
                     .is_some_and(|c| pods_held::belongs(&name, c, &live, &known))
             })
-            .filter_map(|p| view(p, &HashSet::new()))
+            .filter_map(|p| view(p, &HashSet::new(), &shapes))
             .collect(),
     )
 }
@@ -301,5 +319,101 @@ pub async fn run(
         if ctx.stores.ready.pending().is_empty() {
             pass(&ctx, &pods, &mut ungated_here).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::types::ray::RayCluster;
+
+    /// A child whose worker group asks 100m CPU and 128Mi per pod, its head 1 CPU and 1Gi.
+    fn child() -> RayCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "llm-a", "namespace": "ns"},
+            "spec": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "ray-head",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}},
+                "workerGroupSpecs": [{"groupName": "small", "replicas": 2, "template": {"spec": {
+                    "containers": [{"name": "ray-worker",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}],
+            },
+        }))
+        .unwrap()
+    }
+
+    /// A gated pod of `llm-a` as the cluster made it: `spec` is what it carries.
+    fn pod(name: &str, group: &str, spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["schedulingGates"] = json!([{"name": POD_GATE}]);
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": name,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"ray.io/cluster": "llm-a", "ray.io/group": group}},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    /// Pods whose own requests differ from their template's — KubeRay v1.7.0's worker init
+    /// container (`wait-gcs-ready`, 200m / 256Mi, above the worker's own requests), a
+    /// LimitRange's default limit on a container without one, an injected sidecar — are
+    /// matched to their group's grant by their child and group, and ungated; matched by their
+    /// own requests they matched no grant and stayed gated for ever.
+    #[test]
+    fn pods_changed_after_their_template_are_matched_by_child_and_group() {
+        let c = child();
+        let shapes = pod_gate::template_requests([&c]);
+        let worker = pod(
+            "w-1",
+            "small",
+            json!({
+            "initContainers": [{"name": "wait-gcs-ready",
+                "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}}}],
+            "containers": [{"name": "ray-worker",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}),
+        );
+        let sidecar = pod(
+            "w-2",
+            "small",
+            json!({"containers": [
+            {"name": "ray-worker", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}},
+            {"name": "istio-proxy", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}),
+        );
+        let head = pod(
+            "h",
+            "headgroup",
+            json!({"containers": [{"name": "ray-head",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}}}]}),
+        );
+        let none = HashSet::new();
+        let views: Vec<PodView> = [&worker, &sidecar, &head]
+            .iter()
+            .filter_map(|p| view(p, &none, &shapes))
+            .collect();
+        let grants = [
+            pod_gate::Grant {
+                group: "headgroup".into(),
+                requests: shapes[&("llm-a".into(), "headgroup".into())].clone(),
+                count: 1,
+            },
+            pod_gate::Grant {
+                group: "small".into(),
+                requests: shapes[&("llm-a".into(), "small".into())].clone(),
+                count: 2,
+            },
+        ];
+        let mut ungated = pod_gate::ungate(&grants, &views);
+        ungated.sort();
+        assert_eq!(ungated, ["h", "w-1", "w-2"]);
+        // by their own requests, none of them matched
+        let own: Vec<PodView> = [&worker, &sidecar, &head]
+            .iter()
+            .filter_map(|p| view(p, &none, &Shapes::new()))
+            .collect();
+        assert!(pod_gate::ungate(&grants, &own).is_empty());
     }
 }

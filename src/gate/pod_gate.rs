@@ -11,7 +11,7 @@
 //! first, never more than the granted count; pods beyond it stay gated until a replacement slice
 //! is admitted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec};
 use k8s_openapi::jiff::Timestamp;
@@ -185,6 +185,48 @@ pub fn ungate(grants: &[Grant], pods: &[PodView]) -> Vec<String> {
         out.extend(waiting.into_iter().take(room).map(|p| p.name.clone()));
     }
     out
+}
+
+/// Each child's per-pod requests by KubeRay group, `(cluster, group)`, as its slices charge them
+/// (its templates, with KubeRay's autoscaler sidecar on the head: [`crate::podsets::of_child`]). A pod
+/// is matched to the grants by its child and group, not by its own requests: KubeRay's worker
+/// init container (`wait-gcs-ready`, 200m / 256Mi in v1.7.0's `common/pod.go`), LimitRange
+/// defaults, RuntimeClass overhead or an injected sidecar change those, and Kueue's RayCluster
+/// integration charges the templates too (`BuildPodSets`). A child whose PodSets cannot be
+/// computed adds nothing (its pods are then matched by their own requests).
+pub fn template_requests<'a>(
+    children: impl IntoIterator<Item = &'a RayCluster>,
+) -> HashMap<(String, String), Resources> {
+    let mut out = HashMap::new();
+    for child in children {
+        let name = child.metadata.name.clone().unwrap_or_default();
+        let Ok(podsets) = crate::podsets::of_child(child, &name) else {
+            continue;
+        };
+        for p in podsets {
+            out.insert((name.clone(), p.group), p.requests);
+        }
+    }
+    out
+}
+
+/// KubeRay v1.7.0's init container on every worker (`DefaultWorkerPodTemplate`, with
+/// `ENABLE_INIT_CONTAINER_INJECTION` on, the default).
+pub const WAIT_GCS_READY: &str = "wait-gcs-ready";
+
+/// A pod's spec without what KubeRay adds to its template when it builds the pod (the
+/// `wait-gcs-ready` init container), for a pod whose child, and so whose template, is gone.
+/// What a LimitRange, a RuntimeClass or a webhook added stays: such a pod of a deleted child may
+/// match no PodSet and its quota is then freed before it is gone.
+pub fn as_templated(spec: &PodSpec) -> PodSpec {
+    let mut spec = spec.clone();
+    if let Some(init) = spec.init_containers.as_mut() {
+        init.retain(|c| c.name != WAIT_GCS_READY);
+        if init.is_empty() {
+            spec.init_containers = None;
+        }
+    }
+    spec
 }
 
 /// Counts of pods per state for a trace line: (gated, ungated and holding).

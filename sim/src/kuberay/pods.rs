@@ -8,11 +8,12 @@
 //! volumes KubeRay injects, Services, the Recreate upgrade strategy and batch schedulers. The
 //! pods keep their template's spec (containers, resources, probes, scheduling gates, grace
 //! period, placement); the head gets the autoscaler sidecar (name and resources) when in-tree
-//! autoscaling is on.
+//! autoscaling is on, every worker the `wait-gcs-ready` init container (name, image, resources).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use serde_json::Value;
@@ -228,7 +229,35 @@ pub(crate) fn worker_pod(
         labels.insert(HOST_INDEX_LABEL.into(), host_index.to_string());
     }
     let name = generate_name(&format!("{cluster}-{}", g.group_name), "worker");
-    Some(build_pod(rc, &g.template, "worker", name, labels))
+    let mut pod = build_pod(rc, &g.template, "worker", name, labels);
+    add_wait_gcs_ready(&mut pod);
+    Some(pod)
+}
+
+/// `DefaultWorkerPodTemplate` with `ENABLE_INIT_CONTAINER_INJECTION` (on by default): the
+/// `wait-gcs-ready` init container, appended after the user's, with KubeRay's hard-coded
+/// requests and limits (200m CPU, 256Mi), so a worker asking less than that is scheduled (and
+/// counted) with more than its template.
+fn add_wait_gcs_ready(pod: &mut Pod) {
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    let ray = spec.containers.first();
+    let fixed: BTreeMap<String, Quantity> = [("cpu", "200m"), ("memory", "256Mi")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect();
+    let init = Container {
+        name: raygate::gate::pod_gate::WAIT_GCS_READY.into(),
+        image: ray.and_then(|c| c.image.clone()),
+        resources: Some(ResourceRequirements {
+            requests: Some(fixed.clone()),
+            limits: Some(fixed),
+            ..ResourceRequirements::default()
+        }),
+        ..Container::default()
+    };
+    spec.init_containers.get_or_insert_default().push(init);
 }
 
 /// `GetWorkerGroupDesiredReplicas` × `numOfHosts`: the worker pods a group should have.
@@ -758,6 +787,26 @@ mod tests {
         let p2 = plan(&rc, SuspendStatus::None, &rest, &mut names());
         assert_eq!(p2.delete, vec![cpu_victim.name_any()]);
         assert!(p2.create.is_empty(), "{:?}", p2.create);
+    }
+
+    #[test]
+    fn every_worker_gets_kuberay_s_wait_gcs_ready_init_container_with_its_fixed_resources() {
+        let rc = cluster(json!([group("gpu", 1, 1)]));
+        let pod = worker_pod(&rc, 0, "gpu-abc", 0, 0).unwrap();
+        let init = pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap();
+        assert_eq!(init.len(), 1);
+        assert_eq!(init[0].name, "wait-gcs-ready");
+        let r = init[0].resources.as_ref().unwrap();
+        let requests = r.requests.as_ref().unwrap();
+        assert_eq!(
+            (requests["cpu"].0.as_str(), requests["memory"].0.as_str()),
+            ("200m", "256Mi")
+        );
+        assert_eq!(r.limits, r.requests);
+        assert!(
+            head_pod(&rc).spec.unwrap().init_containers.is_none(),
+            "workers only"
+        );
     }
 
     #[test]
