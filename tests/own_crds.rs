@@ -255,13 +255,14 @@ async fn the_node_rollout_crd_accepts_a_rollout_and_refuses_bad_specs_by_field()
         "udLabel": "topology.example.com/upgrade-domain",
         "domainOrder": "Explicit", "explicitOrder": ["ud-b", "ud-a"],
         "taintOutdated": true,
-        "handOff": {"mode": "Reboot", "label": "example.com/reboot", "value": "now"},
+        "handOff": {"mode": "Reboot", "label": "example.com/reboot", "value": "now", "timeout": "2h"},
         "drain": {"ignoreDaemonsets": true, "deleteEmptydirData": false, "force": false,
                   "podSelector": "app!=agent", "skipWaitForDeleteTimeoutSeconds": 60},
         "groups": {"preset": "Custom", "groupLabel": "group", "representative": "role=leader"},
         "healthCheckWait": "30s", "healthCheckStable": "2m", "healthCheckRetryTimeout": "10m",
         "domainTimeout": "1h", "rolloutTimeout": "12h",
         "failureAction": "Abort", "maxUnavailableDomains": 2, "manual": true, "paused": false,
+        "rayServices": {"move": true, "whenMoveHeld": "Interrupt", "moveTimeout": "5m"},
     });
     let rollouts: Api<NodeRollout> = Api::all(client.clone());
     let _ = rollouts.delete("gpu-pool", &DeleteParams::default()).await;
@@ -272,6 +273,9 @@ async fn the_node_rollout_crd_accepts_a_rollout_and_refuses_bad_specs_by_field()
     assert_eq!(serde_json::to_value(&stored.spec).unwrap(), valid);
     let options = raygate::drain::rollout_options(&stored.spec).unwrap();
     assert_eq!(options.max_unavailable_domains, 2);
+    assert!(options.moves.enabled && options.moves.interrupt_when_held);
+    assert_eq!(options.moves.timeout.map(|t| t.as_secs()), Some(300));
+    assert_eq!(options.handoff_timeout.map(|t| t.as_secs()), Some(7200));
 
     // defaults: the server fills them in from the schema
     let _ = rollouts.delete("defaults", &DeleteParams::default()).await;
@@ -287,6 +291,11 @@ async fn the_node_rollout_crd_accepts_a_rollout_and_refuses_bad_specs_by_field()
     assert_eq!(spec["failureAction"], "Pause", "{spec}");
     assert_eq!(spec["domainOrder"], "Name", "{spec}");
     assert_eq!(spec["handOff"]["mode"], "None", "{spec}");
+    assert_eq!(
+        spec["rayServices"],
+        json!({"move": true, "whenMoveHeld": "Wait"}),
+        "{spec}"
+    );
 
     // status: the subresource takes the controller's shape
     let status = json!({"status": {"phase": "Running", "currentDomain": "ud-b", "progress": "1/2",
@@ -326,6 +335,10 @@ async fn the_node_rollout_crd_accepts_a_rollout_and_refuses_bad_specs_by_field()
         (
             json!({"nodeSelector": {}, "healthCheckWait": "30 seconds"}),
             "spec.healthCheckWait: Invalid value: \"30 seconds\": spec.healthCheckWait in body should match",
+        ),
+        (
+            json!({"nodeSelector": {}, "rayServices": {"whenMoveHeld": "Later"}}),
+            "spec.rayServices.whenMoveHeld: Unsupported value: \"Later\"",
         ),
         (
             json!({"nodeSelector": {}, "domainTimeout": "-5m"}),

@@ -57,8 +57,8 @@ fn demo_plays_both_acts_and_every_invariant_holds() {
         "SUMMARY  raygate demo",
         "raygate (NodeRollout)",
         // and moves it off that domain first: KubeRay's zero-downtime upgrade, through the gate
-        "Event MovingRayService on Node",
-        "Event RayServiceMoved on Node",
+        "Event MovingRayService on RayService serving/llm",
+        "Event RayServiceMoved on RayService serving/llm",
         "RESULT  every invariant held and every expectation was met",
     ] {
         assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");

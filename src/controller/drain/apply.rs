@@ -113,6 +113,22 @@ impl Apply {
                     reason,
                     message,
                 } => self.report(node, *type_, reason, message).await,
+                Action::ReportService {
+                    namespace,
+                    service,
+                    type_,
+                    reason,
+                    message,
+                } => {
+                    let on = ObjectReference {
+                        api_version: Some("ray.io/v1".into()),
+                        kind: Some("RayService".into()),
+                        namespace: Some(namespace.clone()),
+                        name: Some(service.clone()),
+                        ..ObjectReference::default()
+                    };
+                    self.publish(&on, *type_, reason, message).await
+                }
                 Action::MoveRayService {
                     namespace,
                     service,
@@ -240,6 +256,17 @@ impl Apply {
             name: Some(node.to_string()),
             ..ObjectReference::default()
         };
+        self.publish(&on, type_, reason, message).await;
+    }
+
+    /// An Event on `on` (logged too, stamped with the injected clock).
+    async fn publish(
+        &mut self,
+        on: &ObjectReference,
+        type_: EventType,
+        reason: &'static str,
+        message: &str,
+    ) {
         let event = crate::gate::GateEvent {
             type_: match type_ {
                 EventType::Normal => crate::gate::EventType::Normal,
@@ -249,8 +276,7 @@ impl Apply {
             message: message.to_string(),
             child: None,
         };
-        // logs it too, and stamps it with the injected clock
-        self.events.publish(&on, &event).await;
+        self.events.publish(on, &event).await;
     }
 }
 

@@ -155,6 +155,18 @@ fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 }
 
 impl<'a> Stepper<'a> {
+    /// An Event on the RayService, where its team looks (`kubectl describe rayservice`); the
+    /// rollout's own status shows the domain waiting.
+    fn tell(&mut self, svc: &ServiceView, type_: EventType, reason: &'static str, message: String) {
+        self.actions.push(Action::ReportService {
+            namespace: svc.namespace.clone(),
+            service: svc.name.clone(),
+            type_,
+            reason,
+            message,
+        });
+    }
+
     /// Before the domain's evictions: moves every RayService the domain would stop serving;
     /// `true` while the domain waits for one.
     pub(super) fn moving(&mut self, i: usize) -> bool {
@@ -263,7 +275,6 @@ impl<'a> Stepper<'a> {
 
     fn start_move(&mut self, i: usize, svc: &ServiceView, key: &str, active: &str) -> Standing {
         let domain = self.s.domains[i].name.clone();
-        let node = self.s.domains[i].nodes.first().cloned().unwrap_or_default();
         let asked = svc.pending.is_none() && svc.unmovable.is_none();
         let mut m = Move {
             from: active.to_string(),
@@ -280,7 +291,7 @@ impl<'a> Stepper<'a> {
                  starts a new cluster with the same spec, switches traffic to it and deletes \
                  cluster {active}"
             );
-            self.report(&node, EventType::Normal, MOVING_RAYSERVICE, message);
+            self.tell(svc, EventType::Normal, MOVING_RAYSERVICE, message);
         }
         let standing = self.new_cluster_coming(i, svc, &mut m);
         self.s.domains[i].moves.insert(key.to_string(), m);
@@ -327,9 +338,8 @@ impl<'a> Stepper<'a> {
         if !self.o.moves.interrupt_when_held {
             return Standing::Held(line);
         }
-        let node = self.s.domains[i].nodes.first().cloned().unwrap_or_default();
         let message = format!("{line}; draining the domain anyway (whenMoveHeld: Interrupt)");
-        self.report(&node, EventType::Warning, SERVING_INTERRUPTED, message);
+        self.tell(svc, EventType::Warning, SERVING_INTERRUPTED, message);
         m.interrupted = Some(why);
         Standing::Clear
     }
@@ -364,14 +374,13 @@ impl<'a> Stepper<'a> {
             ));
         }
         m.done = true;
-        let node = self.s.domains[i].nodes.first().cloned().unwrap_or_default();
         let message = format!(
             "RayService {key} moved off upgrade domain {} in {}: it serves from cluster {}",
             self.s.domains[i].name,
             human(self.now.duration_since(m.since)),
             svc.active.as_deref().unwrap_or_default()
         );
-        self.report(&node, EventType::Normal, RAYSERVICE_MOVED, message);
+        self.tell(svc, EventType::Normal, RAYSERVICE_MOVED, message);
         Standing::Clear
     }
 

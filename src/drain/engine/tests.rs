@@ -201,7 +201,7 @@ impl World {
                         result,
                     });
                 }
-                Action::Report { .. } => {}
+                Action::Report { .. } | Action::ReportService { .. } => {}
                 Action::MoveRayService {
                     namespace, cluster, ..
                 } => self.marked.push(format!("{namespace}/{cluster}")),
@@ -1169,7 +1169,7 @@ proptest! {
                     Action::Cordon { node } | Action::Taint { node, .. }
                     | Action::LabelForUpgrade { node, .. } | Action::Uncordon { node, .. } => node.clone(),
                     Action::Evict { target, .. } => target.pod.node.clone(),
-                    Action::Report { .. } | Action::MoveRayService { .. } => continue,
+                    Action::Report { .. } | Action::ReportService { .. } | Action::MoveRayService { .. } => continue,
                 };
                 prop_assert!(planned.contains(&node), "{a:?} acts outside the plan");
                 if let Action::Evict { target, .. } = a {

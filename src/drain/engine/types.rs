@@ -689,6 +689,14 @@ pub enum Action {
         /// `<NodeRollout>/<domain>` ([`MOVED_BY`](super::MOVED_BY)).
         by: String,
     },
+    /// Tell a RayService's team: an Event on the RayService (and a log line).
+    ReportService {
+        namespace: String,
+        service: String,
+        type_: EventType,
+        reason: &'static str,
+        message: String,
+    },
     /// Tell people: an Event on `node` (and a log line).
     Report {
         node: String,

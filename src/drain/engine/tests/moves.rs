@@ -16,6 +16,22 @@ fn ray_pod(name: &str, node: &str, cluster: &str, head: bool) -> Pod {
     p
 }
 
+/// The reasons of the Events on RayService ns/llm.
+fn told(actions: &[Action]) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ReportService {
+                namespace,
+                service,
+                reason,
+                ..
+            } if namespace == "ns" && service == "llm" => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
 fn service(active: &str, pending: Option<&str>) -> ServiceView {
     ServiceView {
         namespace: "ns".into(),
@@ -72,7 +88,7 @@ fn a_serving_cluster_s_head_is_moved_off_the_domain_before_anything_is_evicted()
     let o = explicit(&["a", "b"]);
     let (s, a) = cordoned(&mut w, &o);
     assert!(evictions(&a).is_empty(), "{a:?}");
-    assert!(reasons(&a).contains(&MOVING_RAYSERVICE), "{a:?}");
+    assert!(told(&a).contains(&MOVING_RAYSERVICE), "{a:?}");
     w.apply(&a, evicted);
     assert_eq!(w.marked, ["ns/llm-a"]);
     assert!(
@@ -112,7 +128,7 @@ fn a_serving_cluster_s_head_is_moved_off_the_domain_before_anything_is_evicted()
     // KubeRay deletes the old cluster after its deletion delay
     gone(&mut w, "llm-a");
     let (s, a) = w.step(&s, &o);
-    assert!(reasons(&a).contains(&RAYSERVICE_MOVED), "{a:?}");
+    assert!(told(&a).contains(&RAYSERVICE_MOVED), "{a:?}");
     assert_eq!(evictions(&a), ["ga-0"]);
     assert!(s.domains[0].moves["ns/llm"].done);
 }
@@ -158,7 +174,7 @@ fn with_interrupt_a_held_move_lets_the_domain_drain_with_a_warning() {
     w.apply(&a, evicted);
     held_for_quota(&mut w);
     let (s, a) = w.step(&s, &o);
-    assert!(reasons(&a).contains(&SERVING_INTERRUPTED), "{a:?}");
+    assert!(told(&a).contains(&SERVING_INTERRUPTED), "{a:?}");
     assert_eq!(evictions(&a), ["ga-0"]);
     assert!(s.domains[0].hold.is_none(), "{:?}", s.domains[0].hold);
 }
@@ -207,7 +223,7 @@ fn a_service_still_serving_outside_the_domain_is_not_moved() {
     let o = explicit(&["a", "b"]);
     let (_, a) = cordoned(&mut w, &o);
     assert!(
-        w.marked.is_empty() && !reasons(&a).contains(&MOVING_RAYSERVICE),
+        w.marked.is_empty() && !told(&a).contains(&MOVING_RAYSERVICE),
         "{a:?}"
     );
     assert_eq!(evictions(&a), ["ga-0"]);
@@ -237,7 +253,7 @@ fn with_moves_off_nothing_is_asked() {
     o.moves.enabled = false;
     let (_, a) = cordoned(&mut w, &o);
     assert!(
-        w.marked.is_empty() && !reasons(&a).contains(&MOVING_RAYSERVICE),
+        w.marked.is_empty() && !told(&a).contains(&MOVING_RAYSERVICE),
         "{a:?}"
     );
     assert_eq!(evictions(&a), ["ga-0"]);
@@ -259,7 +275,7 @@ fn a_multi_host_replica_with_a_host_in_the_domain_does_not_count_as_serving_else
     w.services = vec![service("llm-a", None)];
     let o = explicit(&["a", "b"]);
     let (_, a) = cordoned(&mut w, &o);
-    assert!(reasons(&a).contains(&MOVING_RAYSERVICE), "{a:?}");
+    assert!(told(&a).contains(&MOVING_RAYSERVICE), "{a:?}");
     assert!(evictions(&a).is_empty(), "{a:?}");
 }
 
