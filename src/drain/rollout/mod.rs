@@ -753,6 +753,34 @@ mod tests {
         );
     }
 
+    /// The Warning a broken contract raises says what raygate still guarantees, in the words
+    /// the README uses: no protected pod below its budget's floor (counted from the members),
+    /// and a split group moved whole, its representative first with its budget's consent.
+    #[test]
+    fn a_broken_contract_states_what_raygate_still_guarantees_as_the_readme_does() {
+        let broken = contract(Ok(&[finding(Check::PdbSelectsWorkers, "a")]));
+        for promise in [
+            "the rollout goes on",
+            "counted from their members, stay at or above its budget's floor",
+            "goes only after that representative was evicted first, with its budget's consent",
+            "the group moves whole",
+        ] {
+            assert!(
+                broken.message.contains(promise),
+                "{promise:?} in {}",
+                broken.message
+            );
+        }
+        let readme = include_str!("../../../README.md").replace('\n', " ");
+        for promise in [
+            "Without the contract raygate still evicts no protected pod below its budget's floor",
+            "moves a group split across domains whole (its representative first, with its \
+             budget's consent)",
+        ] {
+            assert!(readme.contains(promise), "the README says {promise:?}");
+        }
+    }
+
     #[test]
     fn the_resume_counter_is_the_annotation_s_number() {
         assert_eq!(resumes(None), 0);
