@@ -571,6 +571,20 @@ fn generation_options(handoff: Handoff) -> Options {
     o
 }
 
+/// Steps the World's first domain through its drain (every eviction accepted, every pod gone)
+/// to its hand-off.
+fn drained_to_hand_off(w: &mut World, o: &Options) -> State {
+    let mut s = w.start(o);
+    for _ in 0..5 {
+        let (next, a) = w.step(&s, o);
+        w.apply(&a, evicted);
+        w.terminate();
+        s = next;
+    }
+    assert_eq!(s.domains[0].step, Step::HandingOff);
+    s
+}
+
 fn with_generations(w: &mut World) {
     for n in &mut w.nodes {
         let l = n.metadata.labels.get_or_insert_default();
@@ -643,14 +657,7 @@ fn replace_waits_until_the_domain_has_new_nodes_at_the_target_generation() {
     let mut w = World::new();
     with_generations(&mut w);
     let o = generation_options(Handoff::replace());
-    let mut s = w.start(&o);
-    for _ in 0..5 {
-        let (next, a) = w.step(&s, &o);
-        w.apply(&a, evicted);
-        w.terminate();
-        s = next;
-    }
-    assert_eq!(s.domains[0].step, Step::HandingOff);
+    let s = drained_to_hand_off(&mut w, &o);
     w.nodes
         .push(ready_node(node("a1-g2", "a")).label("gen", "2"));
     let (s, _) = w.step(&s, &o);
@@ -670,14 +677,7 @@ fn a_node_that_never_returns_from_the_reboot_is_named_then_fails_the_rollout_at_
     let o = generation_options(Handoff::reboot());
     let mut w = World::new();
     with_generations(&mut w);
-    let mut s = w.start(&o);
-    for _ in 0..5 {
-        let (next, a) = w.step(&s, &o);
-        w.apply(&a, evicted);
-        w.terminate();
-        s = next;
-    }
-    assert_eq!(s.domains[0].step, Step::HandingOff);
+    let s = drained_to_hand_off(&mut w, &o);
     w.advance(NODE_RETURN_GRACE.as_secs() - 1);
     let (s, _) = w.step(&s, &o);
     assert!(s.domains[0].hold.is_none(), "a reboot takes minutes");

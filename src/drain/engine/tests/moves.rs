@@ -60,6 +60,15 @@ fn held_for_quota(w: &mut World) {
         Some("slice llm-2 is pending: insufficient quota for nvidia.com/gpu".into());
 }
 
+/// Nothing asked, and the domain's first protected pod goes at once.
+fn assert_drains_without_a_move(w: &World, a: &[Action]) {
+    assert!(
+        w.marked.is_empty() && !told(a).contains(&MOVING_RAYSERVICE),
+        "{a:?}"
+    );
+    assert_eq!(evictions(a), ["ga-0"]);
+}
+
 fn gone(w: &mut World, prefix: &str) {
     w.pods
         .retain(|p| !p.metadata.name.as_deref().unwrap_or("").starts_with(prefix));
@@ -222,11 +231,7 @@ fn a_service_still_serving_outside_the_domain_is_not_moved() {
     w.services = vec![service("llm-a", None)];
     let o = explicit(&["a", "b"]);
     let (_, a) = cordoned(&mut w, &o);
-    assert!(
-        w.marked.is_empty() && !told(&a).contains(&MOVING_RAYSERVICE),
-        "{a:?}"
-    );
-    assert_eq!(evictions(&a), ["ga-0"]);
+    assert_drains_without_a_move(&w, &a);
 }
 
 /// While no domain is done (nowhere upgraded to move to), a domain that needs no move starts
@@ -252,11 +257,7 @@ fn with_moves_off_nothing_is_asked() {
     let mut o = explicit(&["a", "b"]);
     o.moves.enabled = false;
     let (_, a) = cordoned(&mut w, &o);
-    assert!(
-        w.marked.is_empty() && !told(&a).contains(&MOVING_RAYSERVICE),
-        "{a:?}"
-    );
-    assert_eq!(evictions(&a), ["ga-0"]);
+    assert_drains_without_a_move(&w, &a);
 }
 
 /// A multi-host replica with one host in the domain goes whole: its other host, outside the

@@ -48,14 +48,7 @@ fn a_rebooted_node_an_admin_had_cordoned_stays_cordoned_and_the_domain_goes_on()
     let mut w = World::new();
     with_generations(&mut w);
     admin_cordons(&mut w, "a2");
-    let mut s = w.start(&o);
-    for _ in 0..5 {
-        let (next, a) = w.step(&s, &o);
-        w.apply(&a, evicted);
-        w.terminate();
-        s = next;
-    }
-    assert_eq!(s.domains[0].step, Step::HandingOff);
+    let mut s = drained_to_hand_off(&mut w, &o);
     for n in ["a1", "a2"] {
         w.node_mut(n)
             .metadata
