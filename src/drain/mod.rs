@@ -20,7 +20,7 @@
 
 mod capacity;
 pub mod engine;
-mod exposure;
+pub(crate) mod exposure;
 mod generation;
 /// What an active NodeRollout holds on to: its selection and its finalizer.
 pub mod lifecycle;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::engine::{KUBERAY_SPEC_HASH, MOVE_MARK, ServiceView};
+use super::{name, namespace};
 use crate::conditions;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::{RayCluster, RayService};
@@ -20,7 +21,7 @@ pub fn views(
 ) -> Vec<ServiceView> {
     let clusters: HashMap<(&str, &str), &RayCluster> = clusters
         .iter()
-        .map(|c| ((ns(&c.metadata), nm(&c.metadata)), c))
+        .map(|c| ((namespace(&c.metadata), name(&c.metadata)), c))
         .collect();
     services
         .iter()
@@ -40,7 +41,7 @@ fn view(
     };
     let active = name_of(status.active_service_status.as_ref())?;
     let pending = name_of(status.pending_service_status.as_ref());
-    let namespace = ns(&s.metadata);
+    let namespace = namespace(&s.metadata);
     let strategy = s
         .spec
         .upgrade_strategy
@@ -60,7 +61,7 @@ fn view(
         .and_then(|_| held_message(s, workloads));
     Some(ServiceView {
         namespace: namespace.to_string(),
-        name: nm(&s.metadata).to_string(),
+        name: name(&s.metadata).to_string(),
         active: Some(active),
         pending,
         unmovable,
@@ -73,10 +74,10 @@ fn view(
 /// message): the shortfall that holds its pending cluster.
 fn held_message(s: &RayService, workloads: &[Workload]) -> Option<String> {
     let uid = s.metadata.uid.as_deref()?;
-    let namespace = ns(&s.metadata);
+    let ns = namespace(&s.metadata);
     workloads
         .iter()
-        .filter(|w| ns(&w.metadata) == namespace)
+        .filter(|w| namespace(&w.metadata) == ns)
         .filter(|w| {
             let owners = w.metadata.owner_references.iter().flatten();
             owners
@@ -87,16 +88,8 @@ fn held_message(s: &RayService, workloads: &[Workload]) -> Option<String> {
             let status = w.status.as_ref()?;
             let c = conditions::find(&status.conditions, condition::QUOTA_RESERVED)?;
             (c.status == "False" && !c.message.is_empty())
-                .then(|| format!("slice {} is pending: {}", nm(&w.metadata), c.message))
+                .then(|| format!("slice {} is pending: {}", name(&w.metadata), c.message))
         })
-}
-
-fn ns(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.namespace.as_deref().unwrap_or_default()
-}
-
-fn nm(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]

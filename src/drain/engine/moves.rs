@@ -21,6 +21,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::{Action, DomainOrder, EventType, Step, Stepper, human, pod_serving};
+use crate::drain::exposure::SERVE_LABEL;
+use crate::drain::preflight::{KUBERAY_CLUSTER, KUBERAY_REPLICA_NAME};
 use crate::drain::{is_finished, namespace};
 
 /// KubeRay's annotation on a RayService's cluster: the hash of the cluster spec it was made
@@ -110,12 +112,8 @@ pub const RAYSERVICE_MOVED: &str = "RayServiceMoved";
 pub const MOVE_HELD: &str = "RayServiceMoveHeld";
 /// The Warning Event of a domain drained with a service serving from it.
 pub const SERVING_INTERRUPTED: &str = "ServingInterrupted";
-/// KubeRay labels: a pod's cluster, its node type, whether it serves.
-const CLUSTER_LABEL: &str = "ray.io/cluster";
+/// KubeRay's label of a pod's node type (`head`, `worker`).
 const NODE_TYPE_LABEL: &str = "ray.io/node-type";
-const SERVE_LABEL: &str = "ray.io/serve";
-/// KubeRay's label naming a multi-host worker replica: its hosts serve together or not at all.
-const REPLICA_LABEL: &str = "ray.io/worker-group-replica-name";
 /// How long KubeRay gets to start the new cluster once asked: it does so in its next
 /// reconcile, unless zero-downtime upgrades are turned off (`ENABLE_ZERO_DOWNTIME=false`).
 const START_GRACE: SignedDuration = SignedDuration::from_mins(2);
@@ -141,7 +139,7 @@ fn cluster_pods(pods: &[Pod]) -> ClusterPods<'_> {
         .iter()
         .filter(|p| !is_finished(p) && p.metadata.deletion_timestamp.is_none());
     for pod in live {
-        if let Some(cluster) = label(pod, CLUSTER_LABEL) {
+        if let Some(cluster) = label(pod, KUBERAY_CLUSTER) {
             out.entry((namespace(&pod.metadata), cluster))
                 .or_default()
                 .push(pod);
@@ -244,17 +242,19 @@ impl<'a> Stepper<'a> {
             .is_some_and(|limit| self.now.duration_since(m.since) >= limit)
     }
 
+    /// Whether `pod` runs on one of domain `i`'s nodes.
+    fn on_domain(&self, i: usize, pod: &Pod) -> bool {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        node.is_some_and(|n| self.s.domains[i].nodes.iter().any(|d| d == n))
+    }
+
     /// Whether draining domain `i` stops the cluster serving: its head is there, or no pod of
     /// it that serves survives the drain (a multi-host replica with a host there goes whole).
     fn must_move(&self, i: usize, ns: &str, cluster: &str, pods: &ClusterPods<'_>) -> bool {
         let Some(pods) = pods.get(&(ns, cluster)) else {
             return false;
         };
-        let nodes = &self.s.domains[i].nodes;
-        let here = |p: &Pod| {
-            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            node.is_some_and(|n| nodes.iter().any(|d| d == n))
-        };
+        let here = |p: &Pod| self.on_domain(i, p);
         let hit: Vec<&Pod> = pods.iter().copied().filter(|p| here(p)).collect();
         if hit.is_empty() {
             return false;
@@ -265,9 +265,13 @@ impl<'a> Stepper<'a> {
         {
             return true;
         }
-        let broken: HashSet<&str> = hit.iter().filter_map(|p| label(p, REPLICA_LABEL)).collect();
-        let survives =
-            |p: &Pod| !here(p) && label(p, REPLICA_LABEL).is_none_or(|r| !broken.contains(r));
+        let broken: HashSet<&str> = hit
+            .iter()
+            .filter_map(|p| label(p, KUBERAY_REPLICA_NAME))
+            .collect();
+        let survives = |p: &Pod| {
+            !here(p) && label(p, KUBERAY_REPLICA_NAME).is_none_or(|r| !broken.contains(r))
+        };
         !pods
             .iter()
             .any(|p| survives(p) && label(p, SERVE_LABEL) == Some("true") && pod_serving(p))
@@ -354,16 +358,9 @@ impl<'a> Stepper<'a> {
     ) -> Standing {
         let key = format!("{}/{}", svc.namespace, svc.name);
         m.switched = true;
-        let nodes = &self.s.domains[i].nodes;
         let left = pods
             .get(&(svc.namespace.as_str(), m.from.as_str()))
-            .map_or(0, |ps| {
-                let on = |p: &&&Pod| {
-                    let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
-                    node.is_some_and(|n| nodes.iter().any(|d| d == n))
-                };
-                ps.iter().filter(on).count()
-            });
+            .map_or(0, |ps| ps.iter().filter(|p| self.on_domain(i, p)).count());
         if left > 0 {
             return Standing::Moving(format!(
                 "RayService {key} serves from cluster {}; waiting for KubeRay to delete the old \
