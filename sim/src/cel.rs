@@ -51,6 +51,9 @@ struct Node {
     shape: Option<Shape>,
     /// The schema's `type` (`object` and `array` values are omitted from field errors).
     typ: String,
+    /// A transition rule (one reading `oldSelf`) here or below: the only rules that run on a
+    /// value equal to the stored one.
+    transition: bool,
 }
 
 /// What CEL needs to type a value beyond its JSON: a `number` is a double even when written as
@@ -251,6 +254,11 @@ impl Node {
             .map(Box::new);
         let items = s.get("items").and_then(Node::of).map(Box::new);
         let rules_here = !rules.is_empty();
+        let transition = rules.iter().any(|r| r.uses_old_self)
+            || all_of.iter().any(|n| n.transition)
+            || properties.iter().any(|(_, n)| n.transition)
+            || additional.as_ref().is_some_and(|n| n.transition)
+            || items.as_ref().is_some_and(|n| n.transition);
         if rules.is_empty()
             && all_of.is_empty()
             && properties.is_empty()
@@ -289,6 +297,7 @@ impl Node {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
+            transition,
         })
     }
 }
@@ -433,6 +442,10 @@ impl CelRules {
             o
         };
         let mut errs = vec![];
+        if !root.transition && old.is_some_and(|o| o == obj) {
+            // every rule ratcheted
+            return errs;
+        }
         if root.rules.is_empty() && root.all_of.is_empty() {
             // no rule sees the root: no copy of the objects
             let ratchet = old.is_some_and(|o| o == obj);
@@ -464,7 +477,10 @@ fn validate_node(
     ratchet: bool,
     errs: &mut Vec<FieldCause>,
 ) {
-    if obj.is_null() {
+    // on a value equal to the stored one every rule without `oldSelf` is ratcheted, here and
+    // below: such a rule is a function of `self` alone, and the stored value passed it when it
+    // was written (CRD schemas do not change under a running sim), so it is not evaluated
+    if obj.is_null() || (ratchet && !node.transition) {
         return;
     }
     let old = old.filter(|o| !o.is_null());
@@ -538,31 +554,41 @@ fn validate_rules(
     let shape = node.shape.as_ref().unwrap_or(&plain);
     let self_val = shape.to_cel(obj);
     let old_val = old.map(|o| shape.to_cel(o));
+    let mut contexts: [Option<Context>; 2] = [None, None];
     for rule in &node.rules {
         let Some(program) = &rule.program else {
             continue;
         };
+        if ratchet && !rule.uses_old_self {
+            continue;
+        }
         if rule.uses_old_self && old_val.is_none() && !rule.optional_old_self {
             // transition rules run only against a comparable old value
             continue;
         }
-        let mut ctx = Context::with_env(env());
-        ctx.add_variable_from_value("self", self_val.clone());
-        if rule.optional_old_self {
-            let o = match &old_val {
-                Some(v) => OptionalValue::of(v.clone()),
-                None => OptionalValue::none(),
-            };
-            ctx.add_variable_from_value("oldSelf", Cel::Opaque(Arc::new(o)));
-        } else if let Some(o) = &old_val {
-            ctx.add_variable_from_value("oldSelf", o.clone());
-        }
+        // binding a variable copies its value in full: one context per way of binding
+        // `oldSelf`, shared by the node's rules
+        let ctx = contexts[usize::from(rule.optional_old_self)].get_or_insert_with(|| {
+            let mut ctx = Context::with_env(env());
+            ctx.add_variable_from_value("self", self_val.clone());
+            if rule.optional_old_self {
+                let o = match &old_val {
+                    Some(v) => OptionalValue::of(v.clone()),
+                    None => OptionalValue::none(),
+                };
+                ctx.add_variable_from_value("oldSelf", Cel::Opaque(Arc::new(o)));
+            } else if let Some(o) = &old_val {
+                ctx.add_variable_from_value("oldSelf", o.clone());
+            }
+            ctx
+        });
+        let ctx = &*ctx;
         let here = path.render();
         let value_text = || match node.typ.as_str() {
             "object" | "array" => None,
             _ => Some(bad_value(obj)),
         };
-        match program.execute(&ctx) {
+        match program.execute(ctx) {
             Ok(Cel::Bool(true)) => continue,
             Ok(Cel::Bool(false)) => {}
             Ok(other) => {
@@ -591,7 +617,7 @@ fn validate_rules(
         let detail = rule
             .message_expression
             .as_ref()
-            .and_then(|m| match m.execute(&ctx) {
+            .and_then(|m| match m.execute(ctx) {
                 Ok(Cel::String(s)) => {
                     let t = s.trim();
                     (!t.is_empty() && !t.contains('\n')).then(|| t.to_string())
@@ -605,11 +631,6 @@ fn validate_rules(
             Some("FieldValueDuplicate") => FieldCause::duplicate(at, value_text().as_deref()),
             _ => FieldCause::invalid_omitting(at, value_text().as_deref(), &detail),
         };
-        if !rule.uses_old_self && ratchet {
-            // ratcheted: the server returns it as a warning only
-            tracing::debug!(error = ?err, "a CEL error on an unchanged value is ratcheted");
-            continue;
-        }
         errs.push(err);
     }
 }
@@ -740,6 +761,24 @@ mod tests {
         assert_eq!(
             texts(&s.validate(&changed, Some(&old))),
             ["spec: Invalid value: size 3 is unlucky"]
+        );
+    }
+
+    #[test]
+    fn a_transition_rule_still_runs_on_an_unchanged_value_below_a_changed_one() {
+        let s = CelRules::new(&json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "epoch": {"type": "integer", "x-kubernetes-validations": [
+                    {"rule": "self != oldSelf", "message": "must move on"}]},
+                "size": {"type": "integer", "x-kubernetes-validations": [
+                    {"rule": "self < 3", "message": "too big"}]}}},
+            "status": {"type": "object"}}}));
+        let old = json!({"spec": {"epoch": 1, "size": 5}, "status": {}});
+        let new = json!({"spec": {"epoch": 1, "size": 5}, "status": {"seen": true}});
+        // the unchanged `size` is ratcheted, the transition rule on the unchanged `epoch` is not
+        assert_eq!(
+            texts(&s.validate(&new, Some(&old))),
+            ["spec.epoch: Invalid value: 1: must move on"]
         );
     }
 

@@ -447,8 +447,8 @@ impl State {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         if let Some(schema) = route.rt.schema(&route.version) {
-            schema.prune(obj);
-            schema.default(obj);
+            schema.prune(obj, old);
+            schema.default(obj, old);
             let errs = schema.validate(obj, old);
             if !errs.is_empty() {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
