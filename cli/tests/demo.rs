@@ -28,9 +28,8 @@ fn simulate_json(file: &str, extra: &[&str]) -> serde_json::Value {
 }
 
 /// Run from an empty directory: the binary needs no file beside it. Exit 0, the acts on the
-/// live lines, every invariant held in the summary but the one the story expects to break (its
-/// RayService stops serving while act 2 drains its domain: raygate does not move a RayService
-/// yet).
+/// live lines, every invariant held in the summary (act 2 moves the RayService off the domain
+/// holding its serving cluster before draining it), and the summary the README shows.
 #[test]
 fn demo_plays_both_acts_and_every_invariant_holds() {
     let dir = std::env::temp_dir().join(format!("raygate-demo-{}", std::process::id()));
@@ -116,6 +115,34 @@ fn demo_plays_both_acts_and_every_invariant_holds() {
     }
     // not a terminal: plain lines, no status line rewritten in place
     assert!(!stdout.contains('\r'), "no carriage returns when piped");
+    let readme = include_str!("../../README.md");
+    assert_eq!(
+        summary_block(readme),
+        summary_block(&stdout),
+        "the README's demo summary is what `raygate demo` prints (but for its wall time)"
+    );
+}
+
+/// The lines from `SUMMARY` to `RESULT`, the header's wall time left out (the one figure that
+/// differs between runs).
+fn summary_block(text: &str) -> Vec<String> {
+    let block: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("SUMMARY  raygate demo"))
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| match (l.find(" in "), l.find(" s wall")) {
+            (Some(a), Some(b)) if l.starts_with("SUMMARY") && a < b => {
+                format!("{} in _{}", &l[..a], &l[b..])
+            }
+            _ => l.trim_end().to_string(),
+        })
+        .collect();
+    let end = block
+        .iter()
+        .position(|l| l.starts_with("RESULT"))
+        .map_or(0, |i| i + 1);
+    assert!(end > 0, "no SUMMARY … RESULT block in:\n{text}");
+    block[..end].to_vec()
 }
 
 /// A scenario file with a bad field: exit 2, the line and the field named, nothing run.
