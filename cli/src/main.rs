@@ -279,9 +279,26 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code_of(&e))
         }
     }
+}
+
+/// The exit code of a command's error, as `drain` and `rollout` use them (docs/cli.md, "Exit
+/// codes"): 2 when the input names nothing, 3 when the cluster could not be read or written, 1
+/// otherwise.
+fn exit_code_of(e: &anyhow::Error) -> u8 {
+    use cli::drain::exit;
+    use raygate::live;
+    for cause in e.chain() {
+        match cause.downcast_ref::<live::Error>() {
+            Some(live::Error::NotFound { .. }) => return exit::BAD_INPUT,
+            Some(live::Error::Config(_) | live::Error::Read { .. }) => return exit::UNREADABLE,
+            None if cause.is::<kube::Error>() => return exit::UNREADABLE,
+            None => {}
+        }
+    }
+    1
 }
 
 fn run(args: Args) -> anyhow::Result<ExitCode> {

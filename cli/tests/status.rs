@@ -139,6 +139,19 @@ fn raygate(args: &[&str]) -> (bool, String, String) {
     run(Command::new(env!("CARGO_BIN_EXE_raygate")).args(args))
 }
 
+/// The binary's exit code, stdout and stderr.
+fn raygate_code(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_raygate"))
+        .args(args)
+        .output()
+        .expect("the raygate binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn run(cmd: &mut Command) -> (bool, String, String) {
     let out = cmd.output().expect("the raygate binary runs");
     (
@@ -229,8 +242,9 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         json!([{"workload": format!("{ns}/svc-2"), "localQueue": "lq", "message": PENDING}])
     );
 
-    // errors name the object or the context
-    let (ok, _, err) = raygate(&[
+    // errors name the object or the context, with the exit codes of `drain` and `rollout`: 2
+    // for input that names nothing, 3 for a cluster that cannot be read
+    let (code, _, err) = raygate_code(&[
         "status",
         "rayservice/nope",
         "-n",
@@ -238,12 +252,12 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         "--kubeconfig",
         &kubeconfig,
     ]);
-    assert!(!ok);
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(&format!("RayService {ns}/nope not found")),
         "{err}"
     );
-    let (ok, _, err) = raygate(&[
+    let (code, _, err) = raygate_code(&[
         "status",
         "rayservice/svc",
         "-n",
@@ -253,8 +267,15 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         "--context",
         "prod",
     ]);
-    assert!(!ok);
+    assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("prod"), "{err}");
+    let (code, _, err) = raygate_code(&[
+        "status",
+        "clusterqueue/team-a",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(code, Some(3), "{err}");
 
     // as a kubectl plugin: the same binary named kubectl-raygate
     let dir = tempdir();
