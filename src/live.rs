@@ -9,7 +9,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::cli::status::{QueueReport, ServiceReport, queue_report, service_report};
-use crate::types::kueue::{ClusterQueue, LocalQueue, Workload};
+use crate::cli::status_list::{ServiceList, service_list};
+use crate::types::kueue::{ClusterQueue, LocalQueue, QUEUE_NAME_LABEL, Workload};
 use crate::types::ray::{
     ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
     RayCluster, RayService,
@@ -19,15 +20,23 @@ use crate::types::ray::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     RayService(String),
+    /// Every opted-in RayService (of the namespace, or all with `-A`).
+    RayServices,
     ClusterQueue(String),
 }
 
 impl std::str::FromStr for Target {
     type Err = String;
 
-    /// `rayservice/NAME` (also `rayservices`, `ray`... as kubectl's short forms) or `clusterqueue/NAME`
-    /// (`cq`, `clusterqueues`).
+    /// `rayservice/NAME` (also `rayservices`, `ray`... as kubectl's short forms), `rayservices`
+    /// (every opted-in one) or `clusterqueue/NAME` (`cq`, `clusterqueues`).
     fn from_str(s: &str) -> Result<Self, String> {
+        if matches!(
+            s.to_ascii_lowercase().as_str(),
+            "rayservice" | "rayservices" | "rayservice.ray.io" | "rayservices.ray.io"
+        ) {
+            return Ok(Target::RayServices);
+        }
         let (kind, name) = s
             .split_once('/')
             .ok_or_else(|| format!("{s:?}: expected rayservice/NAME or clusterqueue/NAME"))?;
@@ -59,6 +68,9 @@ pub enum Error {
     Read { what: String, source: kube::Error },
     #[error("{what} not found")]
     NotFound { what: String },
+    /// Flags that do not go together (`-A` with one named object).
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// A client from `kubeconfig` (else `$KUBECONFIG`, `~/.kube/config`, in-cluster) and `context`.
@@ -121,6 +133,46 @@ pub async fn service(client: &Client, namespace: &str, name: &str) -> Result<Ser
             source,
         })?;
     Ok(service_report(&service, &clusters.items, &workloads.items))
+}
+
+/// Every opted-in RayService of `namespace` (`None`: of every namespace), each summarised as
+/// [`service`] does, from three LISTs.
+pub async fn services(client: &Client, namespace: Option<&str>) -> Result<ServiceList, Error> {
+    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let read = |what: &str| {
+        let what = what.to_string();
+        move |source| Error::Read { what, source }
+    };
+    let opted_in = ListParams::default().labels(QUEUE_NAME_LABEL);
+    let services = api::<RayService>(client, namespace)
+        .list(&opted_in)
+        .await
+        .map_err(read("RayServices"))?;
+    let children = ListParams::default().labels(&format!(
+        "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
+    ));
+    let clusters = api::<RayCluster>(client, namespace)
+        .list(&children)
+        .await
+        .map_err(read("RayClusters"))?;
+    let workloads = api::<Workload>(client, namespace)
+        .list(&ListParams::default().labels(crate::slices::RAYSERVICE_LABEL))
+        .await
+        .map_err(read("Workloads"))?;
+    Ok(service_list(
+        &services.items,
+        &clusters.items,
+        &workloads.items,
+    ))
 }
 
 /// A ClusterQueue, the LocalQueues feeding it and their Workloads, summarised.

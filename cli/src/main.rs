@@ -110,11 +110,14 @@ enum Command {
 
 #[derive(clap::Args)]
 struct StatusArgs {
-    /// rayservice/NAME or clusterqueue/NAME (also rayservices/, cq/).
+    /// rayservice/NAME, rayservices (every opted-in one) or clusterqueue/NAME (also cq/).
     target: raygate::live::Target,
     /// Namespace of a RayService (default: the kubeconfig context's, else "default").
     #[arg(short = 'n', long)]
     namespace: Option<String>,
+    /// With `rayservices`: every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    all_namespaces: bool,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -292,7 +295,7 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
     use raygate::live;
     for cause in e.chain() {
         match cause.downcast_ref::<live::Error>() {
-            Some(live::Error::NotFound { .. }) => return exit::BAD_INPUT,
+            Some(live::Error::NotFound { .. } | live::Error::Usage(_)) => return exit::BAD_INPUT,
             Some(live::Error::Config(_) | live::Error::Read { .. }) => return exit::UNREADABLE,
             None if cause.is::<kube::Error>() => return exit::UNREADABLE,
             None => {}
@@ -387,12 +390,24 @@ async fn remove_pod_gate(
 
 async fn status(args: StatusArgs) -> anyhow::Result<String> {
     use raygate::live::{self, Target};
+    if args.all_namespaces && !matches!(args.target, Target::RayServices) {
+        return Err(live::Error::Usage(
+            "-A/--all-namespaces lists RayServices: use it with `rayservices`".into(),
+        )
+        .into());
+    }
     let client = live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let text = match &args.target {
         Target::RayService(name) => {
             let ns = live::default_namespace(&client, args.namespace.as_deref());
             let report = live::service(&client, &ns, name).await?;
             cli::render(&report, args.output, cli::status::service_table)?
+        }
+        Target::RayServices => {
+            let ns = (!args.all_namespaces)
+                .then(|| live::default_namespace(&client, args.namespace.as_deref()));
+            let list = live::services(&client, ns.as_deref()).await?;
+            cli::render(&list, args.output, cli::status_list::service_list_table)?
         }
         Target::ClusterQueue(name) => {
             let report = live::cluster_queue(&client, name).await?;

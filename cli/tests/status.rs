@@ -242,6 +242,57 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         json!([{"workload": format!("{ns}/svc-2"), "localQueue": "lq", "message": PENDING}])
     );
 
+    // every opted-in RayService of the namespace, and of every namespace with -A: one line each
+    let (ok, list, err) = raygate(&[
+        "status",
+        "rayservices",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "{list}");
+    assert!(
+        lines[0].starts_with("NAMESPACE") && lines[0].ends_with("HELD"),
+        "{list}"
+    );
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[..5], [ns.as_str(), "svc", "lq", "2", "cpu=3"], "{list}");
+    assert!(
+        lines[1].contains("svc-b: "),
+        "the held child and why: {list}"
+    );
+    let (ok, all, err) = raygate(&[
+        "status",
+        "rayservices",
+        "-A",
+        "-o",
+        "json",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    assert!(ok, "{err}");
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let mine: Vec<&Value> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["namespace"] == ns.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{all}");
+    assert_eq!(mine[0]["name"], "svc");
+    let (code, _, err) = raygate_code(&[
+        "status",
+        "rayservice/svc",
+        "-A",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("-A/--all-namespaces"), "{err}");
+
     // errors name the object or the context, with the exit codes of `drain` and `rollout`: 2
     // for input that names nothing, 3 for a cluster that cannot be read
     let (code, _, err) = raygate_code(&[

@@ -10,6 +10,8 @@ pub mod rollout;
 /// `raygate rollout get|pause|resume NAME`: the view, the resume counter, the exit codes.
 pub mod rollout_verbs;
 pub mod status;
+/// `raygate status rayservices [-A]`: one line per opted-in RayService.
+pub mod status_list;
 
 pub use podsets::{PodSetRow, PodSetsReport, podsets, podsets_table};
 

@@ -1,0 +1,196 @@
+//! `raygate status rayservices [-A]`: every opted-in RayService of a namespace (or all), one line
+//! each, from the same [`ServiceReport`]s `raygate status rayservice/NAME` shows one at a time.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::status::{ServiceReport, service_report};
+use crate::types::kueue::Workload;
+use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, RayCluster, RayService};
+
+/// The opted-in RayServices, by namespace and name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServiceList {
+    pub items: Vec<ServiceReport>,
+}
+
+/// Each RayService's report, from its own children (by KubeRay's originated-from label) and
+/// slices (by raygate's RayService label).
+pub fn service_list(
+    services: &[RayService],
+    clusters: &[RayCluster],
+    workloads: &[Workload],
+) -> ServiceList {
+    let key = |ns: &Option<String>, name: Option<&String>| {
+        (
+            ns.clone().unwrap_or_default(),
+            name.cloned().unwrap_or_default(),
+        )
+    };
+    let mut children: BTreeMap<(String, String), Vec<RayCluster>> = BTreeMap::new();
+    for c in clusters {
+        let owner = c
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ORIGINATED_FROM_CR_NAME_LABEL));
+        children
+            .entry(key(&c.metadata.namespace, owner))
+            .or_default()
+            .push(c.clone());
+    }
+    let mut slices: BTreeMap<(String, String), Vec<Workload>> = BTreeMap::new();
+    for w in workloads {
+        let owner = w
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::slices::RAYSERVICE_LABEL));
+        slices
+            .entry(key(&w.metadata.namespace, owner))
+            .or_default()
+            .push(w.clone());
+    }
+    let mut items: Vec<ServiceReport> = services
+        .iter()
+        .map(|s| {
+            let k = key(&s.metadata.namespace, s.metadata.name.as_ref());
+            service_report(
+                s,
+                children.get(&k).map(Vec::as_slice).unwrap_or_default(),
+                slices.get(&k).map(Vec::as_slice).unwrap_or_default(),
+            )
+        })
+        .collect();
+    items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    ServiceList { items }
+}
+
+/// One line per RayService: its queue, children, held children and why, what quota must still
+/// cover.
+pub fn service_list_table(list: &ServiceList) -> String {
+    if list.items.is_empty() {
+        return "No opted-in RayService found.\n".into();
+    }
+    let rows: Vec<[String; 6]> = list
+        .items
+        .iter()
+        .map(|r| {
+            let held = match r.held.iter().next() {
+                None => "-".to_string(),
+                Some((child, why)) => format!("{child}: {why}"),
+            };
+            let short = match r.shortfall.is_empty() {
+                true => "-".to_string(),
+                false => r
+                    .shortfall
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            };
+            [
+                r.namespace.clone(),
+                r.name.clone(),
+                r.queue.clone().unwrap_or_else(|| "-".into()),
+                r.children.len().to_string(),
+                short,
+                held,
+            ]
+        })
+        .collect();
+    let head = [
+        "NAMESPACE",
+        "NAME",
+        "QUEUE",
+        "CHILDREN",
+        "SHORTFALL",
+        "HELD",
+    ];
+    let mut width = head.map(str::len);
+    for row in &rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
+            match i {
+                5 => s.push_str(cell),
+                _ => s.push_str(&format!("{cell:<w$}  ")),
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(head);
+    for row in &rows {
+        out.push_str(&line(row.each_ref().map(String::as_str)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(ns: &str, name: &str) -> RayService {
+        serde_json::from_value(json!({"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": []}}}}}}))
+        .unwrap()
+    }
+
+    fn child(ns: &str, owner: &str, name: &str) -> RayCluster {
+        serde_json::from_value(json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": ns, "labels": {
+                "ray.io/originated-from-crd": "RayService", ORIGINATED_FROM_CR_NAME_LABEL: owner}},
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": []}}}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_service_gets_its_own_children_across_namespaces_in_name_order() {
+        let services = [
+            service("b", "svc"),
+            service("a", "svc"),
+            service("a", "other"),
+        ];
+        let clusters = [
+            child("a", "svc", "svc-1"),
+            child("b", "svc", "svc-2"),
+            child("b", "svc", "svc-3"),
+        ];
+        let list = service_list(&services, &clusters, &[]);
+        let seen: Vec<(String, String, usize)> = list
+            .items
+            .iter()
+            .map(|r| (r.namespace.clone(), r.name.clone(), r.children.len()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("a".into(), "other".into(), 0),
+                ("a".into(), "svc".into(), 1),
+                ("b".into(), "svc".into(), 2)
+            ]
+        );
+        let table = service_list_table(&list);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAMESPACE  NAME   QUEUE  CHILDREN  SHORTFALL  HELD"
+        );
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(
+            lines[3].starts_with("b          svc    lq     2         "),
+            "{table}"
+        );
+        assert_eq!(
+            service_list_table(&ServiceList::default()),
+            "No opted-in RayService found.\n"
+        );
+    }
+}
