@@ -1,7 +1,7 @@
 //! `raygate drain run` without `--local` (IO): creates the `NodeRollout` and follows its status
 //! while the controller runs it; Ctrl-C pauses it (`spec.paused=true`) instead of leaving it
 //! running unattended. The spec and the lines are [`crate::cli::rollout`]'s. Also `raygate
-//! rollout get|pause|resume NAME` (their pure half: [`crate::cli::rollout_verbs`]).
+//! rollout get|watch|pause|resume NAME` (their pure half: [`crate::cli::rollout_verbs`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -77,6 +77,40 @@ pub async fn follow(
                 pause(&api, &o.name_any()).await?;
                 return Ok(Ended::Interrupted);
             }
+        }
+    }
+}
+
+/// `raygate rollout watch NAME`: a line per change of the rollout's status until it completes
+/// or fails, or `interrupt` resolves. Only reads: a rollout that cannot run is shown, not
+/// paused, and one left unfinished keeps running.
+pub async fn watch(
+    client: &Client,
+    name: &str,
+    mut out: impl FnMut(&str),
+    interrupt: impl Future<Output = ()>,
+) -> Result<Ended, VerbError> {
+    let api: Api<NodeRollout> = Api::all(client.clone());
+    let mut interrupt = std::pin::pin!(interrupt);
+    let mut last = String::new();
+    loop {
+        let o = api.get(name).await.map_err(|e| VerbError::of(name, e))?;
+        let s = o.status.clone().unwrap_or_default();
+        let l = line(&s);
+        if l != last {
+            out(&l);
+            last = l;
+        }
+        if o.metadata.generation == s.observed_generation {
+            match s.phase.as_deref() {
+                Some(pure::COMPLETED) => return Ok(Ended::Completed),
+                Some(pure::FAILED_PHASE) => return Ok(Ended::Failed(last)),
+                _ => {}
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = &mut interrupt => return Ok(Ended::Interrupted),
         }
     }
 }

@@ -94,8 +94,9 @@ enum Command {
         #[arg(long)]
         context: Option<String>,
     },
-    /// A NodeRollout on a live cluster: `get` (phase, domain, conditions), `pause`
-    /// (spec.paused), `resume` (spec.paused and the engine's pause).
+    /// A NodeRollout on a live cluster: `get` (phase, domain, conditions), `watch` (a line per
+    /// change until it ends), `pause` (spec.paused), `resume` (spec.paused and the engine's
+    /// pause).
     Rollout(rollout::RolloutArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
     Completions {

@@ -1,5 +1,6 @@
-//! `raygate rollout get|pause|resume NAME`: one read or patch of a NodeRollout (cluster-scoped:
-//! no namespace), print, exit with a code (`raygate::cli::rollout_verbs::exit`).
+//! `raygate rollout get|watch|pause|resume NAME`: one read or patch of a NodeRollout
+//! (cluster-scoped: no namespace), or a line per status change (`watch`), and an exit code
+//! (`raygate::cli::rollout_verbs::exit`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,11 @@ enum RolloutCommand {
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: Output,
     },
+    /// A line per change of its status (phase, progress, domain, why it waits) until it
+    /// completes or fails; only reads (Ctrl-C stops watching, the rollout goes on).
+    /// Exit code 0: completed; 1: failed; 2: no such NodeRollout; 3: the cluster could not be
+    /// read; 130: interrupted.
+    Watch { name: String },
     /// Set spec.paused=true: no new evictions (those already sent finish), the state is kept.
     /// Exit code 0: paused; 2: no such NodeRollout; 3: the cluster could not be written.
     Pause { name: String },
@@ -43,13 +49,46 @@ enum RolloutCommand {
 }
 
 pub fn run(args: RolloutArgs) -> ExitCode {
-    let result = tokio::runtime::Runtime::new()
-        .map_err(|e| (format!("starting the async runtime: {e}"), exit::API))
-        .and_then(|rt| rt.block_on(command(args)));
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| (format!("starting the async runtime: {e}"), exit::API));
+    let result = match (runtime, &args.command) {
+        (Ok(rt), RolloutCommand::Watch { name }) => {
+            let name = name.clone();
+            return rt.block_on(watch(args, &name));
+        }
+        (rt, _) => rt.and_then(|rt| rt.block_on(command(args))),
+    };
     match result {
         Ok(text) => {
             print!("{text}");
             ExitCode::from(exit::OK)
+        }
+        Err((message, code)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// `watch`: lines as the status changes; the exit code of how it ended.
+async fn watch(args: RolloutArgs, name: &str) -> ExitCode {
+    let followed = match live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await {
+        Ok(client) => {
+            let interrupt = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            io::watch(&client, name, |l| println!("{l}"), interrupt)
+                .await
+                .map_err(|e| (e.to_string(), e.exit_code()))
+        }
+        Err(e) => Err((e.to_string(), exit::API)),
+    };
+    match followed {
+        Ok(ended) => {
+            if let raygate::cli::rollout::Ended::Failed(why) = &ended {
+                eprintln!("error: noderollout {name} failed: {why}");
+            }
+            ExitCode::from(ended.exit_code())
         }
         Err((message, code)) => {
             eprintln!("error: {message}");
@@ -64,6 +103,9 @@ async fn command(args: RolloutArgs) -> Result<String, (String, u8)> {
         .await
         .map_err(|e| (e.to_string(), exit::API))?;
     match args.command {
+        RolloutCommand::Watch { name } => {
+            Err((format!("watch {name}: not a one-shot verb"), exit::API))
+        }
         RolloutCommand::Get { name, output } => {
             let o = io::get(&client, &name).await.map_err(failed)?;
             cli::render(&verbs::view(&o), output, verbs::view_table)

@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use kube::Client;
+use raygate::cli::rollout::Ended;
 use raygate::cli::rollout::RolloutRequest;
 use raygate::cli::rollout_verbs::{exit, view, view_table};
 use raygate::drain::rollout::RESUME_ANNOTATION;
-use raygate::live_rollout::{VerbError, create, get, pause_rollout, resume_rollout};
+use raygate::live_rollout::{VerbError, create, get, pause_rollout, resume_rollout, watch};
 use raygate::types::rollout::NodeRollout;
 
 #[path = "support/rollout_cluster.rs"]
@@ -128,10 +129,65 @@ async fn a_missing_rollout_is_not_found_with_its_name_and_exit_code_2() {
         get(&client, "nope").await.unwrap_err(),
         pause_rollout(&client, "nope").await.unwrap_err(),
         resume_rollout(&client, "nope").await.unwrap_err(),
+        watch(&client, "nope", |_| {}, std::future::pending())
+            .await
+            .unwrap_err(),
     ] {
         assert!(matches!(e, VerbError::NotFound { .. }), "{e:?}");
         assert_eq!(e.to_string(), "noderollout \"nope\" not found");
         assert_eq!(e.exit_code(), exit::NOT_FOUND);
         assert_eq!(exit::NOT_FOUND, 2);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_shows_each_change_until_completed_and_an_interrupt_leaves_the_rollout_running() {
+    let (sim, _stop) = cluster(1).await;
+    let client = sim.client();
+    start(&client, true).await;
+    // interrupted while the engine waits in manual mode: nothing written, the rollout goes on
+    let waiting = |o: &NodeRollout| view(o).paused_by_engine.is_some();
+    until(&client, waiting).await;
+    let mut seen = vec![];
+    let ended = watch(
+        &client,
+        "r",
+        |l| seen.push(l.to_string()),
+        tokio::time::sleep(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ended, Ended::Interrupted);
+    assert_eq!(ended.exit_code(), 130);
+    assert_eq!(seen.len(), 1, "one line while nothing changes: {seen:?}");
+    let o = get(&client, "r").await.unwrap();
+    assert!(!o.spec.paused && annotation(&o).is_none(), "only read");
+    // watched to the end: a line per change, then Completed
+    let mut seen = vec![];
+    let watching = watch(
+        &client,
+        "r",
+        |l| seen.push(l.to_string()),
+        std::future::pending(),
+    );
+    let resuming = async {
+        for _ in 0..600 {
+            let o = get(&client, "r").await.unwrap();
+            if phase(&o) == Some("Completed") {
+                return;
+            }
+            if view(&o).paused_by_engine.is_some() {
+                resume_rollout(&client, "r").await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    let (ended, ()) = tokio::join!(watching, resuming);
+    assert_eq!(ended.unwrap(), Ended::Completed);
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] != w[1]),
+        "only changes: {seen:?}"
+    );
+    assert!(seen.last().unwrap().starts_with("Completed"), "{seen:?}");
 }
