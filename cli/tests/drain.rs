@@ -2,8 +2,6 @@
 //! functions run in-process against the simulated cluster (read through `kube::Client`, as the
 //! binary reads a live cluster); the built binary is run for its flags and exit codes.
 
-use std::process::Command;
-
 use kube::Client;
 use kube::api::{Api, PostParams};
 use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
@@ -283,17 +281,9 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
     );
 }
 
-fn raygate(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_raygate"))
-        .args(args)
-        .output()
-        .expect("the raygate binary runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+#[path = "support/binary.rs"]
+mod binary;
+use binary::raygate;
 
 #[test]
 fn the_binary_exits_2_on_bad_flags_and_3_when_the_cluster_cannot_be_read() {

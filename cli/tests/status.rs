@@ -139,18 +139,9 @@ fn raygate(args: &[&str]) -> (bool, String, String) {
     run(Command::new(env!("CARGO_BIN_EXE_raygate")).args(args))
 }
 
-/// The binary's exit code, stdout and stderr.
-fn raygate_code(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_raygate"))
-        .args(args)
-        .output()
-        .expect("the raygate binary runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+#[path = "support/binary.rs"]
+mod binary;
+use binary::raygate as raygate_code;
 
 fn run(cmd: &mut Command) -> (bool, String, String) {
     let out = cmd.output().expect("the raygate binary runs");
