@@ -539,6 +539,23 @@ fn validate_node(
     }
 }
 
+/// A rule's variables: `self`, and `oldSelf` as the value or, for `optionalOldSelf`, as an
+/// optional.
+fn context(self_val: &Cel, old_val: Option<&Cel>, optional: bool) -> Context<'static, 'static> {
+    let mut ctx = Context::with_env(env());
+    ctx.add_variable_from_value("self", self_val.clone());
+    if optional {
+        let o = match old_val {
+            Some(v) => OptionalValue::of(v.clone()),
+            None => OptionalValue::none(),
+        };
+        ctx.add_variable_from_value("oldSelf", Cel::Opaque(Arc::new(o)));
+    } else if let Some(o) = old_val {
+        ctx.add_variable_from_value("oldSelf", o.clone());
+    }
+    ctx
+}
+
 fn validate_rules(
     node: &Node,
     path: &FieldPath,
@@ -568,21 +585,9 @@ fn validate_rules(
         }
         // binding a variable copies its value in full: one context per way of binding
         // `oldSelf`, shared by the node's rules
-        let ctx = contexts[usize::from(rule.optional_old_self)].get_or_insert_with(|| {
-            let mut ctx = Context::with_env(env());
-            ctx.add_variable_from_value("self", self_val.clone());
-            if rule.optional_old_self {
-                let o = match &old_val {
-                    Some(v) => OptionalValue::of(v.clone()),
-                    None => OptionalValue::none(),
-                };
-                ctx.add_variable_from_value("oldSelf", Cel::Opaque(Arc::new(o)));
-            } else if let Some(o) = &old_val {
-                ctx.add_variable_from_value("oldSelf", o.clone());
-            }
-            ctx
-        });
-        let ctx = &*ctx;
+        let optional = rule.optional_old_self;
+        let ctx = &*contexts[usize::from(optional)]
+            .get_or_insert_with(|| context(&self_val, old_val.as_ref(), optional));
         let here = path.render();
         let value_text = || match node.typ.as_str() {
             "object" | "array" => None,
