@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use raygate::cli::rollout::Ended;
 use raygate::cli::rollout_verbs::{self as verbs, exit};
 use raygate::cli::{self, Output};
 use raygate::live;
@@ -49,19 +50,13 @@ enum RolloutCommand {
 }
 
 pub fn run(args: RolloutArgs) -> ExitCode {
-    let runtime = tokio::runtime::Runtime::new()
-        .map_err(|e| (format!("starting the async runtime: {e}"), exit::API));
-    let result = match (runtime, &args.command) {
-        (Ok(rt), RolloutCommand::Watch { name }) => {
-            let name = name.clone();
-            return rt.block_on(watch(args, &name));
-        }
-        (rt, _) => rt.and_then(|rt| rt.block_on(command(args))),
-    };
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| (format!("starting the async runtime: {e}"), exit::API))
+        .and_then(|rt| rt.block_on(command(args)));
     match result {
-        Ok(text) => {
+        Ok((text, code)) => {
             print!("{text}");
-            ExitCode::from(exit::OK)
+            ExitCode::from(code)
         }
         Err((message, code)) => {
             eprintln!("error: {message}");
@@ -70,56 +65,43 @@ pub fn run(args: RolloutArgs) -> ExitCode {
     }
 }
 
-/// `watch`: lines as the status changes; the exit code of how it ended.
-async fn watch(args: RolloutArgs, name: &str) -> ExitCode {
-    let followed = match live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await {
-        Ok(client) => {
-            let interrupt = async {
-                let _ = tokio::signal::ctrl_c().await;
-            };
-            io::watch(&client, name, |l| println!("{l}"), interrupt)
-                .await
-                .map_err(|e| (e.to_string(), e.exit_code()))
-        }
-        Err(e) => Err((e.to_string(), exit::API)),
-    };
-    match followed {
-        Ok(ended) => {
-            if let raygate::cli::rollout::Ended::Failed(why) = &ended {
-                eprintln!("error: noderollout {name} failed: {why}");
-            }
-            ExitCode::from(ended.exit_code())
-        }
-        Err((message, code)) => {
-            eprintln!("error: {message}");
-            ExitCode::from(code)
-        }
-    }
-}
-
-async fn command(args: RolloutArgs) -> Result<String, (String, u8)> {
+/// What to print and the exit code, or the error line and its exit code.
+async fn command(args: RolloutArgs) -> Result<(String, u8), (String, u8)> {
     let failed = |e: VerbError| (e.to_string(), e.exit_code());
     let client = live::client(args.kubeconfig.as_deref(), args.context.as_deref())
         .await
         .map_err(|e| (e.to_string(), exit::API))?;
     match args.command {
-        RolloutCommand::Watch { name } => {
-            Err((format!("watch {name}: not a one-shot verb"), exit::API))
-        }
         RolloutCommand::Get { name, output } => {
             let o = io::get(&client, &name).await.map_err(failed)?;
             cli::render(&verbs::view(&o), output, verbs::view_table)
+                .map(|text| (text, exit::OK))
                 .map_err(|e| (e.to_string(), exit::API))
+        }
+        RolloutCommand::Watch { name } => {
+            let interrupt = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            // the lines are printed as they come
+            let ended = io::watch(&client, &name, |l| println!("{l}"), interrupt)
+                .await
+                .map_err(failed)?;
+            match &ended {
+                Ended::Failed(why) => Err((
+                    format!("noderollout {name} failed: {why}"),
+                    ended.exit_code(),
+                )),
+                _ => Ok((String::new(), ended.exit_code())),
+            }
         }
         RolloutCommand::Pause { name } => {
             io::pause_rollout(&client, &name).await.map_err(failed)?;
-            Ok(format!(
-                "noderollout {name} paused: spec.paused set to true\n"
-            ))
+            let text = format!("noderollout {name} paused: spec.paused set to true\n");
+            Ok((text, exit::OK))
         }
         RolloutCommand::Resume { name } => {
             let done = io::resume_rollout(&client, &name).await.map_err(failed)?;
-            Ok(done.line(&name))
+            Ok((done.line(&name), exit::OK))
         }
     }
 }
