@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use kube::ResourceExt;
 use serde::Serialize;
 
 use super::status::{ServiceReport, service_report};
@@ -22,40 +23,13 @@ pub fn service_list(
     clusters: &[RayCluster],
     workloads: &[Workload],
 ) -> ServiceList {
-    let key = |ns: &Option<String>, name: Option<&String>| {
-        (
-            ns.clone().unwrap_or_default(),
-            name.cloned().unwrap_or_default(),
-        )
-    };
-    let mut children: BTreeMap<(String, String), Vec<RayCluster>> = BTreeMap::new();
-    for c in clusters {
-        let owner = c
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(ORIGINATED_FROM_CR_NAME_LABEL));
-        children
-            .entry(key(&c.metadata.namespace, owner))
-            .or_default()
-            .push(c.clone());
-    }
-    let mut slices: BTreeMap<(String, String), Vec<Workload>> = BTreeMap::new();
-    for w in workloads {
-        let owner = w
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(crate::slices::RAYSERVICE_LABEL));
-        slices
-            .entry(key(&w.metadata.namespace, owner))
-            .or_default()
-            .push(w.clone());
-    }
+    let children = by_owner(clusters, ORIGINATED_FROM_CR_NAME_LABEL);
+    let slices = by_owner(workloads, crate::slices::RAYSERVICE_LABEL);
+    let key = |s: &RayService| (s.namespace().unwrap_or_default(), s.name_any());
     let mut items: Vec<ServiceReport> = services
         .iter()
         .map(|s| {
-            let k = key(&s.metadata.namespace, s.metadata.name.as_ref());
+            let k = key(s);
             service_report(
                 s,
                 children.get(&k).map(Vec::as_slice).unwrap_or_default(),
@@ -65,6 +39,21 @@ pub fn service_list(
         .collect();
     items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     ServiceList { items }
+}
+
+/// Objects by (namespace, the RayService their `label` names).
+fn by_owner<K: ResourceExt + Clone>(
+    objects: &[K],
+    label: &str,
+) -> BTreeMap<(String, String), Vec<K>> {
+    let mut out: BTreeMap<(String, String), Vec<K>> = BTreeMap::new();
+    for o in objects {
+        let owner = o.labels().get(label).cloned().unwrap_or_default();
+        out.entry((o.namespace().unwrap_or_default(), owner))
+            .or_default()
+            .push(o.clone());
+    }
+    out
 }
 
 /// One line per RayService: its queue, children, held children and why, what quota must still
