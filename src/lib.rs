@@ -44,6 +44,9 @@ pub mod manifest;
 /// Pure: small object-metadata helpers (annotations, labels, `ns/name` keys, owning RayService).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod meta;
+/// IO floor: the injectable clock and reflector stores in a stable order, for the controller and
+/// the simulated cluster.
+pub mod runtime;
 /// Pure: the PodSets (count × per-pod requests) a RayCluster or RayService needs now.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod podsets;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use raygate::cli::rollout::{Ended, RolloutRequest};
-use raygate::controller::SystemClock;
+use raygate::runtime::SystemClock;
 use raygate::controller::drain::{self, Run};
 use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,

@@ -28,7 +28,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
-use raygate::controller::{Clock as ControllerClock, Monotonic};
+use raygate::runtime::{Clock as ControllerClock, Monotonic};
 use raygate::drain::engine::{Handoff, Options as EngineOptions, Phase};
 use raygate::drain::{Generation, GenerationSource, GenerationTarget, PlanOptions};
 use raygate_sim::Clock;

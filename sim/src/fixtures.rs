@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use raygate::controller::{Clock, Monotonic};
+use raygate::runtime::{Clock, Monotonic};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

@@ -22,7 +22,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
-use raygate::controller::{Clock, Monotonic};
+use raygate::runtime::{Clock, Monotonic};
 use raygate::drain::engine::{Options, Phase, State};
 use raygate::drain::{DrainRules, PlanOptions};
 use raygate_sim::Sim;

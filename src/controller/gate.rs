@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::controller::Action;
 
-use super::SortedState;
+use crate::runtime::SortedState;
 use super::metrics::{ResultLabels, StepLabels};
 use super::{AdmissionMode, Context, Error, Monotonic, backoff, not_synced, resync};
 use crate::gate::pods_ready::PodsReady;

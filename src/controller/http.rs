@@ -10,7 +10,7 @@ use axum::routing::get;
 use tokio::sync::watch;
 
 use super::Context;
-use super::SortedState;
+use crate::runtime::SortedState;
 
 struct Health {
     ctx: Arc<Context>,

@@ -24,7 +24,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
-use super::clock::{Clock, Monotonic};
+use crate::runtime::{Clock, Monotonic};
 use super::{Config, Error};
 
 /// A Lease's election record (client-go's `LeaderElectionRecord`; `resourcelock` maps it to and

@@ -8,7 +8,6 @@
 #![deny(clippy::disallowed_methods)]
 
 mod admission;
-mod clock;
 mod coverage;
 /// The drain: observe → `drain::engine::decide` → evict and patch nodes → report, one loop for
 /// `drain run --local` and each NodeRollout (`drain::rollout`: one worker per rollout on the
@@ -22,7 +21,6 @@ mod metrics;
 pub mod peers;
 mod startup;
 mod stores;
-pub use stores::{SortedCopies, SortedState};
 mod ungater;
 
 use std::future::Future;
@@ -37,7 +35,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-pub use clock::{Clock, ManualClock, Monotonic, SystemClock};
+use crate::runtime::{Clock, Monotonic, SystemClock};
 pub use events::EventSink;
 pub use gate::cleanup::{Removed as PodGateRemoved, remove_pod_gates};
 pub use leader::Fence;

@@ -20,7 +20,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::{Notify, watch};
 
 use super::Context;
-use super::SortedState;
+use crate::runtime::SortedState;
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
 use crate::gate::pods_held;
 use crate::gate::{EventType, GateEvent};

@@ -27,7 +27,7 @@ use kube::{Client, ResourceExt};
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
 use crate::eviction::selector_object_matches;
-use raygate::controller::SortedState;
+use raygate::runtime::SortedState;
 
 /// `DeletionTimeout`: how long an eviction's `disruptedPods` entry keeps a pod out of
 /// `currentHealthy` while the pod is not seen deleting.

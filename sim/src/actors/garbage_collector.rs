@@ -32,7 +32,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::handler::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
-use raygate::controller::SortedState;
+use raygate::runtime::SortedState;
 
 /// One object as the collector's graph sees it.
 #[derive(Clone, Debug, PartialEq)]

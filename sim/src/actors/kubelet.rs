@@ -470,7 +470,7 @@ fn report(pod: &Pod, rt: &mut Runtime) -> Option<Action> {
 pub use io::{run, run_all};
 
 mod io {
-    use raygate::controller::SortedState;
+    use raygate::runtime::SortedState;
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
 

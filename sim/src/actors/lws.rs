@@ -389,7 +389,7 @@ impl Expectations {
 pub use io::run;
 
 mod io {
-    use raygate::controller::SortedState;
+    use raygate::runtime::SortedState;
     use std::sync::Arc;
     use std::time::Duration;
 

@@ -36,7 +36,7 @@ use serde_json::json;
 
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
-use raygate::controller::SortedState;
+use raygate::runtime::SortedState;
 
 /// Asks for a reboot or a replacement.
 pub const LIFECYCLE: &str = "sim.raygate.io/lifecycle";

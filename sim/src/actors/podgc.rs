@@ -33,7 +33,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::node_lifecycle::is_ready as node_ready;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
-use raygate::controller::SortedState;
+use raygate::runtime::SortedState;
 
 /// The taint that lets PodGC force-delete terminating pods of a NotReady node.
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";

@@ -26,7 +26,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::eviction::selector_object_matches;
-use raygate::controller::SortedState;
+use raygate::runtime::SortedState;
 
 /// `burstReplicas`: at most this many creates or deletes per sync.
 pub const BURST_REPLICAS: usize = 500;

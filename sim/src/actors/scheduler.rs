@@ -712,7 +712,7 @@ pub fn unschedulable_condition(pod: &Pod, message: &str) -> Option<(String, Stri
 pub use io::{Config, run};
 
 mod io {
-    use raygate::controller::SortedState;
+    use raygate::runtime::SortedState;
     use std::sync::Arc;
     use std::time::Duration;
 

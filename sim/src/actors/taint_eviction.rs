@@ -37,7 +37,7 @@ use serde_json::json;
 use crate::Clock;
 use crate::actors::scheduler::tolerates;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Recorder, Shutdown};
-use raygate::controller::SortedState;
+use raygate::runtime::SortedState;
 
 /// The Events' reason.
 pub const REASON: &str = "TaintManagerEviction";

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kube::runtime::reflector::Store;
 
-use super::super::stores::reuse_copies;
+use crate::runtime::reuse_copies;
 use super::super::{Context, Monotonic};
 use crate::admission::Snapshot;
 use crate::types::kueue::{Workload, WorkloadStatus};
@@ -109,7 +109,7 @@ fn plain<K>(store: &Store<K>) -> Vec<(Arc<K>, ())>
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
-    use super::super::SortedState;
+    use crate::runtime::SortedState;
     store.sorted_state().into_iter().map(|a| (a, ())).collect()
 }
 
@@ -121,7 +121,7 @@ impl Observer {
     /// Everything admission reads now. Assumptions the store has caught up with (or that
     /// expired), and those of deleted Workloads, are forgotten.
     pub fn snapshot(&mut self, ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> &Snapshot {
-        use super::super::SortedState;
+        use crate::runtime::SortedState;
         let s = &ctx.stores;
         let now = ctx.clock.monotonic();
         let mut workloads: Vec<(Arc<Workload>, u64)> = s

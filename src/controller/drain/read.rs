@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::DrainRunError;
 use crate::controller::stores::{Changed, Readiness, watch_store};
-use crate::controller::{SortedCopies, SortedState};
+use crate::runtime::{SortedCopies, SortedState};
 use crate::drain::Cluster;
 use crate::drain::engine::ServiceView;
 use crate::types::kueue::Workload;

@@ -17,7 +17,7 @@ use super::rollout::{
     CONTRACT_EVERY, Next, ROLLOUT_MANAGER, RolloutError, STATUS_EVERY, Worker, Written,
 };
 use super::{Run, Sink};
-use crate::controller::Monotonic;
+use crate::runtime::Monotonic;
 use crate::controller::peers::{Peers, StoredDisruptions};
 use crate::drain::Cluster;
 use crate::drain::engine::{Options, State};

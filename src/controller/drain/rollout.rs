@@ -40,12 +40,13 @@ use tokio::sync::{Mutex, Notify, watch};
 
 use super::DrainRunError;
 use super::read::{ReadError, ServiceStores, Watches};
-use crate::controller::SortedState;
+use crate::runtime::SortedState;
 use crate::controller::events::EventSink;
 use crate::controller::metrics::RolloutState;
 use crate::controller::peers::Board;
 use crate::controller::stores::{Readiness, watch_store};
-use crate::controller::{Clock, Metrics};
+use crate::controller::Metrics;
+use crate::runtime::Clock;
 use crate::drain::PreflightOptions;
 use crate::drain::rollout as pure;
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::rollout::{
     NO_CAPACITY, NO_CAPACITY_RETRY, Next, RolloutError, SKIP_CAPACITY_CHECK_ANNOTATION, Worker,
 };
-use crate::controller::SortedState;
+use crate::runtime::SortedState;
 use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::lifecycle::{self, SelectionCheck};
 use crate::drain::rollout::{self as pure, NotReady};
