@@ -27,6 +27,10 @@ pub mod dev;
 /// Pure: upgrade-domain drains — the plan (domains, phases, skips, blocks) and the contract preflight.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod drain;
+/// Pure: Go duration strings (`time.ParseDuration`), as KubeRay's annotations and raygate's specs
+/// take them.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod duration;
 /// Pure: what to do about one opted-in RayService, its children and its slices.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod gate;
@@ -44,15 +48,15 @@ pub mod manifest;
 /// Pure: small object-metadata helpers (annotations, labels, `ns/name` keys, owning RayService).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod meta;
-/// IO floor: the injectable clock and reflector stores in a stable order, for the controller and
-/// the simulated cluster.
-pub mod runtime;
 /// Pure: the PodSets (count × per-pod requests) a RayCluster or RayService needs now.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod podsets;
 /// Pure: exact Kubernetes quantities and resource vectors.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod quantity;
+/// IO floor: the injectable clock and reflector stores in a stable order, for the controller and
+/// the simulated cluster.
+pub mod runtime;
 /// Pure: Workload slice chains — which Workloads a RayService's current PodSets need.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod slices;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use raygate::cli::rollout::{Ended, RolloutRequest};
-use raygate::runtime::SystemClock;
 use raygate::controller::drain::{self, Run};
 use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
@@ -17,6 +16,7 @@ use raygate::drain::{
     CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions, Returns,
 };
 use raygate::live_rollout as rollout;
+use raygate::runtime::SystemClock;
 use raygate::types::rollout::{FailureActionSpec, HandOffMode};
 
 #[derive(Clone, Copy, clap::ValueEnum)]

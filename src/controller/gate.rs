@@ -13,12 +13,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::controller::Action;
 
-use crate::runtime::SortedState;
 use super::metrics::{ResultLabels, StepLabels};
 use super::{AdmissionMode, Context, Error, Monotonic, backoff, not_synced, resync};
 use crate::gate::pods_ready::PodsReady;
 use crate::gate::{self, GateAction, GateDecision, GateEvent, GateOptions};
 use crate::podsets;
+use crate::runtime::SortedState;
 use crate::slices::{self, ChainMode, SliceAction};
 use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};

@@ -24,8 +24,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
-use crate::runtime::{Clock, Monotonic};
 use super::{Config, Error};
+use crate::runtime::{Clock, Monotonic};
 
 /// A Lease's election record (client-go's `LeaderElectionRecord`; `resourcelock` maps it to and
 /// from `LeaseSpec` field by field, absent fields as zero values).

@@ -578,5 +578,4 @@ mod tests {
         let g = store.get(&ObjectRef::new("g")).unwrap();
         assert_eq!(g.metadata.managed_fields, None);
     }
-
 }

@@ -20,11 +20,11 @@ use kube::runtime::reflector::Store;
 use tokio::sync::{Notify, watch};
 
 use super::Context;
-use crate::runtime::SortedState;
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
 use crate::gate::pods_held;
 use crate::gate::{EventType, GateEvent};
 use crate::podsets::{self, pod_requests};
+use crate::runtime::SortedState;
 use crate::types::ray::RayService;
 use crate::workload;
 
@@ -395,12 +395,12 @@ mod tests {
             .filter_map(|p| view(p, &none, &shapes))
             .collect();
         let grants = [
-            pod_gate::Grant {
+            crate::slices::Grant {
                 group: "headgroup".into(),
                 requests: shapes[&("llm-a".into(), "headgroup".into())].clone(),
                 count: 1,
             },
-            pod_gate::Grant {
+            crate::slices::Grant {
                 group: "small".into(),
                 requests: shapes[&("llm-a".into(), "small".into())].clone(),
                 count: 2,

@@ -110,17 +110,8 @@ impl Check {
 
 /// A Go `time.ParseDuration` string (`30s`, `1h30m`, `0`), not negative.
 pub fn parse_duration(value: &str) -> Result<SignedDuration, String> {
-    if value.is_empty() {
-        return Err("is empty: give a duration like 30s, 5m or 1h30m".into());
-    }
-    let parsed: kube::core::Duration = value
-        .parse()
-        .map_err(|e| format!("{value:?} is not a duration like 30s, 5m or 1h30m ({e})"))?;
-    if parsed.is_negative() {
-        return Err(format!("{value:?} is negative"));
-    }
-    SignedDuration::try_from(std::time::Duration::from(parsed))
-        .map_err(|_| format!("{value:?} is too long"))
+    let parsed = crate::duration::parse_go(value)?;
+    SignedDuration::try_from(parsed).map_err(|_| format!("{value:?} is too long"))
 }
 
 /// Checks `spec` and turns it into the drain's options; every unusable field is reported.

@@ -26,10 +26,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::{EventType, GateAction, GateDecision};
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, reason};
-use crate::types::ray::{RayCluster, RayService};
+use crate::types::ray::{INITIALIZING_TIMEOUT_ANNOTATION, RayCluster, RayService};
 
-/// RayService annotation (KubeRay): the initializing timeout.
-pub const INITIALIZING_TIMEOUT_ANNOTATION: &str = "ray.io/initializing-timeout";
 /// RayService annotation (raygate): set while raygate holds a first child that KubeRay will fail
 /// at a deadline, or after KubeRay gave up; a sentence for the user.
 pub const INITIALIZING_DEADLINE_ANNOTATION: &str = "raygate.io/initializing-deadline";
@@ -149,7 +147,7 @@ pub fn initializing(service: &RayService) -> Initializing {
         .annotations
         .as_ref()
         .and_then(|a| a.get(INITIALIZING_TIMEOUT_ANNOTATION))
-        .and_then(|v| parse_timeout(v));
+        .and_then(|v| crate::duration::kuberay_timeout(v));
     match timeout {
         Some(timeout) if ready.reason == REASON_INITIALIZING => {
             let deadline = SignedDuration::try_from(timeout)
@@ -162,66 +160,6 @@ pub fn initializing(service: &RayService) -> Initializing {
         }
         _ => Initializing::None,
     }
-}
-
-/// `getInitializingTimeout`: a Go duration (`time.ParseDuration`: `90s`, `1h30m`, `1.5h`), else
-/// whole seconds (`strconv.Atoi`). Negative or unparsable: none.
-pub fn parse_timeout(s: &str) -> Option<Duration> {
-    parse_go_duration(s).or_else(|| {
-        s.parse::<i64>()
-            .ok()
-            .and_then(|n| u64::try_from(n).ok())
-            .map(Duration::from_secs)
-    })
-}
-
-fn parse_go_duration(s: &str) -> Option<Duration> {
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return None;
-    }
-    let mut rest = s;
-    let mut total_nanos: u128 = 0;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(num_end);
-        if num.is_empty() || num == "." {
-            return None;
-        }
-        let unit_end = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_end);
-        let per: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return None,
-        };
-        let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-        if frac.contains('.') {
-            return None;
-        }
-        let int: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-        let mut nanos = int.checked_mul(per)?;
-        let mut scale = per;
-        for d in frac.chars() {
-            scale /= 10;
-            nanos = nanos.checked_add(u128::from(d.to_digit(10)?) * scale)?;
-        }
-        total_nanos = total_nanos.checked_add(nanos)?;
-        rest = tail;
-    }
-    let secs = u64::try_from(total_nanos / 1_000_000_000).ok()?;
-    Some(Duration::new(secs, (total_nanos % 1_000_000_000) as u32))
 }
 
 /// The sentence for [`INITIALIZING_DEADLINE_ANNOTATION`] while a first child is held.
@@ -488,26 +426,6 @@ mod tests {
             names(&abandoned(&s, &[&p], &BTreeSet::new())),
             vec!["svc-p"]
         );
-    }
-
-    #[test]
-    fn timeouts_parse_as_go_durations_or_seconds() {
-        let ok = [
-            ("90", 90_000),
-            ("90s", 90_000),
-            ("5m", 300_000),
-            ("1h30m", 5_400_000),
-            ("1.5h", 5_400_000),
-            ("1500ms", 1_500),
-            ("0", 0),
-            ("+2m", 120_000),
-        ];
-        for (s, ms) in ok {
-            assert_eq!(parse_timeout(s).map(|d| d.as_millis()), Some(ms), "{s}");
-        }
-        for s in ["", "-5m", "5x", "m", "1.2.3s", "abc", "-3"] {
-            assert_eq!(parse_timeout(s), None, "{s}");
-        }
     }
 
     // ---- through `decide` ----

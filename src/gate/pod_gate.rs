@@ -18,7 +18,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::quantity::Resources;
-use crate::types::ray::{RayCluster, RayClusterSpec};
+use crate::slices::Grant;
+use crate::types::ray::{RayCluster, RayClusterSpec, WAIT_GCS_READY_CONTAINER};
 
 /// The scheduling gate raygate puts on the pods of opted-in RayServices (in both admission
 /// modes: Kueue's `kueue.x-k8s.io/elastic-job` belongs to Kueue's own ungater).
@@ -134,14 +135,6 @@ pub fn child_ungate_patch(child: &RayCluster) -> Option<Value> {
     })
 }
 
-/// What a slice grants one shape: `count` pods of KubeRay group `group`, each `requests`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Grant {
-    pub group: String,
-    pub requests: Resources,
-    pub count: i32,
-}
-
 /// One pod of a child RayCluster, as the ungater sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodView {
@@ -210,10 +203,6 @@ pub fn template_requests<'a>(
     out
 }
 
-/// KubeRay v1.7.0's init container on every worker (`DefaultWorkerPodTemplate`, with
-/// `ENABLE_INIT_CONTAINER_INJECTION` on, the default).
-pub const WAIT_GCS_READY: &str = "wait-gcs-ready";
-
 /// A pod's spec without what KubeRay adds to its template when it builds the pod (the
 /// `wait-gcs-ready` init container), for a pod whose child, and so whose template, is gone.
 /// What a LimitRange, a RuntimeClass or a webhook added stays: such a pod of a deleted child may
@@ -221,7 +210,7 @@ pub const WAIT_GCS_READY: &str = "wait-gcs-ready";
 pub fn as_templated(spec: &PodSpec) -> PodSpec {
     let mut spec = spec.clone();
     if let Some(init) = spec.init_containers.as_mut() {
-        init.retain(|c| c.name != WAIT_GCS_READY);
+        init.retain(|c| c.name != WAIT_GCS_READY_CONTAINER);
         if init.is_empty() {
             spec.init_containers = None;
         }

@@ -39,8 +39,8 @@ pub use retention::{Retention, expired};
 #[cfg(test)]
 use shapes::counts;
 use shapes::{Aligned, align, same_podsets, scaled_down};
+pub use shapes::{Grant, covers, grants};
 pub(crate) use shapes::{Shape, shape};
-pub use shapes::{covers, grants};
 pub use upgrade::{ServingCover, beyond};
 
 /// Annotation on a Workload PodSet template naming the KubeRay worker group (`headgroup` for heads).

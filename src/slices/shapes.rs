@@ -47,14 +47,22 @@ pub(crate) fn shape(ps: &kueue::PodSet) -> Option<Shape> {
     })
 }
 
+/// What a slice grants one shape: `count` pods of KubeRay group `group`, each `requests`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    pub group: String,
+    pub requests: Resources,
+    pub count: i32,
+}
+
 /// What an admitted slice grants, PodSet by PodSet: KubeRay group, per-pod requests and granted
 /// count (for the pod ungater; a PodSet whose template cannot be read grants nothing).
-pub fn grants(w: &Workload) -> Vec<crate::gate::pod_gate::Grant> {
+pub fn grants(w: &Workload) -> Vec<Grant> {
     w.spec
         .pod_sets
         .iter()
         .filter_map(|ps| {
-            shape(ps).map(|s| crate::gate::pod_gate::Grant {
+            shape(ps).map(|s| Grant {
                 group: s.group,
                 requests: s.requests,
                 count: granted(w, ps),

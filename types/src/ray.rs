@@ -25,6 +25,12 @@ pub const HASH_WITHOUT_REPLICAS_ANNOTATION: &str =
 pub const NUM_WORKER_GROUPS_ANNOTATION: &str = "ray.io/num-worker-groups";
 /// Annotation holding the KubeRay version that created a child.
 pub const KUBERAY_VERSION_ANNOTATION: &str = "ray.io/kuberay-version";
+/// RayService annotation: how long KubeRay waits for a first cluster before it fails the service
+/// (a Go duration or whole seconds).
+pub const INITIALIZING_TIMEOUT_ANNOTATION: &str = "ray.io/initializing-timeout";
+/// The init container KubeRay v1.7.0 adds to every worker pod (`DefaultWorkerPodTemplate`, with
+/// `ENABLE_INIT_CONTAINER_INJECTION` on, the default).
+pub const WAIT_GCS_READY_CONTAINER: &str = "wait-gcs-ready";
 
 /// RayService spec (`RayServiceSpec`).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -248,7 +248,7 @@ fn add_wait_gcs_ready(pod: &mut Pod) {
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
         .collect();
     let init = Container {
-        name: raygate::gate::pod_gate::WAIT_GCS_READY.into(),
+        name: raygate::types::ray::WAIT_GCS_READY_CONTAINER.into(),
         image: ray.and_then(|c| c.image.clone()),
         resources: Some(ResourceRequirements {
             requests: Some(fixed.clone()),

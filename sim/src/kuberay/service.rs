@@ -28,8 +28,9 @@ use super::{
     managed_externally, requeue_at,
 };
 use raygate::conditions::{self, find, is_true};
-use raygate::gate::children::{INITIALIZING_TIMEOUT_ANNOTATION, parse_timeout};
+use raygate::duration::kuberay_timeout;
 use raygate::meta;
+use raygate::types::ray::INITIALIZING_TIMEOUT_ANNOTATION;
 use raygate::types::ray::{
     HASH_WITHOUT_REPLICAS_ANNOTATION, KUBERAY_VERSION_ANNOTATION, NUM_WORKER_GROUPS_ANNOTATION,
     ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
@@ -1112,7 +1113,7 @@ fn serving_status(
     let initializing_timeout = rs
         .annotations()
         .get(INITIALIZING_TIMEOUT_ANNOTATION)
-        .and_then(|t| parse_timeout(t));
+        .and_then(|t| kuberay_timeout(t));
     calculate_conditions(&mut status, initializing_timeout, ctx.now);
     status.service_status = is_true(&status.conditions, READY).then(|| "Running".to_string());
     Ok(status)

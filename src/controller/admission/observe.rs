@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use kube::runtime::reflector::Store;
 
-use crate::runtime::reuse_copies;
 use super::super::{Context, Monotonic};
 use crate::admission::Snapshot;
+use crate::runtime::reuse_copies;
 use crate::types::kueue::{Workload, WorkloadStatus};
 
 /// A status this loop wrote that the store may not show yet.

@@ -14,10 +14,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::DRAIN_MANAGER;
-use crate::runtime::Clock;
 use crate::controller::events::EventSink;
 use crate::drain::engine::{Action, EventType, EvictTarget, EvictionResult, Outcome};
 use crate::drain::engine::{KUBERAY_SPEC_HASH, MOVE_MARK, MOVED_BY};
+use crate::runtime::Clock;
 use crate::types::ray::RayCluster;
 
 /// Applies node `actions` (cordon, taint, hand-off label, uncordon) once, as the drain loop does,

@@ -16,9 +16,9 @@ use tokio::sync::watch;
 
 use super::DrainRunError;
 use crate::controller::stores::{Changed, Readiness, watch_store};
-use crate::runtime::{SortedCopies, SortedState};
 use crate::drain::Cluster;
 use crate::drain::engine::ServiceView;
+use crate::runtime::{SortedCopies, SortedState};
 use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};
 

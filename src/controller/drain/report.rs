@@ -17,12 +17,12 @@ use super::rollout::{
     CONTRACT_EVERY, Next, ROLLOUT_MANAGER, RolloutError, STATUS_EVERY, Worker, Written,
 };
 use super::{Run, Sink};
-use crate::runtime::Monotonic;
 use crate::controller::peers::{Peers, StoredDisruptions};
 use crate::drain::Cluster;
 use crate::drain::engine::{Options, State};
 use crate::drain::rollout::status::{self, ContractCondition, Observation, Run as Observed};
 use crate::drain::rollout::{self as pure, NotReady};
+use crate::runtime::Monotonic;
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// A rollout's object as the controller hands it to its worker.

@@ -40,15 +40,15 @@ use tokio::sync::{Mutex, Notify, watch};
 
 use super::DrainRunError;
 use super::read::{ReadError, ServiceStores, Watches};
-use crate::runtime::SortedState;
+use crate::controller::Metrics;
 use crate::controller::events::EventSink;
 use crate::controller::metrics::RolloutState;
 use crate::controller::peers::Board;
 use crate::controller::stores::{Readiness, watch_store};
-use crate::controller::Metrics;
-use crate::runtime::Clock;
 use crate::drain::PreflightOptions;
 use crate::drain::rollout as pure;
+use crate::runtime::Clock;
+use crate::runtime::SortedState;
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// Field manager of the NodeRollout status writes (the node patches keep

@@ -11,7 +11,6 @@ use tokio::sync::watch;
 use super::rollout::{
     NO_CAPACITY, NO_CAPACITY_RETRY, Next, RolloutError, SKIP_CAPACITY_CHECK_ANNOTATION, Worker,
 };
-use crate::runtime::SortedState;
 use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::lifecycle::{self, SelectionCheck};
 use crate::drain::rollout::{self as pure, NotReady};
@@ -19,6 +18,7 @@ use crate::drain::{
     CapacityCheck, Cluster, DeadEnd, DrainError, GateDeadEnd, Returns, auto_taint, outdated_taint,
     rollout_options,
 };
+use crate::runtime::SortedState;
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus, RolloutSelection};
 
 impl Worker {
