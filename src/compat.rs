@@ -3,16 +3,10 @@
 //! [`check`]; a non-empty answer keeps it from starting (a log line, `/readyz` failing with the
 //! same text) until the cluster is fixed.
 
+use crate::admission::AdmissionMode;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
 };
-
-/// Who admits Workloads (mirrors the controller's `--admission`, kept plain so this stays pure).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Builtin,
-    Kueue,
-}
 
 /// One CRD raygate needs, and what it needs of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,12 +26,12 @@ pub struct Requirement {
 const KUBERAY: &str = "KubeRay v1.7 or later";
 
 /// The CRDs `mode` needs.
-pub fn requirements(mode: Mode) -> Vec<Requirement> {
+pub fn requirements(mode: AdmissionMode) -> Vec<Requirement> {
     let queues_by = match mode {
-        Mode::Builtin => "raygate's crds/ (config/default) or Kueue v0.19",
-        Mode::Kueue => "Kueue v0.19",
+        AdmissionMode::Builtin => "raygate's crds/ (config/default) or Kueue v0.19",
+        AdmissionMode::Kueue => "Kueue v0.19",
     };
-    let builtin = mode == Mode::Builtin;
+    let builtin = mode == AdmissionMode::Builtin;
     let kueue = |crd, status| Requirement {
         crd,
         version: "v1beta2",
@@ -92,7 +86,7 @@ pub fn requirements(mode: Mode) -> Vec<Requirement> {
 
 /// What is wrong with the installed CRDs for `mode`, one line each (empty: all fine). `found`
 /// holds the CRD objects that exist (any order; others are ignored).
-pub fn check(found: &[CustomResourceDefinition], mode: Mode) -> Vec<String> {
+pub fn check(found: &[CustomResourceDefinition], mode: AdmissionMode) -> Vec<String> {
     let mut problems = Vec::new();
     for req in requirements(mode) {
         let Some(crd) = found
@@ -246,8 +240,14 @@ mod tests {
 
     #[test]
     fn every_needed_crd_present_passes_in_both_modes() {
-        assert_eq!(check(&all_good(), Mode::Builtin), Vec::<String>::new());
-        assert_eq!(check(&all_good(), Mode::Kueue), Vec::<String>::new());
+        assert_eq!(
+            check(&all_good(), AdmissionMode::Builtin),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(&all_good(), AdmissionMode::Kueue),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -261,7 +261,7 @@ mod tests {
             true,
         );
         assert_eq!(
-            check(&crds, Mode::Builtin),
+            check(&crds, AdmissionMode::Builtin),
             vec![
                 "CRD rayservices.ray.io version v1 has no field spec.suspend: raygate stops an evicted \
                  RayService with it (KubeRay v1.7's top-level suspend) (install KubeRay v1.7 or later)"
@@ -276,14 +276,14 @@ mod tests {
             .filter(|c| c.metadata.name.as_deref() != Some("clusterqueues.kueue.x-k8s.io"))
             .collect();
         assert_eq!(
-            check(&crds, Mode::Builtin),
+            check(&crds, AdmissionMode::Builtin),
             vec![
                 "CRD clusterqueues.kueue.x-k8s.io is not installed (install raygate's crds/ \
                  (config/default) or Kueue v0.19)"
             ]
         );
         assert_eq!(
-            check(&crds, Mode::Kueue),
+            check(&crds, AdmissionMode::Kueue),
             vec!["CRD clusterqueues.kueue.x-k8s.io is not installed (install Kueue v0.19)"]
         );
     }
@@ -300,7 +300,7 @@ mod tests {
         crds[3].spec.versions[0].served = false;
         crds[4].spec.versions[0].subresources = None;
         assert_eq!(
-            check(&crds, Mode::Builtin),
+            check(&crds, AdmissionMode::Builtin),
             vec![
                 "CRD workloads.kueue.x-k8s.io has no version v1beta2 (it has v1beta1; install raygate's \
                  crds/ (config/default) or Kueue v0.19)",
@@ -311,7 +311,7 @@ mod tests {
             ]
         );
         // with a real Kueue, raygate writes no LocalQueue status
-        assert_eq!(check(&crds, Mode::Kueue).len(), 2);
+        assert_eq!(check(&crds, AdmissionMode::Kueue).len(), 2);
     }
 
     #[test]
@@ -325,6 +325,6 @@ mod tests {
             ),
             true,
         );
-        assert_eq!(check(&crds, Mode::Builtin), Vec::<String>::new());
+        assert_eq!(check(&crds, AdmissionMode::Builtin), Vec::<String>::new());
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use raygate::compat::{Mode, check};
+use raygate::admission::AdmissionMode;
+use raygate::compat::check;
 use raygate::controller::{Config, run};
 use raygate::types::ray::RayService;
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
@@ -54,8 +55,8 @@ fn kuberay_1_7_with_kueue_0_19_passes_in_both_modes() {
         &raygate_testing::upstream::dir().join("upstream-crds"),
         &names,
     ));
-    assert_eq!(check(&crds, Mode::Builtin), Vec::<String>::new());
-    assert_eq!(check(&crds, Mode::Kueue), Vec::<String>::new());
+    assert_eq!(check(&crds, AdmissionMode::Builtin), Vec::<String>::new());
+    assert_eq!(check(&crds, AdmissionMode::Kueue), Vec::<String>::new());
 }
 
 #[test]
@@ -70,20 +71,20 @@ fn kuberay_1_7_with_raygates_own_crds_passes_builtin_mode() {
         &raygate_testing::workspace_root().join("crds"),
         &names,
     ));
-    assert_eq!(check(&crds, Mode::Builtin), Vec::<String>::new());
+    assert_eq!(check(&crds, AdmissionMode::Builtin), Vec::<String>::new());
 }
 
 #[test]
 fn without_queue_crds_both_modes_name_every_missing_one() {
     let crds = upstream_ray();
-    let builtin = check(&crds, Mode::Builtin);
+    let builtin = check(&crds, AdmissionMode::Builtin);
     assert_eq!(builtin.len(), 6, "{builtin:#?}");
     assert_eq!(
         builtin[0],
         "CRD workloads.kueue.x-k8s.io is not installed (install raygate's crds/ (config/default) or Kueue v0.19)"
     );
     assert!(
-        check(&crds, Mode::Kueue)
+        check(&crds, AdmissionMode::Kueue)
             .iter()
             .all(|p| p.ends_with("(install Kueue v0.19)"))
     );

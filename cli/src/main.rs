@@ -133,7 +133,7 @@ struct StatusArgs {
 struct ControllerArgs {
     /// Who admits Workloads: raygate's built-in loop, or a real Kueue (raygate only reads).
     #[arg(long, value_enum, default_value = "builtin")]
-    admission: raygate::controller::AdmissionMode,
+    admission: raygate::admission::AdmissionMode,
     /// Contend for a Lease; only the holder writes (every replica keeps its caches warm).
     #[arg(long)]
     leader_elect: bool,

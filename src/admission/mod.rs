@@ -77,6 +77,20 @@ use crate::types::kueue::{
 use ids::WorkloadIx;
 use index::Index;
 
+/// Who admits Workloads: the one setting the controller (`--admission`), the slice chains and the
+/// startup checks all read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum AdmissionMode {
+    /// raygate's own admission loop reserves ClusterQueue quota; a replacement slice may add and
+    /// drop PodSets and is charged by its delta.
+    #[default]
+    Builtin,
+    /// A real Kueue admits (its RayService integration disabled); raygate only reads conditions,
+    /// and a replacement slice keeps its chain's PodSet list identical (Kueue's flavor assigner
+    /// panics otherwise).
+    Kueue,
+}
+
 /// The objects admission decides on.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {

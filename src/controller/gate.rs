@@ -14,12 +14,12 @@ use kube::Resource;
 use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
-use super::{AdmissionMode, Context, Error, Monotonic, backoff, not_synced, resync};
+use super::{Context, Error, Monotonic, backoff, not_synced, resync};
 use crate::gate::pods_ready::PodsReady;
 use crate::gate::{self, GateAction, GateDecision, GateEvent, GateOptions};
 use crate::podsets;
 use crate::runtime::SortedState;
-use crate::slices::{self, ChainMode, SliceAction};
+use crate::slices::{self, SliceAction};
 use crate::types::kueue::Workload;
 use crate::types::ray::{RayCluster, RayService};
 use crate::workload;
@@ -165,10 +165,7 @@ fn decide(ctx: &Context, seen: &Observed) -> Plan {
     let opts = GateOptions {
         pod_gate: ctx.config.pod_gate,
         pods: seen.pods.clone(),
-        mode: match ctx.config.admission {
-            AdmissionMode::Builtin => ChainMode::Builtin,
-            AdmissionMode::Kueue => ChainMode::KueueCompatible,
-        },
+        mode: ctx.config.admission,
         priority_classes: ctx
             .stores
             .priority_classes

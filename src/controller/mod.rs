@@ -35,6 +35,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+use crate::admission::AdmissionMode;
 use crate::runtime::{Clock, Monotonic, SystemClock};
 pub use events::EventSink;
 pub use gate::cleanup::{Removed as PodGateRemoved, remove_pod_gates};
@@ -95,16 +96,6 @@ pub(crate) fn merge_params(manager: &str) -> kube::api::PatchParams {
         ..Default::default()
     }
     .validation(kube::api::ValidationDirective::Strict)
-}
-
-/// Who admits Workloads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum AdmissionMode {
-    /// raygate's own admission loop reserves ClusterQueue quota.
-    #[default]
-    Builtin,
-    /// A real Kueue admits (its RayService integration disabled); raygate only reads conditions.
-    Kueue,
 }
 
 /// Controller settings.

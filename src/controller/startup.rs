@@ -14,22 +14,16 @@ use kube::Client;
 use kube::api::Api;
 use tokio::sync::{oneshot, watch};
 
-use super::{AdmissionMode, Config, Error};
-use crate::compat::{self, Mode};
-
-fn mode(m: AdmissionMode) -> Mode {
-    match m {
-        AdmissionMode::Builtin => Mode::Builtin,
-        AdmissionMode::Kueue => Mode::Kueue,
-    }
-}
+use super::{Config, Error};
+use crate::admission::AdmissionMode;
+use crate::compat;
 
 /// The problems with the installed CRDs for `mode`: a CRD that cannot be read is one too.
 pub(crate) async fn problems(client: &Client, admission: AdmissionMode) -> Vec<String> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut found = Vec::new();
     let mut unreadable = Vec::new();
-    for req in compat::requirements(mode(admission)) {
+    for req in compat::requirements(admission) {
         match api.get_opt(req.crd).await {
             Ok(Some(crd)) => found.push(crd),
             Ok(None) => {}
@@ -42,7 +36,7 @@ pub(crate) async fn problems(client: &Client, admission: AdmissionMode) -> Vec<S
     if !unreadable.is_empty() {
         return unreadable;
     }
-    compat::check(&found, mode(admission))
+    compat::check(&found, admission)
 }
 
 /// Waits until the CRDs pass the check: `Ok(true)` then, `Ok(false)` if shutdown came first.

@@ -15,7 +15,8 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use super::{AdmissionMode, watch_config};
+use super::watch_config;
+use crate::admission::AdmissionMode;
 use crate::meta;
 use crate::runtime::SortedState;
 use crate::slices::MANAGED_BY;

@@ -9,7 +9,7 @@
 //! the gate says what runs uncounted until then.
 
 use super::{EventType, Facts, GateDecision, child_name, is_suspended};
-use crate::slices::ChainMode;
+use crate::admission::AdmissionMode;
 use crate::workload;
 
 /// A Warning while released children run and no slice of the RayService holds quota (Kueue
@@ -19,7 +19,7 @@ pub(super) fn warn_uncovered(
     released: &std::collections::BTreeSet<String>,
     d: &mut GateDecision,
 ) {
-    if f.opts.mode != ChainMode::KueueCompatible
+    if f.opts.mode != AdmissionMode::Kueue
         || f.suspended
         || f.live.iter().any(|w| {
             workload::holds_quota(w.status.as_ref()) || workload::is_evicted(w.status.as_ref())

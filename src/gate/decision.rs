@@ -4,8 +4,9 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::{pod_gate, pods_held};
+use crate::admission::AdmissionMode;
 use crate::podsets::PodSet;
-use crate::slices::{ChainMode, SliceAction};
+use crate::slices::SliceAction;
 use crate::types::kueue::PriorityClassRef;
 
 /// What the controller must do for one RayService, in order.
@@ -158,7 +159,7 @@ impl GateDecision {
 /// Inputs besides the objects.
 #[derive(Clone, Debug, Default)]
 pub struct GateOptions {
-    pub mode: ChainMode,
+    pub mode: AdmissionMode,
     /// WorkloadPriorityClasses: name → value (the `kueue.x-k8s.io/priority-class` label is
     /// resolved against them).
     pub priority_classes: std::collections::BTreeMap<String, i32>,

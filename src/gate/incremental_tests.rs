@@ -17,8 +17,9 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 
 use super::pod_gate::{PodView, ungate};
+use crate::admission::AdmissionMode;
 use crate::podsets::{self, PodSet};
-use crate::slices::{self, ChainMode, SliceAction, SliceContext, SliceOwner};
+use crate::slices::{self, SliceAction, SliceContext, SliceOwner};
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::{RayCluster, RayClusterSpec, RayService, WorkerGroupSpec};
 use crate::workload;
@@ -55,7 +56,7 @@ fn ctx() -> SliceContext {
             uid: "uid-1".into(),
         },
         queue_name: "lq".into(),
-        mode: ChainMode::Builtin,
+        mode: AdmissionMode::Builtin,
         children_exist: true,
         ..Default::default()
     }

@@ -876,7 +876,7 @@ fn with_kueue_a_running_child_whose_slice_was_deleted_is_not_stopped_and_a_warni
     let s = service(gated("svc-a"), None).cluster_names("svc-a", "");
     let running = child("svc-a", 1, false, 1);
     let kueue = GateOptions {
-        mode: slices::ChainMode::KueueCompatible,
+        mode: crate::admission::AdmissionMode::Kueue,
         ..Default::default()
     };
     // the covering Workload is gone: a new slice is created, nothing is held or stopped

@@ -12,8 +12,8 @@
 //!   the surviving child's shape gets the plain name back); matching by shape keeps a slice from
 //!   being "scaled down in place" onto a cheaper shape of the same name.
 //! * A change of the PodSet set (a worker group added, removed, renamed, or split by shape) is still
-//!   a replacement charged by its delta ([`ChainMode::Builtin`]). A real Kueue's flavor assigner
-//!   panics on such a replacement, so with [`ChainMode::KueueCompatible`] the replacement keeps the
+//!   a replacement charged by its delta ([`AdmissionMode::Builtin`]). A real Kueue's flavor assigner
+//!   panics on such a replacement, so with [`AdmissionMode::Kueue`] the replacement keeps the
 //!   chain's PodSet list identical (vanished groups keep count 0) and a PodSet new to the chain
 //!   starts a new chain (annotated [`SUPERSEDES_ANNOTATION`]), charged in full.
 
@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::admission::AdmissionMode;
 use crate::meta;
 use crate::podsets::PodSet;
 use crate::types::kueue::{
@@ -50,16 +51,6 @@ pub const RAYSERVICE_LABEL: &str = "raygate.io/rayservice";
 /// `app.kubernetes.io/managed-by` value on raygate's Workloads.
 pub const MANAGED_BY: &str = "raygate";
 
-/// How a chain may change its PodSet list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum ChainMode {
-    /// raygate admits: a replacement may add and drop PodSets; it is charged by its delta.
-    #[default]
-    Builtin,
-    /// A real Kueue admits: a replacement keeps the chain's PodSet list identical.
-    KueueCompatible,
-}
-
 /// The RayService a chain belongs to.
 #[derive(Clone, Debug, Default)]
 pub struct SliceOwner {
@@ -76,7 +67,7 @@ pub struct SliceContext {
     pub queue_name: String,
     pub priority_class_ref: Option<PriorityClassRef>,
     pub priority: Option<i32>,
-    pub mode: ChainMode,
+    pub mode: AdmissionMode,
     /// Whether any child RayCluster still exists (an evicted slice keeps its quota until none does).
     pub children_exist: bool,
     /// Set while an upgrade's slice is evicted and the serving child keeps running (see
@@ -419,10 +410,10 @@ fn scale_up(
     taken: &BTreeSet<String>,
     actions: &mut Vec<SliceAction>,
 ) -> String {
-    let new_chain = ctx.mode == ChainMode::KueueCompatible && aligned.new > 0;
+    let new_chain = ctx.mode == AdmissionMode::Kueue && aligned.new > 0;
     let (pod_sets, link) = if new_chain {
         (aligned.without_leftovers(), SUPERSEDES_ANNOTATION)
-    } else if ctx.mode == ChainMode::KueueCompatible {
+    } else if ctx.mode == AdmissionMode::Kueue {
         (aligned.list, WORKLOAD_SLICE_REPLACEMENT_FOR_ANNOTATION)
     } else {
         (

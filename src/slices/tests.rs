@@ -8,7 +8,7 @@ use crate::quantity::Quantity;
 use crate::types::kueue::condition;
 use raygate_testing::{admit_counts, set_condition};
 
-fn ctx(mode: ChainMode) -> SliceContext {
+fn ctx(mode: AdmissionMode) -> SliceContext {
     SliceContext {
         owner: SliceOwner {
             namespace: "ns".into(),
@@ -119,7 +119,7 @@ fn count_of(w: &Workload, podset: &str) -> i32 {
 
 #[test]
 fn no_slice_creates_a_root_with_kueue_annotations_and_owner() {
-    let p = plan(&ctx(ChainMode::Builtin), &[head(1), workers(2)], &[]);
+    let p = plan(&ctx(AdmissionMode::Builtin), &[head(1), workers(2)], &[]);
     let [
         SliceAction::Create {
             workload,
@@ -159,7 +159,7 @@ fn no_slice_creates_a_root_with_kueue_annotations_and_owner() {
 
 #[test]
 fn equal_counts_keep_the_slice_and_planning_is_idempotent() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     let p = plan(&c, &[head(1), workers(2)], &ws);
     assert_eq!(
@@ -175,7 +175,7 @@ fn equal_counts_keep_the_slice_and_planning_is_idempotent() {
 
 #[test]
 fn a_pending_slice_is_updated_in_place() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
     let p = plan(&c, &[head(1), workers(5)], &ws);
@@ -190,7 +190,7 @@ fn a_pending_slice_is_updated_in_place() {
 
 #[test]
 fn a_scale_down_of_a_reserved_slice_is_in_place_and_keeps_the_podset_list() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(4)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -202,7 +202,7 @@ fn a_scale_down_of_a_reserved_slice_is_in_place_and_keeps_the_podset_list() {
 
 #[test]
 fn a_scale_up_of_a_reserved_slice_is_a_replacement_charged_by_delta() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -238,7 +238,7 @@ fn a_scale_up_of_a_reserved_slice_is_a_replacement_charged_by_delta() {
 
 #[test]
 fn a_pending_replacement_follows_further_changes_and_is_dropped_when_not_needed() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -273,7 +273,7 @@ fn a_pending_replacement_follows_further_changes_and_is_dropped_when_not_needed(
 
 #[test]
 fn the_replaced_slice_is_finished_once_its_replacement_holds_quota() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -297,7 +297,7 @@ fn the_replaced_slice_is_finished_once_its_replacement_holds_quota() {
 
 #[test]
 fn consecutive_scale_ups_get_distinct_names() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     let mut names = BTreeSet::new();
     for n in 1..=4 {
@@ -319,7 +319,7 @@ fn consecutive_scale_ups_get_distinct_names() {
 
 #[test]
 fn stray_slices_are_finished_out_of_sync() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1)], &mut clock);
     let mut stray = ws[0].clone();
@@ -342,7 +342,7 @@ fn stray_slices_are_finished_out_of_sync() {
 
 #[test]
 fn an_evicted_slice_keeps_its_quota_until_the_pods_are_gone() {
-    let mut c = ctx(ChainMode::Builtin);
+    let mut c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -370,7 +370,7 @@ fn an_evicted_slice_keeps_its_quota_until_the_pods_are_gone() {
 
 #[test]
 fn a_deactivated_slice_is_kept() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1)], &mut clock);
     ws[0].spec.active = Some(false);
@@ -380,7 +380,7 @@ fn a_deactivated_slice_is_kept() {
 
 #[test]
 fn beyond_kueue_a_new_worker_group_is_still_a_delta_replacement() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -411,7 +411,7 @@ fn beyond_kueue_a_new_worker_group_is_still_a_delta_replacement() {
 
 #[test]
 fn kueue_compatible_replacements_keep_the_podset_list_identical() {
-    let c = ctx(ChainMode::KueueCompatible);
+    let c = ctx(AdmissionMode::Kueue);
     let (mut ws, mut clock) = (vec![], 0);
     step(
         &mut ws,
@@ -461,7 +461,7 @@ fn kueue_compatible_replacements_keep_the_podset_list_identical() {
 #[test]
 fn after_a_resource_changing_upgrade_the_slice_shrinks_onto_the_right_shape() {
     // chain admitted during the upgrade: old workers (1 cpu) and new workers (2 cpu) side by side
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     let big = |n: i32, name: &str| ps(name, "workers", n, "2");
     step(
@@ -495,7 +495,7 @@ fn after_a_resource_changing_upgrade_the_slice_shrinks_onto_the_right_shape() {
 
 #[test]
 fn covers_is_shape_exact() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -535,7 +535,7 @@ fn event() -> impl Strategy<Value = Event> {
 proptest! {
     #[test]
     fn chains_stay_normal_under_random_events(events in prop::collection::vec(event(), 1..25), kueue in any::<bool>()) {
-        let c = ctx(if kueue { ChainMode::KueueCompatible } else { ChainMode::Builtin });
+        let c = ctx(if kueue { AdmissionMode::Kueue } else { AdmissionMode::Builtin });
         let (mut ws, mut clock) = (vec![], 0i64);
         let mut desired = vec![head(1)];
         for e in events {
@@ -609,7 +609,7 @@ proptest! {
 
 #[test]
 fn an_image_only_change_never_rewrites_a_reserved_slice_template() {
-    let c = ctx(ChainMode::KueueCompatible);
+    let c = ctx(AdmissionMode::Kueue);
     let (mut ws, mut clock) = (vec![], 0);
     let v1 = |n| ps_img("workers", "workers", n, "1", "ray:1");
     step(&mut ws, &c, &[head(1), v1(4)], &mut clock);
@@ -636,7 +636,7 @@ fn an_image_only_change_never_rewrites_a_reserved_slice_template() {
 
 #[test]
 fn a_replacement_created_in_the_same_second_is_the_head_not_the_older_name() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -660,7 +660,7 @@ fn a_replacement_created_in_the_same_second_is_the_head_not_the_older_name() {
 
 #[test]
 fn a_podset_without_an_assignment_grants_nothing() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1), workers(3)], &mut clock);
     admit_counts(&mut ws[0]);
@@ -686,7 +686,7 @@ fn a_podset_without_an_assignment_grants_nothing() {
 
 #[test]
 fn a_pending_slice_follows_a_queue_or_priority_class_change() {
-    let mut c = ctx(ChainMode::Builtin);
+    let mut c = ctx(AdmissionMode::Builtin);
     c.queue_name = "team-typo".into();
     let (mut ws, mut clock) = (vec![], 0);
     step(&mut ws, &c, &[head(1)], &mut clock);
@@ -745,7 +745,7 @@ fn finished_at(w: &mut Workload, second: i64) {
 
 #[test]
 fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     // a chain of six slices: five finished (replaced) at seconds 100..=500, one live
     for n in 1..=6 {
@@ -793,7 +793,7 @@ fn in_pool(mut p: PodSet, pool: &str) -> PodSet {
 /// its own, so the replacement is charged to the new pool's flavor (not counted into the old one).
 #[test]
 fn a_group_moved_to_another_pool_is_a_podset_of_its_own() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     let a = |n: i32, name: &str| in_pool(ps(name, "workers", n, "1"), "a");
     let b = |n: i32, name: &str| in_pool(ps(name, "workers", n, "1"), "b");
@@ -835,7 +835,7 @@ fn a_group_moved_to_another_pool_is_a_podset_of_its_own() {
 /// Issue #9 (a): tolerations alone make a placement too, and their order does not.
 #[test]
 fn tolerations_alone_distinguish_podsets_but_their_order_does_not() {
-    let c = ctx(ChainMode::Builtin);
+    let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     let tolerate = |keys: &[&str]| {
         let mut p = workers(1);
@@ -860,7 +860,7 @@ fn tolerations_alone_distinguish_podsets_but_their_order_does_not() {
 
 #[test]
 fn an_upgrade_s_evicted_slice_keeps_the_serving_child_then_requeues_only_the_delta() {
-    for mode in [ChainMode::Builtin, ChainMode::KueueCompatible] {
+    for mode in [AdmissionMode::Builtin, AdmissionMode::Kueue] {
         let c = ctx(mode);
         let (mut ws, mut clock) = (vec![], 0);
         step(&mut ws, &c, &[head(1), workers(1)], &mut clock);
