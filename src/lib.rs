@@ -12,6 +12,9 @@ pub mod admission;
 /// Pure: the commands' text → text parts (`podsets`, `admit`).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod cli;
+/// IO, the client wing: the commands' reads and writes against a live cluster (status, drain,
+/// rollout verbs, dev apply); the controller never imports it.
+pub mod client;
 /// Pure: startup checks of the installed CRDs (versions, fields, subresources) per admission mode.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod compat;
@@ -22,8 +25,6 @@ pub mod conditions;
 pub mod controller;
 /// The `kueue.x-k8s.io/v1beta2` CRDs raygate installs when Kueue is absent.
 pub mod crdgen;
-/// IO: `apply`/`get` without API discovery, for the dev cluster and the integration tests.
-pub mod dev;
 /// Pure: upgrade-domain drains — the plan (domains, phases, skips, blocks) and the contract preflight.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod drain;
@@ -37,11 +38,6 @@ pub mod gate;
 /// Pure: label selectors (`LabelSelector` objects and `labelSelector` query strings).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod labels;
-/// IO: reads a live cluster for `raygate status` (the summaries are pure, in [`cli::status`]).
-pub mod live;
-/// IO: `raygate drain run` creates a NodeRollout and follows it (the spec and lines are pure, in
-/// [`cli::rollout`]).
-pub mod live_rollout;
 /// Pure: multi-document YAML into typed objects, errors naming document, object and field.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod manifest;

@@ -396,7 +396,7 @@ fn queue(q: &str) -> Value {
 
 /// Server-side applies one object with raygate's dev client (the kind table lives there).
 async fn apply(client: &Client, obj: Value) {
-    raygate::dev::apply(client, &obj.to_string(), "test", None)
+    raygate::client::dev::apply(client, &obj.to_string(), "test", None)
         .await
         .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
 }

@@ -119,7 +119,7 @@ fn pod(cpu: &str) -> Value {
 }
 
 async fn apply(client: &Client, obj: Value) {
-    raygate::dev::apply(client, &obj.to_string(), "test", None)
+    raygate::client::dev::apply(client, &obj.to_string(), "test", None)
         .await
         .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
 }

@@ -348,7 +348,7 @@ impl Env {
             "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": count,
                 "template": {"spec": {"containers": [{"name": "c", "image": "busybox",
                     "resources": {"requests": {"cpu": "1"}}}]}}}]}});
-        raygate::dev::apply(&self.client, &w.to_string(), "test", None)
+        raygate::client::dev::apply(&self.client, &w.to_string(), "test", None)
             .await
             .unwrap_or_else(|e| panic!("applying {w}: {e}"));
     }
@@ -776,7 +776,7 @@ async fn an_autoscaling_head_is_charged_its_sidecar_and_ungated() {
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
             "spec": {"clusterQueue": "cq"}}),
     ] {
-        raygate::dev::apply(&env.client, &obj.to_string(), "test", None)
+        raygate::client::dev::apply(&env.client, &obj.to_string(), "test", None)
             .await
             .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
     }

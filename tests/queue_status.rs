@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn apply(client: &Client, obj: Value) {
-    raygate::dev::apply(client, &obj.to_string(), "test", None)
+    raygate::client::dev::apply(client, &obj.to_string(), "test", None)
         .await
         .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
 }

@@ -1,4 +1,4 @@
-//! `raygate dev …`: the development helpers (`raygate::dev`) and the KubeRay v1.7 emulator
+//! `raygate dev …`: the development helpers (`raygate::client::dev`) and the KubeRay v1.7 emulator
 //! (`raygate_sim::kuberay`) on the command line.
 
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use raygate::dev::{apply, client, get, kind_by_name};
+use raygate::client::dev::{apply, client, get, kind_by_name};
 use raygate_sim::Clock;
 use raygate_sim::kuberay::{EmulatorConfig, run as run_emulator};
 

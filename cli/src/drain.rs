@@ -8,8 +8,8 @@ use raygate::cli::drain::{
     CheckFlags, CheckReport, PlanFlags, PlanReport, check_table, exit, plan_report_table,
 };
 use raygate::cli::{self, Output};
+use raygate::client::live;
 use raygate::drain::CapacityCheck;
-use raygate::live;
 
 #[derive(clap::Args)]
 pub struct DrainArgs {

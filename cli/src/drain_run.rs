@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use raygate::cli::rollout::{Ended, RolloutRequest};
+use raygate::client::rollout;
 use raygate::controller::drain::{self, Run};
 use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
@@ -15,7 +16,6 @@ use raygate::drain::engine::{
 use raygate::drain::{
     CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions, Returns,
 };
-use raygate::live_rollout as rollout;
 use raygate::runtime::SystemClock;
 use raygate::types::rollout::{FailureActionSpec, HandOffMode};
 
@@ -211,7 +211,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let client =
-            raygate::live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+            raygate::client::live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let created = match rollout::create(&client, args.name.as_deref(), spec.clone(), args.dry_run)
             .await
         {
@@ -267,7 +267,7 @@ async fn dry_run(
             return Ok(ExitCode::from(2));
         }
     };
-    let objects = raygate::live::drain_objects(client).await?;
+    let objects = raygate::client::live::drain_objects(client).await?;
     let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
     let plan = match raygate::drain::plan(&objects.cluster(), &options.plan, now) {
         Ok(p) => p,
@@ -285,7 +285,8 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let client =
-            raygate::live::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+            raygate::client::live::client(args.kubeconfig.as_deref(), args.context.as_deref())
+                .await?;
         let options = options(&args);
         if let Some(refused) = capacity_check(&client, &options, args.skip_room_check).await? {
             eprintln!("error: {refused}");
@@ -366,7 +367,7 @@ async fn capacity_check(
     if options.plan.taint.is_none() && !gate {
         return Ok(None);
     }
-    let objects = raygate::live::drain_objects(client).await?;
+    let objects = raygate::client::live::drain_objects(client).await?;
     let world = objects.cluster();
     let now = raygate::types::k8s_openapi::jiff::Timestamp::now();
     let Ok(plan) = raygate::drain::plan(&world, &options.plan, now) else {

@@ -112,7 +112,7 @@ enum Command {
 #[derive(clap::Args)]
 struct StatusArgs {
     /// rayservice/NAME, rayservices (every opted-in one) or clusterqueue/NAME (also cq/).
-    target: raygate::live::Target,
+    target: raygate::client::live::Target,
     /// Namespace of a RayService (default: the kubeconfig context's, else "default").
     #[arg(short = 'n', long)]
     namespace: Option<String>,
@@ -293,7 +293,7 @@ fn main() -> ExitCode {
 /// otherwise.
 fn exit_code_of(e: &anyhow::Error) -> u8 {
     use cli::drain::exit;
-    use raygate::live;
+    use raygate::client::live;
     for cause in e.chain() {
         match cause.downcast_ref::<live::Error>() {
             Some(live::Error::NotFound { .. } | live::Error::Usage(_)) => return exit::BAD_INPUT,
@@ -372,7 +372,7 @@ async fn remove_pod_gate(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
 ) -> anyhow::Result<String> {
-    let client = raygate::live::client(kubeconfig.as_deref(), context.as_deref()).await?;
+    let client = raygate::client::live::client(kubeconfig.as_deref(), context.as_deref()).await?;
     let r = raygate::controller::remove_pod_gates(&client).await?;
     let mut text = format!(
         "removed {}: pod templates of {} RayServices and {} RayClusters, {} pods",
@@ -390,7 +390,7 @@ async fn remove_pod_gate(
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<String> {
-    use raygate::live::{self, Target};
+    use raygate::client::live::{self, Target};
     if args.all_namespaces && !matches!(args.target, Target::RayServices) {
         return Err(live::Error::Usage(
             "-A/--all-namespaces lists RayServices: use it with `rayservices`".into(),

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use raygate::cli::rollout::Ended;
 use raygate::cli::rollout_verbs::{self as verbs, exit};
 use raygate::cli::{self, Output};
-use raygate::live;
-use raygate::live_rollout::{self as io, VerbError};
+use raygate::client::live;
+use raygate::client::rollout::{self as io, VerbError};
 
 #[derive(clap::Args)]
 pub struct RolloutArgs {

@@ -129,7 +129,9 @@ fn plan_flags(args: &[&str]) -> PlanFlags {
 #[tokio::test]
 async fn plan_reads_the_cluster_and_prints_domains_phases_skips_and_blocks() {
     let sim = cluster().await;
-    let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+    let objects = raygate::client::live::drain_objects(&sim.client())
+        .await
+        .unwrap();
     assert_eq!(
         (objects.nodes.len(), objects.pods.len(), objects.pdbs.len()),
         (3, 8, 1)
@@ -215,7 +217,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         handoff: None,
     };
     let options = flags.options().unwrap();
-    let objects = raygate::live::drain_objects(&client).await.unwrap();
+    let objects = raygate::client::live::drain_objects(&client).await.unwrap();
     let findings = raygate::drain::preflight(&objects.cluster(), &options).unwrap();
     let report = CheckReport {
         nodes: objects.nodes.len(),
@@ -250,7 +252,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         Some("StatefulSet"),
     )
     .await;
-    let objects = raygate::live::drain_objects(&client).await.unwrap();
+    let objects = raygate::client::live::drain_objects(&client).await.unwrap();
     let findings = raygate::drain::preflight(&objects.cluster(), &options).unwrap();
     let report = CheckReport {
         nodes: objects.nodes.len(),
@@ -401,7 +403,9 @@ async fn plan_report(
     sim: &Sim,
     args: &[&str],
 ) -> (Vec<raygate::drain::DeadEnd>, String, Value, u8) {
-    let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+    let objects = raygate::client::live::drain_objects(&sim.client())
+        .await
+        .unwrap();
     let flags = plan_flags(args);
     let options = flags.options().unwrap();
     let world = objects.cluster();
@@ -482,7 +486,9 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
             handoff: None,
         };
         let options = flags.options().unwrap();
-        let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+        let objects = raygate::client::live::drain_objects(&sim.client())
+            .await
+            .unwrap();
         let world = objects.cluster();
         let findings = raygate::drain::preflight(&world, &options).unwrap();
         let found = match flags.plan_options(&options) {
@@ -635,7 +641,9 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
             handoff,
         };
         let options = flags.options().unwrap();
-        let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+        let objects = raygate::client::live::drain_objects(&sim.client())
+            .await
+            .unwrap();
         let world = objects.cluster();
         let o = flags.plan_options(&options)?;
         let plan = raygate::drain::plan(&world, &o, Timestamp::UNIX_EPOCH).unwrap();
@@ -672,7 +680,9 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     assert!(report(room_cluster(true).await, None).await.is_none());
 
     // drain run --local: refused with the controller's text, unless told to skip
-    let objects = raygate::live::drain_objects(&sim.client()).await.unwrap();
+    let objects = raygate::client::live::drain_objects(&sim.client())
+        .await
+        .unwrap();
     let world = objects.cluster();
     let options = plan_flags(&flags).options().unwrap();
     let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use raygate::cli::rollout::{Ended, RolloutRequest};
-use raygate::live_rollout::{create, follow};
+use raygate::client::rollout::{create, follow};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate::types::rollout::NodeRollout;
 use tokio::sync::watch;

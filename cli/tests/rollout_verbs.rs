@@ -1,5 +1,5 @@
 //! `raygate rollout get|pause|resume NAME`: the commands' library halves
-//! (`raygate::live_rollout`, `raygate::cli::rollout_verbs`) against the simulated cluster with
+//! (`raygate::client::rollout`, `raygate::cli::rollout_verbs`) against the simulated cluster with
 //! the NodeRollout controller running in-process, on the paused clock.
 
 use std::time::Duration;
@@ -8,8 +8,8 @@ use kube::Client;
 use raygate::cli::rollout::Ended;
 use raygate::cli::rollout::RolloutRequest;
 use raygate::cli::rollout_verbs::{exit, view, view_table};
+use raygate::client::rollout::{VerbError, create, get, pause_rollout, resume_rollout, watch};
 use raygate::drain::rollout::RESUME_ANNOTATION;
-use raygate::live_rollout::{VerbError, create, get, pause_rollout, resume_rollout, watch};
 use raygate::types::rollout::NodeRollout;
 
 #[path = "support/rollout_cluster.rs"]

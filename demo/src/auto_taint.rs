@@ -15,7 +15,7 @@ pub async fn decide(
     now: Timestamp,
     upgrade: &crate::baselines::Upgrade,
 ) -> Result<bool, String> {
-    let objects = raygate::live::drain_objects(client)
+    let objects = raygate::client::live::drain_objects(client)
         .await
         .map_err(|e| format!("reading the cluster for taintOutdated's default: {e}"))?;
     let options = PlanOptions {

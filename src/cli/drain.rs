@@ -1,6 +1,6 @@
 //! `raygate drain plan` and `raygate drain check`: the flags (kubectl drain's names where kubectl
 //! has the flag), their mapping onto the pure plan's options, and the tables. Reading the cluster
-//! is [`crate::live::drain_objects`]; this part is pure.
+//! is [`crate::client::live::drain_objects`]; this part is pure.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! The pure parts of raygate's command line: each command takes file text (or objects read by
-//! [`crate::live`]) and returns output text or an error line. `main.rs` only parses flags, reads files and prints.
+//! [`crate::client::live`]) and returns output text or an error line. `main.rs` only parses flags, reads files and prints.
 
 mod admit;
 pub use admit::{AdmitReport, ClusterQueueRow, WorkloadRow, admit, admit_table, read_snapshot};

@@ -1,6 +1,6 @@
 //! `raygate drain run` without `--local` (pure half): the flags become a `NodeRollout` spec the
 //! controller runs, and its status one line for the operator. The IO half (create, follow, pause
-//! on Ctrl-C) is [`crate::live_rollout`].
+//! on Ctrl-C) is [`crate::client::rollout`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 

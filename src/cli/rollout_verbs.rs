@@ -1,5 +1,5 @@
 //! `raygate rollout get|pause|resume NAME` (pure half): what a NodeRollout's status says, and what
-//! a resume writes. The IO half (read, patch, retry on 409) is [`crate::live_rollout`].
+//! a resume writes. The IO half (read, patch, retry on 409) is [`crate::client::rollout`].
 //!
 //! Two pauses exist: the operator's (`spec.paused`) and the engine's (a failure with
 //! `failureAction: Pause`, or manual mode after a domain), which only the resume counter

@@ -1,5 +1,5 @@
 //! `raygate status`: what raygate sees of one RayService or one ClusterQueue, summarised from the
-//! objects read off a live cluster (the reading is `crate::live`; this part is pure).
+//! objects read off a live cluster (the reading is `crate::client::live`; this part is pure).
 
 use std::collections::BTreeMap;
 

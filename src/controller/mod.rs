@@ -59,7 +59,7 @@ use crate::types::ray::RayCluster;
 // | `raygate-drain`      | Node cordon, taints, upgrade label, uncordon (`drain::DRAIN_MANAGER`) |
 // | `raygate-rollout`    | NodeRollout status (`drain::rollout::ROLLOUT_MANAGER`)              |
 // | `raygate-leader`     | the leader-election Lease (`leader.rs`)                             |
-// | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::dev`)          |
+// | `raygate-dev`        | `raygate dev apply` (not the controller; see `crate::client::dev`)          |
 
 /// Every field manager of raygate's starts with it (the caches keep only these managers'
 /// `managedFields` entries).

@@ -174,7 +174,7 @@ impl Env {
         let apply = |obj: Value| {
             let client = self.client.clone();
             async move {
-                raygate::dev::apply(&client, &obj.to_string(), "test", None)
+                raygate::client::dev::apply(&client, &obj.to_string(), "test", None)
                     .await
                     .unwrap_or_else(|e| panic!("applying {obj}: {e}"));
             }
