@@ -19,7 +19,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::controller::{Config, run_with};
 use raygate::gate::ERROR_ANNOTATION;
-use raygate::runtime::{Clock, Monotonic, SystemClock};
+use raygate::runtime::{Clock, SystemClock};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::kuberay::EmulatorConfig;
@@ -95,19 +95,6 @@ on_both_servers!(
     a_deleted_covering_workload_stays_charged_until_the_running_child_s_new_slice_is_admitted,
 );
 
-/// The controller's clock on the sim: the sim's (its timestamps and raygate's agree).
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
-
 /// A controller and an emulator running for one test.
 struct Env {
     client: Client,
@@ -138,7 +125,7 @@ impl Env {
         raygate_testing::apiserver::init_logs();
         let cluster = backend.cluster(test).await;
         let clock: Arc<dyn Clock> = match &cluster.sim {
-            Some(sim) => Arc::new(SimClock(sim.clock().clone())),
+            Some(sim) => Arc::new(sim.clock().clone()),
             None => Arc::new(SystemClock::default()),
         };
         let mut env = Env {

@@ -11,29 +11,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::controller::{Config, run_with};
-use raygate::runtime::{Clock, Monotonic};
+use raygate::runtime::Clock;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::Sim;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-
-/// The controller's clock on the sim: the sim's.
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
 
 fn sim(ns: &str, clock: raygate_sim::Clock) -> Sim {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -234,7 +220,7 @@ async fn events_carry_cluster_time_and_tell_holds_on_rayclusters_and_admission_o
     let epoch = sim.clock().now();
     let client = sim.client();
     queues(&client, ns, "4").await;
-    let clock: Arc<dyn Clock> = Arc::new(SimClock(sim.clock().clone()));
+    let clock: Arc<dyn Clock> = Arc::new(sim.clock().clone());
     let (stop, controller) = spawn_controller(
         sim.client_as("raygate"),
         clock,
@@ -420,7 +406,7 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
     const LEASE_SECONDS: u64 = 3;
     let lease_duration = Duration::from_secs(LEASE_SECONDS);
     let config = |identity: &str| replica(ns, identity, LEASE_SECONDS);
-    let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
+    let clock = || -> Arc<dyn Clock> { Arc::new(sim.clock().clone()) };
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let spec = || async { leases.get("raygate").await.ok()?.spec };
     let holder = || async { spec().await?.holder_identity };
@@ -530,7 +516,7 @@ async fn a_leader_whose_renewals_fail_writes_nothing_after_its_renew_deadline() 
     const LEASE_SECONDS: u64 = 4;
     let renew_deadline = Duration::from_secs(LEASE_SECONDS) * 2 / 3;
     let config = |identity: &str| replica(ns, identity, LEASE_SECONDS);
-    let clock = || -> Arc<dyn Clock> { Arc::new(SimClock(sim.clock().clone())) };
+    let clock = || -> Arc<dyn Clock> { Arc::new(sim.clock().clone()) };
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let holder = || async { leases.get("raygate").await.ok()?.spec?.holder_identity };
     let wait = Duration::from_secs(60);

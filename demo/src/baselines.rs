@@ -30,7 +30,6 @@ use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
 use raygate::drain::engine::{Handoff, Options as EngineOptions, Phase};
 use raygate::drain::{Generation, GenerationSource, GenerationTarget, PlanOptions};
-use raygate::runtime::{Clock as ControllerClock, Monotonic};
 use raygate_sim::Clock;
 use raygate_sim::actors::node_lifecycle;
 use serde_json::json;
@@ -419,19 +418,6 @@ pub async fn run(
     })
 }
 
-/// The sim's clock as the controller's.
-pub struct SimClock(pub Clock);
-
-impl ControllerClock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
-
 /// The upgrade agent for raygate's `reboot` hand-off (what a system-upgrade-controller Plan
 /// selecting the label would be): reboots a node labelled `raygate.io/upgrade=requested` that is
 /// not at the `target` generation yet, once per generation (the label stays until raygate
@@ -503,7 +489,7 @@ async fn run_raygate(
     let mut paused: Vec<bool> = vec![];
     let end = executor::run(
         client.clone(),
-        Arc::new(SimClock(clock.clone())),
+        Arc::new(clock.clone()),
         Run::new(options),
         |s| {
             tracing::debug!(phase = ?s.phase, waiting = %s.waiting, "raygate's drain");

@@ -61,6 +61,18 @@ impl Clock {
     }
 }
 
+/// The sim's clock is the controller's clock when raygate runs on the simulated cluster: wall time
+/// is cluster time, the monotonic reading is the time since the clock was made.
+impl raygate::runtime::Clock for Clock {
+    fn now(&self) -> Timestamp {
+        Clock::now(self)
+    }
+
+    fn monotonic(&self) -> raygate::runtime::Monotonic {
+        raygate::runtime::Monotonic::from_origin(self.elapsed())
+    }
+}
+
 /// A timestamp truncated to whole seconds, formatted as the API server does.
 pub fn seconds(t: Timestamp) -> String {
     Timestamp::from_second(t.as_second())

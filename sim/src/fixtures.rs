@@ -10,10 +10,8 @@ use std::time::Duration;
 use crate::Sim;
 use crate::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use raygate::runtime::{Clock, Monotonic};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -24,18 +22,6 @@ pub const POOL: &str = "pool";
 /// The disruption controller's reaction lag in these clusters.
 pub const LAG: Duration = Duration::from_secs(5);
 pub const WAIT: Duration = Duration::from_secs(3 * 3600);
-
-pub struct SimClock(pub crate::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
 
 /// A sim builder with the LWS CRD installed and namespace [`NS`] (set a seed, faults, ...).
 pub fn builder() -> crate::SimBuilder {
@@ -219,23 +205,4 @@ pub async fn pods(client: &Client) -> Vec<Pod> {
         .await
         .unwrap()
         .items
-}
-
-/// The NodeRollout controller's inputs on `sim`: `client`, the sim's clock, always leading and
-/// never fenced, as `raygate-0`, deciding every second.
-pub fn rollouts(
-    sim: &Sim,
-    client: Client,
-    metrics: std::sync::Arc<raygate::controller::Metrics>,
-) -> raygate::controller::drain::rollout::Rollouts {
-    raygate::controller::drain::rollout::Rollouts {
-        client,
-        clock: std::sync::Arc::new(SimClock(sim.clock().clone())),
-        metrics,
-        leader: watch::channel(true).1,
-        fence: raygate::controller::Fence::open(),
-        identity: "raygate-0".into(),
-        tick: Duration::from_secs(1),
-        services: None,
-    }
 }

@@ -214,7 +214,7 @@ fn start(sim: &Sim, options: Options) -> Drain {
     let out = states.clone();
     let handle = tokio::spawn(executor::run(
         sim.client_as("raygate-drain"),
-        Arc::new(SimClock(sim.clock().clone())),
+        Arc::new(sim.clock().clone()),
         run,
         move |s: &State| out.lock().unwrap().push(s.clone()),
         async move {

@@ -24,7 +24,6 @@ use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
 use raygate::drain::engine::{Options, Phase, State};
 use raygate::drain::{DrainRules, PlanOptions};
-use raygate::runtime::{Clock, Monotonic};
 use raygate_sim::Sim;
 use raygate_sim::actors::{disruption, kubelet, scheduler};
 use serde_json::{Value, json};
@@ -33,18 +32,6 @@ use tokio::sync::watch;
 const NS: &str = "rules";
 const UD: &str = "topology.raygate.io/upgrade-domain";
 const TARGET: &str = "old-0";
-
-struct SimClock(raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
 
 /// The cluster: `old-0` (the target) and `new-0`, their kubelets (containers stop on SIGTERM
 /// after `stop_after`; `None`: the whole grace period), the scheduler and the disruption
@@ -249,7 +236,7 @@ fn start(sim: &Sim, options: Options) -> Drain {
     let out = states.clone();
     let handle = tokio::spawn(executor::run(
         sim.client_as("raygate-drain"),
-        Arc::new(SimClock(sim.clock().clone())),
+        Arc::new(sim.clock().clone()),
         Run::new(options),
         move |s: &State| out.lock().unwrap().push(s.clone()),
         async move {

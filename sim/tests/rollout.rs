@@ -5,6 +5,9 @@
 //! kubelets; the paused clock. What was evicted is read from the cluster's own history (a watch on
 //! the pods: the Eviction API's `DisruptionTarget` condition), never from the controller.
 
+mod support;
+use support::controller_on;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -19,7 +22,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
-use raygate::controller::drain::rollout;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
 use raygate_sim::actors::lws;
@@ -168,17 +170,6 @@ fn controller(
     metrics: Arc<Metrics>,
 ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
     controller_on(sim, sim.client_as("raygate"), metrics)
-}
-
-/// [`controller`] with its own client.
-fn controller_on(
-    sim: &Sim,
-    client: Client,
-    metrics: Arc<Metrics>,
-) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
-    let (stop, shutdown) = watch::channel(false);
-    let r = raygate_sim::fixtures::rollouts(sim, client, metrics);
-    (stop, tokio::spawn(rollout::run(r, shutdown)))
 }
 
 fn rollout_object(name: &str, spec: Value) -> NodeRollout {
@@ -1038,7 +1029,7 @@ async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_
     let controller = tokio::spawn(raygate::controller::run_with(
         sim.client_as("raygate"),
         config,
-        Arc::new(SimClock(sim.clock().clone())),
+        Arc::new(sim.clock().clone()),
         async move {
             let _ = stopped.await;
         },

@@ -4,6 +4,9 @@
 //! controller with its lag, the scheduler and kubelets; the paused clock. What was evicted is
 //! read from the cluster's own history (the Eviction API's `DisruptionTarget` condition).
 
+mod support;
+use support::controller;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,13 +20,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use raygate::controller::Metrics;
-use raygate::controller::drain::rollout;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
 use raygate_sim::actors::replicaset;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 use raygate_sim::fixtures::*;
 
@@ -115,18 +115,6 @@ fn record_evictions(sim: &Sim) -> History {
         }
     });
     history
-}
-
-/// The NodeRollout controller on `sim`, leading, until the sender is dropped.
-fn controller(sim: &Sim) -> watch::Sender<bool> {
-    let (stop, shutdown) = watch::channel(false);
-    let r = raygate_sim::fixtures::rollouts(
-        sim,
-        sim.client_as("raygate"),
-        Arc::new(Metrics::default()),
-    );
-    tokio::spawn(rollout::run(r, shutdown));
-    stop
 }
 
 /// A rollout of the nodes with `pool=POOL`, LeaderWorkerSet groups, health stable 30 s and

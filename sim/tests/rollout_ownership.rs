@@ -5,6 +5,9 @@
 //! goes). LeaderWorkerSet groups, a budget over the leaders, the disruption controller, the
 //! scheduler and kubelets; the paused clock.
 
+mod support;
+use support::controller;
+
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,13 +20,10 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use raygate::controller::Metrics;
-use raygate::controller::drain::rollout;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::fixtures::*;
 use raygate_sim::{Registry, Sim};
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 /// The sim with raygate's NodeRollout CRD; `cel: false` leaves its CEL rules out, as a server
 /// that does not run them would.
@@ -101,18 +101,6 @@ async fn layout(client: &Client) {
         (s.current_healthy == Some(3) && s.disruptions_allowed == Some(1)).then_some(())
     })
     .await;
-}
-
-/// The controller on `sim`, leading, until the returned sender is dropped.
-fn controller(sim: &Sim) -> watch::Sender<bool> {
-    let (stop, shutdown) = watch::channel(false);
-    let r = raygate_sim::fixtures::rollouts(
-        sim,
-        sim.client_as("raygate"),
-        Arc::new(Metrics::default()),
-    );
-    tokio::spawn(rollout::run(r, shutdown));
-    stop
 }
 
 fn rollouts(client: &Client) -> Api<NodeRollout> {

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::jiff::Timestamp;
+
 use kube::Client;
 use kube::api::{Api, ApiResource, ListParams, PostParams};
 use raygate::controller::{Config, run_with};
 use raygate::gate::pod_gate::POD_GATE;
-use raygate::runtime::{Clock, Monotonic};
+use raygate::runtime::Clock;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
@@ -26,18 +26,6 @@ use tokio::sync::{oneshot, watch};
 
 /// The RayServices' namespace.
 pub const NS: &str = "serving";
-
-pub struct SimClock(pub raygate_sim::Clock);
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        self.0.now()
-    }
-
-    fn monotonic(&self) -> Monotonic {
-        Monotonic::from_origin(self.0.elapsed())
-    }
-}
 
 /// How the world is built ([`Setup::default`]: no faults, the kubelet's defaults, no emulated
 /// Ray autoscaler).
@@ -146,7 +134,7 @@ impl Env {
     pub fn start_controller_with(&mut self, pod_gate: bool) {
         let (tx, rx) = oneshot::channel::<()>();
         let client = self.sim.client_as("raygate");
-        let clock: Arc<dyn Clock> = Arc::new(SimClock(self.sim.clock().clone()));
+        let clock: Arc<dyn Clock> = Arc::new(self.sim.clock().clone());
         let config = Config {
             admission_resync: Duration::from_millis(500),
             pod_gate,

@@ -10,8 +10,6 @@ use kube::Client;
 use raygate_sim::Sim;
 use tokio::sync::watch;
 
-use crate::baselines::SimClock;
-
 /// raygate's controller, which a timeline kills and restarts.
 pub(super) struct Controller {
     sim: Sim,
@@ -66,7 +64,7 @@ impl Controller {
         let (tx, rx) = watch::channel(());
         let sim = self.sim.clone();
         let restart = self.restart_after_kill.clone();
-        let clock: Arc<dyn raygate::runtime::Clock> = Arc::new(SimClock(self.sim.clock().clone()));
+        let clock: Arc<dyn raygate::runtime::Clock> = Arc::new(self.sim.clock().clone());
         let config = raygate::controller::Config {
             admission_resync: Duration::from_millis(500),
             pod_gate: self.pod_gate,
