@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::{Api, PostParams};
-use raygate::controller::Metrics;
-use raygate::controller::drain::rollout::run;
+use raygate::controller::drain::rollout::{Rollouts, run};
+use raygate::controller::{Fence, Metrics};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate_sim::Sim;
 use raygate_sim::actors::kubelet;
@@ -56,11 +57,17 @@ pub async fn cluster(pods: usize) -> (Sim, watch::Sender<bool>) {
                 .unwrap();
         }
     }
-    let r = raygate_sim::fixtures::rollouts(
-        &sim,
-        sim.client_as("raygate"),
-        Arc::new(Metrics::default()),
-    );
+    // always leading, never fenced, deciding every second on the sim's clock
+    let r = Rollouts {
+        client: sim.client_as("raygate"),
+        clock: Arc::new(sim.clock().clone()),
+        metrics: Arc::new(Metrics::default()),
+        leader: watch::channel(true).1,
+        fence: Fence::open(),
+        identity: "raygate-0".into(),
+        tick: Duration::from_secs(1),
+        services: None,
+    };
     tokio::spawn(run(r, shutdown));
     (sim, stop)
 }
