@@ -32,9 +32,15 @@ pub mod drain;
 /// take them.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod duration;
+/// Pure: the Events raygate records, as values.
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod events;
 /// Pure: what to do about one opted-in RayService, its children and its slices.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod gate;
+/// Pure: the scrape-time gauges (held RayServices, hold duration and requests, pending slices).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod gauges;
 /// Pure: label selectors (`LabelSelector` objects and `labelSelector` query strings).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod labels;
@@ -56,9 +62,6 @@ pub mod runtime;
 /// Pure: Workload slice chains — which Workloads a RayService's current PodSets need.
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod slices;
-/// Pure: the scrape-time gauges (held RayServices, hold duration and requests, pending slices).
-#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
-pub mod visibility;
 /// Pure: Workload state and Kueue's slice annotations (predicates, `replacement-for`, chain order).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod workload;

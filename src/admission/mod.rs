@@ -44,6 +44,7 @@
 mod catalog;
 mod cohorts;
 mod cycle;
+mod events;
 mod flavors;
 mod ids;
 mod index;
@@ -74,6 +75,7 @@ use crate::types::kueue::{
     Admission, ClusterQueue, Cohort, FlavorUsage, LocalQueue, LocalQueueFlavorUsage,
     ResourceFlavor, Workload, WorkloadPriorityClass, WorkloadStatus,
 };
+pub use events::admission_events;
 use ids::WorkloadIx;
 use index::Index;
 

@@ -429,7 +429,7 @@ async fn write_decision(
     };
     // Kueue's Events on the Workload (QuotaReserved + Admitted, Preempted/Evicted), once written
     let reference = kube::Resource::object_ref(&updated, &());
-    for ev in crate::visibility::admission_events(d) {
+    for ev in crate::admission::admission_events(d) {
         ctx.events.publish(&reference, &ev).await;
     }
     count_decision(ctx, w, d, now);

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::Context;
 use crate::admission::Snapshot;
-use crate::gate::{EventType, GateEvent};
+use crate::events::{Event, EventType};
 use crate::slices::lapsed;
 use crate::types::kueue::Workload;
 use crate::types::ray::RayCluster;
@@ -81,7 +81,7 @@ pub(super) async fn keep_lapsed_coverage(
             crate::meta::key(&l.deleted.metadata),
             l.children.join(", ")
         );
-        let event = GateEvent {
+        let event = Event {
             type_: EventType::Warning,
             reason: "CoverageLapsed",
             message,

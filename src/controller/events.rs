@@ -29,7 +29,7 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use super::Clock;
-use crate::gate::{EventType, GateEvent};
+use crate::events::{Event, EventType};
 
 /// The `reportingController` of every raygate Event.
 pub const REPORTING_CONTROLLER: &str = "raygate";
@@ -118,7 +118,7 @@ impl EventSink {
     }
 
     /// Logs the event and publishes it on `object`.
-    pub async fn publish(&self, object: &ObjectReference, ev: &GateEvent) {
+    pub async fn publish(&self, object: &ObjectReference, ev: &Event) {
         let name = object.name.as_deref().unwrap_or_default();
         let ns = object.namespace.as_deref().unwrap_or_default();
         match ev.type_ {
@@ -142,7 +142,7 @@ impl EventSink {
         }
     }
 
-    async fn record(&self, object: &ObjectReference, ev: &GateEvent) -> Result<(), kube::Error> {
+    async fn record(&self, object: &ObjectReference, ev: &Event) -> Result<(), kube::Error> {
         let now = self.clock.now();
         let note = truncate(&ev.message, 1024);
         let key = Key {
@@ -203,7 +203,7 @@ impl EventSink {
     async fn create(
         &self,
         object: &ObjectReference,
-        ev: &GateEvent,
+        ev: &Event,
         note: String,
         now: Timestamp,
     ) -> Result<Recorded, kube::Error> {

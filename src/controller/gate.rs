@@ -15,8 +15,9 @@ use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
 use super::{Context, Error, Monotonic, backoff, not_synced, resync};
+use crate::events::Event;
 use crate::gate::pods_ready::PodsReady;
-use crate::gate::{self, GateAction, GateDecision, GateEvent, GateOptions};
+use crate::gate::{self, GateAction, GateDecision, GateOptions};
 use crate::podsets;
 use crate::runtime::SortedState;
 use crate::slices::{self, SliceAction};
@@ -442,7 +443,7 @@ pub(crate) fn overlay_released(
 /// The decision's Events that may be published when only its first `applied` actions were
 /// applied: an Event that announces an action ([`GateDecision::announces`]) goes only when that
 /// action was applied; the others (`Holding`, `InvalidPodSets`) are observations, always published.
-pub(crate) fn applied_events(decision: &GateDecision, applied: usize) -> Vec<&GateEvent> {
+pub(crate) fn applied_events(decision: &GateDecision, applied: usize) -> Vec<&Event> {
     decision
         .events
         .iter()
@@ -688,7 +689,8 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::{applied_events, overlay_released, record_overlaid};
-    use crate::gate::{EventType, GateAction, GateDecision, GateEvent};
+    use crate::events::{Event, EventType};
+    use crate::gate::{GateAction, GateDecision};
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()
@@ -833,8 +835,8 @@ mod tests {
         assert!(still.is_empty());
     }
 
-    fn ev(reason: &'static str) -> GateEvent {
-        GateEvent {
+    fn ev(reason: &'static str) -> Event {
+        Event {
             type_: EventType::Normal,
             reason,
             message: String::new(),

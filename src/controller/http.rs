@@ -82,7 +82,7 @@ fn scrape(ctx: &Context) {
     let local_queues = ctx.stores.local_queues.sorted_state();
     let cluster_refs: Vec<&crate::types::ray::RayCluster> =
         clusters.iter().map(|c| c.as_ref()).collect();
-    let g = crate::visibility::gauges(
+    let g = crate::gauges::gauges(
         services.iter().map(|s| s.as_ref()),
         &cluster_refs,
         workloads.iter().map(|w| w.as_ref()),

@@ -337,7 +337,7 @@ impl Metrics {
 
 impl Metrics {
     /// Replaces the scrape-time gauges with `g` (series of services no longer held disappear).
-    pub fn refresh(&self, g: &crate::visibility::Gauges, is_leader: bool) {
+    pub fn refresh(&self, g: &crate::gauges::Gauges, is_leader: bool) {
         self.is_leader.set(i64::from(is_leader));
         self.pending_slices.set(g.pending_slices as i64);
         self.held_children.clear();

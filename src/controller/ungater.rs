@@ -20,9 +20,9 @@ use kube::runtime::reflector::Store;
 use tokio::sync::{Notify, watch};
 
 use super::Context;
+use crate::events::{Event, EventType};
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
 use crate::gate::pods_held;
-use crate::gate::{EventType, GateEvent};
 use crate::podsets::{self, pod_requests};
 use crate::runtime::SortedState;
 use crate::types::ray::RayService;
@@ -275,7 +275,7 @@ async fn lift_and_tell(
         Ok(()) => {
             ungated_here.insert(pod.metadata.uid.clone().unwrap_or_default());
             tracing::info!(pod = %key, gate = POD_GATE, "ungated: {why}");
-            let ev = GateEvent {
+            let ev = Event {
                 type_: EventType::Normal,
                 reason: "Ungated",
                 message: format!("removed scheduling gate {POD_GATE} from pod {name}: {why}"),

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::{EventType, GateAction, GateDecision};
+use super::{GateAction, GateDecision};
+use crate::events::EventType;
 use crate::slices::SliceAction;
 use crate::types::kueue::{Workload, reason};
 use crate::types::ray::{INITIALIZING_TIMEOUT_ANNOTATION, RayCluster, RayService};

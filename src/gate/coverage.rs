@@ -8,8 +8,9 @@
 //! until the new one is admitted ([`crate::slices::lapsed`]); a real Kueue cannot be told, so
 //! the gate says what runs uncounted until then.
 
-use super::{EventType, Facts, GateDecision, child_name, is_suspended};
+use super::{Facts, GateDecision, child_name, is_suspended};
 use crate::admission::AdmissionMode;
+use crate::events::EventType;
 use crate::workload;
 
 /// A Warning while released children run and no slice of the RayService holds quota (Kueue

@@ -1,6 +1,7 @@
 //! What the gate decides: the actions the controller applies, in order, and the Events that
 //! announce them or tell what the gate sees.
 
+use crate::events::{Event, EventType};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{pod_gate, pods_held};
@@ -62,28 +63,11 @@ pub enum GateAction {
     },
 }
 
-/// Normal or Warning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An Event to record on the RayService (or one of its children).
-#[derive(Clone, Debug, PartialEq)]
-pub struct GateEvent {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-    /// `Some(child)` for an Event on a child RayCluster, `None` for the RayService.
-    pub child: Option<String>,
-}
-
 /// The decision for one RayService.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GateDecision {
     pub actions: Vec<GateAction>,
-    pub events: Vec<GateEvent>,
+    pub events: Vec<Event>,
     /// Which Event announces which action: `(event index, action index)`. An announcing Event
     /// is published only once its action is applied; the other Events are observations
     /// (`Holding`, `InvalidPodSets`) and always published.
@@ -147,7 +131,7 @@ impl GateDecision {
         message: String,
         child: Option<&str>,
     ) {
-        self.events.push(GateEvent {
+        self.events.push(Event {
             type_,
             reason,
             message,

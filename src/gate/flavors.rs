@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{PodSpec, Toleration};
 use serde_json::{Value, json};
 
-use super::{EventType, GateAction, GateDecision};
+use super::{GateAction, GateDecision};
+use crate::events::EventType;
 use crate::podsets::{self, HEAD_GROUP, INJECTED_PLACEMENT_ANNOTATION, Injected, PodSet};
 use crate::types::kueue::{ResourceFlavorSpec, Workload};
 use crate::types::ray::RayCluster;

@@ -1,7 +1,7 @@
 //! The gate (pure): what to do about one opted-in RayService, its children and its slices.
 //!
 //! [`decide`] reads a RayService, its child RayClusters and its Workloads and returns
-//! [`GateAction`]s and [`GateEvent`]s; `crate::controller` applies them. The rules:
+//! [`GateAction`]s and [`Event`]s; `crate::controller` applies them. The rules:
 //!
 //! * **Template gate**: `spec.rayClusterConfig.suspend=true` on the RayService, so every child
 //!   KubeRay creates (the upgrade's pending one included) is born suspended. When raygate first
@@ -30,6 +30,7 @@ pub mod pods_ready;
 #[cfg(test)]
 mod incremental_tests;
 
+use crate::events::{Event, EventType};
 use std::collections::BTreeSet;
 
 pub mod children;
@@ -49,7 +50,7 @@ use crate::types::kueue::{
 use crate::types::ray::{RayCluster, RayService};
 use crate::{conditions, meta, workload};
 
-pub use decision::{EventType, GateAction, GateDecision, GateEvent, GateOptions};
+pub use decision::{GateAction, GateDecision, GateOptions};
 use release::release_or_hold;
 pub use release::{GATE_FIELD_MANAGER, QUOTA_HELD, QUOTA_RELEASED};
 pub use upgrade_evicted::UPGRADE_EVICTED_ANNOTATION;
@@ -133,7 +134,7 @@ pub fn decide(
 pub fn resolve_priority(
     service: &RayService,
     classes: &std::collections::BTreeMap<String, i32>,
-) -> (Option<(PriorityClassRef, i32)>, Option<GateEvent>) {
+) -> (Option<(PriorityClassRef, i32)>, Option<Event>) {
     let Some(class) = meta::label(&service.metadata, PRIORITY_CLASS_LABEL) else {
         return (None, None);
     };
@@ -151,7 +152,7 @@ pub fn resolve_priority(
         ),
         None => (
             None,
-            Some(GateEvent {
+            Some(Event {
                 type_: EventType::Warning,
                 reason: "PriorityClassNotFound",
                 message: format!(

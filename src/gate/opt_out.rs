@@ -21,9 +21,10 @@
 //! RayService without the queue label.
 
 use super::{
-    ERROR_ANNOTATION, EventType, GateAction, GateDecision, OPTED_OUT_ANNOTATION,
-    RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended, pod_gate,
+    ERROR_ANNOTATION, GateAction, GateDecision, OPTED_OUT_ANNOTATION, RELEASED_ANNOTATION,
+    SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended, pod_gate,
 };
+use crate::events::EventType;
 use crate::slices::SliceAction;
 use crate::types::kueue::{QUEUE_NAME_LABEL, Workload, reason};
 use crate::types::ray::{RayCluster, RayService};

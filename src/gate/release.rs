@@ -4,9 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{
-    EventType, Facts, GateAction, GateDecision, admitted_at, child_name, flavors, is_suspended,
-};
+use super::{Facts, GateAction, GateDecision, admitted_at, child_name, flavors, is_suspended};
+use crate::events::EventType;
 use crate::types::kueue::{Workload, condition};
 use crate::types::ray::RayCluster;
 use crate::{conditions, meta, slices, workload};

@@ -10,9 +10,8 @@
 //! [`UPGRADE_EVICTED_ANNOTATION`] so that the same slice, shrunk to the serving child, is still
 //! recognised once the pending children are gone.
 
-use super::{
-    EventType, Facts, GateAction, GateDecision, child_name, eviction_reason, is_suspended,
-};
+use super::{Facts, GateAction, GateDecision, child_name, eviction_reason, is_suspended};
+use crate::events::EventType;
 use crate::podsets;
 use crate::slices::{self, ServingCover};
 use crate::types::kueue::Workload;

@@ -15,8 +15,9 @@ use serde_json::json;
 
 use super::DRAIN_MANAGER;
 use crate::controller::events::EventSink;
-use crate::drain::engine::{Action, EventType, EvictTarget, EvictionResult, Outcome};
+use crate::drain::engine::{Action, EvictTarget, EvictionResult, Outcome};
 use crate::drain::engine::{KUBERAY_SPEC_HASH, MOVE_MARK, MOVED_BY};
+use crate::events::{Event, EventType};
 use crate::runtime::Clock;
 use crate::types::ray::RayCluster;
 
@@ -267,11 +268,8 @@ impl Apply {
         reason: &'static str,
         message: &str,
     ) {
-        let event = crate::gate::GateEvent {
-            type_: match type_ {
-                EventType::Normal => crate::gate::EventType::Normal,
-                EventType::Warning => crate::gate::EventType::Warning,
-            },
+        let event = Event {
+            type_,
             reason,
             message: message.to_string(),
             child: None,

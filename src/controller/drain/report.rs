@@ -405,11 +405,11 @@ impl Worker {
             uid: nro.metadata.uid.clone(),
             ..ObjectReference::default()
         };
-        let event = crate::gate::GateEvent {
+        let event = crate::events::Event {
             type_: if warning {
-                crate::gate::EventType::Warning
+                crate::events::EventType::Warning
             } else {
-                crate::gate::EventType::Normal
+                crate::events::EventType::Normal
             },
             reason,
             message: message.to_string(),

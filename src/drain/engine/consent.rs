@@ -16,7 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{EventType, EvictTarget, Hold, PodRef, Stepper, human};
+use super::{EvictTarget, Hold, PodRef, Stepper, human};
+use crate::events::EventType;
 
 /// The hold reasons (the `Blocked` condition's reason).
 pub const GROUPS_UNAVAILABLE: &str = "GroupsUnavailable";

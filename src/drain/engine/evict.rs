@@ -10,10 +10,11 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::outcome::BUDGET_NOT_SYNCED;
 use super::{
-    Action, Baseline, DomainPlan, EventType, EvictTarget, Evicted, PodRef, Refusal, Step, Stepper,
-    human, pod_serving, replan,
+    Action, Baseline, DomainPlan, EvictTarget, Evicted, PodRef, Refusal, Step, Stepper, human,
+    pod_serving, replan,
 };
 use crate::drain::{DrainError, is_finished, namespace};
+use crate::events::EventType;
 
 /// How long a pod terminating on an unreachable node is waited for (Cluster API's drain sets
 /// `SkipWaitForDeleteTimeoutSeconds` to 5 minutes for such a node).

@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Node;
 
 use super::{
-    Action, EventType, Handoff, Health, NODE_NOT_RETURNING, NODE_RETURN_GRACE, Step, Stepper,
-    has_label, has_taint, human, is_cordoned, node_ready,
+    Action, Handoff, Health, NODE_NOT_RETURNING, NODE_RETURN_GRACE, Step, Stepper, has_label,
+    has_taint, human, is_cordoned, node_ready,
 };
 use crate::drain::{compare_generations, name, node_domain, node_generation};
+use crate::events::EventType;
 
 impl<'a> Stepper<'a> {
     pub(super) fn hand_off(&mut self, i: usize) {

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::SignedDuration;
 
 use super::evict::Workload;
-use super::{EventType, Step, Stepper, human, node_ready, pod_serving};
+use super::{Step, Stepper, human, node_ready, pod_serving};
 use crate::drain::in_group;
+use crate::events::EventType;
 
 /// What the health gate found in one look.
 struct Health {

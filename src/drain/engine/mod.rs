@@ -38,6 +38,7 @@ mod returning;
 mod tests;
 mod types;
 
+use crate::events::EventType;
 use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};

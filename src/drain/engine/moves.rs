@@ -20,10 +20,11 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::{Action, DomainOrder, EventType, Step, Stepper, human, pod_serving};
+use super::{Action, DomainOrder, Step, Stepper, human, pod_serving};
 use crate::drain::exposure::SERVE_LABEL;
 use crate::drain::preflight::{KUBERAY_CLUSTER, KUBERAY_REPLICA_NAME};
 use crate::drain::{is_finished, namespace};
+use crate::events::EventType;
 
 /// KubeRay's annotation on a RayService's cluster: the hash of the cluster spec it was made
 /// from (`utils.HashWithoutReplicasAndWorkersToDeleteKey`). KubeRay v1.7 compares it with the

@@ -8,7 +8,8 @@
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::SignedDuration;
 
-use super::{EventType, EvictTarget, Evicted, EvictionResult, Hold, Refusal, Stepper, human};
+use super::{EvictTarget, Evicted, EvictionResult, Hold, Refusal, Stepper, human};
+use crate::events::EventType;
 
 /// The `Blocked` reason while a domain's evictions fail other than with a 429.
 pub const EVICTION_FAILED: &str = "EvictionFailed";

@@ -18,7 +18,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::super::pdb::PdbIndex;
 use super::super::{is_finished, namespace};
-use super::{Disruption, EventType, EvictTarget, Stepper};
+use super::{Disruption, EvictTarget, Stepper};
+use crate::events::EventType;
 
 /// The hold's reason (the `Blocked` condition's).
 pub const OTHER_ROLLOUT: &str = "OtherRolloutDisrupting";

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 
 use super::super::rules::tolerates_cordon;
 use super::super::{is_finished, name, namespace};
-use super::{DomainPlan, EventType, PodRef, Stepper};
+use super::{DomainPlan, PodRef, Stepper};
+use crate::events::EventType;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The Event's reason for a replacement left on a cordoned node.

@@ -1,6 +1,7 @@
 //! The engine's data: its knobs ([`Options`]), its state (plain data, serde: the only memory
 //! between steps), what the caller observed and what it is to do ([`Action`]).
 
+use crate::events::EventType;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -649,12 +650,6 @@ pub struct Disruption {
     pub nodes: Vec<String>,
     /// The budgets (`namespace/name`) that protected the pods it evicted.
     pub budgets: BTreeSet<String>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
 }
 
 /// What to do, in order.
