@@ -23,7 +23,7 @@ enum DrainCommand {
     /// The drain, upgrade domain by upgrade domain: each domain's nodes, its protected pods
     /// (phase 1, evicted first), the rest (phase 2), the pods skipped and those that block it;
     /// with --taint-outdated, the domains whose groups would have no room to recover; with
-    /// --handoff none and --group-label, those whose health gate cannot pass for want of room.
+    /// --handoff none and --group-label, those whose health check cannot pass for want of room.
     /// Exit code 0: nothing blocks; 1: a pod blocks a domain, or a domain has no room to
     /// recover; 2: no plan (bad flags or input); 3: the cluster could not be read.
     Plan {
@@ -35,7 +35,7 @@ enum DrainCommand {
     /// The group contract (groups packed in one domain, a ready-gated representative per group,
     /// one PodDisruptionBudget over the representatives): each finding with its fix; with
     /// --taint-outdated or --handoff, each domain whose groups would have no room to recover
-    /// (or, with hand-off none, no room for its health gate) too.
+    /// (or, with hand-off none, no room for its health check) too.
     /// Exit code 0: no finding; 1: findings; 2: bad flags or input; 3: the cluster could not be
     /// read.
     Check {
@@ -45,7 +45,7 @@ enum DrainCommand {
         cluster: ClusterFlags,
     },
     /// Drain upgrade domain by upgrade domain: cordon, evict protected pods first (429s pause),
-    /// then the rest, hand off, and wait for the health gate before the next domain.
+    /// then the rest, hand off, and wait for the health check before the next domain.
     /// Exit code 0: completed; 1: failed or paused; 2: bad options; 130: interrupted.
     Run(crate::drain_run::RunArgs),
 }
@@ -111,7 +111,7 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
             let report = PlanReport {
                 plan,
                 dead_ends: found.dead_ends,
-                gate_dead_ends: found.gate_dead_ends,
+                health_dead_ends: found.health_dead_ends,
                 exposed,
             };
             let text = cli::render(&report, cluster.output, plan_report_table)
@@ -139,7 +139,7 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
                 pods: objects.pods.len(),
                 findings,
                 dead_ends: found.dead_ends,
-                gate_dead_ends: found.gate_dead_ends,
+                health_dead_ends: found.health_dead_ends,
                 exposed,
             };
             let text = cli::render(&report, cluster.output, check_table)

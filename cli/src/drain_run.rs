@@ -99,7 +99,7 @@ pub struct RunArgs {
     #[arg(long, requires = "local")]
     taint_outdated: bool,
     /// With --local: start even when a domain's groups would have no room to recover, or (with
-    /// hand-off none) no room for its health gate (as the NodeRollout annotation
+    /// hand-off none) no room for its health check (as the NodeRollout annotation
     /// raygate.io/skip-room-check=true).
     #[arg(long, requires = "local")]
     skip_room_check: bool,
@@ -356,7 +356,7 @@ fn run_local(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// The controller's room check before anything is touched: the refusal when a domain's groups
 /// would have nowhere to run, or (hand-off none, with groups) nowhere to run again for its health
-/// gate (`None`: room enough, neither a taint nor hand-off none with groups, `--skip-room-check`,
+/// check (`None`: room enough, neither a taint nor hand-off none with groups, `--skip-room-check`,
 /// or a plan error the engine reports itself).
 async fn capacity_check(
     client: &kube::Client,
@@ -384,5 +384,5 @@ async fn capacity_check(
             found.message()
         );
     }
-    Ok(raygate::cli::drain::capacity_check(&found.dead_ends, &found.gate_dead_ends, skip).err())
+    Ok(raygate::cli::drain::capacity_check(&found.dead_ends, &found.health_dead_ends, skip).err())
 }

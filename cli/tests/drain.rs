@@ -224,7 +224,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         pods: objects.pods.len(),
         findings,
         dead_ends: Vec::new(),
-        gate_dead_ends: Vec::new(),
+        health_dead_ends: Vec::new(),
         exposed: Vec::new(),
     };
     assert_eq!(
@@ -259,7 +259,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         pods: objects.pods.len(),
         findings,
         dead_ends: Vec::new(),
-        gate_dead_ends: Vec::new(),
+        health_dead_ends: Vec::new(),
         exposed: Vec::new(),
     };
     assert_eq!(report.exit_code(), exit::PROBLEMS);
@@ -411,13 +411,13 @@ async fn plan_report(
     let world = objects.cluster();
     let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
     let dead_ends = raygate::drain::dead_ends(&world, &plan, &options, flags.handoff.returns());
-    let gate_dead_ends =
-        raygate::drain::gate_dead_ends(&world, &plan, &options, flags.handoff.returns());
+    let health_dead_ends =
+        raygate::drain::health_dead_ends(&world, &plan, &options, flags.handoff.returns());
     let exposed = raygate::drain::exposures(&world, &plan);
     let report = PlanReport {
         plan,
         dead_ends: dead_ends.clone(),
-        gate_dead_ends,
+        health_dead_ends,
         exposed,
     };
     let table = render(&report, Output::Table, plan_report_table).unwrap();
@@ -503,21 +503,21 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
             pods: objects.pods.len(),
             findings,
             dead_ends: found.dead_ends,
-            gate_dead_ends: found.gate_dead_ends,
+            health_dead_ends: found.health_dead_ends,
             exposed: Vec::new(),
         }
     };
     let r = report(room_cluster(true).await, true).await;
     assert_eq!(r.exit_code(), exit::PROBLEMS);
     let table = check_table(&r);
-    // the budget's dead end in ud-a, and (hand-off none) neither domain's health gate can pass
+    // the budget's dead end in ud-a, and (hand-off none) neither domain's health check can pass
     assert!(
         table.starts_with("3 finding(s) (3 nodes, 6 pods checked):\n"),
         "{table}"
     );
     for says in [
-        "\nNoRoomToRecover  health gate  upgrade domain ud-a\n",
-        "\nNoRoomToRecover  health gate  upgrade domain ud-b\n",
+        "\nNoRoomToRecover  health check  upgrade domain ud-a\n",
+        "\nNoRoomToRecover  health check  upgrade domain ud-b\n",
     ] {
         assert!(table.contains(says), "no {says:?} in\n{table}");
     }
@@ -578,13 +578,13 @@ async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() 
     assert!(err.contains("--local"), "{err}");
 }
 
-/// The health gate's dead end with hand-off none (the default) and no taint: ud-a's groups a0 and
+/// The health check's dead end with hand-off none (the default) and no taint: ud-a's groups a0 and
 /// a1 run again on old-b, but once ud-b is drained too, all three groups (6 GPUs) need room
 /// outside both domains, and the only node there (`spare`) is cordoned. `plan` names ud-b in its
 /// own section and exits 1, `check --handoff none` lists it as a `NoRoomToRecover` finding, and
 /// `drain run --local` refuses it unless `--skip-room-check`.
 #[tokio::test]
-async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_and_refused() {
+async fn a_domain_whose_health_check_cannot_pass_with_hand_off_none_is_reported_and_refused() {
     let flags = ["-l", "pool=old", "--group-label", "group"];
     let sim = room_cluster(true).await;
     let (dead, table, json, code) = plan_report(&sim, &flags).await;
@@ -594,10 +594,10 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     );
     assert_eq!(code, exit::PROBLEMS, "{table}");
     for says in [
-        "\nno room for the health gate: 1 domain(s) would fail their health check, their groups \
+        "\nno room for the health check: 1 domain(s) would fail their health check, their groups \
          would have nowhere to run again:\n",
         "  domain ud-b: upgrade domain ud-b: with hand-off None its nodes stay cordoned, so its \
-         health gate waits until its 1 group(s) (b0) are Ready again on nodes outside the \
+         health check waits until its 1 group(s) (b0) are Ready again on nodes outside the \
          domains drained so far, as must the 2 group(s) moved out of earlier domains; those \
          nodes have nothing free and the 3 group(s) request cpu 6, nvidia.com/gpu 6, pods 6 \
          (room for 0 such group(s)",
@@ -609,11 +609,11 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     }
     assert!(!table.contains("no room to recover:"), "{table}");
     assert_eq!(json["deadEnds"], json!([]));
-    assert_eq!(json["gateDeadEnds"][0]["domain"], "ud-b");
-    assert_eq!(json["gateDeadEnds"][0]["groups"], json!(["b0"]));
-    assert_eq!(json["gateDeadEnds"][0]["movedBefore"], 2);
+    assert_eq!(json["healthDeadEnds"][0]["domain"], "ud-b");
+    assert_eq!(json["healthDeadEnds"][0]["groups"], json!(["b0"]));
+    assert_eq!(json["healthDeadEnds"][0]["movedBefore"], 2);
     assert_eq!(
-        json["gateDeadEnds"][0]["short"],
+        json["healthDeadEnds"][0]["short"],
         "cpu 6, nvidia.com/gpu 6, pods 6"
     );
     // the drained domains come back with a reboot: nothing to predict
@@ -624,7 +624,7 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
         .collect();
     let (_, table, json, code) = plan_report(&sim, &with_reboot).await;
     assert_eq!(
-        (code, &json["gateDeadEnds"]),
+        (code, &json["healthDeadEnds"]),
         (exit::OK, &json!([])),
         "{table}"
     );
@@ -653,7 +653,7 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
             pods: objects.pods.len(),
             findings: raygate::drain::preflight(&world, &options).unwrap(),
             dead_ends: found.dead_ends,
-            gate_dead_ends: found.gate_dead_ends,
+            health_dead_ends: found.health_dead_ends,
             exposed: raygate::drain::exposures(&world, &plan),
         })
     };
@@ -668,14 +668,14 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     );
     assert!(
         table.contains(
-            "\nNoRoomToRecover  health gate  upgrade domain ud-b\n  problem: upgrade domain \
+            "\nNoRoomToRecover  health check  upgrade domain ud-b\n  problem: upgrade domain \
              ud-b: with hand-off None"
         ),
         "{table}"
     );
     let json: Value =
         serde_json::from_str(&render(&r, Output::Json, check_table).unwrap()).unwrap();
-    assert_eq!(json["gateDeadEnds"][0]["domain"], "ud-b");
+    assert_eq!(json["healthDeadEnds"][0]["domain"], "ud-b");
     // neither --taint-outdated nor --handoff: the room is not checked
     assert!(report(room_cluster(true).await, None).await.is_none());
 
@@ -686,7 +686,8 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     let world = objects.cluster();
     let options = plan_flags(&flags).options().unwrap();
     let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
-    let gate = raygate::drain::gate_dead_ends(&world, &plan, &options, HandoffMode::None.returns());
+    let gate =
+        raygate::drain::health_dead_ends(&world, &plan, &options, HandoffMode::None.returns());
     let refused = capacity_check(&[], &gate, false).unwrap_err();
     for says in [
         "1 upgrade domain(s) would fail their health check, their groups would have nowhere to \
@@ -703,11 +704,11 @@ async fn a_domain_whose_health_gate_cannot_pass_with_hand_off_none_is_reported_a
     let sim = room_cluster(false).await;
     let (_, table, json, code) = plan_report(&sim, &flags).await;
     assert_eq!(
-        (code, &json["gateDeadEnds"]),
+        (code, &json["healthDeadEnds"]),
         (exit::OK, &json!([])),
         "{table}"
     );
-    assert!(!table.contains("no room for the health gate"), "{table}");
+    assert!(!table.contains("no room for the health check"), "{table}");
 }
 
 /// Issue #32 item 2: a RayCluster whose serve pods all sit in one domain, with no budget over

@@ -7,11 +7,11 @@
 //!   cordon, evict every pod through the Eviction API at once, a 429 retried every 5 s, then wait
 //!   until every evicted pod is gone. kubectl's `k8s.io/kubectl/pkg/drain/drain.go` (`evictPods`:
 //!   on `IsTooManyRequests` it prints "error when evicting pods/… (will retry after 5s)" and
-//!   sleeps 5 s; `waitForDelete` polls every second). No domain logic, no health gate.
+//!   sleeps 5 s; `waitForDelete` polls every second). No domain logic, no health check.
 //! - [`Strategy::RandomConcurrent`]: `k` nodes picked at random (seeded) drained at once, then
 //!   the next `k`.
 //! - [`Strategy::DomainByDomain`]: every node of an upgrade domain at once, pods in no
-//!   particular order (no protected-first), no health gate between domains.
+//!   particular order (no protected-first), no health check between domains.
 //! - [`Strategy::Raygate`]: raygate's executor (`raygate::controller::drain::run`) with the
 //!   `reboot` hand-off, until the NodeRollout controller lands.
 

@@ -223,7 +223,7 @@ async fn measure(strategy: Strategy) -> Measured {
     measured
 }
 
-/// raygate: protected pods first, the health gate between domains, old nodes tainted: no group
+/// raygate: protected pods first, the health check between domains, old nodes tainted: no group
 /// below the floor, no group disrupted twice, every node at generation 1.
 #[tokio::test(start_paused = true)]
 async fn raygate_keeps_every_group_above_the_floor_and_disrupts_each_once() {
@@ -236,7 +236,7 @@ async fn raygate_keeps_every_group_above_the_floor_and_disrupts_each_once() {
     assert!(m.window.from < m.window.to);
 }
 
-/// UD by UD without protected-first and without a health gate: the second domain is evicted
+/// UD by UD without protected-first and without a health check: the second domain is evicted
 /// while groups are still coming back, and workers (which no budget protects) take their groups
 /// down with them: available groups fall below the floor, and the checker says so.
 #[tokio::test(start_paused = true)]

@@ -31,8 +31,8 @@ fn raygate_breaks_no_invariant_on_random_clusters_and_timelines() {
 /// probes, three controller restarts), 35 (a node down as the rollout starts, throttled
 /// evictions, a node's domain label changed mid-rollout), 59 (three restarts and a label
 /// change), 1012 (a group evicted onto a node that fails before the group is Ready again) and
-/// 6181 (a node of a domain not drained yet fails during the first domain's health gate): the
-/// health gate does not wait for groups down with a failed node; 4355 (the first domain's
+/// 6181 (a node of a domain not drained yet fails during the first domain's health check): the
+/// health check does not wait for groups down with a failed node; 4355 (the first domain's
 /// evictions leave the workload at its floor, then a worker of a group still up fails its probe:
 /// a failure after the evictions a budget allowed is not counted against the drain, while
 /// raygate evicts nothing more until the groups are back). The stories are checked first, so a generator change that stops drawing them fails

@@ -347,7 +347,7 @@ async fn protected_pods_go_first_and_a_429_pauses_the_domain_until_the_group_rec
 /// The propagation race: while ud-0's group is coming back, a worker of the group in ud-2 dies;
 /// its leader still reports Ready for up to its probe's period × failureThreshold, and the
 /// budget (which tolerates two groups down) trails that by the disruption controller's lag. The
-/// health gate's stable period (computed: 5 s × 3 + 5 s) outlasts that, so ud-1's leader is not
+/// health check's stable period (computed: 5 s × 3 + 5 s) outlasts that, so ud-1's leader is not
 /// evicted while ud-2's group is down: its eviction is accepted only after that group is Ready
 /// again. (With the stable period at 0 it is evicted as soon as ud-0's group is Ready.)
 #[tokio::test(start_paused = true)]
@@ -941,8 +941,8 @@ fn gpu_group(replicas: i32) -> Value {
 /// multi-host replica that lost a pod whole, and creates a new one named
 /// `<group>-<5 random chars>` (`GenerateRayWorkerReplicaGroupName`) at the lowest free index.
 /// Two replicas of one RayCluster's worker group, each packed on one node of its own domain, a
-/// budget over the hosts 0 that tolerates both down (so only the health gate holds the next
-/// domain), a spare node. Draining ud-0 evicts replica A; the health gate recognises A's
+/// budget over the hosts 0 that tolerates both down (so only the health check holds the next
+/// domain), a spare node. Draining ud-0 evicts replica A; the health check recognises A's
 /// recreation on the spare node under a new name by its workload's Ready replicas back at two,
 /// and only then does ud-1 start: replica B is evicted after the new replica's both pods are
 /// Ready. (By replica name the gate would wait for A's name forever.)

@@ -317,7 +317,7 @@ async fn starts_once_the_spare_takes_pods(sim: &Sim, client: &Client) {
 }
 
 /// Two domains with one group each: the controller drains ud-0, waits for its group to be Ready
-/// on the spare node (the health gate), then ud-1, and writes every step to the status.
+/// on the spare node (the health check), then ud-1, and writes every step to the status.
 #[tokio::test(start_paused = true)]
 async fn a_node_rollout_is_drained_domain_by_domain_to_complete_with_its_status_filled() {
     let (sim, client, _actors, start) = world(&[1, 1]).await;
@@ -349,7 +349,7 @@ async fn a_node_rollout_is_drained_domain_by_domain_to_complete_with_its_status_
         );
         assert!(started.0 < finished.0, "{d:?}");
     }
-    // the health gate: ud-1 started only after ud-0's group held Ready for the stable 30 s
+    // the health check: ud-1 started only after ud-0's group held Ready for the stable 30 s
     let (a, b) = (
         done.domains[0].started_at.as_ref().unwrap().0,
         done.domains[1].started_at.as_ref().unwrap().0,
@@ -718,9 +718,9 @@ impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for 
 
 /// The controller dies right after it sent ud-0's first eviction (the leader), before any later
 /// status write; the evicted group cannot come back (no room: the spare node is cordoned, so the
-/// rollout is started with `raygate.io/skip-room-check=true`, the health gate's dead end). The
+/// rollout is started with `raygate.io/skip-room-check=true`, the health check's dead end). The
 /// next controller goes on from the status, which was written before the eviction was sent (the
-/// workload's baseline and the eviction decided): it counts the eviction and its health gate
+/// workload's baseline and the eviction decided): it counts the eviction and its health check
 /// waits for the group, so ud-1 is not started while the group is down; once there is room
 /// again, the rollout completes.
 #[tokio::test(start_paused = true)]
@@ -1072,20 +1072,20 @@ async fn the_full_controller_with_node_rollouts_and_leader_election_completes_a_
     assert_eq!(holder(&l), "", "the Lease is released on shutdown");
 }
 
-/// The health gate's own dead end, found before the start: hand-off `None` (the default: drained
+/// The health check's own dead end, found before the start: hand-off `None` (the default: drained
 /// nodes stay cordoned), no taint, one group in each of ud-0 and ud-1, the budget tolerating one
 /// down (so no budget's dead end), and the spare node cordoned. ud-0's group could run again on
-/// node-1, which is full; neither domain's health gate could ever see its group Ready again. The
+/// node-1, which is full; neither domain's health check could ever see its group Ready again. The
 /// rollout is held `Ready=False` `NoRoomToRecover` naming the domains, the groups and the fixes,
 /// with a Warning Event, and nothing is cordoned or evicted; once the spare node takes pods, the
 /// next check (within a minute) starts it and it completes.
 #[tokio::test(start_paused = true)]
-async fn a_domain_whose_health_gate_could_never_pass_with_hand_off_none_holds_the_rollout() {
+async fn a_domain_whose_health_check_could_never_pass_with_hand_off_none_holds_the_rollout() {
     let (sim, client, _actors, start) = world(&[1, 1]).await;
     set_spare_unschedulable(&client, true).await;
     let history = record_evictions(&sim);
     let (_stop, _ctl) = controller(&sim, Arc::new(Metrics::default()));
-    // untainted: the health gate's dead end alone (unset, the default would taint, there being
+    // untainted: the health check's dead end alone (unset, the default would taint, there being
     // no room either way)
     let mut spec = old_pool();
     spec["taintOutdated"] = json!(false);
@@ -1094,7 +1094,7 @@ async fn a_domain_whose_health_gate_could_never_pass_with_hand_off_none_holds_th
     for says in [
         "2 upgrade domain(s) would fail their health check, their groups would have nowhere to \
          run again: upgrade domain ud-0: with hand-off None its nodes stay cordoned, so its \
-         health gate waits until its 1 group(s)",
+         health check waits until its 1 group(s)",
         "on nodes outside the domains drained so far",
         "upgrade domain ud-1: with hand-off None",
         "as must the 1 group(s) moved out of earlier domains",

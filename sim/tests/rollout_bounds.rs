@@ -179,7 +179,7 @@ async fn events(client: &Client) -> Vec<(String, String, String, String)> {
 /// One workload (LWS `llm`, one budget tolerating two groups down) spread over two pools, one
 /// NodeRollout per pool (`maxUnavailableDomains` 1), created together: at no moment are two
 /// upgrade domains disrupting the workload, though the budget would allow two groups down. A domain disrupts it from its first eviction of the workload's pods until the end
-/// of its health gate; those spans, across the two rollouts, never overlap. The rollout that
+/// of its health check; those spans, across the two rollouts, never overlap. The rollout that
 /// comes second waits, showing `Blocked=True`/`OtherRolloutDisrupting` naming the other.
 #[tokio::test(start_paused = true)]
 async fn two_rollouts_over_disjoint_pools_never_disrupt_one_workload_in_two_domains_at_once() {

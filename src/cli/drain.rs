@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::status::columns;
 use crate::drain::{
-    CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Exposure, Finding, GateDeadEnd,
-    Generation, GenerationSource, GenerationTarget, GroupContract, NodeInfoField, Plan,
+    CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Exposure, Finding, Generation,
+    GenerationSource, GenerationTarget, GroupContract, HealthDeadEnd, NodeInfoField, Plan,
     PlanOptions, PreflightOptions, Returns, SkipReason,
 };
 use crate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL;
@@ -114,12 +114,12 @@ pub struct PlanFlags {
     #[arg(long)]
     pub taint_outdated: bool,
     /// The drain's hand-off (with --taint-outdated: whether drained domains take the later
-    /// domains' groups; none, with --group-label: the domains whose health gate cannot pass
+    /// domains' groups; none, with --group-label: the domains whose health check cannot pass
     /// for want of room are reported).
     #[arg(long, value_enum, default_value = "none")]
     pub handoff: HandoffMode,
     /// Pod label naming a group, to count protected groups per domain (default: each
-    /// protected pod counts); with --handoff none, the groups the health gate waits for.
+    /// protected pod counts); with --handoff none, the groups the health check waits for.
     #[arg(long)]
     pub group_label: Option<String>,
     /// Ignore DaemonSet-managed pods (kubectl drain's flag).
@@ -163,7 +163,7 @@ pub struct CheckFlags {
     #[arg(short = 'l', long, default_value = "")]
     pub selector: String,
     /// The drain's hand-off: given (or with --taint-outdated, default none), the room to recover
-    /// is checked too; with none, a domain whose health gate cannot pass for want of room outside
+    /// is checked too; with none, a domain whose health check cannot pass for want of room outside
     /// the drained domains is a finding.
     #[arg(long, value_enum)]
     pub handoff: Option<HandoffMode>,
@@ -265,15 +265,15 @@ impl CheckFlags {
 }
 
 /// `raygate drain plan`'s output: the plan and the domains that cannot finish for want of room
-/// (`deadEnds`, [`crate::drain::dead_ends`]) or whose health gate cannot pass for want of room
-/// (`gateDeadEnds`, [`crate::drain::gate_dead_ends`]).
+/// (`deadEnds`, [`crate::drain::dead_ends`]) or whose health check cannot pass for want of room
+/// (`healthDeadEnds`, [`crate::drain::health_dead_ends`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanReport<'a> {
     #[serde(flatten)]
     pub plan: Plan<'a>,
     pub dead_ends: Vec<DeadEnd>,
-    pub gate_dead_ends: Vec<GateDeadEnd>,
+    pub health_dead_ends: Vec<HealthDeadEnd>,
     /// Workloads whose whole serving capacity one domain's drain takes, unprotected
     /// ([`crate::drain::exposures`]): warnings, not errors.
     pub exposed: Vec<Exposure>,
@@ -282,7 +282,7 @@ pub struct PlanReport<'a> {
 impl PlanReport<'_> {
     /// [`exit::PROBLEMS`] when a pod blocks some domain or a domain has no room to recover.
     pub fn exit_code(&self) -> u8 {
-        match self.dead_ends.is_empty() && self.gate_dead_ends.is_empty() {
+        match self.dead_ends.is_empty() && self.health_dead_ends.is_empty() {
             true => plan_exit_code(&self.plan),
             false => exit::PROBLEMS,
         }
@@ -309,13 +309,13 @@ no room to recover: {} domain(s) cannot be drained, their groups would have \
             ));
         }
     }
-    if !report.gate_dead_ends.is_empty() {
+    if !report.health_dead_ends.is_empty() {
         out.push_str(&format!(
-            "\nno room for the health gate: {} domain(s) would fail their health check, their \
+            "\nno room for the health check: {} domain(s) would fail their health check, their \
              groups would have nowhere to run again:\n",
-            report.gate_dead_ends.len()
+            report.health_dead_ends.len()
         ));
-        for d in &report.gate_dead_ends {
+        for d in &report.health_dead_ends {
             out.push_str(&format!(
                 "  domain {}: {}\n    fix: {}\n",
                 d.domain,
@@ -350,12 +350,12 @@ fn exposed_lines(exposed: &[Exposure]) -> String {
 }
 
 /// `drain run --local`'s room check: the refusal (the controller's `NoRoomToRecover` text) when a
-/// domain has no room to recover (`dead`) or no room for its health gate (`gate`), unless `skip`
+/// domain has no room to recover (`dead`) or no room for its health check (`gate`), unless `skip`
 /// (`--skip-room-check`).
-pub fn capacity_check(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Result<(), String> {
+pub fn capacity_check(dead: &[DeadEnd], gate: &[HealthDeadEnd], skip: bool) -> Result<(), String> {
     let found = CapacityCheck {
         dead_ends: dead.to_vec(),
-        gate_dead_ends: gate.to_vec(),
+        health_dead_ends: gate.to_vec(),
     };
     match found.is_empty() || skip {
         true => Ok(()),
@@ -377,10 +377,10 @@ pub struct CheckReport {
     /// findings, `NoRoomToRecover`).
     #[serde(rename = "deadEnds")]
     pub dead_ends: Vec<DeadEnd>,
-    /// With `--handoff none` (or `--taint-outdated` alone): the domains whose health gate cannot
+    /// With `--handoff none` (or `--taint-outdated` alone): the domains whose health check cannot
     /// pass for want of room (error findings, `NoRoomToRecover`).
-    #[serde(rename = "gateDeadEnds")]
-    pub gate_dead_ends: Vec<GateDeadEnd>,
+    #[serde(rename = "healthDeadEnds")]
+    pub health_dead_ends: Vec<HealthDeadEnd>,
     /// With a plan (`--taint-outdated` or `--handoff`): workloads whose whole serving capacity
     /// one domain's drain takes ([`crate::drain::exposures`]); warnings, not errors.
     pub exposed: Vec<Exposure>,
@@ -390,7 +390,7 @@ impl CheckReport {
     pub fn exit_code(&self) -> u8 {
         match self.findings.is_empty()
             && self.dead_ends.is_empty()
-            && self.gate_dead_ends.is_empty()
+            && self.health_dead_ends.is_empty()
         {
             true => exit::OK,
             false => exit::PROBLEMS,
@@ -517,7 +517,9 @@ pub fn plan_table(plan: &Plan) -> String {
 
 /// The findings, each with its workload, object, problem and fix.
 pub fn check_table(report: &CheckReport) -> String {
-    if report.findings.is_empty() && report.dead_ends.is_empty() && report.gate_dead_ends.is_empty()
+    if report.findings.is_empty()
+        && report.dead_ends.is_empty()
+        && report.health_dead_ends.is_empty()
     {
         return format!(
             "the group contract holds: no findings ({} nodes, {} pods checked)\n{}",
@@ -528,7 +530,7 @@ pub fn check_table(report: &CheckReport) -> String {
     }
     let mut out = format!(
         "{} finding(s) ({} nodes, {} pods checked):\n",
-        report.findings.len() + report.dead_ends.len() + report.gate_dead_ends.len(),
+        report.findings.len() + report.dead_ends.len() + report.health_dead_ends.len(),
         report.nodes,
         report.pods
     );
@@ -548,9 +550,9 @@ pub fn check_table(report: &CheckReport) -> String {
             d.fix()
         ));
     }
-    for d in &report.gate_dead_ends {
+    for d in &report.health_dead_ends {
         out.push_str(&format!(
-            "\nNoRoomToRecover  health gate  upgrade domain {}\n  problem: {}\n  fix: {}\n",
+            "\nNoRoomToRecover  health check  upgrade domain {}\n  problem: {}\n  fix: {}\n",
             d.domain,
             d.problem(),
             d.fix()

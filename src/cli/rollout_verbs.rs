@@ -60,7 +60,7 @@ fn engine_state(o: &NodeRollout) -> Option<State> {
 }
 
 /// Why the engine holds the rollout until a resume: its pause on a failure, or manual mode
-/// after a domain's health gate.
+/// after a domain's health check.
 pub fn engine_pause(state: &State) -> Option<String> {
     if let Phase::Paused { reason } = &state.phase {
         return Some(reason.clone());

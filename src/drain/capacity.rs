@@ -18,8 +18,8 @@
 //! Without `taintOutdated` the later domains' outdated nodes still take new pods, and nothing is
 //! predicted.
 //!
-//! The health gate's own dead end ([`gate_dead_ends`]): with hand-off `None` a drained domain's
-//! nodes stay cordoned, and its health gate waits until every group evicted from it is Ready
+//! The health check's own dead end ([`health_dead_ends`]): with hand-off `None` a drained domain's
+//! nodes stay cordoned, and its health check waits until every group evicted from it is Ready
 //! again, so every group of the domains drained so far must fit outside them (outside the rollout
 //! with `taintOutdated`), whatever its budget tolerates. Where it cannot, the gate fails after
 //! `healthCheckRetryTimeout`. Counted the same optimistic way. [`CapacityCheck`] holds both findings.
@@ -33,12 +33,12 @@ use super::{Cluster, FastMap, Plan, PlanOptions, in_group};
 use crate::quantity::{Quantity, Resources};
 
 mod budget;
-mod health_gate;
+mod health_check;
 #[cfg(test)]
 pub(super) mod tests;
 
 pub use budget::{DeadEnd, dead_end_message, dead_ends};
-pub use health_gate::{GateDeadEnd, gate_dead_ends, gate_message};
+pub use health_check::{HealthDeadEnd, health_dead_ends, health_message};
 
 /// Whether the drained domains' nodes come back to take pods (a `Reboot` or `Replace` hand-off)
 /// or stay cordoned (`None`).
@@ -50,12 +50,12 @@ pub enum Returns {
     AfterHandOff,
 }
 
-/// Every dead end of a plan: the budget's ([`dead_ends`]) and the health gate's
-/// ([`gate_dead_ends`]).
+/// Every dead end of a plan: the budget's ([`dead_ends`]) and the health check's
+/// ([`health_dead_ends`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CapacityCheck {
     pub dead_ends: Vec<DeadEnd>,
-    pub gate_dead_ends: Vec<GateDeadEnd>,
+    pub health_dead_ends: Vec<HealthDeadEnd>,
 }
 
 impl CapacityCheck {
@@ -63,12 +63,12 @@ impl CapacityCheck {
     pub fn check(cluster: &Cluster, plan: &Plan, options: &PlanOptions, returns: Returns) -> Self {
         CapacityCheck {
             dead_ends: dead_ends(cluster, plan, options, returns),
-            gate_dead_ends: gate_dead_ends(cluster, plan, options, returns),
+            health_dead_ends: health_dead_ends(cluster, plan, options, returns),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.dead_ends.is_empty() && self.gate_dead_ends.is_empty()
+        self.dead_ends.is_empty() && self.health_dead_ends.is_empty()
     }
 
     /// The distinct domains named.
@@ -77,19 +77,19 @@ impl CapacityCheck {
             .dead_ends
             .iter()
             .map(|d| d.domain.as_str())
-            .chain(self.gate_dead_ends.iter().map(|d| d.domain.as_str()))
+            .chain(self.health_dead_ends.iter().map(|d| d.domain.as_str()))
             .collect();
         names.len()
     }
 
-    /// [`dead_end_message`], then [`gate_message`], each when it has something to say.
+    /// [`dead_end_message`], then [`health_message`], each when it has something to say.
     pub fn message(&self) -> String {
         let mut parts = Vec::new();
         if !self.dead_ends.is_empty() {
             parts.push(dead_end_message(&self.dead_ends));
         }
-        if !self.gate_dead_ends.is_empty() {
-            parts.push(gate_message(&self.gate_dead_ends));
+        if !self.health_dead_ends.is_empty() {
+            parts.push(health_message(&self.health_dead_ends));
         }
         parts.join(". ")
     }

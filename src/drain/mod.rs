@@ -11,8 +11,8 @@
 //!   [`Finding`]s, each naming the workload, the object and the fix.
 //!
 //! * [`dead_ends()`] finds the domains a plan cannot finish draining because their groups would
-//!   have nowhere to run (`taintOutdated` and no room outside the rollout); [`gate_dead_ends()`]
-//!   those whose health gate cannot pass (hand-off `None`: no room outside the drained domains).
+//!   have nowhere to run (`taintOutdated` and no room outside the rollout); [`health_dead_ends()`]
+//!   those whose health check cannot pass (hand-off `None`: no room outside the drained domains).
 //!
 //! * [`rollout_options()`] checks a `NodeRollout`'s spec and turns it into those options.
 //!
@@ -53,8 +53,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::labels::SelectorError;
 
 pub use capacity::{
-    CapacityCheck, DeadEnd, GateDeadEnd, Returns, dead_end_message, dead_ends, gate_dead_ends,
-    gate_message,
+    CapacityCheck, DeadEnd, HealthDeadEnd, Returns, dead_end_message, dead_ends, health_dead_ends,
+    health_message,
 };
 pub use exposure::{Exposure, exposures};
 pub use generation::{Generation, GenerationSource, GenerationTarget, NodeInfoField};

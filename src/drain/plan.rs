@@ -47,7 +47,7 @@ pub struct PlanOptions {
     /// group count once in [`DomainPlan::protected_groups`]. `None`: each protected pod counts.
     pub group_label: Option<String>,
     /// Pod labels whose values (with the namespace) name a group's workload, e.g. KubeRay's
-    /// `ray.io/cluster` and `ray.io/group`. The health gate judges an evicted group recovered by
+    /// `ray.io/cluster` and `ray.io/group`. The health check judges an evicted group recovered by
     /// its workload's count of Ready groups, since a recreated group may get a new name. Empty:
     /// the preset of a known group label ([`PlanOptions::workload_keys`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -170,7 +170,7 @@ pub struct NodeRolloutSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
     pub drain_timeout: Option<String>,
-    /// One domain, from cordon to the end of its health gate (`UpgradeDomainTimeout`; default: no
+    /// One domain, from cordon to the end of its health check (`UpgradeDomainTimeout`; default: no
     /// limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
@@ -182,11 +182,11 @@ pub struct NodeRolloutSpec {
     /// What a failure (a timeout, a health check that never passes) does.
     #[serde(default)]
     pub failure_action: FailureActionSpec,
-    /// Domains drained (between cordon and the end of their health gate) at once.
+    /// Domains drained (between cordon and the end of their health check) at once.
     #[serde(default = "default_max_unavailable_domains")]
     #[x_kube(validation = Rule::new("self >= 1").message("maxUnavailableDomains must be at least 1"))]
     pub max_unavailable_domains: i32,
-    /// Pause after each domain's health gate until resumed (Service Fabric's manual mode).
+    /// Pause after each domain's health check until resumed (Service Fabric's manual mode).
     #[serde(default)]
     pub manual: bool,
     /// Stop starting new work; set back to false to resume.

@@ -282,7 +282,7 @@ pub fn held(h: &History, t0: Timestamp) -> Vec<Held> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     /// A node cordoned, its pods still running, none being evicted yet (a drain waiting: a
-    /// budget's 429, raygate's health gate).
+    /// budget's 429, raygate's health check).
     Cordoned,
     /// A pod on its nodes being evicted or deleted.
     Evicting,

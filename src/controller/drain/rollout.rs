@@ -63,7 +63,7 @@ pub(super) const RETRY: Duration = Duration::from_secs(10);
 pub(super) const NO_CAPACITY_RETRY: Duration = Duration::from_secs(60);
 /// The `Ready=False` reason of a rollout whose plan cannot finish: a domain's groups would have
 /// nowhere to run (`drain::dead_ends`), or, with hand-off `None`, nowhere to run again for the
-/// domain's health gate to pass (`drain::gate_dead_ends`). Nothing is cordoned or evicted.
+/// domain's health check to pass (`drain::health_dead_ends`). Nothing is cordoned or evicted.
 pub const NO_CAPACITY: &str = "NoRoomToRecover";
 /// The annotation (value `"true"`) that starts a rollout although its plan shows no room, e.g.
 /// where an autoscaler adds nodes for pending pods.

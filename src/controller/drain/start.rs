@@ -15,8 +15,8 @@ use crate::drain::engine::{Handoff, Options, State};
 use crate::drain::lifecycle::{self, SelectionCheck};
 use crate::drain::rollout::{self as pure, NotReady};
 use crate::drain::{
-    CapacityCheck, Cluster, DeadEnd, DrainError, GateDeadEnd, Returns, auto_taint, outdated_taint,
-    rollout_options,
+    CapacityCheck, Cluster, DeadEnd, DrainError, HealthDeadEnd, Returns, auto_taint,
+    outdated_taint, rollout_options,
 };
 use crate::runtime::SortedState;
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus, RolloutSelection};
@@ -201,7 +201,7 @@ impl Worker {
             state.taint_outdated = Some(options.plan.taint.is_some());
         }
         let skip = crate::meta::annotation(&nro.metadata, SKIP_CAPACITY_CHECK_ANNOTATION);
-        let (dead, gate) = (&found.dead_ends, &found.gate_dead_ends);
+        let (dead, gate) = (&found.dead_ends, &found.health_dead_ends);
         if let Some(why) = no_capacity(dead, gate, skip == Some("true")) {
             return Ok(Err(why));
         }
@@ -293,10 +293,10 @@ fn plan_and_check<'a>(
 
 /// Why a rollout whose plan cannot finish is not started (`None`: it can, or the operator said
 /// to start anyway).
-fn no_capacity(dead: &[DeadEnd], gate: &[GateDeadEnd], skip: bool) -> Option<NotReady> {
+fn no_capacity(dead: &[DeadEnd], gate: &[HealthDeadEnd], skip: bool) -> Option<NotReady> {
     let found = CapacityCheck {
         dead_ends: dead.to_vec(),
-        gate_dead_ends: gate.to_vec(),
+        health_dead_ends: gate.to_vec(),
     };
     if found.is_empty() || skip {
         return None;
@@ -374,8 +374,8 @@ mod tests {
     }
 
     #[test]
-    fn a_health_gate_without_room_holds_the_rollout_under_the_same_reason() {
-        let gate = GateDeadEnd {
+    fn a_health_check_without_room_holds_the_rollout_under_the_same_reason() {
+        let gate = HealthDeadEnd {
             domain: "ud-1".into(),
             groups: vec!["b".into()],
             moved_before: 2,

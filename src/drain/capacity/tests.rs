@@ -271,7 +271,7 @@ fn spare(gpus: &str) -> Node {
 
 fn named(found: &CapacityCheck) -> Vec<(&str, usize, usize)> {
     found
-        .gate_dead_ends
+        .health_dead_ends
         .iter()
         .map(|d| (d.domain.as_str(), d.groups.len(), d.moved_before))
         .collect()
@@ -293,7 +293,7 @@ fn hand_off_none_needs_room_outside_the_rollout_for_every_group_drained_so_far()
     let below = gate(&nodes, &pods, true, Returns::Never);
     assert_eq!(below.dead_ends, Vec::new(), "the budget tolerates ud-a's 2");
     assert_eq!(named(&below), vec![("ud-b", 1, 2)]);
-    let d = &below.gate_dead_ends[0];
+    let d = &below.health_dead_ends[0];
     assert_eq!(d.groups, vec!["b0"]);
     assert_eq!(
         (d.capacity, d.group_requests.as_deref()),
@@ -322,11 +322,11 @@ fn without_taint_outdated_the_later_domains_are_room_until_the_last_one() {
     let found = gate(&nodes, &pods, false, Returns::Never);
     // ud-a's group runs again on old-b; ud-b's gate needs room for both outside the pool
     assert_eq!(named(&found), vec![("ud-b", 1, 1)]);
-    let d = &found.gate_dead_ends[0];
+    let d = &found.health_dead_ends[0];
     assert!(!d.taint_outdated && !d.capacity_without_taint, "{d:?}");
     let m = d.to_string();
     for says in [
-        "upgrade domain ud-b: with hand-off None its nodes stay cordoned, so its health gate \
+        "upgrade domain ud-b: with hand-off None its nodes stay cordoned, so its health check \
          waits until its 1 group(s) (b0) are Ready again on nodes outside the domains drained \
          so far, as must the 1 group(s) moved out of earlier domains",
         "those nodes have nothing free and the 2 group(s) request cpu 4, nvidia.com/gpu 4, pods 4",
@@ -342,7 +342,7 @@ fn without_taint_outdated_the_later_domains_are_room_until_the_last_one() {
     // tainted, ud-a's group cannot use old-b either; without the taint it could
     let found = gate(&nodes, &pods, true, Returns::Never);
     assert_eq!(named(&found), vec![("ud-a", 1, 0), ("ud-b", 1, 1)]);
-    let d = &found.gate_dead_ends[0];
+    let d = &found.health_dead_ends[0];
     assert!(d.capacity_without_taint, "{d:?}");
     assert!(
         d.fix()
@@ -350,7 +350,7 @@ fn without_taint_outdated_the_later_domains_are_room_until_the_last_one() {
         "{}",
         d.fix()
     );
-    assert!(!found.gate_dead_ends[1].capacity_without_taint);
+    assert!(!found.health_dead_ends[1].capacity_without_taint);
     // room for both outside the pool: nothing
     let (nodes, pods) = world(1, 1, vec![spare("4")]);
     assert_eq!(
@@ -387,7 +387,7 @@ fn a_node_only_some_groups_tolerate_is_room_for_those_only() {
     pods.append(&mut more);
     let found = gate(&nodes, &pods, true, Returns::Never);
     assert_eq!(named(&found), vec![("ud-a", 1, 0)]);
-    assert_eq!(found.gate_dead_ends[0].groups, vec!["a1"]);
+    assert_eq!(found.health_dead_ends[0].groups, vec!["a1"]);
 }
 
 #[test]
@@ -401,13 +401,13 @@ fn without_a_group_label_the_gate_waits_for_budgets_only_and_nothing_is_predicte
     };
     let plan = crate::drain::plan(&cluster, &options, Timestamp::UNIX_EPOCH).unwrap();
     assert_eq!(
-        gate_dead_ends(&cluster, &plan, &options, Returns::Never),
+        health_dead_ends(&cluster, &plan, &options, Returns::Never),
         Vec::new()
     );
 }
 
 #[test]
-fn the_condition_message_names_the_budgets_dead_ends_then_the_health_gates() {
+fn the_condition_message_names_the_budgets_dead_ends_then_the_health_checks() {
     let (nodes, pods) = world(3, 1, Vec::new());
     let pdbs = vec![leaders_pdb(2)];
     let cluster = Cluster::new(&nodes, &pods, &pdbs);
@@ -449,7 +449,7 @@ fn by_workload_only_the_groups_ready_now_must_come_back() {
             ..options(true)
         };
         let plan = crate::drain::plan(&cluster, &options, Timestamp::UNIX_EPOCH).unwrap();
-        gate_dead_ends(&cluster, &plan, &options, Returns::Never)
+        health_dead_ends(&cluster, &plan, &options, Returns::Never)
             .iter()
             .map(|d| (d.domain.clone(), d.groups.clone()))
             .collect::<Vec<_>>()

@@ -409,7 +409,7 @@ impl<'a> Stepper<'a> {
     }
 
     /// Before `t`'s group is first evicted: its workload's Ready groups now, kept for the health
-    /// gate.
+    /// check.
     pub(super) fn note_baseline(&mut self, i: usize, t: &EvictTarget) {
         let (Some(group), Some(pod)) = (&t.group, self.pod(&t.pod)) else {
             return;

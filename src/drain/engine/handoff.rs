@@ -40,7 +40,7 @@ impl<'a> Stepper<'a> {
             format!("upgrade domain {} handed off; health check follows", d.name),
         );
         self.report(&node, EventType::Normal, "DomainHandedOff", message);
-        self.health_gate(i);
+        self.health_check(i);
     }
 
     /// A hand-off still waiting: past [`NODE_RETURN_GRACE`] the domain holds naming the nodes

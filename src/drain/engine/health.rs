@@ -1,4 +1,4 @@
-//! The health gate after a domain's hand-off (pure), Service Fabric's monitored upgrade: after
+//! The health check after a domain's hand-off (pure), Service Fabric's monitored upgrade: after
 //! the wait, every affected budget current and satisfied and every evicted group Ready again, held
 //! for the stable period; unhealthy for the retry timeout is a failure. A group that is down with
 //! a node that is not Ready is the node's failure, not the domain's: it is named and not waited
@@ -13,7 +13,7 @@ use super::{Step, Stepper, human, node_ready, pod_serving};
 use crate::drain::in_group;
 use crate::events::EventType;
 
-/// What the health gate found in one look.
+/// What the health check found in one look.
 struct Health {
     /// What keeps the domain from being healthy.
     problems: Vec<String>,
@@ -24,7 +24,7 @@ struct Health {
 }
 
 impl Stepper<'_> {
-    pub(super) fn health_gate(&mut self, i: usize) {
+    pub(super) fn health_check(&mut self, i: usize) {
         let Some(handed_off) = self.s.domains[i].handed_off else {
             return;
         };

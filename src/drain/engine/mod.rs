@@ -12,14 +12,14 @@
 //! 3. **phase 2**, once no protected pod is left on the domain's nodes: the rest, at most
 //!    [`Options::eviction_concurrency`] terminating at a time;
 //! 4. once no pod is left: the **hand-off** ([`Handoff`]);
-//! 5. the **health gate**: after [`Options::health_check_wait`], every affected budget current
+//! 5. the **health check**: after [`Options::health_check_wait`], every affected budget current
 //!    and satisfied and every evicted group Ready again, held for the stable period; unhealthy
 //!    for [`Options::health_check_retry_timeout`] is a failure.
 //!
 //! A domain over [`Options::domain_timeout`], or the rollout over [`Options::rollout_timeout`],
 //! fails too; a failure pauses the rollout or aborts it ([`FailureAction`]). At most
 //! [`Options::max_unavailable_domains`] domains are between cordon and the end of their health
-//! gate at once, and, with other NodeRollouts' domains in progress ([`Observation::elsewhere`]),
+//! check at once, and, with other NodeRollouts' domains in progress ([`Observation::elsewhere`]),
 //! at most that many domains of any rollout disrupt one workload (`peers`). The state is plain
 //! data (serde): every decision is re-derived from it and the live view, so a restarted caller
 //! goes on where the last one stopped.
@@ -398,7 +398,7 @@ impl<'a> Stepper<'a> {
             Step::Draining if self.o.dry_run => self.dry_run(i),
             Step::Draining => self.drain(i),
             Step::HandingOff => self.hand_off(i),
-            Step::HealthCheck => self.health_gate(i),
+            Step::HealthCheck => self.health_check(i),
             _ => {}
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! A workload here is a PodDisruptionBudget: the pods it selects and, with a group label, the
 //! groups whose representative it selects. A domain disrupts it from its start to the end of its
-//! health gate when its nodes hold such a pod while it drains, or once it evicted a pod the budget
+//! health check when its nodes hold such a pod while it drains, or once it evicted a pod the budget
 //! protected ([`Disruption`]). The domains that disrupt one budget stand in one order, the same
 //! for every rollout: by when each was first started, then by rollout and domain name. A domain
 //! evicts a budget's protected pods, and a domain not started yet starts, only while fewer than
@@ -138,7 +138,7 @@ impl Stepper<'_> {
                 format!(
                     "PodDisruptionBudget {budget} is disrupted by {} and at most {max} upgrade \
                      domain(s) may disrupt one workload at a time (maxUnavailableDomains): {} \
-                     waits until that domain is through its health gate",
+                     waits until that domain is through its health check",
                     by.join(", "),
                     pods.join(", ")
                 )

@@ -394,7 +394,7 @@ fn a_429_pauses_the_domain_until_retry_after_and_the_observed_budget_allows_agai
 }
 
 #[test]
-fn the_health_gate_waits_for_budgets_groups_and_the_stable_period() {
+fn the_health_check_waits_for_budgets_groups_and_the_stable_period() {
     let mut w = World::new();
     let o = Options {
         health_check_wait: secs(10),
@@ -1209,7 +1209,7 @@ proptest! {
 /// The caller stored the state of the step that decided an eviction, sent it and died before
 /// the answer reached the next step (a NodeRollout controller killed right after the call): the
 /// next step, from that stored state and the live view, counts a terminating (or gone) pod as
-/// evicted, so the health gate waits for its group; a pod still running was not evicted and is a
+/// evicted, so the health check waits for its group; a pod still running was not evicted and is a
 /// target again.
 #[test]
 fn an_eviction_whose_answer_never_came_is_settled_from_the_live_view() {
@@ -1340,7 +1340,7 @@ fn stored(s: &State, keep: usize) -> State {
 }
 
 #[test]
-fn a_compacted_health_gate_waits_for_the_same_groups_and_budgets() {
+fn a_compacted_health_check_waits_for_the_same_groups_and_budgets() {
     // by workload: the baseline's groups count as evicted once their evictions are folded
     let mut w = World::new();
     one_workload(&mut w);
@@ -1409,7 +1409,7 @@ proptest! {
 
     /// Restarting from the stored (compacted) state at every step decides exactly what the
     /// full state, restarted as often, decides: the same actions (no eviction sent again, none
-    /// missed), the same health gate, the same counts. (Both lose the in-memory windows at each
+    /// missed), the same health check, the same counts. (Both lose the in-memory windows at each
     /// restart, by design; compaction loses nothing more.)
     #[test]
     fn a_restart_from_the_compacted_state_at_any_step_decides_as_the_full_state(

@@ -85,7 +85,7 @@ pub struct Options {
     /// SF `HealthCheckRetryTimeout`: unhealthy this long (since the checks began or since the
     /// domain was last healthy) is a failure.
     pub health_check_retry_timeout: SignedDuration,
-    /// SF `UpgradeDomainTimeout`: from cordon to the end of the health gate (`None`: no limit).
+    /// SF `UpgradeDomainTimeout`: from cordon to the end of the health check (`None`: no limit).
     pub domain_timeout: Option<SignedDuration>,
     /// The managed node pools' drain timeout: from cordon until the domain's last pod is gone
     /// (`None`: no limit). Bounds every wait of the drain (a refusal that never lifts, a hold,
@@ -95,9 +95,9 @@ pub struct Options {
     pub rollout_timeout: Option<SignedDuration>,
     /// SF `FailureAction` (Rollback/Manual → Abort/Pause).
     pub failure_action: FailureAction,
-    /// Domains between cordon and the end of their health gate at once (at least 1).
+    /// Domains between cordon and the end of their health check at once (at least 1).
     pub max_unavailable_domains: usize,
-    /// SF's manual mode: pause after each domain's health gate until resumed.
+    /// SF's manual mode: pause after each domain's health check until resumed.
     pub manual: bool,
     /// Pods of a domain terminating (evicted, not gone yet) at once (at least 1).
     pub eviction_concurrency: usize,
@@ -107,7 +107,7 @@ pub struct Options {
     /// caller restarts), each budget's groups, counted from their members, must not have
     /// dropped for this long. `None`: the stable period in force.
     pub eviction_window: Option<SignedDuration>,
-    /// The health gate waits until every evicted group is Ready again: as many Ready groups in
+    /// The health check waits until every evicted group is Ready again: as many Ready groups in
     /// its workload as before the eviction (see [`PlanOptions::workload_keys`]; KubeRay
     /// recreates a multi-host replica under a new name), or, without workload labels, the
     /// group's name Ready again. Off: budgets only.
@@ -115,7 +115,7 @@ pub struct Options {
     /// After an eviction failed other than with a 429, wait this long before the domain's next.
     pub eviction_retry: SignedDuration,
     pub handoff: Handoff,
-    /// Server-side dry-run evictions only: no cordon, no wait, no hand-off, no health gate.
+    /// Server-side dry-run evictions only: no cordon, no wait, no hand-off, no health check.
     pub dry_run: bool,
     /// The NodeRollout's name: it orders this rollout's domains against other rollouts' when
     /// they start at the same time ([`Observation::elsewhere`]).
@@ -199,7 +199,7 @@ pub enum Step {
     Draining,
     HandingOff,
     HealthCheck,
-    /// Manual mode: through the health gate, waiting for the operator.
+    /// Manual mode: through the health check, waiting for the operator.
     AwaitingResume,
     Done,
     /// The rollout was aborted while this domain was in progress.
@@ -207,7 +207,7 @@ pub enum Step {
 }
 
 impl Step {
-    /// Past cordon and not yet through the health gate.
+    /// Past cordon and not yet through the health check.
     pub fn is_unavailable(self) -> bool {
         matches!(self, Step::Draining | Step::HandingOff | Step::HealthCheck)
     }
@@ -267,7 +267,7 @@ pub struct Memory {
     /// Domains that waited out the stable window since they started (or since their last
     /// refusal lifted, or since this caller started).
     pub windowed: BTreeSet<String>,
-    /// Domains whose health gate this caller has watched: a restarted caller restarts the
+    /// Domains whose health check this caller has watched: a restarted caller restarts the
     /// stable period of a domain it has not.
     pub health_watched: BTreeSet<String>,
 }
@@ -280,7 +280,7 @@ impl PartialEq for Memory {
 
 impl Eq for Memory {}
 
-/// The health gate's clock.
+/// The health check's clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
@@ -352,7 +352,7 @@ pub struct DomainState {
     pub cordoned: Option<BTreeSet<String>>,
     pub health: Health,
     /// Per workload (`namespace/label=value,...`) with a group about to be evicted: its Ready
-    /// groups just before, which the health gate waits to see again.
+    /// groups just before, which the health check waits to see again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workloads: BTreeMap<String, Baseline>,
     /// RayServices moved off it before its evictions, by `namespace/name`.
@@ -378,7 +378,7 @@ pub struct Baseline {
 }
 
 /// Evictions folded out of [`DomainState::evicted`] to bound the stored state
-/// ([`State::compacted`]): their counts, and what the health gate reads of them.
+/// ([`State::compacted`]): their counts, and what the health check reads of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Folded {
@@ -388,10 +388,10 @@ pub struct Folded {
     /// Accepted evictions of the other pods.
     #[serde(default)]
     pub other: u64,
-    /// The budgets that protected them (`namespace/name`): the health gate checks them.
+    /// The budgets that protected them (`namespace/name`): the health check checks them.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub budgets: BTreeSet<String>,
-    /// Their groups (`namespace/group`) no workload baseline names: the health gate waits for
+    /// Their groups (`namespace/group`) no workload baseline names: the health check waits for
     /// them by name.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub groups: BTreeSet<String>,
@@ -543,7 +543,7 @@ impl State {
     }
 
     /// The domains of this rollout (`rollout`, its name) between cordon and the end of their
-    /// health gate, as other rollouts weigh them (nothing once it is finished).
+    /// health check, as other rollouts weigh them (nothing once it is finished).
     pub fn disruptions(&self, rollout: &str) -> Vec<Disruption> {
         if self.is_finished() {
             return Vec::new();
@@ -559,7 +559,7 @@ impl State {
     /// etcd's object limit): in each domain every accepted eviction but the newest `keep` is
     /// folded into [`DomainState::folded`] (its count, its budget, its group, or a mark on the
     /// workload baseline naming the group), and a finished domain keeps only its counts.
-    /// [`decide`] reads the folded state as it reads the full one: the same health gate (every
+    /// [`decide`] reads the folded state as it reads the full one: the same health check (every
     /// affected budget, every evicted group) and the same counts. What a domain in progress
     /// then stores grows with its groups, budgets and workloads, and with at most `keep`
     /// evictions, not with its pods. Refused (dry-run) answers and unanswered evictions
@@ -628,14 +628,14 @@ pub struct Observation<'a> {
     /// How many times the operator asked to resume, ever (a counter: a restart that replays it
     /// resumes nothing twice).
     pub resumes: u64,
-    /// The domains other NodeRollouts have between cordon and the end of their health gate
+    /// The domains other NodeRollouts have between cordon and the end of their health check
     /// ([`State::disruptions`] of each).
     pub elsewhere: &'a [Disruption],
     /// The RayServices (empty: none, or not observed: nothing is moved).
     pub services: &'a [ServiceView],
 }
 
-/// A NodeRollout's upgrade domain between its cordon and the end of its health gate, as the
+/// A NodeRollout's upgrade domain between its cordon and the end of its health check, as the
 /// other rollouts weigh it: the workloads (budgets) it disrupts count against their
 /// `maxUnavailableDomains` too.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -49,7 +49,7 @@ pub const PAUSED: &str = "Paused";
 pub const COMPLETED: &str = "Completed";
 pub const FAILED_PHASE: &str = "Failed";
 
-/// The engine's options for a checked spec. The health gate waits for every evicted group's
+/// The engine's options for a checked spec. The health check waits for every evicted group's
 /// workload to be Ready again by count (KubeRay recreates a multi-host replica under a new name,
 /// so groups are not waited for by name), whatever the preset.
 pub fn engine_options(o: &RolloutOptions) -> Options {
@@ -245,7 +245,7 @@ pub const STORED_EVICTIONS: usize = 256;
 
 /// The state as `status.engine` keeps it ([`State::compacted`] with [`STORED_EVICTIONS`]): a
 /// finished domain keeps its counts only, a domain in progress its newest evictions and what
-/// its health gate reads of the older ones, so the record grows with the domains, their nodes,
+/// its health check reads of the older ones, so the record grows with the domains, their nodes,
 /// groups and budgets, not with the pods evicted.
 pub fn compact(state: &State) -> State {
     state.compacted(STORED_EVICTIONS)
@@ -258,7 +258,7 @@ pub const TAINT_SKIPPED: &str = "TaintSkipped";
 /// Why the outdated nodes are not tainted: what the room check found with the taint.
 pub fn taint_skipped(tainted: &crate::drain::CapacityCheck) -> String {
     let mut why: Vec<String> = tainted.dead_ends.iter().map(ToString::to_string).collect();
-    why.extend(tainted.gate_dead_ends.iter().map(|g| g.problem()));
+    why.extend(tainted.health_dead_ends.iter().map(|g| g.problem()));
     format!(
         "the outdated nodes are not tainted (taintOutdated is unset): with the taint, {}; without \
          it, a group evicted from one domain may land on a later domain's node and be disrupted \
@@ -373,7 +373,7 @@ pub struct Note {
 }
 
 /// Whether the change `old` → `new` must reach the status at once (a restarted controller needs
-/// it: a step, an eviction, a refusal, the health gate's clock starting or breaking), rather than
+/// it: a step, an eviction, a refusal, the health check's clock starting or breaking), rather than
 /// with the next periodic write (what only ticks: "why it waits" lines, the last healthy check).
 pub fn needs_write_now(old: &State, new: &State) -> bool {
     fn shape(s: &State) -> State {
@@ -391,7 +391,7 @@ pub fn needs_write_now(old: &State, new: &State) -> bool {
 
 /// The state to go on from after `spec.paused` held the rollout from `paused_at` to `now`: the
 /// pause does not count against the domain and rollout timeouts (their start moves on by the
-/// pause), and the health gate's stable period starts over (nothing was watched meanwhile).
+/// pause), and the health check's stable period starts over (nothing was watched meanwhile).
 pub fn after_spec_pause(state: &State, paused_at: Timestamp, now: Timestamp) -> State {
     let pause = now.duration_since(paused_at).max(SignedDuration::ZERO);
     let shift = |t: Option<Timestamp>| t.map(|t| t.checked_add(pause).unwrap_or(t));

@@ -402,7 +402,7 @@ fn a_throttled_eviction_waits_its_retry_after_and_blames_no_budget() {
 /// The budget's status says every group is back, but counted from their members none is: the
 /// gate waits (the status lags the members by the representatives' probes).
 #[test]
-fn the_health_gate_counts_a_budget_s_groups_from_their_members_too() {
+fn the_health_check_counts_a_budget_s_groups_from_their_members_too() {
     let mut w = World::new();
     let o = World::options();
     let s = drain_domain_a(&mut w, &o);

@@ -65,7 +65,7 @@ fn a_domain_is_not_started_while_another_rollout_s_domain_disrupts_the_same_budg
     w.advance(5);
     let (s, a) = w.step(&s, &o);
     assert!(!reasons(&a).contains(&"OtherRolloutDisrupting"), "{a:?}");
-    // the other domain is through its health gate: this one starts
+    // the other domain is through its health check: this one starts
     w.elsewhere.clear();
     let (s, a) = w.step(&s, &o);
     assert_eq!(cordons(&a), ["a1", "a2"]);
@@ -105,10 +105,10 @@ fn two_domains_started_at_once_over_one_budget_evict_in_rollout_name_order() {
     }
 }
 
-/// The other rollout's domain is in its health gate: its nodes are drained, but it evicted a pod
+/// The other rollout's domain is in its health check: its nodes are drained, but it evicted a pod
 /// the budget protected, so the budget's workload is still disrupted by it.
 #[test]
-fn a_domain_in_its_health_gate_still_disrupts_the_budgets_it_evicted_from() {
+fn a_domain_in_its_health_check_still_disrupts_the_budgets_it_evicted_from() {
     let (mut w, o) = shared_budget();
     let s = w.start(&o);
     let (s, a) = w.step(&s, &o);
@@ -164,7 +164,7 @@ fn max_unavailable_domains_is_the_number_of_domains_one_workload_may_have_disrup
 }
 
 /// What a rollout's state tells the others: its domains between cordon and the end of their
-/// health gate, the nodes of those that drain, the budgets they evicted from.
+/// health check, the nodes of those that drain, the budgets they evicted from.
 #[test]
 fn a_state_s_disruptions_are_its_domains_in_progress() {
     let (mut w, o) = shared_budget();

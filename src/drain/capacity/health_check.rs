@@ -1,4 +1,4 @@
-//! The health gate's dead end (hand-off `None`): every group of the domains drained so far must
+//! The health check's dead end (hand-off `None`): every group of the domains drained so far must
 //! fit outside them, and the nodes there cannot hold them (see the parent module's doc).
 
 use std::collections::BTreeSet;
@@ -12,14 +12,14 @@ use crate::drain::{
 };
 use crate::quantity::Resources;
 
-/// One upgrade domain whose health gate cannot pass (hand-off `None`): the drained nodes stay
+/// One upgrade domain whose health check cannot pass (hand-off `None`): the drained nodes stay
 /// cordoned, so every group the gate waits for must run again on nodes outside the domains drained
 /// so far (outside the rollout with `taintOutdated`), and those nodes cannot hold them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GateDeadEnd {
+pub struct HealthDeadEnd {
     pub domain: String,
-    /// The domain's groups the health gate waits for (group label values).
+    /// The domain's groups the health check waits for (group label values).
     pub groups: Vec<String>,
     /// Groups moved out of earlier domains (which stay cordoned) that need the same capacity.
     pub moved_before: usize,
@@ -41,7 +41,7 @@ pub struct GateDeadEnd {
     pub group_requests: Option<String>,
 }
 
-impl GateDeadEnd {
+impl HealthDeadEnd {
     fn outside(&self) -> &'static str {
         match self.taint_outdated {
             true => "the rollout",
@@ -68,7 +68,7 @@ impl GateDeadEnd {
         };
         format!(
             "upgrade domain {}: with hand-off None its nodes stay cordoned{taint}, so its health \
-             gate waits until its {g} group(s) ({}) are Ready again on nodes outside {}{earlier}; \
+             check waits until its {g} group(s) ({}) are Ready again on nodes outside {}{earlier}; \
              those nodes have {} free and the {} group(s) request {}{capacity}: the health check \
              would fail after healthCheckRetryTimeout",
             self.domain,
@@ -103,15 +103,15 @@ impl GateDeadEnd {
     }
 }
 
-impl std::fmt::Display for GateDeadEnd {
+impl std::fmt::Display for HealthDeadEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}. Fix: {}", self.problem(), self.fix())
     }
 }
 
-/// The one-line summary of the health gate's dead ends (each domain's [`GateDeadEnd`] text,
+/// The one-line summary of the health check's dead ends (each domain's [`HealthDeadEnd`] text,
 /// `|`-separated), after [`dead_end_message`]'s in the `NoRoomToRecover` condition.
-pub fn gate_message(dead: &[GateDeadEnd]) -> String {
+pub fn health_message(dead: &[HealthDeadEnd]) -> String {
     let each: Vec<String> = dead.iter().map(ToString::to_string).collect();
     format!(
         "{} upgrade domain(s) would fail their health check, their groups would have nowhere to \
@@ -121,11 +121,11 @@ pub fn gate_message(dead: &[GateDeadEnd]) -> String {
     )
 }
 
-/// The domains of `plan` whose health gate cannot pass for want of room, in plan order. Only with
+/// The domains of `plan` whose health check cannot pass for want of room, in plan order. Only with
 /// hand-off `None` (`Returns::Never`: a rebooted or replaced domain takes its groups back) and a
 /// group label (without one the gate waits for budgets only, which [`dead_ends`] covers).
 ///
-/// With hand-off `None` a drained domain stays cordoned, and its health gate waits until every
+/// With hand-off `None` a drained domain stays cordoned, and its health check waits until every
 /// group evicted from it is Ready again, so each group of domains `0..=k` must fit on the nodes
 /// outside them (outside the rollout with `taintOutdated`). Counted optimistically, so a finding
 /// is certain: the free requests of the nodes a group may use (schedulable, its taints
@@ -134,12 +134,12 @@ pub fn gate_message(dead: &[GateDeadEnd]) -> String {
 /// are recognised by workload (its Ready groups counted again), only groups Ready now. Groups
 /// that tolerate different taints are checked together on every node set one of them may use
 /// (each group whose nodes lie within that set).
-pub fn gate_dead_ends(
+pub fn health_dead_ends(
     cluster: &Cluster,
     plan: &Plan,
     options: &PlanOptions,
     returns: Returns,
-) -> Vec<GateDeadEnd> {
+) -> Vec<HealthDeadEnd> {
     let Some(label) = options.group_label.as_deref() else {
         return Vec::new();
     };
@@ -161,7 +161,7 @@ pub fn gate_dead_ends(
     out
 }
 
-/// The health gate's check as it walks the plan's domains.
+/// The health check's check as it walks the plan's domains.
 struct Gate<'a> {
     nodes: &'a [Node],
     label: &'a str,
@@ -304,7 +304,7 @@ impl<'a> Gate<'a> {
 
     /// The domain's dead end on the widest node set that cannot hold the groups confined to it
     /// (its finding names the most groups).
-    fn dead_end(&self, domain: &DomainPlan, own: &[(usize, &str)]) -> Option<GateDeadEnd> {
+    fn dead_end(&self, domain: &DomainPlan, own: &[(usize, &str)]) -> Option<HealthDeadEnd> {
         let mut order: Vec<usize> = (0..self.classes.len()).collect();
         order.sort_by_key(|c| std::cmp::Reverse(self.classes[*c].1.len()));
         for c in order {
@@ -343,7 +343,7 @@ impl<'a> Gate<'a> {
         groups: Vec<String>,
         all: &Moved,
         free: &Resources,
-    ) -> GateDeadEnd {
+    ) -> HealthDeadEnd {
         let mut short = all.need.clone();
         short.sub(free);
         let one = match &all.shape {
@@ -351,7 +351,7 @@ impl<'a> Gate<'a> {
             Shape::None | Shape::Mixed => None,
         };
         let untainted = || self.free_on_nodes(&self.classes[class].1, false);
-        GateDeadEnd {
+        HealthDeadEnd {
             domain: domain.name.clone(),
             moved_before: all.groups - groups.len(),
             groups,
