@@ -10,7 +10,8 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::handler::{ApiRequest, Reply, Route, State, dry_run, meta_str, parse_body};
+use super::request::{ApiRequest, Reply, Route, dry_run, meta_str, parse_body};
+use super::state::State;
 use crate::status::ApiError;
 use crate::store::{ChangeType, ResKey};
 
