@@ -35,8 +35,10 @@
 
 mod autoscaler;
 mod cluster;
+mod desired;
 mod hash;
 mod incremental;
+mod names;
 pub mod pods;
 mod service;
 mod status;
@@ -263,7 +265,7 @@ impl Shared {
         self.clock.now()
     }
 
-    /// A sequence number for [`service::generate_cluster_name`].
+    /// A sequence number for [`names::generate_cluster_name`].
     pub(crate) fn next_name_seq(&self) -> u64 {
         let mut n = Self::lock(&self.names_generated);
         *n += 1;

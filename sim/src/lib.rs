@@ -17,9 +17,6 @@ pub mod actors;
 /// Mutating admission on Pods: DefaultTolerationSeconds (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod admission;
-/// The Pod binding subresource and the pod status the server writes on create (pure).
-#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
-pub mod binding;
 /// CEL validation rules (`x-kubernetes-validations`) of CRD schemas (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod cel;
@@ -28,9 +25,6 @@ pub mod clock;
 /// Typed copies of stored objects without their `managedFields`, for the sim's actors (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod decode;
-/// The Pod eviction subresource (pure).
-#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
-pub mod eviction;
 /// A change signal waking several waiters in a fixed order (for reproducible runs).
 pub mod fanout;
 /// Fault injection: error rates, latency, watch drops and 410s, seeded (pure).
@@ -43,7 +37,7 @@ pub mod fields;
 /// (test fixtures: they panic on a broken cluster).
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod fixtures;
-/// Routing and the verbs over the store (pure).
+/// Routing, the verbs over the store and the Pod and `scale` subresources (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod handler;
 /// Shared in-process informers for the sim's own actors.
@@ -58,9 +52,6 @@ pub mod kuberay;
 /// Merge, JSON and strategic merge patches (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod patch;
-/// The `scale` subresource and group-version discovery (pure).
-#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
-pub mod scale;
 /// CRD structural schemas: pruning, defaults, validation (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod schema;

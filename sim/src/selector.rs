@@ -156,6 +156,38 @@ impl LabelSelector {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
+/// Whether a `metav1.LabelSelector` object matches `labels`; `None` for a selector that does not
+/// parse (such PDBs are skipped). A missing selector matches nothing, `{}` everything.
+pub fn selector_object_matches(selector: Option<&Value>, labels: Option<&Value>) -> Option<bool> {
+    let Some(sel) = selector.filter(|s| !s.is_null()) else {
+        return Some(false);
+    };
+    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    for (k, v) in sel["matchLabels"].as_object().into_iter().flatten() {
+        if get(k) != Some(v.as_str()?) {
+            return Some(false);
+        }
+    }
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str()?;
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .map(|vs| vs.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let ok = match e["operator"].as_str()? {
+            "In" => get(key).is_some_and(|v| values.contains(&v)),
+            "NotIn" => get(key).is_none_or(|v| !values.contains(&v)),
+            "Exists" => get(key).is_some(),
+            "DoesNotExist" => get(key).is_none(),
+            _ => return None,
+        };
+        if !ok {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
 /// The value of a selectable field: a missing field reads as the empty string.
 pub fn field_value(obj: &Value, field: &str) -> String {
     let mut cur = obj;

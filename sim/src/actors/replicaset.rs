@@ -25,7 +25,7 @@ use serde_json::json;
 
 use crate::Clock;
 use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
-use crate::eviction::selector_object_matches;
+use crate::selector::selector_object_matches;
 use raygate::runtime::SortedState;
 
 /// `burstReplicas`: at most this many creates or deletes per sync.

@@ -1,6 +1,8 @@
 //! Vectors after kubernetes `pkg/controller/disruption/disruption_test.go` and
 //! `../shared/reference/eviction-pdb-drain.md` §2.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
 use super::*;
 use serde_json::{Value, json};
 

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 use serde_json::{Value, json};
 

@@ -9,7 +9,8 @@
 
 use serde_json::{Value, json};
 
-use crate::handler::{ApiRequest, Reply, Route, State, dry_run, meta_str, parse_body};
+use super::request::{ApiRequest, Reply, Route, dry_run, meta_str, parse_body};
+use super::state::State;
 use crate::status::{ApiError, FieldCause};
 use crate::store::ChangeType;
 
@@ -60,70 +61,83 @@ pub(crate) fn set_pod_condition(pod: &mut Value, mut cond: Value, now: &str) {
     }
 }
 
+/// The binding's target node, after the checks on the binding itself: its namespace and name
+/// are the pod's, its target a Node with a name.
+fn binding_target<'a>(body: &'a Value, route: &Route, name: &str) -> Result<&'a str, ApiError> {
+    if meta_str(body, "namespace")
+        .is_some_and(|n| !n.is_empty() && Some(n) != route.namespace.as_deref())
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    if meta_str(body, "name").is_some_and(|n| n != name) {
+        return Err(ApiError::bad_request(format!(
+            "name in URL does not match name in Binding object: {name}"
+        )));
+    }
+    let kind = body["target"]["kind"].as_str().unwrap_or_default();
+    if !kind.is_empty() && kind != "Node" {
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            name,
+            vec![FieldCause::not_supported(
+                "target.kind",
+                kind,
+                &["Node".to_string(), "<empty>".to_string()],
+            )],
+        ));
+    }
+    let node = body["target"]["name"].as_str().unwrap_or_default();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            name,
+            vec![FieldCause::required("target.name", "")],
+        ));
+    }
+    Ok(node)
+}
+
+/// The 409 of a pod that cannot be bound: being deleted, already bound, or gated.
+fn check_assignable(pod: &Value, name: &str) -> Result<(), ApiError> {
+    let conflict = |why: String| ApiError::conflict_because("", "pods/binding", name, &why);
+    if pod["metadata"].get("deletionTimestamp").is_some() {
+        return Err(conflict(format!(
+            "pod {name} is being deleted, cannot be assigned to a host"
+        )));
+    }
+    if let Some(bound) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(conflict(format!(
+            "pod {name} is already assigned to node \"{bound}\""
+        )));
+    }
+    if pod["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|g| !g.is_empty())
+    {
+        return Err(conflict(format!(
+            "pod {name} has non-empty .spec.schedulingGates"
+        )));
+    }
+    Ok(())
+}
+
 impl State {
     /// The binding subresource.
     pub fn bind(&mut self, route: &Route, req: &ApiRequest, now: &str) -> Reply {
         let body = parse_body("Binding", &req.body)?;
         let dry = dry_run(&req.query)?;
         let name = route.name.clone().unwrap_or_default();
-        if meta_str(&body, "namespace")
-            .is_some_and(|n| !n.is_empty() && Some(n) != route.namespace.as_deref())
-        {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        if meta_str(&body, "name").is_some_and(|n| n != name) {
-            return Err(ApiError::bad_request(format!(
-                "name in URL does not match name in Binding object: {name}"
-            )));
-        }
-        let kind = body["target"]["kind"].as_str().unwrap_or_default();
-        if !kind.is_empty() && kind != "Node" {
-            return Err(ApiError::invalid(
-                "",
-                "Binding",
-                &name,
-                vec![FieldCause::not_supported(
-                    "target.kind",
-                    kind,
-                    &["Node".to_string(), "<empty>".to_string()],
-                )],
-            ));
-        }
-        let node = body["target"]["name"].as_str().unwrap_or_default();
-        if node.is_empty() {
-            return Err(ApiError::invalid(
-                "",
-                "Binding",
-                &name,
-                vec![FieldCause::required("target.name", "")],
-            ));
-        }
+        let node = binding_target(&body, route, &name)?;
         let pod_route = Route {
             subresource: None,
             ..route.clone()
         };
         let pod = self.existing(&pod_route)?;
-        let conflict = |why: String| ApiError::conflict_because("", "pods/binding", &name, &why);
-        if pod["metadata"].get("deletionTimestamp").is_some() {
-            return Err(conflict(format!(
-                "pod {name} is being deleted, cannot be assigned to a host"
-            )));
-        }
-        if let Some(bound) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-            return Err(conflict(format!(
-                "pod {name} is already assigned to node \"{bound}\""
-            )));
-        }
-        if pod["spec"]["schedulingGates"]
-            .as_array()
-            .is_some_and(|g| !g.is_empty())
-        {
-            return Err(conflict(format!(
-                "pod {name} has non-empty .spec.schedulingGates"
-            )));
-        }
+        check_assignable(&pod, &name)?;
         let mut next = (*pod).clone();
         next["spec"]["nodeName"] = json!(node);
         if let Some(ann) = body["metadata"]["annotations"].as_object() {

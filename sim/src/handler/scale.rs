@@ -5,7 +5,8 @@
 
 use serde_json::{Value, json};
 
-use crate::handler::{ApiRequest, Reply, Route, State, dry_run, meta_str, parse_body};
+use super::request::{ApiRequest, Reply, Route, dry_run, meta_str, parse_body};
+use super::state::State;
 use crate::kinds::{Registry, ScalePaths};
 use crate::patch::{self, PatchType};
 use crate::status::{ApiError, FieldCause};
