@@ -407,25 +407,7 @@ async fn write_decision(
         .await;
     let updated = match written {
         Ok(u) => u,
-        Err(source) => {
-            if may_have_committed(&source) {
-                // the write may have landed: spend nothing twice until the store tells
-                tracing::warn!(workload = k, error = %source, "admission write outcome unknown: assuming it committed");
-                assumed.insert(
-                    k.to_string(),
-                    Assumed::new(
-                        rv(w).saturating_add(1),
-                        decided_rv,
-                        next,
-                        Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
-                    ),
-                );
-            }
-            return Err(Error::WorkloadStatus {
-                name: k.to_string(),
-                source,
-            });
-        }
+        Err(source) => return Err(write_failed(ctx, (k, w), next, decided_rv, assumed, source)),
     };
     // Kueue's Events on the Workload (QuotaReserved + Admitted, Preempted/Evicted), once written
     let reference = kube::Resource::object_ref(&updated, &());
@@ -447,6 +429,34 @@ async fn write_decision(
         ),
     );
     Ok(())
+}
+
+/// A failed status write: one that may have landed is assumed committed until the store tells
+/// (so nothing is spent twice), with a log line; the error names the Workload.
+fn write_failed(
+    ctx: &Context,
+    (k, w): (&str, &Workload),
+    next: WorkloadStatus,
+    decided_rv: String,
+    assumed: &mut HashMap<String, Assumed>,
+    source: kube::Error,
+) -> Error {
+    if may_have_committed(&source) {
+        tracing::warn!(workload = k, error = %source, "admission write outcome unknown: assuming it committed");
+        assumed.insert(
+            k.to_string(),
+            Assumed::new(
+                rv(w).saturating_add(1),
+                decided_rv,
+                next,
+                Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
+            ),
+        );
+    }
+    Error::WorkloadStatus {
+        name: k.to_string(),
+        source,
+    }
 }
 
 /// The traces of a written admission or eviction: a log line and the admission time (the gate's

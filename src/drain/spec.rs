@@ -147,16 +147,7 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
     }
     let contract = spec.groups.as_ref().and_then(|g| contract(g, &mut check));
     let timeouts = timeouts(spec, &mut check);
-    let max_unavailable_domains = match usize::try_from(spec.max_unavailable_domains) {
-        Ok(n) if n >= 1 => n,
-        _ => {
-            check.fail(
-                "spec.maxUnavailableDomains",
-                format!("{} is less than 1", spec.max_unavailable_domains),
-            );
-            1
-        }
-    };
+    let max_unavailable_domains = max_unavailable_domains(spec, &mut check);
     if !check.0.is_empty() {
         return Err(InvalidSpec(check.0));
     }
@@ -196,6 +187,20 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
         moves: timeouts.moves,
         handoff_timeout: timeouts.handoff,
     })
+}
+
+/// `spec.maxUnavailableDomains`, at least 1 (1, with the fault noted, when less).
+fn max_unavailable_domains(spec: &NodeRolloutSpec, check: &mut Check) -> usize {
+    match usize::try_from(spec.max_unavailable_domains) {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            check.fail(
+                "spec.maxUnavailableDomains",
+                format!("{} is less than 1", spec.max_unavailable_domains),
+            );
+            1
+        }
+    }
 }
 
 /// `spec.generation` as the plan reads it (`None`, with its faults noted, when unusable).

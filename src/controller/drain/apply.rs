@@ -84,21 +84,13 @@ impl Apply {
                     remove_taint,
                     remove_label,
                 } => {
-                    let mut patch = match keep_cordon {
-                        true => json!({"spec": {}}),
-                        false => json!({"spec": {"unschedulable": null}}),
-                    };
-                    if let Some(key) = remove_label {
-                        patch["metadata"] = json!({"labels": {key: null}});
-                    }
-                    if let Some(t) = remove_taint {
-                        let taints: Vec<Taint> = current_taints(nodes, node)
-                            .into_iter()
-                            .filter(|x| !(x.key == t.key && x.effect == t.effect))
-                            .collect();
-                        patch["spec"]["taints"] = json!(taints);
-                        patch["metadata"]["resourceVersion"] = json!(resource_version(nodes, node));
-                    }
+                    let patch = uncordon_patch(
+                        nodes,
+                        node,
+                        *keep_cordon,
+                        remove_taint.as_ref(),
+                        remove_label.as_deref(),
+                    );
                     self.patch(node, "uncordon", patch).await
                 }
                 Action::Evict { target, dry_run } => {
@@ -121,13 +113,7 @@ impl Apply {
                     reason,
                     message,
                 } => {
-                    let on = ObjectReference {
-                        api_version: Some("ray.io/v1".into()),
-                        kind: Some("RayService".into()),
-                        namespace: Some(namespace.clone()),
-                        name: Some(service.clone()),
-                        ..ObjectReference::default()
-                    };
+                    let on = rayservice_ref(namespace, service);
                     self.publish(&on, *type_, reason, message).await
                 }
                 Action::MoveRayService {
@@ -275,6 +261,44 @@ impl Apply {
             child: None,
         };
         self.events.publish(on, &event).await;
+    }
+}
+
+/// The patch that gives a node back: the cordon lifted (unless kept), raygate's taint and upgrade
+/// label removed; a taint change carries the node's `resourceVersion` (the taint list is replaced).
+fn uncordon_patch(
+    nodes: &[Node],
+    node: &str,
+    keep_cordon: bool,
+    remove_taint: Option<&Taint>,
+    remove_label: Option<&str>,
+) -> serde_json::Value {
+    let mut patch = match keep_cordon {
+        true => json!({"spec": {}}),
+        false => json!({"spec": {"unschedulable": null}}),
+    };
+    if let Some(key) = remove_label {
+        patch["metadata"] = json!({"labels": {key: null}});
+    }
+    if let Some(t) = remove_taint {
+        let taints: Vec<Taint> = current_taints(nodes, node)
+            .into_iter()
+            .filter(|x| !(x.key == t.key && x.effect == t.effect))
+            .collect();
+        patch["spec"]["taints"] = json!(taints);
+        patch["metadata"]["resourceVersion"] = json!(resource_version(nodes, node));
+    }
+    patch
+}
+
+/// A RayService as an Event's object.
+fn rayservice_ref(namespace: &str, service: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("ray.io/v1".into()),
+        kind: Some("RayService".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(service.to_string()),
+        ..ObjectReference::default()
     }
 }
 
