@@ -468,13 +468,7 @@ impl Supervisor {
                 Ok((id, ())) => (id, "returned".to_string()),
                 Err(e) if e.is_panic() => {
                     let id = e.id();
-                    let payload = e.into_panic();
-                    let msg = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    (id, format!("panicked: {msg}"))
+                    (id, format!("panicked: {}", panic_message(e.into_panic())))
                 }
                 Err(e) => (e.id(), "cancelled".to_string()),
             };
@@ -491,6 +485,15 @@ impl Supervisor {
     fn abort_all(&mut self) {
         self.tasks.abort_all();
     }
+}
+
+/// A panic's message (a `&str` or `String` payload; empty otherwise).
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// How long a stopping controller waits for its Lease to be released.

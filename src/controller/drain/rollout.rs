@@ -28,7 +28,7 @@
 //! sent) and keeps the state; `false` goes on from it. Events on the `NodeRollout` and the
 //! metrics come from the change between two states (`drain::rollout::changes`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -47,8 +47,8 @@ use crate::controller::peers::Board;
 use crate::controller::stores::{Readiness, watch_store};
 use crate::drain::PreflightOptions;
 use crate::drain::rollout as pure;
-use crate::runtime::Clock;
 use crate::runtime::SortedState;
+use crate::runtime::{Clock, Monotonic};
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// Field manager of the NodeRollout status writes (the node patches keep
@@ -215,11 +215,11 @@ pub async fn run(r: Rollouts, mut shutdown: watch::Receiver<bool>) {
     let mut leader_open = true;
     tracing::info!("NodeRollout controller started");
     loop {
-        while workers.tasks.try_join_next().is_some() {}
+        workers.reap(&sh);
         let rollouts = sh.store.sorted_state();
         count_phases(&sh.metrics, &rollouts);
         if *leader.borrow() {
-            workers.follow(&sh, rollouts);
+            workers.follow(&sh, rollouts, worker);
         } else if !workers.senders.is_empty() {
             tracing::info!("not leading: NodeRollout workers stop");
             workers.senders.clear();
@@ -274,21 +274,72 @@ fn count_phases(metrics: &Metrics, rollouts: &[Arc<NodeRollout>]) {
     metrics.refresh_rollouts(&states);
 }
 
-/// The running workers, one per rollout, each fed its object through a channel.
+/// A worker's view of its rollout: the newest object, `None` once it is gone.
+type ObjectFeed = watch::Receiver<Option<Arc<NodeRollout>>>;
+
+/// The running workers, one per rollout, each fed its object through a channel, supervised: a
+/// worker that panics is logged with its rollout's name, counted (`reconcile_errors`, step
+/// `noderollout worker panicked`) and started again after a backoff.
 #[derive(Default)]
 struct Workers {
     senders: BTreeMap<String, watch::Sender<Option<Arc<NodeRollout>>>>,
     /// Dropped with the controller's future: a stopped controller stops its workers.
     tasks: tokio::task::JoinSet<()>,
+    /// Each running task's rollout.
+    names: HashMap<tokio::task::Id, String>,
+    /// Rollouts whose worker panicked: how many times, and when it may start again.
+    panics: BTreeMap<String, (u32, Monotonic)>,
 }
 
 impl Workers {
-    /// Hands each rollout its newest object, starting a worker for a new one.
-    fn follow(&mut self, sh: &Arc<Shared>, rollouts: Vec<Arc<NodeRollout>>) {
+    /// Collects the workers that ended; a panic holds its rollout's next worker back.
+    fn reap(&mut self, sh: &Shared) {
+        while let Some(ended) = self.tasks.try_join_next_with_id() {
+            let (id, panic) = match ended {
+                Ok((id, ())) => (id, None),
+                Err(e) if e.is_panic() => (e.id(), Some(e.into_panic())),
+                Err(e) => (e.id(), None),
+            };
+            let name = self.names.remove(&id).unwrap_or_default();
+            let Some(payload) = panic else { continue };
+            let count = self
+                .panics
+                .get(&name)
+                .map_or(1, |(n, _)| n.saturating_add(1));
+            let delay = crate::controller::backoff(count);
+            self.panics
+                .insert(name.clone(), (count, sh.clock.monotonic() + delay));
+            sh.metrics
+                .errors
+                .get_or_create(&crate::controller::metrics::StepLabels {
+                    step: "noderollout worker panicked".into(),
+                })
+                .inc();
+            tracing::error!(
+                rollout = %name,
+                panic = %crate::controller::panic_message(payload),
+                "NodeRollout worker panicked; started again in {}s",
+                delay.as_secs()
+            );
+        }
+    }
+
+    /// Hands each rollout its newest object, starting a worker for a new one (or for one whose
+    /// worker panicked, once its backoff has passed).
+    fn follow<F>(
+        &mut self,
+        sh: &Arc<Shared>,
+        rollouts: Vec<Arc<NodeRollout>>,
+        start: impl Fn(Arc<Shared>, String, ObjectFeed) -> F,
+    ) where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
         let names: BTreeSet<String> = rollouts.iter().map(|o| o.name_any()).collect();
         // a worker whose object is gone (or that ended) is dropped: its receiver closes
         self.senders
             .retain(|name, tx| names.contains(name) && !tx.is_closed());
+        self.panics.retain(|name, _| names.contains(name));
+        let now = sh.clock.monotonic();
         for o in rollouts {
             let name = o.name_any();
             match self.senders.get(&name) {
@@ -302,9 +353,11 @@ impl Workers {
                         newer
                     });
                 }
+                None if self.panics.get(&name).is_some_and(|(_, at)| *at > now) => {}
                 None => {
                     let (tx, rx) = watch::channel(Some(o));
-                    self.tasks.spawn(worker(sh.clone(), name.clone(), rx));
+                    let task = self.tasks.spawn(start(sh.clone(), name.clone(), rx));
+                    self.names.insert(task.id(), name.clone());
                     self.senders.insert(name, tx);
                 }
             }
@@ -321,7 +374,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// One rollout, while this replica leads and the object exists.
-async fn worker(sh: Arc<Shared>, name: String, mut obj: watch::Receiver<Option<Arc<NodeRollout>>>) {
+async fn worker(sh: Arc<Shared>, name: String, mut obj: ObjectFeed) {
     let mut w = Worker {
         sh: sh.clone(),
         name: name.clone(),
@@ -413,5 +466,116 @@ impl Worker {
             Some(w) => Some(w.status.clone()),
             None => nro.status.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::task::{Context, Poll};
+
+    use http::{Request, Response};
+    use k8s_openapi::jiff::Timestamp;
+    use kube::client::Body;
+
+    use super::*;
+    use crate::controller::metrics::StepLabels;
+    use crate::runtime::ManualClock;
+
+    /// A server that answers nothing: these tests never reach it.
+    #[derive(Clone)]
+    struct NoServer;
+
+    impl tower::Service<Request<Body>> for NoServer {
+        type Response = Response<Body>;
+        type Error = std::io::Error;
+        type Future = std::future::Ready<Result<Response<Body>, std::io::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<Body>) -> Self::Future {
+            std::future::ready(Err(std::io::Error::other("no server in this test")))
+        }
+    }
+
+    fn shared(clock: Arc<ManualClock>) -> Arc<Shared> {
+        let client = Client::new(NoServer, "default");
+        let (store, _writer) = kube::runtime::reflector::store();
+        Arc::new(Shared {
+            events: EventSink::new(client.clone(), clock.clone(), "raygate-0"),
+            client,
+            clock,
+            metrics: Arc::new(Metrics::default()),
+            leader: watch::channel(true).1,
+            fence: crate::controller::Fence::open(),
+            tick: Duration::from_secs(1),
+            store,
+            claims: Mutex::default(),
+            board: Board::default(),
+            watches: Mutex::new(Weak::new()),
+            services: None,
+        })
+    }
+
+    fn rollout(name: &str) -> Arc<NodeRollout> {
+        let mut o: NodeRollout = serde_json::from_value(serde_json::json!({
+            "apiVersion": "raygate.io/v1alpha1", "kind": "NodeRollout",
+            "metadata": {"name": name, "resourceVersion": "1"},
+            "spec": {"udLabel": "ud", "nodeSelector": {}}}))
+        .unwrap();
+        o.metadata.uid = Some(format!("uid-{name}"));
+        Arc::new(o)
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_panics_is_counted_and_started_again_after_a_backoff() {
+        let clock = Arc::new(ManualClock::starting_at(Timestamp::UNIX_EPOCH));
+        let sh = shared(clock.clone());
+        let starts = Arc::new(AtomicU32::new(0));
+        let start = {
+            let starts = starts.clone();
+            move |_: Arc<Shared>, name: String, _: ObjectFeed| {
+                starts.fetch_add(1, Ordering::SeqCst);
+                async move { panic!("worker {name} broke") }
+            }
+        };
+        let panics = || {
+            sh.metrics
+                .errors
+                .get_or_create(&StepLabels {
+                    step: "noderollout worker panicked".into(),
+                })
+                .get()
+        };
+        let mut w = Workers::default();
+        w.follow(&sh, vec![rollout("r")], &start);
+        while !w.tasks.is_empty() {
+            tokio::task::yield_now().await;
+            w.reap(&sh);
+        }
+        assert_eq!((starts.load(Ordering::SeqCst), panics()), (1, 1));
+        // held back for the first backoff (2 s), then started again
+        w.follow(&sh, vec![rollout("r")], &start);
+        assert_eq!(starts.load(Ordering::SeqCst), 1);
+        clock.advance(Duration::from_secs(2));
+        w.follow(&sh, vec![rollout("r")], &start);
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        // a second panic doubles the wait
+        while w.names.values().any(|n| n == "r") {
+            tokio::task::yield_now().await;
+            w.reap(&sh);
+        }
+        assert_eq!(panics(), 2);
+        clock.advance(Duration::from_secs(3));
+        w.follow(&sh, vec![rollout("r")], &start);
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        clock.advance(Duration::from_secs(1));
+        w.follow(&sh, vec![rollout("r")], &start);
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
+        // a rollout that is gone is forgotten, backoff and all
+        w.follow(&sh, vec![], &start);
+        assert!(w.panics.is_empty() && w.senders.is_empty());
     }
 }
