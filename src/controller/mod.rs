@@ -14,6 +14,7 @@ mod coverage;
 /// leader, its status the loop's sink).
 pub mod drain;
 mod events;
+mod fenced;
 mod gate;
 mod http;
 mod leader;
@@ -294,6 +295,15 @@ fn elect(
     Ok((leads, Some(election)))
 }
 
+/// Whether this replica may write now: it leads, and its write deadline has not passed.
+fn may_write(
+    (leader, fence): &Leadership,
+    clock: &Arc<dyn Clock>,
+) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    let (leader, fence, clock) = (leader.clone(), fence.clone(), clock.clone());
+    Arc::new(move || *leader.borrow() && fence.open_at(clock.monotonic()))
+}
+
 /// Runs the controller on `clock` (e.g. a simulated cluster's virtual clock) until `shutdown`
 /// resolves.
 pub async fn run_with(
@@ -315,6 +325,8 @@ pub async fn run_with(
     }
     let (stores, streams) = stores::start(client.clone(), config.admission, config.pod_gate).await;
     let (leader, election) = elect(&client, &config, &clock)?;
+    // every task writes through the fence; the watches above and the Lease use the plain client
+    let client = fenced::fenced(client, may_write(&leader, &clock));
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: EventSink::new(client.clone(), clock.clone(), config.identity.clone()),
