@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use raygate::cli::drain::HandoffMode;
 use raygate::cli::rollout::{Ended, RolloutRequest};
 use raygate::client::rollout;
 use raygate::controller::drain::{self, Run};
@@ -14,17 +15,10 @@ use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
 use raygate::drain::{
-    CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions, Returns,
+    CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions,
 };
 use raygate::runtime::SystemClock;
-use raygate::types::rollout::{FailureActionSpec, HandOffMode};
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum HandoffArg {
-    None,
-    Reboot,
-    Replace,
-}
+use raygate::types::rollout::FailureActionSpec;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum FailureArg {
@@ -63,7 +57,7 @@ pub struct RunArgs {
     #[arg(long, requires = "generation_label")]
     generation_target: Option<String>,
     #[arg(long, value_enum, default_value = "none")]
-    handoff: HandoffArg,
+    handoff: HandoffMode,
     #[arg(long, default_value_t = 0)]
     health_check_wait_seconds: i64,
     /// Default: the representatives' readiness probes plus the disruption controller's lag.
@@ -146,17 +140,7 @@ fn options(a: &RunArgs) -> Options {
         max_unavailable_domains: a.max_unavailable_domains,
         manual: a.manual,
         eviction_concurrency: a.eviction_concurrency,
-        handoff: match a.handoff {
-            HandoffArg::None => Handoff::None,
-            HandoffArg::Reboot => {
-                let (label, value) = mark();
-                Handoff::Reboot { label, value }
-            }
-            HandoffArg::Replace => {
-                let (label, value) = mark();
-                Handoff::Replace { label, value }
-            }
-        },
+        handoff: Handoff::of(a.handoff.into(), mark()),
         dry_run: a.dry_run,
         ..Options::default()
     }
@@ -170,11 +154,7 @@ fn request(a: &RunArgs) -> RolloutRequest {
         representative: a.representative.clone(),
         generation_label: a.generation_label.clone(),
         generation_target: a.generation_target.clone(),
-        handoff: match a.handoff {
-            HandoffArg::None => HandOffMode::None,
-            HandoffArg::Reboot => HandOffMode::Reboot,
-            HandoffArg::Replace => HandOffMode::Replace,
-        },
+        handoff: a.handoff.into(),
         health_check_wait_seconds: a.health_check_wait_seconds,
         health_check_stable_seconds: a.health_check_stable_seconds,
         health_check_retry_timeout_seconds: a.health_check_retry_timeout_seconds,
@@ -373,10 +353,7 @@ async fn capacity_check(
     let Ok(plan) = raygate::drain::plan(&world, &options.plan, now) else {
         return Ok(None);
     };
-    let returns = match options.handoff {
-        Handoff::None => Returns::Never,
-        Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
-    };
+    let returns = options.handoff.returns();
     let found = CapacityCheck::check(&world, &plan, &options.plan, returns);
     if skip && !found.is_empty() {
         eprintln!(
@@ -384,5 +361,5 @@ async fn capacity_check(
             found.message()
         );
     }
-    Ok(raygate::cli::drain::capacity_check(&found.dead_ends, &found.health_dead_ends, skip).err())
+    Ok(raygate::cli::drain::capacity_check(&found, skip).err())
 }

@@ -549,7 +549,14 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
 #[tokio::test]
 async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() {
     let dead = plan_report(&room_cluster(true).await, &ROOM_FLAGS).await.0;
-    let refused = capacity_check(&dead, &[], false).unwrap_err();
+    let refused = capacity_check(
+        &raygate::drain::CapacityCheck {
+            dead_ends: dead.clone(),
+            health_dead_ends: vec![],
+        },
+        false,
+    )
+    .unwrap_err();
     for says in [
         "1 upgrade domain(s) cannot be drained, their groups would have nowhere to run: upgrade \
          domain ud-a holds 2 group(s)",
@@ -560,9 +567,27 @@ async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() 
         assert!(refused.contains(says), "no {says:?} in {refused}");
     }
     assert!(refused.starts_with(&raygate::drain::dead_end_message(&dead)));
-    assert_eq!(capacity_check(&dead, &[], true), Ok(()));
+    assert_eq!(
+        capacity_check(
+            &raygate::drain::CapacityCheck {
+                dead_ends: dead.clone(),
+                health_dead_ends: vec![]
+            },
+            true
+        ),
+        Ok(())
+    );
     let dead = plan_report(&room_cluster(false).await, &ROOM_FLAGS).await.0;
-    assert_eq!(capacity_check(&dead, &[], false), Ok(()));
+    assert_eq!(
+        capacity_check(
+            &raygate::drain::CapacityCheck {
+                dead_ends: dead.clone(),
+                health_dead_ends: vec![]
+            },
+            false
+        ),
+        Ok(())
+    );
 
     // the binary: --skip-room-check and --taint-outdated are --local's
     let (code, _, err) = raygate(&[
@@ -688,7 +713,14 @@ async fn a_domain_whose_health_check_cannot_pass_with_hand_off_none_is_reported_
     let plan = raygate::drain::plan(&world, &options, Timestamp::UNIX_EPOCH).unwrap();
     let gate =
         raygate::drain::health_dead_ends(&world, &plan, &options, HandoffMode::None.returns());
-    let refused = capacity_check(&[], &gate, false).unwrap_err();
+    let refused = capacity_check(
+        &raygate::drain::CapacityCheck {
+            dead_ends: vec![],
+            health_dead_ends: gate.clone(),
+        },
+        false,
+    )
+    .unwrap_err();
     for says in [
         "1 upgrade domain(s) would fail their health check, their groups would have nowhere to \
          run again: upgrade domain ud-b",
@@ -698,7 +730,16 @@ async fn a_domain_whose_health_check_cannot_pass_with_hand_off_none_is_reported_
     ] {
         assert!(refused.contains(says), "no {says:?} in {refused}");
     }
-    assert_eq!(capacity_check(&[], &gate, true), Ok(()));
+    assert_eq!(
+        capacity_check(
+            &raygate::drain::CapacityCheck {
+                dead_ends: vec![],
+                health_dead_ends: gate.clone()
+            },
+            true
+        ),
+        Ok(())
+    );
 
     // the spare node takes pods: room for all three groups, nothing reported
     let sim = room_cluster(false).await;

@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::status::columns;
+use crate::drain::engine::Handoff;
 use crate::drain::{
     CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Exposure, Finding, Generation,
     GenerationSource, GenerationTarget, GroupContract, HealthDeadEnd, NodeInfoField, Plan,
     PlanOptions, PreflightOptions, Returns, SkipReason,
 };
-use crate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL;
+use crate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, HandOffMode};
 
 /// Exit codes of `raygate drain plan|check`.
 pub mod exit {
@@ -69,10 +70,18 @@ pub enum HandoffMode {
 }
 
 impl HandoffMode {
+    /// Whether the drained nodes come back for the later domains' groups.
     pub fn returns(self) -> Returns {
-        match self {
-            HandoffMode::None => Returns::Never,
-            HandoffMode::Reboot | HandoffMode::Replace => Returns::AfterHandOff,
+        Handoff::of(self.into(), Default::default()).returns()
+    }
+}
+
+impl From<HandoffMode> for HandOffMode {
+    fn from(mode: HandoffMode) -> HandOffMode {
+        match mode {
+            HandoffMode::None => HandOffMode::None,
+            HandoffMode::Reboot => HandOffMode::Reboot,
+            HandoffMode::Replace => HandOffMode::Replace,
         }
     }
 }
@@ -352,19 +361,10 @@ fn exposed_lines(exposed: &[Exposure]) -> String {
 /// `drain run --local`'s room check: the refusal (the controller's `NoRoomToRecover` text) when a
 /// domain has no room to recover (`dead`) or no room for its health check (`gate`), unless `skip`
 /// (`--skip-room-check`).
-pub fn capacity_check(dead: &[DeadEnd], gate: &[HealthDeadEnd], skip: bool) -> Result<(), String> {
-    let found = CapacityCheck {
-        dead_ends: dead.to_vec(),
-        health_dead_ends: gate.to_vec(),
-    };
-    match found.is_empty() || skip {
-        true => Ok(()),
-        false => Err(format!(
-            "{}. Nothing was cordoned or evicted; to start anyway (e.g. an autoscaler adds nodes \
-             for pending pods), pass --skip-room-check",
-            found.message()
-        )),
-    }
+pub fn capacity_check(found: &CapacityCheck, skip: bool) -> Result<(), String> {
+    let start_anyway =
+        "to start anyway (e.g. an autoscaler adds nodes for pending pods), pass --skip-room-check";
+    found.refusal(skip, start_anyway).map_or(Ok(()), Err)
 }
 
 /// What `raygate drain check` found.

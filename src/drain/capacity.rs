@@ -93,6 +93,19 @@ impl CapacityCheck {
         }
         parts.join(". ")
     }
+
+    /// Why a drain is not started, the controller's and `drain run --local`'s one text: `None`
+    /// when nothing was found or the operator said to start anyway (`skip`); `start_anyway` says
+    /// how (an annotation, a flag).
+    pub fn refusal(&self, skip: bool, start_anyway: &str) -> Option<String> {
+        if self.is_empty() || skip {
+            return None;
+        }
+        Some(format!(
+            "{}. Nothing was cordoned or evicted; {start_anyway}",
+            self.message()
+        ))
+    }
 }
 
 /// The pods of group `group` in `ns` (1 without a group label).

@@ -1,11 +1,11 @@
 //! What the gate decides: the actions the controller applies, in order, and the Events that
 //! announce them or tell what the gate sees.
 
-use crate::events::{Event, EventType};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{pod_gate, pods_held};
 use crate::admission::AdmissionMode;
+use crate::events::{Event, EventType};
 use crate::podsets::PodSet;
 use crate::slices::SliceAction;
 use crate::types::kueue::PriorityClassRef;

@@ -30,7 +30,6 @@ pub mod pods_ready;
 #[cfg(test)]
 mod incremental_tests;
 
-use crate::events::{Event, EventType};
 use std::collections::BTreeSet;
 
 pub mod children;
@@ -42,6 +41,7 @@ mod upgrade_evicted;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::events::{Event, EventType};
 use crate::podsets::{self, PodSet};
 use crate::slices::{self, SliceAction, SliceContext, SliceOwner};
 use crate::types::kueue::{

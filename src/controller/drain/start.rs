@@ -11,12 +11,11 @@ use tokio::sync::watch;
 use super::rollout::{
     NO_CAPACITY, NO_CAPACITY_RETRY, Next, RolloutError, SKIP_CAPACITY_CHECK_ANNOTATION, Worker,
 };
-use crate::drain::engine::{Handoff, Options, State};
+use crate::drain::engine::{Options, State};
 use crate::drain::lifecycle::{self, SelectionCheck};
 use crate::drain::rollout::{self as pure, NotReady};
 use crate::drain::{
-    CapacityCheck, Cluster, DeadEnd, DrainError, HealthDeadEnd, Returns, auto_taint,
-    outdated_taint, rollout_options,
+    CapacityCheck, Cluster, DrainError, Returns, auto_taint, outdated_taint, rollout_options,
 };
 use crate::runtime::SortedState;
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus, RolloutSelection};
@@ -173,10 +172,7 @@ impl Worker {
         self.check_contract(nro, &objects).await;
         let now = self.sh.clock.now();
         let cluster = objects.cluster();
-        let returns = match options.handoff {
-            Handoff::None => Returns::Never,
-            Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
-        };
+        let returns = options.handoff.returns();
         let mut options = options.clone();
         if taint_auto {
             match self.auto_taint(nro, &cluster, &options, now, returns).await {
@@ -201,8 +197,7 @@ impl Worker {
             state.taint_outdated = Some(options.plan.taint.is_some());
         }
         let skip = crate::meta::annotation(&nro.metadata, SKIP_CAPACITY_CHECK_ANNOTATION);
-        let (dead, gate) = (&found.dead_ends, &found.health_dead_ends);
-        if let Some(why) = no_capacity(dead, gate, skip == Some("true")) {
+        if let Some(why) = no_capacity(&found, skip == Some("true")) {
             return Ok(Err(why));
         }
         if !found.is_empty() {
@@ -293,22 +288,15 @@ fn plan_and_check<'a>(
 
 /// Why a rollout whose plan cannot finish is not started (`None`: it can, or the operator said
 /// to start anyway).
-fn no_capacity(dead: &[DeadEnd], gate: &[HealthDeadEnd], skip: bool) -> Option<NotReady> {
-    let found = CapacityCheck {
-        dead_ends: dead.to_vec(),
-        health_dead_ends: gate.to_vec(),
-    };
-    if found.is_empty() || skip {
-        return None;
-    }
+fn no_capacity(found: &CapacityCheck, skip: bool) -> Option<NotReady> {
+    let start_anyway = format!(
+        "the plan is checked again every minute (or when the rollout changes); to start anyway \
+         (e.g. an autoscaler adds nodes for pending pods), annotate the rollout \
+         {SKIP_CAPACITY_CHECK_ANNOTATION}=true"
+    );
     Some(NotReady {
         reason: NO_CAPACITY,
-        message: format!(
-            "{}. Nothing was cordoned or evicted; the plan is checked again every minute (or when \
-             the rollout changes); to start anyway (e.g. an autoscaler adds nodes for pending \
-             pods), annotate the rollout {SKIP_CAPACITY_CHECK_ANNOTATION}=true",
-            found.message(),
-        ),
+        message: found.refusal(skip, &start_anyway)?,
     })
 }
 
@@ -346,6 +334,14 @@ fn plan_message(e: &DrainError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::{DeadEnd, HealthDeadEnd};
+
+    fn found(dead_ends: Vec<DeadEnd>, health_dead_ends: Vec<HealthDeadEnd>) -> CapacityCheck {
+        CapacityCheck {
+            dead_ends,
+            health_dead_ends,
+        }
+    }
 
     #[test]
     fn a_plan_that_cannot_finish_holds_the_rollout_unless_the_operator_says_start() {
@@ -359,9 +355,9 @@ mod tests {
             capacity: 0,
             group_requests: "nvidia.com/gpu 2, pods 2".into(),
         };
-        assert_eq!(no_capacity(&[], &[], false), None);
-        assert_eq!(no_capacity(std::slice::from_ref(&dead), &[], true), None);
-        let why = no_capacity(&[dead], &[], false).unwrap();
+        assert_eq!(no_capacity(&found(vec![], vec![]), false), None);
+        assert_eq!(no_capacity(&found(vec![dead.clone()], vec![]), true), None);
+        let why = no_capacity(&found(vec![dead], vec![]), false).unwrap();
         assert_eq!(why.reason, NO_CAPACITY);
         for says in [
             "1 upgrade domain(s) cannot be drained",
@@ -387,8 +383,8 @@ mod tests {
             capacity: Some(2),
             group_requests: Some("nvidia.com/gpu 2, pods 2".into()),
         };
-        assert_eq!(no_capacity(&[], std::slice::from_ref(&gate), true), None);
-        let why = no_capacity(&[], &[gate], false).unwrap();
+        assert_eq!(no_capacity(&found(vec![], vec![gate.clone()]), true), None);
+        let why = no_capacity(&found(vec![], vec![gate]), false).unwrap();
         assert_eq!(why.reason, NO_CAPACITY);
         for says in [
             "1 upgrade domain(s) would fail their health check",

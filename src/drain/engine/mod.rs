@@ -38,7 +38,6 @@ mod returning;
 mod tests;
 mod types;
 
-use crate::events::EventType;
 use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -58,6 +57,7 @@ pub use returning::POD_RETURNED;
 pub use types::*;
 
 use super::{Cluster, DomainOrder, DomainPlan, Plan, PlanOptions, PodRef, name, namespace};
+use crate::events::EventType;
 
 /// One step: the next state and the actions to apply (see the module header).
 pub fn decide(

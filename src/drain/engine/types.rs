@@ -1,7 +1,6 @@
 //! The engine's data: its knobs ([`Options`]), its state (plain data, serde: the only memory
 //! between steps), what the caller observed and what it is to do ([`Action`]).
 
-use crate::events::EventType;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -11,7 +10,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::{Move, MoveOptions, ServiceView, Window};
-use crate::drain::{Plan, PlanOptions, PodRef};
+use crate::drain::{Plan, PlanOptions, PodRef, Returns};
+use crate::events::EventType;
+use crate::types::rollout::HandOffMode;
 
 /// The label [`Handoff::Reboot`] and [`Handoff::Replace`] put on drained nodes by default, for an
 /// upgrade agent (e.g. a system-upgrade-controller Plan selecting it).
@@ -46,6 +47,24 @@ pub enum Handoff {
 }
 
 impl Handoff {
+    /// What the spec's hand-off mode means for the engine, the drained nodes marked `mark`
+    /// (label, value) for the agent that reboots or replaces them.
+    pub fn of(mode: HandOffMode, (label, value): (String, String)) -> Self {
+        match mode {
+            HandOffMode::None => Handoff::None,
+            HandOffMode::Reboot => Handoff::Reboot { label, value },
+            HandOffMode::Replace => Handoff::Replace { label, value },
+        }
+    }
+
+    /// Whether a drained domain's nodes come back for the later domains' groups (the room check).
+    pub fn returns(&self) -> Returns {
+        match self {
+            Handoff::None => Returns::Never,
+            Handoff::Reboot { .. } | Handoff::Replace { .. } => Returns::AfterHandOff,
+        }
+    }
+
     pub fn reboot() -> Self {
         Handoff::Reboot {
             label: UPGRADE_LABEL.into(),

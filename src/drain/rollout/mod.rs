@@ -16,7 +16,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::engine::{FailureAction, Handoff, Options, State, Step};
 use super::{Check, DrainError, Exposure, Finding, Plan, RolloutOptions};
-use crate::types::rollout::{DomainStatus, FailureActionSpec, HandOffMode, NodeRolloutStatus};
+use crate::types::rollout::{DomainStatus, FailureActionSpec, NodeRolloutStatus};
 
 mod changes;
 pub mod status;
@@ -71,17 +71,7 @@ pub fn engine_options(o: &RolloutOptions) -> Options {
         wait_for_evicted_groups: true,
         moves: o.moves.clone(),
         handoff_timeout: o.handoff_timeout,
-        handoff: match o.hand_off.mode {
-            HandOffMode::None => Handoff::None,
-            HandOffMode::Reboot => Handoff::Reboot {
-                label: mark.0,
-                value: mark.1,
-            },
-            HandOffMode::Replace => Handoff::Replace {
-                label: mark.0,
-                value: mark.1,
-            },
-        },
+        handoff: Handoff::of(o.hand_off.mode, mark),
         ..Options::default()
     }
 }
