@@ -104,17 +104,29 @@ pub fn default_namespace(client: &Client, namespace: Option<&str>) -> String {
         .unwrap_or_else(|| client.default_namespace().to_string())
 }
 
-/// A RayService, its children and its Workloads, summarised.
-pub async fn service(client: &Client, namespace: &str, name: &str) -> Result<ServiceReport, Error> {
-    let what = format!("RayService {namespace}/{name}");
-    let service = Api::<RayService>::namespaced(client.clone(), namespace)
-        .get_opt(name)
+/// The object `name` (`what`, e.g. `RayService ns/name`, names it in an error; a missing one is
+/// [`Error::NotFound`]).
+async fn named<K>(api: Api<K>, name: &str, what: String) -> Result<K, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name)
         .await
         .map_err(|source| Error::Read {
             what: what.clone(),
             source,
         })?
-        .ok_or(Error::NotFound { what })?;
+        .ok_or(Error::NotFound { what })
+}
+
+/// A RayService, its children and its Workloads, summarised.
+pub async fn service(client: &Client, namespace: &str, name: &str) -> Result<ServiceReport, Error> {
+    let service = named(
+        Api::<RayService>::namespaced(client.clone(), namespace),
+        name,
+        format!("RayService {namespace}/{name}"),
+    )
+    .await?;
     let children = ListParams::default().labels(&format!(
         "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE},{ORIGINATED_FROM_CR_NAME_LABEL}={name}"
     ));
@@ -177,15 +189,12 @@ pub async fn services(client: &Client, namespace: Option<&str>) -> Result<Servic
 
 /// A ClusterQueue, the LocalQueues feeding it and their Workloads, summarised.
 pub async fn cluster_queue(client: &Client, name: &str) -> Result<QueueReport, Error> {
-    let what = format!("ClusterQueue {name}");
-    let queue = Api::<ClusterQueue>::all(client.clone())
-        .get_opt(name)
-        .await
-        .map_err(|source| Error::Read {
-            what: what.clone(),
-            source,
-        })?
-        .ok_or(Error::NotFound { what })?;
+    let queue = named(
+        Api::<ClusterQueue>::all(client.clone()),
+        name,
+        format!("ClusterQueue {name}"),
+    )
+    .await?;
     let local_queues = Api::<LocalQueue>::all(client.clone())
         .list(&ListParams::default())
         .await

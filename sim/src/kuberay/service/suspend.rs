@@ -103,24 +103,7 @@ fn mark_suspending(status: &mut RayServiceStatus, generation: Option<i64>, now: 
         g,
         now,
     );
-    conditions::set(
-        c,
-        UPGRADE_IN_PROGRESS,
-        "False",
-        reason,
-        "No upgrade in progress.",
-        g,
-        now,
-    );
-    conditions::set(
-        c,
-        ROLLBACK_IN_PROGRESS,
-        "False",
-        reason,
-        "No rollback in progress.",
-        g,
-        now,
-    );
+    no_upgrade_or_rollback(c, reason, g, now);
     status.active_service_status = None;
     status.pending_service_status = None;
     status.num_serve_endpoints = Some(0);
@@ -142,6 +125,11 @@ fn mark_suspended(c: &mut Vec<Condition>, g: Option<i64>, now: Timestamp) {
         g,
         now,
     );
+    no_upgrade_or_rollback(c, reason, g, now);
+}
+
+/// `UpgradeInProgress` and `RollbackInProgress` False for `reason`, as a suspend sets them.
+fn no_upgrade_or_rollback(c: &mut Vec<Condition>, reason: &str, g: Option<i64>, now: Timestamp) {
     conditions::set(
         c,
         UPGRADE_IN_PROGRESS,
