@@ -58,7 +58,7 @@ impl tower::Service<Request<Body>> for FencedService {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -66,9 +66,10 @@ mod tests {
 
     use super::*;
 
-    /// A server that counts what reaches it and answers every request 404.
+    /// A server that counts what reaches it and answers every request 404 (a unit test's
+    /// `kube::Client` without a cluster).
     #[derive(Clone, Default)]
-    struct Counting(Arc<AtomicU32>);
+    pub(crate) struct Counting(pub(crate) Arc<AtomicU32>);
 
     impl tower::Service<Request<Body>> for Counting {
         type Response = Response<Body>;

@@ -472,36 +472,17 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::task::{Context, Poll};
 
-    use http::{Request, Response};
     use k8s_openapi::jiff::Timestamp;
-    use kube::client::Body;
 
     use super::*;
+    use crate::controller::fenced::tests::Counting;
     use crate::controller::metrics::StepLabels;
     use crate::runtime::ManualClock;
 
-    /// A server that answers nothing: these tests never reach it.
-    #[derive(Clone)]
-    struct NoServer;
-
-    impl tower::Service<Request<Body>> for NoServer {
-        type Response = Response<Body>;
-        type Error = std::io::Error;
-        type Future = std::future::Ready<Result<Response<Body>, std::io::Error>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: Request<Body>) -> Self::Future {
-            std::future::ready(Err(std::io::Error::other("no server in this test")))
-        }
-    }
-
     fn shared(clock: Arc<ManualClock>) -> Arc<Shared> {
-        let client = Client::new(NoServer, "default");
+        // no server: these tests never reach it
+        let client = Client::new(Counting::default(), "default");
         let (store, _writer) = kube::runtime::reflector::store();
         Arc::new(Shared {
             events: EventSink::new(client.clone(), clock.clone(), "raygate-0"),
