@@ -1,4 +1,4 @@
-//! `raygate rollout get|watch|pause|resume NAME`: one read or patch of a NodeRollout
+//! `raygate rollout get|watch|pause|resume|abort NAME`: one read or patch of a NodeRollout
 //! (cluster-scoped: no namespace), or a line per status change (`watch`), and an exit code
 //! (`raygate::cli::rollout_verbs::exit`).
 
@@ -47,6 +47,15 @@ enum RolloutCommand {
     /// Exit code 0: resumed, or nothing to resume; 2: no such NodeRollout; 3: the cluster could
     /// not be written.
     Resume { name: String },
+    /// Ask the controller to abort: no more evictions; the domain in progress is given back
+    /// (raygate's cordon, taint and hand-off label lifted; domains not started lose raygate's
+    /// taint; drained domains keep what their hand-off left) and the rollout is Failed with
+    /// reason AbortedOnRequest, whatever spec.failureAction says. Sets the raygate.io/abort
+    /// annotation and spec.paused=false (a paused rollout must run to abort). `rollout watch`
+    /// shows it end.
+    /// Exit code 0: asked, or nothing to abort (completed or failed); 2: no such NodeRollout;
+    /// 3: the cluster could not be written.
+    Abort { name: String },
 }
 
 pub fn run(args: RolloutArgs) -> ExitCode {
@@ -102,6 +111,16 @@ async fn command(args: RolloutArgs) -> Result<(String, u8), (String, u8)> {
         RolloutCommand::Resume { name } => {
             let done = io::resume_rollout(&client, &name).await.map_err(failed)?;
             Ok((done.line(&name), exit::OK))
+        }
+        RolloutCommand::Abort { name } => {
+            let text = match io::abort_rollout(&client, &name).await.map_err(failed)? {
+                Some(why) => format!("noderollout {name} {why}\n"),
+                None => format!(
+                    "noderollout {name}: abort asked (raygate.io/abort=true); the controller gives \
+                     the drained nodes back and marks it Failed\n"
+                ),
+            };
+            Ok((text, exit::OK))
         }
     }
 }

@@ -8,7 +8,9 @@ use kube::Client;
 use raygate::cli::rollout::Ended;
 use raygate::cli::rollout::RolloutRequest;
 use raygate::cli::rollout_verbs::{exit, view, view_table};
-use raygate::client::rollout::{VerbError, create, get, pause_rollout, resume_rollout, watch};
+use raygate::client::rollout::{
+    VerbError, abort_rollout, create, get, pause_rollout, resume_rollout, watch,
+};
 use raygate::drain::rollout::RESUME_ANNOTATION;
 use raygate::types::rollout::NodeRollout;
 
@@ -119,6 +121,48 @@ async fn resume_of_an_engine_pause_bumps_the_counter_each_time_and_the_rollout_g
     // nothing left to resume: nothing written
     let done = resume_rollout(&client, "r").await.unwrap();
     assert!(done.line("r").contains("nothing to resume"), "{done:?}");
+}
+
+/// `abort` on a rollout stopped after its first domain (manual mode, then paused by its spec
+/// too): the rollout fails as aborted and the next domain is never touched; the drained domain
+/// keeps what its hand-off (`None`) left, its node cordoned for the infrastructure (the engine's
+/// tests pin that a domain in progress is given back); a second abort has nothing to do.
+#[tokio::test(start_paused = true)]
+async fn abort_fails_the_rollout_before_its_next_domain() {
+    use raygate::types::k8s_openapi::api::core::v1::Node;
+    let (sim, _stop) = cluster(1).await;
+    let client = sim.client();
+    start(&client, true).await;
+    until(&client, |o| view(o).paused_by_engine.is_some()).await;
+    pause_rollout(&client, "r").await.unwrap();
+    assert_eq!(abort_rollout(&client, "r").await.unwrap(), None);
+    let o = until(&client, |o| phase(o) == Some("Failed")).await;
+    let failed = o
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Failed");
+    assert!(
+        failed.is_some_and(|c| c.reason == "AbortedOnRequest" && c.message == "aborted on request"),
+        "{:?}",
+        o.status
+    );
+    assert!(!o.spec.paused);
+    let nodes = kube::Api::<Node>::all(client.clone());
+    let cordoned = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    assert!(
+        cordoned(&nodes.get("n1").await.unwrap()),
+        "hand-off None keeps it"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        !cordoned(&nodes.get("n2").await.unwrap()),
+        "the next domain is never touched"
+    );
+    let again = abort_rollout(&client, "r").await.unwrap();
+    assert_eq!(again.as_deref(), Some("already failed: nothing to abort"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -205,6 +205,22 @@ pub fn pause_patch() -> Value {
     json!({"spec": {"paused": true}})
 }
 
+/// Why `abort` has nothing to do (`None`: the rollout has not finished).
+pub fn abort_noop(o: &NodeRollout) -> Option<String> {
+    let phase = o.status.as_ref().and_then(|s| s.phase.as_deref());
+    match phase {
+        Some(pure::COMPLETED) => Some("completed: nothing to abort".into()),
+        Some(pure::FAILED_PHASE) => Some("already failed: nothing to abort".into()),
+        _ => None,
+    }
+}
+
+/// The merge patch of `abort`: the abort annotation, and `spec.paused=false` so that a rollout
+/// paused by its spec runs the step that aborts it.
+pub fn abort_patch() -> Value {
+    json!({"metadata": {"annotations": {pure::ABORT_ANNOTATION: "true"}}, "spec": {"paused": false}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +329,7 @@ mod tests {
                 daemon_sets: None,
                 outcomes: &[],
                 resumes,
+                abort: false,
                 elsewhere: &[],
                 services: &[],
             };
@@ -353,5 +370,21 @@ mod tests {
         assert_eq!(j["pausedBySpec"], true);
         assert_eq!(j["resumeCount"], 1);
         assert_eq!(j["conditions"][1]["type"], "Blocked");
+    }
+
+    #[test]
+    fn abort_asks_once_unpaused_and_leaves_a_finished_rollout_alone() {
+        let mut o = rollout(true, None, None);
+        assert_eq!(abort_noop(&o), None);
+        let p = abort_patch();
+        assert_eq!(p["metadata"]["annotations"][pure::ABORT_ANNOTATION], "true");
+        assert_eq!(p["spec"]["paused"], false);
+        for (phase, why) in [
+            (pure::COMPLETED, "completed: nothing to abort"),
+            (pure::FAILED_PHASE, "already failed: nothing to abort"),
+        ] {
+            o.status.as_mut().unwrap().phase = Some(phase.into());
+            assert_eq!(abort_noop(&o).as_deref(), Some(why));
+        }
     }
 }

@@ -177,6 +177,24 @@ pub async fn pause_rollout(client: &Client, name: &str) -> Result<NodeRollout, V
     .map_err(|e| VerbError::of(name, e))
 }
 
+/// `raygate rollout abort NAME`: asks the controller to abort (the abort annotation, and
+/// `spec.paused=false` so that it acts on it); `Ok(Some(why))` when there is nothing to abort.
+pub async fn abort_rollout(client: &Client, name: &str) -> Result<Option<String>, VerbError> {
+    let api: Api<NodeRollout> = Api::all(client.clone());
+    let o = api.get(name).await.map_err(|e| VerbError::of(name, e))?;
+    if let Some(why) = verbs::abort_noop(&o) {
+        return Ok(Some(why));
+    }
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(verbs::abort_patch()),
+    )
+    .await
+    .map_err(|e| VerbError::of(name, e))?;
+    Ok(None)
+}
+
 /// `raygate rollout resume NAME`: `spec.paused=false` and, when the engine paused it, the resume
 /// counter's next value, in one patch conditioned on the object as read; a 409 (someone else
 /// wrote in between, maybe the same bump) reads again and decides again.

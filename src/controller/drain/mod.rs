@@ -79,6 +79,9 @@ impl Run {
 pub(crate) trait Sink {
     /// The operator's resumes now (a counter, see [`Observation::resumes`]).
     fn resumes(&mut self) -> u64;
+    /// Whether the operator asked to abort (see [`Observation::abort`]); it wakes the loop as a
+    /// resume does.
+    fn abort_asked(&mut self) -> bool;
     /// Resolves when the resumes may have changed; once they cannot, only once more.
     async fn resumed(&mut self);
     /// Stores `state` before its step's evictions are sent: the engine's bookkeeping for an
@@ -103,6 +106,11 @@ struct Progress<F> {
 impl<F: FnMut(&State)> Sink for Progress<F> {
     fn resumes(&mut self) -> u64 {
         *self.resumes.borrow()
+    }
+
+    /// `drain run --local` is stopped with Ctrl-C; nothing asks it to abort.
+    fn abort_asked(&mut self) -> bool {
+        false
     }
 
     async fn resumed(&mut self) {
@@ -284,6 +292,7 @@ impl Drain {
             daemon_sets: cluster.daemon_sets,
             outcomes: &self.outcomes,
             resumes: sink.resumes(),
+            abort: sink.abort_asked(),
             elsewhere: &[],
             services: &services,
         };

@@ -76,6 +76,14 @@ impl Sink for Reporter<'_> {
         resume_count(&self.current)
     }
 
+    fn abort_asked(&mut self) -> bool {
+        self.refresh();
+        pure::abort_asked(crate::meta::annotation(
+            &self.current.metadata,
+            pure::ABORT_ANNOTATION,
+        ))
+    }
+
     async fn resumed(&mut self) {
         match self.obj_open {
             true => self.obj_open = self.obj.changed().await.is_ok(),

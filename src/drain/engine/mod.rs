@@ -56,6 +56,9 @@ pub use peers::OTHER_ROLLOUT;
 pub use returning::POD_RETURNED;
 pub use types::*;
 
+/// The failure reason of a rollout the operator aborted ([`Observation::abort`]).
+pub const ABORTED_ON_REQUEST: &str = "aborted on request";
+
 use super::{Cluster, DomainOrder, DomainPlan, Plan, PlanOptions, PodRef, name, namespace};
 use crate::events::EventType;
 
@@ -117,6 +120,10 @@ impl<'a> Stepper<'a> {
         self.take_outcomes();
         self.settle_unanswered();
         self.take_resumes();
+        if self.obs.abort {
+            self.aborted_on_request();
+            return;
+        }
         if let Some(view) = &self.groups {
             self.s.memory.windows = groups::windows(&self.s.memory.windows, view, self.now);
         }
@@ -419,6 +426,21 @@ impl<'a> Stepper<'a> {
                 self.s.phase = Phase::Failed { reason };
             }
         }
+    }
+
+    /// The operator's abort (see [`ABORTED_ON_REQUEST`]): whatever the failure action, the drained nodes are given back (the
+    /// cordons, taints and upgrade labels raygate set are lifted) and the rollout fails.
+    fn aborted_on_request(&mut self) {
+        let node = self.s.nodes().next().unwrap_or_default().to_string();
+        let reason = ABORTED_ON_REQUEST.to_string();
+        self.report(
+            &node,
+            EventType::Warning,
+            "RolloutAborted",
+            format!("{reason}; the drained nodes are given back"),
+        );
+        self.abort();
+        self.s.phase = Phase::Failed { reason };
     }
 
     /// Stops where it is until the operator resumes (whatever the failure action: what pauses

@@ -59,6 +59,8 @@ struct World {
     daemon_sets: Option<Vec<DaemonSet>>,
     outcomes: Vec<Outcome>,
     resumes: u64,
+    /// The operator asked to abort.
+    abort: bool,
     /// Other NodeRollouts' domains in progress.
     elsewhere: Vec<Disruption>,
     /// The RayServices observed.
@@ -87,6 +89,7 @@ impl World {
             daemon_sets: None,
             outcomes: vec![],
             resumes: 0,
+            abort: false,
             elsewhere: vec![],
             services: vec![],
             marked: vec![],
@@ -126,6 +129,7 @@ impl World {
             daemon_sets: self.daemon_sets.as_deref(),
             outcomes: &self.outcomes,
             resumes: self.resumes,
+            abort: self.abort,
             elsewhere: &self.elsewhere,
             services: &self.services,
         };
@@ -1436,6 +1440,7 @@ proptest! {
                 daemon_sets: None,
                 outcomes: &w.outcomes,
                 resumes: w.resumes,
+                abort: false,
                 elsewhere: &w.elsewhere,
                 services: &w.services,
             };
@@ -1475,3 +1480,40 @@ mod moves;
 mod ownership;
 mod peers;
 mod returning;
+
+#[test]
+fn an_abort_on_request_gives_the_drained_nodes_back_and_fails_the_rollout_once() {
+    let mut w = World::new();
+    let o = World::options();
+    let s = w.start(&o);
+    let (s, actions) = w.step(&s, &o);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Cordon { node } if node == "a1"))
+    );
+    w.apply(&actions, |_| EvictionResult::Evicted);
+    w.abort = true;
+    let (s, actions) = w.step(&s, &o);
+    assert_eq!(
+        s.phase,
+        Phase::Failed {
+            reason: "aborted on request".into()
+        }
+    );
+    let uncordoned: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Uncordon { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uncordoned, ["a1", "a2"]);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Evict { .. })));
+    assert!(actions.iter().any(|a| matches!(a,
+        Action::Report { reason: "RolloutAborted", message, .. } if message.contains("given back"))));
+    assert_eq!(s.domains[0].step, Step::Aborted);
+    // final: the next step does nothing more
+    let (_, again) = w.step(&s, &o);
+    assert!(again.is_empty(), "{again:?}");
+}

@@ -647,6 +647,9 @@ pub struct Observation<'a> {
     /// How many times the operator asked to resume, ever (a counter: a restart that replays it
     /// resumes nothing twice).
     pub resumes: u64,
+    /// The operator asked to abort the rollout (`raygate rollout abort`, the rollout's
+    /// `raygate.io/abort` annotation): the drained nodes are given back and the rollout fails.
+    pub abort: bool,
     /// The domains other NodeRollouts have between cordon and the end of their health check
     /// ([`State::disruptions`] of each).
     pub elsewhere: &'a [Disruption],

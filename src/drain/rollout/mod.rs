@@ -29,6 +29,16 @@ pub use status::{set_contract, status, waiting_status};
 /// `kubectl annotate nro NAME raygate.io/resume=1 --overwrite`, then 2, 3, …
 pub const RESUME_ANNOTATION: &str = "raygate.io/resume";
 
+/// The annotation that asks a rollout to abort (`raygate rollout abort NAME` sets it to `true`):
+/// the drained nodes are given back (raygate's cordons, taints and upgrade labels lifted) and the
+/// rollout fails, whatever its failure action.
+pub const ABORT_ANNOTATION: &str = "raygate.io/abort";
+
+/// Whether the annotation asks to abort (`true`, any case).
+pub fn abort_asked(annotation: Option<&str>) -> bool {
+    annotation.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
 /// Condition types on a `NodeRollout`.
 pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
@@ -776,6 +786,8 @@ mod tests {
         assert_eq!(resumes(None), 0);
         assert_eq!(resumes(Some("3")), 3);
         assert_eq!(resumes(Some("yes")), 0);
+        assert!(abort_asked(Some("true")) && abort_asked(Some(" True ")));
+        assert!(!abort_asked(None) && !abort_asked(Some("false")) && !abort_asked(Some("1")));
     }
 
     /// A rollout whose every pod was evicted: `domains` × `nodes` nodes (EC2-style names),

@@ -277,9 +277,12 @@ fn failed(state: &State) -> Condition {
     }
 }
 
-/// `TimedOut` for the engine's timeout failures, `HealthCheckFailed` otherwise.
+/// `AbortedOnRequest` for the operator's abort, `TimedOut` for the engine's timeout failures,
+/// `HealthCheckFailed` otherwise.
 fn failure_reason(reason: &str) -> &'static str {
-    if reason.contains("within its timeout") {
+    if reason == crate::drain::engine::ABORTED_ON_REQUEST {
+        "AbortedOnRequest"
+    } else if reason.contains("within its timeout") {
         "TimedOut"
     } else {
         "HealthCheckFailed"

@@ -70,6 +70,7 @@ fn a_refusing_budget_that_never_syncs_is_named_after_a_bounded_wait() {
         daemon_sets: None,
         outcomes: &[],
         resumes: w.resumes,
+        abort: false,
         elsewhere: &[],
         services: &[],
     };
