@@ -338,12 +338,14 @@ fn the_binary_exits_2_on_bad_flags_and_3_when_the_cluster_cannot_be_read() {
             "{command}: {err}"
         );
     }
-    // `rollout watch` exits as the table says: no such NodeRollout 2, no cluster 3
-    let (code, _, err) = raygate(&["rollout", "watch", "nope", "--kubeconfig", &kubeconfig]);
-    assert_eq!(code, Some(2), "{err}");
-    assert_eq!(err, "error: noderollout \"nope\" not found\n");
-    let (code, _, err) = raygate(&["rollout", "watch", "nope", "--kubeconfig", missing]);
-    assert_eq!(code, Some(3), "{err}");
+    // `rollout watch` and `abort` exit as the table says: no such NodeRollout 2, no cluster 3
+    for verb in ["watch", "abort"] {
+        let (code, _, err) = raygate(&["rollout", verb, "nope", "--kubeconfig", &kubeconfig]);
+        assert_eq!(code, Some(2), "{verb}: {err}");
+        assert_eq!(err, "error: noderollout \"nope\" not found\n");
+        let (code, _, err) = raygate(&["rollout", verb, "nope", "--kubeconfig", missing]);
+        assert_eq!(code, Some(3), "{verb}: {err}");
+    }
 }
 
 /// The fixed-capacity dead end: ud-a (old-a) holds groups a0 and a1, ud-b (old-b) holds b0 (a
