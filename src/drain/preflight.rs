@@ -157,8 +157,10 @@ struct Group<'a> {
     representatives: Vec<&'a Pod>,
 }
 
+/// A gang workload (pods sharing the contract's workload labels, e.g. one LeaderWorkerSet) and
+/// its groups; not Kueue's Workload.
 #[derive(Default)]
-struct Workload<'a> {
+struct GangWorkload<'a> {
     name: String,
     namespace: String,
     /// Group keys `(namespace, group value)`.
@@ -170,7 +172,7 @@ struct View<'a> {
     representative: Selector,
     domains: FastMap<&'a str, &'a str>,
     groups: BTreeMap<(&'a str, &'a str), Group<'a>>,
-    workloads: BTreeMap<String, Workload<'a>>,
+    workloads: BTreeMap<String, GangWorkload<'a>>,
     pdbs: PdbIndex<'a>,
     /// The live pods each budget selects, by the budget's address in the observed slice (every
     /// `&PodDisruptionBudget` here points into it): no `ns/name` string per selected pod.
@@ -296,7 +298,7 @@ impl<'a> View<'a> {
 
     fn split_finding(
         &self,
-        workload: &Workload,
+        workload: &GangWorkload,
         group: &str,
         counts: &BTreeMap<&str, usize>,
     ) -> Finding {
@@ -320,7 +322,7 @@ impl<'a> View<'a> {
     }
 
     /// Groups of `workload` per domain, when more share one domain than `tolerated`.
-    fn crowded_domains(&self, workload: &Workload, pdb: &str, tolerated: i64) -> Vec<Finding> {
+    fn crowded_domains(&self, workload: &GangWorkload, pdb: &str, tolerated: i64) -> Vec<Finding> {
         let mut per_domain: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for key in &workload.groups {
             for pod in self.group(key).map_or(&[][..], |g| &g.pods) {
@@ -356,7 +358,7 @@ impl<'a> View<'a> {
 
 /// Checks 2 and 3: representatives, their budgets and their readiness.
 impl<'a> View<'a> {
-    fn workload_findings(&self, workload: &Workload<'a>) -> Vec<Finding> {
+    fn workload_findings(&self, workload: &GangWorkload<'a>) -> Vec<Finding> {
         let reps: Vec<&Pod> = workload
             .groups
             .iter()
@@ -391,7 +393,7 @@ impl<'a> View<'a> {
 
     fn crowding_under(
         &self,
-        workload: &Workload,
+        workload: &GangWorkload,
         name: &str,
         pdb: &PodDisruptionBudget,
     ) -> Vec<Finding> {
@@ -402,7 +404,7 @@ impl<'a> View<'a> {
         }
     }
 
-    fn no_pdb(&self, workload: &Workload, unprotected: &[String], reps: usize) -> Finding {
+    fn no_pdb(&self, workload: &GangWorkload, unprotected: &[String], reps: usize) -> Finding {
         let contract = &self.options.contract;
         Finding {
             check: Check::NoPdbOnRepresentatives,
@@ -426,7 +428,7 @@ impl<'a> View<'a> {
 
     fn selects_workers(
         &self,
-        workload: &Workload,
+        workload: &GangWorkload,
         pdb_name: &str,
         pdb: &PodDisruptionBudget,
     ) -> Option<Finding> {
@@ -453,7 +455,7 @@ impl<'a> View<'a> {
         })
     }
 
-    fn readiness(&self, workload: &Workload, reps: &[&Pod]) -> Option<Finding> {
+    fn readiness(&self, workload: &GangWorkload, reps: &[&Pod]) -> Option<Finding> {
         let blind: Vec<String> = reps
             .iter()
             .filter(|p| !has_readiness_signal(p))
@@ -598,7 +600,7 @@ fn budget_problem(pdb: &PodDisruptionBudget, pods: i64) -> Option<(String, Strin
     Some((problem, fix))
 }
 
-fn multiple_pdbs(workload: &Workload, rep: &Pod, pdbs: &[&pdb::IndexedPdb]) -> Finding {
+fn multiple_pdbs(workload: &GangWorkload, rep: &Pod, pdbs: &[&pdb::IndexedPdb]) -> Finding {
     let names: Vec<String> = pdbs.iter().map(|p| p.name().to_string()).collect();
     Finding {
         check: Check::MultiplePdbs,

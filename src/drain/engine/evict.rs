@@ -435,7 +435,7 @@ impl<'a> Stepper<'a> {
 
     /// The workload of a grouped pod: its namespace and its values of the workload labels (all
     /// of them present), if the options name any.
-    pub(super) fn workload_of(&self, pod: &Pod) -> Option<Workload> {
+    pub(super) fn workload_of(&self, pod: &Pod) -> Option<GangWorkload> {
         let group_key = self.o.plan.group_label.as_deref()?;
         let keys = self.o.plan.workload_keys();
         if keys.is_empty() {
@@ -456,7 +456,7 @@ impl<'a> Stepper<'a> {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        Some(Workload {
+        Some(GangWorkload {
             key,
             namespace: ns,
             labels: values,
@@ -465,7 +465,7 @@ impl<'a> Stepper<'a> {
 
     /// The workload's groups that are Ready (every pod Ready and not terminating, at least
     /// `size` pods; `None`: the largest group's size), and that size.
-    pub(super) fn ready_groups(&self, w: &Workload, size: Option<usize>) -> (usize, usize) {
+    pub(super) fn ready_groups(&self, w: &GangWorkload, size: Option<usize>) -> (usize, usize) {
         let groups = self.group_tallies(w);
         let size = size.unwrap_or_else(|| groups.values().map(|g| g.pods).max().unwrap_or(0));
         let ready = groups.values().filter(|g| g.ready(size)).count();
@@ -473,7 +473,7 @@ impl<'a> Stepper<'a> {
     }
 
     /// The workload's groups (by group label value) as their unfinished pods show them.
-    pub(super) fn group_tallies(&self, w: &Workload) -> BTreeMap<&str, GroupTally<'_>> {
+    pub(super) fn group_tallies(&self, w: &GangWorkload) -> BTreeMap<&str, GroupTally<'_>> {
         let mut groups: BTreeMap<&str, GroupTally> = BTreeMap::new();
         let Some(group_key) = self.o.plan.group_label.as_deref() else {
             return groups;
@@ -621,18 +621,19 @@ impl GroupTally<'_> {
     }
 }
 
-/// A group's workload: the namespace and the workload labels' values.
-pub(super) struct Workload {
+/// A group's gang workload (not Kueue's Workload): the namespace and the workload labels'
+/// values.
+pub(super) struct GangWorkload {
     /// `namespace/k1=v1,k2=v2`.
     pub key: String,
     pub namespace: String,
     pub labels: Vec<(String, String)>,
 }
 
-impl Workload {
+impl GangWorkload {
     /// The inverse of the key [`Stepper::workload_of`] writes (label keys and values hold no `,`
     /// or `=`; a namespace no `/`).
-    pub(super) fn parse(key: &str) -> Option<Workload> {
+    pub(super) fn parse(key: &str) -> Option<GangWorkload> {
         let (ns, rest) = key.split_once('/')?;
         let labels = rest
             .split(',')
@@ -641,7 +642,7 @@ impl Workload {
                 Some((k.to_string(), v.to_string()))
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Workload {
+        Some(GangWorkload {
             key: key.to_string(),
             namespace: ns.to_string(),
             labels,

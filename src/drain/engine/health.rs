@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::SignedDuration;
 
-use super::evict::Workload;
+use super::evict::GangWorkload;
 use super::{Step, Stepper, human, node_ready, pod_serving};
 use crate::drain::in_group;
 use crate::events::EventType;
@@ -214,7 +214,7 @@ impl Stepper<'_> {
                 if evicted.is_empty() {
                     continue;
                 }
-                let Some(workload) = Workload::parse(key) else {
+                let Some(workload) = GangWorkload::parse(key) else {
                     continue;
                 };
                 let (ready, _) = self.ready_groups(&workload, Some(baseline.group_size));
@@ -251,7 +251,11 @@ impl Stepper<'_> {
     /// The workload's groups that are not Ready (a member not serving, or fewer than `size`)
     /// and have a member on a node whose Ready condition is not True, each with that node: a
     /// node failure took them, wherever the drain had sent them.
-    fn groups_down_with_their_node(&self, w: &Workload, size: usize) -> BTreeMap<String, String> {
+    fn groups_down_with_their_node(
+        &self,
+        w: &GangWorkload,
+        size: usize,
+    ) -> BTreeMap<String, String> {
         let failed: BTreeSet<&str> = self
             .obs
             .nodes
