@@ -180,6 +180,25 @@ fn split_q(s: &str) -> Option<(i64, String)> {
 /// Every smaller variant of `case` (one change each).
 fn candidates(case: &Value) -> Vec<Value> {
     let mut out = Vec::new();
+    drop_objects(case, &mut out);
+    loosen_cohorts(case, &mut out);
+    drop_flavors(case, &mut out);
+    drop_memory(case, &mut out);
+    drop_pod_sets(case, &mut out);
+    smaller_numbers(case, &mut out);
+    simpler_policies(case, &mut out);
+    out
+}
+
+/// The ClusterQueues' and cohorts' quota, as text: what a ResourceFlavor or a resource is
+/// looked up in.
+fn quota_text(case: &Value) -> String {
+    serde_json::to_string(&json!([case["clusterQueues"], case["cohorts"]])).unwrap()
+}
+
+/// Variants with one Workload, one ClusterQueue (with its LocalQueues and Workloads) or one
+/// cohort object dropped.
+fn drop_objects(case: &Value, out: &mut Vec<Value>) {
     // drop a Workload
     for i in 0..case["workloads"].as_array().unwrap().len() {
         let mut c = case.clone();
@@ -200,6 +219,10 @@ fn candidates(case: &Value) -> Vec<Value> {
         arr(&mut c, "cohorts").remove(i);
         out.push(c);
     }
+}
+
+/// Variants with a cohort's quota or parent dropped, or a ClusterQueue out of its cohort.
+fn loosen_cohorts(case: &Value, out: &mut Vec<Value>) {
     // drop a cohort's quota / parent
     for i in 0..case["cohorts"].as_array().unwrap().len() {
         for k in ["resourceGroups", "parentName"] {
@@ -220,6 +243,11 @@ fn candidates(case: &Value) -> Vec<Value> {
             out.push(c);
         }
     }
+}
+
+/// Variants with one flavor dropped from a ClusterQueue or cohort that has several, or one
+/// ResourceFlavor no quota names dropped.
+fn drop_flavors(case: &Value, out: &mut Vec<Value>) {
     // drop a flavor from a ClusterQueue or cohort (keep one)
     for list in ["clusterQueues", "cohorts"] {
         for i in 0..case[list].as_array().unwrap().len() {
@@ -240,7 +268,7 @@ fn candidates(case: &Value) -> Vec<Value> {
         }
     }
     // drop an unreferenced ResourceFlavor
-    let text = serde_json::to_string(&json!([case["clusterQueues"], case["cohorts"]])).unwrap();
+    let text = quota_text(case);
     for i in 0..case["flavors"].as_array().unwrap().len() {
         let name = case["flavors"][i]["metadata"]["name"].as_str().unwrap();
         if !text.contains(&format!("\"name\":\"{name}\",\"resources\"")) {
@@ -249,36 +277,43 @@ fn candidates(case: &Value) -> Vec<Value> {
             out.push(c);
         }
     }
-    // drop memory everywhere
-    if text.contains("memory") {
-        let mut c = case.clone();
-        for list in ["clusterQueues", "cohorts"] {
-            for q in arr(&mut c, list) {
-                if let Some(rgs) = q["spec"]["resourceGroups"].as_array_mut() {
-                    for rg in rgs {
-                        rg["coveredResources"] = json!(["cpu"]);
-                        for f in rg["flavors"].as_array_mut().unwrap() {
-                            f["resources"]
-                                .as_array_mut()
-                                .unwrap()
-                                .retain(|r| r["name"] != "memory");
-                        }
-                    }
-                }
-            }
-        }
-        for w in arr(&mut c, "workloads") {
-            for p in w["spec"]["podSets"].as_array_mut().unwrap() {
-                for ct in p["template"]["spec"]["containers"].as_array_mut().unwrap() {
-                    if let Some(o) = ct["resources"]["requests"].as_object_mut() {
-                        o.remove("memory");
-                    }
-                }
-            }
-        }
-        out.push(c);
+}
+
+/// The variant without memory (quotas and requests), when some quota has it.
+fn drop_memory(case: &Value, out: &mut Vec<Value>) {
+    if !quota_text(case).contains("memory") {
+        return;
     }
-    // drop a PodSet (keep one)
+    let mut c = case.clone();
+    for list in ["clusterQueues", "cohorts"] {
+        for q in arr(&mut c, list) {
+            if let Some(rgs) = q["spec"]["resourceGroups"].as_array_mut() {
+                for rg in rgs {
+                    rg["coveredResources"] = json!(["cpu"]);
+                    for f in rg["flavors"].as_array_mut().unwrap() {
+                        f["resources"]
+                            .as_array_mut()
+                            .unwrap()
+                            .retain(|r| r["name"] != "memory");
+                    }
+                }
+            }
+        }
+    }
+    for w in arr(&mut c, "workloads") {
+        for p in w["spec"]["podSets"].as_array_mut().unwrap() {
+            for ct in p["template"]["spec"]["containers"].as_array_mut().unwrap() {
+                if let Some(o) = ct["resources"]["requests"].as_object_mut() {
+                    o.remove("memory");
+                }
+            }
+        }
+    }
+    out.push(c);
+}
+
+/// Variants with one PodSet dropped from a Workload that has several.
+fn drop_pod_sets(case: &Value, out: &mut Vec<Value>) {
     for i in 0..case["workloads"].as_array().unwrap().len() {
         let n = case["workloads"][i]["spec"]["podSets"]
             .as_array()
@@ -296,7 +331,10 @@ fn candidates(case: &Value) -> Vec<Value> {
             out.push(c);
         }
     }
-    // smaller numbers: counts, requests, quotas; drop limits and priorities
+}
+
+/// Variants with smaller numbers (counts, requests, quotas), and without a limit or priority.
+fn smaller_numbers(case: &Value, out: &mut Vec<Value>) {
     let mut paths: Vec<Vec<Value>> = Vec::new();
     collect_numbers(case, &mut Vec::new(), &mut paths);
     for p in paths {
@@ -332,7 +370,10 @@ fn candidates(case: &Value) -> Vec<Value> {
             _ => {}
         }
     }
-    // simpler policies
+}
+
+/// Variants with a ClusterQueue's queueing or preemption policy set to a simpler one.
+fn simpler_policies(case: &Value, out: &mut Vec<Value>) {
     for i in 0..case["clusterQueues"].as_array().unwrap().len() {
         for (k, v) in [
             ("queueingStrategy", "BestEffortFIFO"),
@@ -353,7 +394,6 @@ fn candidates(case: &Value) -> Vec<Value> {
             }
         }
     }
-    out
 }
 
 fn collect_numbers(v: &Value, at: &mut Vec<Value>, out: &mut Vec<Vec<Value>>) {

@@ -224,6 +224,16 @@ impl Rule {
             m => m.to_string(),
         }
     }
+
+    /// Whether the rule runs on this value: a ratcheted value runs only the rules that read
+    /// `oldSelf`, and those need an old value to compare with unless `optionalOldSelf`.
+    fn runs(&self, ratchet: bool, has_old: bool) -> bool {
+        if ratchet && !self.uses_old_self {
+            return false;
+        }
+        // transition rules run only against a comparable old value
+        !(self.uses_old_self && !has_old && !self.optional_old_self)
+    }
 }
 
 impl Node {
@@ -576,11 +586,7 @@ fn validate_rules(
         let Some(program) = &rule.program else {
             continue;
         };
-        if ratchet && !rule.uses_old_self {
-            continue;
-        }
-        if rule.uses_old_self && old_val.is_none() && !rule.optional_old_self {
-            // transition rules run only against a comparable old value
+        if !rule.runs(ratchet, old_val.is_some()) {
             continue;
         }
         // binding a variable copies its value in full: one context per way of binding
@@ -588,55 +594,73 @@ fn validate_rules(
         let optional = rule.optional_old_self;
         let ctx = &*contexts[usize::from(optional)]
             .get_or_insert_with(|| context(&self_val, old_val.as_ref(), optional));
-        let here = path.render();
-        let value_text = || match node.typ.as_str() {
-            "object" | "array" => None,
-            _ => Some(bad_value(obj)),
-        };
-        match program.execute(ctx) {
-            Ok(Cel::Bool(true)) => continue,
-            Ok(Cel::Bool(false)) => {}
-            Ok(other) => {
-                tracing::warn!(rule = rule.rule, result = ?other, "a CRD validation rule did not evaluate to a bool: not enforced");
-                continue;
-            }
-            Err(e) if unsupported(&e) => {
-                tracing::warn!(rule = rule.rule, error = %e, "the sim cannot evaluate this CRD validation rule: not enforced");
-                continue;
-            }
-            Err(e) => {
-                let ty = format!("{:?}", node.typ);
-                errs.push(FieldCause::invalid(
-                    here,
-                    &ty,
-                    &format!(
-                        "{} evaluating rule: {}",
-                        eval_error(&e),
-                        rule.error_string()
-                    ),
-                ));
-                continue;
-            }
+        match holds(node, rule, program, ctx, path) {
+            Ok(true) => {}
+            Ok(false) => errs.push(violation(node, rule, path, obj, ctx)),
+            Err(cause) => errs.push(cause),
         }
-        let at = path.rule_child(&rule.field_path).render();
-        let detail = rule
-            .message_expression
-            .as_ref()
-            .and_then(|m| match m.execute(ctx) {
-                Ok(Cel::String(s)) => {
-                    let t = s.trim();
-                    (!t.is_empty() && !t.contains('\n')).then(|| t.to_string())
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| rule.message_or_default());
-        let err = match rule.reason.as_deref() {
-            Some("FieldValueForbidden") => FieldCause::forbidden(at, &detail),
-            Some("FieldValueRequired") => FieldCause::required(at, &detail),
-            Some("FieldValueDuplicate") => FieldCause::duplicate(at, value_text().as_deref()),
-            _ => FieldCause::invalid_omitting(at, value_text().as_deref(), &detail),
-        };
-        errs.push(err);
+    }
+}
+
+/// Runs `rule`'s `program`: whether it holds (a rule that does not give a bool, or that the
+/// sim cannot evaluate, is not enforced: it holds), or the error its evaluation gave.
+fn holds(
+    node: &Node,
+    rule: &Rule,
+    program: &Program,
+    ctx: &Context,
+    path: &FieldPath,
+) -> Result<bool, FieldCause> {
+    match program.execute(ctx) {
+        Ok(Cel::Bool(true)) => Ok(true),
+        Ok(Cel::Bool(false)) => Ok(false),
+        Ok(other) => {
+            tracing::warn!(rule = rule.rule, result = ?other, "a CRD validation rule did not evaluate to a bool: not enforced");
+            Ok(true)
+        }
+        Err(e) if unsupported(&e) => {
+            tracing::warn!(rule = rule.rule, error = %e, "the sim cannot evaluate this CRD validation rule: not enforced");
+            Ok(true)
+        }
+        Err(e) => {
+            let ty = format!("{:?}", node.typ);
+            Err(FieldCause::invalid(
+                path.render(),
+                &ty,
+                &format!(
+                    "{} evaluating rule: {}",
+                    eval_error(&e),
+                    rule.error_string()
+                ),
+            ))
+        }
+    }
+}
+
+/// The error for a failed `rule`: at its `fieldPath`, with its `messageExpression`'s text
+/// (one non-empty line) or else its message, of the kind its `reason` names.
+fn violation(node: &Node, rule: &Rule, path: &FieldPath, obj: &Value, ctx: &Context) -> FieldCause {
+    let value_text = || match node.typ.as_str() {
+        "object" | "array" => None,
+        _ => Some(bad_value(obj)),
+    };
+    let at = path.rule_child(&rule.field_path).render();
+    let detail = rule
+        .message_expression
+        .as_ref()
+        .and_then(|m| match m.execute(ctx) {
+            Ok(Cel::String(s)) => {
+                let t = s.trim();
+                (!t.is_empty() && !t.contains('\n')).then(|| t.to_string())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| rule.message_or_default());
+    match rule.reason.as_deref() {
+        Some("FieldValueForbidden") => FieldCause::forbidden(at, &detail),
+        Some("FieldValueRequired") => FieldCause::required(at, &detail),
+        Some("FieldValueDuplicate") => FieldCause::duplicate(at, value_text().as_deref()),
+        _ => FieldCause::invalid_omitting(at, value_text().as_deref(), &detail),
     }
 }
 

@@ -224,6 +224,111 @@ fn builtin_list_type(path: &[&str]) -> ListType {
     }
 }
 
+/// The built-in core/v1 kinds: Pods, Nodes, Namespaces, Events.
+fn core_v1() -> Vec<ResourceType> {
+    let b = ResourceType::builtin;
+    let pods_fields = [
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ];
+    vec![
+        b("", "v1", "pods", "Pod", true, true, &pods_fields),
+        b(
+            "",
+            "v1",
+            "nodes",
+            "Node",
+            false,
+            true,
+            &["spec.unschedulable"],
+        ),
+        b(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            false,
+            true,
+            &["status.phase"],
+        ),
+        b(
+            "",
+            "v1",
+            "events",
+            "Event",
+            true,
+            false,
+            &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "reason",
+                "type",
+            ],
+        ),
+    ]
+}
+
+/// The built-in kinds of events.k8s.io/v1, policy/v1 and coordination.k8s.io/v1.
+fn other_builtins() -> Vec<ResourceType> {
+    let b = ResourceType::builtin;
+    vec![
+        b("events.k8s.io", "v1", "events", "Event", true, false, &[]),
+        b(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            true,
+            &[],
+        ),
+        b(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            false,
+            &[],
+        ),
+    ]
+}
+
+/// The built-in apps/v1 workloads; all but DaemonSets serve `scale`
+/// (pkg/registry/apps/*/storage).
+fn apps_v1() -> Vec<ResourceType> {
+    let b = ResourceType::builtin;
+    let mut types = vec![
+        b(
+            "apps",
+            "v1",
+            "replicasets",
+            "ReplicaSet",
+            true,
+            true,
+            &["status.replicas"],
+        ),
+        b("apps", "v1", "deployments", "Deployment", true, true, &[]),
+        b("apps", "v1", "statefulsets", "StatefulSet", true, true, &[]),
+        b("apps", "v1", "daemonsets", "DaemonSet", true, true, &[]),
+    ];
+    for t in &mut types {
+        if t.kind != "DaemonSet" {
+            t.scale_subresource = true;
+            t.scale = Some(ScalePaths::apps());
+        }
+    }
+    types
+}
+
 /// Every resource the sim serves. Clones share their resource types (and the CRD schemas
 /// compiled on first use), so one registry read from YAML can serve many sims.
 #[derive(Clone, Debug, Default)]
@@ -247,97 +352,9 @@ impl Registry {
     /// policy/v1 PodDisruptionBudgets; coordination.k8s.io/v1 Leases; apps/v1 ReplicaSets, Deployments and StatefulSets (with `scale`), and DaemonSets (without: a DaemonSet has no
     /// scale subresource). No controller acts on them; `kubectl drain`'s rules read them.
     pub fn with_builtins() -> Self {
-        let b = ResourceType::builtin;
-        let pods_fields = [
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ];
-        let types = vec![
-            b("", "v1", "pods", "Pod", true, true, &pods_fields),
-            b(
-                "",
-                "v1",
-                "nodes",
-                "Node",
-                false,
-                true,
-                &["spec.unschedulable"],
-            ),
-            b(
-                "",
-                "v1",
-                "namespaces",
-                "Namespace",
-                false,
-                true,
-                &["status.phase"],
-            ),
-            b(
-                "",
-                "v1",
-                "events",
-                "Event",
-                true,
-                false,
-                &[
-                    "involvedObject.kind",
-                    "involvedObject.namespace",
-                    "involvedObject.name",
-                    "involvedObject.uid",
-                    "reason",
-                    "type",
-                ],
-            ),
-            b("events.k8s.io", "v1", "events", "Event", true, false, &[]),
-            b(
-                "policy",
-                "v1",
-                "poddisruptionbudgets",
-                "PodDisruptionBudget",
-                true,
-                true,
-                &[],
-            ),
-            b(
-                "coordination.k8s.io",
-                "v1",
-                "leases",
-                "Lease",
-                true,
-                false,
-                &[],
-            ),
-            b(
-                "apps",
-                "v1",
-                "replicasets",
-                "ReplicaSet",
-                true,
-                true,
-                &["status.replicas"],
-            ),
-            b("apps", "v1", "deployments", "Deployment", true, true, &[]),
-            b("apps", "v1", "statefulsets", "StatefulSet", true, true, &[]),
-            b("apps", "v1", "daemonsets", "DaemonSet", true, true, &[]),
-        ];
+        let types = [core_v1(), other_builtins(), apps_v1()];
         Registry {
-            types: types
-                .into_iter()
-                .map(|mut t| {
-                    // apps/v1 workloads serve `scale` (pkg/registry/apps/*/storage)
-                    if t.group == "apps" && t.kind != "DaemonSet" {
-                        t.scale_subresource = true;
-                        t.scale = Some(ScalePaths::apps());
-                    }
-                    Arc::new(t)
-                })
-                .collect(),
+            types: types.into_iter().flatten().map(Arc::new).collect(),
         }
     }
 

@@ -81,18 +81,8 @@ fn strategic(doc: &mut Value, patch: &Value, shape: Shape, names: &mut Vec<Strin
         *doc = patch.clone();
         return;
     };
-    match p.get("$patch").and_then(Value::as_str) {
-        Some("replace") => {
-            let mut m = p.clone();
-            m.remove("$patch");
-            *doc = Value::Object(m);
-            return;
-        }
-        Some("delete") => {
-            *doc = Value::Object(Map::new());
-            return;
-        }
-        _ => {}
+    if replaced_whole(doc, p) {
+        return;
     }
     if !doc.is_object() {
         *doc = Value::Object(Map::new());
@@ -119,37 +109,9 @@ fn strategic(doc: &mut Value, patch: &Value, shape: Shape, names: &mut Vec<Strin
         names.push(k.clone());
         match (d.get_mut(k), pv) {
             (Some(dv @ Value::Object(_)), Value::Object(_)) => strategic(dv, pv, shape, names),
-            (Some(Value::Array(items)), Value::Array(pitems)) => match merge_key(shape, names) {
-                ListType::Map(keys) if !keys.is_empty() => {
-                    let key = &keys[0];
-                    for pi in pitems {
-                        let kv = pi.get(key);
-                        let pos =
-                            kv.and_then(|kv| items.iter().position(|i| i.get(key) == Some(kv)));
-                        let delete = pi.get("$patch").and_then(Value::as_str) == Some("delete");
-                        match (pos, delete) {
-                            (Some(i), true) => {
-                                items.remove(i);
-                            }
-                            (None, true) => {}
-                            (Some(i), false) => strategic(&mut items[i], pi, shape, names),
-                            (None, false) => {
-                                let mut fresh = Value::Object(Map::new());
-                                strategic(&mut fresh, pi, shape, names);
-                                items.push(fresh);
-                            }
-                        }
-                    }
-                }
-                ListType::Set => {
-                    for pi in pitems {
-                        if !items.contains(pi) {
-                            items.push(pi.clone());
-                        }
-                    }
-                }
-                _ => *items = pitems.clone(),
-            },
+            (Some(Value::Array(items)), Value::Array(pitems)) => {
+                merge_list(items, pitems, shape, names)
+            }
             (_, pv) => {
                 let mut fresh = pv.clone();
                 strip_directives(&mut fresh);
@@ -157,6 +119,71 @@ fn strategic(doc: &mut Value, patch: &Value, shape: Shape, names: &mut Vec<Strin
             }
         }
         names.pop();
+    }
+}
+
+/// A patch object's `$patch: replace` (the patch, less the directive, becomes `doc`) or
+/// `$patch: delete` (`doc` becomes empty). Returns whether `doc` was replaced.
+fn replaced_whole(doc: &mut Value, p: &Map<String, Value>) -> bool {
+    match p.get("$patch").and_then(Value::as_str) {
+        Some("replace") => {
+            let mut m = p.clone();
+            m.remove("$patch");
+            *doc = Value::Object(m);
+            true
+        }
+        Some("delete") => {
+            *doc = Value::Object(Map::new());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Patches list `items` (at `names`) by its list type: a map list merges items by their first
+/// merge key, a set adds the missing values, any other list is replaced.
+fn merge_list(items: &mut Vec<Value>, pitems: &[Value], shape: Shape, names: &mut Vec<String>) {
+    match merge_key(shape, names) {
+        ListType::Map(keys) if !keys.is_empty() => {
+            let key = &keys[0];
+            for pi in pitems {
+                merge_item(items, pi, key, shape, names);
+            }
+        }
+        ListType::Set => {
+            for pi in pitems {
+                if !items.contains(pi) {
+                    items.push(pi.clone());
+                }
+            }
+        }
+        _ => *items = pitems.to_vec(),
+    }
+}
+
+/// Patches the item of map list `items` whose `key` matches patch item `pi`: removed on
+/// `$patch: delete`, else merged, or appended when there is none.
+fn merge_item(
+    items: &mut Vec<Value>,
+    pi: &Value,
+    key: &str,
+    shape: Shape,
+    names: &mut Vec<String>,
+) {
+    let kv = pi.get(key);
+    let pos = kv.and_then(|kv| items.iter().position(|i| i.get(key) == Some(kv)));
+    let delete = pi.get("$patch").and_then(Value::as_str) == Some("delete");
+    match (pos, delete) {
+        (Some(i), true) => {
+            items.remove(i);
+        }
+        (None, true) => {}
+        (Some(i), false) => strategic(&mut items[i], pi, shape, names),
+        (None, false) => {
+            let mut fresh = Value::Object(Map::new());
+            strategic(&mut fresh, pi, shape, names);
+            items.push(fresh);
+        }
     }
 }
 

@@ -382,7 +382,6 @@ impl Actor for Collector {
 
     async fn pass(&mut self, _now: Timestamp, expect: &mut Expect) -> Pass<Error> {
         let scope = self.observe().await;
-        let (client, config) = (&self.client, &self.config);
         for action in plan(&scope.items, &scope.kinds) {
             let (i, result) = match &action {
                 Action::Delete {
@@ -390,96 +389,19 @@ impl Actor for Collector {
                     policy,
                     absent_owners,
                 } => {
-                    let it = &scope.items[*item];
-                    let mut confirmed = true;
-                    for r in absent_owners {
-                        confirmed &= still_absent(client, config, &scope, it, r).await;
-                    }
-                    if !confirmed {
+                    if !self.confirmed(&scope, *item, absent_owners).await {
                         continue;
                     }
-                    let dp = DeleteParams {
-                        propagation_policy: Some(match policy {
-                            Propagation::Foreground => PropagationPolicy::Foreground,
-                            Propagation::Background => PropagationPolicy::Background,
-                            Propagation::Orphan => PropagationPolicy::Orphan,
-                        }),
-                        preconditions: Some(Preconditions {
-                            uid: Some(it.uid.clone()),
-                            resource_version: None,
-                        }),
-                        ..Default::default()
-                    };
-                    let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
-                    tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?policy, "garbage collector: deleting an object whose owners are gone");
-                    let result = api.delete(&it.name, &dp).await.map(|_| ());
-                    if result.is_ok() {
-                        let key = ObjectRef::new_with(&it.name, config.kinds[it.kind].clone());
-                        let key = match &it.namespace {
-                            Some(ns) => key.within(ns),
-                            None => key,
-                        };
-                        expect.deleted(&self.stores[it.kind], key, Some(it.uid.clone()));
-                    }
-                    (*item, result)
+                    (*item, self.delete(&scope, *item, *policy, expect).await)
                 }
                 Action::RemoveOwners { item, uids } => {
-                    let it = &scope.items[*item];
-                    let refs: Vec<_> = uids
-                        .iter()
-                        .map(|u| json!({"$patch": "delete", "uid": u}))
-                        .collect();
-                    let body = json!({"metadata": {"ownerReferences": refs, "uid": it.uid}});
-                    let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
-                    tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?uids, "garbage collector: removing owner references");
-                    let patch = if config.kinds[it.kind].group.is_empty()
-                        || ["apps", "policy", "batch"]
-                            .contains(&config.kinds[it.kind].group.as_str())
-                    {
-                        api.patch(&it.name, &PatchParams::default(), &Patch::Strategic(body))
-                            .await
-                    } else {
-                        // CRDs take no strategic merge patch: the collector falls back to a JSON
-                        // merge patch of the remaining references (`deleteOwnerRefJSONMergePatch`)
-                        let rest: Vec<_> = it
-                            .owners
-                            .iter()
-                            .filter(|r| !uids.contains(&r.uid))
-                            .collect();
-                        let body = json!({"metadata": {"ownerReferences": rest, "uid": it.uid,
-                        "resourceVersion": scope.objects[*item].metadata.resource_version}});
-                        api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
-                            .await
-                    };
-                    if let Ok(o) = &patch {
-                        expect.written_with(
-                            &self.stores[it.kind],
-                            o,
-                            config.kinds[it.kind].clone(),
-                        );
-                    }
-                    (*item, patch.map(|_| ()))
+                    (*item, self.remove_owners(&scope, *item, uids, expect).await)
                 }
-                Action::RemoveFinalizer { item, finalizer } => {
-                    let it = &scope.items[*item];
-                    let rest: Vec<&String> =
-                        it.finalizers.iter().filter(|f| f != finalizer).collect();
-                    let body = json!({"metadata": {"finalizers": rest,
-                    "resourceVersion": scope.objects[*item].metadata.resource_version}});
-                    let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
-                    tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, %finalizer, "garbage collector: removing finalizer");
-                    let patch = api
-                        .patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
-                        .await;
-                    if let Ok(o) = &patch {
-                        expect.written_with(
-                            &self.stores[it.kind],
-                            o,
-                            config.kinds[it.kind].clone(),
-                        );
-                    }
-                    (*item, patch.map(|_| ()))
-                }
+                Action::RemoveFinalizer { item, finalizer } => (
+                    *item,
+                    self.remove_finalizer(&scope, *item, finalizer, expect)
+                        .await,
+                ),
             };
             if let Err(e) = result {
                 // a conflict or a vanished object: the next pass sees the newer state
@@ -487,6 +409,125 @@ impl Actor for Collector {
             }
         }
         Ok(None)
+    }
+}
+
+impl Collector {
+    /// Whether every owner the plan found gone is still gone on a live read (each one is read).
+    async fn confirmed(
+        &self,
+        scope: &Scope,
+        item: usize,
+        absent_owners: &[OwnerReference],
+    ) -> bool {
+        let it = &scope.items[item];
+        let mut confirmed = true;
+        for r in absent_owners {
+            confirmed &= still_absent(&self.client, &self.config, scope, it, r).await;
+        }
+        confirmed
+    }
+
+    /// Deletes item `item` (uid precondition) with `policy`; the delete is expected in the cache.
+    async fn delete(
+        &self,
+        scope: &Scope,
+        item: usize,
+        policy: Propagation,
+        expect: &mut Expect,
+    ) -> Result<(), kube::Error> {
+        let (client, config) = (&self.client, &self.config);
+        let it = &scope.items[item];
+        let dp = DeleteParams {
+            propagation_policy: Some(match policy {
+                Propagation::Foreground => PropagationPolicy::Foreground,
+                Propagation::Background => PropagationPolicy::Background,
+                Propagation::Orphan => PropagationPolicy::Orphan,
+            }),
+            preconditions: Some(Preconditions {
+                uid: Some(it.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
+        tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?policy, "garbage collector: deleting an object whose owners are gone");
+        let result = api.delete(&it.name, &dp).await.map(|_| ());
+        if result.is_ok() {
+            let key = ObjectRef::new_with(&it.name, config.kinds[it.kind].clone());
+            let key = match &it.namespace {
+                Some(ns) => key.within(ns),
+                None => key,
+            };
+            expect.deleted(&self.stores[it.kind], key, Some(it.uid.clone()));
+        }
+        result
+    }
+
+    /// Removes the owner references with `uids` from item `item`: a strategic-merge `$patch:
+    /// delete` for built-in kinds, a JSON merge patch of the remaining references for CRDs.
+    async fn remove_owners(
+        &self,
+        scope: &Scope,
+        item: usize,
+        uids: &[String],
+        expect: &mut Expect,
+    ) -> Result<(), kube::Error> {
+        let (client, config) = (&self.client, &self.config);
+        let it = &scope.items[item];
+        let refs: Vec<_> = uids
+            .iter()
+            .map(|u| json!({"$patch": "delete", "uid": u}))
+            .collect();
+        let body = json!({"metadata": {"ownerReferences": refs, "uid": it.uid}});
+        let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
+        tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, ?uids, "garbage collector: removing owner references");
+        let patch = if config.kinds[it.kind].group.is_empty()
+            || ["apps", "policy", "batch"].contains(&config.kinds[it.kind].group.as_str())
+        {
+            api.patch(&it.name, &PatchParams::default(), &Patch::Strategic(body))
+                .await
+        } else {
+            // CRDs take no strategic merge patch: the collector falls back to a JSON
+            // merge patch of the remaining references (`deleteOwnerRefJSONMergePatch`)
+            let rest: Vec<_> = it
+                .owners
+                .iter()
+                .filter(|r| !uids.contains(&r.uid))
+                .collect();
+            let body = json!({"metadata": {"ownerReferences": rest, "uid": it.uid,
+            "resourceVersion": scope.objects[item].metadata.resource_version}});
+            api.patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+        };
+        if let Ok(o) = &patch {
+            expect.written_with(&self.stores[it.kind], o, config.kinds[it.kind].clone());
+        }
+        patch.map(|_| ())
+    }
+
+    /// Removes `finalizer` from item `item` (a merge patch at its resourceVersion).
+    async fn remove_finalizer(
+        &self,
+        scope: &Scope,
+        item: usize,
+        finalizer: &str,
+        expect: &mut Expect,
+    ) -> Result<(), kube::Error> {
+        let (client, config) = (&self.client, &self.config);
+        let it = &scope.items[item];
+        let rest: Vec<&String> = it.finalizers.iter().filter(|f| f != &finalizer).collect();
+        let body = json!({"metadata": {"finalizers": rest,
+        "resourceVersion": scope.objects[item].metadata.resource_version}});
+        let api = api_for(client, &config.kinds[it.kind], it.namespace.as_deref());
+        tracing::info!(kind = %config.kinds[it.kind].kind, name = %it.name, %finalizer, "garbage collector: removing finalizer");
+        let patch = api
+            .patch(&it.name, &PatchParams::default(), &Patch::Merge(body))
+            .await;
+        if let Ok(o) = &patch {
+            expect.written_with(&self.stores[it.kind], o, config.kinds[it.kind].clone());
+        }
+        patch.map(|_| ())
     }
 }
 

@@ -108,6 +108,131 @@ struct Runtime {
     settled: bool,
 }
 
+impl Runtime {
+    /// A pod first seen at `now` (or a new pod of a known name): admitted, nothing started.
+    fn admitted(uid: String, now: Timestamp) -> Self {
+        Runtime {
+            uid,
+            admitted: now,
+            started: None,
+            restarts: 0,
+            ready: false,
+            successes: 0,
+            failures: 0,
+            next_probe: None,
+            stopping: None,
+            reported: None,
+            settled: false,
+        }
+    }
+
+    /// The node is back from a reboot: containers that ran (and were not stopping) start again.
+    fn restart(&mut self, now: Timestamp) {
+        if self.started.is_some() && self.stopping.is_none() {
+            self.started = None;
+            self.admitted = now;
+            self.restarts += 1;
+            self.ready = false;
+            self.successes = 0;
+            self.failures = 0;
+            self.next_probe = None;
+            self.settled = false;
+        }
+    }
+
+    /// A deleting pod is not ready; its containers stop at the returned moment: at once when
+    /// they never started, else `stop_after` after the kubelet first saw the deletion, capped
+    /// by `deadline` (the whole grace period when `stop_after` is `None`).
+    fn stop_at(
+        &mut self,
+        stop_after: Option<Duration>,
+        deadline: Timestamp,
+        now: Timestamp,
+    ) -> Timestamp {
+        let since = *self.stopping.get_or_insert(now);
+        self.ready = false;
+        match (self.started, stop_after) {
+            (None, _) => now,
+            (Some(_), Some(d)) => since.checked_add(secs(d)).unwrap_or(deadline).min(deadline),
+            (Some(_), None) => deadline,
+        }
+    }
+
+    /// Starts the containers once `start_delay` has passed since admission: Ready at once
+    /// without a readiness probe, else the first probe is due after its initial delay and one
+    /// period. Returns the moment they start while it has not come.
+    fn start(&mut self, pod: &Pod, start_delay: Duration, now: Timestamp) -> Option<Timestamp> {
+        if self.started.is_some() {
+            return None;
+        }
+        let at = self
+            .admitted
+            .checked_add(secs(start_delay))
+            .unwrap_or(Timestamp::MAX);
+        if now < at {
+            return Some(at);
+        }
+        self.started = Some(now);
+        match readiness_probe(pod) {
+            None => self.ready = true,
+            Some(p) => self.next_probe = Some(plus(now, p.initial_delay + p.period)),
+        }
+        None
+    }
+
+    /// Runs the readiness probe when one is due by `now`, on the period's grid. Returns the
+    /// next probe's moment unless the result, repeated, would change nothing (settled).
+    fn probe(
+        &mut self,
+        pod: &Pod,
+        groups: &BTreeMap<(String, String, String), GroupState>,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let (Some(p), Some(mut due)) = (readiness_probe(pod), self.next_probe) else {
+            return None;
+        };
+        let ok = probe_ok(pod, groups);
+        if due < now && self.settled {
+            // the probes skipped while settled all gave the settled result
+            while due < now {
+                due = plus(due, p.period);
+            }
+        }
+        if now >= due {
+            self.count(ok, p);
+            // the next probe, on the period's grid
+            while due <= now {
+                due = plus(due, p.period);
+            }
+        }
+        self.next_probe = Some(due);
+        self.settled = if ok {
+            self.ready && self.failures == 0
+        } else {
+            !self.ready && self.successes == 0
+        };
+        (!self.settled).then_some(due)
+    }
+
+    /// Counts one probe's result: `success` consecutive passes make the pod Ready, `failure`
+    /// consecutive failures unready.
+    fn count(&mut self, ok: bool, p: ProbeTiming) {
+        if ok {
+            self.successes += 1;
+            self.failures = 0;
+            if self.successes >= p.success {
+                self.ready = true;
+            }
+        } else {
+            self.failures += 1;
+            self.successes = 0;
+            if self.failures >= p.failure {
+                self.ready = false;
+            }
+        }
+    }
+}
+
 /// A group's members as a representative's probe sees them: (members, ready members), the
 /// representative excluded.
 pub type GroupState = (usize, usize);
@@ -215,145 +340,66 @@ impl Kubelet {
         if !was_up {
             // back from a reboot: every container that ran starts again
             for rt in self.pods.values_mut() {
-                if rt.started.is_some() && rt.stopping.is_none() {
-                    rt.started = None;
-                    rt.admitted = now;
-                    rt.restarts += 1;
-                    rt.ready = false;
-                    rt.successes = 0;
-                    rt.failures = 0;
-                    rt.next_probe = None;
-                    rt.settled = false;
-                }
+                rt.restart(now);
             }
         }
         let live: std::collections::HashSet<_> = pods.iter().map(|p| key(p)).collect();
         self.pods.retain(|k, _| live.contains(k));
         let mut actions = vec![];
         let mut next: Option<Timestamp> = None;
-        let mut wake = |t: Timestamp| {
-            next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
-        };
         for pod in pods {
-            let k = key(pod);
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let rt = self.pods.entry(k.clone()).or_insert_with(|| Runtime {
-                uid: uid.clone(),
-                admitted: now,
-                started: None,
-                restarts: 0,
-                ready: false,
-                successes: 0,
-                failures: 0,
-                next_probe: None,
-                stopping: None,
-                reported: None,
-                settled: false,
-            });
-            if rt.uid != uid {
-                // a new pod of the same name
-                *rt = Runtime {
-                    uid: uid.clone(),
-                    admitted: now,
-                    started: None,
-                    restarts: 0,
-                    ready: false,
-                    successes: 0,
-                    failures: 0,
-                    next_probe: None,
-                    stopping: None,
-                    reported: None,
-                    settled: false,
-                };
-            }
-            let terminal = matches!(
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            );
-            if let Some(deadline) = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0) {
-                let since = *rt.stopping.get_or_insert(now);
-                rt.ready = false;
-                let stop_at = match (rt.started, self.config_stop) {
-                    (None, _) => now,
-                    (Some(_), Some(d)) => {
-                        since.checked_add(secs(d)).unwrap_or(deadline).min(deadline)
-                    }
-                    (Some(_), None) => deadline,
-                };
-                if now >= stop_at || terminal {
-                    actions.push(Action::Delete {
-                        namespace: k.0.clone(),
-                        name: k.1.clone(),
-                        uid: uid.clone(),
-                    });
-                } else {
-                    wake(stop_at);
-                    if let Some(a) = report(pod, rt) {
-                        actions.push(a);
-                    }
-                }
-                continue;
-            }
-            if terminal {
-                continue;
-            }
-            if rt.started.is_none() {
-                let at = rt
-                    .admitted
-                    .checked_add(secs(self.config_start))
-                    .unwrap_or(Timestamp::MAX);
-                if now < at {
-                    wake(at);
-                    continue;
-                }
-                rt.started = Some(now);
-                match readiness_probe(pod) {
-                    None => rt.ready = true,
-                    Some(p) => rt.next_probe = Some(plus(now, p.initial_delay + p.period)),
-                }
-            }
-            if let (Some(p), Some(mut due)) = (readiness_probe(pod), rt.next_probe) {
-                let ok = probe_ok(pod, groups);
-                if due < now && rt.settled {
-                    // the probes skipped while settled all gave the settled result
-                    while due < now {
-                        due = plus(due, p.period);
-                    }
-                }
-                if now >= due {
-                    if ok {
-                        rt.successes += 1;
-                        rt.failures = 0;
-                        if rt.successes >= p.success {
-                            rt.ready = true;
-                        }
-                    } else {
-                        rt.failures += 1;
-                        rt.successes = 0;
-                        if rt.failures >= p.failure {
-                            rt.ready = false;
-                        }
-                    }
-                    // the next probe, on the period's grid
-                    while due <= now {
-                        due = plus(due, p.period);
-                    }
-                }
-                rt.next_probe = Some(due);
-                rt.settled = if ok {
-                    rt.ready && rt.failures == 0
-                } else {
-                    !rt.ready && rt.successes == 0
-                };
-                if !rt.settled {
-                    wake(due);
-                }
-            }
-            if let Some(a) = report(pod, rt) {
-                actions.push(a);
+            if let Some(t) = self.step_pod(pod, groups, now, &mut actions) {
+                next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
             }
         }
         (actions, next)
+    }
+
+    /// Advances one pod to `now`, adding its actions to `actions`. Returns the next moment
+    /// anything about it is due.
+    fn step_pod(
+        &mut self,
+        pod: &Pod,
+        groups: &BTreeMap<(String, String, String), GroupState>,
+        now: Timestamp,
+        actions: &mut Vec<Action>,
+    ) -> Option<Timestamp> {
+        let k = key(pod);
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let rt = self
+            .pods
+            .entry(k.clone())
+            .or_insert_with(|| Runtime::admitted(uid.clone(), now));
+        if rt.uid != uid {
+            // a new pod of the same name
+            *rt = Runtime::admitted(uid.clone(), now);
+        }
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if let Some(deadline) = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0) {
+            let stop_at = rt.stop_at(self.config_stop, deadline, now);
+            if now >= stop_at || terminal {
+                actions.push(Action::Delete {
+                    namespace: k.0,
+                    name: k.1,
+                    uid,
+                });
+                return None;
+            }
+            actions.extend(report(pod, rt));
+            return Some(stop_at);
+        }
+        if terminal {
+            return None;
+        }
+        if let Some(at) = rt.start(pod, self.config_start, now) {
+            return Some(at);
+        }
+        let due = rt.probe(pod, groups, now);
+        actions.extend(report(pod, rt));
+        due
     }
 }
 
@@ -467,254 +513,9 @@ fn report(pod: &Pod, rt: &mut Runtime) -> Option<Action> {
     })
 }
 
+mod io;
+
 pub use io::{run, run_all};
-
-mod io {
-    use raygate::runtime::SortedState;
-    use std::collections::{BTreeMap, HashMap};
-    use std::sync::Arc;
-
-    use super::{Action, Config, Kubelet, group_state, node_up};
-    use crate::Clock;
-    use crate::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
-    use crate::fanout::Fanout;
-    use k8s_openapi::api::core::v1::{Node, Pod};
-    use k8s_openapi::jiff::Timestamp;
-    use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-    use kube::runtime::reflector::Store;
-    use kube::runtime::watcher;
-
-    /// Every Pod, as a probe querying the API through a cache sees them, and its change signal.
-    type ClusterPods = (Store<Pod>, Fanout);
-
-    /// Runs the kubelet of node `node` until `shutdown`.
-    pub async fn run(
-        client: kube::Client,
-        clock: Clock,
-        node: String,
-        config: Config,
-        shutdown: impl Into<Shutdown>,
-    ) {
-        let shutdown = shutdown.into();
-        if let Some((_cache, cluster_pods)) = cluster_pods(&client, &shutdown).await {
-            run_with(client, clock, node, config, shutdown, cluster_pods).await;
-        }
-    }
-
-    /// One cache of every pod for the representatives' probes (it wakes only the kubelets
-    /// holding representatives), once listed; `None` on shutdown first.
-    async fn cluster_pods(
-        client: &kube::Client,
-        shutdown: &Shutdown,
-    ) -> Option<(Caches, ClusterPods)> {
-        let mut cache = Caches::default();
-        let pods = cache.reflect_broadcast(Api::all(client.clone()), watcher::Config::default());
-        tokio::select! {
-            biased;
-            _ = shutdown.wait() => None,
-            _ = cache.wait_ready() => Some((cache, pods)),
-        }
-    }
-
-    /// [`run`] reading representatives' groups from `cluster_pods`.
-    async fn run_with(
-        client: kube::Client,
-        clock: Clock,
-        node: String,
-        config: Config,
-        shutdown: Shutdown,
-        (cluster_pods, group_changed): ClusterPods,
-    ) {
-        let mut caches = Caches::default();
-        let actor = NodeAgent {
-            pods: caches.reflect(
-                Api::all(client.clone()),
-                watcher::Config::default().fields(&format!("spec.nodeName={node}")),
-            ),
-            node: caches.reflect(
-                Api::all(client.clone()),
-                watcher::Config::default().fields(&format!("metadata.name={node}")),
-            ),
-            kubelet: Kubelet::new(&config),
-            client,
-            cluster_pods,
-            group_changed: group_changed.subscriber(),
-            representatives: false,
-        };
-        support::drive(actor, caches, clock, std::time::Duration::ZERO, shutdown).await;
-    }
-
-    struct NodeAgent {
-        client: kube::Client,
-        pods: Store<Pod>,
-        node: Store<Node>,
-        cluster_pods: Store<Pod>,
-        group_changed: Arc<tokio::sync::Notify>,
-        /// Whether a pod of this node is a group's representative (its probe follows the group).
-        representatives: bool,
-        kubelet: Kubelet,
-    }
-
-    impl Actor for NodeAgent {
-        type Error = std::convert::Infallible;
-
-        async fn pass(&mut self, now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
-            let node_obj = self.node.sorted_state().into_iter().next();
-            let pod_list = self.pods.sorted_state();
-            let mut groups = BTreeMap::new();
-            let representatives: Vec<_> = pod_list
-                .iter()
-                .filter_map(|p| super::readiness_group(p))
-                .collect();
-            for (ns, key, value, _) in representatives.iter().cloned() {
-                // the representative itself is on this node and named in the group
-                let rep = pod_list
-                    .iter()
-                    .find(|p| {
-                        p.metadata.namespace.as_deref() == Some(ns.as_str())
-                            && p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == Some(&value)
-                            && super::readiness_group(p).is_some()
-                    })
-                    .and_then(|p| p.metadata.name.clone())
-                    .unwrap_or_default();
-                let members = self.cluster_pods.sorted_state();
-                let members = members.iter().map(|p| &**p).filter(|p| {
-                    p.metadata.namespace.as_deref() == Some(ns.as_str())
-                        && p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == Some(&value)
-                });
-                let state = group_state(members, &rep);
-                groups.insert((ns, key, value), state);
-            }
-            self.representatives = !representatives.is_empty();
-            let (actions, next) =
-                self.kubelet
-                    .step(node_up(node_obj.as_deref()), &pod_list, &groups, now);
-            for a in actions {
-                apply(&self.client, a).await;
-            }
-            // without a due moment, a wake-up an hour on
-            Ok(Some(
-                next.unwrap_or(now + std::time::Duration::from_secs(3600)),
-            ))
-        }
-
-        /// A representative's probe result moves with its group.
-        async fn woken(&mut self) {
-            if !self.representatives {
-                std::future::pending::<()>().await;
-            }
-            self.group_changed.notified().await;
-        }
-    }
-
-    async fn apply(client: &kube::Client, action: Action) {
-        match action {
-            Action::Status {
-                namespace,
-                name,
-                patch,
-            } => {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                if let Err(e) = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                    .await
-                {
-                    tracing::debug!(pod = %name, error = %e, "status write failed");
-                }
-            }
-            Action::Delete {
-                namespace,
-                name,
-                uid,
-            } => {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                let dp = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                if let Err(e) = api.delete(&name, &dp).await {
-                    tracing::debug!(pod = %name, error = %e, "final delete failed");
-                }
-            }
-        }
-    }
-
-    /// Runs a kubelet for every Node (started as Nodes appear; a kubelet whose Node is deleted
-    /// idles, as its pods wait for PodGC) until `shutdown`.
-    pub async fn run_all(
-        client: kube::Client,
-        clock: Clock,
-        config: Config,
-        shutdown: impl Into<Shutdown>,
-    ) {
-        let shutdown = shutdown.into();
-        let Some((_cache, cluster_pods)) = cluster_pods(&client, &shutdown).await else {
-            return;
-        };
-        let mut caches = Caches::default();
-        let nodes: Store<Node> = caches.all(&client);
-        let running = Running::default();
-        let spawner = Spawner {
-            client,
-            clock: clock.clone(),
-            config,
-            shutdown: shutdown.clone(),
-            nodes,
-            cluster_pods,
-            running: running.clone(),
-        };
-        support::drive(spawner, caches, clock, std::time::Duration::ZERO, shutdown).await;
-        let tasks: Vec<_> = running
-            .lock()
-            .map(|mut r| r.drain().map(|(_, t)| t).collect())
-            .unwrap_or_default();
-        for t in tasks {
-            let _ = t.await;
-        }
-    }
-
-    type Running = Arc<std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>>;
-
-    /// Starts a kubelet per Node as Nodes appear.
-    struct Spawner {
-        client: kube::Client,
-        clock: Clock,
-        config: Config,
-        shutdown: Shutdown,
-        nodes: Store<Node>,
-        cluster_pods: ClusterPods,
-        running: Running,
-    }
-
-    impl Actor for Spawner {
-        type Error = std::convert::Infallible;
-
-        async fn pass(&mut self, _now: Timestamp, _expect: &mut Expect) -> Pass<Self::Error> {
-            let Ok(mut running) = self.running.lock() else {
-                return Ok(None);
-            };
-            for n in self.nodes.sorted_state() {
-                let name = n.metadata.name.clone().unwrap_or_default();
-                running.entry(name.clone()).or_insert_with(|| {
-                    // a kubelet reads the way the manager does (in-process in the demo)
-                    tokio::spawn(crate::informers::carry(run_with(
-                        self.client.clone(),
-                        self.clock.clone(),
-                        name,
-                        self.config.clone(),
-                        self.shutdown.clone(),
-                        self.cluster_pods.clone(),
-                    )))
-                });
-            }
-            Ok(None)
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -213,32 +213,32 @@ fn pod_for(lws: &Value, group: i64, worker: i64, leader_uid: Option<&str>) -> Va
 
 /// What the controller does for `lws` given its pods (those labelled with its name).
 pub fn reconcile(lws: &Value, pods: &[Arc<Pod>]) -> Vec<Action> {
-    let name = lws["metadata"]["name"].as_str().unwrap_or_default();
-    let tpl = &lws["spec"]["leaderWorkerTemplate"];
-    let replicas = lws["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
-    let size = tpl["size"].as_i64().unwrap_or(1).max(1);
-    let recreate_group = matches!(
-        tpl["restartPolicy"].as_str(),
-        None | Some("RecreateGroupOnPodRestart")
-    );
-    let leader_ready_first = lws["spec"]["startupPolicy"].as_str() == Some("LeaderReady");
-    let by_name: BTreeMap<&str, &Pod> = pods
-        .iter()
-        .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
-        .collect();
-    let delete = |p: &Pod| -> Option<Action> {
-        p.metadata
-            .deletion_timestamp
-            .is_none()
-            .then(|| Action::Delete {
-                name: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone().unwrap_or_default(),
-            })
-    };
+    let set = Set::of(lws, pods);
     let mut actions = vec![];
     let mut live_groups = 0;
     let mut ready_groups = 0;
-    // groups to keep, then any group index beyond replicas
+    for i in group_indices(set.replicas, pods) {
+        let (live, ready) = set.group(i, &mut actions);
+        live_groups += i64::from(live);
+        ready_groups += i64::from(ready);
+    }
+    actions.extend(status_update(lws, set.name, live_groups, ready_groups));
+    actions
+}
+
+/// The delete of `p`, unless it is already deleting.
+fn delete(p: &Pod) -> Option<Action> {
+    p.metadata
+        .deletion_timestamp
+        .is_none()
+        .then(|| Action::Delete {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+        })
+}
+
+/// The groups to reconcile: those to keep, then any group index beyond `replicas` a pod has.
+fn group_indices(replicas: i64, pods: &[Arc<Pod>]) -> Vec<i64> {
     let mut indices: Vec<i64> = (0..replicas).collect();
     for p in pods {
         if let Some(i) = p
@@ -252,70 +252,11 @@ pub fn reconcile(lws: &Value, pods: &[Arc<Pod>]) -> Vec<Action> {
             indices.push(i);
         }
     }
-    for i in indices {
-        let leader_name = format!("{name}-{i}");
-        let leader = by_name.get(leader_name.as_str()).copied();
-        let leader_uid = leader.and_then(|l| l.metadata.uid.as_deref());
-        let workers: Vec<&Pod> = (1..size.max(1))
-            .filter_map(|j| by_name.get(format!("{leader_name}-{j}").as_str()).copied())
-            .collect();
-        // workers beyond the size, or of another leader, are stale
-        let (ours, stale): (Vec<&Pod>, Vec<&Pod>) = pods
-            .iter()
-            .map(|p| &**p)
-            .filter(|p| {
-                p.metadata.labels.as_ref().and_then(|l| l.get(GROUP_INDEX)) == Some(&i.to_string())
-                    && p.metadata.labels.as_ref().and_then(|l| l.get(WORKER_INDEX))
-                        != Some(&"0".to_string())
-            })
-            .partition(|p| {
-                leader_uid.is_some_and(|u| owner_uid(p) == Some(u))
-                    && workers.iter().any(|w| std::ptr::eq(*w, *p))
-            });
-        actions.extend(stale.iter().filter_map(|p| delete(p)));
-        if i >= replicas {
-            actions.extend(leader.and_then(delete));
-            actions.extend(ours.iter().filter_map(|p| delete(p)));
-            continue;
-        }
-        let Some(leader) = leader else {
-            actions.push(Action::Create(pod_for(lws, i, 0, None)));
-            continue;
-        };
-        if leader.metadata.deletion_timestamp.is_some() {
-            actions.extend(ours.iter().filter_map(|p| delete(p)));
-            continue;
-        }
-        live_groups += 1;
-        let group_restarted = restarted(leader) || ours.iter().any(|p| restarted(p));
-        if recreate_group && group_restarted {
-            actions.extend(delete(leader));
-            actions.extend(ours.iter().filter_map(|p| delete(p)));
-            continue;
-        }
-        if !recreate_group {
-            actions.extend(
-                ours.iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-                    })
-                    .filter_map(|p| delete(p)),
-            );
-        }
-        let all_ready =
-            is_ready(leader) && ours.len() as i64 == size - 1 && ours.iter().all(|p| is_ready(p));
-        ready_groups += i64::from(all_ready);
-        if leader_ready_first && !is_ready(leader) {
-            continue;
-        }
-        for j in 1..size {
-            let wname = format!("{leader_name}-{j}");
-            // a worker name still held by an older pod is created once that one is gone
-            if !by_name.contains_key(wname.as_str()) {
-                actions.push(Action::Create(pod_for(lws, i, j, leader_uid)));
-            }
-        }
-    }
+    indices
+}
+
+/// The status write, when the groups counted differ from the status (a missing count is 0).
+fn status_update(lws: &Value, name: &str, live_groups: i64, ready_groups: i64) -> Option<Action> {
     let status = json!({
         "replicas": live_groups,
         "readyReplicas": ready_groups,
@@ -331,10 +272,125 @@ pub fn reconcile(lws: &Value, pods: &[Arc<Pod>]) -> Vec<Action> {
     ]
     .iter()
     .all(|k| current[*k] == status[*k] || (current[*k].is_null() && status[*k] == json!(0)));
-    if !same {
-        actions.push(Action::Status(status));
+    (!same).then_some(Action::Status(status))
+}
+
+/// One reconcile's view of an LWS: its settings and its pods by name.
+struct Set<'a> {
+    lws: &'a Value,
+    pods: &'a [Arc<Pod>],
+    by_name: BTreeMap<&'a str, &'a Pod>,
+    name: &'a str,
+    replicas: i64,
+    size: i64,
+    recreate_group: bool,
+    leader_ready_first: bool,
+}
+
+impl<'a> Set<'a> {
+    fn of(lws: &'a Value, pods: &'a [Arc<Pod>]) -> Self {
+        let tpl = &lws["spec"]["leaderWorkerTemplate"];
+        Set {
+            lws,
+            pods,
+            by_name: pods
+                .iter()
+                .filter_map(|p| p.metadata.name.as_deref().map(|n| (n, &**p)))
+                .collect(),
+            name: lws["metadata"]["name"].as_str().unwrap_or_default(),
+            replicas: lws["spec"]["replicas"].as_i64().unwrap_or(1).max(0),
+            size: tpl["size"].as_i64().unwrap_or(1).max(1),
+            recreate_group: matches!(
+                tpl["restartPolicy"].as_str(),
+                None | Some("RecreateGroupOnPodRestart")
+            ),
+            leader_ready_first: lws["spec"]["startupPolicy"].as_str() == Some("LeaderReady"),
+        }
     }
-    actions
+
+    /// Group `i`'s writes, added to `actions`: stale workers go; a group beyond `replicas` goes
+    /// whole; a missing leader is created; a restarted group is deleted to be created again;
+    /// missing workers are created (once the leader is Ready under `LeaderReady`). Returns
+    /// whether the group counts as live (its leader there, not deleting) and as ready.
+    fn group(&self, i: i64, actions: &mut Vec<Action>) -> (bool, bool) {
+        let leader_name = format!("{}-{i}", self.name);
+        let leader = self.by_name.get(leader_name.as_str()).copied();
+        let leader_uid = leader.and_then(|l| l.metadata.uid.as_deref());
+        let (ours, stale) = self.workers(i, &leader_name, leader_uid);
+        actions.extend(stale.iter().filter_map(|p| delete(p)));
+        if i >= self.replicas {
+            actions.extend(leader.and_then(delete));
+            actions.extend(ours.iter().filter_map(|p| delete(p)));
+            return (false, false);
+        }
+        let Some(leader) = leader else {
+            actions.push(Action::Create(pod_for(self.lws, i, 0, None)));
+            return (false, false);
+        };
+        if leader.metadata.deletion_timestamp.is_some() {
+            actions.extend(ours.iter().filter_map(|p| delete(p)));
+            return (false, false);
+        }
+        let group_restarted = restarted(leader) || ours.iter().any(|p| restarted(p));
+        if self.recreate_group && group_restarted {
+            actions.extend(delete(leader));
+            actions.extend(ours.iter().filter_map(|p| delete(p)));
+            return (true, false);
+        }
+        if !self.recreate_group {
+            actions.extend(
+                ours.iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+                    })
+                    .filter_map(|p| delete(p)),
+            );
+        }
+        let all_ready = is_ready(leader)
+            && ours.len() as i64 == self.size - 1
+            && ours.iter().all(|p| is_ready(p));
+        if self.leader_ready_first && !is_ready(leader) {
+            return (true, all_ready);
+        }
+        for j in 1..self.size {
+            let wname = format!("{leader_name}-{j}");
+            // a worker name still held by an older pod is created once that one is gone
+            if !self.by_name.contains_key(wname.as_str()) {
+                actions.push(Action::Create(pod_for(self.lws, i, j, leader_uid)));
+            }
+        }
+        (true, all_ready)
+    }
+
+    /// Group `i`'s workers: (ours, stale). A worker is ours when it has a worker name of the
+    /// group within the size and the leader `leader_uid` owns it; workers beyond the size, or
+    /// of another leader, are stale.
+    fn workers(
+        &self,
+        i: i64,
+        leader_name: &str,
+        leader_uid: Option<&str>,
+    ) -> (Vec<&'a Pod>, Vec<&'a Pod>) {
+        let workers: Vec<&Pod> = (1..self.size.max(1))
+            .filter_map(|j| {
+                self.by_name
+                    .get(format!("{leader_name}-{j}").as_str())
+                    .copied()
+            })
+            .collect();
+        self.pods
+            .iter()
+            .map(|p| &**p)
+            .filter(|p| {
+                p.metadata.labels.as_ref().and_then(|l| l.get(GROUP_INDEX)) == Some(&i.to_string())
+                    && p.metadata.labels.as_ref().and_then(|l| l.get(WORKER_INDEX))
+                        != Some(&"0".to_string())
+            })
+            .partition(|p| {
+                leader_uid.is_some_and(|u| owner_uid(p) == Some(u))
+                    && workers.iter().any(|w| std::ptr::eq(*w, *p))
+            })
+    }
 }
 
 /// controller-runtime's expectations: writes made but not yet seen through the watch, so a pass

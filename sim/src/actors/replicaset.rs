@@ -14,7 +14,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -199,6 +199,36 @@ pub fn deletion_order(a: &Pod, b: &Pod, rank_a: usize, rank_b: usize) -> Orderin
 /// One sync of `rs` over the pods of its namespace.
 pub fn decide(rs: &ReplicaSet, pods: &[Pod], now: Timestamp) -> Plan {
     let mut plan = Plan::default();
+    let rs_deleting = rs.metadata.deletion_timestamp.is_some();
+    let owned = claim(rs, pods, &mut plan);
+    let active: Vec<&Pod> = owned.iter().copied().filter(|p| is_active(p)).collect();
+    let spec = rs.spec.clone().unwrap_or_default();
+    let want = spec.replicas.unwrap_or(1).max(0) as usize;
+    if !rs_deleting {
+        if active.len() < want {
+            let n = (want - active.len()).min(BURST_REPLICAS);
+            plan.create = (0..n).map(|_| pod_from_template(rs)).collect();
+        } else if active.len() > want {
+            let n = (active.len() - want).min(BURST_REPLICAS);
+            plan.delete = surplus(&active, n);
+        }
+    }
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let old = rs.status.clone().unwrap_or_default();
+    let status = status_of(rs, &spec, &active, &old, now);
+    if min_ready > 0 && status.ready_replicas != status.available_replicas {
+        plan.recheck_after = Some(Duration::from_secs(min_ready as u64));
+    }
+    if status != old {
+        plan.status = Some(status);
+    }
+    plan
+}
+
+/// The pods `rs` owns after claiming: its own that match its selector, and matching orphans
+/// (added to `plan.adopt`); its own that stopped matching go to `plan.release`. A deleting
+/// ReplicaSet adopts and releases nothing.
+fn claim<'a>(rs: &ReplicaSet, pods: &'a [Pod], plan: &mut Plan) -> Vec<&'a Pod> {
     let uid = rs.metadata.uid.clone().unwrap_or_default();
     let rs_deleting = rs.metadata.deletion_timestamp.is_some();
     let mut owned: Vec<&Pod> = vec![];
@@ -221,33 +251,38 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], now: Timestamp) -> Plan {
             _ => {}
         }
     }
-    let active: Vec<&Pod> = owned.iter().copied().filter(|p| is_active(p)).collect();
-    let spec = rs.spec.clone().unwrap_or_default();
-    let want = spec.replicas.unwrap_or(1).max(0) as usize;
-    if !rs_deleting {
-        if active.len() < want {
-            let n = (want - active.len()).min(BURST_REPLICAS);
-            plan.create = (0..n).map(|_| pod_from_template(rs)).collect();
-        } else if active.len() > want {
-            let n = (active.len() - want).min(BURST_REPLICAS);
-            let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
-            for p in &active {
-                if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                    *per_node.entry(node).or_default() += 1;
-                }
-            }
-            let rank = |p: &Pod| {
-                p.spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .and_then(|n| per_node.get(n).copied())
-                    .unwrap_or(0)
-            };
-            let mut ranked = active.clone();
-            ranked.sort_by(|a, b| deletion_order(a, b, rank(a), rank(b)));
-            plan.delete = ranked.iter().take(n).map(|p| p.name_any()).collect();
+    owned
+}
+
+/// The `n` active pods to delete first ([`deletion_order`], ranked by how many active pods
+/// share their node).
+fn surplus(active: &[&Pod], n: usize) -> Vec<String> {
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for p in active {
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            *per_node.entry(node).or_default() += 1;
         }
     }
+    let rank = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .and_then(|n| per_node.get(n).copied())
+            .unwrap_or(0)
+    };
+    let mut ranked = active.to_vec();
+    ranked.sort_by(|a, b| deletion_order(a, b, rank(a), rank(b)));
+    ranked.iter().take(n).map(|p| p.name_any()).collect()
+}
+
+/// `calculateStatus` over the active pods, keeping `old`'s conditions and terminating count.
+fn status_of(
+    rs: &ReplicaSet,
+    spec: &ReplicaSetSpec,
+    active: &[&Pod],
+    old: &ReplicaSetStatus,
+    now: Timestamp,
+) -> ReplicaSetStatus {
     let template_labels = spec
         .template
         .as_ref()
@@ -256,8 +291,7 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], now: Timestamp) -> Plan {
         .unwrap_or_default();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let count = |f: &dyn Fn(&Pod) -> bool| active.iter().filter(|p| f(p)).count() as i32;
-    let old = rs.status.clone().unwrap_or_default();
-    let status = ReplicaSetStatus {
+    ReplicaSetStatus {
         replicas: active.len() as i32,
         fully_labeled_replicas: Some(count(&|p| {
             template_labels
@@ -269,14 +303,7 @@ pub fn decide(rs: &ReplicaSet, pods: &[Pod], now: Timestamp) -> Plan {
         observed_generation: rs.metadata.generation,
         conditions: old.conditions.clone(),
         terminating_replicas: old.terminating_replicas,
-    };
-    if min_ready > 0 && status.ready_replicas != status.available_replicas {
-        plan.recheck_after = Some(Duration::from_secs(min_ready as u64));
     }
-    if status != old {
-        plan.status = Some(status);
-    }
-    plan
 }
 
 /// The controller's knobs.
@@ -317,7 +344,6 @@ impl Actor for Controller {
         if sets.is_empty() {
             return Ok(None);
         }
-        let client = &self.client;
         let pods = self.pods.sorted_state();
         let mut recheck: Option<Duration> = None;
         for rs in &sets {
@@ -328,84 +354,112 @@ impl Actor for Controller {
                 .map(|p| (**p).clone())
                 .collect();
             let plan = decide(rs, &in_ns, now);
-            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            let name = rs.name_any();
-            let owner = controller_ref(rs);
-            for p in &plan.adopt {
-                let uid = in_ns
-                    .iter()
-                    .find(|x| x.name_any() == *p)
-                    .and_then(|x| x.metadata.uid.clone());
-                let body = json!({"metadata": {"ownerReferences": [owner], "uid": uid}});
-                match api
-                    .patch(p, &PatchParams::default(), &Patch::Strategic(body))
-                    .await
-                {
-                    Ok(written) => expect.written(&self.pods, &written),
-                    Err(e) => {
-                        tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: adoption failed")
-                    }
-                }
-            }
-            for p in &plan.release {
-                let uid = in_ns
-                    .iter()
-                    .find(|x| x.name_any() == *p)
-                    .and_then(|x| x.metadata.uid.clone());
-                let body = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner.uid}], "uid": uid}});
-                match api
-                    .patch(p, &PatchParams::default(), &Patch::Strategic(body))
-                    .await
-                {
-                    Ok(written) => expect.written(&self.pods, &written),
-                    Err(e) => {
-                        tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: release failed")
-                    }
-                }
-            }
-            if !plan.create.is_empty() {
-                tracing::info!(rs = %name, namespace = %ns, count = plan.create.len(), "replicaset controller: creating pods");
-            }
-            for p in &plan.create {
-                match api.create(&PostParams::default(), p).await {
-                    Ok(created) => expect.written(&self.pods, &created),
-                    Err(e) => {
-                        tracing::warn!(rs = %name, error = %e, "replicaset controller: pod create failed")
-                    }
-                }
-            }
-            for p in &plan.delete {
-                tracing::info!(rs = %name, pod = %p, "replicaset controller: deleting a surplus pod");
-                let uid = in_ns
-                    .iter()
-                    .find(|x| x.name_any() == *p)
-                    .and_then(|x| x.metadata.uid.clone());
-                match api.delete(p, &DeleteParams::default()).await {
-                    Ok(_) => expect.deleted(&self.pods, ObjectRef::new(p).within(&ns), uid),
-                    Err(e) => {
-                        tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: delete failed")
-                    }
-                }
-            }
-            if let Some(status) = plan.status {
-                let mut next = (**rs).clone();
-                next.status = Some(status);
-                let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
-                match rs_api
-                    .replace_status(&name, &PostParams::default(), &next)
-                    .await
-                {
-                    Ok(written) => expect.written(&self.sets, &written),
-                    Err(e) => {
-                        tracing::debug!(rs = %name, error = %e, "replicaset controller: status write failed (next sync retries)")
-                    }
-                }
-            }
-            if let Some(d) = plan.recheck_after {
+            if let Some(d) = self.apply(rs, &ns, &in_ns, plan, expect).await {
                 recheck = Some(recheck.map_or(d, |r| r.min(d)));
             }
         }
         Ok(recheck.map(|d| now + d))
+    }
+}
+
+/// The uid of the pod named `name` in `pods`.
+fn uid_of(pods: &[Pod], name: &str) -> Option<String> {
+    pods.iter()
+        .find(|x| x.name_any() == name)
+        .and_then(|x| x.metadata.uid.clone())
+}
+
+impl Controller {
+    /// Carries out `rs`'s plan over the pods of its namespace `ns`: adoptions, releases,
+    /// creates, deletes, then the status; a failed write is logged and left to the next sync.
+    /// Returns when to sync again for `minReadySeconds`.
+    async fn apply(
+        &self,
+        rs: &ReplicaSet,
+        ns: &str,
+        in_ns: &[Pod],
+        plan: Plan,
+        expect: &mut Expect,
+    ) -> Option<Duration> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let name = rs.name_any();
+        let owner = controller_ref(rs);
+        for p in &plan.adopt {
+            let body = json!({"metadata": {"ownerReferences": [owner], "uid": uid_of(in_ns, p)}});
+            if let Err(e) = self.patch_pod(&api, p, body, expect).await {
+                tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: adoption failed")
+            }
+        }
+        for p in &plan.release {
+            let body = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner.uid}], "uid": uid_of(in_ns, p)}});
+            if let Err(e) = self.patch_pod(&api, p, body, expect).await {
+                tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: release failed")
+            }
+        }
+        if !plan.create.is_empty() {
+            tracing::info!(rs = %name, namespace = %ns, count = plan.create.len(), "replicaset controller: creating pods");
+        }
+        for p in &plan.create {
+            match api.create(&PostParams::default(), p).await {
+                Ok(created) => expect.written(&self.pods, &created),
+                Err(e) => {
+                    tracing::warn!(rs = %name, error = %e, "replicaset controller: pod create failed")
+                }
+            }
+        }
+        for p in &plan.delete {
+            tracing::info!(rs = %name, pod = %p, "replicaset controller: deleting a surplus pod");
+            let uid = uid_of(in_ns, p);
+            match api.delete(p, &DeleteParams::default()).await {
+                Ok(_) => expect.deleted(&self.pods, ObjectRef::new(p).within(ns), uid),
+                Err(e) => {
+                    tracing::debug!(rs = %name, pod = %p, error = %e, "replicaset controller: delete failed")
+                }
+            }
+        }
+        if let Some(status) = plan.status {
+            self.write_status(rs, ns, status, expect).await;
+        }
+        plan.recheck_after
+    }
+
+    /// A strategic-merge patch of pod `pod` (its owner references), expected in the cache once
+    /// written.
+    async fn patch_pod(
+        &self,
+        api: &Api<Pod>,
+        pod: &str,
+        body: serde_json::Value,
+        expect: &mut Expect,
+    ) -> Result<(), kube::Error> {
+        let written = api
+            .patch(pod, &PatchParams::default(), &Patch::Strategic(body))
+            .await?;
+        expect.written(&self.pods, &written);
+        Ok(())
+    }
+
+    /// Replaces `rs`'s status with `status`.
+    async fn write_status(
+        &self,
+        rs: &ReplicaSet,
+        ns: &str,
+        status: ReplicaSetStatus,
+        expect: &mut Expect,
+    ) {
+        let name = rs.name_any();
+        let mut next = rs.clone();
+        next.status = Some(status);
+        let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
+        match rs_api
+            .replace_status(&name, &PostParams::default(), &next)
+            .await
+        {
+            Ok(written) => expect.written(&self.sets, &written),
+            Err(e) => {
+                tracing::debug!(rs = %name, error = %e, "replicaset controller: status write failed (next sync retries)")
+            }
+        }
     }
 }
 

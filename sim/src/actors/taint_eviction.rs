@@ -125,7 +125,6 @@ pub fn plan(
             continue;
         };
         let k = key(pod);
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
         seen.insert(k.clone());
         if pod.metadata.deletion_timestamp.is_some() {
             scheduled.remove(&k);
@@ -134,47 +133,7 @@ pub fn plan(
         let Some(node) = nodes.get(node_name) else {
             continue;
         };
-        let taints = noexecute(node);
-        let cancel = |scheduled: &mut BTreeMap<PodKey, Scheduled>, actions: &mut Vec<Action>| {
-            if let Some(s) = scheduled.remove(&k) {
-                actions.push(Action::Cancelled {
-                    pod: k.clone(),
-                    uid: s.uid,
-                });
-            }
-        };
-        if taints.is_empty() {
-            cancel(scheduled, &mut actions);
-            continue;
-        }
-        let tolerations = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.clone())
-            .unwrap_or_default();
-        let Some(used) = matching_tolerations(&taints, &tolerations) else {
-            cancel(scheduled, &mut actions);
-            actions.push(Action::Delete { pod: k, uid });
-            continue;
-        };
-        let Some(min) = min_toleration(&used) else {
-            cancel(scheduled, &mut actions);
-            continue;
-        };
-        match scheduled.get(&k) {
-            Some(s) if s.uid == uid && s.created_at < now => {}
-            _ => {
-                cancel(scheduled, &mut actions);
-                scheduled.insert(
-                    k,
-                    Scheduled {
-                        uid,
-                        created_at: now,
-                        fire_at: now.saturating_add(min).unwrap_or(now),
-                    },
-                );
-            }
-        }
+        plan_pod(scheduled, pod, k, node, now, &mut actions);
     }
     // pods gone: their scheduled deletions are cancelled (`handlePodUpdate` on NotFound)
     let gone: Vec<PodKey> = scheduled
@@ -199,6 +158,63 @@ pub fn plan(
     }
     let next = scheduled.values().map(|s| s.fire_at).min();
     (actions, next)
+}
+
+/// `processPodOnNode` for live pod `pod` (key `k`) on `node`: deleted at once when a NoExecute
+/// taint is not tolerated, a deletion scheduled after the smallest `tolerationSeconds` (one
+/// scheduled before now kept), else any scheduled deletion cancelled.
+fn plan_pod(
+    scheduled: &mut BTreeMap<PodKey, Scheduled>,
+    pod: &Pod,
+    k: PodKey,
+    node: &Node,
+    now: Timestamp,
+    actions: &mut Vec<Action>,
+) {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let taints = noexecute(node);
+    if taints.is_empty() {
+        cancel(scheduled, &k, actions);
+        return;
+    }
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
+    let Some(used) = matching_tolerations(&taints, &tolerations) else {
+        cancel(scheduled, &k, actions);
+        actions.push(Action::Delete { pod: k, uid });
+        return;
+    };
+    let Some(min) = min_toleration(&used) else {
+        cancel(scheduled, &k, actions);
+        return;
+    };
+    match scheduled.get(&k) {
+        Some(s) if s.uid == uid && s.created_at < now => {}
+        _ => {
+            cancel(scheduled, &k, actions);
+            scheduled.insert(
+                k,
+                Scheduled {
+                    uid,
+                    created_at: now,
+                    fire_at: now.saturating_add(min).unwrap_or(now),
+                },
+            );
+        }
+    }
+}
+
+/// Drops pod `k`'s scheduled deletion, if any, with its cancellation.
+fn cancel(scheduled: &mut BTreeMap<PodKey, Scheduled>, k: &PodKey, actions: &mut Vec<Action>) {
+    if let Some(s) = scheduled.remove(k) {
+        actions.push(Action::Cancelled {
+            pod: k.clone(),
+            uid: s.uid,
+        });
+    }
 }
 
 /// The controller's knobs.

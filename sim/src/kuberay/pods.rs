@@ -18,7 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 use serde_json::Value;
 
-use raygate::types::ray::{ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster};
+use raygate::types::ray::{
+    ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, WorkerGroupSpec,
+};
 
 pub const IS_RAY_NODE_LABEL: &str = "ray.io/is-ray-node";
 pub const CLUSTER_LABEL: &str = "ray.io/cluster";
@@ -380,18 +382,32 @@ fn plan_head(rc: &RayCluster, pods: &[Pod], out: &mut PodPlan) -> Result<(), Str
     }
 }
 
+/// Worker group `group` of `rc`'s spec.
+fn worker_group(rc: &RayCluster, group: usize) -> Option<&WorkerGroupSpec> {
+    rc.spec
+        .worker_group_specs
+        .as_ref()
+        .and_then(|gs| gs.get(group))
+}
+
+/// The pods the autoscaler named in the group's `scaleStrategy.workersToDelete`.
+fn workers_to_delete(g: &WorkerGroupSpec) -> BTreeSet<&str> {
+    g.scale_strategy
+        .as_ref()
+        .and_then(|s| s.workers_to_delete.as_ref())
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect()
+}
+
 fn plan_single_host(
     rc: &RayCluster,
     group: usize,
     pods: &[&Pod],
     out: &mut PodPlan,
 ) -> Result<(), String> {
-    let Some(g) = rc
-        .spec
-        .worker_group_specs
-        .as_ref()
-        .and_then(|gs| gs.get(group))
-    else {
+    let Some(g) = worker_group(rc, group) else {
         return Ok(());
     };
     let unhealthy: Vec<String> = pods
@@ -404,14 +420,7 @@ fn plan_single_host(
         out.delete.extend(unhealthy);
         return Err(format!("delete {n} unhealthy worker Pods"));
     }
-    let to_delete: BTreeSet<&str> = g
-        .scale_strategy
-        .as_ref()
-        .and_then(|s| s.workers_to_delete.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
+    let to_delete = workers_to_delete(g);
     // a named pod that does not exist is a 404, ignored
     let named: Vec<&&Pod> = pods
         .iter()
@@ -437,6 +446,9 @@ fn plan_single_host(
     Ok(())
 }
 
+/// A multi-host worker group's pods by replica (`ray.io/worker-group-replica-name`).
+type Replicas<'a> = BTreeMap<&'a str, Vec<&'a Pod>>;
+
 fn plan_multi_host(
     rc: &RayCluster,
     group: usize,
@@ -444,16 +456,11 @@ fn plan_multi_host(
     replica_name: &mut dyn FnMut(&str) -> String,
     out: &mut PodPlan,
 ) -> Result<(), String> {
-    let Some(g) = rc
-        .spec
-        .worker_group_specs
-        .as_ref()
-        .and_then(|gs| gs.get(group))
-    else {
+    let Some(g) = worker_group(rc, group) else {
         return Ok(());
     };
     let hosts = g.num_of_hosts.unwrap_or(1).max(1) as usize;
-    let mut replicas: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    let mut replicas: Replicas = BTreeMap::new();
     for p in pods {
         if let Some(r) = label(p, REPLICA_NAME_LABEL) {
             replicas.entry(r).or_default().push(p);
@@ -474,63 +481,99 @@ fn plan_multi_host(
             gone.insert(name);
         }
     }
-    // the autoscaler's workersToDelete: each named pod takes its whole replica with it
-    let to_delete: BTreeSet<&str> = g
-        .scale_strategy
-        .as_ref()
-        .and_then(|s| s.workers_to_delete.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
+    delete_named_replicas(g, pods, &replicas, &gone, out)?;
+    let valid: Vec<&str> = replicas
+        .keys()
+        .copied()
+        .filter(|r| !gone.contains(r))
         .collect();
+    let scale = ReplicaScale {
+        rc,
+        group,
+        g,
+        hosts,
+    };
+    scale.plan(&replicas, &valid, replica_name, out)
+}
+
+/// The autoscaler's `workersToDelete`: each named pod takes its whole replica with it (but
+/// those in `gone`, already deleted). Naming any stops the pass (requeue).
+fn delete_named_replicas(
+    g: &WorkerGroupSpec,
+    pods: &[&Pod],
+    replicas: &Replicas,
+    gone: &BTreeSet<&str>,
+    out: &mut PodPlan,
+) -> Result<(), String> {
+    let to_delete = workers_to_delete(g);
     let victims: BTreeSet<&str> = pods
         .iter()
         .filter(|p| to_delete.contains(p.name_any().as_str()))
         .filter_map(|p| label(p, REPLICA_NAME_LABEL))
         .filter(|r| !gone.contains(r))
         .collect();
-    if !victims.is_empty() {
-        for r in &victims {
-            out.delete
-                .extend(replicas.get(r).into_iter().flatten().map(|p| p.name_any()));
+    if victims.is_empty() {
+        return Ok(());
+    }
+    for r in &victims {
+        out.delete
+            .extend(replicas.get(r).into_iter().flatten().map(|p| p.name_any()));
+    }
+    Err(format!(
+        "deleted {} worker replicas based on ScaleStrategy, requeueing",
+        victims.len()
+    ))
+}
+
+/// A multi-host worker group, scaled a whole replica (`hosts` pods) at a time.
+struct ReplicaScale<'a> {
+    rc: &'a RayCluster,
+    group: usize,
+    g: &'a WorkerGroupSpec,
+    hosts: usize,
+}
+
+impl ReplicaScale<'_> {
+    /// Creates the missing replicas (at the lowest free indexes) or, without the autoscaler,
+    /// deletes the first surplus ones of `valid` (the replicas left standing). An error when
+    /// the desired pods are not a multiple of `numOfHosts`.
+    fn plan(
+        &self,
+        replicas: &Replicas,
+        valid: &[&str],
+        replica_name: &mut dyn FnMut(&str) -> String,
+        out: &mut PodPlan,
+    ) -> Result<(), String> {
+        let (g, hosts) = (self.g, self.hosts);
+        let desired = desired_pods(g);
+        if desired % hosts as i64 != 0 {
+            return Err(format!(
+                "desired worker pods ({desired}) is not a multiple of NumOfHosts ({hosts}) for group {}",
+                g.group_name
+            ));
         }
-        return Err(format!(
-            "deleted {} worker replicas based on ScaleStrategy, requeueing",
-            victims.len()
-        ));
-    }
-    let valid: Vec<&str> = replicas
-        .keys()
-        .copied()
-        .filter(|r| !gone.contains(r))
-        .collect();
-    let desired = desired_pods(g);
-    if desired % hosts as i64 != 0 {
-        return Err(format!(
-            "desired worker pods ({desired}) is not a multiple of NumOfHosts ({hosts}) for group {}",
-            g.group_name
-        ));
-    }
-    let diff = desired / hosts as i64 - valid.len() as i64;
-    if diff > 0 {
-        let taken: BTreeSet<usize> = valid
-            .iter()
-            .filter_map(|r| replicas.get(r).and_then(|m| m.first()))
-            .filter_map(|p| replica_index(p))
-            .collect();
-        for index in free_indexes(&taken, diff as usize) {
-            let name = replica_name(&g.group_name);
-            for host in 0..hosts {
-                out.create.extend(worker_pod(rc, group, &name, index, host));
+        let diff = desired / hosts as i64 - valid.len() as i64;
+        if diff > 0 {
+            let taken: BTreeSet<usize> = valid
+                .iter()
+                .filter_map(|r| replicas.get(r).and_then(|m| m.first()))
+                .filter_map(|p| replica_index(p))
+                .collect();
+            for index in free_indexes(&taken, diff as usize) {
+                let name = replica_name(&g.group_name);
+                for host in 0..hosts {
+                    out.create
+                        .extend(worker_pod(self.rc, self.group, &name, index, host));
+                }
+            }
+        } else if diff < 0 && !autoscaling(self.rc) {
+            for r in valid.iter().take((-diff) as usize) {
+                out.delete
+                    .extend(replicas.get(r).into_iter().flatten().map(|p| p.name_any()));
             }
         }
-    } else if diff < 0 && !autoscaling(rc) {
-        for r in valid.iter().take((-diff) as usize) {
-            out.delete
-                .extend(replicas.get(r).into_iter().flatten().map(|p| p.name_any()));
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// What `calculateStatus` reads from the pods.
