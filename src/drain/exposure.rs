@@ -188,8 +188,8 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::drain::testing::*;
     use crate::drain::{PlanOptions, plan};
+    use raygate_testing::core::*;
 
     fn exposed(nodes: &[Node], pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> Vec<Exposure> {
         let options = PlanOptions {

@@ -39,8 +39,6 @@ mod preflight_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod testing;
-#[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, HashSet};

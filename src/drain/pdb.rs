@@ -254,8 +254,8 @@ pub(super) fn describe_spec(pdb: &PodDisruptionBudget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::testing::{PdbExt, PodExt, pdb, pod};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    use raygate_testing::core::{PdbExt, PodExt, pdb, pod};
 
     #[test]
     fn a_budget_found_by_its_index_key_still_checks_the_rest_of_its_selector() {

@@ -7,8 +7,8 @@ use super::preflight::{
     KUBERAY_CLUSTER, KUBERAY_GROUP, KUBERAY_HOST_INDEX, KUBERAY_REPLICA_NAME, LWS_GROUP_KEY,
     LWS_NAME, LWS_WORKER_INDEX,
 };
-use super::testing::*;
 use super::*;
+use raygate_testing::core::*;
 
 /// Four nodes, two per domain: n1, n2 in `a`; n3, n4 in `b`.
 fn nodes() -> Vec<Node> {

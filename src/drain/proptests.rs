@@ -11,9 +11,9 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 
 use super::rules::{has_local_storage, is_mirror};
-use super::testing::*;
 use super::*;
 use crate::labels::Selector;
+use raygate_testing::core::*;
 
 #[derive(Debug, Clone)]
 struct NodeSpec {

@@ -6,8 +6,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::testing::*;
 use super::*;
+use raygate_testing::core::*;
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap()

@@ -17,6 +17,9 @@
 //! seconds after a fixed epoch ([`ts`]). This crate only constructs objects: it never depends on
 //! `raygate`, so unit tests, integration tests and benches share this one copy.
 
+/// Nodes, pods and PodDisruptionBudgets with the fields the drain reads (`use
+/// raygate_testing::core::*`).
+pub mod core;
 mod kueue;
 mod ray;
 

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::drain::name;
-use crate::drain::testing::*;
+use raygate_testing::core::*;
 
 const OUTDATED: &str = "raygate.io/outdated";
 

@@ -64,31 +64,23 @@ fn has_label_key(node: &Node, key: &str) -> bool {
 mod tests {
     use std::collections::BTreeSet;
 
-    use k8s_openapi::api::core::v1::NodeSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use raygate_testing::core::{self, NodeExt};
 
     use super::*;
     use crate::drain::outdated_taint;
 
     fn node(name: &str, cordoned: bool, tainted: bool, labels: &[(&str, &str)]) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..ObjectMeta::default()
-            },
-            spec: Some(NodeSpec {
-                unschedulable: cordoned.then_some(true),
-                taints: tainted.then(|| vec![outdated_taint()]),
-                ..NodeSpec::default()
-            }),
-            ..Node::default()
+        let mut n = core::node(name, "");
+        for (k, v) in labels {
+            n = n.label(k, v);
         }
+        if cordoned {
+            n = n.cordoned();
+        }
+        if tainted {
+            n = n.tainted(outdated_taint());
+        }
+        n
     }
 
     fn domain(name: &str, step: Step, nodes: &[&str], mine: Option<&[&str]>) -> DomainState {

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::drain::testing::{NodeExt, PdbExt, PodExt, UD, int, node, pdb, pod};
 use crate::drain::{Generation, GenerationSource, GenerationTarget, plan};
+use raygate_testing::core::{NodeExt, PdbExt, PodExt, UD, int, node, pdb, pod};
 
 const GROUP: &str = "group";
 
@@ -721,7 +721,7 @@ fn a_reboot_or_replace_hand_off_needs_a_generation() {
 fn none_leaves_the_nodes_cordoned_and_tainted() {
     let mut w = World::new();
     let mut o = World::options();
-    o.plan.taint = Some(crate::drain::testing::taint(
+    o.plan.taint = Some(raygate_testing::core::taint(
         "raygate.io/outdated",
         "NoSchedule",
     ));
@@ -760,7 +760,7 @@ fn taints(actions: &[Action]) -> Vec<String> {
 fn taint_outdated_taints_every_domain_s_nodes_up_front_and_evicts_only_once_they_show() {
     let mut w = World::new();
     let mut o = World::options();
-    o.plan.taint = Some(crate::drain::testing::taint(
+    o.plan.taint = Some(raygate_testing::core::taint(
         "raygate.io/outdated",
         "NoSchedule",
     ));
@@ -805,7 +805,7 @@ fn taint_outdated_taints_every_domain_s_nodes_up_front_and_evicts_only_once_they
 fn abort_takes_the_up_front_taint_off_the_domains_not_started() {
     let mut w = World::new();
     let mut o = World::options();
-    o.plan.taint = Some(crate::drain::testing::taint(
+    o.plan.taint = Some(raygate_testing::core::taint(
         "raygate.io/outdated",
         "NoSchedule",
     ));

@@ -13,7 +13,7 @@ fn an_abort_lifts_raygate_s_cordons_and_taints_but_not_an_admin_s_cordon() {
     admin_cordons(&mut w, "a2");
     admin_cordons(&mut w, "b1");
     let mut o = World::options();
-    o.plan.taint = Some(crate::drain::testing::taint(
+    o.plan.taint = Some(raygate_testing::core::taint(
         "raygate.io/outdated",
         "NoSchedule",
     ));

@@ -1,5 +1,5 @@
-//! Builders for the drain's unit and property tests: nodes, pods and budgets with the fields the
-//! drain reads. The upgrade-domain label is [`UD`].
+//! Core Kubernetes objects for tests: nodes, pods and budgets with the fields the drain reads.
+//! The upgrade-domain label is [`UD`].
 
 use std::collections::BTreeMap;
 
@@ -154,8 +154,9 @@ impl PodExt for Pod {
 
     fn mirror(mut self) -> Self {
         let a = self.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        // Kubernetes' `ConfigMirrorAnnotationKey` (the drain's `MIRROR_POD_ANNOTATION`)
         a.insert(
-            super::rules::MIRROR_POD_ANNOTATION.to_string(),
+            "kubernetes.io/config.mirror".to_string(),
             "hash".to_string(),
         );
         self.owned_by("v1", "Node", "node")
