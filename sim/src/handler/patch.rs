@@ -2,9 +2,8 @@
 
 use serde_json::Value;
 
-use super::request::{ApiRequest, Reply, Route, dry_run, manager_of, meta_str};
+use super::request::{ApiRequest, Reply, Route, dry_run, meta_str};
 use super::state::State;
-use crate::fields::{self, Writer};
 use crate::patch::{self, PatchType};
 use crate::status::ApiError;
 
@@ -23,7 +22,6 @@ impl State {
             ));
         }
         let dry = dry_run(&req.query)?;
-        let api_version = route.rt.api_version(&route.version);
         if kind == PatchType::Apply {
             return self.apply(route, req, now, dry);
         }
@@ -41,19 +39,6 @@ impl State {
             return Err(self.conflict(route));
         }
         self.check_type_meta(route, &doc)?;
-        let manager = manager_of(req);
-        let w = Writer {
-            manager: &manager,
-            api_version: &api_version,
-            time: now,
-            scope: route.scope(),
-        };
-        let mut new = self.scoped(route, &old, doc);
-        new["metadata"]["managedFields"] = old["metadata"]
-            .get("managedFields")
-            .cloned()
-            .unwrap_or(Value::Null);
-        fields::record_update(Some(&old), &mut new, route.shape(), &w);
-        self.update_existing(route, &old, new, dry)
+        self.write_update(route, req, now, (&old, doc), dry)
     }
 }

@@ -1,10 +1,7 @@
 //! PUT: replace, with optimistic concurrency on `resourceVersion`.
 
-use serde_json::Value;
-
-use super::request::{ApiRequest, Reply, Route, dry_run, manager_of, meta_str, parse_body};
+use super::request::{ApiRequest, Reply, Route, dry_run, meta_str, parse_body};
 use super::state::State;
-use crate::fields::{self, Writer};
 use crate::status::{ApiError, FieldCause};
 
 impl State {
@@ -43,19 +40,6 @@ impl State {
             }
             _ => {}
         }
-        let manager = manager_of(req);
-        let w = Writer {
-            manager: &manager,
-            api_version: &route.rt.api_version(&route.version),
-            time: now,
-            scope: route.scope(),
-        };
-        let mut new = self.scoped(route, &old, new);
-        new["metadata"]["managedFields"] = old["metadata"]
-            .get("managedFields")
-            .cloned()
-            .unwrap_or(Value::Null);
-        fields::record_update(Some(&old), &mut new, route.shape(), &w);
-        self.update_existing(route, &old, new, dry)
+        self.write_update(route, req, now, (&old, new), dry)
     }
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::request::{Reply, Route, meta_str};
+use super::request::{ApiRequest, Reply, Route, manager_of, meta_str};
 use super::state::State;
+use crate::fields::{self, Writer};
 use crate::kinds::ResourceType;
 use crate::status::ApiError;
 use crate::store::{ChangeType, Encoded};
@@ -32,6 +33,33 @@ pub(super) fn tracks_generation(rt: &ResourceType) -> bool {
 impl State {
     /// The update strategy shared by PUT, PATCH and apply: subresource scoping, immutable
     /// metadata, schema, generation, then commit (or no write when nothing changed).
+    /// A PUT's or a non-apply PATCH's object written over `old`: scoped to the route's
+    /// subresource, `old`'s managedFields carried over and updated for the request's manager,
+    /// then stored.
+    pub(super) fn write_update(
+        &mut self,
+        route: &Route,
+        req: &ApiRequest,
+        now: &str,
+        (old, new): (&Arc<Value>, Value),
+        dry: bool,
+    ) -> Reply {
+        let manager = manager_of(req);
+        let w = Writer {
+            manager: &manager,
+            api_version: &route.rt.api_version(&route.version),
+            time: now,
+            scope: route.scope(),
+        };
+        let mut new = self.scoped(route, old, new);
+        new["metadata"]["managedFields"] = old["metadata"]
+            .get("managedFields")
+            .cloned()
+            .unwrap_or(Value::Null);
+        fields::record_update(Some(old), &mut new, route.shape(), &w);
+        self.update_existing(route, old, new, dry)
+    }
+
     pub(super) fn update_existing(
         &mut self,
         route: &Route,
