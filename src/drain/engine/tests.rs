@@ -551,14 +551,7 @@ fn a_domain_timeout_with_abort_uncordons_the_domain_and_ends_the_rollout() {
     w.advance(300);
     let (s, a) = w.step(&s, &o);
     assert!(matches!(s.phase, Phase::Failed { .. }), "{:?}", s.phase);
-    let uncordoned: Vec<&str> = a
-        .iter()
-        .filter_map(|a| match a {
-            Action::Uncordon { node, .. } => Some(node.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(uncordoned, ["a1", "a2"]);
+    assert_eq!(uncordoned(&a), ["a1", "a2"]);
     assert_eq!(s.domains[0].step, Step::Aborted);
     assert_eq!(s.domains[1].step, Step::Pending);
     let (_, a) = w.step(&s, &o);
@@ -1501,14 +1494,7 @@ fn an_abort_on_request_gives_the_drained_nodes_back_and_fails_the_rollout_once()
             reason: "aborted on request".into()
         }
     );
-    let uncordoned: Vec<&str> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Uncordon { node, .. } => Some(node.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(uncordoned, ["a1", "a2"]);
+    assert_eq!(uncordoned(&actions), ["a1", "a2"]);
     assert!(!actions.iter().any(|a| matches!(a, Action::Evict { .. })));
     assert!(actions.iter().any(|a| matches!(a,
         Action::Report { reason: "RolloutAborted", message, .. } if message.contains("given back"))));
@@ -1516,4 +1502,15 @@ fn an_abort_on_request_gives_the_drained_nodes_back_and_fails_the_rollout_once()
     // final: the next step does nothing more
     let (_, again) = w.step(&s, &o);
     assert!(again.is_empty(), "{again:?}");
+}
+
+/// The nodes `actions` give back, in order.
+fn uncordoned(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Uncordon { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect()
 }
