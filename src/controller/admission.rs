@@ -21,11 +21,12 @@ use tokio::sync::{Notify, watch};
 
 mod observe;
 
-use observe::{Assumed, Observer, UNCONFIRMED_FOR, key, rv};
+use observe::{AssumedStatus, Assumptions, Observer, UNCONFIRMED_FOR, key, rv};
 
 use super::coverage::{Coverage, keep_lapsed_coverage};
 use super::metrics::{CqLabels, CqReasonLabels, StepLabels};
-use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
+use super::{ADMISSION_MANAGER, Context, Error};
+use crate::runtime::{Backoff, Retry};
 use crate::admission::{
     self, ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, Snapshot,
 };
@@ -50,65 +51,12 @@ fn may_have_committed(e: &kube::Error) -> bool {
     !matches!(e, kube::Error::Api(_))
 }
 
-/// Per-object backoff of the loop's failing writes (key: `workload/ns/name`,
+/// The per-object backoff of the loop's failing writes (key: `workload/ns/name`,
 /// `clusterqueue/name`, `localqueue/ns/name`): after `n` consecutive failures a write of that
-/// object waits [`super::backoff`]`(n)` (2 s doubling, capped at 5 min, like the gate's) instead
-/// of being retried on every trigger and resync. A success forgets the object; a 409 is not a
-/// failure here (the loop re-reads and re-decides at once).
-#[derive(Debug, Default)]
-struct WriteBackoff {
-    entries: HashMap<String, Backoff>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Backoff {
-    failures: u32,
-    retry_at: Monotonic,
-}
-
-impl WriteBackoff {
-    /// Whether a write of `key` may be sent at `now`.
-    fn ready(&self, key: &str, now: Monotonic) -> bool {
-        self.entries.get(key).is_none_or(|b| now >= b.retry_at)
-    }
-
-    /// Records a failed write of `key` at `now`; returns the entry (failures so far, next try).
-    fn failed(&mut self, key: &str, now: Monotonic) -> Backoff {
-        let failures = self
-            .entries
-            .get(key)
-            .map_or(1, |b| b.failures.saturating_add(1));
-        let b = Backoff {
-            failures,
-            retry_at: now + super::backoff(failures),
-        };
-        self.entries.insert(key.to_string(), b);
-        b
-    }
-
-    fn succeeded(&mut self, key: &str) {
-        self.entries.remove(key);
-    }
-
-    /// The earliest instant after `after` at which a held-back write may be retried (for the
-    /// loop's next wake-up). A write already due at `after` had its chance in the cycle of that
-    /// wake-up: if that cycle did not send it, no decision needs it now (the old slice of a
-    /// replacement already admitted, an object whose status is current), and waking at once for
-    /// it again would spin the loop without end (issue #14: under tokio's paused clock, cluster
-    /// time stopped; on a real clock, a core burnt).
-    fn next_retry(&self, after: Monotonic) -> Option<Monotonic> {
-        self.entries
-            .values()
-            .map(|b| b.retry_at)
-            .filter(|at| *at > after)
-            .min()
-    }
-
-    /// Forgets objects that are gone.
-    fn retain(&mut self, present: impl Fn(&str) -> bool) {
-        self.entries.retain(|k, _| present(k));
-    }
-}
+/// object waits [`crate::runtime::backoff_delay`]`(n)` (2 s doubling, capped at 5 min, like the
+/// gate's) instead of being retried on every trigger and resync. A success forgets the object; a
+/// 409 is not a failure here (the loop re-reads and re-decides at once).
+type WriteBackoff = Backoff;
 
 pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
     if !ctx.stores.wait_until_ready().await {
@@ -116,7 +64,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::R
         return;
     }
     tracing::info!("admission loop running");
-    let mut assumed: HashMap<String, Assumed> = HashMap::new();
+    let mut assumed = Assumptions::default();
     let mut backoff = WriteBackoff::default();
     let mut observer = Observer::default();
     let mut coverage = Coverage::default();
@@ -158,7 +106,7 @@ async fn run_cycle(
     ctx: &Context,
     observer: &mut Observer,
     (assumed, backoff, coverage): (
-        &mut HashMap<String, Assumed>,
+        &mut Assumptions,
         &mut WriteBackoff,
         &mut Coverage,
     ),
@@ -186,7 +134,7 @@ async fn run_cycle(
 
 /// Drops the backoff of objects no longer in the snapshot.
 fn forget_gone(backoff: &mut WriteBackoff, snapshot: &Snapshot) {
-    if backoff.entries.is_empty() {
+    if backoff.is_empty() {
         return;
     }
     let mut present: HashSet<String> = snapshot
@@ -214,7 +162,7 @@ fn forget_gone(backoff: &mut WriteBackoff, snapshot: &Snapshot) {
 struct Failed {
     error: Error,
     /// `None` for a conflict (re-decided on the next cycle); else the object's backoff.
-    backoff: Option<Backoff>,
+    backoff: Option<Retry>,
 }
 
 /// Writes `key` through `write` unless its backoff holds it back (`None`), recording the outcome.
@@ -239,7 +187,7 @@ where
             Some(true)
         }
         Err(error) => {
-            let b = (!error.is_conflict()).then(|| backoff.failed(key, now));
+            let b = (!error.is_conflict()).then(|| backoff.failed(key.to_string(), now));
             failed.push(Failed { error, backoff: b });
             Some(false)
         }
@@ -253,7 +201,7 @@ async fn apply(
     snapshot: &Snapshot,
     result: &CycleResult,
     now: Timestamp,
-    assumed: &mut HashMap<String, Assumed>,
+    assumed: &mut Assumptions,
     backoff: &mut WriteBackoff,
 ) -> Vec<Failed> {
     let mut failed = vec![];
@@ -333,7 +281,7 @@ fn report(ctx: &Context, snapshot: &Snapshot, result: &CycleResult, failed: &[Fa
             Some(b) => tracing::warn!(
                 error = %e,
                 consecutive_failures = b.failures,
-                retry_in_seconds = b.retry_at.saturating_since(ctx.clock.monotonic()).as_secs(),
+                retry_in_seconds = b.wait(ctx.clock.monotonic()).as_secs(),
                 "admission write failed; retrying after a backoff (2 s doubling, at most 5 min)"
             ),
             None => {
@@ -371,7 +319,7 @@ async fn write_decision(
     w: &Workload,
     d: &Decision,
     now: Timestamp,
-    assumed: &mut HashMap<String, Assumed>,
+    assumed: &mut Assumptions,
 ) -> Result<(), Error> {
     let k = d.workload();
     // the common case, checked without formatting or cloning: a pending Workload already shows
@@ -415,9 +363,9 @@ async fn write_decision(
         ctx.events.publish(&reference, &ev).await;
     }
     count_decision(ctx, w, d, now);
-    assumed.insert(
+    assumed.assume(
         k.to_string(),
-        Assumed::new(
+        AssumedStatus::new(
             rv(&updated),
             updated
                 .metadata
@@ -425,7 +373,6 @@ async fn write_decision(
                 .clone()
                 .unwrap_or_default(),
             updated.status.unwrap_or_default(),
-            None,
         ),
     );
     Ok(())
@@ -438,19 +385,15 @@ fn write_failed(
     (k, w): (&str, &Workload),
     next: WorkloadStatus,
     decided_rv: String,
-    assumed: &mut HashMap<String, Assumed>,
+    assumed: &mut Assumptions,
     source: kube::Error,
 ) -> Error {
     if may_have_committed(&source) {
         tracing::warn!(workload = k, error = %source, "admission write outcome unknown: assuming it committed");
-        assumed.insert(
+        assumed.assume_until(
             k.to_string(),
-            Assumed::new(
-                rv(w).saturating_add(1),
-                decided_rv,
-                next,
-                Some(ctx.clock.monotonic() + UNCONFIRMED_FOR),
-            ),
+            AssumedStatus::new(rv(w).saturating_add(1), decided_rv, next),
+            ctx.clock.monotonic() + UNCONFIRMED_FOR,
         );
     }
     Error::WorkloadStatus {
@@ -569,9 +512,7 @@ async fn write_local_queue(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use super::{Monotonic, WriteBackoff, may_have_committed};
+    use super::may_have_committed;
 
     #[test]
     fn only_a_server_answer_proves_a_write_did_not_commit() {
@@ -583,63 +524,5 @@ mod tests {
         assert!(!may_have_committed(&conflict));
         let timeout = kube::Error::Service("request timed out".into());
         assert!(may_have_committed(&timeout));
-    }
-
-    /// Issue #9 (c): a write that keeps failing is retried after 2 s, 4 s, 8 s … at most 5 min,
-    /// not on every trigger and resync; other objects are not held back; a success resets it.
-    #[test]
-    fn a_failing_write_backs_off_exponentially_capped_and_a_success_resets_it() {
-        let t0 = Monotonic::from_origin(Duration::from_secs(1000));
-        let mut b = WriteBackoff::default();
-        assert!(b.ready("workload/ns/a", t0));
-        assert_eq!(b.next_retry(t0), None);
-        let mut now = t0;
-        let mut waits = vec![];
-        for _ in 0..10 {
-            let e = b.failed("workload/ns/a", now);
-            let wait = e.retry_at.saturating_since(now);
-            waits.push(wait.as_secs());
-            // held back until the wait is over, not a moment before
-            assert!(!b.ready("workload/ns/a", now + (wait - Duration::from_millis(1))));
-            assert!(b.ready("workload/ns/a", now + wait));
-            assert_eq!(b.next_retry(now), Some(e.retry_at));
-            now = now + wait;
-        }
-        assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
-        // another object is not held back
-        assert!(b.ready("clusterqueue/cq", t0));
-        b.succeeded("workload/ns/a");
-        assert!(b.ready("workload/ns/a", t0));
-        assert_eq!(
-            b.failed("workload/ns/a", t0).failures,
-            1,
-            "reset by the success"
-        );
-        // a deleted object's backoff goes with it
-        b.failed("localqueue/ns/lq", t0);
-        b.retain(|k| k != "workload/ns/a");
-        assert!(b.ready("workload/ns/a", t0));
-        assert!(!b.ready("localqueue/ns/lq", t0));
-    }
-
-    /// Issue #14 (the fault scenario's stall): a write that failed and is no longer decided (the
-    /// cycle that could retry it sent nothing for it) does not wake the loop again at once: the
-    /// next wake-up is a later retry or the resync, never "now" over and over.
-    #[test]
-    fn a_due_write_no_cycle_sends_does_not_wake_the_loop_again() {
-        let t0 = Monotonic::from_origin(Duration::from_secs(1000));
-        let mut b = WriteBackoff::default();
-        let old = b.failed("workload/ns/old", t0);
-        // woken before it is due: wake when it is
-        assert_eq!(b.next_retry(t0), Some(old.retry_at));
-        // woken when it was due, and the cycle did not send it: no wake-up for it any more
-        assert_eq!(b.next_retry(old.retry_at), None);
-        assert_eq!(b.next_retry(old.retry_at + Duration::from_secs(60)), None);
-        // another write failing later still wakes the loop for its own retry
-        let later = t0 + Duration::from_secs(10);
-        let lq = b.failed("localqueue/ns/lq", later);
-        assert_eq!(b.next_retry(old.retry_at), Some(lq.retry_at));
-        // and a cycle deciding the old write again may send it at once
-        assert!(b.ready("workload/ns/old", old.retry_at));
     }
 }

@@ -14,7 +14,7 @@ use kube::Resource;
 use kube::runtime::controller::Action;
 
 use super::metrics::{ResultLabels, StepLabels};
-use super::{Context, Error, Monotonic, backoff, not_synced, resync};
+use super::{Context, Error, Monotonic, not_synced, resync};
 use crate::events::Event;
 use crate::gate::pods_ready::PodsReady;
 use crate::gate::{self, GateAction, GateDecision, GateOptions};
@@ -353,7 +353,7 @@ async fn report(ctx: &Context, seen: &Observed, plan: &Plan, applied: &Applied, 
     match &applied.result {
         Ok(()) => {
             if let Ok(mut f) = ctx.failures.lock() {
-                f.remove(&seen.key);
+                f.succeeded(seen.key.as_str());
             }
         }
         Err(e) => {
@@ -378,7 +378,7 @@ fn with_just_released(
     let Ok(mut map) = ctx.just_released.lock() else {
         return (service, None);
     };
-    let Some(just) = map.get(key) else {
+    let Some(just) = map.get_mut(key) else {
         return (service, None);
     };
     let recorded = service
@@ -389,9 +389,9 @@ fn with_just_released(
         .map(String::as_str);
     let (annotation, still) = overlay_released(recorded, just, live);
     if still.is_empty() {
-        map.remove(key);
+        map.forget(key);
     } else {
-        map.insert(key.to_string(), still);
+        *just = still;
     }
     match annotation {
         None => (service, None),
@@ -585,9 +585,13 @@ async fn release(
     apply::child_suspend(&ctx.client, ns, child, false, decided.child_rv(child)).await?;
     // remembered before the record is written: the record may fail or lag
     if let Ok(mut m) = ctx.just_released.lock() {
-        m.entry(format!("{ns}/{name}"))
-            .or_default()
-            .insert(child.clone());
+        let key = format!("{ns}/{name}");
+        match m.get_mut(key.as_str()) {
+            Some(children) => {
+                children.insert(child.clone());
+            }
+            None => m.assume(key, BTreeSet::from([child.clone()])),
+        }
     }
     decided.releases.push(Released {
         slice: format!("{ns}/{slice}"),
@@ -672,16 +676,13 @@ pub fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) 
         service.metadata.namespace.as_deref().unwrap_or_default(),
         service.metadata.name.as_deref().unwrap_or_default()
     );
-    let failures = ctx
+    let now = ctx.clock.monotonic();
+    let wait = ctx
         .failures
         .lock()
-        .map(|mut f| {
-            let n = f.entry(key).or_default();
-            *n = n.saturating_add(1);
-            *n
-        })
-        .unwrap_or(1);
-    Action::requeue(backoff(failures))
+        .map(|mut f| f.failed(key, now).wait(now))
+        .unwrap_or(crate::runtime::backoff_delay(1));
+    Action::requeue(wait)
 }
 
 #[cfg(test)]

@@ -254,11 +254,11 @@ pub struct Context {
     /// When the admission loop admitted a Workload (key `ns/name`), for the gate-latency metric.
     pub admitted_at: std::sync::Mutex<std::collections::HashMap<String, Monotonic>>,
     /// Consecutive failed reconciles per RayService (`ns/name`), for the error backoff.
-    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    pub failures: std::sync::Mutex<crate::runtime::Backoff>,
     /// Children this process released whose record the RayService in the store may not show yet
     /// (key `ns/name` of the RayService), see [`gate::overlay_released`].
     pub just_released:
-        std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<String>>>,
+        std::sync::Mutex<crate::runtime::Assumed<std::collections::BTreeSet<String>>>,
 }
 
 impl Context {
@@ -521,15 +521,6 @@ pub(crate) fn not_synced() -> Action {
     Action::requeue(Duration::from_millis(500))
 }
 
-/// Delay before retrying after `failures` consecutive failures (1 = the first): 2 s doubling,
-/// capped at 5 minutes. A success resets the count.
-pub(crate) fn backoff(failures: u32) -> Duration {
-    const FIRST: u64 = 2;
-    const CAP: u64 = 300;
-    let exp = failures.saturating_sub(1).min(16);
-    Duration::from_secs(FIRST.saturating_mul(1 << exp).min(CAP))
-}
-
 /// Watch configuration shared by all watches.
 pub(crate) fn watch_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
@@ -541,7 +532,7 @@ mod tests {
 
     use tokio::sync::watch;
 
-    use super::{Error, Supervisor, backoff};
+    use super::{Error, Supervisor};
 
     #[tokio::test]
     async fn a_panicking_task_stops_the_controller_with_an_error_naming_it() {
@@ -583,13 +574,5 @@ mod tests {
         )
         .await;
         assert!(waited.is_err(), "a task ending on shutdown was reported");
-    }
-
-    #[test]
-    fn persistent_errors_back_off_exponentially_up_to_five_minutes() {
-        let delays: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(delays, vec![2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
-        assert_eq!(backoff(0), Duration::from_secs(2));
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
     }
 }

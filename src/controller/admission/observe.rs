@@ -5,7 +5,6 @@
 //! ([`reuse_copies`]): a cycle runs on every change of any Workload or queue, and copying every
 //! Workload each time made the loop cost grow with the fleet times its churn.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -14,59 +13,58 @@ use kube::runtime::reflector::Store;
 
 use super::super::{Context, Monotonic};
 use crate::admission::Snapshot;
-use crate::runtime::reuse_copies;
+use crate::runtime::{Assumed, reuse_copies};
 use crate::types::kueue::{Workload, WorkloadStatus};
 
 /// A status this loop wrote that the store may not show yet.
 #[derive(Clone, Debug)]
-pub(super) struct Assumed {
+pub(super) struct AssumedStatus {
     /// The store shows the write (or something newer) from this version on.
     pub resource_version: u64,
     /// The version later writes are conditioned on while the assumption holds.
     pub decided_rv: String,
     pub status: WorkloadStatus,
-    /// `Some` for a write whose outcome is unknown (it may have committed, then timed out): the
-    /// assumption is dropped after this instant if the store never showed a newer version.
-    pub expires: Option<Monotonic>,
     /// Tells this assumption from any other (the snapshot copies a Workload again when its
     /// overlay changes).
     serial: u64,
 }
 
-impl Assumed {
-    pub fn new(
-        resource_version: u64,
-        decided_rv: String,
-        status: WorkloadStatus,
-        expires: Option<Monotonic>,
-    ) -> Self {
+impl AssumedStatus {
+    pub fn new(resource_version: u64, decided_rv: String, status: WorkloadStatus) -> Self {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
-        Assumed {
+        AssumedStatus {
             resource_version,
             decided_rv,
             status,
-            expires,
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         }
     }
 }
 
+/// The loop's assumed statuses by Workload (`ns/name`).
+pub(super) type Assumptions = Assumed<AssumedStatus>;
+
 /// How long a write of unknown outcome is assumed to have committed.
 pub(super) const UNCONFIRMED_FOR: Duration = Duration::from_secs(30);
 
-/// What a cycle sees of a Workload the loop wrote: the assumed status, or the store's again.
-#[derive(Debug, PartialEq)]
-pub(super) enum Overlay {
-    Keep,
-    Forget,
-}
-
-pub(super) fn overlay(store_rv: u64, a: &Assumed, now: Monotonic) -> Overlay {
-    if store_rv >= a.resource_version || a.expires.is_some_and(|e| now >= e) {
-        Overlay::Forget
-    } else {
-        Overlay::Keep
-    }
+/// Lays each assumption over its Workload in `workloads` (sorted by namespace and name: the
+/// assumption's serial marks the copy); forgets those the store has caught up with, that
+/// expired at `now`, or whose Workload is gone.
+fn settle(assumed: &mut Assumptions, workloads: &mut [(Arc<Workload>, u64)], now: Monotonic) {
+    assumed.settle(now, |k, a| {
+        let (ns, name) = k.split_once('/').unwrap_or_default();
+        let found = workloads.binary_search_by(|(w, _)| {
+            let m = &w.metadata;
+            (m.namespace.as_deref(), m.name.as_deref()).cmp(&(Some(ns), Some(name)))
+        });
+        match found {
+            Ok(i) if rv(&workloads[i].0) < a.resource_version => {
+                workloads[i].1 = a.serial;
+                true
+            }
+            _ => false,
+        }
+    });
 }
 
 pub(super) fn key(w: &Workload) -> String {
@@ -120,7 +118,7 @@ fn copy<K: Clone>(a: &Arc<K>, (): ()) -> K {
 impl Observer {
     /// Everything admission reads now. Assumptions the store has caught up with (or that
     /// expired), and those of deleted Workloads, are forgotten.
-    pub fn snapshot(&mut self, ctx: &Context, assumed: &mut HashMap<String, Assumed>) -> &Snapshot {
+    pub fn snapshot(&mut self, ctx: &Context, assumed: &mut Assumptions) -> &Snapshot {
         use crate::runtime::SortedState;
         let s = &ctx.stores;
         let now = ctx.clock.monotonic();
@@ -130,22 +128,7 @@ impl Observer {
             .into_iter()
             .map(|w| (w, 0))
             .collect();
-        // each assumption finds its Workload in the sorted list; one the store has caught up
-        // with, that expired, or whose Workload is gone is forgotten
-        assumed.retain(|k, a| {
-            let (ns, name) = k.split_once('/').unwrap_or_default();
-            let found = workloads.binary_search_by(|(w, _)| {
-                let m = &w.metadata;
-                (m.namespace.as_deref(), m.name.as_deref()).cmp(&(Some(ns), Some(name)))
-            });
-            match found {
-                Ok(i) if overlay(rv(&workloads[i].0), a, now) == Overlay::Keep => {
-                    workloads[i].1 = a.serial;
-                    true
-                }
-                _ => false,
-            }
-        });
+        settle(assumed, &mut workloads, now);
         let snap = &mut self.snapshot;
         let src = &mut self.sources;
         reuse_copies(
@@ -194,9 +177,9 @@ impl Observer {
 }
 
 /// The store's Workload with its assumed status, if the loop assumes one.
-fn laid_over(w: &Arc<Workload>, assumed: &HashMap<String, Assumed>) -> Workload {
+fn laid_over(w: &Arc<Workload>, assumed: &Assumptions) -> Workload {
     let mut copy = w.as_ref().clone();
-    if let Some(a) = assumed.get(&key(w)) {
+    if let Some(a) = assumed.get(key(w).as_str()) {
         copy.status = Some(a.status.clone());
         copy.metadata.resource_version = Some(a.decided_rv.clone());
     }
@@ -205,43 +188,61 @@ fn laid_over(w: &Arc<Workload>, assumed: &HashMap<String, Assumed>) -> Workload 
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{Assumed, Monotonic, Overlay, overlay};
+    use super::{AssumedStatus, Assumptions, Monotonic, Workload, settle};
 
-    fn assumed(rv: u64, expires: Option<Monotonic>) -> Assumed {
-        Assumed::new(rv, (rv - 1).to_string(), Default::default(), expires)
+    fn workload(name: &str, rv: u64) -> (Arc<Workload>, u64) {
+        let mut w = Workload::new(name, Default::default());
+        w.metadata.namespace = Some("ns".into());
+        w.metadata.resource_version = Some(rv.to_string());
+        (Arc::new(w), 0)
+    }
+
+    fn assumed(rv: u64) -> AssumedStatus {
+        AssumedStatus::new(rv, (rv - 1).to_string(), Default::default())
     }
 
     #[test]
     fn a_confirmed_write_is_assumed_until_the_store_shows_its_version() {
         let now = Monotonic::from_origin(Duration::from_secs(1000));
-        let a = assumed(12, None);
-        assert_eq!(overlay(11, &a, now), Overlay::Keep);
-        assert_eq!(overlay(12, &a, now), Overlay::Forget);
-        assert_eq!(overlay(40, &a, now), Overlay::Forget);
-        // no expiry: the store lagging a long time keeps it
-        assert_eq!(
-            overlay(11, &a, now + Duration::from_secs(3600)),
-            Overlay::Keep
-        );
+        let mut a = Assumptions::default();
+        a.assume("ns/w".into(), assumed(12));
+        let mut store = [workload("w", 11)];
+        // no expiry: the store lagging a long time keeps it, laid over its Workload
+        settle(&mut a, &mut store, now + Duration::from_secs(3600));
+        assert!(a.get("ns/w").is_some());
+        assert_ne!(store[0].1, 0, "the copy is marked with the assumption");
+        let mut store = [workload("w", 12)];
+        settle(&mut a, &mut store, now);
+        assert!(a.get("ns/w").is_none());
+        assert_eq!(store[0].1, 0);
     }
 
     #[test]
     fn a_write_of_unknown_outcome_is_assumed_until_a_newer_version_or_expiry() {
         let now = Monotonic::from_origin(Duration::from_secs(1000));
-        // decided on version 11: any newer version in the store settles it
-        let a = assumed(12, Some(now + Duration::from_secs(30)));
-        assert_eq!(overlay(11, &a, now), Overlay::Keep);
-        assert_eq!(
-            overlay(11, &a, now + Duration::from_secs(29)),
-            Overlay::Keep
-        );
-        assert_eq!(overlay(12, &a, now), Overlay::Forget);
+        let expires = now + Duration::from_secs(30);
+        let mut a = Assumptions::default();
+        a.assume_until("ns/w".into(), assumed(12), expires);
+        settle(&mut a, &mut [workload("w", 11)], now + Duration::from_secs(29));
+        assert!(a.get("ns/w").is_some());
         // never committed: the assumption does not hold the quota forever
-        assert_eq!(
-            overlay(11, &a, now + Duration::from_secs(30)),
-            Overlay::Forget
-        );
+        settle(&mut a, &mut [workload("w", 11)], expires);
+        assert!(a.get("ns/w").is_none());
+        // decided on version 11: any newer version in the store settles it
+        a.assume_until("ns/w".into(), assumed(12), expires);
+        settle(&mut a, &mut [workload("w", 12)], now);
+        assert!(a.get("ns/w").is_none());
+    }
+
+    #[test]
+    fn the_assumption_of_a_deleted_workload_is_forgotten() {
+        let now = Monotonic::from_origin(Duration::ZERO);
+        let mut a = Assumptions::default();
+        a.assume("ns/gone".into(), assumed(12));
+        settle(&mut a, &mut [workload("w", 1)], now);
+        assert!(a.is_empty());
     }
 }

@@ -53,7 +53,7 @@ impl Worker {
             }
         }
         if deleting {
-            self.sh.claims.lock().await.remove(&self.name);
+            self.sh.claims.lock().await.forget(self.name.as_str());
             return Ok(Some(Next::WaitChange));
         }
         Ok(None)
@@ -73,7 +73,7 @@ impl Worker {
             tracing::info!(rollout = %self.name,
                 "NodeRollout deleted: its nodes are given back; removing its finalizer");
             self.set_finalizer(false).await?;
-            self.sh.claims.lock().await.remove(&self.name);
+            self.sh.claims.lock().await.forget(self.name.as_str());
             return Ok(Next::WaitChange);
         }
         let note = lifecycle::give_back_note(state, &nodes, &actions);

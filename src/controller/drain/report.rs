@@ -197,7 +197,7 @@ impl Worker {
         let finished = end.is_finished();
         sink.write(end).await?;
         if finished {
-            self.sh.claims.lock().await.remove(&self.name);
+            self.sh.claims.lock().await.forget(self.name.as_str());
             return Ok(Next::WaitChange);
         }
         // stopped by a spec change (e.g. paused), a deleted object or lost leadership

@@ -48,7 +48,7 @@ use crate::controller::stores::{Readiness, watch_store};
 use crate::drain::PreflightOptions;
 use crate::drain::rollout as pure;
 use crate::runtime::SortedState;
-use crate::runtime::{Clock, Monotonic};
+use crate::runtime::{Assumed, Backoff, Clock};
 use crate::types::rollout::{NodeRollout, NodeRolloutStatus};
 
 /// Field manager of the NodeRollout status writes (the node patches keep
@@ -144,7 +144,7 @@ pub(super) struct Shared {
     pub(super) store: Store<NodeRollout>,
     /// Nodes claimed by the rollouts this process started (the store may not show their
     /// status yet); checked and updated under the lock, so two new rollouts never both claim.
-    pub(super) claims: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    pub(super) claims: Mutex<Assumed<BTreeSet<String>>>,
     /// What each running rollout's domains disrupt, read and written by every step under one
     /// lock (at most `maxUnavailableDomains` domains of one workload across rollouts).
     pub(super) board: Board,
@@ -288,7 +288,7 @@ struct Workers {
     /// Each running task's rollout.
     names: HashMap<tokio::task::Id, String>,
     /// Rollouts whose worker panicked: how many times, and when it may start again.
-    panics: BTreeMap<String, (u32, Monotonic)>,
+    panics: Backoff,
 }
 
 impl Workers {
@@ -302,13 +302,8 @@ impl Workers {
             };
             let name = self.names.remove(&id).unwrap_or_default();
             let Some(payload) = panic else { continue };
-            let count = self
-                .panics
-                .get(&name)
-                .map_or(1, |(n, _)| n.saturating_add(1));
-            let delay = crate::controller::backoff(count);
-            self.panics
-                .insert(name.clone(), (count, sh.clock.monotonic() + delay));
+            let now = sh.clock.monotonic();
+            let delay = self.panics.failed(name.clone(), now).wait(now);
             sh.metrics
                 .errors
                 .get_or_create(&crate::controller::metrics::StepLabels {
@@ -338,7 +333,7 @@ impl Workers {
         // a worker whose object is gone (or that ended) is dropped: its receiver closes
         self.senders
             .retain(|name, tx| names.contains(name) && !tx.is_closed());
-        self.panics.retain(|name, _| names.contains(name));
+        self.panics.retain(|name| names.contains(name));
         let now = sh.clock.monotonic();
         for o in rollouts {
             let name = o.name_any();
@@ -353,7 +348,7 @@ impl Workers {
                         newer
                     });
                 }
-                None if self.panics.get(&name).is_some_and(|(_, at)| *at > now) => {}
+                None if !self.panics.ready(name.as_str(), now) => {}
                 None => {
                     let (tx, rx) = watch::channel(Some(o));
                     let task = self.tasks.spawn(start(sh.clone(), name.clone(), rx));
@@ -383,18 +378,17 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: ObjectFeed) {
         contract: None,
         given_back: None,
     };
-    let mut failures = 0u32;
+    let mut failures: Backoff<()> = Backoff::default();
     loop {
         let Some(nro) = obj.borrow_and_update().clone() else {
             break;
         };
         let next = match w.step(&nro, &mut obj).await {
             Ok(next) => {
-                failures = 0;
+                failures.succeeded(&());
                 next
             }
             Err(e) => {
-                failures += 1;
                 sh.metrics
                     .errors
                     .get_or_create(&crate::controller::metrics::StepLabels {
@@ -408,7 +402,8 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: ObjectFeed) {
                 tracing::warn!(rollout = %name, error = %e, "NodeRollout step failed; retried");
                 // what was written may not be what the server has: read it again
                 w.written = None;
-                let delay = crate::controller::backoff(failures);
+                let now = sh.clock.monotonic();
+                let delay = failures.failed((), now).wait(now);
                 tokio::select! {
                     biased;
                     r = obj.changed() => if r.is_err() { break },
@@ -436,7 +431,7 @@ async fn worker(sh: Arc<Shared>, name: String, mut obj: ObjectFeed) {
             },
         }
     }
-    sh.claims.lock().await.remove(&name);
+    sh.claims.lock().await.forget(name.as_str());
     sh.board.leave(&name);
 }
 

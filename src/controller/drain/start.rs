@@ -35,7 +35,7 @@ impl Worker {
             return Ok(next);
         }
         if prev_state.as_ref().is_some_and(State::is_finished) {
-            self.sh.claims.lock().await.remove(&self.name);
+            self.sh.claims.lock().await.forget(self.name.as_str());
             return Ok(Next::WaitChange);
         }
         if self.selection_changed(nro, &mut prev).await? {
@@ -68,7 +68,7 @@ impl Worker {
                     .claims
                     .lock()
                     .await
-                    .insert(self.name.clone(), state.nodes().map(String::from).collect());
+                    .assume(self.name.clone(), state.nodes().map(String::from).collect());
                 (state, prev)
             }
             None => match self.plan(nro, &engine, auto).await? {
@@ -266,7 +266,7 @@ impl Worker {
                 ),
             });
         }
-        claims.insert(self.name.clone(), mine);
+        claims.assume(self.name.clone(), mine);
         Ok(())
     }
 }
