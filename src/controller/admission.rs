@@ -9,15 +9,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use tokio::sync::{Notify, watch};
 
 mod observe;
 
@@ -25,11 +22,12 @@ use observe::{AssumedStatus, Assumptions, Observer, UNCONFIRMED_FOR, key, rv};
 
 use super::coverage::{Coverage, keep_lapsed_coverage};
 use super::metrics::{CqLabels, CqReasonLabels, StepLabels};
-use super::{ADMISSION_MANAGER, Context, Error};
-use crate::runtime::{Backoff, Retry};
+use super::runner::Pass;
+use super::{ADMISSION_MANAGER, Context, Error, Monotonic};
 use crate::admission::{
     self, ClusterQueueUsage, CycleResult, Decision, LocalQueueUsage, Options, Snapshot,
 };
+use crate::runtime::{Backoff, Retry};
 use crate::types::kueue::{ClusterQueue, LocalQueue, Workload, WorkloadStatus, condition};
 
 /// Condition types the admission loop owns on a Workload.
@@ -58,78 +56,44 @@ fn may_have_committed(e: &kube::Error) -> bool {
 /// 409 is not a failure here (the loop re-reads and re-decides at once).
 type WriteBackoff = Backoff;
 
-pub async fn run(ctx: Arc<Context>, trigger: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
-    if !ctx.stores.wait_until_ready().await {
-        tracing::error!("the stores never synced: the admission loop does not run");
-        return;
-    }
-    tracing::info!("admission loop running");
-    let mut assumed = Assumptions::default();
-    let mut backoff = WriteBackoff::default();
-    let mut observer = Observer::default();
-    let mut coverage = Coverage::default();
-    // the last wake-up: its cycle could send every write due by then
-    let mut woke = ctx.clock.monotonic();
-    loop {
-        // wake for the resync, or earlier when a held-back write may be retried
-        let now = ctx.clock.monotonic();
-        let wait = backoff
-            .next_retry(woke)
-            .map_or(ctx.config.admission_resync, |at| {
-                at.saturating_since(now).min(ctx.config.admission_resync)
-            });
-        tokio::select! {
-            biased;
-            _ = trigger.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
-            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
-        }
-        woke = ctx.clock.monotonic();
-        if !ctx.is_leader() {
-            continue;
-        }
-        // never admit on a partial view (a watch re-listing): quota would look free
-        let unsynced = ctx.stores.ready.pending();
-        if !unsynced.is_empty() {
-            tracing::debug!(?unsynced, "caches not synced: no admission cycle");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        let state = (&mut assumed, &mut backoff, &mut coverage);
-        run_cycle(&ctx, &mut observer, state).await;
-    }
+/// The admission loop's memory between cycles.
+#[derive(Default)]
+pub(super) struct Admission {
+    assumed: Assumptions,
+    backoff: WriteBackoff,
+    observer: Observer,
+    coverage: Coverage,
 }
 
-/// One admission cycle: observe (the stores with the loop's assumptions laid over) → decide
-/// ([`admission::cycle`]) → apply (the statuses that changed) → report (metrics, logs).
-async fn run_cycle(
-    ctx: &Context,
-    observer: &mut Observer,
-    (assumed, backoff, coverage): (
-        &mut Assumptions,
-        &mut WriteBackoff,
-        &mut Coverage,
-    ),
-) {
-    let observed = observer.snapshot(ctx, assumed);
-    let lapsed = keep_lapsed_coverage(ctx, observed, coverage).await;
-    let snapshot = lapsed.as_ref().map_or(observed, |(s, _)| s);
-    forget_gone(backoff, snapshot);
-    let mut result = admission::cycle(
-        snapshot,
-        &Options {
-            release_evicted_immediately: false,
-        },
-    );
-    // a stand-in is no object: nothing is written to it
-    if let Some((_, stand_ins)) = &lapsed {
-        result
-            .decisions
-            .retain(|d| !stand_ins.contains(d.workload()));
+impl Pass for Admission {
+    const NAME: &'static str = "admission loop";
+
+    /// One admission cycle: observe (the stores with the loop's assumptions laid over) → decide
+    /// ([`admission::cycle`]) → apply (the statuses that changed) → report (metrics, logs).
+    /// Wants the next cycle when a held-back write may be retried.
+    async fn pass(&mut self, ctx: &Context, woke: Monotonic) -> Option<Monotonic> {
+        let observed = self.observer.snapshot(ctx, &mut self.assumed);
+        let lapsed = keep_lapsed_coverage(ctx, observed, &mut self.coverage).await;
+        let snapshot = lapsed.as_ref().map_or(observed, |(s, _)| s);
+        forget_gone(&mut self.backoff, snapshot);
+        let mut result = admission::cycle(
+            snapshot,
+            &Options {
+                release_evicted_immediately: false,
+            },
+        );
+        // a stand-in is no object: nothing is written to it
+        if let Some((_, stand_ins)) = &lapsed {
+            result
+                .decisions
+                .retain(|d| !stand_ins.contains(d.workload()));
+        }
+        let now = ctx.clock.now();
+        let (assumed, backoff) = (&mut self.assumed, &mut self.backoff);
+        let failed = apply(ctx, snapshot, &result, now, assumed, backoff).await;
+        report(ctx, snapshot, &result, &failed);
+        self.backoff.next_retry(woke)
     }
-    let now = ctx.clock.now();
-    let failed = apply(ctx, snapshot, &result, now, assumed, backoff).await;
-    report(ctx, snapshot, &result, &failed);
 }
 
 /// Drops the backoff of objects no longer in the snapshot.

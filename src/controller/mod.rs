@@ -20,6 +20,7 @@ mod http;
 mod leader;
 mod metrics;
 pub mod peers;
+mod runner;
 mod startup;
 mod stores;
 mod ungater;
@@ -405,14 +406,32 @@ async fn spawn_loops(
     if ctx.config.admission == AdmissionMode::Builtin {
         tasks.spawn(
             "admission loop",
-            admission::run(ctx.clone(), admission_trigger.clone(), shutdown.clone()),
+            runner::run(
+                admission::Admission::default(),
+                ctx.clone(),
+                runner::Wake {
+                    trigger: admission_trigger.clone(),
+                    resync: ctx.config.admission_resync,
+                },
+                shutdown.clone(),
+            ),
         );
     }
     if ctx.config.pod_gate {
-        tasks.spawn(
-            "pod ungater",
-            ungater::run(ctx.clone(), pods_changed.clone(), shutdown.clone()),
+        let (ungater, wake) = (
+            ungater::Ungater::new(ctx),
+            runner::Wake {
+                trigger: pods_changed.clone(),
+                resync: ungater::RESYNC,
+            },
         );
+        let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
+        tasks.spawn("pod ungater", async move {
+            match ungater {
+                Some(u) => runner::run(u, ctx, wake, shutdown).await,
+                None => tracing::error!("the pod ungater needs the Ray pods' store (pod gate on)"),
+            }
+        });
     } else {
         // nothing lifts the gate without the flag: a pod born gated would wait forever
         tasks.spawn(

@@ -17,19 +17,19 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
-use tokio::sync::{Notify, watch};
 
-use super::Context;
+use super::runner::Pass;
+use super::{Context, Monotonic};
 use crate::events::{Event, EventType};
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
 use crate::gate::pods_held;
 use crate::podsets::{self, pod_requests};
-use crate::runtime::SortedState;
+use crate::runtime::{Assumed, SortedState};
 use crate::types::ray::RayService;
 use crate::workload;
 
 /// How often the ungater looks again without a pod change (a slice admitted, a store caught up).
-const RESYNC: Duration = Duration::from_secs(2);
+pub(super) const RESYNC: Duration = Duration::from_secs(2);
 const CLUSTER_LABEL: &str = "ray.io/cluster";
 const GROUP_LABEL: &str = "ray.io/group";
 
@@ -48,7 +48,7 @@ pub(super) type Shapes = std::collections::HashMap<(String, String), crate::quan
 /// The ungater's view of a pod: its requests as its child's template for its group charges them
 /// (`shapes`); for a pod whose child is gone, its own without what KubeRay added to it
 /// ([`pod_gate::as_templated`]) (`None`: they cannot be read; it stays gated).
-pub(super) fn view(p: &Pod, ungated_here: &HashSet<String>, shapes: &Shapes) -> Option<PodView> {
+pub(super) fn view(p: &Pod, ungated_here: &UngatedHere, shapes: &Shapes) -> Option<PodView> {
     let name = p.metadata.name.clone()?;
     let spec = p.spec.as_ref()?;
     let uid = p.metadata.uid.clone().unwrap_or_default();
@@ -63,7 +63,7 @@ pub(super) fn view(p: &Pod, ungated_here: &HashSet<String>, shapes: &Shapes) -> 
         requests,
         group,
         created: p.metadata.creation_timestamp.as_ref()?.0,
-        gated: gates(p).iter().any(|g| g == POD_GATE) && !ungated_here.contains(&uid),
+        gated: gates(p).iter().any(|g| g == POD_GATE) && ungated_here.get(uid.as_str()).is_none(),
         finished: matches!(phase, Some("Succeeded" | "Failed")),
         name,
     })
@@ -99,12 +99,16 @@ fn decide_opted_out(
     ctx: &Context,
     service: &RayService,
     pods: &[Arc<Pod>],
-    ungated_here: &HashSet<String>,
+    ungated_here: &UngatedHere,
 ) -> Vec<(Arc<Pod>, Vec<String>)> {
     pods_of_service(ctx, service, pods)
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| !ungated_here.contains(p.metadata.uid.as_deref().unwrap_or_default()))
+        .filter(|p| {
+            ungated_here
+                .get(p.metadata.uid.as_deref().unwrap_or_default())
+                .is_none()
+        })
         .filter(|p| gates(p).iter().any(|g| g == POD_GATE))
         .map(|p| (p.clone(), gates(p)))
         .collect()
@@ -115,7 +119,7 @@ fn decide(
     ctx: &Context,
     service: &RayService,
     pods: &[Arc<Pod>],
-    ungated_here: &HashSet<String>,
+    ungated_here: &UngatedHere,
 ) -> Vec<(Arc<Pod>, Vec<String>)> {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
@@ -190,7 +194,7 @@ pub(super) fn pods_of(
                 crate::meta::label(&p.metadata, CLUSTER_LABEL)
                     .is_some_and(|c| pods_held::belongs(&name, c, &live, &known))
             })
-            .filter_map(|p| view(p, &HashSet::new(), &shapes))
+            .filter_map(|p| view(p, &UngatedHere::default(), &shapes))
             .collect(),
     )
 }
@@ -225,16 +229,23 @@ pub(super) async fn lift(
         .map(|_| ())
 }
 
+/// Pods (by uid) this process ungated, counted as ungated until the watch shows it.
+pub(super) type UngatedHere = Assumed<()>;
+
 /// One pass over every RayService (opted in or not).
-async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut HashSet<String>) {
+async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut UngatedHere) {
     let all = pods.sorted_state();
     // forget what the watch now shows ungated (or gone)
-    ungated_here.retain(|uid| {
-        all.iter().any(|p| {
-            p.metadata.uid.as_deref() == Some(uid.as_str())
-                && gates(p).iter().any(|g| g == POD_GATE)
-        })
-    });
+    if !ungated_here.is_empty() {
+        let gated: HashSet<&str> = all
+            .iter()
+            .filter(|p| gates(p).iter().any(|g| g == POD_GATE))
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        ungated_here.settle(ctx.clock.monotonic(), |uid, ()| {
+            gated.contains(uid.as_str())
+        });
+    }
     for service in ctx.stores.services.sorted_state() {
         if !ctx.is_leader() {
             continue;
@@ -264,7 +275,7 @@ async fn lift_and_tell(
     pod: &Pod,
     read: &[String],
     why: &str,
-    ungated_here: &mut HashSet<String>,
+    ungated_here: &mut UngatedHere,
 ) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let key = format!(
@@ -273,7 +284,7 @@ async fn lift_and_tell(
     );
     match lift(&ctx.client, pod, read).await {
         Ok(()) => {
-            ungated_here.insert(pod.metadata.uid.clone().unwrap_or_default());
+            ungated_here.assume(pod.metadata.uid.clone().unwrap_or_default(), ());
             tracing::info!(pod = %key, gate = POD_GATE, "ungated: {why}");
             let ev = Event {
                 type_: EventType::Normal,
@@ -293,32 +304,29 @@ async fn lift_and_tell(
     }
 }
 
-/// Runs the ungater until `shutdown` turns true: a pass on every change of the Ray pods
-/// (`pods_changed`) and every [`RESYNC`], once every cache has a complete list.
-pub async fn run(
-    ctx: Arc<Context>,
-    pods_changed: Arc<Notify>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let Some(pods) = ctx.stores.pods.clone() else {
-        tracing::error!("the pod ungater needs the Ray pods' store (pod gate on)");
-        return;
-    };
-    let mut ungated_here = HashSet::new();
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.changed() => {
-                if *shutdown.borrow() {
-                    return;
-                }
-            }
-            () = pods_changed.notified() => {}
-            () = tokio::time::sleep(RESYNC) => {}
-        }
-        if ctx.stores.ready.pending().is_empty() {
-            pass(&ctx, &pods, &mut ungated_here).await;
-        }
+/// The pod ungater, run by [`super::runner`]: a pass on every change of the Ray pods and every
+/// [`RESYNC`].
+pub(super) struct Ungater {
+    pods: Store<Pod>,
+    ungated_here: UngatedHere,
+}
+
+impl Ungater {
+    /// The ungater over the Ray pods' store (`None` without one: the pod gate is off).
+    pub(super) fn new(ctx: &Context) -> Option<Self> {
+        Some(Ungater {
+            pods: ctx.stores.pods.clone()?,
+            ungated_here: UngatedHere::default(),
+        })
+    }
+}
+
+impl Pass for Ungater {
+    const NAME: &'static str = "pod ungater";
+
+    async fn pass(&mut self, ctx: &Context, _woke: Monotonic) -> Option<Monotonic> {
+        pass(ctx, &self.pods, &mut self.ungated_here).await;
+        None
     }
 }
 
@@ -389,7 +397,7 @@ mod tests {
             json!({"containers": [{"name": "ray-head",
             "resources": {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}}}]}),
         );
-        let none = HashSet::new();
+        let none = UngatedHere::default();
         let views: Vec<PodView> = [&worker, &sidecar, &head]
             .iter()
             .filter_map(|p| view(p, &none, &shapes))

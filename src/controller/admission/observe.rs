@@ -226,7 +226,11 @@ mod tests {
         let expires = now + Duration::from_secs(30);
         let mut a = Assumptions::default();
         a.assume_until("ns/w".into(), assumed(12), expires);
-        settle(&mut a, &mut [workload("w", 11)], now + Duration::from_secs(29));
+        settle(
+            &mut a,
+            &mut [workload("w", 11)],
+            now + Duration::from_secs(29),
+        );
         assert!(a.get("ns/w").is_some());
         // never committed: the assumption does not hold the quota forever
         settle(&mut a, &mut [workload("w", 11)], expires);
