@@ -28,7 +28,7 @@ const KUBERAY: &str = "KubeRay v1.7 or later";
 /// The CRDs `mode` needs.
 pub fn requirements(mode: AdmissionMode) -> Vec<Requirement> {
     let queues_by = match mode {
-        AdmissionMode::Builtin => "raygate's crds/ (config/default) or Kueue v0.19",
+        AdmissionMode::Builtin => "raygate's crds/ (config/default)",
         AdmissionMode::Kueue => "Kueue v0.19",
     };
     let builtin = mode == AdmissionMode::Builtin;
@@ -88,6 +88,9 @@ pub fn requirements(mode: AdmissionMode) -> Vec<Requirement> {
 /// holds the CRD objects that exist (any order; others are ignored).
 pub fn check(found: &[CustomResourceDefinition], mode: AdmissionMode) -> Vec<String> {
     let mut problems = Vec::new();
+    if mode == AdmissionMode::Builtin {
+        problems.extend(kueue_serves(found));
+    }
     for req in requirements(mode) {
         let Some(crd) = found
             .iter()
@@ -138,6 +141,44 @@ pub fn check(found: &[CustomResourceDefinition], mode: AdmissionMode) -> Vec<Str
         }
     }
     problems
+}
+
+/// The kueue.x-k8s.io CRDs a Kueue manager serves: Kueue installs them with a conversion webhook
+/// on its own webhook service (`config/components/crd/patches/webhook_in_*.yaml` in Kueue
+/// v0.19.2), which raygate's CRDs never have. Builtin admission beside it would make two
+/// admission loops admit the same Workloads, so it is a problem naming the way out.
+fn kueue_serves(found: &[CustomResourceDefinition]) -> Option<String> {
+    let served: Vec<String> = found
+        .iter()
+        .filter(|c| c.spec.group == "kueue.x-k8s.io")
+        .filter_map(|c| {
+            let conversion = c.spec.conversion.as_ref()?;
+            let service = conversion
+                .webhook
+                .as_ref()?
+                .client_config
+                .as_ref()?
+                .service
+                .as_ref()?;
+            (conversion.strategy == "Webhook").then(|| {
+                format!(
+                    "{} (webhook {}/{})",
+                    c.metadata.name.as_deref().unwrap_or_default(),
+                    service.namespace,
+                    service.name
+                )
+            })
+        })
+        .collect();
+    (!served.is_empty()).then(|| {
+        format!(
+            "a Kueue manager serves the kueue.x-k8s.io API here ({} convert through its \
+             webhook): raygate's builtin admission beside it would admit the same Workloads a \
+             second time; run raygate with --admission=kueue (config/kueue-mode, or the chart's \
+             admission.mode=kueue), or remove Kueue and install raygate's crds/",
+            served.join(", ")
+        )
+    })
 }
 
 /// True when the version's schema declares `path` (dotted, through object properties). A schema
@@ -279,13 +320,55 @@ mod tests {
             check(&crds, AdmissionMode::Builtin),
             vec![
                 "CRD clusterqueues.kueue.x-k8s.io is not installed (install raygate's crds/ \
-                 (config/default) or Kueue v0.19)"
+                 (config/default))"
             ]
         );
         assert_eq!(
             check(&crds, AdmissionMode::Kueue),
             vec!["CRD clusterqueues.kueue.x-k8s.io is not installed (install Kueue v0.19)"]
         );
+    }
+
+    /// Kueue v0.19.2 installs its Workload CRD with a conversion webhook on its webhook service
+    /// (`config/components/crd/patches/webhook_in_workloads.yaml`, namespace and name prefixed
+    /// by its kustomization): builtin admission refuses to run beside it; kueue mode is what
+    /// runs there.
+    #[test]
+    fn builtin_admission_refuses_crds_a_kueue_manager_serves_and_kueue_mode_takes_them() {
+        let mut crds = all_good();
+        let workloads = crds
+            .iter_mut()
+            .find(|c| c.metadata.name.as_deref() == Some("workloads.kueue.x-k8s.io"))
+            .unwrap();
+        workloads.spec.conversion = Some(
+            serde_json::from_value(serde_json::json!({
+                "strategy": "Webhook",
+                "webhook": {"clientConfig": {"service": {"namespace": "kueue-system",
+                    "name": "kueue-webhook-service", "path": "/convert"}},
+                    "conversionReviewVersions": ["v1"]},
+            }))
+            .unwrap(),
+        );
+        let problems = check(&crds, AdmissionMode::Builtin);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with(
+                "a Kueue manager serves the kueue.x-k8s.io API here (workloads.kueue.x-k8s.io \
+                 (webhook kueue-system/kueue-webhook-service) convert through its webhook)"
+            ),
+            "{}",
+            problems[0]
+        );
+        assert!(problems[0].contains("--admission=kueue"));
+        assert_eq!(check(&crds, AdmissionMode::Kueue), Vec::<String>::new());
+        // a conversion that is no webhook is not Kueue's
+        crds.iter_mut()
+            .find(|c| c.metadata.name.as_deref() == Some("workloads.kueue.x-k8s.io"))
+            .unwrap()
+            .spec
+            .conversion =
+            Some(serde_json::from_value(serde_json::json!({"strategy": "None"})).unwrap());
+        assert_eq!(check(&crds, AdmissionMode::Builtin), Vec::<String>::new());
     }
 
     #[test]
@@ -303,11 +386,11 @@ mod tests {
             check(&crds, AdmissionMode::Builtin),
             vec![
                 "CRD workloads.kueue.x-k8s.io has no version v1beta2 (it has v1beta1; install raygate's \
-                 crds/ (config/default) or Kueue v0.19)",
+                 crds/ (config/default))",
                 "CRD clusterqueues.kueue.x-k8s.io version v1beta2 is not served (install raygate's \
-                 crds/ (config/default) or Kueue v0.19)",
+                 crds/ (config/default))",
                 "CRD localqueues.kueue.x-k8s.io version v1beta2 has no status subresource: raygate \
-                 writes status (install raygate's crds/ (config/default) or Kueue v0.19)",
+                 writes status (install raygate's crds/ (config/default))",
             ]
         );
         // with a real Kueue, raygate writes no LocalQueue status

@@ -82,6 +82,7 @@ on_both_servers!(
     a_higher_priority_service_preempts_a_lower_one,
     a_resource_changing_upgrade_with_an_added_group_is_charged_exactly,
     removing_the_queue_label_frees_the_quota_and_hands_the_service_back,
+    raygate_s_own_label_holds_an_upgrade_and_its_removal_hands_the_service_back,
     a_queue_label_typo_is_fixed_by_relabelling,
     finished_slices_are_deleted_after_the_retention,
     a_child_with_invalid_podsets_is_still_held,
@@ -318,7 +319,12 @@ impl Env {
     /// A running service `svc` (one worker group of 1 CPU) whose `rayVersion` bump left a
     /// pending child held suspended; returns the pending child's name.
     async fn held_upgrade(&self) -> String {
-        self.create_service("svc", queue("lq"), json!([group("w", 1, "1")]))
+        self.held_upgrade_labelled(queue("lq")).await
+    }
+
+    /// [`Env::held_upgrade`] of a RayService opted in with `labels`.
+    async fn held_upgrade_labelled(&self, labels: Value) -> String {
+        self.create_service("svc", labels, json!([group("w", 1, "1")]))
             .await;
         self.wait_running("svc").await;
         self.patch_service(
@@ -792,6 +798,69 @@ async fn removing_the_queue_label_frees_the_quota_and_hands_the_service_back(bac
             child.metadata.name
         );
     }
+    env.stop().await;
+}
+
+/// raygate's own opt-in label (`raygate.io/queue-name`, which no Kueue integration acts on) holds
+/// an upgrade for quota like Kueue's label: the children carry it (KubeRay copies the service's
+/// labels) and not Kueue's, the slice is queued in the LocalQueue it names; removing it hands the
+/// service back.
+async fn raygate_s_own_label_holds_an_upgrade_and_its_removal_hands_the_service_back(
+    backend: Backend,
+) {
+    let env = Env::new(backend, "own-label").await;
+    env.queues("2", json!({})).await;
+    let pending = env
+        .held_upgrade_labelled(json!({"raygate.io/queue-name": "lq"}))
+        .await;
+    for child in env.children("svc").await {
+        let labels = child.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("raygate.io/queue-name").map(String::as_str),
+            Some("lq")
+        );
+        assert!(
+            !labels.contains_key("kueue.x-k8s.io/queue-name"),
+            "{labels:?}"
+        );
+    }
+    let slices = env.live_slices("svc").await;
+    assert!(
+        slices
+            .iter()
+            .all(|w| w.spec.queue_name.as_deref() == Some("lq")),
+        "{slices:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held = env.clusters().get(&pending).await.unwrap();
+    assert_eq!(
+        held.spec.suspend,
+        Some(true),
+        "held while its slice is pending"
+    );
+    env.patch_service(
+        "svc",
+        json!({"metadata": {"labels": {"raygate.io/queue-name": null}}}),
+    )
+    .await;
+    eventually(WAIT, "slices finished and the held child runs", || async {
+        let c = env.clusters().get(&pending).await.ok()?;
+        (env.live_slices("svc").await.is_empty() && c.spec.suspend != Some(true)).then_some(())
+    })
+    .await;
+    eventually(WAIT, "no child keeps raygate's label", || async {
+        env.children("svc")
+            .await
+            .iter()
+            .all(|c| {
+                !c.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key("raygate.io/queue-name"))
+            })
+            .then_some(())
+    })
+    .await;
     env.stop().await;
 }
 

@@ -363,6 +363,15 @@ fn opted_in() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
+/// The labels of the same child when its RayService opts in with raygate's own label.
+fn opted_in_by_raygate_label() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("ray.io/originated-from-cr-name", "svc-llm"),
+        ("ray.io/originated-from-crd", "RayService"),
+        ("raygate.io/queue-name", "team-a"),
+    ]
+}
+
 /// A child of a RayService that is not opted in: no queue label.
 fn not_opted_in() -> Vec<(&'static str, &'static str)> {
     vec![
@@ -660,11 +669,13 @@ fn children_of_rayservices_without_a_queue_are_not_matched() {
             policy.conditions(&req),
             Err("opted-in-rayservice-child".into())
         );
-        assert!(
-            !policy.constraints_match(&req),
-            "objectSelector agrees: {req:?}"
+        // a selector cannot say "either opt-in label": the objectSelector narrows to RayService
+        // children, the match condition to opted-in ones
+        assert!(policy.constraints_match(&req), "{req:?}");
+        assert_eq!(
+            policy.admit(&req),
+            Decision::ConditionFalse("opted-in-rayservice-child".into())
         );
-        assert_eq!(policy.admit(&req), Decision::NotMatched);
     }
 }
 
@@ -763,6 +774,48 @@ fn dropping_the_opt_in_labels_does_not_escape_the_policy() {
     );
 }
 
+/// raygate's own opt-in label puts a child under the policy as Kueue's does: a child held under it
+/// cannot be released by anyone else, nor lose it; trading one opt-in label for the other while
+/// held keeps the child under the policy and is allowed.
+#[test]
+fn raygate_s_own_opt_in_label_protects_a_held_child_like_kueue_s() {
+    let policy = load_policy();
+    let label_message = &policy.validations[2].message;
+    let held = raycluster(&opted_in_by_raygate_label(), Some(true));
+    let released = raycluster(&opted_in_by_raygate_label(), Some(false));
+    assert_eq!(
+        policy.admit(&Request::update("alice", held.clone(), released.clone())),
+        denied_with(RELEASE_MESSAGE)
+    );
+    assert_eq!(
+        policy.admit(&Request::update(RAYGATE, held.clone(), released)),
+        Decision::Allowed
+    );
+    assert_eq!(
+        policy.admit(&Request::create(
+            KUBERAY,
+            raycluster(&opted_in_by_raygate_label(), None)
+        )),
+        Decision::Denied(vec![policy.validations[0].message.clone()])
+    );
+    assert_eq!(
+        policy.admit(&Request::update(
+            "alice",
+            held.clone(),
+            raycluster(&not_opted_in(), Some(true))
+        )),
+        denied_with(label_message)
+    );
+    assert_eq!(
+        policy.admit(&Request::update("alice", held, held_child_by_kueue_label())),
+        Decision::Allowed
+    );
+}
+
+fn held_child_by_kueue_label() -> Value {
+    raycluster(&opted_in(), Some(true))
+}
+
 /// Every combination of operation, user, labels and `spec.suspend` before and after, against
 /// the rules written out in plain Rust.
 #[test]
@@ -770,6 +823,7 @@ fn the_policy_is_exactly_its_rules_on_every_combination() {
     let policy = load_policy();
     let label_sets: BTreeMap<&str, Vec<(&str, &str)>> = [
         ("opted-in", opted_in()),
+        ("opted-in-raygate", opted_in_by_raygate_label()),
         ("no-queue", not_opted_in()),
         ("none", vec![]),
     ]
@@ -780,7 +834,7 @@ fn the_policy_is_exactly_its_rules_on_every_combination() {
         for (new_labels_name, new_labels) in &label_sets {
             for new_suspend in suspends {
                 let new = raycluster(new_labels, new_suspend);
-                let new_opted_in = *new_labels_name == "opted-in";
+                let new_opted_in = new_labels_name.starts_with("opted-in");
                 // CREATE
                 let expected = if !new_opted_in {
                     Decision::NotMatched
@@ -796,7 +850,7 @@ fn the_policy_is_exactly_its_rules_on_every_combination() {
                 for (old_labels_name, old_labels) in &label_sets {
                     for old_suspend in suspends {
                         let old = raycluster(old_labels, old_suspend);
-                        let old_opted_in = *old_labels_name == "opted-in";
+                        let old_opted_in = old_labels_name.starts_with("opted-in");
                         let held = old_suspend == Some(true);
                         let expected = if !new_opted_in && !old_opted_in {
                             Decision::NotMatched
@@ -820,7 +874,7 @@ fn the_policy_is_exactly_its_rules_on_every_combination() {
             }
         }
     }
-    assert_eq!(checked, 3 * 3 * 3 * (1 + 3 * 3));
+    assert_eq!(checked, 3 * 4 * 3 * (1 + 4 * 3));
 }
 
 fn assert_same_outcome(got: &Decision, expected: &Decision, what: &str) {
@@ -848,7 +902,6 @@ fn after_raygate_opts_a_child_out_the_policy_no_longer_blocks_the_user() {
     assert!(policy.conditions(&req).is_err(), "not matched");
     let req = Request::update("alice", stopped, raycluster(&not_opted_in(), Some(false)));
     assert!(policy.conditions(&req).is_err(), "not matched");
-    assert!(!policy.constraints_match(&req));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1134,7 +1187,7 @@ fn the_templates_policy_lets_raygate_metadata_and_other_services_through() {
     let free = raycluster(&not_opted_in(), None);
     assert_eq!(
         policy.admit(&Request::create(KUBERAY, free)),
-        Decision::NotMatched
+        Decision::ConditionFalse("opted-in-rayservice-child".into())
     );
     // deletes are not matched
     assert_eq!(

@@ -59,6 +59,56 @@ fn kuberay_1_7_with_kueue_0_19_passes_in_both_modes() {
     assert_eq!(check(&crds, AdmissionMode::Kueue), Vec::<String>::new());
 }
 
+/// Kueue v0.19.2's own install: its kustomization patches a conversion webhook on its webhook
+/// service into these CRDs (`config/components/crd/patches/webhook_in_*.yaml`; `namePrefix:
+/// kueue-`, `namespace: kueue-system`). A Kueue manager serves them: builtin admission refuses
+/// to run beside it and names the way out; kueue mode takes them.
+#[test]
+fn kueue_0_19_s_own_install_refuses_builtin_mode_and_passes_kueue_mode() {
+    let mut crds = upstream_ray();
+    let files: Vec<String> = KUEUE_KINDS
+        .iter()
+        .map(|k| format!("kueue.x-k8s.io_{k}.yaml"))
+        .collect();
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    let mut kueue = crds_in(
+        &raygate_testing::upstream::dir().join("upstream-crds"),
+        &names,
+    );
+    for crd in &mut kueue {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        if [
+            "localqueues",
+            "clusterqueues",
+            "cohorts",
+            "workloads",
+            "resourceflavors",
+        ]
+        .iter()
+        .any(|k| name.starts_with(&format!("{k}.")))
+        {
+            crd.spec.conversion = Some(
+                serde_json::from_value(json!({"strategy": "Webhook", "webhook": {
+                    "clientConfig": {"service": {"namespace": "kueue-system",
+                        "name": "kueue-webhook-service", "path": "/convert"}},
+                    "conversionReviewVersions": ["v1"]}}))
+                .unwrap(),
+            );
+        }
+    }
+    crds.extend(kueue);
+    let builtin = check(&crds, AdmissionMode::Builtin);
+    assert_eq!(builtin.len(), 1, "{builtin:#?}");
+    assert!(
+        builtin[0].starts_with("a Kueue manager serves the kueue.x-k8s.io API here (clusterqueues"),
+        "{}",
+        builtin[0]
+    );
+    assert!(builtin[0].contains("webhook kueue-system/kueue-webhook-service"));
+    assert!(builtin[0].contains("--admission=kueue"));
+    assert_eq!(check(&crds, AdmissionMode::Kueue), Vec::<String>::new());
+}
+
 #[test]
 fn kuberay_1_7_with_raygates_own_crds_passes_builtin_mode() {
     let mut crds = upstream_ray();
@@ -81,7 +131,7 @@ fn without_queue_crds_both_modes_name_every_missing_one() {
     assert_eq!(builtin.len(), 6, "{builtin:#?}");
     assert_eq!(
         builtin[0],
-        "CRD workloads.kueue.x-k8s.io is not installed (install raygate's crds/ (config/default) or Kueue v0.19)"
+        "CRD workloads.kueue.x-k8s.io is not installed (install raygate's crds/ (config/default))"
     );
     assert!(
         check(&crds, AdmissionMode::Kueue)

@@ -10,7 +10,7 @@ use kube::{Client, Config};
 
 use crate::cli::status::{QueueReport, ServiceReport, queue_report, service_report};
 use crate::cli::status_list::{ServiceList, service_list};
-use crate::types::kueue::{ClusterQueue, LocalQueue, QUEUE_NAME_LABEL, Workload};
+use crate::types::kueue::{ClusterQueue, LocalQueue, Workload};
 use crate::types::ray::{
     ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE,
     RayCluster, RayService,
@@ -164,11 +164,26 @@ pub async fn services(client: &Client, namespace: Option<&str>) -> Result<Servic
         let what = what.to_string();
         move |source| Error::Read { what, source }
     };
-    let opted_in = ListParams::default().labels(QUEUE_NAME_LABEL);
-    let services = api::<RayService>(client, namespace)
-        .list(&opted_in)
-        .await
-        .map_err(read("RayServices"))?;
+    // opted in by either label: one LIST per label, each service once
+    let mut services: Vec<RayService> = vec![];
+    for label in crate::gate::OPT_IN_LABELS {
+        let listed = api::<RayService>(client, namespace)
+            .list(&ListParams::default().labels(label))
+            .await
+            .map_err(read("RayServices"))?;
+        for s in listed {
+            if !services
+                .iter()
+                .any(|have| have.metadata.uid == s.metadata.uid)
+            {
+                services.push(s);
+            }
+        }
+    }
+    services.sort_by(|a, b| {
+        let key = |s: &RayService| (s.metadata.namespace.clone(), s.metadata.name.clone());
+        key(a).cmp(&key(b))
+    });
     let children = ListParams::default().labels(&format!(
         "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
     ));
@@ -180,11 +195,7 @@ pub async fn services(client: &Client, namespace: Option<&str>) -> Result<Servic
         .list(&ListParams::default().labels(crate::slices::RAYSERVICE_LABEL))
         .await
         .map_err(read("Workloads"))?;
-    Ok(service_list(
-        &services.items,
-        &clusters.items,
-        &workloads.items,
-    ))
+    Ok(service_list(&services, &clusters.items, &workloads.items))
 }
 
 /// A ClusterQueue, the LocalQueues feeding it and their Workloads, summarised.

@@ -36,8 +36,8 @@ pub enum GateAction {
     ResumeService,
     /// Set (`Some`) or clear (`None`) [`ERROR_ANNOTATION`].
     ReportError { message: Option<String> },
-    /// Opt-out: drop the child's `kueue.x-k8s.io/queue-name` label (so the admission policy no
-    /// longer applies to it) and, when `unsuspend`, merge-patch its `spec.suspend=false`.
+    /// Opt-out: drop the child's opt-in labels (copied by KubeRay from its RayService; the
+    /// admission policy then no longer applies to it) and, when `unsuspend`, merge-patch its `spec.suspend=false`.
     OptOutChild { child: String, unsuspend: bool },
     /// Opt-out, last step: lift the template gate (`spec.rayClusterConfig.suspend`), clear the
     /// `spec.suspend` raygate set when `resume`, remove raygate's annotations and, when

@@ -66,9 +66,20 @@ pub const ERROR_ANNOTATION: &str = "raygate.io/error";
 /// afterwards from a template it read still gated is released too; removed on opting in again.
 pub const OPTED_OUT_ANNOTATION: &str = "raygate.io/opted-out";
 
-/// The LocalQueue a RayService opts into (its `kueue.x-k8s.io/queue-name` label).
+/// raygate's own opt-in label on a RayService: the LocalQueue its upgrades are charged to. Unlike
+/// Kueue's [`QUEUE_NAME_LABEL`], which raygate also reads, no Kueue integration acts on it, so
+/// Kueue's RayCluster and RayService integrations can stay on for everything else.
+pub const OPT_IN_LABEL: &str = "raygate.io/queue-name";
+
+/// The labels that opt a RayService in, in the order they count: raygate's own first.
+pub const OPT_IN_LABELS: [&str; 2] = [OPT_IN_LABEL, QUEUE_NAME_LABEL];
+
+/// The LocalQueue a RayService opts into: its [`OPT_IN_LABEL`], else its Kueue
+/// [`QUEUE_NAME_LABEL`] (an empty value counts as none).
 pub fn queue_name(service: &RayService) -> Option<&str> {
-    meta::label(&service.metadata, QUEUE_NAME_LABEL).filter(|q| !q.is_empty())
+    OPT_IN_LABELS
+        .iter()
+        .find_map(|key| meta::label(&service.metadata, key).filter(|q| !q.is_empty()))
 }
 
 fn annotation<'a>(service: &'a RayService, key: &str) -> Option<&'a str> {

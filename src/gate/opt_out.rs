@@ -1,4 +1,5 @@
-//! Opting out (pure): a RayService raygate gated whose `kueue.x-k8s.io/queue-name` label is gone.
+//! Opting out (pure): a RayService raygate gated whose opt-in labels ([`OPT_IN_LABELS`]:
+//! `raygate.io/queue-name`, `kueue.x-k8s.io/queue-name`) are gone.
 //!
 //! Labels are live: removing the queue label hands the service back to KubeRay alone. Its slices
 //! are finished (quota freed), the children raygate holds are released, every child loses the queue
@@ -21,8 +22,8 @@
 //! RayService without the queue label.
 
 use super::{
-    ERROR_ANNOTATION, GateAction, GateDecision, OPTED_OUT_ANNOTATION, RELEASED_ANNOTATION,
-    SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended, pod_gate,
+    ERROR_ANNOTATION, GateAction, GateDecision, OPT_IN_LABEL, OPT_IN_LABELS, OPTED_OUT_ANNOTATION,
+    RELEASED_ANNOTATION, SUSPENDED_BY_ANNOTATION, annotation, child_name, is_suspended, pod_gate,
 };
 use crate::events::EventType;
 use crate::slices::SliceAction;
@@ -45,7 +46,7 @@ fn has_queue_label(c: &RayCluster) -> bool {
     c.metadata
         .labels
         .as_ref()
-        .is_some_and(|l| l.contains_key(QUEUE_NAME_LABEL))
+        .is_some_and(|l| OPT_IN_LABELS.iter().any(|k| l.contains_key(*k)))
 }
 
 /// Whether the owner holds the children: its own `spec.suspend` (KubeRay deletes the children
@@ -117,7 +118,7 @@ pub(super) fn decide(
         EventType::Normal,
         "OptedOut",
         format!(
-            "label {QUEUE_NAME_LABEL} removed: finished slices {} (quota released), released held children {}, lifted spec.rayClusterConfig.suspend{}{ungated} and removed raygate's annotations",
+            "opt-in labels {OPT_IN_LABEL} and {QUEUE_NAME_LABEL} gone: finished slices {} (quota released), released held children {}, lifted spec.rayClusterConfig.suspend{}{ungated} and removed raygate's annotations",
             list(&finished),
             list(&released),
             if raygate_suspended {
@@ -143,7 +144,7 @@ fn release_quota(workloads: &[Workload], d: &mut GateDecision) -> Vec<String> {
             name: name.clone(),
             reason: reason::OUT_OF_SYNC,
             message: format!(
-                "the RayService opted out (label {QUEUE_NAME_LABEL} removed): quota released"
+                "the RayService opted out (labels {OPT_IN_LABEL} and {QUEUE_NAME_LABEL} gone): quota released"
             ),
         }));
         finished.push(name);

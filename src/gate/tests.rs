@@ -530,6 +530,64 @@ fn removing_the_queue_label_frees_the_quota_releases_held_children_and_lifts_the
     );
 }
 
+/// raygate's own opt-in label opts a RayService in like Kueue's, and counts first; an empty value
+/// counts as none.
+#[test]
+fn raygate_s_own_label_opts_in_and_counts_before_kueue_s() {
+    let labelled = |labels: serde_json::Value| {
+        let mut s = service(gated(""), None);
+        s.metadata.labels = Some(serde_json::from_value(labels).unwrap());
+        s
+    };
+    assert_eq!(
+        queue_name(&labelled(json!({OPT_IN_LABEL: "serving"}))),
+        Some("serving")
+    );
+    assert_eq!(
+        queue_name(&labelled(
+            json!({OPT_IN_LABEL: "serving", QUEUE_NAME_LABEL: "team-a"})
+        )),
+        Some("serving")
+    );
+    assert_eq!(
+        queue_name(&labelled(
+            json!({OPT_IN_LABEL: "", QUEUE_NAME_LABEL: "team-a"})
+        )),
+        Some("team-a")
+    );
+    assert_eq!(queue_name(&labelled(json!({OPT_IN_LABEL: ""}))), None);
+    // opted in by raygate's label alone: the upgrade's pending child is held for its slice
+    let s = labelled(json!({OPT_IN_LABEL: "team-a"}));
+    let (active, pending) = (child("svc-a", 1, false, 1), child("svc-b", 2, true, 1));
+    let d = decide(&s, &[&active, &pending], &[], &GateOptions::default());
+    assert!(kinds(&d).contains(&"Create".to_string()), "{:?}", kinds(&d));
+}
+
+/// A running child that carries raygate's label (copied by KubeRay) loses it when its RayService
+/// opts out, so the admission policy stops applying to it.
+#[test]
+fn opting_out_drops_raygate_s_label_from_the_children_too() {
+    let (mut ws, mut t) = (vec![], 10);
+    let mut s = service(gated("svc-a"), None);
+    s.metadata.labels = Some([(OPT_IN_LABEL.to_string(), "team-a".to_string())].into());
+    let active = child("svc-a", 1, false, 1);
+    let d = decide(&s, &[&active], &ws, &GateOptions::default());
+    apply_slices(&mut ws, &d, &mut t);
+    let mut active = active;
+    active
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(OPT_IN_LABEL.into(), "team-a".into());
+    let out = opted_out(gated("svc-a"), None);
+    let d = decide(&out, &[&active], &ws, &GateOptions::default());
+    assert!(
+        kinds(&d).contains(&"OptOutChild svc-a unsuspend=false".to_string()),
+        "{:?}",
+        kinds(&d)
+    );
+}
+
 fn with_queue_label(mut c: RayCluster) -> RayCluster {
     c.metadata
         .labels

@@ -240,14 +240,18 @@ pub async fn slice(
     }
 }
 
-/// Opt-out of one child: drop its queue label and, when `unsuspend`, release it.
+/// Opt-out of one child: drop its opt-in labels and, when `unsuspend`, release it.
 pub async fn opt_out_child(
     client: &Client,
     ns: &str,
     name: &str,
     unsuspend: bool,
 ) -> Result<(), Error> {
-    let mut body = json!({"metadata": {"labels": {crate::types::kueue::QUEUE_NAME_LABEL: null}}});
+    let labels: serde_json::Map<String, serde_json::Value> = crate::gate::OPT_IN_LABELS
+        .iter()
+        .map(|k| (k.to_string(), serde_json::Value::Null))
+        .collect();
+    let mut body = json!({"metadata": {"labels": labels}});
     if unsuspend {
         body["spec"] = json!({"suspend": false});
     }
