@@ -233,7 +233,27 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         json!([{"workload": format!("{ns}/svc-2"), "localQueue": "lq", "message": PENDING}])
     );
 
-    // every opted-in RayService of the namespace, and of every namespace with -A: one line each
+    // every opted-in RayService of the namespace, and of every namespace with -A: one line each,
+    // opted in by raygate's label, Kueue's or both
+    let services: Api<RayService> = Api::namespaced(client.clone(), &ns);
+    for (name, labels) in [
+        (
+            "both",
+            json!({"raygate.io/queue-name": "lq", "kueue.x-k8s.io/queue-name": "lq"}),
+        ),
+        ("own", json!({"raygate.io/queue-name": "lq"})),
+    ] {
+        let svc = json!({"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"rayClusterConfig": cluster_spec(false)}});
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(svc).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
     let (ok, list, err) = raygate(&[
         "status",
         "rayservices",
@@ -244,15 +264,20 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
     ]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = list.lines().collect();
-    assert_eq!(lines.len(), 2, "{list}");
+    assert_eq!(lines.len(), 4, "{list}");
     assert!(
         lines[0].starts_with("NAMESPACE") && lines[0].ends_with("HELD"),
         "{list}"
     );
-    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    let names: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["both", "own", "svc"], "{list}");
+    let row: Vec<&str> = lines[3].split_whitespace().collect();
     assert_eq!(row[..5], [ns.as_str(), "svc", "lq", "2", "cpu=3"], "{list}");
     assert!(
-        lines[1].contains("svc-b: "),
+        lines[3].contains("svc-b: "),
         "the held child and why: {list}"
     );
     let (ok, all, err) = raygate(&[
@@ -272,8 +297,8 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         .iter()
         .filter(|i| i["namespace"] == ns.as_str())
         .collect();
-    assert_eq!(mine.len(), 1, "{all}");
-    assert_eq!(mine[0]["name"], "svc");
+    assert_eq!(mine.len(), 3, "{all}");
+    assert_eq!(mine[2]["name"], "svc");
     let (code, _, err) = raygate_code(&[
         "status",
         "rayservice/svc",
