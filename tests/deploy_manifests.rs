@@ -495,6 +495,9 @@ const CLUSTER_PERMISSIONS: &[(&str, &str, &[&str])] = &[
         &["get", "list", "watch"],
     ),
     ("", "namespaces", &["get", "list", "watch"]),
+    // builtin admission charges LimitRange defaults and RuntimeClass overhead, as Kueue does
+    ("", "limitranges", &["get", "list", "watch"]),
+    ("node.k8s.io", "runtimeclasses", &["get", "list", "watch"]),
     // NodeRollouts (#12): cordon/taint/label nodes, evict pods through the Eviction API only,
     // watch the budgets.
     ("", "nodes", &["get", "list", "watch", "patch"]),

@@ -1271,6 +1271,44 @@ async fn a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor(back
     env.stop().await;
 }
 
+/// Builtin admission charges a PodSet what the API server adds to its pods, as Kueue's
+/// `workload.AdjustResources` does: the namespace's LimitRange default request for a container
+/// that sets none, and the overhead of the RuntimeClass the template names. On the sim (the CRD
+/// API server serves neither kind).
+#[tokio::test(start_paused = true)]
+async fn builtin_admission_charges_limit_range_defaults_and_runtime_class_overhead() {
+    use k8s_openapi::api::core::v1::LimitRange;
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    let env = Env::new(Backend::Sim, "pod-defaults").await;
+    let lr = json!({"metadata": {"name": "defaults", "namespace": env.ns},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]}});
+    Api::<LimitRange>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &serde_json::from_value(lr).unwrap())
+        .await
+        .unwrap();
+    let rc = json!({"metadata": {"name": format!("kata-{}", env.ns)}, "handler": "kata",
+        "overhead": {"podFixed": {"cpu": "250m"}}});
+    Api::<RuntimeClass>::all(env.client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(rc).unwrap())
+        .await
+        .unwrap();
+    env.queues("10", json!({})).await;
+    // the head asks 1 CPU itself; the worker asks nothing and runs under the RuntimeClass
+    let worker = json!({"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10,
+        "rayStartParams": {}, "template": {"spec": {
+            "runtimeClassName": format!("kata-{}", env.ns),
+            "containers": [{"name": "ray", "image": "rayproject/ray:2.51.0"}]}}});
+    env.create_service("svc", queue("lq"), json!([worker]))
+        .await;
+    env.wait_running("svc").await;
+    // head 1; worker: the LimitRange's 2 plus the RuntimeClass's 250m
+    eventually(WAIT, "3250m CPU reserved", || async {
+        (env.cq_cpu().await.as_deref() == Some("3250m")).then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
 /// The paused clock really runs: a held upgrade on the sim waits ten minutes of cluster time
 /// (the controller resyncing every 500 ms all along) in a few seconds of wall time, and what the
 /// controller then writes is stamped in cluster time, after those ten minutes.

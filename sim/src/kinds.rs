@@ -276,11 +276,22 @@ fn core_v1() -> Vec<ResourceType> {
     ]
 }
 
-/// The built-in kinds of events.k8s.io/v1, policy/v1 and coordination.k8s.io/v1.
+/// The built-in kinds of events.k8s.io/v1, policy/v1, coordination.k8s.io/v1 and node.k8s.io/v1,
+/// and core/v1 LimitRanges (stored and served; no admission plugin applies them to pods).
 fn other_builtins() -> Vec<ResourceType> {
     let b = ResourceType::builtin;
     vec![
         b("events.k8s.io", "v1", "events", "Event", true, false, &[]),
+        b("", "v1", "limitranges", "LimitRange", true, false, &[]),
+        b(
+            "node.k8s.io",
+            "v1",
+            "runtimeclasses",
+            "RuntimeClass",
+            false,
+            false,
+            &[],
+        ),
         b(
             "policy",
             "v1",

@@ -104,6 +104,9 @@ pub struct Snapshot {
     pub workloads: Vec<Workload>,
     /// namespace name -> labels, for ClusterQueue namespaceSelector; a namespace not listed has no labels.
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// What LimitRanges and RuntimeClasses add to the PodSets' requests, charged as Kueue charges
+    /// it ([`crate::podsets::PodDefaults`]).
+    pub pod_defaults: crate::podsets::PodDefaults,
 }
 
 /// How decisions play out.

@@ -74,6 +74,7 @@ pub(crate) struct Queues {
     lq_ids: HashMap<(String, String), LqIx>,
     pub(super) priorities: HashMap<String, i32>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    pub(super) pod_defaults: crate::podsets::PodDefaults,
     pub(super) release_evicted: bool,
 }
 
@@ -95,6 +96,7 @@ impl Queues {
         let mut q = Queues {
             release_evicted: options.release_evicted_immediately,
             namespace_labels: snapshot.namespace_labels.clone(),
+            pod_defaults: snapshot.pod_defaults.clone(),
             ..Queues::default()
         };
         q.add_flavors(&snapshot.flavors);

@@ -184,6 +184,11 @@ impl PodCounts {
     }
 }
 
+/// A Workload's namespace (`default` when unset, as everywhere in admission).
+fn namespace_of(w: &Workload) -> &str {
+    w.metadata.namespace.as_deref().unwrap_or("default")
+}
+
 impl Queues {
     /// Everything admission needs to know about one Workload.
     pub fn derive(&self, w: &Workload) -> WorkloadEntry {
@@ -286,6 +291,8 @@ impl Queues {
                 ));
             }
             let spec = ps.template.spec.as_ref().unwrap_or(&empty);
+            let adjusted = self.pod_defaults.adjust(namespace_of(w), spec);
+            let spec = adjusted.as_ref().unwrap_or(spec);
             let field = format!("spec.podSets[{i}].template.spec");
             out.push(PodSetRequests {
                 name: ps.name.clone(),
@@ -402,6 +409,10 @@ impl Queues {
                 continue;
             };
             let spec = ps.template.spec.clone().unwrap_or_default();
+            let spec = self
+                .pod_defaults
+                .adjust(namespace_of(w), &spec)
+                .unwrap_or(spec);
             if let Ok(per_pod) = pod_requests(&spec, &format!("spec.podSets[{i}]"), "")
                 && !per_pod.get(res).is_negative()
             {

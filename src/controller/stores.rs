@@ -7,7 +7,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -40,6 +41,10 @@ pub struct Stores {
     pub priority_classes: Store<WorkloadPriorityClass>,
     /// `None` when the server serves no core/v1 Namespaces (then no namespace has labels).
     pub namespaces: Option<Store<Namespace>>,
+    /// With builtin admission, when the server serves them: the LimitRanges and RuntimeClasses
+    /// whose defaults and overhead a PodSet is charged ([`crate::podsets::PodDefaults`]).
+    pub limit_ranges: Option<Store<LimitRange>>,
+    pub runtime_classes: Option<Store<RuntimeClass>>,
     /// The Ray pods ([`RAY_PODS`]) when the pod gate is on (`None` otherwise: raygate then reads
     /// no pods).
     pub pods: Option<Store<Pod>>,
@@ -314,18 +319,36 @@ pub fn watch_store<K: Watched>(
     (w.store, w.driver)
 }
 
-/// Whether the server serves core/v1 Namespaces (the test API server does not).
-async fn serves_namespaces(client: &Client) -> bool {
-    match Api::<Namespace>::all(client.clone())
+/// Whether the server serves `K` to this client (the test API server serves no core/v1 kind;
+/// `without` says what admission does without it, for the log line).
+async fn serves<K: Watched>(client: &Client, without: &str) -> bool {
+    match Api::<K>::all(client.clone())
         .list_metadata(&ListParams::default().limit(1))
         .await
     {
         Ok(_) => true,
         Err(e) => {
-            tracing::info!(error = %e, "namespaces are not readable; ClusterQueue namespaceSelectors see no labels");
+            let kind = K::kind(&());
+            tracing::info!(error = %e, "{kind} objects are not readable; {without}");
             false
         }
     }
+}
+
+/// [`queue_input`] of a kind the server may not serve (`None` then), its driver added to
+/// `drivers`.
+async fn optional_input<K: Watched>(
+    client: &Client,
+    (trigger, ready): (&Arc<Notify>, &Arc<Readiness>),
+    drivers: &mut Vec<Driver>,
+    without: &str,
+) -> Option<Store<K>> {
+    if !serves::<K>(client, without).await {
+        return None;
+    }
+    let (store, driver) = queue_input::<K>(client, trigger, ready);
+    drivers.push(driver);
+    Some(store)
 }
 
 /// The RayService a child RayCluster seen on the children watch belongs to
@@ -452,12 +475,17 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         cohorts_driver,
         pc_driver,
     ];
-    let namespaces = if serves_namespaces(&client).await {
-        let (store, driver) = queue_input::<Namespace>(&client, &trigger, &ready);
-        drivers.push(driver);
-        Some(store)
+    let inputs = (&trigger, &ready);
+    let without = "ClusterQueue namespaceSelectors see no labels";
+    let namespaces = optional_input::<Namespace>(&client, inputs, &mut drivers, without).await;
+    let (limit_ranges, runtime_classes) = if mode == AdmissionMode::Builtin {
+        let without = "PodSets are charged without LimitRange defaults";
+        let lr = optional_input::<LimitRange>(&client, inputs, &mut drivers, without).await;
+        let without = "PodSets are charged without RuntimeClass overhead";
+        let rc = optional_input::<RuntimeClass>(&client, inputs, &mut drivers, without).await;
+        (lr, rc)
     } else {
-        None
+        (None, None)
     };
     let pods = pod_gate.then(|| {
         let (store, driver) = watch_store(
@@ -479,6 +507,8 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         cohorts,
         priority_classes,
         namespaces,
+        limit_ranges,
+        runtime_classes,
         pods,
         ready,
     };

@@ -5,6 +5,7 @@
 //! PodSet name whose children disagree on per-pod requests so the totals stay exact.
 
 mod cluster;
+mod defaults;
 mod placement;
 mod pod;
 mod service;
@@ -13,6 +14,7 @@ pub use cluster::{
     AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS,
     head_template, of_cluster,
 };
+pub use defaults::PodDefaults;
 pub use placement::{
     INJECTED_PLACEMENT_ANNOTATION, Injected, InjectedRecord, Placement, injected_record, of_child,
     strip,

@@ -13,6 +13,7 @@ use kube::runtime::reflector::Store;
 
 use super::super::{Context, Monotonic};
 use crate::admission::Snapshot;
+use crate::podsets::PodDefaults;
 use crate::runtime::{Assumed, reuse_copies};
 use crate::types::kueue::{Workload, WorkloadStatus};
 
@@ -172,8 +173,24 @@ impl Observer {
                     .collect()
             })
             .unwrap_or_default();
+        snap.pod_defaults = pod_defaults(ctx);
         &self.snapshot
     }
+}
+
+/// What the cached LimitRanges and RuntimeClasses add to a PodSet's requests.
+fn pod_defaults(ctx: &Context) -> PodDefaults {
+    use crate::runtime::SortedState;
+    let s = &ctx.stores;
+    let limit_ranges = s.limit_ranges.as_ref().map(|st| st.sorted_state());
+    let runtime_classes = s.runtime_classes.as_ref().map(|st| st.sorted_state());
+    let lr: Vec<_> = limit_ranges.iter().flatten().map(|a| a.as_ref()).collect();
+    let rc: Vec<_> = runtime_classes
+        .iter()
+        .flatten()
+        .map(|a| a.as_ref())
+        .collect();
+    PodDefaults::new(&lr, &rc)
 }
 
 /// The store's Workload with its assumed status, if the loop assumes one.
