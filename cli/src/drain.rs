@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use raygate::cli::drain::{
-    CheckFlags, CheckReport, PlanFlags, PlanReport, check_table, exit, plan_report_table,
-};
+use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, PlanReport, exit};
 use raygate::cli::{self, Output};
 use raygate::client::live;
 use raygate::drain::CapacityCheck;
@@ -114,8 +112,7 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
                 health_dead_ends: found.health_dead_ends,
                 exposed,
             };
-            let text = cli::render(&report, cluster.output, plan_report_table)
-                .map_err(|e| bad(e.to_string()))?;
+            let text = cli::render(&report, cluster.output).map_err(|e| bad(e.to_string()))?;
             Ok((text, report.exit_code()))
         }
         DrainCommand::Check { flags, cluster } => {
@@ -142,8 +139,7 @@ async fn command(command: DrainCommand) -> Result<(String, u8), Failure> {
                 health_dead_ends: found.health_dead_ends,
                 exposed,
             };
-            let text = cli::render(&report, cluster.output, check_table)
-                .map_err(|e| bad(e.to_string()))?;
+            let text = cli::render(&report, cluster.output).map_err(|e| bad(e.to_string()))?;
             Ok((text, report.exit_code()))
         }
         DrainCommand::Run(_) => Err(Failure(

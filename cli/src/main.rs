@@ -310,14 +310,13 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Podsets { file, output } => {
             let output = output.unwrap_or_else(stdout_default);
             let text = read_input(&file)?;
-            let result =
-                cli::podsets(&text).and_then(|r| cli::render(&r, output, cli::podsets_table));
+            let result = cli::podsets(&text).and_then(|r| cli::render(&r, output));
             Ok(print_or_exit2(result))
         }
         Command::Admit { file, output } => {
             let output = output.unwrap_or_else(stdout_default);
             let text = read_input(&file)?;
-            let result = cli::admit(&text).and_then(|r| cli::render(&r, output, cli::admit_table));
+            let result = cli::admit(&text).and_then(|r| cli::render(&r, output));
             Ok(print_or_exit2(result))
         }
         Command::Controller(args) => {
@@ -402,17 +401,17 @@ async fn status(args: StatusArgs) -> anyhow::Result<String> {
         Target::RayService(name) => {
             let ns = live::default_namespace(&client, args.namespace.as_deref());
             let report = live::service(&client, &ns, name).await?;
-            cli::render(&report, args.output, cli::status::service_table)?
+            cli::render(&report, args.output)?
         }
         Target::RayServices => {
             let ns = (!args.all_namespaces)
                 .then(|| live::default_namespace(&client, args.namespace.as_deref()));
             let list = live::services(&client, ns.as_deref()).await?;
-            cli::render(&list, args.output, cli::status_list::service_list_table)?
+            cli::render(&list, args.output)?
         }
         Target::ClusterQueue(name) => {
             let report = live::cluster_queue(&client, name).await?;
-            cli::render(&report, args.output, cli::status::queue_table)?
+            cli::render(&report, args.output)?
         }
     };
     Ok(text)

@@ -83,7 +83,7 @@ async fn command(args: RolloutArgs) -> Result<(String, u8), (String, u8)> {
     match args.command {
         RolloutCommand::Get { name, output } => {
             let o = io::get(&client, &name).await.map_err(failed)?;
-            cli::render(&verbs::view(&o), output, verbs::view_table)
+            cli::render(&verbs::view(&o), output)
                 .map(|text| (text, exit::OK))
                 .map_err(|e| (e.to_string(), exit::API))
         }

@@ -4,9 +4,9 @@
 
 use kube::Client;
 use kube::api::{Api, PostParams};
+use raygate::cli::drain::capacity_check;
 use raygate::cli::drain::{CheckFlags, CheckReport, PlanFlags, check_table, exit, plan_table};
 use raygate::cli::drain::{Groups, HandoffMode, PlanReport, plan_exit_code};
-use raygate::cli::drain::{capacity_check, plan_report_table};
 use raygate::cli::{Output, render};
 use raygate::types::k8s_openapi::api::apps::v1::DaemonSet;
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
@@ -188,8 +188,7 @@ domain ud-b:
     );
 
     // JSON is the plan itself
-    let json: Value =
-        serde_json::from_str(&render(&plan, Output::Json, plan_table).unwrap()).unwrap();
+    let json: Value = serde_json::from_str(&render(&plan, Output::Json).unwrap()).unwrap();
     assert_eq!(json["domains"][0]["name"], "ud-b");
     assert_eq!(json["domains"][1]["phase1"][0]["pdb"], "w-leaders");
 
@@ -422,9 +421,17 @@ async fn plan_report(
         health_dead_ends,
         exposed,
     };
-    let table = render(&report, Output::Table, plan_report_table).unwrap();
-    let json: Value =
-        serde_json::from_str(&render(&report, Output::Json, plan_report_table).unwrap()).unwrap();
+    let table = render(&report, Output::Table).unwrap();
+    let json: Value = serde_json::from_str(&render(&report, Output::Json).unwrap()).unwrap();
+    // -o name: the plan's nodes in drain order, as kubectl names them
+    let names: Vec<String> = json["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["nodes"].as_array().unwrap().iter())
+        .map(|n| format!("node/{}\n", n["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(render(&report, Output::Name).unwrap(), names.concat());
     (dead_ends, table, json, report.exit_code())
 }
 
@@ -530,8 +537,7 @@ async fn check_lists_a_domain_without_room_to_recover_as_a_finding() {
     ] {
         assert!(table.contains(says), "no {says:?} in\n{table}");
     }
-    let json: Value =
-        serde_json::from_str(&render(&r, Output::Json, check_table).unwrap()).unwrap();
+    let json: Value = serde_json::from_str(&render(&r, Output::Json).unwrap()).unwrap();
     assert_eq!(json["deadEnds"][0]["domain"], "ud-a");
 
     // not asked (no --taint-outdated): the contract holds
@@ -700,8 +706,7 @@ async fn a_domain_whose_health_check_cannot_pass_with_hand_off_none_is_reported_
         ),
         "{table}"
     );
-    let json: Value =
-        serde_json::from_str(&render(&r, Output::Json, check_table).unwrap()).unwrap();
+    let json: Value = serde_json::from_str(&render(&r, Output::Json).unwrap()).unwrap();
     assert_eq!(json["healthDeadEnds"][0]["domain"], "ud-b");
     // neither --taint-outdated nor --handoff: the room is not checked
     assert!(report(room_cluster(true).await, None).await.is_none());

@@ -68,6 +68,10 @@ async fn pause_sets_spec_paused_get_shows_it_and_resume_goes_on_to_completion() 
     let o = until(&client, |o| phase(o) == Some("Paused")).await;
     let v = view(&o);
     assert!(v.paused_by_spec && v.paused_by_engine.is_none(), "{v:?}");
+    assert_eq!(
+        raygate::cli::render(&v, raygate::cli::Output::Name).unwrap(),
+        "noderollout.raygate.io/r\n"
+    );
     let table = view_table(&v);
     let progressing = o
         .status

@@ -274,6 +274,21 @@ async fn status_of_a_held_upgrade_and_of_its_cluster_queue() {
         .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
         .collect();
     assert_eq!(names, ["both", "own", "svc"], "{list}");
+    let (ok, named, err) = raygate(&[
+        "status",
+        "rayservices",
+        "-n",
+        &ns,
+        "-o",
+        "name",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        named,
+        "rayservice.ray.io/both\nrayservice.ray.io/own\nrayservice.ray.io/svc\n"
+    );
     let row: Vec<&str> = lines[3].split_whitespace().collect();
     assert_eq!(row[..5], [ns.as_str(), "svc", "lq", "2", "cpu=3"], "{list}");
     assert!(

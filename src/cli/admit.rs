@@ -281,6 +281,21 @@ fn nested(m: &BTreeMap<String, BTreeMap<String, String>>) -> String {
 }
 
 /// The table form of an admit report.
+impl super::View for AdmitReport {
+    fn table(&self) -> String {
+        admit_table(self)
+    }
+
+    /// The Workloads admitted.
+    fn names(&self) -> Vec<String> {
+        self.workloads
+            .iter()
+            .filter(|w| w.admitted)
+            .map(|w| super::object_name("workload.kueue.x-k8s.io", &w.name))
+            .collect()
+    }
+}
+
 pub fn admit_table(r: &AdmitReport) -> String {
     let mut s = String::new();
     let w = r
@@ -430,6 +445,11 @@ spec: {clusterQueue: team-a}
         assert!(
             table.contains("default/b  no        team-a        Pending: couldn't assign"),
             "{table}"
+        );
+        // -o name: the Workloads admitted, as kubectl names them
+        assert_eq!(
+            crate::cli::render(&r, crate::cli::Output::Name).unwrap(),
+            "workload.kueue.x-k8s.io/a\n"
         );
     }
 

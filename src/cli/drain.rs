@@ -300,6 +300,63 @@ impl PlanReport<'_> {
 
 /// The plan's table, then each domain without room to recover (the controller's
 /// `NoRoomToRecover` text: domain, budget, groups, room, the fixes).
+/// The nodes a plan drains, domain by domain.
+fn node_names(plan: &Plan) -> Vec<String> {
+    plan.domains
+        .iter()
+        .flat_map(|d| &d.nodes)
+        .map(|n| super::object_name("node", &n.name))
+        .collect()
+}
+
+impl super::View for PlanReport<'_> {
+    fn table(&self) -> String {
+        plan_report_table(self)
+    }
+
+    /// The nodes drained, in order.
+    fn names(&self) -> Vec<String> {
+        node_names(&self.plan)
+    }
+}
+
+impl super::View for Plan<'_> {
+    fn table(&self) -> String {
+        plan_table(self)
+    }
+
+    /// The nodes drained, in order.
+    fn names(&self) -> Vec<String> {
+        node_names(self)
+    }
+}
+
+impl super::View for CheckReport {
+    fn table(&self) -> String {
+        check_table(self)
+    }
+
+    /// The objects at fault (a Pod or a PodDisruptionBudget; a group is no object), each once.
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .findings
+            .iter()
+            .filter_map(|f| {
+                let (kind, key) = f.object.split_once(' ')?;
+                let kind_group = match kind {
+                    "Pod" => "pod",
+                    "PodDisruptionBudget" => "poddisruptionbudget.policy",
+                    _ => return None,
+                };
+                Some(super::object_name(kind_group, key))
+            })
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        names.retain(|n| seen.insert(n.clone()));
+        names
+    }
+}
+
 pub fn plan_report_table(report: &PlanReport) -> String {
     let mut out = plan_table(&report.plan);
     if !report.dead_ends.is_empty() {

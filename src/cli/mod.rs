@@ -26,6 +26,23 @@ pub enum Output {
     Json,
     Yaml,
     Table,
+    /// The objects the result is about, one `kind.group/name` line each, as `kubectl get -o
+    /// name` prints them.
+    Name,
+}
+
+/// What a command prints: its data (`json`, `yaml`), a table for a person, and the objects it
+/// is about for a script (`name`).
+pub trait View: Serialize {
+    fn table(&self) -> String;
+    /// `kind.group/name` per object (`kind/name` for core kinds; no namespace, as kubectl).
+    fn names(&self) -> Vec<String>;
+}
+
+/// `kind.group/name` of `ns/name` or `name` (the namespace dropped, as `kubectl get -o name`).
+pub fn object_name(kind_group: &str, key: &str) -> String {
+    let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
+    format!("{kind_group}/{name}")
 }
 
 /// The output format of `podsets` and `admit` without `-o`: a table on a terminal, JSON when
@@ -50,11 +67,7 @@ pub enum InputError {
 }
 
 /// Renders a report in the chosen format.
-pub fn render<T: Serialize>(
-    value: &T,
-    output: Output,
-    table: impl FnOnce(&T) -> String,
-) -> Result<String, InputError> {
+pub fn render<T: View>(value: &T, output: Output) -> Result<String, InputError> {
     match output {
         Output::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
@@ -62,7 +75,12 @@ pub fn render<T: Serialize>(
         Output::Yaml => {
             crate::manifest::to_yaml(value).map_err(|e| InputError::Render(e.to_string()))
         }
-        Output::Table => Ok(table(value)),
+        Output::Table => Ok(value.table()),
+        Output::Name => Ok(value
+            .names()
+            .into_iter()
+            .map(|n| n + "\n")
+            .collect::<String>()),
     }
 }
 

@@ -128,6 +128,17 @@ fn fmt_resources(r: &Resources) -> String {
 }
 
 /// The table form of a PodSets report.
+impl super::View for PodSetsReport {
+    fn table(&self) -> String {
+        podsets_table(self)
+    }
+
+    /// The RayService read.
+    fn names(&self) -> Vec<String> {
+        vec![super::object_name("rayservice.ray.io", &self.ray_service)]
+    }
+}
+
 pub fn podsets_table(r: &PodSetsReport) -> String {
     let mut s = String::new();
     let from = if r.children.is_empty() {

@@ -113,6 +113,16 @@ pub fn view(o: &NodeRollout) -> RolloutView {
 }
 
 /// `get`'s table.
+impl super::View for RolloutView {
+    fn table(&self) -> String {
+        view_table(self)
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec![super::object_name("noderollout.raygate.io", &self.name)]
+    }
+}
+
 pub fn view_table(v: &RolloutView) -> String {
     let mut out = format!("NodeRollout {}\n", v.name);
     let dash = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".into());

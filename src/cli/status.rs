@@ -516,6 +516,29 @@ pub(super) fn columns(rows: &[Vec<String>]) -> String {
 }
 
 /// The table form of a RayService report.
+impl super::View for ServiceReport {
+    fn table(&self) -> String {
+        service_table(self)
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec![super::object_name("rayservice.ray.io", &self.name)]
+    }
+}
+
+impl super::View for QueueReport {
+    fn table(&self) -> String {
+        queue_table(self)
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec![super::object_name(
+            "clusterqueue.kueue.x-k8s.io",
+            &self.name,
+        )]
+    }
+}
+
 pub fn service_table(r: &ServiceReport) -> String {
     let mut s = format!(
         "RayService {}/{}  queue: {}\n",

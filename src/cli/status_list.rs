@@ -58,6 +58,16 @@ fn by_owner<K: ResourceExt + Clone>(
 
 /// One line per RayService: its queue, children, held children and why, what quota must still
 /// cover.
+impl super::View for ServiceList {
+    fn table(&self) -> String {
+        service_list_table(self)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.items.iter().flat_map(super::View::names).collect()
+    }
+}
+
 pub fn service_list_table(list: &ServiceList) -> String {
     if list.items.is_empty() {
         return "No opted-in RayService found.\n".into();
