@@ -114,18 +114,56 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     play(&checked, output, files, args.baselines)
 }
 
+/// On a terminal, one line on standard error kept current: seeds done, stalled, elapsed and
+/// an estimate of what is left; elsewhere nothing (a log or a pipe gets the summary only).
+fn progress_line(
+    started: std::time::Instant,
+) -> std::sync::Arc<dyn Fn(raygate_demo::sweep::Progress) + Send + Sync> {
+    if !std::io::stderr().is_terminal() {
+        return std::sync::Arc::new(|_| {});
+    }
+    std::sync::Arc::new(move |p: raygate_demo::sweep::Progress| {
+        eprint!("\r\x1b[2K{}", sweep_progress(p, started.elapsed()));
+    })
+}
+
+/// `seeds 37/300 · 0 stalled · 41 s, about 4 min 51 s left`.
+fn sweep_progress(p: raygate_demo::sweep::Progress, elapsed: std::time::Duration) -> String {
+    let secs = elapsed.as_secs();
+    let left = (p.done > 0).then(|| {
+        let per_seed = elapsed.as_secs_f64() / p.done as f64;
+        (per_seed * p.total.saturating_sub(p.done) as f64).round() as u64
+    });
+    let clock = |s: u64| match s {
+        0..60 => format!("{s} s"),
+        _ => format!("{} min {} s", s / 60, s % 60),
+    };
+    let left = left.map_or(String::new(), |l| format!(", about {} left", clock(l)));
+    format!(
+        "seeds {}/{} · {} stalled · {}{left}",
+        p.done,
+        p.total,
+        p.stalled,
+        clock(secs)
+    )
+}
+
 /// `raygate simulate --seeds N`: the sweep over seeds `first..first + n` (each a generated
 /// story, raygate and the baselines on it), its table on standard output; exit 1 if raygate
 /// broke an invariant, a rollout failed or a seed stalled (5 minutes of wall time).
 fn seeds(first: u64, n: u64, threads: usize) -> anyhow::Result<ExitCode> {
     let registry = raygate_sim::upstream::registry().context("the embedded CRDs")?;
     let wall = std::time::Instant::now();
-    let summary = raygate_demo::sweep::sweep(
+    let summary = raygate_demo::sweep::sweep_reporting(
         &registry,
         first..first.saturating_add(n),
         threads,
         std::time::Duration::from_secs(300),
+        progress_line(wall),
     );
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
     let took = wall.elapsed().as_secs_f64();
     print!("{summary}");
     println!("wall time: {took:.1} s for {n} seeds (from seed {first}) on {threads} threads",);
@@ -258,4 +296,30 @@ fn with_baselines_json(
         })
         .collect();
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use raygate_demo::sweep::Progress;
+
+    use super::sweep_progress;
+
+    #[test]
+    fn the_sweep_s_progress_line_counts_seeds_and_estimates_what_is_left() {
+        let p = |done, stalled| Progress {
+            done,
+            total: 300,
+            stalled,
+        };
+        assert_eq!(
+            sweep_progress(p(0, 0), Duration::from_secs(3)),
+            "seeds 0/300 · 0 stalled · 3 s"
+        );
+        assert_eq!(
+            sweep_progress(p(30, 1), Duration::from_secs(20)),
+            "seeds 30/300 · 1 stalled · 20 s, about 3 min 0 s left"
+        );
+    }
 }

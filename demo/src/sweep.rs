@@ -550,22 +550,46 @@ impl std::fmt::Display for Summary {
     }
 }
 
-/// Runs `seeds` on `threads` threads, each seed on a paused runtime of its own thread; a seed
-/// not done within `wall_limit` of wall time is reported stalled (cluster time stopped: a task
-/// spinning) and its thread left behind. The summary adds the seeds in seed order, whatever
-/// thread finished first: the same seeds give the same summary on any number of threads.
+/// How far a sweep has come, told after each seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Seeds finished (or stalled) so far.
+    pub done: u64,
+    pub total: u64,
+    /// Of those, the seeds that stalled.
+    pub stalled: u64,
+}
+
+/// [`sweep_reporting`] telling no one.
 pub fn sweep(
     registry: &Registry,
     seeds: std::ops::Range<u64>,
     threads: usize,
     wall_limit: Duration,
 ) -> Summary {
+    sweep_reporting(registry, seeds, threads, wall_limit, Arc::new(|_| {}))
+}
+
+/// Runs `seeds` on `threads` threads, each seed on a paused runtime of its own thread; a seed
+/// not done within `wall_limit` of wall time is reported stalled (cluster time stopped: a task
+/// spinning) and its thread left behind. `progress` hears of each seed as it ends. The summary
+/// adds the seeds in seed order, whatever thread finished first: the same seeds give the same
+/// summary on any number of threads.
+pub fn sweep_reporting(
+    registry: &Registry,
+    seeds: std::ops::Range<u64>,
+    threads: usize,
+    wall_limit: Duration,
+    progress: Arc<dyn Fn(Progress) + Send + Sync>,
+) -> Summary {
+    let total = seeds.end.saturating_sub(seeds.start);
     let next = Arc::new(AtomicU64::new(seeds.start));
     // per seed: its runs, or `None` when it stalled
     let done: Arc<Mutex<BTreeMap<u64, Option<Vec<RunResult>>>>> = Arc::default();
     let workers: Vec<_> = (0..threads.max(1))
         .map(|_| {
             let (next, done, registry) = (next.clone(), done.clone(), registry.clone());
+            let progress = progress.clone();
             let end = seeds.end;
             std::thread::spawn(move || {
                 loop {
@@ -590,9 +614,14 @@ pub fn sweep(
                         let _ = tx.send(rt.block_on(run_seed(&registry, seed)));
                     });
                     let outcome = rx.recv_timeout(wall_limit).ok();
-                    done.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(seed, outcome);
+                    // told under the lock: in the order the seeds ended
+                    let mut done = done.lock().unwrap_or_else(|p| p.into_inner());
+                    done.insert(seed, outcome);
+                    progress(Progress {
+                        done: done.len() as u64,
+                        total,
+                        stalled: done.values().filter(|o| o.is_none()).count() as u64,
+                    });
                 }
             })
         })

@@ -18,9 +18,22 @@ fn raygate_breaks_no_invariant_on_random_clusters_and_timelines() {
     let (seeds, first) = (env("RAYGATE_SWEEP_SEEDS", 4), env("RAYGATE_SWEEP_FIRST", 0));
     let registry = raygate_sim::upstream::registry().unwrap();
     let wall = std::time::Instant::now();
-    let summary = sweep::sweep(&registry, first..first + seeds, 2, Duration::from_secs(240));
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tell = heard.clone();
+    let summary = sweep::sweep_reporting(
+        &registry,
+        first..first + seeds,
+        2,
+        Duration::from_secs(240),
+        std::sync::Arc::new(move |p| tell.lock().unwrap().push(p)),
+    );
     eprintln!("{summary}wall time: {:.1} s", wall.elapsed().as_secs_f64());
     assert_eq!(summary.seeds, seeds);
+    // progress was told once per seed, counting up to the total
+    let heard = heard.lock().unwrap().clone();
+    let done: Vec<u64> = heard.iter().map(|p| p.done).collect();
+    assert_eq!(done, (1..=seeds).collect::<Vec<_>>());
+    assert!(heard.iter().all(|p| p.total == seeds && p.stalled == 0));
     assert!(summary.raygate_clean(), "{summary}");
     // the baselines ran on the same seeds
     assert!(summary.by_variant.len() >= 2, "{summary}");
