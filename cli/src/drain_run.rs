@@ -18,7 +18,7 @@ use raygate::drain::{
     CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions,
 };
 use raygate::runtime::SystemClock;
-use raygate::types::rollout::FailureActionSpec;
+use raygate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, FailureActionSpec};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum FailureArg {
@@ -42,8 +42,9 @@ pub struct RunArgs {
     kubeconfig: Option<PathBuf>,
     #[arg(long)]
     context: Option<String>,
-    /// The node label naming a node's upgrade domain.
-    #[arg(long)]
+    /// The node label naming a node's upgrade domain (as `drain plan|check`; `--domain-label`
+    /// is accepted too).
+    #[arg(long = "ud-label", alias = "domain-label", default_value = DEFAULT_UPGRADE_DOMAIN_LABEL)]
     domain_label: String,
     /// Nodes to drain (a label query, as kubectl's --selector; default all).
     #[arg(short = 'l', long = "selector", default_value = "")]
@@ -51,10 +52,16 @@ pub struct RunArgs {
     /// The pod label naming a group (e.g. leaderworkerset.sigs.k8s.io/group-key).
     #[arg(long)]
     group_label: Option<String>,
-    /// Drain only nodes whose label KEY is not at --generation-target.
+    /// Drain only nodes whose label KEY is not at --target-generation.
     #[arg(long)]
     generation_label: Option<String>,
-    #[arg(long, requires = "generation_label")]
+    /// The generation nodes are brought to (as `drain plan`; `--generation-target` is accepted
+    /// too).
+    #[arg(
+        long = "target-generation",
+        alias = "generation-target",
+        requires = "generation_label"
+    )]
     generation_target: Option<String>,
     #[arg(long, value_enum, default_value = "none")]
     handoff: HandoffMode,
@@ -362,4 +369,52 @@ async fn capacity_check(
         );
     }
     Ok(raygate::cli::drain::capacity_check(&found, skip).err())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::RunArgs;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// `drain run` takes the flag names of `drain plan|check` (`--ud-label`,
+    /// `--target-generation`), and still the older ones.
+    #[test]
+    fn drain_run_speaks_the_flag_names_of_drain_plan() {
+        let run = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            (cli.run.domain_label, cli.run.generation_target)
+        };
+        let plan_names = [
+            "--ud-label",
+            "ud",
+            "--generation-label",
+            "g",
+            "--target-generation",
+            "v2",
+        ];
+        let older = [
+            "--domain-label",
+            "ud",
+            "--generation-label",
+            "g",
+            "--generation-target",
+            "v2",
+        ];
+        let want = ("ud".to_string(), Some("v2".to_string()));
+        assert_eq!(run(&plan_names), want);
+        assert_eq!(run(&older), want);
+        assert_eq!(
+            run(&[]).0,
+            raygate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL,
+            "the same default as drain plan"
+        );
+    }
 }

@@ -601,7 +601,7 @@ async fn run_local_refuses_a_plan_without_room_to_recover_unless_told_to_skip() 
     let (code, _, err) = raygate(&[
         "drain",
         "run",
-        "--domain-label",
+        "--ud-label",
         UD,
         "--skip-room-check",
         "--kubeconfig",

@@ -161,7 +161,7 @@ fn the_binary_exits_2_on_flags_a_node_rollout_cannot_take_before_reading_the_clu
         .args([
             "drain",
             "run",
-            "--domain-label",
+            "--ud-label",
             UD,
             "--group-label",
             "team/group",

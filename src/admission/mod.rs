@@ -87,9 +87,9 @@ pub enum AdmissionMode {
     /// drop PodSets and is charged by its delta.
     #[default]
     Builtin,
-    /// A real Kueue admits (its RayService integration disabled); raygate only reads conditions,
-    /// and a replacement slice keeps its chain's PodSet list identical (Kueue's flavor assigner
-    /// panics otherwise).
+    /// A real Kueue admits (RayServices opted in with `raygate.io/queue-name`, which no Kueue
+    /// integration acts on); raygate only reads conditions, and a replacement slice keeps its
+    /// chain's PodSet list identical (Kueue's flavor assigner panics otherwise).
     Kueue,
 }
 
