@@ -43,18 +43,23 @@ const KUEUE_KINDS: [&str; 6] = [
     "workloads",
 ];
 
-#[test]
-fn kuberay_1_7_with_kueue_0_19_passes_in_both_modes() {
-    let mut crds = upstream_ray();
+/// Kueue v0.19's CRDs as its source tree ships them (no conversion patched in).
+fn upstream_kueue() -> Vec<CustomResourceDefinition> {
     let files: Vec<String> = KUEUE_KINDS
         .iter()
         .map(|k| format!("kueue.x-k8s.io_{k}.yaml"))
         .collect();
     let names: Vec<&str> = files.iter().map(String::as_str).collect();
-    crds.extend(crds_in(
+    crds_in(
         &raygate_testing::upstream::dir().join("upstream-crds"),
         &names,
-    ));
+    )
+}
+
+#[test]
+fn kuberay_1_7_with_kueue_0_19_passes_in_both_modes() {
+    let mut crds = upstream_ray();
+    crds.extend(upstream_kueue());
     assert_eq!(check(&crds, AdmissionMode::Builtin), Vec::<String>::new());
     assert_eq!(check(&crds, AdmissionMode::Kueue), Vec::<String>::new());
 }
@@ -66,15 +71,7 @@ fn kuberay_1_7_with_kueue_0_19_passes_in_both_modes() {
 #[test]
 fn kueue_0_19_s_own_install_refuses_builtin_mode_and_passes_kueue_mode() {
     let mut crds = upstream_ray();
-    let files: Vec<String> = KUEUE_KINDS
-        .iter()
-        .map(|k| format!("kueue.x-k8s.io_{k}.yaml"))
-        .collect();
-    let names: Vec<&str> = files.iter().map(String::as_str).collect();
-    let mut kueue = crds_in(
-        &raygate_testing::upstream::dir().join("upstream-crds"),
-        &names,
-    );
+    let mut kueue = upstream_kueue();
     for crd in &mut kueue {
         let name = crd.metadata.name.clone().unwrap_or_default();
         if [
