@@ -83,7 +83,8 @@ pub struct RunArgs {
     /// Pause after each domain; press Enter to go on.
     #[arg(long)]
     manual: bool,
-    #[arg(long, default_value_t = 10)]
+    /// With --local: evictions in flight at once (the controller's NodeRollouts use its own).
+    #[arg(long, default_value_t = 10, requires = "local")]
     eviction_concurrency: usize,
     /// With --local: server-side dry-run evictions only (nothing is cordoned or evicted).
     /// Otherwise: a server-side dry-run create of the NodeRollout, and the plan printed.
@@ -416,5 +417,27 @@ mod tests {
             raygate::types::rollout::DEFAULT_UPGRADE_DOMAIN_LABEL,
             "the same default as drain plan"
         );
+    }
+
+    /// A flag only the in-process engine reads is refused without --local, never ignored.
+    #[test]
+    fn a_flag_of_the_local_engine_is_refused_for_a_node_rollout() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied())).map(|c| c.run)
+        };
+        for flag in [
+            &["--eviction-concurrency", "3"][..],
+            &["--taint-outdated"][..],
+            &["--skip-room-check"][..],
+        ] {
+            let e = parse(flag)
+                .err()
+                .unwrap_or_else(|| panic!("{flag:?} was taken"));
+            assert!(e.to_string().contains("--local"), "{flag:?}: {e}");
+            let mut local = vec!["--local"];
+            local.extend_from_slice(flag);
+            assert!(parse(&local).is_ok(), "{local:?}");
+        }
+        assert_eq!(parse(&[]).map(|r| r.eviction_concurrency).ok(), Some(10));
     }
 }
