@@ -7,7 +7,7 @@ use super::state::State;
 use super::update::tracks_generation;
 use crate::fields::{self, Writer};
 use crate::status::{ApiError, FieldCause};
-use crate::store::ChangeType;
+use crate::store::{ChangeType, ResKey};
 
 impl State {
     /// POST: create.
@@ -89,6 +89,7 @@ impl State {
                     if let Some(spec) = m.get_mut("spec") {
                         crate::admission::default_toleration_seconds(spec);
                     }
+                    self.admit_pod(route, &name, &mut obj)?;
                 }
                 ("", "Namespace") => {
                     m.insert("status".into(), json!({"phase": "Active"}));
@@ -101,8 +102,28 @@ impl State {
         if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "Namespace") {
             obj["spec"]["finalizers"] = json!(["kubernetes"]);
         }
+        if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "LimitRange") {
+            crate::admission::default_limit_range(&mut obj);
+        }
         self.admit_schema(route, &mut obj, None)?;
         Ok(obj)
+    }
+
+    /// The LimitRanger and RuntimeClass plugins on a Pod being created ([`crate::admission`]),
+    /// with the namespace's LimitRanges and the RuntimeClass it names from the store.
+    fn admit_pod(&self, route: &Route, name: &str, pod: &mut Value) -> Result<(), ApiError> {
+        let ns = route.namespace.as_deref().unwrap_or_default();
+        let limit_ranges = self.store.list(&ResKey::from("/limitranges"), Some(ns));
+        let ranges: Vec<&Value> = limit_ranges.iter().map(|lr| lr.as_ref()).collect();
+        crate::admission::default_container_resources(&mut pod["spec"], &ranges);
+        let Some(class) = pod["spec"]["runtimeClassName"].as_str().map(str::to_string) else {
+            return Ok(());
+        };
+        let found = self
+            .store
+            .get(&ResKey::from("node.k8s.io/runtimeclasses"), "", &class);
+        crate::admission::runtime_class(&mut pod["spec"], &class, found.as_deref())
+            .map_err(|why| ApiError::forbidden("", "pods", name, &why))
     }
 
     pub(super) fn finish_create(&mut self, route: &Route, obj: Value, dry: bool) -> Reply {

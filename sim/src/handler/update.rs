@@ -67,6 +67,9 @@ impl State {
         mut new: Value,
         dry: bool,
     ) -> Reply {
+        if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "LimitRange") {
+            crate::admission::default_limit_range(&mut new);
+        }
         let name = route.name.clone().unwrap_or_default();
         match meta_str(&new, "name") {
             Some(n) if n != name => {
