@@ -9,22 +9,17 @@
 //!
 //!   cargo bench --bench drain_plan
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{
-    Container, Node, NodeStatus, NodeSystemInfo, Pod, PodSpec, PodStatus, Probe,
-};
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
-};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::jiff::Timestamp;
 use raygate::drain::{
     Cluster, DomainOrder, DrainRules, Generation, GenerationSource, GenerationTarget,
     GroupContract, NodeInfoField, PlanOptions, PreflightOptions, plan, preflight,
 };
+use raygate_testing::core::{self, NodeExt, PdbExt, PodExt, UD, int};
 
 const NODES: usize = 5_000;
 const DOMAINS: usize = 50;
@@ -33,130 +28,46 @@ const WORKLOADS: usize = 1_900;
 const PODS_PER_WORKLOAD: usize = 50;
 const GROUP_SIZE: usize = 5;
 const EXTRA_PDBS: usize = 100;
-const UD: &str = "topology.example.com/upgrade-domain";
 const RUNS: usize = 7;
-
-fn labels(pairs: &[(&str, String)]) -> Option<BTreeMap<String, String>> {
-    Some(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect(),
-    )
-}
 
 fn nodes() -> Vec<Node> {
     (0..NODES)
-        .map(|i| Node {
-            metadata: ObjectMeta {
-                name: Some(format!("node-{i}")),
-                labels: labels(&[(UD, format!("ud-{:02}", i % DOMAINS))]),
-                ..ObjectMeta::default()
-            },
-            status: Some(NodeStatus {
-                node_info: Some(NodeSystemInfo {
-                    kubelet_version: ["v1.30.4", "v1.31.1"][i % 2].to_string(),
-                    ..NodeSystemInfo::default()
-                }),
-                ..NodeStatus::default()
-            }),
-            ..Node::default()
+        .map(|i| {
+            core::node(&format!("node-{i}"), &format!("ud-{:02}", i % DOMAINS))
+                .kubelet(["v1.30.4", "v1.31.1"][i % 2])
         })
         .collect()
 }
 
-fn owner(kind: &str, name: String) -> Option<Vec<OwnerReference>> {
-    Some(vec![OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        uid: format!("uid-{name}"),
-        name,
-        controller: Some(true),
-        ..OwnerReference::default()
-    }])
-}
-
-fn pod(name: String, namespace: String, node: usize, meta: ObjectMeta, probe: bool) -> Pod {
-    let container = Container {
-        name: "main".into(),
-        readiness_probe: probe.then(Probe::default),
-        ..Container::default()
-    };
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace),
-            ..meta
-        },
-        spec: Some(PodSpec {
-            node_name: Some(format!("node-{node}")),
-            containers: vec![container],
-            ..PodSpec::default()
-        }),
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            ..PodStatus::default()
-        }),
-    }
-}
-
 /// Workload `w`'s pods: groups of [`GROUP_SIZE`] packed on one domain's nodes, groups of one
-/// workload spread over domains.
+/// workload spread over domains; each group's leader has a readiness probe.
 fn workload_pods(w: usize) -> impl Iterator<Item = Pod> {
     let ns = format!("ns-{}", w % NAMESPACES);
+    let app = format!("w{w}");
     (0..PODS_PER_WORKLOAD).map(move |j| {
         let group = j / GROUP_SIZE;
         let leader = j % GROUP_SIZE == 0;
         let domain = (w + group) % DOMAINS;
         let node = domain + DOMAINS * ((w * 7 + j) % (NODES / DOMAINS));
-        let meta = ObjectMeta {
-            labels: labels(&[
-                ("app", format!("w{w}")),
-                ("role", if leader { "leader" } else { "worker" }.into()),
-                ("group", format!("w{w}-g{group}")),
-            ]),
-            owner_references: owner("StatefulSet", format!("w{w}")),
-            ..ObjectMeta::default()
-        };
-        pod(format!("w{w}-{j}"), ns.clone(), node, meta, leader)
+        let p = core::pod(&format!("{ns}/{app}-{j}"), &format!("node-{node}"))
+            .owned_by("apps/v1", "StatefulSet", &app)
+            .label("app", &app)
+            .label("role", if leader { "leader" } else { "worker" })
+            .label("group", &format!("{app}-g{group}"));
+        if leader { p.readiness_probe() } else { p }
     })
 }
 
 fn pods() -> Vec<Pod> {
     let daemon = (0..NODES).map(|n| {
-        let meta = ObjectMeta {
-            labels: labels(&[("app", "node-agent".into())]),
-            owner_references: owner("DaemonSet", "node-agent".into()),
-            ..ObjectMeta::default()
-        };
-        pod(
-            format!("node-agent-{n}"),
-            "kube-system".into(),
-            n,
-            meta,
-            false,
-        )
+        core::pod(&format!("kube-system/node-agent-{n}"), &format!("node-{n}"))
+            .owned_by("apps/v1", "DaemonSet", "node-agent")
+            .label("app", "node-agent")
     });
     (0..WORKLOADS)
         .flat_map(workload_pods)
         .chain(daemon)
         .collect()
-}
-
-fn pdb(name: String, ns: String, selector: LabelSelector) -> PodDisruptionBudget {
-    PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(ns),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodDisruptionBudgetSpec {
-            selector: Some(selector),
-            min_available: Some(IntOrString::Int(8)),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        status: None,
-    }
 }
 
 fn pdbs() -> Vec<PodDisruptionBudget> {
@@ -166,32 +77,20 @@ fn pdbs() -> Vec<PodDisruptionBudget> {
         values: Some(vec![value]),
     };
     let per_workload = (0..WORKLOADS).map(|w| {
-        let ns = format!("ns-{}", w % NAMESPACES);
-        let selector = match w % 10 {
-            0 => LabelSelector {
+        let name = format!("ns-{}/w{w}-leaders", w % NAMESPACES);
+        let app = format!("w{w}");
+        let b = core::pdb(&name, &[("app", &app), ("role", "leader")]).min_available(int(8));
+        match w % 10 {
+            0 => b.selector(Some(LabelSelector {
                 match_labels: None,
-                match_expressions: Some(vec![
-                    expr("app", format!("w{w}")),
-                    expr("role", "leader".into()),
-                ]),
-            },
-            _ => LabelSelector {
-                match_labels: labels(&[("app", format!("w{w}")), ("role", "leader".into())]),
-                match_expressions: None,
-            },
-        };
-        pdb(format!("w{w}-leaders"), ns, selector)
+                match_expressions: Some(vec![expr("app", app), expr("role", "leader".into())]),
+            })),
+            _ => b,
+        }
     });
     let extra = (0..EXTRA_PDBS).map(|i| {
-        let selector = LabelSelector {
-            match_labels: labels(&[("app", format!("elsewhere-{i}"))]),
-            match_expressions: None,
-        };
-        pdb(
-            format!("other-{i}"),
-            format!("ns-{}", i % NAMESPACES),
-            selector,
-        )
+        let name = format!("ns-{}/other-{i}", i % NAMESPACES);
+        core::pdb(&name, &[("app", &format!("elsewhere-{i}"))]).min_available(int(8))
     });
     per_workload.chain(extra).collect()
 }

@@ -158,21 +158,18 @@ fn held_children(
 
 #[cfg(test)]
 mod tests {
+    use raygate_testing::{PodTemplateBuilder, ray_pod};
     use serde_json::json;
 
     use super::*;
-
-    fn pod(cpu: &str, gpu: &str) -> serde_json::Value {
-        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu, "nvidia.com/gpu": gpu}}}]}})
-    }
 
     fn child(ns: &str, owner: &str, name: &str, created: &str, suspend: bool) -> RayCluster {
         serde_json::from_value(json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": name, "namespace": ns, "creationTimestamp": created,
                 "labels": {"ray.io/originated-from-cr-name": owner, "ray.io/originated-from-crd": "RayService"}},
-            "spec": {"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": pod("1", "0")},
+            "spec": {"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1").request("nvidia.com/gpu", "0")},
                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4,
-                    "rayStartParams": {}, "template": pod("8", "4")}]}}))
+                    "rayStartParams": {}, "template": ray_pod("8").request("nvidia.com/gpu", "4")}]}}))
         .unwrap()
     }
 
@@ -184,7 +181,7 @@ mod tests {
         serde_json::from_value(json!({"apiVersion": "ray.io/v1", "kind": "RayService",
             "metadata": {"name": name, "namespace": ns, "labels": labels,
                 "annotations": {"raygate.io/released-children": released}},
-            "spec": {"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {}, "template": pod("1", "0")}}}}))
+            "spec": {"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1").request("nvidia.com/gpu", "0")}}}}))
         .unwrap()
     }
 

@@ -25,6 +25,7 @@ use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::kuberay::EmulatorConfig;
 use raygate_testing::apiserver::eventually;
 use raygate_testing::backend::Backend;
+use raygate_testing::{PodTemplateBuilder, ray_pod};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -32,6 +33,8 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// How long a scenario step may take. Generous: on a loaded 2-core machine the API server, etcd
 /// and the emulator share the cores with the test (two steps timed out at 20 s under load 6).
 const WAIT: Duration = Duration::from_secs(90);
+/// The Ray image of the pod templates.
+const RAY_IMAGE: &str = "rayproject/ray:2.51.0";
 
 /// Runs every scenario on both servers, and on the sim once more under faults. A new scenario
 /// is an `async fn name(backend: Backend)` starting with `Env::new(backend, "name")`, added to
@@ -244,7 +247,7 @@ impl Env {
             "metadata": {"name": name, "namespace": self.ns, "labels": labels},
             "spec": {"rayClusterDeletionDelaySeconds": 1, "serveConfigV2": "applications: []",
                 "rayClusterConfig": {"rayVersion": "2.51.0", "suspend": true,
-                    "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
+                    "headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1").image(RAY_IMAGE)},
                     "workerGroupSpecs": workers}}
         });
         self.services()
@@ -375,12 +378,8 @@ impl Env {
     }
 }
 
-fn pod(cpu: &str) -> Value {
-    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.51.0", "resources": {"requests": {"cpu": cpu}}}]}})
-}
-
 fn group(name: &str, replicas: i32, cpu: &str) -> Value {
-    json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": pod(cpu)})
+    json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": ray_pod(cpu).image(RAY_IMAGE)})
 }
 
 fn queue(q: &str) -> Value {

@@ -20,12 +20,15 @@ use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::Clock;
 use raygate_sim::kuberay::EmulatorConfig;
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
+use raygate_testing::{PodTemplateBuilder, ray_pod};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const WAIT: Duration = Duration::from_secs(60);
+/// The Ray image of the pod templates.
+const RAY_IMAGE: &str = "rayproject/ray:2.51.0";
 
 /// Holds back every LIST response of one resource (`path_suffix`, e.g. `/rayclusters`) until
 /// `until`: the controller's first view of that kind arrives late (a big cluster, a slow
@@ -114,10 +117,6 @@ fn start_controller(client: Client) -> (oneshot::Sender<()>, tokio::task::JoinHa
     (tx, handle)
 }
 
-fn pod(cpu: &str) -> Value {
-    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.51.0", "resources": {"requests": {"cpu": cpu}}}]}})
-}
-
 async fn apply(client: &Client, obj: Value) {
     raygate::client::dev::apply(client, &obj.to_string(), "test", None)
         .await
@@ -131,8 +130,8 @@ async fn serving_service(client: &Client, ns: &str, name: &str) {
         "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
         "spec": {"rayClusterDeletionDelaySeconds": 1, "serveConfigV2": "applications: []",
             "rayClusterConfig": {"rayVersion": "2.51.0",
-                "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
-                "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": pod("1")}]}}
+                "headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1").image(RAY_IMAGE)},
+                "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": ray_pod("1").image(RAY_IMAGE)}]}}
     });
     Api::<RayService>::namespaced(client.clone(), ns)
         .create(
@@ -371,7 +370,7 @@ async fn an_admission_decided_on_an_older_workload_is_not_written_over_its_new_s
                         .patch(
                             "wl",
                             &kube::api::PatchParams::default(),
-                            &kube::api::Patch::Merge(json!({"spec": {"podSets": [{"name": "main", "count": 3, "template": pod("1")}]}})),
+                            &kube::api::Patch::Merge(json!({"spec": {"podSets": [{"name": "main", "count": 3, "template": ray_pod("1").image(RAY_IMAGE)}]}})),
                         )
                         .await
                         .expect("the Workload grows");
@@ -393,7 +392,7 @@ async fn an_admission_decided_on_an_older_workload_is_not_written_over_its_new_s
     let wl: Workload = serde_json::from_value(json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {"name": "wl", "namespace": ns},
-        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": pod("1")}]}
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": ray_pod("1").image(RAY_IMAGE)}]}
     }))
     .expect("Workload");
     workloads

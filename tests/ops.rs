@@ -18,8 +18,12 @@ use raygate::runtime::Clock;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::Sim;
+use raygate_testing::{PodTemplateBuilder, ray_pod};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+/// The Ray image of the pod templates.
+const RAY_IMAGE: &str = "rayproject/ray:2.51.0";
 
 fn sim(ns: &str, clock: raygate_sim::Clock) -> Sim {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -92,14 +96,10 @@ async fn queues(client: &Client, ns: &str, cpu: &str) {
     }
 }
 
-fn pod(cpu: &str) -> Value {
-    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.51.0", "resources": {"requests": {"cpu": cpu}}}]}})
-}
-
 fn cluster_config(suspend: bool, worker_cpu: &str) -> Value {
     json!({"rayVersion": "2.51.0", "suspend": suspend,
-        "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
-        "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": pod(worker_cpu)}]})
+        "headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1").image(RAY_IMAGE)},
+        "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": ray_pod(worker_cpu).image(RAY_IMAGE)}]})
 }
 
 /// A RayService `name` at `priority` (head 1 CPU + one worker of `worker_cpu`), gated by raygate,

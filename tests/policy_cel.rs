@@ -15,6 +15,7 @@ use std::path::Path;
 use cel::objects::Key;
 use cel::{Context, Program, Value as Cel};
 use raygate::manifest::read_documents;
+use raygate_testing::core::{self, PodExt};
 use serde_json::{Value, json};
 
 const RAYGATE: &str = "system:serviceaccount:raygate-system:raygate";
@@ -926,23 +927,17 @@ fn pod_gate_dir_policy(name: &str) -> Policy {
 
 /// A Ray pod with these scheduling gates (`None`: no `schedulingGates` field).
 fn ray_pod(node_type: Option<&str>, gates: Option<&[&str]>) -> Value {
-    let mut pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "svc-abcde-w-worker-x2f4k", "namespace": "serving",
-            "labels": {"ray.io/cluster": "svc-abcde"}},
-        "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.52.0"}]},
-    });
+    let mut pod = core::pod("serving/svc-abcde-w-worker-x2f4k", "")
+        .unowned()
+        .label("ray.io/cluster", "svc-abcde");
     if let Some(t) = node_type {
-        pod["metadata"]["labels"]["ray.io/node-type"] = json!(t);
+        pod = pod.label("ray.io/node-type", t);
     }
     if let Some(gates) = gates {
-        pod["spec"]["schedulingGates"] = gates
-            .iter()
-            .map(|g| json!({"name": g}))
-            .collect::<Vec<_>>()
-            .into();
+        pod.spec.get_or_insert_default().scheduling_gates = Some(vec![]);
+        pod = gates.iter().fold(pod, |p, g| p.scheduling_gate(g));
     }
-    pod
+    serde_json::to_value(pod).unwrap()
 }
 
 #[test]

@@ -13,43 +13,36 @@ use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate::types::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use raygate::types::k8s_openapi::jiff::Timestamp;
 use raygate_sim::Sim;
+use raygate_testing::core::{self, NodeExt, PdbExt, PodExt, int};
 use serde_json::{Value, json};
 
 const UD: &str = "raygate.io/upgrade-domain";
 
 async fn node(client: &Client, name: &str, ud: &str) {
-    let n: Node =
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": {UD: ud}}})).unwrap();
     Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &n)
+        .create(&PostParams::default(), &core::node(name, "").label(UD, ud))
         .await
         .unwrap();
 }
 
+/// Creates pod `ns/name` on `node`, controlled by a `kind` named `<name>-owner` (`None`: no
+/// controller); a leader (`role=leader`) has a readiness probe.
 async fn pod(
     client: &Client,
     ns: &str,
     name: &str,
     node: &str,
-    labels: Value,
+    labels: &[(&str, &str)],
     owner: Option<&str>,
 ) {
-    let owners = match owner {
-        Some(kind) => {
-            json!([{"apiVersion": "apps/v1", "kind": kind, "name": format!("{name}-owner"),
-            "uid": format!("uid-{name}"), "controller": true}])
-        }
-        None => json!([]),
-    };
-    let probe = labels["role"] == "leader";
-    let mut container = json!({"name": "c", "image": "x"});
-    if probe {
-        container["readinessProbe"] = json!({"exec": {"command": ["true"]}});
+    let mut p = core::pod(&format!("{ns}/{name}"), node).unowned();
+    if let Some(kind) = owner {
+        p = p.owned_by("apps/v1", kind, &format!("{name}-owner"));
     }
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": owners},
-        "spec": {"nodeName": node, "containers": [container]}}))
-    .unwrap();
+    p = labels.iter().fold(p, |p, (k, v)| p.label(k, v));
+    if labels.contains(&("role", "leader")) {
+        p = p.readiness_probe();
+    }
     Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &p)
         .await
@@ -76,37 +69,26 @@ async fn cluster() -> Sim {
             .create(&PostParams::default(), &ds)
             .await
             .unwrap();
-        let labels = json!({"app": "agent"});
+        let labels = [("app", "agent")];
         pod(
             &client,
             "kube-system",
             &format!("agent-{n}"),
             n,
-            labels,
+            &labels,
             Some("DaemonSet"),
         )
         .await;
     }
     for (group, node) in [("g1", "n1"), ("g2", "n3")] {
         for role in ["leader", "worker"] {
-            let labels = json!({"app": "w", "group": group, "role": role});
+            let labels = [("app", "w"), ("group", group), ("role", role)];
             let name = format!("w-{group}-{role}");
-            pod(&client, "t", &name, node, labels, Some("StatefulSet")).await;
+            pod(&client, "t", &name, node, &labels, Some("StatefulSet")).await;
         }
     }
-    pod(
-        &client,
-        "t",
-        "scratch",
-        "n2",
-        json!({"app": "scratch"}),
-        None,
-    )
-    .await;
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "w-leaders", "namespace": "t"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "w", "role": "leader"}}}}))
-    .unwrap();
+    pod(&client, "t", "scratch", "n2", &[("app", "scratch")], None).await;
+    let pdb = core::pdb("t/w-leaders", &[("app", "w"), ("role", "leader")]);
     Api::<PodDisruptionBudget>::namespaced(client, "t")
         .create(&PostParams::default(), &pdb)
         .await
@@ -238,7 +220,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         "t",
         "w-g3-leader",
         "n1",
-        json!({"app": "w", "group": "g3", "role": "leader"}),
+        &[("app", "w"), ("group", "g3"), ("role", "leader")],
         Some("StatefulSet"),
     )
     .await;
@@ -247,7 +229,7 @@ async fn check_prints_each_finding_with_its_fix_and_fails_on_any() {
         "t",
         "w-g3-worker",
         "n3",
-        json!({"app": "w", "group": "g3", "role": "worker"}),
+        &[("app", "w"), ("group", "g3"), ("role", "worker")],
         Some("StatefulSet"),
     )
     .await;
@@ -359,11 +341,11 @@ async fn room_cluster(spare_cordoned: bool) -> Sim {
         ("old-b", "ud-b", "old", false),
         ("spare", "ud-n", "new", spare_cordoned),
     ] {
-        let n: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {UD: ud, "pool": pool}},
-            "spec": {"unschedulable": unschedulable},
-            "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "8", "pods": "110"}}}))
-        .unwrap();
+        let n = core::node(name, "")
+            .label(UD, ud)
+            .label("pool", pool)
+            .allocatable(&[("cpu", "64"), ("nvidia.com/gpu", "8"), ("pods", "110")]);
+        let n = if unschedulable { n.cordoned() } else { n };
         Api::<Node>::all(client.clone())
             .create(&PostParams::default(), &n)
             .await
@@ -372,26 +354,20 @@ async fn room_cluster(spare_cordoned: bool) -> Sim {
     for (group, node) in [("a0", "old-a"), ("a1", "old-a"), ("b0", "old-b")] {
         for role in ["leader", "worker"] {
             let name = format!("w-{group}-{role}");
-            let p: Pod = serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": "t",
-                    "labels": {"app": "w", "group": group, "role": role},
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                        "name": format!("w-{group}"), "uid": format!("uid-{group}"),
-                        "controller": true}]},
-                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
-                    "readinessProbe": {"exec": {"command": ["true"]}},
-                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}))
-            .unwrap();
+            let p = core::pod(&format!("t/{name}"), node)
+                .owned_by("apps/v1", "StatefulSet", &format!("w-{group}"))
+                .label("app", "w")
+                .label("group", group)
+                .label("role", role)
+                .readiness_probe()
+                .requests(&[("cpu", "1"), ("nvidia.com/gpu", "1")]);
             Api::<Pod>::namespaced(client.clone(), "t")
                 .create(&PostParams::default(), &p)
                 .await
                 .unwrap();
         }
     }
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "w-leaders", "namespace": "t"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "w", "role": "leader"}}}}))
-    .unwrap();
+    let pdb = core::pdb("t/w-leaders", &[("app", "w"), ("role", "leader")]).min_available(int(2));
     Api::<PodDisruptionBudget>::namespaced(client, "t")
         .create(&PostParams::default(), &pdb)
         .await
@@ -766,12 +742,12 @@ async fn plan_names_a_workload_whose_whole_serving_capacity_one_domain_takes() {
     let sim = cluster().await;
     let client = sim.client();
     for (name, node, serve) in [("llm-w0", "n1", "true"), ("llm-w1", "n2", "true")] {
-        let labels = json!({"ray.io/cluster": "llm", "ray.io/serve": serve});
-        pod(&client, "t", name, node, labels, Some("ReplicaSet")).await;
+        let labels = [("ray.io/cluster", "llm"), ("ray.io/serve", serve)];
+        pod(&client, "t", name, node, &labels, Some("ReplicaSet")).await;
     }
     // the head serves nothing (KubeRay flips its label by the proxy's health) and runs elsewhere
-    let labels = json!({"ray.io/cluster": "llm", "ray.io/serve": "false"});
-    pod(&client, "t", "llm-head", "n3", labels, Some("ReplicaSet")).await;
+    let labels = [("ray.io/cluster", "llm"), ("ray.io/serve", "false")];
+    pod(&client, "t", "llm-head", "n3", &labels, Some("ReplicaSet")).await;
     let (_, table, json, code) = plan_report(&sim, &["--ignore-daemonsets", "--force"]).await;
     let says = "  RayCluster t/llm (serve pods): all 2 serving pod(s) are in domain ud-a and no \
                 budget keeps one running";

@@ -7,22 +7,22 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use raygate::types::kueue::{ClusterQueue, LocalQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_testing::apiserver::{TestServer, namespace};
+use raygate_testing::{PodTemplateBuilder, ray_pod};
 use serde_json::{Value, json};
 
-fn pod(cpu: &str) -> Value {
-    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray", "resources": {"requests": {"cpu": cpu}}}]}})
-}
-
 fn cluster_spec(suspend: bool) -> Value {
-    json!({"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
+    json!({"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1").image(RAY_IMAGE)},
         "workerGroupSpecs": [{"groupName": "w", "replicas": 2, "minReplicas": 0, "maxReplicas": 8,
-            "rayStartParams": {}, "template": pod("1")}]})
+            "rayStartParams": {}, "template": ray_pod("1").image(RAY_IMAGE)}]})
 }
 
 fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
     json!({"type": type_, "status": status, "reason": reason, "message": message,
         "lastTransitionTime": "2026-01-01T00:00:00Z"})
 }
+
+/// The Ray image of the pod templates.
+const RAY_IMAGE: &str = "rayproject/ray";
 
 const PENDING: &str = "couldn't assign flavors to pod set w: insufficient unused quota for cpu in flavor default, 3 more needed";
 
@@ -118,8 +118,8 @@ async fn held_upgrade(client: &kube::Client, ns: &str) {
             "metadata": {"name": name, "namespace": ns, "labels": {"raygate.io/rayservice": "svc"}, "annotations": annotations,
                 "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayService", "name": "svc", "uid": uid}]},
             "spec": {"queueName": "lq", "podSets": [
-                {"name": "head", "count": head, "template": pod("1")},
-                {"name": "w", "count": w, "template": pod("1")}]}});
+                {"name": "head", "count": head, "template": ray_pod("1").image(RAY_IMAGE)},
+                {"name": "w", "count": w, "template": ray_pod("1").image(RAY_IMAGE)}]}});
         workloads
             .create(&PostParams::default(), &serde_json::from_value(wl).unwrap())
             .await

@@ -538,21 +538,25 @@ pub fn compact(kind: Kind, object: &Value) -> State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raygate_testing::core::{self, PodExt};
     use serde_json::json;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
     }
 
+    /// A pod of group size 2 requesting 2 CPUs and a GPU, with a probe time the types reject.
     fn pod(ready: bool, node: Option<&str>) -> Value {
-        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u1",
-                "labels": {"app": "a"},
-                "annotations": {"leaderworkerset.sigs.k8s.io/size": "2"}},
-            "spec": {"nodeName": node, "containers": [{"name": "c",
-                "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "1"}}}]},
-            "status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": if ready { "True" } else { "False" }},
-                {"type": "PodScheduled", "status": "True", "lastProbeTime": "x"}]}})
+        let p = core::pod("ns/p", node.unwrap_or(""))
+            .uid("u1")
+            .label("app", "a")
+            .annotation("leaderworkerset.sigs.k8s.io/size", "2")
+            .requests(&[("cpu", "2"), ("nvidia.com/gpu", "1")])
+            .condition("Ready", if ready { "True" } else { "False" })
+            .condition("PodScheduled", "True");
+        let mut v = serde_json::to_value(p).unwrap();
+        v["status"]["conditions"][1]["lastProbeTime"] = json!("x");
+        v
     }
 
     #[test]

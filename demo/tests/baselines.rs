@@ -18,6 +18,7 @@ use raygate_demo::recorder::Recorder;
 use raygate_sim::Sim;
 use raygate_sim::actors::{lws, node_lifecycle};
 use raygate_sim::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
+use raygate_testing::core::{self, PdbExt, int};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -103,11 +104,7 @@ async fn layout(client: &Client) {
     for n in ["n-0-0", "n-0-1"] {
         cordon(client, n, false).await;
     }
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "leaders", "namespace": NS},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"role": "leader"}}},
-    }))
-    .unwrap();
+    let pdb = core::pdb(&format!("{NS}/leaders"), &[("role", "leader")]).min_available(int(2));
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS);
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     eventually("the budget computed", || async {

@@ -675,18 +675,15 @@ fn yes_no(b: bool) -> String {
 
 #[cfg(test)]
 mod tests {
+    use raygate_testing::ray_pod;
     use serde_json::{Value, json};
 
     use super::*;
 
-    fn pod(cpu: &str) -> Value {
-        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}})
-    }
-
     fn cluster_spec(workers: i32, suspend: bool) -> Value {
-        json!({"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
+        json!({"suspend": suspend, "headGroupSpec": {"rayStartParams": {}, "template": ray_pod("1")},
             "workerGroupSpecs": [{"groupName": "w", "replicas": workers, "minReplicas": 0, "maxReplicas": 8,
-                "rayStartParams": {}, "template": pod("1")}]})
+                "rayStartParams": {}, "template": ray_pod("1")}]})
     }
 
     fn service(extra: Value) -> RayService {
@@ -725,8 +722,8 @@ mod tests {
             "metadata": {"name": name, "namespace": "serving", "creationTimestamp": created,
                 "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayService", "name": "svc", "uid": "u1"}]},
             "spec": {"queueName": "lq", "podSets": [
-                {"name": "head", "count": head, "template": pod("1")},
-                {"name": "w", "count": w, "template": pod("1")}]},
+                {"name": "head", "count": head, "template": ray_pod("1")},
+                {"name": "w", "count": w, "template": ray_pod("1")}]},
             "status": status}))
         .unwrap()
     }

@@ -332,6 +332,7 @@ impl Pass for Ungater {
 
 #[cfg(test)]
 mod tests {
+    use raygate_testing::core::{self, PodExt};
     use serde_json::json;
 
     use super::*;
@@ -355,15 +356,14 @@ mod tests {
 
     /// A gated pod of `llm-a` as the cluster made it: `spec` is what it carries.
     fn pod(name: &str, group: &str, spec: serde_json::Value) -> Pod {
-        let mut spec = spec;
-        spec["schedulingGates"] = json!([{"name": POD_GATE}]);
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns", "uid": name,
-                "creationTimestamp": "2026-01-01T00:00:00Z",
-                "labels": {"ray.io/cluster": "llm-a", "ray.io/group": group}},
-            "spec": spec,
-        }))
-        .unwrap()
+        let mut p = core::pod(&format!("ns/{name}"), "");
+        p.spec = Some(serde_json::from_value(spec).unwrap());
+        p.unowned()
+            .uid(name)
+            .created_at("2026-01-01T00:00:00Z".parse().unwrap())
+            .label("ray.io/cluster", "llm-a")
+            .label("ray.io/group", group)
+            .scheduling_gate(POD_GATE)
     }
 
     /// Pods whose own requests differ from their template's — KubeRay v1.7.0's worker init

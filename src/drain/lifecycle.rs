@@ -350,20 +350,9 @@ mod tests {
     #[test]
     fn the_give_back_note_names_each_node_by_what_it_gets_and_what_stays() {
         use crate::drain::engine::{DomainState, give_back};
-        use k8s_openapi::api::core::v1::NodeSpec;
+        use raygate_testing::core::{NodeExt, node};
 
-        let node = |name: &str, cordoned: bool| Node {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                unschedulable: cordoned.then_some(true),
-                taints: Some(vec![crate::drain::outdated_taint()]),
-                ..NodeSpec::default()
-            }),
-            ..Node::default()
-        };
+        let tainted = |name: &str| node(name, "").tainted(crate::drain::outdated_taint());
         let domain = |name: &str, step: Step, nodes: &[&str], mine: &[&str]| DomainState {
             name: name.into(),
             step,
@@ -380,10 +369,10 @@ mod tests {
             ..State::default()
         };
         let nodes = vec![
-            node("d1", true),
-            node("a1", true),
-            node("a2", true),
-            node("b1", false),
+            tainted("d1").cordoned(),
+            tainted("a1").cordoned(),
+            tainted("a2").cordoned(),
+            tainted("b1"),
         ];
         let actions = give_back(&state, &nodes, Some(&crate::drain::outdated_taint()), None);
         assert_eq!(

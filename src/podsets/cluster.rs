@@ -194,18 +194,15 @@ fn worker_count(g: &WorkerGroupSpec, gfield: &str, object: &str) -> Result<i32, 
 mod tests {
     use super::*;
     use crate::quantity::Quantity;
+    use raygate_testing::ray_pod;
     use serde_json::json;
 
     fn spec(v: serde_json::Value) -> RayClusterSpec {
         serde_json::from_value(v).unwrap()
     }
 
-    fn pod(cpu: &str) -> serde_json::Value {
-        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu}}}]}})
-    }
-
     fn group(name: &str, extra: serde_json::Value) -> serde_json::Value {
-        let mut g = json!({"groupName": name, "template": pod("1")});
+        let mut g = json!({"groupName": name, "template": ray_pod("1")});
         for (k, v) in extra.as_object().unwrap() {
             g[k] = v.clone();
         }
@@ -223,7 +220,7 @@ mod tests {
     #[test]
     fn head_then_worker_groups_lower_cased_with_kuberay_counts() {
         let s = spec(
-            json!({"headGroupSpec": {"template": pod("2")}, "workerGroupSpecs": [
+            json!({"headGroupSpec": {"template": ray_pod("2")}, "workerGroupSpecs": [
                 group("Small", json!({"replicas": 3, "minReplicas": 1, "maxReplicas": 5})),
                 group("big", json!({"replicas": 9, "minReplicas": 1, "maxReplicas": 4})),
                 group("low", json!({"replicas": 0, "minReplicas": 2, "maxReplicas": 4})),
@@ -248,8 +245,9 @@ mod tests {
 
     #[test]
     fn autoscaler_container_is_added_to_the_head() {
-        let mut s =
-            spec(json!({"enableInTreeAutoscaling": true, "headGroupSpec": {"template": pod("1")}}));
+        let mut s = spec(
+            json!({"enableInTreeAutoscaling": true, "headGroupSpec": {"template": ray_pod("1")}}),
+        );
         let head = &of_cluster(&s, "o", "spec").unwrap()[0];
         assert_eq!(head.requests.get("cpu"), Quantity::parse("1500m").unwrap());
         assert_eq!(
@@ -296,8 +294,9 @@ mod tests {
             ),
         ];
         for (groups, want) in cases {
-            let s =
-                spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
+            let s = spec(
+                json!({"headGroupSpec": {"template": ray_pod("1")}, "workerGroupSpecs": groups}),
+            );
             let err = of_cluster(&s, "RayCluster ns/rc", "spec")
                 .unwrap_err()
                 .to_string();
@@ -313,7 +312,8 @@ mod tests {
         let groups: Vec<_> = (0..17)
             .map(|i| group(&format!("g{i}"), json!({})))
             .collect();
-        let s = spec(json!({"headGroupSpec": {"template": pod("1")}, "workerGroupSpecs": groups}));
+        let s =
+            spec(json!({"headGroupSpec": {"template": ray_pod("1")}, "workerGroupSpecs": groups}));
         assert_eq!(of_cluster(&s, "o", "spec").unwrap().len(), 18);
     }
 }

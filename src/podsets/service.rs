@@ -202,18 +202,15 @@ mod tests {
     use crate::quantity::{Quantity, Resources};
     use crate::types::ray::{ORIGINATED_FROM_CR_NAME_LABEL, ORIGINATED_FROM_CRD_LABEL};
     use proptest::prelude::*;
+    use raygate_testing::{PodTemplateBuilder, ray_pod};
     use serde_json::json;
-
-    fn pod(cpu: &str, mem: &str) -> serde_json::Value {
-        json!({"spec": {"containers": [{"name": "ray", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}})
-    }
 
     fn service() -> RayService {
         serde_json::from_value(json!({
             "apiVersion": "ray.io/v1", "kind": "RayService",
             "metadata": {"name": "svc", "namespace": "ns"},
-            "spec": {"rayClusterConfig": {"headGroupSpec": {"template": pod("1", "1Gi")},
-                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4, "template": pod("4", "8Gi")}]}}
+            "spec": {"rayClusterConfig": {"headGroupSpec": {"template": ray_pod("1").request("memory", "1Gi")},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4, "template": ray_pod("4").request("memory", "8Gi")}]}}
         }))
         .unwrap()
     }
@@ -223,13 +220,13 @@ mod tests {
             "apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created,
                 "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
-            "spec": {"headGroupSpec": {"template": pod(head_cpu, "1Gi")}, "workerGroupSpecs": groups}
+            "spec": {"headGroupSpec": {"template": ray_pod(head_cpu).request("memory", "1Gi")}, "workerGroupSpecs": groups}
         }))
         .unwrap()
     }
 
     fn g(name: &str, replicas: i32, cpu: &str) -> serde_json::Value {
-        json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 100, "template": pod(cpu, "8Gi")})
+        json!({"groupName": name, "replicas": replicas, "minReplicas": 0, "maxReplicas": 100, "template": ray_pod(cpu).request("memory", "8Gi")})
     }
 
     #[test]

@@ -110,14 +110,7 @@ mod tests {
         use k8s_openapi::api::core::v1::Pod;
         use kube::runtime::{reflector, watcher};
         let pod = |ns: &str, name: &str, node: &str| {
-            let mut p = Pod::default();
-            p.metadata.namespace = Some(ns.into());
-            p.metadata.name = Some(name.into());
-            p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-                node_name: Some(node.into()),
-                ..Default::default()
-            });
-            p
+            raygate_testing::core::pod(&format!("{ns}/{name}"), node)
         };
         let (store, mut writer) = reflector::store::<Pod>();
         let mut copies = SortedCopies::default();

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, Node, NodeSpec, NodeStatus, NodeSystemInfo, Pod,
-    PodReadinessGate, PodSpec, PodStatus, Probe, Taint, Volume,
+    Container, EmptyDirVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+    Pod, PodCondition, PodReadinessGate, PodSchedulingGate, PodSpec, PodStatus, Probe,
+    ResourceRequirements, Taint, Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
 };
@@ -16,6 +18,14 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 pub const UD: &str = "topology.example.com/upgrade-domain";
+
+/// `(name, quantity)` pairs as a resource list.
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), crate::kq(v)))
+        .collect()
+}
 
 fn meta(ns_name: &str) -> ObjectMeta {
     let (ns, name) = ns_name.split_once('/').unwrap_or(("", ns_name));
@@ -45,6 +55,14 @@ pub trait NodeExt: Sized {
     fn cordoned(self) -> Self;
     fn tainted(self, taint: Taint) -> Self;
     fn kubelet(self, version: &str) -> Self;
+    /// Sets condition `type_` to `status` (replacing a condition of that type).
+    fn condition(self, type_: &str, status: &str) -> Self;
+    /// A `Ready=True` condition.
+    fn ready(self) -> Self {
+        self.condition("Ready", "True")
+    }
+    /// `status.allocatable`, from `(resource, quantity)` pairs.
+    fn allocatable(self, resources: &[(&str, &str)]) -> Self;
 }
 
 impl NodeExt for Node {
@@ -69,6 +87,26 @@ impl NodeExt for Node {
         let status = self.status.get_or_insert_default();
         let info = status.node_info.get_or_insert_with(NodeSystemInfo::default);
         info.kubelet_version = version.to_string();
+        self
+    }
+
+    fn condition(mut self, type_: &str, status: &str) -> Self {
+        let conditions = self
+            .status
+            .get_or_insert_default()
+            .conditions
+            .get_or_insert_default();
+        conditions.retain(|c| c.type_ != type_);
+        conditions.push(NodeCondition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            ..NodeCondition::default()
+        });
+        self
+    }
+
+    fn allocatable(mut self, resources: &[(&str, &str)]) -> Self {
+        self.status.get_or_insert_default().allocatable = Some(quantities(resources));
         self
     }
 }
@@ -111,6 +149,24 @@ pub trait PodExt: Sized {
     fn deleting_since(self, at: Timestamp) -> Self;
     fn readiness_probe(self) -> Self;
     fn readiness_gate(self) -> Self;
+    /// `metadata.uid`.
+    fn uid(self, uid: &str) -> Self;
+    /// Adds an annotation.
+    fn annotation(self, key: &str, value: &str) -> Self;
+    /// `metadata.creationTimestamp`.
+    fn created_at(self, at: Timestamp) -> Self;
+    /// Sets condition `type_` to `status` (replacing a condition of that type).
+    fn condition(self, type_: &str, status: &str) -> Self;
+    /// A `Ready=True` condition.
+    fn ready(self) -> Self {
+        self.condition("Ready", "True")
+    }
+    /// The first container's requests, from `(resource, quantity)` pairs.
+    fn requests(self, resources: &[(&str, &str)]) -> Self;
+    /// Appends scheduling gate `name`.
+    fn scheduling_gate(self, name: &str) -> Self;
+    /// `spec.terminationGracePeriodSeconds`.
+    fn grace_period(self, seconds: i64) -> Self;
 }
 
 impl PodExt for Pod {
@@ -180,6 +236,65 @@ impl PodExt for Pod {
         spec.readiness_gates = Some(vec![PodReadinessGate {
             condition_type: "example.com/group-ready".to_string(),
         }]);
+        self
+    }
+
+    fn uid(mut self, uid: &str) -> Self {
+        self.metadata.uid = Some(uid.to_string());
+        self
+    }
+
+    fn annotation(mut self, key: &str, value: &str) -> Self {
+        let a = self.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        a.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn created_at(mut self, at: Timestamp) -> Self {
+        self.metadata.creation_timestamp = Some(Time(at));
+        self
+    }
+
+    fn condition(mut self, type_: &str, status: &str) -> Self {
+        let conditions = self
+            .status
+            .get_or_insert_default()
+            .conditions
+            .get_or_insert_default();
+        conditions.retain(|c| c.type_ != type_);
+        conditions.push(PodCondition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            ..PodCondition::default()
+        });
+        self
+    }
+
+    fn requests(mut self, resources: &[(&str, &str)]) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        if let Some(c) = spec.containers.first_mut() {
+            c.resources = Some(ResourceRequirements {
+                requests: Some(quantities(resources)),
+                ..ResourceRequirements::default()
+            });
+        }
+        self
+    }
+
+    fn scheduling_gate(mut self, name: &str) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        spec.scheduling_gates
+            .get_or_insert_default()
+            .push(PodSchedulingGate {
+                name: name.to_string(),
+            });
+        self
+    }
+
+    fn grace_period(mut self, seconds: i64) -> Self {
+        self.spec
+            .get_or_insert_default()
+            .termination_grace_period_seconds = Some(seconds);
         self
     }
 }

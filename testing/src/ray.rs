@@ -29,6 +29,38 @@ pub fn ray_pod(cpu: &str) -> PodTemplateSpec {
     }
 }
 
+/// Chained setters on a [`PodTemplateSpec`]'s first container.
+pub trait PodTemplateBuilder: Sized {
+    /// The container's image.
+    fn image(self, image: &str) -> Self;
+    /// Adds a request of `quantity` of `resource`.
+    fn request(self, resource: &str, quantity: &str) -> Self;
+}
+
+impl PodTemplateBuilder for PodTemplateSpec {
+    fn image(mut self, image: &str) -> Self {
+        if let Some(c) = first_container(&mut self) {
+            c.image = Some(image.to_string());
+        }
+        self
+    }
+
+    fn request(mut self, resource: &str, quantity: &str) -> Self {
+        if let Some(c) = first_container(&mut self) {
+            c.resources
+                .get_or_insert_with(ResourceRequirements::default)
+                .requests
+                .get_or_insert_with(BTreeMap::new)
+                .insert(resource.to_string(), kq(quantity));
+        }
+        self
+    }
+}
+
+fn first_container(t: &mut PodTemplateSpec) -> Option<&mut Container> {
+    t.spec.as_mut().and_then(|s| s.containers.first_mut())
+}
+
 /// A RayCluster spec with a head of [`ray_pod`]`("1")` and no worker groups.
 pub fn ray_cluster_spec() -> RayClusterSpec {
     RayClusterSpec {

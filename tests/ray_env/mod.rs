@@ -21,6 +21,7 @@ use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
 use raygate_sim::kuberay::{AutoscalerConfig, EmulatorConfig};
 use raygate_sim::{Faults, Sim};
+use raygate_testing::core::{self, NodeExt};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
@@ -76,12 +77,9 @@ impl Env {
         let client = sim.client();
         let nodes: Api<Node> = Api::all(client.clone());
         for i in 0..2 {
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": format!("node-{i}")},
-                "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                    "conditions": [{"type": "Ready", "status": "True"}]},
-            }))
-            .unwrap();
+            let node = core::node(&format!("node-{i}"), "")
+                .allocatable(&[("cpu", "32"), ("memory", "128Gi"), ("pods", "110")])
+                .ready();
             nodes.create(&PostParams::default(), &node).await.unwrap();
         }
         let (stop, shutdown) = watch::channel(false);

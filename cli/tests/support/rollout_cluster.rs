@@ -10,7 +10,7 @@ use raygate::controller::{Fence, Metrics};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate_sim::Sim;
 use raygate_sim::actors::kubelet;
-use serde_json::json;
+use raygate_testing::core::{self, NodeExt, PodExt};
 use tokio::sync::watch;
 
 pub const UD: &str = "raygate.io/upgrade-domain";
@@ -34,23 +34,19 @@ pub async fn cluster(pods: usize) -> (Sim, watch::Sender<bool>) {
         shutdown.clone(),
     ));
     for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": n, "labels": {UD: ud, "pool": "old"}},
-            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}]}}))
-        .unwrap();
+        let node = core::node(n, "")
+            .label(UD, ud)
+            .label("pool", "old")
+            .allocatable(&[("cpu", "8"), ("memory", "32Gi"), ("pods", "110")])
+            .ready();
         Api::<Node>::all(client.clone())
             .create(&PostParams::default(), &node)
             .await
             .unwrap();
         for i in 0..pods {
-            let p: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("web-{n}-{i}"), "namespace": "t",
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                        "name": "web", "uid": "web-uid", "controller": true}]},
-                "spec": {"nodeName": n, "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "c", "image": "nginx"}]}}))
-            .unwrap();
+            let p = core::pod(&format!("t/web-{n}-{i}"), n)
+                .owned_by("apps/v1", "ReplicaSet", "web")
+                .grace_period(5);
             Api::<Pod>::namespaced(client.clone(), "t")
                 .create(&PostParams::default(), &p)
                 .await

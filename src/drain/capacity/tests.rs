@@ -1,10 +1,7 @@
 //! The capacity check's tests; the world they build is shared with `taint.rs`'s.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
@@ -13,39 +10,14 @@ use raygate_testing::core::*;
 
 const OUTDATED: &str = "raygate.io/outdated";
 
-fn gpus(n: &str) -> BTreeMap<String, K8sQuantity> {
-    [
-        ("cpu".to_string(), K8sQuantity("1".into())),
-        ("nvidia.com/gpu".to_string(), K8sQuantity(n.into())),
-    ]
-    .into()
-}
-
-/// `gpu` GPUs, 64 CPUs, 110 pods.
-fn allocatable(gpu: &str) -> BTreeMap<String, K8sQuantity> {
-    [
-        ("cpu".to_string(), K8sQuantity("64".into())),
-        ("nvidia.com/gpu".to_string(), K8sQuantity(gpu.into())),
-        ("pods".to_string(), K8sQuantity("110".into())),
-    ]
-    .into()
+/// `n` with `gpu` GPUs, 64 CPUs and room for 110 pods.
+fn with_gpus(n: Node, gpu: &str) -> Node {
+    n.allocatable(&[("cpu", "64"), ("nvidia.com/gpu", gpu), ("pods", "110")])
 }
 
 /// A node with 8 GPUs.
 pub(in crate::drain) fn gpu_node(name: &str, domain: &str, pool: &str) -> Node {
-    let mut n = node(name, domain).label("pool", pool);
-    n.status.get_or_insert_default().allocatable = Some(allocatable("8"));
-    n
-}
-
-fn requesting(mut p: Pod, gpu: &str) -> Pod {
-    if let Some(c) = p.spec.get_or_insert_default().containers.first_mut() {
-        c.resources = Some(ResourceRequirements {
-            requests: Some(gpus(gpu)),
-            ..ResourceRequirements::default()
-        });
-    }
-    p
+    with_gpus(node(name, domain).label("pool", pool), "8")
 }
 
 /// Group `g` on `node`: a leader and a worker, one GPU each.
@@ -53,7 +25,8 @@ fn group(g: &str, node: &str) -> Vec<Pod> {
     ["leader", "worker"]
         .iter()
         .map(|role| {
-            requesting(pod(&format!("ns/{g}-{role}"), node), "1")
+            pod(&format!("ns/{g}-{role}"), node)
+                .requests(&[("cpu", "1"), ("nvidia.com/gpu", "1")])
                 .label("g", g)
                 .label("role", role)
         })
@@ -155,15 +128,14 @@ fn exactly_as_many_groups_as_the_budget_tolerates_need_no_room() {
         Vec::new()
     );
     // one more than tolerated, room for exactly one group (2 GPUs free): not a dead end
-    let mut tight = gpu_node("new-1", "ud-n", "new");
-    tight.status.get_or_insert_default().allocatable = Some(allocatable("2"));
+    let tight = with_gpus(gpu_node("new-1", "ud-n", "new"), "2");
     let (nodes, pods) = world(3, 1, vec![tight.clone()]);
     assert_eq!(
         check(&nodes, &pods, leaders_pdb(2), true, Returns::Never),
         Vec::new()
     );
     // one GPU short of one group (2 each): a dead end, room 0
-    tight.status.get_or_insert_default().allocatable = Some(allocatable("1"));
+    let tight = with_gpus(tight, "1");
     let (nodes, pods) = world(3, 1, vec![tight]);
     let found = check(&nodes, &pods, leaders_pdb(2), true, Returns::Never);
     assert_eq!(
@@ -223,8 +195,7 @@ fn a_reboot_hand_off_brings_the_earlier_domains_back_and_none_keeps_their_groups
         vec!["ud-b"]
     );
     // hand-off None: ud-a's group took the one free group's room outside first
-    let mut one = gpu_node("new-1", "ud-n", "new");
-    one.status.get_or_insert_default().allocatable = Some(allocatable("2"));
+    let one = with_gpus(gpu_node("new-1", "ud-n", "new"), "2");
     let (nodes, pods) = world(1, 3, vec![one]);
     let found = check(&nodes, &pods, leaders_pdb(2), true, Returns::Never);
     assert_eq!(found.len(), 1, "{found:?}");
@@ -264,9 +235,7 @@ fn gate(nodes: &[Node], pods: &[Pod], taint_outdated: bool, returns: Returns) ->
 }
 
 fn spare(gpus: &str) -> Node {
-    let mut n = gpu_node("new-1", "ud-n", "new");
-    n.status.get_or_insert_default().allocatable = Some(allocatable(gpus));
-    n
+    with_gpus(gpu_node("new-1", "ud-n", "new"), gpus)
 }
 
 fn named(found: &CapacityCheck) -> Vec<(&str, usize, usize)> {
@@ -439,7 +408,6 @@ fn the_condition_message_names_the_budgets_dead_ends_then_the_health_checks() {
 
 #[test]
 fn by_workload_only_the_groups_ready_now_must_come_back() {
-    use k8s_openapi::api::core::v1::PodCondition;
     let (nodes, mut pods) = world(1, 1, Vec::new());
     let check = |pods: &[Pod]| {
         let pdbs = vec![leaders_pdb(1)];
@@ -460,11 +428,7 @@ fn by_workload_only_the_groups_ready_now_must_come_back() {
         .iter_mut()
         .filter(|p| name(&p.metadata).starts_with("a0"))
     {
-        p.status.get_or_insert_default().conditions = Some(vec![PodCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..PodCondition::default()
-        }]);
+        *p = p.clone().ready();
     }
     assert_eq!(
         check(&pods),

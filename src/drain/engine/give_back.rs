@@ -64,24 +64,10 @@ fn has_label_key(node: &Node, key: &str) -> bool {
 mod tests {
     use std::collections::BTreeSet;
 
-    use raygate_testing::core::{self, NodeExt};
+    use raygate_testing::core::{NodeExt, node};
 
     use super::*;
     use crate::drain::outdated_taint;
-
-    fn node(name: &str, cordoned: bool, tainted: bool, labels: &[(&str, &str)]) -> Node {
-        let mut n = core::node(name, "");
-        for (k, v) in labels {
-            n = n.label(k, v);
-        }
-        if cordoned {
-            n = n.cordoned();
-        }
-        if tainted {
-            n = n.tainted(outdated_taint());
-        }
-        n
-    }
 
     fn domain(name: &str, step: Step, nodes: &[&str], mine: Option<&[&str]>) -> DomainState {
         DomainState {
@@ -115,15 +101,15 @@ mod tests {
             ],
             ..State::default()
         };
-        let upgrade = [("raygate.io/upgrade", "requested")];
-        let nodes = vec![
-            node("d1", true, true, &[]),
-            node("a1", true, true, &upgrade),
-            node("a2", true, true, &[]),
-            node("b1", true, true, &[]),
-            node("b2", false, true, &[]),
-        ];
         let taint = outdated_taint();
+        let drained = |name: &str| node(name, "").cordoned().tainted(taint.clone());
+        let nodes = vec![
+            drained("d1"),
+            drained("a1").label("raygate.io/upgrade", "requested"),
+            drained("a2"),
+            drained("b1"),
+            node("b2", "").tainted(taint.clone()),
+        ];
         let actions = give_back(&state, &nodes, Some(&taint), Some("raygate.io/upgrade"));
         assert_eq!(
             actions,
@@ -145,7 +131,7 @@ mod tests {
             ],
             ..State::default()
         };
-        let nodes = vec![node("a1", false, false, &[]), node("b1", true, false, &[])];
+        let nodes = vec![node("a1", ""), node("b1", "").cordoned()];
         let taint = outdated_taint();
         assert_eq!(
             give_back(&state, &nodes, Some(&taint), Some("raygate.io/upgrade")),
@@ -159,7 +145,7 @@ mod tests {
             domains: vec![domain("ud-1", Step::Draining, &["a1"], None)],
             ..State::default()
         };
-        let nodes = vec![node("a1", true, false, &[])];
+        let nodes = vec![node("a1", "").cordoned()];
         assert_eq!(
             give_back(&state, &nodes, None, None),
             vec![Action::Uncordon {

@@ -1,7 +1,7 @@
 //! The engine step by step on a small world the tests apply the actions to.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, Probe};
+use k8s_openapi::api::core::v1::{Pod, Probe};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::BTreeSet;
@@ -22,31 +22,12 @@ fn secs(s: i64) -> SignedDuration {
     SignedDuration::from_secs(s)
 }
 
-fn ready(mut p: Pod) -> Pod {
-    p.status.get_or_insert_default().conditions = Some(vec![PodCondition {
-        type_: "Ready".into(),
-        status: "True".into(),
-        ..PodCondition::default()
-    }]);
-    p
-}
-
-fn ready_node(n: Node) -> Node {
-    let mut n = n;
-    n.status.get_or_insert_default().conditions =
-        Some(vec![k8s_openapi::api::core::v1::NodeCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..Default::default()
-        }]);
-    n
-}
-
 fn member(name: &str, node: &str, group: &str, leader: bool) -> Pod {
-    let p = pod(&format!("ns/{name}"), node).label(GROUP, group);
-    let mut p = if leader { p.label("role", "leader") } else { p };
-    p.metadata.uid = Some(format!("uid-{name}"));
-    ready(p)
+    let p = pod(&format!("ns/{name}"), node)
+        .label(GROUP, group)
+        .uid(&format!("uid-{name}"))
+        .ready();
+    if leader { p.label("role", "leader") } else { p }
 }
 
 /// Two domains: `a` (nodes a1, a2: group ga, leader on a1, worker on a2, plus an unprotected
@@ -75,13 +56,13 @@ impl World {
         World {
             nodes: ["a1", "a2"]
                 .iter()
-                .map(|n| ready_node(node(n, "a")))
-                .chain([ready_node(node("b1", "b"))])
+                .map(|n| node(n, "a").ready())
+                .chain([node("b1", "b").ready()])
                 .collect(),
             pods: vec![
                 member("ga-0", "a1", "ga", true),
                 member("ga-1", "a2", "ga", false),
-                ready(pod("ns/web", "a2")),
+                pod("ns/web", "a2").ready(),
                 member("gb-0", "b1", "gb", true),
                 member("gb-1", "b1", "gb", false),
             ],
@@ -641,7 +622,7 @@ fn reboot_labels_the_drained_nodes_waits_for_the_target_generation_and_uncordons
     w.apply(&a, evicted);
     assert_eq!(s.domains[0].step, Step::HandingOff);
     assert!(s.waiting.contains("a2 (not Ready)"), "{}", s.waiting);
-    *w.node_mut("a2") = ready_node(w.node_mut("a2").clone());
+    *w.node_mut("a2") = w.node_mut("a2").clone().ready();
     let (s, a) = w.step(&s, &o);
     w.apply(&a, evicted);
     let (s, _) = w.step(&s, &o);
@@ -655,13 +636,11 @@ fn replace_waits_until_the_domain_has_new_nodes_at_the_target_generation() {
     with_generations(&mut w);
     let o = generation_options(Handoff::replace());
     let s = drained_to_hand_off(&mut w, &o);
-    w.nodes
-        .push(ready_node(node("a1-g2", "a")).label("gen", "2"));
+    w.nodes.push(node("a1-g2", "a").ready().label("gen", "2"));
     let (s, _) = w.step(&s, &o);
     assert_eq!(s.domains[0].step, Step::HandingOff, "1 of 2 new nodes");
     assert!(s.waiting.contains("1 of 2"), "{}", s.waiting);
-    w.nodes
-        .push(ready_node(node("a2-g2", "a")).label("gen", "2"));
+    w.nodes.push(node("a2-g2", "a").ready().label("gen", "2"));
     let (s, _) = w.step(&s, &o);
     assert_eq!(s.domains[0].step, Step::HealthCheck);
 }
@@ -914,7 +893,7 @@ fn fail_node(w: &mut World, name: &str) {
 /// ga recreated on `node` (a spare node `s1` is added first), its leader Ready or starting.
 fn ga_recreated_on(w: &mut World, node_name: &str, leader_ready: bool) {
     if node_name == "s1" {
-        w.nodes.push(ready_node(node("s1", "spare")));
+        w.nodes.push(node("s1", "spare").ready());
     }
     let mut leader = member("ga-0", node_name, "ga", true).label("app", "llm");
     if !leader_ready {
@@ -1113,11 +1092,11 @@ fn script() -> impl Strategy<Value = Script> {
 fn world_of(script: &Script) -> World {
     let mut w = World::new();
     w.nodes = (0..script.pods.len())
-        .flat_map(|d| (0..2).map(move |i| ready_node(node(&format!("n{d}-{i}"), &format!("d{d}")))))
+        .flat_map(|d| (0..2).map(move |i| node(&format!("n{d}-{i}"), &format!("d{d}")).ready()))
         .collect();
     // a node outside the plan's selection
     w.nodes
-        .push(ready_node(node("other", "d0")).label("keep", "yes"));
+        .push(node("other", "d0").ready().label("keep", "yes"));
     w.pods = script
         .pods
         .iter()
@@ -1269,8 +1248,9 @@ fn an_eviction_whose_answer_never_came_is_settled_from_the_live_view() {
 #[test]
 fn a_pod_whose_daemon_set_is_gone_blocks_without_force_and_is_evicted_with_it() {
     let orphan = || {
-        let p = pod("kube-system/agent-a1", "a1").owned_by("apps/v1", "DaemonSet", "gone");
-        ready(p)
+        pod("kube-system/agent-a1", "a1")
+            .owned_by("apps/v1", "DaemonSet", "gone")
+            .ready()
     };
     let options = |force: bool| {
         let mut o = World::options();

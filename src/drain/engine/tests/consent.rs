@@ -10,11 +10,7 @@ fn not_ready(w: &mut World, name: &str) {
         .iter_mut()
         .find(|p| p.metadata.name.as_deref() == Some(name))
         .unwrap();
-    p.status.get_or_insert_default().conditions = Some(vec![PodCondition {
-        type_: "Ready".into(),
-        status: "False".into(),
-        ..PodCondition::default()
-    }]);
+    *p = p.clone().condition("Ready", "False");
 }
 
 fn set_ready(w: &mut World, name: &str) {
@@ -23,7 +19,7 @@ fn set_ready(w: &mut World, name: &str) {
         .iter_mut()
         .find(|p| p.metadata.name.as_deref() == Some(name))
         .unwrap();
-    *p = ready(p.clone());
+    *p = p.clone().ready();
 }
 
 /// Cordons domain a and lets the cordon show.
@@ -507,12 +503,7 @@ fn pods_terminating_on_an_unreachable_node_are_waited_for_five_minutes_then_left
     let (s, a) = w.step(&s, &o);
     assert_eq!(evictions(&a), ["ga-1", "web"]);
     w.apply(&a, evicted);
-    w.node_mut("a2").status.as_mut().unwrap().conditions =
-        Some(vec![k8s_openapi::api::core::v1::NodeCondition {
-            type_: "Ready".into(),
-            status: "Unknown".into(),
-            ..Default::default()
-        }]);
+    *w.node_mut("a2") = w.node_mut("a2").clone().condition("Ready", "Unknown");
     let (s, a) = w.step(&s, &o);
     assert!(evictions(&a).is_empty());
     assert_eq!(s.domains[0].step, Step::Draining);

@@ -6,14 +6,12 @@ use super::*;
 /// A Ray pod of `cluster` (KubeRay's labels), Ready.
 fn ray_pod(name: &str, node: &str, cluster: &str, head: bool) -> Pod {
     let kind = if head { "head" } else { "worker" };
-    let mut p = ready(
-        pod(&format!("ns/{name}"), node)
-            .label("ray.io/cluster", cluster)
-            .label("ray.io/node-type", kind)
-            .label("ray.io/serve", "true"),
-    );
-    p.metadata.uid = Some(format!("uid-{name}"));
-    p
+    pod(&format!("ns/{name}"), node)
+        .label("ray.io/cluster", cluster)
+        .label("ray.io/node-type", kind)
+        .label("ray.io/serve", "true")
+        .uid(&format!("uid-{name}"))
+        .ready()
 }
 
 /// The reasons of the Events on RayService ns/llm.

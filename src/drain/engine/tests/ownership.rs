@@ -83,13 +83,7 @@ fn a_rollout_completes_naming_an_outdated_node_that_joined_after_its_plan() {
     w.pods.clear();
     with_generations(&mut w);
     let mut s = w.start(&o);
-    let mut joined = ready_node(node("c1", "c"));
-    joined
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .insert("gen".into(), "1".into());
-    w.nodes.push(joined);
+    w.nodes.push(node("c1", "c").ready().label("gen", "1"));
     let mut reported = Vec::new();
     for _ in 0..20 {
         let (next, a) = w.step(&s, &o);

@@ -8,8 +8,9 @@ use super::*;
 /// A pod tolerating every taint (`operator: Exists`, no key), as a node agent run by a
 /// Deployment often is.
 fn tolerates_all(name: &str, node: &str) -> Pod {
-    let mut p = ready(pod(&format!("ns/{name}"), node));
-    p.metadata.uid = Some(format!("uid-{name}"));
+    let mut p = pod(&format!("ns/{name}"), node)
+        .uid(&format!("uid-{name}"))
+        .ready();
     p.spec.get_or_insert_default().tolerations = Some(vec![Toleration {
         operator: Some("Exists".into()),
         ..Toleration::default()
