@@ -16,8 +16,8 @@ use raygate_demo::history::{History, Kind};
 use raygate_demo::invariants::{self, Window};
 use raygate_demo::recorder::Recorder;
 use raygate_sim::Sim;
-use raygate_sim::actors::{lws, node_lifecycle};
-use raygate_sim::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
+use raygate_sim::world::actors::{lws, node_lifecycle};
+use raygate_sim::world::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
 use serde_json::json;
 use tokio::sync::watch;
 

@@ -18,8 +18,8 @@ use raygate::gate::pod_gate::POD_GATE;
 use raygate::runtime::Clock;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
-use raygate_sim::kuberay::{AutoscalerConfig, EmulatorConfig};
+use raygate_sim::world::actors::{garbage_collector, kubelet, scheduler};
+use raygate_sim::world::kuberay::{AutoscalerConfig, EmulatorConfig};
 use raygate_sim::{Faults, Sim};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
@@ -109,7 +109,7 @@ impl Env {
             autoscaler: setup.autoscaler,
             ..Default::default()
         };
-        tokio::spawn(raygate_sim::kuberay::run(
+        tokio::spawn(raygate_sim::world::kuberay::run(
             client.clone(),
             clock,
             emulator,

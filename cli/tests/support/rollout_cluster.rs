@@ -9,7 +9,7 @@ use raygate::controller::drain::rollout::{Rollouts, run};
 use raygate::controller::{Fence, Metrics};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate_sim::Sim;
-use raygate_sim::actors::kubelet;
+use raygate_sim::world::actors::kubelet;
 use serde_json::json;
 use tokio::sync::watch;
 
