@@ -19,7 +19,7 @@ use raygate_sim::Sim;
 use raygate_sim::world::actors::{lws, node_lifecycle};
 use raygate_sim::world::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
 use serde_json::json;
-use tokio::sync::watch;
+use raygate_sim::world::Running;
 
 const OUTDATED: &str = "raygate.io/outdated";
 
@@ -32,10 +32,10 @@ fn sim() -> Sim {
 }
 
 /// The gang world's actors, and the node lifecycle (reboots) every strategy's hand-off uses.
-fn actors(sim: &Sim) -> watch::Sender<bool> {
-    let stop = fixtures::actors(sim);
-    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
-    stop
+fn actors(sim: &Sim) -> Running {
+    fixtures::gang_world(sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .start()
 }
 
 /// A node of 4 GPUs in domain `ud`.
