@@ -16,10 +16,10 @@ use raygate_demo::history::{History, Kind};
 use raygate_demo::invariants::{self, Window};
 use raygate_demo::recorder::Recorder;
 use raygate_sim::Sim;
+use raygate_sim::world::Running;
 use raygate_sim::world::actors::{lws, node_lifecycle};
 use raygate_sim::world::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
 use serde_json::json;
-use raygate_sim::world::Running;
 
 const OUTDATED: &str = "raygate.io/outdated";
 

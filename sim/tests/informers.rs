@@ -177,27 +177,27 @@ async fn actors_in_one_scope_share_one_informer_per_kind_and_selector() {
 
     let in_scope = sim.clone();
     let woke = in_process(&sim, async move {
-            let mut caches = Caches::default();
-            let store: Store<Pod> = caches.all(&client);
-            caches.wait_ready().await;
-            caches.swallow();
-            assert_eq!(
-                in_scope.watch_count(),
-                before + 2,
-                "the actor's cache is the shared one"
-            );
-            Api::<Pod>::namespaced(client.clone(), NS)
-                .create(&PostParams::default(), &pod("a", "x", "n1"))
-                .await
-                .unwrap();
-            tokio::time::timeout(Duration::from_secs(1), caches.next())
-                .await
-                .is_ok()
-                && store
-                    .get(&reflector::ObjectRef::new("a").within(NS))
-                    .is_some()
-        })
-        .await;
+        let mut caches = Caches::default();
+        let store: Store<Pod> = caches.all(&client);
+        caches.wait_ready().await;
+        caches.swallow();
+        assert_eq!(
+            in_scope.watch_count(),
+            before + 2,
+            "the actor's cache is the shared one"
+        );
+        Api::<Pod>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &pod("a", "x", "n1"))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), caches.next())
+            .await
+            .is_ok()
+            && store
+                .get(&reflector::ObjectRef::new("a").within(NS))
+                .is_some()
+    })
+    .await;
     assert!(woke, "a change wakes the actor and is in its store");
     assert_eq!(names(&first.store), ["a"]);
     assert_eq!(names(&again.store), ["a"]);
@@ -282,12 +282,14 @@ async fn actors_sharing_an_informer_wake_in_the_order_they_subscribed() {
             caches.wait_ready().await;
             caches.swallow();
             let order = order.clone();
-            tasks.push(tokio::spawn(raygate_sim::world::informers::carry(async move {
-                for _ in 0..rounds {
-                    caches.next().await;
-                    order.lock().unwrap().push(i);
-                }
-            })));
+            tasks.push(tokio::spawn(raygate_sim::world::informers::carry(
+                async move {
+                    for _ in 0..rounds {
+                        caches.next().await;
+                        order.lock().unwrap().push(i);
+                    }
+                },
+            )));
         }
         let pods = Api::<Pod>::namespaced(client.clone(), NS);
         for round in 0..rounds {

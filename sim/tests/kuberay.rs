@@ -1,5 +1,5 @@
-//! The KubeRay v1.7 emulator (`raygate_sim::world::kuberay`) against the real API server: one test per
-//! emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
+//! The KubeRay v1.7 emulator (`raygate_sim::world::kuberay`) against the real API server: one test
+//! per emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
 
 use std::time::{Duration, Instant};
 
@@ -907,11 +907,11 @@ mod with_pods {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::api::ApiResource;
     use raygate_sim::world::actors::{garbage_collector, kubelet};
-    use raygate_sim::world::{Running, World};
     use raygate_sim::world::kuberay::pods::{
         CLUSTER_LABEL, GROUP_LABEL, HOST_INDEX_LABEL, NODE_TYPE_LABEL, REPLICA_INDEX_LABEL,
         REPLICA_NAME_LABEL,
     };
+    use raygate_sim::world::{Running, World};
     use std::collections::BTreeSet;
 
     const NS: &str = "serving";
@@ -972,7 +972,8 @@ mod with_pods {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
+        raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check)
+            .await
     }
 
     fn group(name: &str, replicas: i32, hosts: i32) -> Value {
@@ -1296,9 +1297,9 @@ mod incremental {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::api::ApiResource;
     use raygate_sim::world::actors::garbage_collector;
-    use raygate_sim::world::{Running, World};
     use raygate_sim::world::kuberay::AutoscalerConfig;
     use raygate_sim::world::kuberay::pods::{CLUSTER_LABEL, NODE_TYPE_LABEL};
+    use raygate_sim::world::{Running, World};
 
     const NS: &str = "serving";
     const WAIT: Duration = Duration::from_secs(1800);
@@ -1405,7 +1406,8 @@ mod incremental {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
+        raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check)
+            .await
     }
 
     #[tokio::test(start_paused = true)]

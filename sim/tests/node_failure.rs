@@ -11,8 +11,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use raygate_sim::Sim;
-use raygate_sim::world::actors::node_lifecycle::{self, Readiness};
 use raygate_sim::world::World;
+use raygate_sim::world::actors::node_lifecycle::{self, Readiness};
 use raygate_sim::world::actors::{kubelet, podgc, taint_eviction};
 use serde_json::{Value, json};
 

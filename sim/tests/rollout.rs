@@ -24,9 +24,9 @@ use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
+use raygate_sim::world::Running;
 use raygate_sim::world::actors::lws;
 use serde_json::{Value, json};
-use raygate_sim::world::Running;
 use tokio::sync::watch;
 
 use raygate_sim::world::fixtures::*;
@@ -733,7 +733,8 @@ async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_wai
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let dying = kube::Client::new(
         DiesAfterEviction {
-            inner: raygate_sim::server::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+            inner: raygate_sim::server::service::SimService::new(sim.clone())
+                .with_user_agent("raygate"),
             dead: dead.clone(),
         },
         "default",
@@ -827,7 +828,8 @@ async fn a_running_rollout_checks_the_contract_over_its_watches_without_listing_
     let lists: Arc<Mutex<Vec<Timestamp>>> = Arc::default();
     let counting = kube::Client::new(
         CountsPodLists {
-            inner: raygate_sim::server::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+            inner: raygate_sim::server::service::SimService::new(sim.clone())
+                .with_user_agent("raygate"),
             clock: sim.clock().clone(),
             lists: lists.clone(),
         },

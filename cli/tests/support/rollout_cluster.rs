@@ -33,9 +33,7 @@ pub async fn cluster(pods: usize) -> (Sim, Stop) {
         .namespace("t")
         .build();
     let client = sim.client();
-    let kubelets = World::on(&sim)
-        .kubelets(kubelet::Config::default())
-        .start();
+    let kubelets = World::on(&sim).kubelets(kubelet::Config::default()).start();
     for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": n, "labels": {UD: ud, "pool": "old"}},

@@ -74,7 +74,8 @@ impl Controller {
         let handle = tokio::spawn(async move {
             loop {
                 let dies = DiesAfterWrites::new(
-                    raygate_sim::server::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+                    raygate_sim::server::service::SimService::new(sim.clone())
+                        .with_user_agent("raygate"),
                     left.clone(),
                 );
                 let dead = dies.dead.clone();

@@ -1,11 +1,11 @@
 //! Fault injection: the failures a real API server shows its clients, seeded and deterministic.
 //!
-//! A [`Faults`] value holds rules per verb / resource / client (User-Agent prefix): error rates
-//! (409, 429, 500, 503 with the real server's response shapes) and added latency (cluster time,
-//! so free under tokio's paused clock), plus watch disconnects and 410 Gone on re-watch. Each
-//! (verb, resource) pair draws from its own splitmix64 stream seeded from the sim's seed, so the
-//! faults one resource sees do not depend on the traffic to another: for a seed and a sequence of
-//! requests per verb and resource, the same requests fail.
+//! A [`Faults`](crate::Faults) value holds rules per verb / resource / client (User-Agent prefix):
+//! error rates (409, 429, 500, 503 with the real server's response shapes) and added latency
+//! (cluster time, so free under tokio's paused clock), plus watch disconnects and 410 Gone on
+//! re-watch. Each (verb, resource) pair draws from its own splitmix64 stream seeded from the sim's
+//! seed, so the faults one resource sees do not depend on the traffic to another: for a seed and a
+//! sequence of requests per verb and resource, the same requests fail.
 //!
 //! Errors are decided before the request touches the store: an injected failure never writes
 //! (the real server can also fail *after* a write; that is not modelled).

@@ -4,7 +4,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -28,7 +28,11 @@ pub fn selector_query(labels: Option<&str>, fields: Option<&str>) -> HashMap<Str
 
 /// Typed copies of stored objects by (type, resource, namespace, name): the last decoded one and
 /// its resourceVersion.
-pub(super) type Decoded = HashMap<(TypeId, String), (String, Arc<dyn Any + Send + Sync>)>;
+type Copies = HashMap<(TypeId, String), (String, Arc<dyn Any + Send + Sync>)>;
+
+/// The sim's [`Copies`] (kept as its [`Sim::extension`]).
+#[derive(Default)]
+struct Decoded(Mutex<Copies>);
 
 impl Sim {
     /// Watches the collection at `path` (`/api/v1/pods`, `/apis/ray.io/v1/rayclusters`) from
@@ -75,7 +79,8 @@ impl Sim {
                 .get(&route.key(), &ns, &name)
                 .map(|o| (at, state.served(&route, o)))
         };
-        found.map(|(at, o)| self.typed(&at, &o)).transpose()
+        let decoded = self.extension::<Decoded>();
+        found.map(|(at, o)| typed(&decoded, &at, &o)).transpose()
     }
 
     /// A LIST of the collection at `path` with `query`'s selectors from inside the process
@@ -105,29 +110,33 @@ impl Sim {
                 })
                 .collect::<Vec<_>>()
         };
-        objects.iter().map(|(at, o)| self.typed(at, o)).collect()
+        let decoded = self.extension::<Decoded>();
+        objects
+            .iter()
+            .map(|(at, o)| typed(&decoded, at, o))
+            .collect()
     }
+}
 
-    /// `o` as `K` without its `managedFields` ([`super::decode`]), decoded again only if its
-    /// resourceVersion changed since the last read at `at`.
-    fn typed<K>(&self, at: &str, o: &serde_json::Value) -> Result<K, ApiError>
-    where
-        K: DeserializeOwned + Clone + Send + Sync + 'static,
+/// `o` as `K` without its `managedFields` ([`super::decode`]), decoded again only if its
+/// resourceVersion changed since the last read at `at` ([`Decoded`]).
+fn typed<K>(decoded: &Decoded, at: &str, o: &serde_json::Value) -> Result<K, ApiError>
+where
+    K: DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let rv = o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let key = (TypeId::of::<K>(), at.to_string());
+    let mut decoded = decoded.0.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((seen, obj)) = decoded.get(&key)
+        && seen == rv
+        && let Some(k) = obj.downcast_ref::<K>()
     {
-        let rv = o["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default();
-        let key = (TypeId::of::<K>(), at.to_string());
-        let mut decoded = self.decoded.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((seen, obj)) = decoded.get(&key)
-            && seen == rv
-            && let Some(k) = obj.downcast_ref::<K>()
-        {
-            return Ok(k.clone());
-        }
-        let k = without_managed_fields::<K>(o)
-            .map_err(|e| ApiError::internal(format!("{at} does not decode: {e}")))?;
-        decoded.insert(key, (rv.to_string(), Arc::new(k.clone())));
-        Ok(k)
+        return Ok(k.clone());
     }
+    let k = without_managed_fields::<K>(o)
+        .map_err(|e| ApiError::internal(format!("{at} does not decode: {e}")))?;
+    decoded.insert(key, (rv.to_string(), Arc::new(k.clone())));
+    Ok(k)
 }

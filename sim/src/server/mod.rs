@@ -1,6 +1,7 @@
 //! The simulated API server: the store and its verbs, served to `kube::Client` as a tower
-//! `Service` ([`Sim::client`]) and read from inside the process ([`in_process`]). Nothing here
-//! knows what runs on the cluster ([`crate::world`]).
+//! `Service` ([`Sim::client`]) and read from inside the process
+//! ([`in_process`](crate::server::in_process)). Nothing here knows what runs on the cluster
+//! ([`crate::world`]).
 
 /// Mutating admission on Pods: DefaultTolerationSeconds (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -34,7 +35,7 @@ pub mod schema;
 /// Label and field selectors (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod selector;
-/// The tower Service shell and watch streams (IO).
+/// The tower Service shell, watch streams and the sim's `kube::Client`s (IO).
 pub mod service;
 /// The cluster and its builder (IO).
 mod sim;

@@ -1,6 +1,6 @@
-//! Structural schemas of CRDs: pruning of unknown fields, `default`s, and validation with the
-//! real server's field-error shapes (`Invalid value`, `Required value`, `Unsupported value`).
-//! CEL rules (`x-kubernetes-validations`) are evaluated by [`crate::server::cel`] after the schema checks,
+//! Structural schemas of CRDs: pruning of unknown fields, `default`s, and validation with the real
+//! server's field-error shapes (`Invalid value`, `Required value`, `Unsupported value`). CEL rules
+//! (`x-kubernetes-validations`) are evaluated by [`crate::server::cel`] after the schema checks,
 //! unless those found a blocking error (as `hasBlockingErr` in the server's strategy).
 
 use jsonschema::error::ValidationErrorKind;

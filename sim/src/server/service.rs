@@ -47,6 +47,24 @@ impl SimService {
     }
 }
 
+impl Sim {
+    /// A `kube::Client` talking to this cluster in-process (default namespace `default`).
+    /// Call it inside a tokio runtime: the client's request buffer is a spawned task.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(SimService::new(self.clone()), "default")
+    }
+
+    /// A client whose requests carry `User-Agent: user_agent` (as each real client's do), so fault
+    /// rules can single it out ([`FaultRule::user_agent`](super::faults::FaultRule::user_agent))
+    /// and field managers default to it.
+    pub fn client_as(&self, user_agent: &str) -> kube::Client {
+        kube::Client::new(
+            SimService::new(self.clone()).with_user_agent(user_agent),
+            "default",
+        )
+    }
+}
+
 fn json_response(code: u16, body: &Value) -> Response<ResponseBody> {
     json_bytes_response(
         code,

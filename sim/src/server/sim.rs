@@ -1,4 +1,5 @@
-//! The simulated cluster ([`Sim`]) and how it is built ([`SimBuilder`]).
+//! The simulated cluster ([`Sim`]) and how it is built ([`SimBuilder`]). Clients reach it through
+//! [`super::service`] ([`Sim::client`]), in-process readers through [`super::in_process`].
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -7,9 +8,7 @@ use std::time::Duration;
 
 use super::faults::{self, Faults};
 use super::handler::{self, State};
-use super::in_process::Decoded;
 use super::kinds::{CrdError, Registry};
-use super::service;
 use crate::Clock;
 
 /// How a [`Sim`] is built.
@@ -102,7 +101,6 @@ impl SimBuilder {
             bookmark_interval: self.bookmark_interval,
             faults: Arc::new(Mutex::new(faults::Injector::new(self.faults, self.seed))),
             extensions: Arc::default(),
-            decoded: Arc::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"]
             .into_iter()
@@ -122,10 +120,8 @@ pub struct Sim {
     clock: Clock,
     bookmark_interval: Duration,
     faults: Arc<Mutex<faults::Injector>>,
-    /// One value per type, kept for the cluster by what runs on it ([`Sim::extension`]).
+    /// One value per type, kept for the cluster by the code that reaches it ([`Sim::extension`]).
     extensions: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
-    /// The last typed copy of each object an in-process read decoded ([`Sim::read`]).
-    pub(super) decoded: Arc<Mutex<Decoded>>,
 }
 
 impl Sim {
@@ -139,21 +135,6 @@ impl Sim {
             namespaces: vec![],
             faults: Faults::none(),
         }
-    }
-
-    /// A `kube::Client` talking to this cluster in-process (default namespace `default`).
-    /// Call it inside a tokio runtime: the client's request buffer is a spawned task.
-    pub fn client(&self) -> kube::Client {
-        kube::Client::new(service::SimService::new(self.clone()), "default")
-    }
-
-    /// A client whose requests carry `User-Agent: user_agent` (as each real client's do), so
-    /// fault rules can single it out ([`FaultRule::user_agent`]) and field managers default to it.
-    pub fn client_as(&self, user_agent: &str) -> kube::Client {
-        kube::Client::new(
-            service::SimService::new(self.clone()).with_user_agent(user_agent),
-            "default",
-        )
     }
 
     /// Replaces the injected faults (takes effect from the next request or watch).
@@ -209,7 +190,8 @@ impl Sim {
     }
 
     /// This cluster's one `T`, created on first use and shared by every clone of the sim: state
-    /// that what runs on the cluster keeps per cluster (the actors' shared informers).
+    /// kept per cluster by the code that reaches it (the in-process reads' decoded copies, the
+    /// actors' shared informers).
     pub fn extension<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
         let mut extensions = self.extensions.lock().unwrap_or_else(|p| p.into_inner());
         let slot = extensions

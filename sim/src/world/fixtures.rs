@@ -2,14 +2,15 @@
 //! in upgrade domains, LeaderWorkerSet groups (a leader and one worker packed into the leader's
 //! domain, the leader Ready only while its whole group is), the scheduler, kubelets, the LWS
 //! controller and the disruption controller, on the sim's paused clock. Test fixtures (they panic
-//! on a broken cluster, as a test should); the CRDs are the embedded ones ([`crate::server::upstream`]).
+//! on a broken cluster, as a test should); the CRDs are the embedded ones
+//! ([`crate::server::upstream`]).
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::Sim;
-use crate::world::{Running, World};
 use crate::world::actors::{disruption, kubelet, lws, node_lifecycle, scheduler};
+use crate::world::{Running, World};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};

@@ -9,7 +9,8 @@
 //! among a process's controllers.
 //!
 //! What stays as it was: raygate (the system under test) and every client outside an
-//! [`in_process`] scope watch through `kube::Client`, over JSON, with injected faults.
+//! [`in_process`](crate::world::informers::in_process) scope watch through `kube::Client`, over
+//! JSON, with injected faults.
 //! What an in-process actor gives up: its caches see no injected list or watch faults (rules
 //! scoped to its requests still fail its writes), as the demo's history recorder sees none
 //! ([`Sim::observe`]); a change reaches every actor sharing the cache at the same instant; its

@@ -26,8 +26,9 @@
 //! A ready cluster is what KubeRay calls a cluster whose head Pod is ready and whose Serve
 //! applications run, so it is promoted and serves.
 //!
-//! Time comes from the injected [`Clock`] (the sim's virtual clock, or [`Clock::wall`] against a
-//! real API server): timestamps written, timers and emulated pod start all read it.
+//! Time comes from the injected [`Clock`](crate::Clock) (the sim's virtual clock, or
+//! [`Clock::wall`](crate::Clock::wall) against a real API server): timestamps written, timers
+//! and emulated pod start all read it.
 //!
 //! Two `kube::runtime::Controller`s run side by side: one for RayServices (owning RayClusters) in
 //! [`service`], one for every RayCluster's status in [`cluster`]. They share in-memory timers, as

@@ -1,8 +1,8 @@
 //! What runs on the simulated API server: the actors (the scheduler, kubelets, the
 //! kube-controller-manager's controllers, LWS), the KubeRay emulator, the shared in-process
-//! informers they read through, and [`World`], which starts a set of them on one [`Sim`]. It
-//! talks to the server as a cluster's components do: through the [`Sim`]'s `kube::Client`, on
-//! its [`Clock`](crate::Clock).
+//! informers they read through, and [`World`](crate::world::World), which starts a set of them on
+//! one [`Sim`]. It talks to the server as a cluster's components do: through the [`Sim`]'s
+//! `kube::Client`, on its [`Clock`](crate::Clock).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -168,7 +168,12 @@ impl Start {
             Actor::Lws(resync) => task(lws::run(self.shared(), clock, resync, shutdown)),
             Actor::KubeRay(c) => task(ended(
                 "kuberay",
-                kuberay::run(self.shared(), clock, c, async move { shutdown.wait().await }),
+                kuberay::run(
+                    self.shared(),
+                    clock,
+                    c,
+                    async move { shutdown.wait().await },
+                ),
             )),
             Actor::Disruption(c) => task(ended(
                 "disruption",

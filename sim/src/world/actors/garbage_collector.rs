@@ -12,8 +12,9 @@
 //! - **orphan**: an owner deleting with the `orphan` finalizer has its reference removed from
 //!   every dependent (a strategic-merge `$patch: delete` by uid), then the finalizer.
 //!
-//! The API server's half (DELETE's `propagationPolicy` → finalizers) is in `handler::delete`.
-//! [`plan`] is pure; [`run`] keeps a cache of the covered kinds and applies the plan.
+//! The API server's half (DELETE's `propagationPolicy` → finalizers) is in
+//! `server::handler::delete`. [`plan`] is pure; [`run`] keeps a cache of the covered kinds and
+//! applies the plan.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +31,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::Clock;
-use crate::world::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::server::handler::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
+use crate::world::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use raygate::runtime::SortedState;
 
 /// One object as the collector's graph sees it.

@@ -24,8 +24,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::Clock;
-use crate::world::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use crate::server::selector::selector_object_matches;
+use crate::world::actors::support::{self, Actor, Caches, Expect, Pass, Shutdown};
 use raygate::runtime::SortedState;
 
 /// `burstReplicas`: at most this many creates or deletes per sync.

@@ -14,7 +14,8 @@
 //! due to NoExecute taint") to the pod's status and deletes it gracefully, after the Event
 //! `TaintManagerEviction` "Marking for deletion Pod ns/name". Every pod gets 300 s tolerations of
 //! `not-ready`/`unreachable` from the API server (the DefaultTolerationSeconds admission plugin,
-//! `crate::server::admission`), so pods leave a NotReady node 300 s after the node lifecycle tainted it.
+//! `crate::server::admission`), so pods leave a NotReady node 300 s after the node lifecycle
+//! tainted it.
 //!
 //! Chosen where the sim is simpler: a pod already deleting is left alone (its scheduled deletion
 //! dropped; the real controller would delete it again, a no-op); a node gone from the cache keeps
