@@ -35,12 +35,12 @@ if ! diff -ru charts/raygate/templates/crds "$tmp/chart/charts/raygate/templates
   stale=1
 fi
 # the upstream CRDs (KubeRay, Kueue, LWS) vendored for the binary (`raygate demo` embeds them:
-# sim/src/upstream.rs) must be the ones every test checks against (../shared/upstream-crds)
+# sim/src/server/upstream.rs) must be the ones every test checks against (../shared/upstream-crds)
 if [ ! -d ../shared/upstream-crds ]; then
   echo "../shared/upstream-crds is missing (beside this checkout): cannot check sim/crds/upstream/" >&2
   stale=1
 elif ! diff -ru ../shared/upstream-crds sim/crds/upstream >"$tmp/diff" 2>&1; then
-  echo "sim/crds/upstream/ differs from ../shared/upstream-crds: run 'cp ../shared/upstream-crds/*.yaml sim/crds/upstream/' (and list new files in sim/src/upstream.rs), then commit. Difference:" >&2
+  echo "sim/crds/upstream/ differs from ../shared/upstream-crds: run 'cp ../shared/upstream-crds/*.yaml sim/crds/upstream/' (and list new files in sim/src/server/upstream.rs), then commit. Difference:" >&2
   head -50 "$tmp/diff" >&2
   stale=1
 fi

@@ -22,7 +22,7 @@ use raygate::gate::ERROR_ANNOTATION;
 use raygate::runtime::{Clock, SystemClock};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::kuberay::EmulatorConfig;
+use raygate_sim::world::kuberay::EmulatorConfig;
 use raygate_testing::apiserver::eventually;
 use raygate_testing::backend::Backend;
 use raygate_testing::{PodTemplateBuilder, ray_pod};
@@ -154,7 +154,7 @@ impl Env {
             Some(sim) => sim.clock().clone(),
             None => raygate_sim::Clock::wall(),
         };
-        tokio::spawn(raygate_sim::kuberay::run(
+        tokio::spawn(raygate_sim::world::kuberay::run(
             env.client.clone(),
             emulator_clock,
             cfg,

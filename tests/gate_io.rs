@@ -18,7 +18,7 @@ use raygate::controller::{Config, run};
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::Clock;
-use raygate_sim::kuberay::EmulatorConfig;
+use raygate_sim::world::kuberay::EmulatorConfig;
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use raygate_testing::{PodTemplateBuilder, ray_pod};
 use serde_json::{Value, json};
@@ -201,7 +201,7 @@ async fn installing_raygate_with_a_slow_raycluster_list_never_stops_a_serving_ch
     let client = TestServer::get().client().await;
     let ns = namespace("slow-cluster-list");
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
-    tokio::spawn(raygate_sim::kuberay::run(
+    tokio::spawn(raygate_sim::world::kuberay::run(
         client.clone(),
         Clock::wall(),
         EmulatorConfig {
@@ -433,7 +433,7 @@ async fn the_covering_slice_of_a_ready_service_carries_pods_ready_for_kueue() {
     let client = TestServer::get().client().await;
     let ns = namespace("pods-ready");
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
-    tokio::spawn(raygate_sim::kuberay::run(
+    tokio::spawn(raygate_sim::world::kuberay::run(
         client.clone(),
         Clock::wall(),
         EmulatorConfig {
@@ -656,7 +656,7 @@ where
 /// watching it; returns the emulator's stop.
 async fn queues_and_emulator(client: &Client, ns: &str, cpu: &str) -> oneshot::Sender<()> {
     let (emulator_stop, emulator_stopped) = oneshot::channel::<()>();
-    tokio::spawn(raygate_sim::kuberay::run(
+    tokio::spawn(raygate_sim::world::kuberay::run(
         client.clone(),
         Clock::wall(),
         EmulatorConfig {

@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::types::kueue::Workload;
 use raygate::types::ray::RayService;
-use raygate_sim::kuberay::AutoscalerConfig;
+use raygate_sim::world::kuberay::AutoscalerConfig;
 use serde_json::json;
 
 mod ray_env;

@@ -505,7 +505,7 @@ async fn a_standby_takes_over_when_the_leader_stops_and_when_it_crashes() {
 /// writes instead.
 #[tokio::test(start_paused = true)]
 async fn a_leader_whose_renewals_fail_writes_nothing_after_its_renew_deadline() {
-    use raygate_sim::faults::{FaultRule, Faults, Verb};
+    use raygate_sim::server::faults::{FaultRule, Faults, Verb};
     raygate_testing::apiserver::init_logs();
     let ns = "stall";
     let sim = sim(ns, raygate_sim::Clock::default());

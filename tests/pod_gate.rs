@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raygate::gate::pod_gate::{POD_GATE, any_template_gated};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::actors::kubelet;
+use raygate_sim::world::actors::kubelet;
 use raygate_sim::{FaultRule, Faults, Verb};
 use serde_json::json;
 

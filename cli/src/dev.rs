@@ -1,5 +1,5 @@
 //! `raygate dev …`: the development helpers (`raygate::client::dev`) and the KubeRay v1.7 emulator
-//! (`raygate_sim::kuberay`) on the command line.
+//! (`raygate_sim::world::kuberay`) on the command line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use raygate::client::dev::{apply, client, get, kind_by_name};
 use raygate_sim::Clock;
-use raygate_sim::kuberay::{EmulatorConfig, run as run_emulator};
+use raygate_sim::world::kuberay::{EmulatorConfig, run as run_emulator};
 
 /// `raygate dev`.
 #[derive(clap::Args, Debug)]

@@ -152,7 +152,7 @@ fn sweep_progress(p: raygate_demo::sweep::Progress, elapsed: std::time::Duration
 /// story, raygate and the baselines on it), its table on standard output; exit 1 if raygate
 /// broke an invariant, a rollout failed or a seed stalled (5 minutes of wall time).
 fn seeds(first: u64, n: u64, threads: usize) -> anyhow::Result<ExitCode> {
-    let registry = raygate_sim::upstream::registry().context("the embedded CRDs")?;
+    let registry = raygate_sim::server::upstream::registry().context("the embedded CRDs")?;
     let wall = std::time::Instant::now();
     let summary = raygate_demo::sweep::sweep_reporting(
         &registry,
@@ -180,7 +180,7 @@ fn play(
     files: Files,
     with_baselines: bool,
 ) -> anyhow::Result<ExitCode> {
-    let registry = raygate_sim::upstream::registry().context("the embedded CRDs")?;
+    let registry = raygate_sim::server::upstream::registry().context("the embedded CRDs")?;
     // the baselines run on two threads of their own while raygate's story plays on this one
     let runs = if with_baselines {
         story::baselines(checked)

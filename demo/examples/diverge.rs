@@ -38,7 +38,8 @@ fn main() {
     };
     let variant = positional.get(1).map_or("raygate", |v| v.as_str());
     let runs: usize = flag("--runs").and_then(|n| n.parse().ok()).unwrap_or(2);
-    let registry = raygate_sim::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
+    let registry =
+        raygate_sim::server::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
     let lines = |i: usize| match sweep::run_report(&registry, seed, variant) {
         Ok(report) => sweep::history_lines(&report),
         Err(e) => {

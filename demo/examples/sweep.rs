@@ -39,7 +39,8 @@ fn main() {
     };
     let (seeds, first, threads) = (arg(1, 100), arg(2, 0), arg(3, 2));
     // the embedded CRDs (KubeRay, Kueue, LWS, raygate's NodeRollout), as `raygate simulate`
-    let registry = raygate_sim::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
+    let registry =
+        raygate_sim::server::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
     let wall = Instant::now();
     let summary = sweep::sweep(
         &registry,

@@ -45,7 +45,8 @@ fn main() {
     };
     let (seeds, first) = (arg(1, 10), arg(2, 100));
     let before_rollout = std::env::var_os("SWEEP_PROFILE_BEFORE_ROLLOUT").is_some();
-    let registry = raygate_sim::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
+    let registry =
+        raygate_sim::server::upstream::registry().unwrap_or_else(|e| panic!("the CRDs: {e}"));
     let mut by_variant: BTreeMap<String, Figures> = BTreeMap::new();
     let total = Instant::now();
     for seed in first..first + seeds {

@@ -31,7 +31,7 @@ use raygate::controller::drain::{self as executor, Run};
 use raygate::drain::engine::{Handoff, Options as EngineOptions, Phase};
 use raygate::drain::{Generation, GenerationSource, GenerationTarget, PlanOptions};
 use raygate_sim::Clock;
-use raygate_sim::actors::node_lifecycle;
+use raygate_sim::world::actors::node_lifecycle;
 use serde_json::json;
 
 /// Why a baseline could not finish.

@@ -10,7 +10,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Clock;
-use raygate_sim::actors::{lws, node_lifecycle};
+use raygate_sim::world::actors::{lws, node_lifecycle};
 use serde_json::json;
 
 use crate::baselines::{Outcome, reboot_agent};

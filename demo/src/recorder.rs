@@ -8,8 +8,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use raygate_sim::status::ApiError;
-use raygate_sim::store::WatchEvent;
+use raygate_sim::server::status::ApiError;
+use raygate_sim::server::store::WatchEvent;
 use raygate_sim::{Clock, Sim};
 use tokio::sync::mpsc::UnboundedReceiver;
 

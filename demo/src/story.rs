@@ -1,7 +1,8 @@
 //! `raygate demo` and `raygate simulate` (IO): a scenario on a fresh simulated cluster built from
-//! the CRDs embedded in the binary ([`raygate_sim::upstream`]), on tokio's paused clock (hours of
-//! cluster time in seconds), with a live display fed by the run's progress, the NodeRollouts'
-//! status and raygate's Events. Nothing is read from disk but the scenario file a user names.
+//! the CRDs embedded in the binary ([`raygate_sim::server::upstream`]), on tokio's paused clock
+//! (hours of cluster time in seconds), with a live display fed by the run's progress, the
+//! NodeRollouts' status and raygate's Events. Nothing is read from disk but the scenario file a
+//! user names.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -123,7 +124,10 @@ fn watch_events(client: Client, tx: mpsc::UnboundedSender<Seen>) -> tokio::task:
 /// its clock reads tokio's, so one built before the runtime starts would carry the wall time in
 /// between into every name and timestamp.
 pub fn sim_for(checked: &Checked) -> Result<Sim, PlayError> {
-    Ok(sim_with(&raygate_sim::upstream::registry()?, checked))
+    Ok(sim_with(
+        &raygate_sim::server::upstream::registry()?,
+        checked,
+    ))
 }
 
 /// A fresh sim for `checked` over an already built `registry` (parsing the embedded CRDs costs

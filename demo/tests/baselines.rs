@@ -16,11 +16,11 @@ use raygate_demo::history::{History, Kind};
 use raygate_demo::invariants::{self, Window};
 use raygate_demo::recorder::Recorder;
 use raygate_sim::Sim;
-use raygate_sim::actors::{lws, node_lifecycle};
-use raygate_sim::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
+use raygate_sim::world::Running;
+use raygate_sim::world::actors::{lws, node_lifecycle};
+use raygate_sim::world::fixtures::{self, LAG, NS, UD, eventually, is_ready, lws_api, lws_object};
 use raygate_testing::core::{self, PdbExt, int};
 use serde_json::json;
-use tokio::sync::watch;
 
 const OUTDATED: &str = "raygate.io/outdated";
 
@@ -33,10 +33,10 @@ fn sim() -> Sim {
 }
 
 /// The gang world's actors, and the node lifecycle (reboots) every strategy's hand-off uses.
-fn actors(sim: &Sim) -> watch::Sender<bool> {
-    let stop = fixtures::actors(sim);
-    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
-    stop
+fn actors(sim: &Sim) -> Running {
+    fixtures::gang_world(sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .start()
 }
 
 /// A node of 4 GPUs in domain `ud`.

@@ -48,7 +48,7 @@ fn runs() -> Vec<(u64, String)> {
 
 /// Each run's digest, as a line; `twice`: each run twice, their lines the same.
 fn digests(twice: bool) -> Vec<String> {
-    let registry = raygate_sim::upstream::registry().unwrap();
+    let registry = raygate_sim::server::upstream::registry().unwrap();
     let mut out = vec![];
     for (seed, variant) in runs() {
         let run = || {

@@ -6,7 +6,7 @@
 use raygate_demo::history::{Kind, State};
 use raygate_demo::show;
 use raygate_demo::story::{self, Out};
-use raygate_sim::actors::lws;
+use raygate_sim::world::actors::lws;
 
 #[test]
 fn the_embedded_story_is_the_shipped_file() {

@@ -16,7 +16,7 @@ fn raygate_breaks_no_invariant_on_random_clusters_and_timelines() {
             .unwrap_or(default)
     };
     let (seeds, first) = (env("RAYGATE_SWEEP_SEEDS", 4), env("RAYGATE_SWEEP_FIRST", 0));
-    let registry = raygate_sim::upstream::registry().unwrap();
+    let registry = raygate_sim::server::upstream::registry().unwrap();
     let wall = std::time::Instant::now();
     let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let tell = heard.clone();
@@ -52,7 +52,7 @@ fn raygate_breaks_no_invariant_on_random_clusters_and_timelines() {
 /// here rather than passing vacuously.
 #[test]
 fn seeds_that_draw_the_adversities_together_keep_every_invariant() {
-    let registry = raygate_sim::upstream::registry().unwrap();
+    let registry = raygate_sim::server::upstream::registry().unwrap();
     let drawn = [
         (1, ["down", "controller down", "lagging"]),
         (34, ["not Ready", "controller down", "NodeRollout"]),
@@ -85,7 +85,7 @@ fn seeds_that_draw_the_adversities_together_keep_every_invariant() {
 /// kill has not landed yet now brings it back right after the kill, as a Deployment would.
 #[test]
 fn a_kill_that_lands_after_its_restart_step_is_still_followed_by_a_restart() {
-    let registry = raygate_sim::upstream::registry().unwrap();
+    let registry = raygate_sim::server::upstream::registry().unwrap();
     let summary = sweep::sweep(&registry, 207..208, 1, Duration::from_secs(240));
     assert!(summary.raygate_clean(), "{summary}");
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use raygate_sim::Sim;
-use raygate_sim::actors::{kubelet, lws, scheduler};
+use raygate_sim::world::World;
+use raygate_sim::world::actors::{kubelet, lws};
 use serde_json::{Value, json};
 
 const NS: &str = "serving";
@@ -66,26 +67,11 @@ async fn scenario() {
                 .expect("create node");
         }
     }
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    let clock = sim.clock().clone();
-    tokio::spawn(scheduler::run(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(lws::run(
-        client.clone(),
-        clock,
-        Duration::from_secs(30),
-        shutdown,
-    ));
+    let _world = World::on(&sim)
+        .scheduler(Default::default())
+        .kubelets(Default::default())
+        .lws(Duration::from_secs(30))
+        .start();
     let ar = ApiResource {
         group: "leaderworkerset.x-k8s.io".into(),
         version: "v1".into(),

@@ -18,7 +18,8 @@ use kube::api::{
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use raygate_sim::Sim;
-use raygate_sim::actors::{disruption, garbage_collector, node_lifecycle, replicaset};
+use raygate_sim::world::World;
+use raygate_sim::world::actors::{disruption, garbage_collector, node_lifecycle, replicaset};
 use serde_json::{Value, json};
 
 const NS: &str = "t";
@@ -152,8 +153,10 @@ async fn the_disruption_e2e_vectors_hold_with_the_controller_computing_the_budge
     ] {
         let sim = sim();
         let client = sim.client();
-        let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
-        let _dc = sim.spawn_disruption_controller(disruption::Config::default());
+        let _world = World::on(&sim)
+            .replicasets(replicaset::Config::default())
+            .disruption(disruption::Config::default())
+            .start();
         Api::<ReplicaSet>::namespaced(client.clone(), NS)
             .create(&PostParams::default(), &rs_object("ray", 3, Some("n1")))
             .await
@@ -190,8 +193,10 @@ async fn the_disruption_e2e_vectors_hold_with_the_controller_computing_the_budge
 async fn after_an_eviction_the_replicaset_replaces_the_pod_and_the_budget_recovers() {
     let sim = sim();
     let client = sim.client();
-    let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
-    let _dc = sim.spawn_disruption_controller(disruption::Config::default());
+    let _world = World::on(&sim)
+        .replicasets(replicaset::Config::default())
+        .disruption(disruption::Config::default())
+        .start();
     let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), NS);
     rs_api
         .create(&PostParams::default(), &rs_object("ray", 3, Some("n1")))
@@ -242,9 +247,11 @@ async fn after_an_eviction_the_replicaset_replaces_the_pod_and_the_budget_recove
 async fn the_budget_trails_a_pod_going_unready_by_the_controller_s_reaction_lag() {
     let sim = sim();
     let client = sim.client();
-    let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
     let lag = Duration::from_secs(5);
-    let _dc = sim.spawn_disruption_controller(disruption::Config { lag });
+    let _world = World::on(&sim)
+        .replicasets(replicaset::Config::default())
+        .disruption(disruption::Config { lag })
+        .start();
     Api::<ReplicaSet>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &rs_object("ray", 3, Some("n1")))
         .await
@@ -285,7 +292,9 @@ async fn a_raycluster_owner_has_no_scale_so_max_unavailable_fails_safe_and_an_in
  {
     let sim = sim();
     let client = sim.client();
-    let _dc = sim.spawn_disruption_controller(disruption::Config::default());
+    let _world = World::on(&sim)
+        .disruption(disruption::Config::default())
+        .start();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
         "rayclusters",
@@ -349,7 +358,9 @@ async fn a_raycluster_owner_has_no_scale_so_max_unavailable_fails_safe_and_an_in
 async fn pods_of_a_leaderworkerset_count_its_scale_subresource() {
     let sim = sim();
     let client = sim.client();
-    let _dc = sim.spawn_disruption_controller(disruption::Config::default());
+    let _world = World::on(&sim)
+        .disruption(disruption::Config::default())
+        .start();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
         "leaderworkersets",
@@ -414,7 +425,9 @@ async fn gc_fixture(sim: &Sim, node: Option<&str>) -> (Api<ReplicaSet>, Api<Pod>
 #[tokio::test(start_paused = true)]
 async fn background_deletion_removes_the_dependents_after_the_owner() {
     let sim = sim();
-    let _gc = sim.spawn_garbage_collector(garbage_collector::Config::default());
+    let _world = World::on(&sim)
+        .garbage_collector(garbage_collector::Config::default())
+        .start();
     let (rs_api, pods) = gc_fixture(&sim, None).await;
     rs_api
         .delete("gc", &DeleteParams::background())
@@ -438,7 +451,9 @@ async fn background_deletion_removes_the_dependents_after_the_owner() {
 #[tokio::test(start_paused = true)]
 async fn foreground_deletion_keeps_the_owner_until_its_blocking_dependents_are_gone() {
     let sim = sim();
-    let _gc = sim.spawn_garbage_collector(garbage_collector::Config::default());
+    let _world = World::on(&sim)
+        .garbage_collector(garbage_collector::Config::default())
+        .start();
     // scheduled pods: deleted gracefully, they stay until their kubelet finishes them
     let (rs_api, pods) = gc_fixture(&sim, Some("n1")).await;
     rs_api
@@ -475,7 +490,9 @@ async fn foreground_deletion_keeps_the_owner_until_its_blocking_dependents_are_g
 #[tokio::test(start_paused = true)]
 async fn orphan_deletion_removes_the_owner_reference_and_keeps_the_dependents() {
     let sim = sim();
-    let _gc = sim.spawn_garbage_collector(garbage_collector::Config::default());
+    let _world = World::on(&sim)
+        .garbage_collector(garbage_collector::Config::default())
+        .start();
     let (rs_api, pods) = gc_fixture(&sim, None).await;
     let owner = rs_api.get("gc").await.unwrap();
     let deleting = rs_api.delete("gc", &DeleteParams::orphan()).await.unwrap();
@@ -539,7 +556,9 @@ async fn a_delete_with_an_unknown_propagation_policy_is_invalid() {
 async fn the_scale_subresource_drives_the_replicaset_controller() {
     let sim = sim();
     let client = sim.client();
-    let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
+    let _world = World::on(&sim)
+        .replicasets(replicaset::Config::default())
+        .start();
     let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), NS);
     rs_api
         .create(&PostParams::default(), &rs_object("web", 2, None))
@@ -654,7 +673,9 @@ async fn ready_node(client: &Client, clock: &raygate_sim::Clock, name: &str) {
 async fn a_drained_node_reboots_then_comes_back_ready_at_the_next_generation() {
     let sim = sim();
     let client = sim.client();
-    let _nl = sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    let _world = World::on(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .start();
     ready_node(&client, sim.clock(), "n1").await;
     let nodes: Api<Node> = Api::all(client.clone());
     // cordon: a plain field
@@ -732,7 +753,9 @@ async fn a_drained_node_reboots_then_comes_back_ready_at_the_next_generation() {
 async fn a_replaced_node_is_deleted_once_its_replacement_joined_ready() {
     let sim = sim();
     let client = sim.client();
-    let _nl = sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    let _world = World::on(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .start();
     ready_node(&client, sim.clock(), "n1").await;
     node_lifecycle::request(&client, "n1", "replace")
         .await
@@ -786,7 +809,9 @@ async fn a_pod_whose_last_finalizer_goes_during_its_grace_period_stays_for_its_k
 async fn a_stale_disruption_target_condition_is_reset_after_two_minutes() {
     let sim = sim();
     let client = sim.client();
-    let _dc = sim.spawn_disruption_controller(disruption::Config::default());
+    let _world = World::on(&sim)
+        .disruption(disruption::Config::default())
+        .start();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let p: Pod = serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}})).unwrap();
     pods.create(&PostParams::default(), &p).await.unwrap();
@@ -844,7 +869,9 @@ async fn a_replicaset_scaled_up_creates_each_missing_pod_exactly_once() {
                 async {}
             }),
     );
-    let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
+    let _world = World::on(&sim)
+        .replicasets(replicaset::Config::default())
+        .start();
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), NS);
     sets.create(&PostParams::default(), &rs_object("web", 1, None))
         .await

@@ -5,7 +5,7 @@
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use raygate_sim::Sim;
-use raygate_sim::cel::CelRules;
+use raygate_sim::server::cel::CelRules;
 use serde_json::{Value, json};
 
 #[test]
@@ -93,7 +93,7 @@ async fn a_localqueue_s_cluster_queue_is_immutable_and_other_changes_pass() {
 async fn a_node_rollout_s_selection_is_fixed_while_it_runs_and_free_before() {
     use raygate::types::rollout::{NodeRollout, RolloutSelection};
 
-    let sim = raygate_sim::fixtures::sim_with_rollouts();
+    let sim = raygate_sim::world::fixtures::sim_with_rollouts();
     let api: Api<NodeRollout> = Api::all(sim.client());
     let o: NodeRollout = serde_json::from_value(json!({"apiVersion": "raygate.io/v1alpha1",
         "kind": "NodeRollout", "metadata": {"name": "r"},

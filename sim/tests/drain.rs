@@ -21,12 +21,12 @@ use raygate::controller::drain::{self as executor, Run};
 use raygate::drain::PlanOptions;
 use raygate::drain::engine::{FailureAction, Handoff, Options, Phase, State};
 use raygate::drain::{Generation, GenerationSource, GenerationTarget};
-use raygate_sim::actors::{kubelet, lws, node_lifecycle};
+use raygate_sim::world::actors::{kubelet, lws, node_lifecycle};
 use raygate_sim::{FaultRule, Faults, Sim, Verb};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use raygate_sim::fixtures::*;
+use raygate_sim::world::fixtures::*;
 
 fn sim() -> Sim {
     let _ = tracing_subscriber::fmt()
@@ -613,8 +613,9 @@ fn spawn_upgrade_agent(client: &Client, action: &'static str) {
 async fn reboot_hands_the_drained_node_to_the_agent_and_uncordons_it_at_the_target_generation() {
     let sim = sim();
     let client = sim.client();
-    let _actors = actors(&sim);
-    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    let _actors = gang_world(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .start();
     layout(&client, &[1], 2, 1).await;
     spawn_upgrade_agent(&client, "reboot");
     let mut o = options();
@@ -747,8 +748,9 @@ async fn a_domain_timeout_with_abort_ends_the_rollout_and_uncordons_the_domain()
 async fn replace_waits_until_the_domain_has_a_new_node_at_the_target_generation() {
     let sim = sim();
     let client = sim.client();
-    let _actors = actors(&sim);
-    sim.spawn_node_lifecycle(node_lifecycle::Config::default());
+    let _actors = gang_world(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .start();
     layout(&client, &[1], 2, 1).await;
     spawn_upgrade_agent(&client, "replace");
     let mut o = options();
@@ -949,7 +951,7 @@ fn gpu_group(replicas: i32) -> Value {
 #[tokio::test(start_paused = true)]
 async fn a_kuberay_replica_recreated_under_a_new_name_counts_as_ready_again_for_the_next_domain() {
     use raygate::types::ray::RayCluster;
-    use raygate_sim::kuberay::pods::{
+    use raygate_sim::world::kuberay::pods::{
         HOST_INDEX_LABEL as KUBERAY_HOST_INDEX, REPLICA_NAME_LABEL as KUBERAY_REPLICA_NAME,
     };
     let crds = raygate_testing::upstream::dir().join("upstream-crds");
@@ -959,17 +961,13 @@ async fn a_kuberay_replica_recreated_under_a_new_name_counts_as_ready_again_for_
         .namespace(NS)
         .build();
     let client = sim.client();
-    let _actors = actors(&sim);
-    tokio::spawn(raygate_sim::kuberay::run(
-        client.clone(),
-        sim.clock().clone(),
-        raygate_sim::kuberay::EmulatorConfig {
+    let _actors = gang_world(&sim)
+        .kuberay(raygate_sim::world::kuberay::EmulatorConfig {
             namespace: Some(NS.into()),
             pods: true,
             ..Default::default()
-        },
-        futures::future::pending(),
-    ));
+        })
+        .start();
     let nodes: Api<Node> = Api::all(client.clone());
     let clusters: Api<RayCluster> = Api::namespaced(client.clone(), NS);
     nodes

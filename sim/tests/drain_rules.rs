@@ -25,7 +25,8 @@ use raygate::controller::drain::{self as executor, Run};
 use raygate::drain::engine::{Options, Phase, State};
 use raygate::drain::{DrainRules, PlanOptions};
 use raygate_sim::Sim;
-use raygate_sim::actors::{disruption, kubelet, scheduler};
+use raygate_sim::world::actors::{disruption, kubelet};
+use raygate_sim::world::{Running, World};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -36,7 +37,7 @@ const TARGET: &str = "old-0";
 /// The cluster: `old-0` (the target) and `new-0`, their kubelets (containers stop on SIGTERM
 /// after `stop_after`; `None`: the whole grace period), the scheduler and the disruption
 /// controller.
-async fn cluster(stop_after: Option<Duration>) -> (Sim, watch::Sender<bool>) {
+async fn cluster(stop_after: Option<Duration>) -> (Sim, Running) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -57,23 +58,18 @@ async fn cluster(stop_after: Option<Duration>) -> (Sim, watch::Sender<bool>) {
             .await
             .unwrap();
     }
-    let (stop, shutdown) = watch::channel(false);
-    let clock = sim.clock().clone();
-    tokio::spawn(scheduler::run(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    ));
     let kubelets = kubelet::Config {
         stop_after,
         ..kubelet::Config::default()
     };
-    tokio::spawn(kubelet::run_all(client, clock, kubelets, shutdown));
-    sim.spawn_disruption_controller(disruption::Config {
-        lag: Duration::from_secs(1),
-    });
-    (sim, stop)
+    let world = World::on(&sim)
+        .scheduler(Default::default())
+        .kubelets(kubelets)
+        .disruption(disruption::Config {
+            lag: Duration::from_secs(1),
+        })
+        .start();
+    (sim, world)
 }
 
 /// A pod bound to `old-0`: `extra` is merged into it (owner, labels, volumes, ...).
@@ -136,7 +132,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    raygate_sim::fixtures::eventually_within(
+    raygate_sim::world::fixtures::eventually_within(
         Duration::from_secs(1800),
         Duration::from_secs(1),
         what,

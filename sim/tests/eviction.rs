@@ -129,7 +129,7 @@ async fn a_budget_allows_one_eviction_then_answers_429_without_retry_after() {
 fn raw_evict(
     sim: &Sim,
     name: &str,
-) -> raygate_sim::http::Response<raygate_sim::service::ResponseBody> {
+) -> raygate_sim::http::Response<raygate_sim::server::service::ResponseBody> {
     let req = raygate_sim::http::Request::builder()
         .method("POST")
         .uri(format!("/api/v1/namespaces/{NS}/pods/{name}/eviction"))

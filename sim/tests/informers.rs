@@ -1,9 +1,9 @@
-//! The shared in-process informers (`raygate_sim::informers`) against what they replace: a
+//! The shared in-process informers (`raygate_sim::world::informers`) against what they replace: a
 //! kube-runtime reflector over a JSON watch of the same collection and selectors must hold the
 //! same objects after every kind of change (an object entering and leaving a selector, a delete),
-//! and actors in one `Sim::in_process` scope share one informer per kind and selector. The
+//! and actors in one `informers::in_process` scope share one informer per kind and selector. The
 //! in-process copies leave `metadata.managedFields` out (no actor reads it; see
-//! `raygate_sim::decode`); everything else is the same.
+//! `raygate_sim::server::decode`); everything else is the same.
 
 use std::time::Duration;
 
@@ -13,7 +13,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate_sim::Sim;
-use raygate_sim::actors::support::Caches;
+use raygate_sim::world::actors::support::Caches;
+use raygate_sim::world::informers::{in_process, informer};
 use serde_json::json;
 
 const NS: &str = "t";
@@ -97,7 +98,7 @@ async fn an_informer_holds_what_a_json_watch_with_the_same_selector_holds() {
     ];
     let shared: Vec<Store<Pod>> = configs
         .iter()
-        .map(|c| sim.informer::<Pod>("/api/v1/pods", c, ()).unwrap().store)
+        .map(|c| informer::<Pod>(&sim, "/api/v1/pods", c, ()).unwrap().store)
         .collect();
     let watched: Vec<Store<Pod>> = configs
         .iter()
@@ -158,14 +159,11 @@ async fn actors_in_one_scope_share_one_informer_per_kind_and_selector() {
     let sim = Sim::builder().namespace(NS).build();
     let client = sim.client();
     let before = sim.watch_count();
-    let first = sim
-        .informer::<Pod>("/api/v1/pods", &watcher::Config::default(), ())
-        .unwrap();
-    let again = sim
-        .informer::<Pod>("/api/v1/pods", &watcher::Config::default(), ())
-        .unwrap();
+    let first = informer::<Pod>(&sim, "/api/v1/pods", &watcher::Config::default(), ()).unwrap();
+    let again = informer::<Pod>(&sim, "/api/v1/pods", &watcher::Config::default(), ()).unwrap();
     assert_eq!(sim.watch_count(), before + 1, "one store watch for both");
-    sim.informer::<Pod>(
+    informer::<Pod>(
+        &sim,
         "/api/v1/pods",
         &watcher::Config::default().labels("app=x"),
         (),
@@ -178,29 +176,28 @@ async fn actors_in_one_scope_share_one_informer_per_kind_and_selector() {
     );
 
     let in_scope = sim.clone();
-    let woke = sim
-        .in_process(async move {
-            let mut caches = Caches::default();
-            let store: Store<Pod> = caches.all(&client);
-            caches.wait_ready().await;
-            caches.swallow();
-            assert_eq!(
-                in_scope.watch_count(),
-                before + 2,
-                "the actor's cache is the shared one"
-            );
-            Api::<Pod>::namespaced(client.clone(), NS)
-                .create(&PostParams::default(), &pod("a", "x", "n1"))
-                .await
-                .unwrap();
-            tokio::time::timeout(Duration::from_secs(1), caches.next())
-                .await
-                .is_ok()
-                && store
-                    .get(&reflector::ObjectRef::new("a").within(NS))
-                    .is_some()
-        })
-        .await;
+    let woke = in_process(&sim, async move {
+        let mut caches = Caches::default();
+        let store: Store<Pod> = caches.all(&client);
+        caches.wait_ready().await;
+        caches.swallow();
+        assert_eq!(
+            in_scope.watch_count(),
+            before + 2,
+            "the actor's cache is the shared one"
+        );
+        Api::<Pod>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &pod("a", "x", "n1"))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), caches.next())
+            .await
+            .is_ok()
+            && store
+                .get(&reflector::ObjectRef::new("a").within(NS))
+                .is_some()
+    })
+    .await;
     assert!(woke, "a change wakes the actor and is in its store");
     assert_eq!(names(&first.store), ["a"]);
     assert_eq!(names(&again.store), ["a"]);
@@ -215,7 +212,7 @@ async fn outside_a_scope_an_actor_watches_through_the_client() {
     let _store: Store<Pod> = caches.all(&client);
     caches.wait_ready().await;
     assert_eq!(sim.watch_count(), before + 1, "its own JSON watch");
-    assert!(raygate_sim::informers::current().is_none());
+    assert!(raygate_sim::world::informers::current().is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -276,7 +273,7 @@ async fn actors_sharing_an_informer_wake_in_the_order_they_subscribed() {
     let actors = 16;
     let rounds = 3;
     let in_scope = (client.clone(), order.clone());
-    sim.in_process(async move {
+    in_process(&sim, async move {
         let (client, order) = in_scope;
         let mut tasks = vec![];
         for i in 0..actors {
@@ -285,12 +282,14 @@ async fn actors_sharing_an_informer_wake_in_the_order_they_subscribed() {
             caches.wait_ready().await;
             caches.swallow();
             let order = order.clone();
-            tasks.push(tokio::spawn(raygate_sim::informers::carry(async move {
-                for _ in 0..rounds {
-                    caches.next().await;
-                    order.lock().unwrap().push(i);
-                }
-            })));
+            tasks.push(tokio::spawn(raygate_sim::world::informers::carry(
+                async move {
+                    for _ in 0..rounds {
+                        caches.next().await;
+                        order.lock().unwrap().push(i);
+                    }
+                },
+            )));
         }
         let pods = Api::<Pod>::namespaced(client.clone(), NS);
         for round in 0..rounds {

@@ -1,5 +1,5 @@
-//! The KubeRay v1.7 emulator (`raygate_sim::kuberay`) against the real API server: one test per
-//! emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
+//! The KubeRay v1.7 emulator (`raygate_sim::world::kuberay`) against the real API server: one test
+//! per emulated behaviour. Every test has its own namespace and its own emulator restricted to it.
 
 use std::time::{Duration, Instant};
 
@@ -8,7 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use raygate::types::ray::{RayCluster, RayService, RayServiceStatus};
-use raygate_sim::kuberay::{EmulatorConfig, cluster_spec_hash, run};
+use raygate_sim::world::kuberay::{EmulatorConfig, cluster_spec_hash, run};
 use raygate_sim::{Clock, Sim};
 use raygate_testing::apiserver::{TestServer, eventually, namespace};
 use serde_json::{Value, json};
@@ -906,11 +906,12 @@ mod with_pods {
     use super::*;
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::api::ApiResource;
-    use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
-    use raygate_sim::kuberay::pods::{
+    use raygate_sim::world::actors::{garbage_collector, kubelet};
+    use raygate_sim::world::kuberay::pods::{
         CLUSTER_LABEL, GROUP_LABEL, HOST_INDEX_LABEL, NODE_TYPE_LABEL, REPLICA_INDEX_LABEL,
         REPLICA_NAME_LABEL,
     };
+    use raygate_sim::world::{Running, World};
     use std::collections::BTreeSet;
 
     const NS: &str = "serving";
@@ -923,7 +924,7 @@ mod with_pods {
         clusters: Api<RayCluster>,
         services: Api<RayService>,
         pods: Api<Pod>,
-        _stop: tokio::sync::watch::Sender<bool>,
+        _world: Running,
     }
 
     async fn setup() -> PodEnv {
@@ -939,46 +940,30 @@ mod with_pods {
             .unwrap();
             nodes.create(&PostParams::default(), &node).await.unwrap();
         }
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        let clock = sim.clock().clone();
-        tokio::spawn(scheduler::run(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown.clone(),
-        ));
         let kubelets = kubelet::Config {
             stop_after: None,
             ..Default::default()
         };
-        tokio::spawn(kubelet::run_all(
-            client.clone(),
-            clock.clone(),
-            kubelets,
-            shutdown,
-        ));
-        sim.spawn_garbage_collector(
-            garbage_collector::Config::default()
-                .cover(ApiResource::erase::<RayCluster>(&()))
-                .cover(ApiResource::erase::<RayService>(&())),
-        );
-        let config = EmulatorConfig {
-            namespace: Some(NS.into()),
-            pods: true,
-            ..Default::default()
-        };
-        tokio::spawn(run(
-            client.clone(),
-            clock,
-            config,
-            futures::future::pending(),
-        ));
+        let world = World::on(&sim)
+            .scheduler(Default::default())
+            .kubelets(kubelets)
+            .garbage_collector(
+                garbage_collector::Config::default()
+                    .cover(ApiResource::erase::<RayCluster>(&()))
+                    .cover(ApiResource::erase::<RayService>(&())),
+            )
+            .kuberay(EmulatorConfig {
+                namespace: Some(NS.into()),
+                pods: true,
+                ..Default::default()
+            })
+            .start();
         PodEnv {
             clusters: Api::namespaced(client.clone(), NS),
             services: Api::namespaced(client.clone(), NS),
             pods: Api::namespaced(client, NS),
             sim,
-            _stop: stop,
+            _world: world,
         }
     }
 
@@ -987,7 +972,8 @@ mod with_pods {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        raygate_sim::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
+        raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check)
+            .await
     }
 
     fn group(name: &str, replicas: i32, hosts: i32) -> Value {
@@ -1310,9 +1296,10 @@ mod incremental {
     use super::*;
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::api::ApiResource;
-    use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
-    use raygate_sim::kuberay::AutoscalerConfig;
-    use raygate_sim::kuberay::pods::{CLUSTER_LABEL, NODE_TYPE_LABEL};
+    use raygate_sim::world::actors::garbage_collector;
+    use raygate_sim::world::kuberay::AutoscalerConfig;
+    use raygate_sim::world::kuberay::pods::{CLUSTER_LABEL, NODE_TYPE_LABEL};
+    use raygate_sim::world::{Running, World};
 
     const NS: &str = "serving";
     const WAIT: Duration = Duration::from_secs(1800);
@@ -1322,7 +1309,7 @@ mod incremental {
         services: Api<RayService>,
         clusters: Api<RayCluster>,
         pods: Api<Pod>,
-        _stop: tokio::sync::watch::Sender<bool>,
+        _world: Running,
     }
 
     async fn setup(autoscaler: AutoscalerConfig) -> IncEnv {
@@ -1338,43 +1325,27 @@ mod incremental {
             .unwrap();
             nodes.create(&PostParams::default(), &node).await.unwrap();
         }
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        let clock = sim.clock().clone();
-        tokio::spawn(scheduler::run(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown.clone(),
-        ));
-        tokio::spawn(kubelet::run_all(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown,
-        ));
-        sim.spawn_garbage_collector(
-            garbage_collector::Config::default()
-                .cover(ApiResource::erase::<RayCluster>(&()))
-                .cover(ApiResource::erase::<RayService>(&())),
-        );
-        let config = EmulatorConfig {
-            namespace: Some(NS.into()),
-            pods: true,
-            autoscaler: Some(autoscaler),
-            ..Default::default()
-        };
-        tokio::spawn(run(
-            client.clone(),
-            clock,
-            config,
-            futures::future::pending(),
-        ));
+        let world = World::on(&sim)
+            .scheduler(Default::default())
+            .kubelets(Default::default())
+            .garbage_collector(
+                garbage_collector::Config::default()
+                    .cover(ApiResource::erase::<RayCluster>(&()))
+                    .cover(ApiResource::erase::<RayService>(&())),
+            )
+            .kuberay(EmulatorConfig {
+                namespace: Some(NS.into()),
+                pods: true,
+                autoscaler: Some(autoscaler),
+                ..Default::default()
+            })
+            .start();
         IncEnv {
             services: Api::namespaced(client.clone(), NS),
             clusters: Api::namespaced(client.clone(), NS),
             pods: Api::namespaced(client, NS),
             _sim: sim,
-            _stop: stop,
+            _world: world,
         }
     }
 
@@ -1435,7 +1406,8 @@ mod incremental {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        raygate_sim::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check).await
+        raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_secs(1), what, check)
+            .await
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,9 +11,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use raygate_sim::Sim;
-use raygate_sim::actors::node_lifecycle::{self, Readiness};
-use raygate_sim::actors::support::Shutdown;
-use raygate_sim::actors::{kubelet, podgc, taint_eviction};
+use raygate_sim::world::World;
+use raygate_sim::world::actors::node_lifecycle::{self, Readiness};
+use raygate_sim::world::actors::{kubelet, podgc, taint_eviction};
 use serde_json::{Value, json};
 
 const NS: &str = "t";
@@ -85,8 +85,10 @@ fn events(list: &[Event], reason: &str) -> Vec<String> {
 async fn an_unreachable_node_s_pods_leave_after_their_toleration_seconds_default_300() {
     let sim = Sim::builder().namespace(NS).build();
     let client = sim.client();
-    let _nl = sim.spawn_node_lifecycle(node_lifecycle::Config::default());
-    let _te = sim.spawn_taint_eviction(taint_eviction::Config::default());
+    let _world = World::on(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .taint_eviction(taint_eviction::Config::default())
+        .start();
     ready_node(&client, &sim, "n1").await;
     let unreachable = |secs: Option<i64>| {
         let mut t = json!({"key": node_lifecycle::UNREACHABLE_TAINT, "operator": "Exists", "effect": "NoExecute"});
@@ -213,13 +215,10 @@ fn condition_status(p: &Pod, type_: &str) -> Option<String> {
 async fn mark_pods_not_ready_a_down_node_s_pods_go_not_ready_after_the_grace_period() {
     let sim = Sim::builder().namespace(NS).build();
     let client = sim.client();
-    let _nl = sim.spawn_node_lifecycle(node_lifecycle::Config::default());
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        sim.clock().clone(),
-        kubelet::Config::default(),
-        Shutdown::never(),
-    ));
+    let _world = World::on(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .kubelets(kubelet::Config::default())
+        .start();
     ready_node(&client, &sim, "n1").await;
     ready_node(&client, &sim, "n2").await;
     pod(&client, "down", "n1", json!([])).await;
@@ -320,8 +319,10 @@ async fn mark_pods_not_ready_a_down_node_s_pods_go_not_ready_after_the_grace_per
 async fn a_node_ready_again_in_time_cancels_the_scheduled_deletion() {
     let sim = Sim::builder().namespace(NS).build();
     let client = sim.client();
-    let _nl = sim.spawn_node_lifecycle(node_lifecycle::Config::default());
-    let _te = sim.spawn_taint_eviction(taint_eviction::Config::default());
+    let _world = World::on(&sim)
+        .node_lifecycle(node_lifecycle::Config::default())
+        .taint_eviction(taint_eviction::Config::default())
+        .start();
     ready_node(&client, &sim, "n1").await;
     pod(&client, "p", "n1", json!([])).await;
     node_lifecycle::write_ready(
@@ -376,10 +377,12 @@ async fn podgc_collects_orphans_after_quarantine_out_of_service_terminating_pods
     let client = sim.client();
     ready_node(&client, &sim, "n1").await;
     ready_node(&client, &sim, "n2").await;
-    let _gc = sim.spawn_podgc(podgc::Config {
-        terminated_threshold: 1,
-        ..Default::default()
-    });
+    let _world = World::on(&sim)
+        .podgc(podgc::Config {
+            terminated_threshold: 1,
+            ..Default::default()
+        })
+        .start();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let nodes: Api<Node> = Api::all(client.clone());
     // terminated: two Succeeded pods, the older goes

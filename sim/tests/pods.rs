@@ -12,7 +12,8 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
 use raygate_sim::Sim;
-use raygate_sim::actors::{kubelet, lws, scheduler};
+use raygate_sim::world::actors::{kubelet, lws, scheduler};
+use raygate_sim::world::{Running, World};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -45,7 +46,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    raygate_sim::fixtures::eventually_within(WAIT, poll, what, check).await
+    raygate_sim::world::fixtures::eventually_within(WAIT, poll, what, check).await
 }
 
 fn node(name: &str, ud: usize, gpus: u32) -> Node {
@@ -74,28 +75,12 @@ async fn nodes(client: &Client, uds: usize, per_ud: usize, gpus: u32) {
 }
 
 /// Starts the scheduler, a kubelet per node and the LWS controller.
-fn actors(sim: &Sim, client: &Client, kubelet_config: kubelet::Config) -> watch::Sender<bool> {
-    let (stop, shutdown) = watch::channel(false);
-    let clock = sim.clock().clone();
-    tokio::spawn(scheduler::run(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        clock.clone(),
-        kubelet_config,
-        shutdown.clone(),
-    ));
-    tokio::spawn(lws::run(
-        client.clone(),
-        clock,
-        Duration::from_secs(30),
-        shutdown,
-    ));
-    stop
+fn actors(sim: &Sim, kubelet_config: kubelet::Config) -> Running {
+    World::on(sim)
+        .scheduler(Default::default())
+        .kubelets(kubelet_config)
+        .lws(Duration::from_secs(30))
+        .start()
 }
 
 fn container(gpu: bool, probe_period: i32) -> Value {
@@ -199,7 +184,7 @@ async fn sixteen_nodes_and_two_hundred_lws_pods_run_an_hour_of_cluster_time() {
     let sim = sim();
     let client = sim.client();
     nodes(&client, 4, 4, 16).await;
-    let _stop = actors(&sim, &client, kubelet::Config::default());
+    let _stop = actors(&sim, kubelet::Config::default());
     for (i, replicas) in [7, 6, 6, 6].into_iter().enumerate() {
         create_lws(&client, lws_object(&format!("llm-{i}"), replicas, 8)).await;
     }
@@ -277,7 +262,7 @@ async fn a_leader_is_ready_only_while_its_whole_group_is() {
     let sim = sim();
     let client = sim.client();
     nodes(&client, 1, 2, 16).await;
-    let _stop = actors(&sim, &client, kubelet::Config::default());
+    let _stop = actors(&sim, kubelet::Config::default());
     create_lws(&client, lws_object("llm", 1, 3)).await;
     eventually("3 pods Ready", || all_ready(&client, 3)).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -338,7 +323,7 @@ async fn deleting_a_worker_recreates_its_whole_group() {
     let sim = sim();
     let client = sim.client();
     nodes(&client, 2, 2, 16).await;
-    let _stop = actors(&sim, &client, kubelet::Config::default());
+    let _stop = actors(&sim, kubelet::Config::default());
     create_lws(&client, lws_object("llm", 2, 3)).await;
     let before = eventually("6 pods Ready", || all_ready(&client, 6)).await;
     let uid = |ps: &[Pod], name: &str| {

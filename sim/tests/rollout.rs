@@ -24,11 +24,12 @@ use kube::{Client, ResourceExt};
 use raygate::controller::Metrics;
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
-use raygate_sim::actors::lws;
+use raygate_sim::world::Running;
+use raygate_sim::world::actors::lws;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use raygate_sim::fixtures::*;
+use raygate_sim::world::fixtures::*;
 
 fn sim() -> Sim {
     let _ = tracing_subscriber::fmt()
@@ -116,7 +117,7 @@ fn check_evictions(h: &History, start: &Start) -> usize {
 
 /// The set-up most tests share: a cluster, its client, the actors running (stopped when the
 /// sender is dropped) and [`layout`]'s groups placed.
-async fn world(groups: &[usize]) -> (Sim, Client, watch::Sender<bool>, Start) {
+async fn world(groups: &[usize]) -> (Sim, Client, Running, Start) {
     let sim = sim();
     let client = sim.client();
     let actors = actors(&sim);
@@ -677,12 +678,12 @@ async fn a_group_split_across_domains_makes_the_contract_condition_false_without
 /// reaches the server.
 #[derive(Clone)]
 struct DiesAfterEviction {
-    inner: raygate_sim::service::SimService,
+    inner: raygate_sim::server::service::SimService,
     dead: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for DiesAfterEviction {
-    type Response = raygate_sim::http::Response<raygate_sim::service::ResponseBody>;
+    type Response = raygate_sim::http::Response<raygate_sim::server::service::ResponseBody>;
     type Error = std::convert::Infallible;
     type Future =
         std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
@@ -732,7 +733,8 @@ async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_wai
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let dying = kube::Client::new(
         DiesAfterEviction {
-            inner: raygate_sim::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+            inner: raygate_sim::server::service::SimService::new(sim.clone())
+                .with_user_agent("raygate"),
             dead: dead.clone(),
         },
         "default",
@@ -778,13 +780,13 @@ async fn a_controller_killed_right_after_an_eviction_is_replaced_by_one_that_wai
 /// that is not a watch), with the cluster time of each.
 #[derive(Clone)]
 struct CountsPodLists {
-    inner: raygate_sim::service::SimService,
+    inner: raygate_sim::server::service::SimService,
     clock: raygate_sim::Clock,
     lists: Arc<Mutex<Vec<Timestamp>>>,
 }
 
 impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for CountsPodLists {
-    type Response = raygate_sim::http::Response<raygate_sim::service::ResponseBody>;
+    type Response = raygate_sim::http::Response<raygate_sim::server::service::ResponseBody>;
     type Error = std::convert::Infallible;
     type Future =
         std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
@@ -826,7 +828,8 @@ async fn a_running_rollout_checks_the_contract_over_its_watches_without_listing_
     let lists: Arc<Mutex<Vec<Timestamp>>> = Arc::default();
     let counting = kube::Client::new(
         CountsPodLists {
-            inner: raygate_sim::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+            inner: raygate_sim::server::service::SimService::new(sim.clone())
+                .with_user_agent("raygate"),
             clock: sim.clock().clone(),
             lists: lists.clone(),
         },

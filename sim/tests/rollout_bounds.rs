@@ -22,10 +22,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
 use raygate_sim::Sim;
-use raygate_sim::actors::replicaset;
+use raygate_sim::world::actors::replicaset;
 use serde_json::{Value, json};
 
-use raygate_sim::fixtures::*;
+use raygate_sim::world::fixtures::*;
 
 fn sim() -> Sim {
     let _ = tracing_subscriber::fmt()
@@ -272,8 +272,9 @@ async fn two_rollouts_over_disjoint_pools_never_disrupt_one_workload_in_two_doma
 async fn a_pod_that_tolerates_every_taint_is_evicted_once_and_its_replacement_left_alone() {
     let sim = sim();
     let client = sim.client();
-    let _actors = actors(&sim);
-    let _rs = sim.spawn_replicaset_controller(replicaset::Config::default());
+    let _actors = gang_world(&sim)
+        .replicasets(replicaset::Config::default())
+        .start();
     layout(
         &client,
         &[("node-0", "ud-0", "old"), ("node-1", "ud-1", "old")],

@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::types::rollout::{NodeRollout, NodeRolloutStatus};
-use raygate_sim::fixtures::*;
+use raygate_sim::world::fixtures::*;
 use raygate_sim::{Registry, Sim};
 use serde_json::{Value, json};
 
@@ -37,7 +37,7 @@ fn sim(cel: bool) -> Sim {
     }
     let mut registry = Registry::with_builtins();
     registry
-        .add_crds_yaml(raygate_sim::upstream::leaderworkerset())
+        .add_crds_yaml(raygate_sim::server::upstream::leaderworkerset())
         .expect("the embedded LWS CRD");
     for (_, crd) in raygate::crdgen::crds() {
         if crd.spec.group != "raygate.io" {

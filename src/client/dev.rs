@@ -2,7 +2,7 @@
 //! discovery (so no `kubectl`): [`apply`] creates or server-side applies every document of a
 //! multi-document YAML; [`get`] prints objects as YAML. Both know the kinds raygate works with
 //! ([`KINDS`]), mapped by hand to their API resources. The KubeRay v1.7 emulator the dev cluster
-//! runs lives in `raygate-sim` (`raygate_sim::kuberay`).
+//! runs lives in `raygate-sim` (`raygate_sim::world::kuberay`).
 
 use std::path::Path;
 

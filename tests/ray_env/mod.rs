@@ -18,12 +18,13 @@ use raygate::gate::pod_gate::POD_GATE;
 use raygate::runtime::Clock;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::actors::{garbage_collector, kubelet, scheduler};
-use raygate_sim::kuberay::{AutoscalerConfig, EmulatorConfig};
+use raygate_sim::world::actors::{garbage_collector, kubelet};
+use raygate_sim::world::kuberay::{AutoscalerConfig, EmulatorConfig};
+use raygate_sim::world::{Running, World};
 use raygate_sim::{Faults, Sim};
 use raygate_testing::core::{self, NodeExt};
 use serde_json::{Value, json};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 /// The RayServices' namespace.
 pub const NS: &str = "serving";
@@ -43,7 +44,8 @@ pub struct Env {
     pub sim: Sim,
     pub client: Client,
     pub controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
-    _stop: watch::Sender<bool>,
+    /// Dropped, the actors stop.
+    _world: Running,
 }
 
 impl Env {
@@ -82,42 +84,26 @@ impl Env {
                 .ready();
             nodes.create(&PostParams::default(), &node).await.unwrap();
         }
-        let (stop, shutdown) = watch::channel(false);
-        let clock = sim.clock().clone();
-        tokio::spawn(scheduler::run(
-            client.clone(),
-            clock.clone(),
-            Default::default(),
-            shutdown.clone(),
-        ));
-        tokio::spawn(kubelet::run_all(
-            client.clone(),
-            clock.clone(),
-            setup.kubelet,
-            shutdown,
-        ));
-        sim.spawn_garbage_collector(
-            garbage_collector::Config::default()
-                .cover(ApiResource::erase::<RayCluster>(&()))
-                .cover(ApiResource::erase::<RayService>(&())),
-        );
-        let emulator = EmulatorConfig {
-            namespace: Some(NS.into()),
-            pods: true,
-            autoscaler: setup.autoscaler,
-            ..Default::default()
-        };
-        tokio::spawn(raygate_sim::kuberay::run(
-            client.clone(),
-            clock,
-            emulator,
-            futures::future::pending(),
-        ));
+        let world = World::on(&sim)
+            .scheduler(Default::default())
+            .kubelets(setup.kubelet)
+            .garbage_collector(
+                garbage_collector::Config::default()
+                    .cover(ApiResource::erase::<RayCluster>(&()))
+                    .cover(ApiResource::erase::<RayService>(&())),
+            )
+            .kuberay(EmulatorConfig {
+                namespace: Some(NS.into()),
+                pods: true,
+                autoscaler: setup.autoscaler,
+                ..Default::default()
+            })
+            .start();
         let mut env = Env {
             sim,
             client,
             controller: None,
-            _stop: stop,
+            _world: world,
         };
         env.start_controller();
         env

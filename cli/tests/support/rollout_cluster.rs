@@ -9,15 +9,22 @@ use raygate::controller::drain::rollout::{Rollouts, run};
 use raygate::controller::{Fence, Metrics};
 use raygate::types::k8s_openapi::api::core::v1::{Node, Pod};
 use raygate_sim::Sim;
-use raygate_sim::actors::kubelet;
+use raygate_sim::world::actors::kubelet;
+use raygate_sim::world::{Running, World};
 use raygate_testing::core::{self, NodeExt, PodExt};
 use tokio::sync::watch;
 
 pub const UD: &str = "raygate.io/upgrade-domain";
 
+/// Dropped, the kubelets and the NodeRollout controller stop.
+pub struct Stop {
+    _kubelets: Running,
+    _rollouts: watch::Sender<bool>,
+}
+
 /// Two upgrade domains (n1 in ud-a, n2 in ud-b), `pods` ReplicaSet pods on each (`web-<node>-<i>`),
 /// kubelets running them, and the NodeRollout controller.
-pub async fn cluster(pods: usize) -> (Sim, watch::Sender<bool>) {
+pub async fn cluster(pods: usize) -> (Sim, Stop) {
     let crd =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/noderollouts.raygate.io.yaml");
     let sim = Sim::builder()
@@ -26,13 +33,7 @@ pub async fn cluster(pods: usize) -> (Sim, watch::Sender<bool>) {
         .namespace("t")
         .build();
     let client = sim.client();
-    let (stop, shutdown) = watch::channel(false);
-    tokio::spawn(kubelet::run_all(
-        client.clone(),
-        sim.clock().clone(),
-        kubelet::Config::default(),
-        shutdown.clone(),
-    ));
+    let kubelets = World::on(&sim).kubelets(kubelet::Config::default()).start();
     for (n, ud) in [("n1", "ud-a"), ("n2", "ud-b")] {
         let node = core::node(n, "")
             .label(UD, ud)
@@ -64,6 +65,11 @@ pub async fn cluster(pods: usize) -> (Sim, watch::Sender<bool>) {
         tick: Duration::from_secs(1),
         services: None,
     };
+    let (stop, shutdown) = watch::channel(false);
     tokio::spawn(run(r, shutdown));
+    let stop = Stop {
+        _kubelets: kubelets,
+        _rollouts: stop,
+    };
     (sim, stop)
 }

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope, pinned_kind};
 use kube::{Client, core::GroupVersionKind};
-use raygate_sim::actors::{lws, node_lifecycle};
+use raygate_sim::world::Running;
+use raygate_sim::world::actors::{lws, node_lifecycle};
 use raygate_sim::{FaultRule, Faults, Sim, Verb};
 use serde_json::{Value, json};
-use tokio::sync::{oneshot, watch};
 
 use super::controller::Controller;
 use super::format::{
@@ -61,8 +61,8 @@ pub(super) struct Story {
     pub(super) faults: Faults,
     pub(super) rollouts: Vec<tokio::task::JoinHandle<Result<Outcome, String>>>,
     pub(super) expect: Expect,
-    pub(super) _stop: watch::Sender<bool>,
-    pub(super) _emulator: oneshot::Sender<()>,
+    /// Dropped, the actors stop.
+    pub(super) _world: Running,
 }
 
 pub(super) async fn resolve(

@@ -74,7 +74,8 @@ impl Controller {
         let handle = tokio::spawn(async move {
             loop {
                 let dies = DiesAfterWrites::new(
-                    raygate_sim::service::SimService::new(sim.clone()).with_user_agent("raygate"),
+                    raygate_sim::server::service::SimService::new(sim.clone())
+                        .with_user_agent("raygate"),
                     left.clone(),
                 );
                 let dead = dies.dead.clone();
@@ -130,7 +131,7 @@ impl Controller {
 /// task. The sim's own copy of `DiesAfterEviction` (sim/tests/rollout.rs), for any write.
 #[derive(Clone)]
 struct DiesAfterWrites {
-    inner: raygate_sim::service::SimService,
+    inner: raygate_sim::server::service::SimService,
     left: Arc<AtomicU64>,
     dead: Arc<tokio::sync::Notify>,
     gone: Arc<AtomicBool>,
@@ -138,7 +139,7 @@ struct DiesAfterWrites {
 
 impl DiesAfterWrites {
     /// `left`: the write budget, shared with the runner (which arms the kill through it).
-    fn new(inner: raygate_sim::service::SimService, left: Arc<AtomicU64>) -> Self {
+    fn new(inner: raygate_sim::server::service::SimService, left: Arc<AtomicU64>) -> Self {
         DiesAfterWrites {
             inner,
             left,
@@ -148,7 +149,7 @@ impl DiesAfterWrites {
     }
 }
 
-type SimResponse = raygate_sim::http::Response<raygate_sim::service::ResponseBody>;
+type SimResponse = raygate_sim::http::Response<raygate_sim::server::service::ResponseBody>;
 
 impl tower_service::Service<raygate_sim::http::Request<kube::client::Body>> for DiesAfterWrites {
     type Response = SimResponse;

@@ -7,9 +7,11 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::discovery::{ApiResource, pinned_kind};
 use kube::{Client, core::GroupVersionKind};
-use raygate_sim::actors::{disruption, garbage_collector, kubelet, lws, node_lifecycle, scheduler};
-use raygate_sim::{Faults, Sim, informers};
-use tokio::sync::{mpsc::UnboundedSender, oneshot, watch};
+use raygate_sim::world::actors::{disruption, garbage_collector, kubelet, node_lifecycle};
+use raygate_sim::world::kuberay::EmulatorConfig;
+use raygate_sim::world::{Running, World, informers};
+use raygate_sim::{Faults, Sim};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::actions::{RunError, Story, api_for, apply, create_nodes, describe, resolve, served};
 use super::controller::Controller;
@@ -79,9 +81,7 @@ pub async fn run_with(
     checked: &Checked,
     progress: Option<tokio::sync::mpsc::UnboundedSender<Progress>>,
 ) -> Result<Report, RunError> {
-    sim.clone()
-        .in_process(run_in_process(sim, checked, progress))
-        .await
+    informers::in_process(&sim.clone(), run_in_process(sim, checked, progress)).await
 }
 
 async fn run_in_process(
@@ -97,8 +97,7 @@ async fn run_in_process(
     for ns in &s.cluster.namespaces {
         sim.ensure_namespace(ns);
     }
-    let (stop, shutdown) = watch::channel(false);
-    let actors = spawn_actors(&sim, &client, &shutdown).await;
+    let actors = spawn_actors(&sim, &client).await;
     let served_kinds = served(&client).await;
     let recorder = Recorder::start(&sim, &served_kinds).map_err(|e| RunError::Step {
         line: 0,
@@ -118,8 +117,7 @@ async fn run_in_process(
         faults: Faults::none(),
         rollouts: vec![],
         expect: Expect::default(),
-        _stop: stop,
-        _emulator: actors.emulator,
+        _world: actors.world,
     };
     if s.controller.run {
         story.controller.start();
@@ -157,79 +155,55 @@ async fn run_in_process(
 struct Actors {
     kubelet: kubelet::Config,
     lifecycle: node_lifecycle::Config,
-    /// Dropped, the KubeRay emulator stops.
-    emulator: oneshot::Sender<()>,
+    /// Dropped, the actors stop.
+    world: Running,
 }
 
 /// Starts the core actors (scheduler, kubelets, LWS when its CRD is served, disruption
 /// controller with a 5 s lag, node lifecycle, ReplicaSets) and, when RayService is served, the
 /// garbage collector and the KubeRay emulator with pods.
-async fn spawn_actors(sim: &Sim, client: &Client, shutdown: &watch::Receiver<bool>) -> Actors {
-    let clock = sim.clock().clone();
-    tokio::spawn(informers::carry(scheduler::run(
-        client.clone(),
-        clock.clone(),
-        Default::default(),
-        shutdown.clone(),
-    )));
+async fn spawn_actors(sim: &Sim, client: &Client) -> Actors {
+    let served = |group: &str, kind: &str| {
+        let gvk = GroupVersionKind::gvk(group, "v1", kind);
+        async move { pinned_kind(client, &gvk).await.is_ok() }
+    };
+    let lws_served = served("leaderworkerset.x-k8s.io", "LeaderWorkerSet").await;
+    let ray_served = served("ray.io", "RayService").await;
     let kubelet_config = kubelet::Config::default();
     let lifecycle_config = node_lifecycle::Config::default();
-    tokio::spawn(informers::carry(kubelet::run_all(
-        client.clone(),
-        clock.clone(),
-        kubelet_config.clone(),
-        shutdown.clone(),
-    )));
-    if pinned_kind(
-        client,
-        &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
-    )
-    .await
-    .is_ok()
-    {
-        tokio::spawn(informers::carry(lws::run(
-            client.clone(),
-            clock.clone(),
-            Duration::from_secs(30),
-            shutdown.clone(),
-        )));
+    let mut world = World::on(sim)
+        .scheduler(Default::default())
+        .kubelets(kubelet_config.clone());
+    if lws_served {
+        world = world.lws(Duration::from_secs(30));
     }
-    sim.spawn_disruption_controller(disruption::Config {
-        lag: Duration::from_secs(5),
-    });
-    sim.spawn_node_lifecycle(lifecycle_config.clone());
-    sim.spawn_replicaset_controller(Default::default());
-    let (emulator_tx, emulator_rx) = oneshot::channel::<()>();
-    if pinned_kind(client, &GroupVersionKind::gvk("ray.io", "v1", "RayService"))
-        .await
-        .is_ok()
-    {
+    world = world
+        .disruption(disruption::Config {
+            lag: Duration::from_secs(5),
+        })
+        .node_lifecycle(lifecycle_config.clone())
+        .replicasets(Default::default());
+    if ray_served {
         // the garbage collector deletes a deleted child's pods (KubeRay deletes the RayCluster
         // in the background and leaves its pods to it), as in a real cluster
         let ray = |kind: &str, plural: &str| {
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", kind), plural)
         };
-        sim.spawn_garbage_collector(
-            garbage_collector::Config::default()
-                .cover(ray("RayCluster", "rayclusters"))
-                .cover(ray("RayService", "rayservices")),
-        );
-        tokio::spawn(informers::carry(raygate_sim::kuberay::run(
-            client.clone(),
-            clock.clone(),
-            raygate_sim::kuberay::EmulatorConfig {
+        world = world
+            .garbage_collector(
+                garbage_collector::Config::default()
+                    .cover(ray("RayCluster", "rayclusters"))
+                    .cover(ray("RayService", "rayservices")),
+            )
+            .kuberay(EmulatorConfig {
                 pods: true,
                 ..Default::default()
-            },
-            async move {
-                let _ = emulator_rx.await;
-            },
-        )));
+            });
     }
     Actors {
         kubelet: kubelet_config,
         lifecycle: lifecycle_config,
-        emulator: emulator_tx,
+        world: world.start(),
     }
 }
 

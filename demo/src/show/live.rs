@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use raygate::quantity::Resources;
 use raygate::types::rollout::NodeRolloutStatus;
-use raygate_sim::actors::node_lifecycle;
+use raygate_sim::world::actors::node_lifecycle;
 
 use crate::history::{Change, Key, Kind, State};
 

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use raygate::quantity::Resources;
-use raygate_sim::actors::lws;
+use raygate_sim::world::actors::lws;
 use serde_json::{Value, json};
 
 use super::live::{Line, clock, render};
