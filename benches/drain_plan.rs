@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use k8s_openapi::jiff::Timestamp;
 use raygate::drain::{
     Cluster, DomainOrder, DrainRules, Generation, GenerationSource, GenerationTarget,
-    GroupContract, NodeInfoField, PlanOptions, PreflightOptions, plan, preflight,
+    GroupContract, GroupLabels, NodeInfoField, PlanOptions, PreflightOptions, plan, preflight,
 };
 use raygate_testing::core::{self, NodeExt, PdbExt, PodExt, UD, int};
 
@@ -171,7 +171,7 @@ fn main() {
     let every_node = PlanOptions {
         domain_label: UD.into(),
         order: DomainOrder::FewestProtectedGroups,
-        group_label: Some("group".into()),
+        groups: GroupLabels::of_labels(&["group"]),
         rules: DrainRules {
             ignore_daemonsets: true,
             ..DrainRules::default()
@@ -215,7 +215,7 @@ fn main() {
     );
     let check = PreflightOptions {
         domain_label: UD.into(),
-        contract: GroupContract::custom("group", "role=leader"),
+        contracts: vec![GroupContract::custom("group", "role=leader")],
     };
     let t = time(|| preflight(&cluster, &check));
     let findings = t.out.map_or(0, |f| f.len());

@@ -15,7 +15,8 @@ use raygate::drain::engine::{
     FailureAction, Handoff, Options, Phase, SignedDuration, UPGRADE_LABEL,
 };
 use raygate::drain::{
-    CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, PlanOptions,
+    CapacityCheck, DrainRules, Generation, GenerationSource, GenerationTarget, GroupLabels,
+    PlanOptions,
 };
 use raygate::runtime::SystemClock;
 use raygate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, FailureActionSpec};
@@ -49,9 +50,10 @@ pub struct RunArgs {
     /// Nodes to drain (a label query, as kubectl's --selector; default all).
     #[arg(short = 'l', long = "selector", default_value = "")]
     selector: String,
-    /// The pod label naming a group (e.g. leaderworkerset.sigs.k8s.io/group-key).
-    #[arg(long)]
-    group_label: Option<String>,
+    /// The pod label naming a group (e.g. leaderworkerset.sigs.k8s.io/group-key); repeat it
+    /// (or separate by commas) for several kinds of groups.
+    #[arg(long, value_delimiter = ',')]
+    group_label: Vec<String>,
     /// Drain only nodes whose label KEY is not at --target-generation.
     #[arg(long)]
     generation_label: Option<String>,
@@ -125,7 +127,7 @@ fn options(a: &RunArgs) -> Options {
                     .clone()
                     .map_or(GenerationTarget::Newest, GenerationTarget::Value),
             }),
-            group_label: a.group_label.clone(),
+            groups: GroupLabels::of_labels(&a.group_label),
             taint: a.taint_outdated.then(raygate::drain::outdated_taint),
             rules: DrainRules {
                 ignore_daemonsets: a.ignore_daemonsets,
@@ -351,7 +353,7 @@ async fn capacity_check(
     options: &Options,
     skip: bool,
 ) -> anyhow::Result<Option<String>> {
-    let gate = options.handoff == Handoff::None && options.plan.group_label.is_some();
+    let gate = options.handoff == Handoff::None && !options.plan.groups.is_empty();
     if options.plan.taint.is_none() && !gate {
         return Ok(None);
     }

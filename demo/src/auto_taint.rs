@@ -24,7 +24,7 @@ pub async fn decide(
             source: GenerationSource::Label(upgrade.generation_label.clone()),
             target: GenerationTarget::Value(upgrade.target.clone()),
         }),
-        group_label: upgrade.group_label.clone(),
+        groups: raygate::drain::GroupLabels::of_labels(upgrade.group_label.as_slice()),
         ..PlanOptions::default()
     };
     auto_taint(&objects.cluster(), &options, now, Returns::AfterHandOff)

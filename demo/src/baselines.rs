@@ -474,7 +474,7 @@ async fn run_raygate(
                 source: GenerationSource::Label(upgrade.generation_label.clone()),
                 target: GenerationTarget::Value(upgrade.target.clone()),
             }),
-            group_label: upgrade.group_label.clone(),
+            groups: raygate::drain::GroupLabels::of_labels(upgrade.group_label.as_slice()),
             taint: upgrade.taint.clone(),
             ..PlanOptions::default()
         },

@@ -18,9 +18,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use raygate::controller::drain::{self as executor, Run};
-use raygate::drain::PlanOptions;
 use raygate::drain::engine::{FailureAction, Handoff, Options, Phase, State};
 use raygate::drain::{Generation, GenerationSource, GenerationTarget};
+use raygate::drain::{GroupLabels, PlanOptions};
 use raygate_sim::world::actors::{kubelet, lws, node_lifecycle};
 use raygate_sim::{FaultRule, Faults, Sim, Verb};
 use serde_json::{Value, json};
@@ -186,7 +186,7 @@ fn options() -> Options {
         plan: PlanOptions {
             domain_label: UD.into(),
             node_selector: format!("{POOL}=old"),
-            group_label: Some(lws::GROUP_KEY.into()),
+            groups: GroupLabels::of_labels(&[lws::GROUP_KEY]),
             ..PlanOptions::default()
         },
         disruption_controller_lag: SignedDuration::try_from(LAG).unwrap(),
@@ -1046,7 +1046,8 @@ async fn a_kuberay_replica_recreated_under_a_new_name_counts_as_ready_again_for_
         plan: PlanOptions {
             domain_label: UD.into(),
             node_selector: format!("{POOL}=old"),
-            group_label: Some(KUBERAY_REPLICA_NAME.into()),
+            // both presets' labels, as a NodeRollout's default `groups: {}` reads them
+            groups: GroupLabels::of_labels(&[lws::GROUP_KEY, KUBERAY_REPLICA_NAME]),
             ..PlanOptions::default()
         },
         health_check_stable: Some(SignedDuration::from_secs(5)),

@@ -10,8 +10,8 @@ use super::status::columns;
 use crate::drain::engine::Handoff;
 use crate::drain::{
     CapacityCheck, DeadEnd, DomainOrder, DomainPlan, DrainRules, Exposure, Finding, Generation,
-    GenerationSource, GenerationTarget, GroupContract, HealthDeadEnd, NodeInfoField, Plan,
-    PlanOptions, PreflightOptions, Returns, SkipReason,
+    GenerationSource, GenerationTarget, GroupContract, GroupLabels, HealthDeadEnd, NodeInfoField,
+    Plan, PlanOptions, PreflightOptions, Returns, SkipReason,
 };
 use crate::types::rollout::{DEFAULT_UPGRADE_DOMAIN_LABEL, HandOffMode};
 
@@ -50,6 +50,9 @@ pub enum NodeInfo {
 /// How groups are recognised (`--groups`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Groups {
+    /// Both presets: LeaderWorkerSet groups and KubeRay multi-host replicas, each pod by the
+    /// group label it carries.
+    All,
     /// LeaderWorkerSet: `leaderworkerset.sigs.k8s.io/group-key`, the leader represents.
     Lws,
     /// KubeRay multi-host replicas: `ray.io/worker-group-replica-name`, host 0 represents.
@@ -129,8 +132,10 @@ pub struct PlanFlags {
     pub handoff: HandoffMode,
     /// Pod label naming a group, to count protected groups per domain (default: each
     /// protected pod counts); with --handoff none, the groups the health check waits for.
-    #[arg(long)]
-    pub group_label: Option<String>,
+    /// Repeat it (or separate by commas) for several kinds of groups: a pod belongs to the
+    /// group of the first label it carries.
+    #[arg(long, value_delimiter = ',')]
+    pub group_label: Vec<String>,
     /// Ignore DaemonSet-managed pods (kubectl drain's flag).
     #[arg(long)]
     pub ignore_daemonsets: bool,
@@ -155,7 +160,7 @@ pub struct CheckFlags {
     #[arg(long, default_value = DEFAULT_UPGRADE_DOMAIN_LABEL)]
     pub ud_label: String,
     /// How groups and their representatives are recognised.
-    #[arg(long, value_enum, default_value = "lws")]
+    #[arg(long, value_enum, default_value = "all")]
     pub groups: Groups,
     /// With `--groups custom`: the pod label naming a group.
     #[arg(long)]
@@ -221,8 +226,7 @@ impl PlanFlags {
             generation,
             order,
             taint: self.taint_outdated.then(crate::drain::outdated_taint),
-            group_label: self.group_label.clone(),
-            workload_labels: Vec::new(),
+            groups: GroupLabels::of_labels(&self.group_label),
             rules: DrainRules {
                 ignore_daemonsets: self.ignore_daemonsets,
                 delete_emptydir_data: self.delete_emptydir_data,
@@ -239,11 +243,12 @@ impl PlanFlags {
 impl CheckFlags {
     /// The preflight's options; an error names the flag.
     pub fn options(&self) -> Result<PreflightOptions, String> {
-        let contract = match self.groups {
-            Groups::Lws => GroupContract::leader_worker_set(),
-            Groups::Kuberay => GroupContract::kuberay(),
+        let contracts = match self.groups {
+            Groups::All => GroupContract::presets(),
+            Groups::Lws => vec![GroupContract::leader_worker_set()],
+            Groups::Kuberay => vec![GroupContract::kuberay()],
             Groups::Custom => match (&self.group_label, &self.representative) {
-                (Some(label), Some(rep)) => GroupContract::custom(label, rep),
+                (Some(label), Some(rep)) => vec![GroupContract::custom(label, rep)],
                 _ => {
                     return Err("--groups custom needs --group-label and --representative".into());
                 }
@@ -251,7 +256,7 @@ impl CheckFlags {
         };
         Ok(PreflightOptions {
             domain_label: self.ud_label.clone(),
-            contract,
+            contracts,
         })
     }
 
@@ -262,7 +267,7 @@ impl CheckFlags {
             domain_label: self.ud_label.clone(),
             node_selector: self.selector.clone(),
             taint: self.taint_outdated.then(crate::drain::outdated_taint),
-            group_label: Some(preflight.contract.group_label.clone()),
+            groups: preflight.group_labels(),
             ..PlanOptions::default()
         })
     }
@@ -684,12 +689,12 @@ mod tests {
                 target: GenerationTarget::Value("v1.31.1".into()),
             })
         );
-        assert_eq!(o.order, DomainOrder::Explicit(vec!["b".into(), "a".into()]));
+        assert_eq!(o.groups, GroupLabels::of_labels(&["group"]));
         assert_eq!(
             o.taint.map(|t| t.key),
             Some(crate::types::rollout::OUTDATED_TAINT_KEY.to_string())
         );
-        assert_eq!(o.group_label.as_deref(), Some("group"));
+        assert_eq!(o.groups, GroupLabels::of_labels(&["group"]));
 
         let defaults = parse(&[]).options().unwrap();
         assert_eq!(defaults.domain_label, DEFAULT_UPGRADE_DOMAIN_LABEL);

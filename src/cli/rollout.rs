@@ -16,7 +16,9 @@ pub struct RolloutRequest {
     pub domain_label: String,
     /// kubectl's `--selector` (a label query; "" = every node).
     pub selector: String,
-    pub group_label: Option<String>,
+    /// The pod labels naming groups: the presets' (LeaderWorkerSet's group key, KubeRay's
+    /// replica name) or one other.
+    pub group_label: Vec<String>,
     /// With a `group_label` other than a preset's: the label query picking a group's
     /// representative.
     pub representative: Option<String>,
@@ -42,32 +44,7 @@ impl RolloutRequest {
     /// The NodeRollout spec; an error names the flag.
     pub fn spec(&self) -> Result<NodeRolloutSpec, String> {
         let secs = |s: i64| format!("{s}s");
-        let groups = match (&self.group_label, &self.representative) {
-            (None, _) => None,
-            (Some(k), _) if *k == crate::drain::GroupContract::leader_worker_set().group_label => {
-                Some(GroupsSpec {
-                    preset: GroupPreset::LeaderWorkerSet,
-                    ..GroupsSpec::default()
-                })
-            }
-            (Some(k), _) if *k == crate::drain::GroupContract::kuberay().group_label => {
-                Some(GroupsSpec {
-                    preset: GroupPreset::KubeRay,
-                    ..GroupsSpec::default()
-                })
-            }
-            (Some(k), Some(r)) => Some(GroupsSpec {
-                preset: GroupPreset::Custom,
-                group_label: Some(k.clone()),
-                representative: Some(r.clone()),
-            }),
-            (Some(k), None) => {
-                return Err(format!(
-                    "--group-label {k} needs --representative QUERY (the label query picking a \
-                     group's representative) for a NodeRollout"
-                ));
-            }
-        };
+        let groups = self.groups()?;
         Ok(NodeRolloutSpec {
             node_selector: Some(label_selector(&self.selector)?),
             generation: self.generation_label.as_ref().map(|k| GenerationSpec {
@@ -99,6 +76,44 @@ impl RolloutRequest {
             manual: self.manual,
             ..NodeRolloutSpec::default()
         })
+    }
+
+    /// `spec.groups` from the group labels: the presets' labels (one preset, or `All` for
+    /// both), or one other label with its representative (`Custom`).
+    fn groups(&self) -> Result<Option<GroupsSpec>, String> {
+        use crate::drain::{KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
+        let preset = |preset| {
+            Ok(Some(GroupsSpec {
+                preset,
+                ..GroupsSpec::default()
+            }))
+        };
+        let labels: Vec<&str> = self.group_label.iter().map(String::as_str).collect();
+        let custom: Vec<&str> = labels
+            .iter()
+            .copied()
+            .filter(|l| ![LWS_GROUP_KEY, KUBERAY_REPLICA_NAME].contains(l))
+            .collect();
+        match (&labels[..], &custom[..], &self.representative) {
+            ([], _, _) => Ok(None),
+            ([LWS_GROUP_KEY], [], _) => preset(GroupPreset::LeaderWorkerSet),
+            ([KUBERAY_REPLICA_NAME], [], _) => preset(GroupPreset::KubeRay),
+            (_, [], _) => preset(GroupPreset::All),
+            ([k], [_], Some(r)) => Ok(Some(GroupsSpec {
+                preset: GroupPreset::Custom,
+                group_label: Some(k.to_string()),
+                representative: Some(r.clone()),
+            })),
+            ([k], [_], None) => Err(format!(
+                "--group-label {k} needs --representative QUERY (the label query picking a \
+                 group's representative) for a NodeRollout"
+            )),
+            (_, _, _) => Err(format!(
+                "--group-label {}: a NodeRollout takes the presets' group labels ({LWS_GROUP_KEY}, \
+                 {KUBERAY_REPLICA_NAME}) or one other label, not both",
+                labels.join(",")
+            )),
+        }
     }
 }
 
@@ -248,7 +263,7 @@ mod tests {
         let r = RolloutRequest {
             domain_label: "ud".into(),
             selector: "pool=old".into(),
-            group_label: Some("leaderworkerset.sigs.k8s.io/group-key".into()),
+            group_label: vec!["leaderworkerset.sigs.k8s.io/group-key".into()],
             health_check_stable_seconds: Some(30),
             health_check_retry_timeout_seconds: 600,
             max_unavailable_domains: 1,
@@ -267,9 +282,33 @@ mod tests {
         );
         assert_eq!(spec_grace(&r, Some(90)), Some(90));
         let custom = RolloutRequest {
-            group_label: Some("group".into()),
+            group_label: vec!["group".into()],
             ..r.clone()
         };
         assert!(custom.spec().unwrap_err().contains("--representative"));
+    }
+
+    #[test]
+    fn group_labels_become_a_preset_all_or_one_custom_label() {
+        use crate::drain::{KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
+        let preset = |labels: &[&str], representative: Option<&str>| {
+            let r = RolloutRequest {
+                group_label: labels.iter().map(|l| l.to_string()).collect(),
+                representative: representative.map(str::to_string),
+                ..RolloutRequest::default()
+            };
+            r.groups().map(|g| g.map(|g| g.preset))
+        };
+        assert_eq!(preset(&[], None), Ok(None));
+        let lws = Some(GroupPreset::LeaderWorkerSet);
+        assert_eq!(preset(&[LWS_GROUP_KEY], None), Ok(lws));
+        let ray = Some(GroupPreset::KubeRay);
+        assert_eq!(preset(&[KUBERAY_REPLICA_NAME], None), Ok(ray));
+        let both = [KUBERAY_REPLICA_NAME, LWS_GROUP_KEY];
+        assert_eq!(preset(&both, None), Ok(Some(GroupPreset::All)));
+        let custom = Some(GroupPreset::Custom);
+        assert_eq!(preset(&["group"], Some("role=leader")), Ok(custom));
+        let mixed = preset(&[LWS_GROUP_KEY, "group"], Some("role=leader")).unwrap_err();
+        assert!(mixed.contains("or one other label, not both"), "{mixed}");
     }
 }

@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
 use super::rules::tolerates;
-use super::{Cluster, FastMap, Plan, PlanOptions, in_group};
+use super::{Cluster, FastMap, GroupLabels, Plan, PlanOptions, in_group};
 use crate::quantity::{Quantity, Resources};
 
 mod budget;
@@ -109,11 +109,13 @@ impl CapacityCheck {
 }
 
 /// The pods of group `group` in `ns` (1 without a group label).
-fn group_pods(live: &[&Pod], label: Option<&str>, ns: &str, group: &str) -> i64 {
-    let Some(label) = label else { return 1 };
+fn group_pods(live: &[&Pod], kinds: &GroupLabels, ns: &str, group: &str) -> i64 {
+    if kinds.is_empty() {
+        return 1;
+    }
     let n = live
         .iter()
-        .filter(|p| in_group(p, ns, label, group))
+        .filter(|p| in_group(p, ns, kinds, group))
         .count();
     i64::try_from(n).unwrap_or(i64::MAX)
 }

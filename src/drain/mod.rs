@@ -22,6 +22,7 @@ mod capacity;
 pub mod engine;
 pub(crate) mod exposure;
 mod generation;
+mod group_labels;
 /// What an active NodeRollout holds on to: its selection and its finalizer.
 pub mod lifecycle;
 mod pdb;
@@ -57,11 +58,13 @@ pub use capacity::{
 pub use exposure::{Exposure, exposures};
 pub use generation::{Generation, GenerationSource, GenerationTarget, NodeInfoField};
 pub use generation::{compare_generations, node_generation};
+pub use group_labels::{GroupLabel, GroupLabels};
 pub use plan::{
     BlockReason, BlockedPod, DomainOrder, DomainPlan, NodeAction, Plan, PlanOptions, PodRef,
     ProtectedPod, SkipReason, SkippedPod, Warning, plan,
 };
 pub use preflight::{Check, Finding, GroupContract, PreflightOptions, preflight};
+pub use preflight::{KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
 pub use rules::{DrainRules, tolerates_cordon};
 pub use spec::{
     InvalidSpec, RolloutOptions, SpecError, outdated_taint, parse_duration, rollout_options,
@@ -156,15 +159,9 @@ pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
-/// Whether `pod` is in namespace `ns` and labelled `label: group`.
-pub fn in_group(pod: &Pod, ns: &str, label: &str, group: &str) -> bool {
-    namespace(&pod.metadata) == ns
-        && pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(label))
-            .is_some_and(|v| v == group)
+/// Whether `pod` is in namespace `ns` and a member of `group` (see [`GroupLabels::group`]).
+pub fn in_group(pod: &Pod, ns: &str, kinds: &GroupLabels, group: &str) -> bool {
+    namespace(&pod.metadata) == ns && kinds.group(pod) == Some(group)
 }
 
 /// Phase `Succeeded` or `Failed`.

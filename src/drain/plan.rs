@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::generation::{Generation, GenerationTarget, compare_generations, node_generation};
+use super::group_labels::GroupLabels;
 use super::pdb::PdbIndex;
 use super::rules::{self, DrainRules, Rules, Verdict};
 use super::{Cluster, DrainError, check_domain_label, list, name, namespace, node_domain};
@@ -43,34 +44,12 @@ pub struct PlanOptions {
     pub order: DomainOrder,
     /// Taint each target node (typically `NoSchedule`, so new work avoids an old generation).
     pub taint: Option<Taint>,
-    /// The pod label naming a group (e.g. LeaderWorkerSet's group key): protected pods of one
-    /// group count once in [`DomainPlan::protected_groups`]. `None`: each protected pod counts.
-    pub group_label: Option<String>,
-    /// Pod labels whose values (with the namespace) name a group's workload, e.g. KubeRay's
-    /// `ray.io/cluster` and `ray.io/group`. The health check judges an evicted group recovered by
-    /// its workload's count of Ready groups, since a recreated group may get a new name. Empty:
-    /// the preset of a known group label ([`PlanOptions::workload_keys`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub workload_labels: Vec<String>,
+    /// The kinds of groups (e.g. LeaderWorkerSet's group key, KubeRay's multi-host replica name):
+    /// protected pods of one group count once in [`DomainPlan::protected_groups`]. Empty: each
+    /// protected pod counts.
+    #[serde(skip_serializing_if = "GroupLabels::is_empty")]
+    pub groups: GroupLabels,
     pub rules: DrainRules,
-}
-
-impl PlanOptions {
-    /// The workload labels in force: [`PlanOptions::workload_labels`], else the preset of the
-    /// group label (KubeRay's replica name → cluster and worker group; LeaderWorkerSet's group
-    /// key → its name), else none (groups are then recognised by name only).
-    pub fn workload_keys(&self) -> Vec<&str> {
-        use super::preflight::{KUBERAY_CLUSTER, KUBERAY_GROUP, KUBERAY_REPLICA_NAME};
-        use super::preflight::{LWS_GROUP_KEY, LWS_NAME};
-        if !self.workload_labels.is_empty() {
-            return self.workload_labels.iter().map(String::as_str).collect();
-        }
-        match self.group_label.as_deref() {
-            Some(KUBERAY_REPLICA_NAME) => vec![KUBERAY_CLUSTER, KUBERAY_GROUP],
-            Some(LWS_GROUP_KEY) => vec![LWS_NAME],
-            _ => Vec::new(),
-        }
-    }
 }
 
 /// A pod, where it runs. The plan's pods borrow from the observed objects (`PodRef<&str>`: no
@@ -115,7 +94,7 @@ impl<S: std::fmt::Display> std::fmt::Display for PodRef<S> {
 pub struct ProtectedPod<'a> {
     pub pod: PodRef<&'a str>,
     pub pdb: &'a str,
-    /// The pod's value of [`PlanOptions::group_label`].
+    /// The pod's group (see [`PlanOptions::groups`]).
     pub group: Option<&'a str>,
 }
 
@@ -219,7 +198,7 @@ pub struct DomainPlan<'a> {
     pub name: String,
     /// The oldest generation among its target nodes (with a generation option).
     pub generation: Option<String>,
-    /// Distinct groups among the phase-1 pods (see [`PlanOptions::group_label`]).
+    /// Distinct groups among the phase-1 pods (see [`PlanOptions::groups`]).
     pub protected_groups: usize,
     pub nodes: Vec<NodeAction>,
     /// Evicted first, one PDB each; the Eviction API may refuse them (429) until groups recover.
@@ -593,8 +572,7 @@ impl<'a> DomainContext<'a, '_> {
     }
 
     fn group_of(&self, pod: &'a Pod) -> Option<&'a str> {
-        let key = self.options.group_label.as_ref()?;
-        pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+        self.options.groups.group(pod)
     }
 }
 

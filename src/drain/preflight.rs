@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 
+use super::group_labels::{GroupLabel, GroupLabels};
 use super::pdb::{self, PdbIndex};
 use super::{Cluster, DrainError, check_domain_label, controller_of, is_finished, list};
 use super::{FastMap, name, namespace, node_domain};
@@ -81,6 +82,12 @@ impl GroupContract {
         }
     }
 
+    /// Every preset, in order of precedence: [`GroupContract::leader_worker_set`],
+    /// [`GroupContract::kuberay`].
+    pub fn presets() -> Vec<Self> {
+        vec![GroupContract::leader_worker_set(), GroupContract::kuberay()]
+    }
+
     /// Any group label, with a label query for the representative.
     pub fn custom(group_label: &str, representative: &str) -> Self {
         GroupContract {
@@ -96,7 +103,20 @@ impl GroupContract {
 #[serde(rename_all = "camelCase")]
 pub struct PreflightOptions {
     pub domain_label: String,
-    pub contract: GroupContract,
+    /// The contracts checked, in order of precedence: a pod belongs to the group named by the
+    /// first contract whose group label it carries.
+    pub contracts: Vec<GroupContract>,
+}
+
+impl PreflightOptions {
+    /// The kinds of groups the contracts recognise, for the drain's plan.
+    pub fn group_labels(&self) -> GroupLabels {
+        GroupLabels::new(
+            self.contracts
+                .iter()
+                .map(|c| GroupLabel::with_workload(&c.group_label, c.workload_labels.clone())),
+        )
+    }
 }
 
 /// Which part of the contract a finding is about (also a condition reason).
@@ -138,9 +158,13 @@ pub fn preflight(
     options: &PreflightOptions,
 ) -> Result<Vec<Finding>, DrainError> {
     check_domain_label(cluster.nodes, &options.domain_label)?;
-    let representative = Selector::parse_query(&options.contract.representative)
+    let contracts = options
+        .contracts
+        .iter()
+        .map(|c| Ok((c, Selector::parse_query(&c.representative)?)))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(DrainError::RepresentativeSelector)?;
-    let view = View::new(cluster, options, representative);
+    let view = View::new(cluster, options, contracts);
     let mut findings = view.split_groups();
     for workload in view.workloads.values() {
         findings.extend(view.workload_findings(workload));
@@ -153,6 +177,8 @@ pub fn preflight(
 
 #[derive(Default)]
 struct Group<'a> {
+    /// Its contract (an index into [`View::contracts`]).
+    contract: usize,
     pods: Vec<&'a Pod>,
     representatives: Vec<&'a Pod>,
 }
@@ -163,13 +189,16 @@ struct Group<'a> {
 struct GangWorkload<'a> {
     name: String,
     namespace: String,
+    /// The contract of its groups (an index into [`View::contracts`]).
+    contract: usize,
     /// Group keys `(namespace, group value)`.
     groups: Vec<(&'a str, &'a str)>,
 }
 
 struct View<'a> {
     options: &'a PreflightOptions,
-    representative: Selector,
+    /// Each contract with its parsed representative selector.
+    contracts: Vec<(&'a GroupContract, Selector)>,
     domains: FastMap<&'a str, &'a str>,
     groups: BTreeMap<(&'a str, &'a str), Group<'a>>,
     workloads: BTreeMap<String, GangWorkload<'a>>,
@@ -180,7 +209,11 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    fn new(cluster: &Cluster<'a>, options: &'a PreflightOptions, representative: Selector) -> Self {
+    fn new(
+        cluster: &Cluster<'a>,
+        options: &'a PreflightOptions,
+        contracts: Vec<(&'a GroupContract, Selector)>,
+    ) -> Self {
         let key = options.domain_label.as_str();
         let domains = cluster
             .nodes
@@ -189,7 +222,7 @@ impl<'a> View<'a> {
             .collect();
         let mut view = View {
             options,
-            representative,
+            contracts,
             domains,
             groups: BTreeMap::new(),
             workloads: BTreeMap::new(),
@@ -208,18 +241,34 @@ impl<'a> View<'a> {
             let entry = self.selected.entry(address(p.pdb));
             entry.or_insert_with(|| (p.pdb, Vec::new())).1.push(pod);
         }
-        let label = &self.options.contract.group_label;
-        let Some(group) = pod.metadata.labels.as_ref().and_then(|l| l.get(label)) else {
+        let Some((contract, group)) = self.group_of(pod) else {
             return;
         };
+        let represents = self.contracts[contract]
+            .1
+            .matches(pod.metadata.labels.as_ref());
         let g = self
             .groups
             .entry((namespace(&pod.metadata), group))
             .or_default();
+        g.contract = contract;
         g.pods.push(pod);
-        if self.representative.matches(pod.metadata.labels.as_ref()) {
+        if represents {
             g.representatives.push(pod);
         }
+    }
+
+    /// The pod's contract (the first whose group label it carries) and its group.
+    fn group_of(&self, pod: &'a Pod) -> Option<(usize, &'a str)> {
+        let labels = pod.metadata.labels.as_ref()?;
+        self.contracts
+            .iter()
+            .enumerate()
+            .find_map(|(i, (c, _))| Some((i, labels.get(&c.group_label)?.as_str())))
+    }
+
+    fn contract(&self, i: usize) -> &'a GroupContract {
+        self.contracts[i].0
     }
 
     fn add_workloads(&mut self) {
@@ -228,13 +277,14 @@ impl<'a> View<'a> {
             let w = self.workloads.entry(name.clone()).or_default();
             w.name = name;
             w.namespace = key.0.to_string();
+            w.contract = group.contract;
             w.groups.push(*key);
         }
     }
 
     /// `<kind> <ns>/<label values>` or the representative's controller `<Kind> <ns>/<name>`.
     fn workload_name(&self, ns: &str, group: &Group) -> String {
-        let contract = &self.options.contract;
+        let contract = self.contract(group.contract);
         let pod = group.representatives.first().or(group.pods.first());
         let labels = pod.and_then(|p| p.metadata.labels.as_ref());
         if !contract.workload_labels.is_empty() {
@@ -268,8 +318,11 @@ impl<'a> View<'a> {
         self.groups.get(key)
     }
 
-    fn is_representative(&self, pod: &Pod) -> bool {
-        self.representative.matches(pod.metadata.labels.as_ref())
+    /// Whether `pod` is a representative under `workload`'s contract.
+    fn is_representative(&self, workload: &GangWorkload, pod: &Pod) -> bool {
+        self.contracts[workload.contract]
+            .1
+            .matches(pod.metadata.labels.as_ref())
     }
 }
 
@@ -316,7 +369,7 @@ impl<'a> View<'a> {
             fix: format!(
                 "pack each group into one domain: give its pods a required podAffinity to their \
                  representative on topologyKey {key} (labelSelector on {}), then recreate the group",
-                self.options.contract.group_label
+                self.contract(workload.contract).group_label
             ),
         }
     }
@@ -405,7 +458,7 @@ impl<'a> View<'a> {
     }
 
     fn no_pdb(&self, workload: &GangWorkload, unprotected: &[String], reps: usize) -> Finding {
-        let contract = &self.options.contract;
+        let contract = self.contract(workload.contract);
         Finding {
             check: Check::NoPdbOnRepresentatives,
             workload: workload.name.clone(),
@@ -435,7 +488,7 @@ impl<'a> View<'a> {
         let workers: Vec<String> = self
             .selected_by(pdb)
             .iter()
-            .filter(|p| !self.is_representative(p))
+            .filter(|p| !self.is_representative(workload, p))
             .map(|p| pod_key(p))
             .collect();
         (!workers.is_empty()).then(|| Finding {
@@ -450,7 +503,7 @@ impl<'a> View<'a> {
             ),
             fix: format!(
                 "add the representative selector ({}) to its spec.selector",
-                self.options.contract.representative
+                self.contract(workload.contract).representative
             ),
         })
     }
@@ -520,10 +573,9 @@ impl<'a> View<'a> {
     }
 
     fn workload_of(&self, pods: &[&Pod]) -> String {
-        let label = &self.options.contract.group_label;
         let grouped = pods.iter().find_map(|p| {
-            let group = p.metadata.labels.as_ref()?.get(label)?;
-            let key = (namespace(&p.metadata), group.as_str());
+            let (_, group) = self.group_of(p)?;
+            let key = (namespace(&p.metadata), group);
             Some(self.workload_name(key.0, self.group(&key)?))
         });
         grouped.unwrap_or_else(|| match pods.first().and_then(|p| controller_of(p)) {

@@ -66,7 +66,7 @@ fn check_with(
 ) -> Vec<Finding> {
     let options = PreflightOptions {
         domain_label: UD.to_string(),
-        contract,
+        contracts: vec![contract],
     };
     preflight(&Cluster::new(nodes, pods, pdbs), &options).unwrap()
 }
@@ -326,7 +326,7 @@ fn a_custom_contract_names_the_workload_by_its_controller() {
 fn an_unknown_domain_label_or_bad_representative_selector_is_an_error() {
     let options = |domain: &str, rep: &str| PreflightOptions {
         domain_label: domain.to_string(),
-        contract: GroupContract::custom("g", rep),
+        contracts: vec![GroupContract::custom("g", rep)],
     };
     let nodes = nodes();
     let cluster = Cluster::new(&nodes, &[], &[]);
@@ -351,5 +351,52 @@ fn every_finding_reads_as_one_line_with_its_fix() {
     assert!(
         line.contains(". Fix: create one PodDisruptionBudget in serving"),
         "{line}"
+    );
+}
+
+/// LeaderWorkerSet groups and a RayCluster's multi-host replicas in one cluster, both presets
+/// checked at once: each workload by its own contract (its representatives, its fix).
+#[test]
+fn every_preset_checks_its_own_groups_in_one_run() {
+    let presets = |pods: &[Pod], pdbs: &[PodDisruptionBudget]| {
+        let options = PreflightOptions {
+            domain_label: UD.to_string(),
+            contracts: GroupContract::presets(),
+        };
+        preflight(&Cluster::new(&nodes(), pods, pdbs), &options).unwrap()
+    };
+    let pods: Vec<Pod> = lws_pods().into_iter().chain(ray_pods()).collect();
+    assert_eq!(presets(&pods, &[leaders_pdb(), ray_pdb()]), []);
+
+    let f = presets(&pods, &[leaders_pdb()]);
+    assert_eq!(checks(&f), [Check::NoPdbOnRepresentatives]);
+    assert_eq!(f[0].workload, "RayCluster worker group serving/rc/gpu");
+    assert_eq!(
+        f[0].object,
+        "Pod serving/rc-gpu-abcde-0, serving/rc-gpu-fghij-0"
+    );
+    assert!(
+        f[0].fix.contains(&format!("{KUBERAY_HOST_INDEX}=0")),
+        "{}",
+        f[0]
+    );
+    // the LeaderWorkerSet contract alone sees no RayCluster group
+    let lws_only = check_with(
+        GroupContract::leader_worker_set(),
+        &nodes(),
+        &pods,
+        &[leaders_pdb()],
+    );
+    assert_eq!(lws_only, []);
+
+    let every_ray_pod = pdb("serving/rc", &[(KUBERAY_CLUSTER, "rc")]).min_available(int(3));
+    let f = presets(&pods, &[leaders_pdb(), every_ray_pod]);
+    assert_eq!(checks(&f), [Check::PdbSelectsWorkers]);
+    assert_eq!(f[0].object, "PodDisruptionBudget serving/rc");
+    assert!(f[0].problem.starts_with("it selects 2 pod(s)"), "{}", f[0]);
+    assert!(
+        f[0].fix.contains(&format!("{KUBERAY_HOST_INDEX}=0")),
+        "{}",
+        f[0]
     );
 }

@@ -145,30 +145,34 @@ pub fn rollout_options(spec: &NodeRolloutSpec) -> Result<RolloutOptions, Invalid
             format!("{skip_wait} is negative"),
         );
     }
-    let contract = spec.groups.as_ref().and_then(|g| contract(g, &mut check));
+    let contracts = spec
+        .groups
+        .as_ref()
+        .map(|g| contracts(g, &mut check))
+        .unwrap_or_default();
     let timeouts = timeouts(spec, &mut check);
     let max_unavailable_domains = max_unavailable_domains(spec, &mut check);
     if !check.0.is_empty() {
         return Err(InvalidSpec(check.0));
     }
+    let preflight = (!contracts.is_empty()).then(|| PreflightOptions {
+        domain_label: spec.ud_label.clone(),
+        contracts,
+    });
     let plan = PlanOptions {
         domain_label: spec.ud_label.clone(),
         node_selector,
         generation,
         order,
         taint: (spec.taint_outdated == Some(true)).then(outdated_taint),
-        group_label: contract.as_ref().map(|c| c.group_label.clone()),
-        workload_labels: contract
+        groups: preflight
             .as_ref()
-            .map(|c| c.workload_labels.clone())
+            .map(PreflightOptions::group_labels)
             .unwrap_or_default(),
         rules: drain_rules(spec),
     };
     Ok(RolloutOptions {
-        preflight: contract.map(|contract| PreflightOptions {
-            domain_label: spec.ud_label.clone(),
-            contract,
-        }),
+        preflight,
         plan,
         health_check_wait: timeouts.health_check_wait.unwrap_or(SignedDuration::ZERO),
         health_check_stable: timeouts.health_check_stable,
@@ -365,10 +369,12 @@ fn domain_order(spec: &NodeRolloutSpec, check: &mut Check) -> DomainOrder {
     }
 }
 
-fn contract(groups: &GroupsSpec, check: &mut Check) -> Option<GroupContract> {
+/// The contracts `spec.groups` names (none when it is invalid: `check` says why).
+fn contracts(groups: &GroupsSpec, check: &mut Check) -> Vec<GroupContract> {
     match groups.preset {
-        GroupPreset::LeaderWorkerSet => Some(GroupContract::leader_worker_set()),
-        GroupPreset::KubeRay => Some(GroupContract::kuberay()),
+        GroupPreset::All => GroupContract::presets(),
+        GroupPreset::LeaderWorkerSet => vec![GroupContract::leader_worker_set()],
+        GroupPreset::KubeRay => vec![GroupContract::kuberay()],
         GroupPreset::Custom => {
             let label = groups.group_label.as_deref().unwrap_or_default();
             let representative = groups.representative.as_deref().unwrap_or_default();
@@ -387,6 +393,8 @@ fn contract(groups: &GroupsSpec, check: &mut Check) -> Option<GroupContract> {
             check.query("spec.groups.representative", representative);
             (!label.is_empty() && !representative.is_empty())
                 .then(|| GroupContract::custom(label, representative))
+                .into_iter()
+                .collect()
         }
     }
 }
@@ -493,10 +501,10 @@ mod tests {
             }
         );
         assert_eq!(
-            o.plan.group_label.as_deref(),
-            Some(super::super::preflight::KUBERAY_REPLICA_NAME)
+            o.plan.groups,
+            crate::drain::GroupLabels::of_labels(&[super::super::preflight::KUBERAY_REPLICA_NAME])
         );
-        assert_eq!(o.preflight.unwrap().contract, GroupContract::kuberay());
+        assert_eq!(o.preflight.unwrap().contracts, [GroupContract::kuberay()]);
         assert_eq!(o.health_check_wait, SignedDuration::from_secs(30));
         assert_eq!(o.health_check_stable, Some(SignedDuration::from_secs(120)));
         assert_eq!(
@@ -511,6 +519,27 @@ mod tests {
         assert!(!o.taint_auto);
         assert_eq!(o.hand_off.mode, HandOffMode::Reboot);
         assert_eq!(o.hand_off.label, "raygate.io/upgrade");
+    }
+
+    #[test]
+    fn groups_without_a_preset_recognise_every_preset_s_groups() {
+        use crate::drain::{GroupLabel, KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
+        let o = rollout_options(&spec(json!({"nodeSelector": {}, "groups": {}}))).unwrap();
+        assert_eq!(o.preflight.unwrap().contracts, GroupContract::presets());
+        let kinds: Vec<&GroupLabel> = o.plan.groups.iter().collect();
+        assert_eq!(
+            kinds,
+            [
+                &GroupLabel::new(LWS_GROUP_KEY),
+                &GroupLabel::new(KUBERAY_REPLICA_NAME)
+            ]
+        );
+        let lws = spec(json!({"nodeSelector": {}, "groups": {"preset": "LeaderWorkerSet"}}));
+        let o = rollout_options(&lws).unwrap();
+        assert_eq!(
+            o.plan.groups,
+            crate::drain::GroupLabels::of_labels(&[LWS_GROUP_KEY])
+        );
     }
 
     #[test]

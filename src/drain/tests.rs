@@ -427,7 +427,7 @@ fn fewest_protected_groups_first_counts_a_group_once() {
     let nodes = [node("n1", "a"), node("n2", "b"), node("n3", "c")];
     let o = PlanOptions {
         order: DomainOrder::FewestProtectedGroups,
-        group_label: Some("group".into()),
+        groups: GroupLabels::of_labels(&["group"]),
         ..options()
     };
     let p = run(&nodes, &pods, &pdbs, &o);
@@ -437,7 +437,7 @@ fn fewest_protected_groups_first_counts_a_group_once() {
         ["0", "1", "2"]
     );
     let ungrouped = PlanOptions {
-        group_label: None,
+        groups: GroupLabels::default(),
         ..o
     };
     // Each protected pod counts: a and b both have 2, ties by name.

@@ -379,11 +379,15 @@ pub struct GroupsSpec {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GroupPreset {
-    /// LeaderWorkerSet: `leaderworkerset.sigs.k8s.io/group-key`, the leader represents.
+    /// Every preset below but `Custom`: LeaderWorkerSet groups and KubeRay multi-host replicas,
+    /// each pod by the group label it carries.
     #[default]
+    All,
+    /// LeaderWorkerSet: `leaderworkerset.sigs.k8s.io/group-key`, the leader represents.
     LeaderWorkerSet,
     /// KubeRay multi-host replicas: `ray.io/worker-group-replica-name`, host 0 represents.
     KubeRay,
+    /// `groupLabel` and `representative`.
     Custom,
 }
 

@@ -12,7 +12,8 @@ use super::{
 };
 use crate::drain::pdb::{self, PdbIndex};
 use crate::drain::{
-    Cluster, DomainPlan, FastMap, Plan, PlanOptions, is_finished, list, name, namespace,
+    Cluster, DomainPlan, FastMap, GroupLabels, Plan, PlanOptions, is_finished, list, name,
+    namespace,
 };
 use crate::quantity::Resources;
 
@@ -108,7 +109,7 @@ pub fn dead_ends(
     let Some(taint) = options.taint.as_ref() else {
         return Vec::new();
     };
-    let view = View::new(cluster, plan, options.group_label.as_deref());
+    let view = View::new(cluster, plan, &options.groups);
     // groups of each budget moved out of the domains drained so far (hand-off None)
     let mut moved: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut out = Vec::new();
@@ -156,7 +157,7 @@ struct View<'a> {
     live: Vec<&'a Pod>,
     /// Pods each budget selects, by (namespace, budget).
     selected: FastMap<(&'a str, &'a str), i64>,
-    group_label: Option<&'a str>,
+    groups: &'a GroupLabels,
     /// What each group's pods request in all, by (namespace, group).
     group_requests: FastMap<(&'a str, &'a str), Resources>,
     pods_by_name: FastMap<(&'a str, &'a str), &'a Pod>,
@@ -166,7 +167,7 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    fn new(cluster: &Cluster<'a>, plan: &'a Plan, group_label: Option<&'a str>) -> Self {
+    fn new(cluster: &Cluster<'a>, plan: &'a Plan, groups: &'a GroupLabels) -> Self {
         let live: Vec<&Pod> = cluster.pods.iter().filter(|p| !is_finished(p)).collect();
         let index = PdbIndex::new(cluster.pdbs);
         let mut selected: FastMap<(&str, &str), i64> = FastMap::default();
@@ -178,14 +179,12 @@ impl<'a> View<'a> {
             }
         }
         let mut group_requests: FastMap<(&str, &str), Resources> = FastMap::default();
-        if let Some(label) = group_label {
-            for pod in &live {
-                if let Some(v) = pod.metadata.labels.as_ref().and_then(|l| l.get(label)) {
-                    let r = group_requests
-                        .entry((namespace(&pod.metadata), v.as_str()))
-                        .or_default();
-                    r.add(&requests(pod));
-                }
+        for pod in &live {
+            if let Some(v) = groups.group(pod) {
+                let r = group_requests
+                    .entry((namespace(&pod.metadata), v))
+                    .or_default();
+                r.add(&requests(pod));
             }
         }
         View {
@@ -203,7 +202,7 @@ impl<'a> View<'a> {
             used: used_by_node(&live),
             live,
             selected,
-            group_label,
+            groups,
             group_requests,
         }
     }
@@ -245,14 +244,8 @@ impl<'a> View<'a> {
             return None;
         }
         let (group, rep) = b.groups.iter().next()?;
-        let need = match self
-            .group_label
-            .and_then(|_| self.group_requests.get(&(b.ns, *group)))
-        {
-            Some(r) => with_pods(
-                r.clone(),
-                group_pods(&self.live, self.group_label, b.ns, group),
-            ),
+        let need = match self.group_requests.get(&(b.ns, *group)) {
+            Some(r) => with_pods(r.clone(), group_pods(&self.live, self.groups, b.ns, group)),
             None => with_pods(requests(rep), 1),
         };
         let capacity = slots(&self.free_outside(rep, returned, taint), &need)?;

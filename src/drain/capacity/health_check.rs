@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::{Returns, describe, free_on, requests, schedulable, slots, used_by_node, with_pods};
 use crate::drain::{
-    Cluster, DomainPlan, FastMap, FastSet, Plan, PlanOptions, is_finished, list, name, namespace,
+    Cluster, DomainPlan, FastMap, FastSet, GroupLabels, Plan, PlanOptions, is_finished, list, name,
+    namespace,
 };
 use crate::quantity::Resources;
 
@@ -140,14 +141,10 @@ pub fn health_dead_ends(
     options: &PlanOptions,
     returns: Returns,
 ) -> Vec<HealthDeadEnd> {
-    let Some(label) = options.group_label.as_deref() else {
-        return Vec::new();
-    };
-    if returns != Returns::Never {
+    if options.groups.is_empty() || returns != Returns::Never {
         return Vec::new();
     }
-    let by_workload = !options.workload_keys().is_empty();
-    let mut gate = Gate::new(cluster, plan, label, by_workload, options.taint.is_some());
+    let mut gate = Gate::new(cluster, plan, &options.groups, options.taint.is_some());
     let mut out = Vec::new();
     for domain in &plan.domains {
         gate.drained
@@ -164,9 +161,8 @@ pub fn health_dead_ends(
 /// The health check's check as it walks the plan's domains.
 struct Gate<'a> {
     nodes: &'a [Node],
-    label: &'a str,
-    /// Groups recognised by workload: only those Ready now must come back.
-    by_workload: bool,
+    /// The kinds of groups; those recognised by workload: only those Ready now must come back.
+    kinds: &'a GroupLabels,
     /// `taintOutdated`: the rollout's nodes refuse the groups.
     tainted: bool,
     pods_by_name: FastMap<(&'a str, &'a str), &'a Pod>,
@@ -187,27 +183,20 @@ struct Gate<'a> {
 }
 
 impl<'a> Gate<'a> {
-    fn new(
-        cluster: &Cluster<'a>,
-        plan: &'a Plan,
-        label: &'a str,
-        by_workload: bool,
-        tainted: bool,
-    ) -> Self {
+    fn new(cluster: &Cluster<'a>, plan: &'a Plan, kinds: &'a GroupLabels, tainted: bool) -> Self {
         let live: Vec<&Pod> = cluster.pods.iter().filter(|p| !is_finished(p)).collect();
         let mut members: FastMap<(&str, &str), Vec<&Pod>> = FastMap::default();
         for pod in &live {
-            if let Some(v) = pod.metadata.labels.as_ref().and_then(|l| l.get(label)) {
+            if let Some(v) = kinds.group(pod) {
                 members
-                    .entry((namespace(&pod.metadata), v.as_str()))
+                    .entry((namespace(&pod.metadata), v))
                     .or_default()
                     .push(*pod);
             }
         }
         Gate {
             nodes: cluster.nodes,
-            label,
-            by_workload,
+            kinds,
             tainted,
             pods_by_name: live
                 .iter()
@@ -242,10 +231,10 @@ impl<'a> Gate<'a> {
             .collect();
         for pod in evicted {
             let ns = namespace(&pod.metadata);
-            let Some(group) = pod.metadata.labels.as_ref().and_then(|l| l.get(self.label)) else {
+            let Some((kind, group)) = self.kinds.kind_of(pod.metadata.labels.as_ref()) else {
                 continue;
             };
-            let key = (ns, group.as_str());
+            let key = (ns, group);
             if !self.seen.insert(key) {
                 continue;
             }
@@ -255,7 +244,7 @@ impl<'a> Gate<'a> {
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             // a workload counts its Ready groups: one not Ready now need not come back
-            if self.by_workload && !pods.iter().all(|p| crate::drain::engine::pod_serving(p)) {
+            if kind.by_workload() && !pods.iter().all(|p| crate::drain::engine::pod_serving(p)) {
                 continue;
             }
             let mut need = Resources::new();
@@ -276,7 +265,7 @@ impl<'a> Gate<'a> {
                     .collect();
             }
             self.moved[class].add(need);
-            own.push((class, group.as_str()));
+            own.push((class, group));
         }
         own
     }

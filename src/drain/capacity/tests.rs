@@ -5,7 +5,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::drain::name;
+use crate::drain::{GroupLabel, GroupLabels, name};
 use raygate_testing::core::*;
 
 const OUTDATED: &str = "raygate.io/outdated";
@@ -42,7 +42,7 @@ pub(in crate::drain) fn options(taint_outdated: bool) -> PlanOptions {
         domain_label: UD.to_string(),
         node_selector: "pool=old".to_string(),
         taint: taint_outdated.then(|| taint(OUTDATED, "NoSchedule")),
-        group_label: Some("g".to_string()),
+        groups: GroupLabels::of_labels(&["g"]),
         ..PlanOptions::default()
     }
 }
@@ -365,7 +365,7 @@ fn without_a_group_label_the_gate_waits_for_budgets_only_and_nothing_is_predicte
     let pdbs = vec![leaders_pdb(1)];
     let cluster = Cluster::new(&nodes, &pods, &pdbs);
     let options = PlanOptions {
-        group_label: None,
+        groups: GroupLabels::default(),
         ..options(true)
     };
     let plan = crate::drain::plan(&cluster, &options, Timestamp::UNIX_EPOCH).unwrap();
@@ -413,7 +413,7 @@ fn by_workload_only_the_groups_ready_now_must_come_back() {
         let pdbs = vec![leaders_pdb(1)];
         let cluster = Cluster::new(&nodes, pods, &pdbs);
         let options = PlanOptions {
-            workload_labels: vec!["role".to_string()],
+            groups: GroupLabels::new([GroupLabel::with_workload("g", vec!["role".into()])]),
             ..options(true)
         };
         let plan = crate::drain::plan(&cluster, &options, Timestamp::UNIX_EPOCH).unwrap();

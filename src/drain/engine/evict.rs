@@ -100,8 +100,7 @@ impl<'a> Stepper<'a> {
     }
 
     pub(super) fn group_of(&self, pod: &PodRef<&str>) -> Option<String> {
-        let key = self.o.plan.group_label.as_ref()?;
-        self.pod(pod)?.metadata.labels.as_ref()?.get(key).cloned()
+        self.o.plan.groups.group(self.pod(pod)?).map(str::to_string)
     }
 
     pub(super) fn drain(&mut self, i: usize) {
@@ -436,16 +435,16 @@ impl<'a> Stepper<'a> {
     /// The workload of a grouped pod: its namespace and its values of the workload labels (all
     /// of them present), if the options name any.
     pub(super) fn workload_of(&self, pod: &Pod) -> Option<GangWorkload> {
-        let group_key = self.o.plan.group_label.as_deref()?;
-        let keys = self.o.plan.workload_keys();
-        if keys.is_empty() {
+        let labels = pod.metadata.labels.as_ref();
+        let (kind, _) = self.o.plan.groups.kind_of(labels)?;
+        if !kind.by_workload() {
             return None;
         }
-        let labels = pod.metadata.labels.as_ref()?;
-        labels.get(group_key)?;
-        let values = keys
+        let labels = labels?;
+        let values = kind
+            .workload_labels
             .iter()
-            .map(|k| Some((k.to_string(), labels.get(*k)?.clone())))
+            .map(|k| Some((k.clone(), labels.get(k)?.clone())))
             .collect::<Option<Vec<_>>>()?;
         let ns = namespace(&pod.metadata).to_string();
         let key = format!(
@@ -475,9 +474,6 @@ impl<'a> Stepper<'a> {
     /// The workload's groups (by group label value) as their unfinished pods show them.
     pub(super) fn group_tallies(&self, w: &GangWorkload) -> BTreeMap<&str, GroupTally<'_>> {
         let mut groups: BTreeMap<&str, GroupTally> = BTreeMap::new();
-        let Some(group_key) = self.o.plan.group_label.as_deref() else {
-            return groups;
-        };
         for p in self.obs.pods {
             if namespace(&p.metadata) != w.namespace || is_finished(p) {
                 continue;
@@ -488,10 +484,10 @@ impl<'a> Stepper<'a> {
             if !w.labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
                 continue;
             }
-            let Some(group) = labels.get(group_key) else {
+            let Some(group) = self.o.plan.groups.group(p) else {
                 continue;
             };
-            let g = groups.entry(group.as_str()).or_insert(GroupTally {
+            let g = groups.entry(group).or_insert(GroupTally {
                 pods: 0,
                 serving: true,
                 nodes: Vec::new(),

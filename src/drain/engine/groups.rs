@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 
+use super::super::group_labels::GroupLabels;
 use super::super::pdb::{self, PdbIndex};
 use super::super::{is_finished, name, namespace};
 use super::pod_serving;
@@ -89,26 +90,21 @@ pub(super) struct GroupView {
     representatives: HashMap<(String, String), Vec<String>>,
 }
 
-/// The key a pod's group goes by: the group label's value, or the pod itself.
-pub(super) fn group_key(pod: &Pod, group_label: &str) -> String {
-    match pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(group_label))
-    {
-        Some(g) => g.clone(),
+/// The key a pod's group goes by: its group's name, or the pod itself.
+fn group_key(pod: &Pod, kinds: &GroupLabels) -> String {
+    match kinds.group(pod) {
+        Some(g) => g.to_string(),
         None => format!("pod:{}", name(&pod.metadata)),
     }
 }
 
 impl GroupView {
-    pub fn new(pods: &[Pod], pdbs: &[PodDisruptionBudget], group_label: &str) -> GroupView {
+    pub fn new(pods: &[Pod], pdbs: &[PodDisruptionBudget], kinds: &GroupLabels) -> GroupView {
         let live = || pods.iter().filter(|p| !is_finished(p));
         // (namespace, group) → (members, serving)
         let mut members: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
         for p in live() {
-            let Some(g) = p.metadata.labels.as_ref().and_then(|l| l.get(group_label)) else {
+            let Some(g) = kinds.group(p) else {
                 continue;
             };
             let m = members.entry((namespace(&p.metadata), g)).or_default();
@@ -123,7 +119,7 @@ impl GroupView {
                 let key = format!("{}/{}", namespace(&p.metadata), b.name());
                 *selected.entry(key.clone()).or_default() += 1;
                 let ns = namespace(&p.metadata);
-                let group = group_key(p, group_label);
+                let group = group_key(p, kinds);
                 let (m, s) = members
                     .get(&(ns, group.as_str()))
                     .copied()

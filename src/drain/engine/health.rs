@@ -190,7 +190,7 @@ impl Stepper<'_> {
         let mut excused = Vec::new();
         // groups only: a pod without a group value is covered by its budget (a ReplicaSet's
         // replacement has a new name, so there is nothing to wait for by name)
-        if let (true, Some(key)) = (self.o.wait_for_evicted_groups, &self.o.plan.group_label) {
+        if self.o.wait_for_evicted_groups && !self.o.plan.groups.is_empty() {
             let mut groups: BTreeSet<(&str, &str)> = d
                 .evicted
                 .iter()
@@ -237,7 +237,7 @@ impl Stepper<'_> {
                     .obs
                     .pods
                     .iter()
-                    .filter(|p| in_group(p, ns, key, group))
+                    .filter(|p| in_group(p, ns, &self.o.plan.groups, group))
                     .peekable();
                 let ready = members.peek().is_some() && members.all(pod_serving);
                 if !ready {

@@ -81,12 +81,8 @@ pub fn decide(
             .map(|p| ((namespace(&p.metadata), name(&p.metadata)), p))
             .collect(),
         untainted: 0,
-        groups: options
-            .plan
-            .group_label
-            .as_deref()
-            .filter(|_| !options.dry_run)
-            .map(|label| GroupView::new(obs.pods, obs.pdbs, label)),
+        groups: (!options.plan.groups.is_empty() && !options.dry_run)
+            .then(|| GroupView::new(obs.pods, obs.pdbs, &options.plan.groups)),
     };
     step.run();
     (step.s, step.actions)

@@ -95,10 +95,12 @@ impl Stepper<'_> {
                 .iter()
                 .map(|b| format!("{ns}/{}", b.name()))
                 .collect();
-            let group = self.o.plan.group_label.as_deref().and_then(|key| {
-                let value = p.metadata.labels.as_ref()?.get(key)?;
-                self.groups.as_ref()?.protector(ns, value)
-            });
+            let group = self
+                .o
+                .plan
+                .groups
+                .group(p)
+                .and_then(|value| self.groups.as_ref()?.protector(ns, value));
             budgets.extend(group.map(str::to_string));
             for &i in sets {
                 out[i].extend(budgets.iter().cloned());

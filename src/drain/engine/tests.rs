@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::drain::{Generation, GenerationSource, GenerationTarget, plan};
+use crate::drain::{Generation, GenerationSource, GenerationTarget, GroupLabel, GroupLabels, plan};
 use raygate_testing::core::{NodeExt, PdbExt, PodExt, UD, int, node, pdb, pod};
 
 const GROUP: &str = "group";
@@ -82,7 +82,7 @@ impl World {
         Options {
             plan: PlanOptions {
                 domain_label: UD.into(),
-                group_label: Some(GROUP.into()),
+                groups: GroupLabels::of_labels(&[GROUP]),
                 ..PlanOptions::default()
             },
             health_check_stable: Some(secs(30)),
@@ -376,6 +376,70 @@ fn a_429_pauses_the_domain_until_retry_after_and_the_observed_budget_allows_agai
     assert_eq!(evictions(&a), ["ga-0"]);
     assert!(reasons(&a).contains(&"EvictionResumed"));
     assert!(s.domains[0].refusal.is_none());
+}
+
+/// Groups of two kinds in one rollout (a LeaderWorkerSet's and a RayCluster's multi-host
+/// replicas, say): `ga` is named by the second label, `gb` by the first. The health check waits
+/// for `ga` by name as for any group; a rollout that names only the first label sees no group
+/// `ga` at all (its pods count one by one, through the budget only).
+#[test]
+fn a_rollout_recognises_the_groups_of_every_label_it_names() {
+    const REPLICA: &str = "replica";
+    let relabel = |p: Pod| {
+        let mut p = p;
+        let labels = p.metadata.labels.get_or_insert_default();
+        if labels.get(GROUP).is_some_and(|g| g == "ga") {
+            labels.remove(GROUP);
+            labels.insert(REPLICA.into(), "ga".into());
+        }
+        p
+    };
+    let waiting_after_domain_a = |o: &Options| {
+        let mut w = World::new();
+        w.pods = std::mem::take(&mut w.pods)
+            .into_iter()
+            .map(relabel)
+            .collect();
+        let s = drain_domain_a(&mut w, o);
+        w.set_healthy(1, 1);
+        let (s, a) = w.step(&s, o);
+        (s, a, w)
+    };
+    let both = Options {
+        plan: PlanOptions {
+            groups: GroupLabels::of_labels(&[GROUP, REPLICA]),
+            ..World::options().plan
+        },
+        ..World::options()
+    };
+    let (s, a, mut w) = waiting_after_domain_a(&both);
+    assert!(cordons(&a).is_empty(), "domain b waits");
+    assert!(
+        s.waiting.contains("group ga is not Ready again"),
+        "{}",
+        s.waiting
+    );
+    let groups: Vec<(&str, Option<&str>)> = s.domains[0]
+        .evicted
+        .iter()
+        .map(|e| (e.pod.as_str(), e.group.as_deref()))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            ("ns/ga-0", Some("ga")),
+            ("ns/ga-1", Some("ga")),
+            ("ns/web", None)
+        ]
+    );
+    w.pods.push(relabel(member("ga-0", "b1", "ga", true)));
+    w.pods.push(relabel(member("ga-1", "b1", "ga", false)));
+    w.set_healthy(2, 1);
+    let (s, _) = w.step(&s, &both);
+    assert!(!s.waiting.contains("group ga"), "{}", s.waiting);
+
+    let (s, _, _) = waiting_after_domain_a(&World::options());
+    assert!(!s.waiting.contains("group ga"), "{}", s.waiting);
 }
 
 #[test]
@@ -817,7 +881,7 @@ fn one_workload(w: &mut World) {
 
 fn workload_options() -> Options {
     let mut o = World::options();
-    o.plan.workload_labels = vec!["app".into()];
+    o.plan.groups = GroupLabels::new([GroupLabel::with_workload(GROUP, vec!["app".into()])]);
     o
 }
 
@@ -964,29 +1028,6 @@ fn a_group_down_on_a_ready_node_still_holds_the_gate_beside_one_down_with_its_no
     let (s, _) = w.step(&s, &o);
     assert!(s.domains[0].health.healthy_since.is_none(), "{}", s.waiting);
     assert!(s.waiting.contains("0 of its 2"), "{}", s.waiting);
-}
-
-#[test]
-fn the_kuberay_and_lws_group_labels_bring_their_workload_labels() {
-    use crate::drain::preflight::{KUBERAY_REPLICA_NAME, LWS_GROUP_KEY};
-    let with = |group: &str| PlanOptions {
-        group_label: Some(group.into()),
-        ..PlanOptions::default()
-    };
-    assert_eq!(
-        with(KUBERAY_REPLICA_NAME).workload_keys(),
-        ["ray.io/cluster", "ray.io/group"]
-    );
-    assert_eq!(
-        with(LWS_GROUP_KEY).workload_keys(),
-        ["leaderworkerset.sigs.k8s.io/name"]
-    );
-    assert!(with("group").workload_keys().is_empty());
-    let explicit = PlanOptions {
-        workload_labels: vec!["app".into()],
-        ..with(KUBERAY_REPLICA_NAME)
-    };
-    assert_eq!(explicit.workload_keys(), ["app"]);
 }
 
 #[test]
