@@ -20,6 +20,7 @@ use kube::{Client, ResourceExt};
 use raygate_sim::Sim;
 use raygate_sim::world::World;
 use raygate_sim::world::actors::{disruption, garbage_collector, node_lifecycle, replicaset};
+use raygate_testing::core::{self, NodeExt, PdbExt, int, pct};
 use serde_json::{Value, json};
 
 const NS: &str = "t";
@@ -86,16 +87,10 @@ async fn run_pods(client: &Client, app: &str, ready: bool) {
     }
 }
 
-async fn pdb(client: &Client, name: &str, app: &str, budget: Value, policy: Option<&str>) {
-    let mut spec = budget;
-    spec["selector"] = json!({"matchLabels": {"app": app}});
-    if let Some(p) = policy {
-        spec["unhealthyPodEvictionPolicy"] = json!(p);
-    }
-    let obj: PodDisruptionBudget =
-        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+/// Creates `budget` in namespace `t`.
+async fn create_pdb(client: &Client, budget: PodDisruptionBudget) {
     Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &obj)
+        .create(&PostParams::default(), &budget)
         .await
         .unwrap();
 }
@@ -166,14 +161,11 @@ async fn the_disruption_e2e_vectors_hold_with_the_controller_computing_the_budge
         })
         .await;
         run_pods(&client, "ray", ready).await;
-        pdb(
-            &client,
-            "budget",
-            "ray",
-            json!({"maxUnavailable": 1}),
-            policy,
-        )
-        .await;
+        let mut budget = core::pdb("budget", &[("app", "ray")]).max_unavailable(int(1));
+        if let Some(p) = policy {
+            budget = budget.unhealthy_pod_eviction_policy(p);
+        }
+        create_pdb(&client, budget).await;
         let healthy = if ready { 3 } else { 0 };
         let s = pdb_status(&client, "budget", |s| s["currentHealthy"] == healthy).await;
         assert_eq!(
@@ -207,7 +199,8 @@ async fn after_an_eviction_the_replicaset_replaces_the_pod_and_the_budget_recove
     })
     .await;
     run_pods(&client, "ray", true).await;
-    pdb(&client, "budget", "ray", json!({"maxUnavailable": 1}), None).await;
+    let budget = core::pdb("budget", &[("app", "ray")]).max_unavailable(int(1));
+    create_pdb(&client, budget).await;
     pdb_status(&client, "budget", |s| s["disruptionsAllowed"] == 1).await;
     assert_eq!(evict_all(&client, "ray").await, 1);
     // the evicted pod terminates in its grace period; the ReplicaSet makes a fourth pod object
@@ -261,7 +254,8 @@ async fn the_budget_trails_a_pod_going_unready_by_the_controller_s_reaction_lag(
     })
     .await;
     run_pods(&client, "ray", true).await;
-    pdb(&client, "budget", "ray", json!({"maxUnavailable": 1}), None).await;
+    let budget = core::pdb("budget", &[("app", "ray")]).max_unavailable(int(1));
+    create_pdb(&client, budget).await;
     pdb_status(&client, "budget", |s| s["disruptionsAllowed"] == 1).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     let one = pods_of(&client, "ray").await[0].name_any();
@@ -315,7 +309,8 @@ async fn a_raycluster_owner_has_no_scale_so_max_unavailable_fails_safe_and_an_in
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
     run_pods(&client, "ray", true).await;
-    pdb(&client, "by-max", "ray", json!({"maxUnavailable": 1}), None).await;
+    let by_max = core::pdb("by-max", &[("app", "ray")]).max_unavailable(int(1));
+    create_pdb(&client, by_max).await;
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
     let failed = eventually("SyncFailed", || async {
         let s = pdbs.get("by-max").await.ok()?.status?;
@@ -349,7 +344,8 @@ async fn a_raycluster_owner_has_no_scale_so_max_unavailable_fails_safe_and_an_in
     pdbs.delete("by-max", &DeleteParams::default())
         .await
         .unwrap();
-    pdb(&client, "by-min", "ray", json!({"minAvailable": 2}), None).await;
+    let by_min = core::pdb("by-min", &[("app", "ray")]).min_available(int(2));
+    create_pdb(&client, by_min).await;
     let s = pdb_status(&client, "by-min", |s| s["currentHealthy"] == 3).await;
     assert_eq!(counts(&s), (3, 2, 3, 1));
 }
@@ -381,28 +377,26 @@ async fn pods_of_a_leaderworkerset_count_its_scale_subresource() {
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
     run_pods(&client, "lws", true).await;
-    pdb(
-        &client,
-        "groups",
-        "lws",
-        json!({"maxUnavailable": "50%"}),
-        None,
-    )
-    .await;
+    let groups = core::pdb("groups", &[("app", "lws")]).max_unavailable(pct("50%"));
+    create_pdb(&client, groups).await;
     // expectedPods = the LWS's spec.replicas (4) through /scale, not the 2 pods
     let s = pdb_status(&client, "groups", |s| s["expectedPods"] == 4).await;
     assert_eq!(counts(&s), (4, 2, 2, 0));
 }
 
-fn pod_with_owner(name: &str, rs: &ReplicaSet, node: Option<&str>) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "x"}]});
-    if let Some(n) = node {
-        spec["nodeName"] = json!(n);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "gc"},
-        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs.name_any(), "uid": rs.uid(),
-            "controller": true, "blockOwnerDeletion": true}]}, "spec": spec}))
-    .unwrap()
+/// Pod `name` labelled `app=gc` on `node` (`None`: unscheduled), controlled by `rs` with
+/// `blockOwnerDeletion`.
+fn dependent(name: &str, rs: &ReplicaSet, node: Option<&str>) -> Pod {
+    // here only: `PodExt::uid` would shadow `ResourceExt::uid` in the tests reading pods' uids
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::Resource;
+    use raygate_testing::core::PodExt;
+    let mut p = core::pod(name, node.unwrap_or_default()).label("app", "gc");
+    p.metadata.owner_references = Some(vec![OwnerReference {
+        block_owner_deletion: Some(true),
+        ..rs.controller_owner_ref(&()).unwrap()
+    }]);
+    p
 }
 
 async fn gc_fixture(sim: &Sim, node: Option<&str>) -> (Api<ReplicaSet>, Api<Pod>) {
@@ -415,7 +409,7 @@ async fn gc_fixture(sim: &Sim, node: Option<&str>) -> (Api<ReplicaSet>, Api<Pod>
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for n in ["a", "b"] {
-        pods.create(&PostParams::default(), &pod_with_owner(n, &rs, node))
+        pods.create(&PostParams::default(), &dependent(n, &rs, node))
             .await
             .unwrap();
     }
@@ -653,15 +647,13 @@ async fn discovery_lists_scale_only_where_it_is_served() {
     assert!(core.resources.iter().any(|r| r.name == "pods/eviction"));
 }
 
-fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "raygate.io/ud": "1"}},
-        "spec": {}, "status": {"capacity": {"cpu": "8"}}}))
-    .unwrap()
-}
-
 async fn ready_node(client: &Client, clock: &raygate_sim::Clock, name: &str) {
+    let node = core::node(name, "")
+        .label("kubernetes.io/hostname", name)
+        .label("raygate.io/ud", "1")
+        .capacity(&[("cpu", "8")]);
     Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node(name))
+        .create(&PostParams::default(), &node)
         .await
         .unwrap();
     node_lifecycle::write_ready(client, clock, name, &node_lifecycle::Readiness::Ready)

@@ -13,6 +13,7 @@ use raygate::controller::{Config, run};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::Sim;
+use raygate_testing::core::{self, PodExt};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -82,14 +83,15 @@ fn dynamic(
     }
 }
 
-fn pod(cpu: &str) -> Value {
-    json!({"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.51.0", "resources": {"requests": {"cpu": cpu}}}]}})
+/// A pod template (spec only) whose one container requests `cpu`.
+fn template(cpu: &str) -> Value {
+    json!({"spec": core::pod("ray", "").requests(&[("cpu", cpu)]).spec})
 }
 
 fn cluster_config(suspend: bool) -> Value {
     json!({"rayVersion": "2.51.0", "suspend": suspend,
-        "headGroupSpec": {"rayStartParams": {}, "template": pod("1")},
-        "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": pod("1")}]})
+        "headGroupSpec": {"rayStartParams": {}, "template": template("1")},
+        "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0, "maxReplicas": 10, "rayStartParams": {}, "template": template("1")}]})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

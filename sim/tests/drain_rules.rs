@@ -27,7 +27,8 @@ use raygate::drain::{DrainRules, PlanOptions};
 use raygate_sim::Sim;
 use raygate_sim::world::actors::{disruption, kubelet};
 use raygate_sim::world::{Running, World};
-use serde_json::{Value, json};
+use raygate_testing::core::{self, NodeExt, PdbExt, PodExt, int};
+use serde_json::json;
 use tokio::sync::watch;
 
 const NS: &str = "rules";
@@ -45,14 +46,12 @@ async fn cluster(stop_after: Option<Duration>) -> (Sim, Running) {
     let sim = Sim::builder().namespace(NS).build();
     let client = sim.client();
     for (name, ud, pool) in [(TARGET, "ud-0", "old"), ("new-0", "ud-1", "new")] {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {UD: ud, "pool": pool, "kubernetes.io/hostname": name}},
-            "status": {
-                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            }
-        }))
-        .unwrap();
+        let node = core::node(name, "")
+            .label(UD, ud)
+            .label("pool", pool)
+            .label("kubernetes.io/hostname", name)
+            .allocatable(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")])
+            .ready();
         Api::<Node>::all(client.clone())
             .create(&PostParams::default(), &node)
             .await
@@ -72,42 +71,13 @@ async fn cluster(stop_after: Option<Duration>) -> (Sim, Running) {
     (sim, world)
 }
 
-/// A pod bound to `old-0`: `extra` is merged into it (owner, labels, volumes, ...).
-fn pod(name: &str, extra: Value) -> Pod {
-    let mut p = json!({
-        "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
-        "spec": {"nodeName": TARGET, "terminationGracePeriodSeconds": 5,
-            "containers": [{"name": "c", "image": "busybox"}]},
-    });
-    merge(&mut p, extra);
-    serde_json::from_value(p).unwrap()
-}
-
-fn merge(into: &mut Value, from: Value) {
-    match (into, from) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
-}
-
-/// Controlled by `kind` of `api_version`.
-fn owned(api_version: &str, kind: &str, name: &str) -> Value {
-    json!({"metadata": {"ownerReferences": [{"apiVersion": api_version, "kind": kind,
-        "name": name, "uid": format!("uid-{name}"), "controller": true}]}})
-}
-
-fn replicaset() -> Value {
-    owned("apps/v1", "ReplicaSet", "web")
-}
-
-fn both(a: Value, b: Value) -> Value {
-    let mut a = a;
-    merge(&mut a, b);
-    a
+/// Pod `rules/name` bound to `old-0`, labelled `app=<name>`, 5 s grace, controlled by
+/// ReplicaSet `web` (`.unowned()`: a bare pod; `.owned_by(..)`: another controller).
+fn on_target(name: &str) -> Pod {
+    core::pod(&format!("{NS}/{name}"), TARGET)
+        .label("app", name)
+        .grace_period(5)
+        .owned_by("apps/v1", "ReplicaSet", "web")
 }
 
 async fn create(client: &Client, pods: Vec<Pod>) {
@@ -309,8 +279,8 @@ async fn daemon_set_filter_daemonset_pods_block_without_ignore_daemonsets_and_st
     create(
         &client,
         vec![
-            pod("agent", owned("apps/v1", "DaemonSet", "agent")),
-            pod("web", replicaset()),
+            on_target("agent").owned_by("apps/v1", "DaemonSet", "agent"),
+            on_target("web"),
         ],
     )
     .await;
@@ -354,9 +324,9 @@ async fn daemon_set_filter_a_pod_whose_daemonset_is_gone_blocks_without_force_an
     create(
         &client,
         vec![
-            pod("agent-old-0", owned("apps/v1", "DaemonSet", "agent")),
-            pod("orphan-old-0", owned("apps/v1", "DaemonSet", "gone")),
-            pod("web", replicaset()),
+            on_target("agent-old-0").owned_by("apps/v1", "DaemonSet", "agent"),
+            on_target("orphan-old-0").owned_by("apps/v1", "DaemonSet", "gone"),
+            on_target("web"),
         ],
     )
     .await;
@@ -404,8 +374,9 @@ async fn daemon_set_filter_a_pod_whose_daemonset_is_gone_blocks_without_force_an
 async fn is_controller_ref_daemon_set_another_api_s_daemonset_is_an_ordinary_controller() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let kruise = owned("apps.kruise.io/v1alpha1", "DaemonSet", "agent");
-    create(&client, vec![pod("kruise-agent", kruise)]).await;
+    let kruise =
+        on_target("kruise-agent").owned_by("apps.kruise.io/v1alpha1", "DaemonSet", "agent");
+    create(&client, vec![kruise]).await;
     let history = record(&sim);
     let end = start(&sim, options(DrainRules::default())).finish().await;
     assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
@@ -418,16 +389,14 @@ async fn is_controller_ref_daemon_set_another_api_s_daemonset_is_an_ordinary_con
 async fn mirror_pod_filter_mirror_pods_are_skipped_and_never_evicted() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let mirror = json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "hash"}}});
     create(
         &client,
         vec![
-            pod(
-                "etcd-old-0",
-                both(mirror.clone(), owned("v1", "Node", TARGET)),
-            ),
-            pod("static-bare", mirror),
-            pod("web", replicaset()),
+            on_target("etcd-old-0")
+                .mirror()
+                .owned_by("v1", "Node", TARGET),
+            on_target("static-bare").mirror().unowned(),
+            on_target("web"),
         ],
     )
     .await;
@@ -447,13 +416,12 @@ async fn mirror_pod_filter_mirror_pods_are_skipped_and_never_evicted() {
 async fn finished_pods_never_block_the_drain_and_are_left_in_place() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let scratch = json!({"spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]}});
     create(
         &client,
         vec![
-            pod("job-done", scratch.clone()),
-            pod("job-failed", scratch),
-            pod("web", replicaset()),
+            on_target("job-done").empty_dir().unowned(),
+            on_target("job-failed").empty_dir().unowned(),
+            on_target("web"),
         ],
     )
     .await;
@@ -481,11 +449,7 @@ async fn finished_pods_never_block_the_drain_and_are_left_in_place() {
 async fn unreplicated_filter_a_bare_pod_blocks_without_force_and_is_evicted_with_it() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    create(
-        &client,
-        vec![pod("bare", json!({})), pod("web", replicaset())],
-    )
-    .await;
+    create(&client, vec![on_target("bare").unowned(), on_target("web")]).await;
     let history = record(&sim);
     let blocked = start(&sim, options(DrainRules::default()))
         .run_for(Duration::from_secs(60))
@@ -521,8 +485,7 @@ async fn unreplicated_filter_a_bare_pod_blocks_without_force_and_is_evicted_with
 async fn local_storage_filter_an_empty_dir_pod_blocks_without_delete_emptydir_data() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let cache = json!({"spec": {"volumes": [{"name": "cache", "emptyDir": {}}]}});
-    create(&client, vec![pod("cache", both(replicaset(), cache))]).await;
+    create(&client, vec![on_target("cache").empty_dir()]).await;
     let history = record(&sim);
     let blocked = start(&sim, options(DrainRules::default()))
         .run_for(Duration::from_secs(60))
@@ -555,14 +518,13 @@ async fn local_storage_filter_an_empty_dir_pod_blocks_without_delete_emptydir_da
 async fn get_pods_for_deletion_pod_selector_drains_only_the_selected_pods() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let tier = |t: &str| json!({"metadata": {"labels": {"tier": t}}});
     create(
         &client,
         vec![
-            pod("batch-1", both(replicaset(), tier("batch"))),
-            pod("batch-2", both(replicaset(), tier("batch"))),
-            pod("serving", both(replicaset(), tier("serving"))),
-            pod("bare", tier("serving")),
+            on_target("batch-1").label("tier", "batch"),
+            on_target("batch-2").label("tier", "batch"),
+            on_target("serving").label("tier", "serving"),
+            on_target("bare").label("tier", "serving").unowned(),
         ],
     )
     .await;
@@ -591,12 +553,8 @@ async fn get_pods_for_deletion_pod_selector_drains_only_the_selected_pods() {
 async fn delete_or_evict_pods_there_is_no_disable_eviction_a_budget_that_refuses_keeps_the_pod() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    create(&client, vec![pod("solo", replicaset())]).await;
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "solo", "namespace": NS},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "solo"}}},
-    }))
-    .unwrap();
+    create(&client, vec![on_target("solo")]).await;
+    let pdb = core::pdb(&format!("{NS}/solo"), &[("app", "solo")]).min_available(int(1));
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     eventually("the budget computed", || async {
@@ -629,8 +587,9 @@ async fn delete_or_evict_pods_there_is_no_disable_eviction_a_budget_that_refuses
 async fn skip_deleted_filter_a_pod_deleting_longer_than_the_timeout_is_not_waited_for() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let held = json!({"metadata": {"finalizers": ["example.com/hold"]}});
-    create(&client, vec![pod("stuck", both(replicaset(), held))]).await;
+    let mut held = on_target("stuck");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    create(&client, vec![held]).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     api.delete("stuck", &DeleteParams::default()).await.unwrap();
     let deleted = api
@@ -677,8 +636,7 @@ async fn skip_deleted_filter_a_pod_deleting_longer_than_the_timeout_is_not_waite
 async fn make_delete_options_each_pod_gets_its_own_grace_period_and_the_drain_waits_it_out() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let slow = json!({"spec": {"terminationGracePeriodSeconds": 20}});
-    create(&client, vec![pod("slow", both(replicaset(), slow))]).await;
+    create(&client, vec![on_target("slow").grace_period(20)]).await;
     let history = record(&sim);
     let end = start(&sim, options(DrainRules::default())).finish().await;
     assert_eq!(end.phase, Phase::Completed, "{}", end.waiting);
@@ -705,8 +663,7 @@ async fn make_delete_options_each_pod_gets_its_own_grace_period_and_the_drain_wa
 async fn make_delete_options_grace_period_overrides_the_pod_s_own() {
     let (sim, _actors) = cluster(None).await;
     let client = sim.client();
-    let slow = json!({"spec": {"terminationGracePeriodSeconds": 120}});
-    create(&client, vec![pod("slow", both(replicaset(), slow))]).await;
+    create(&client, vec![on_target("slow").grace_period(120)]).await;
     let history = record(&sim);
     let deleting = Arc::new(Mutex::new(None));
     let seen_grace = deleting.clone();

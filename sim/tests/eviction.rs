@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
 use raygate_sim::Sim;
+use raygate_testing::core::{self, PdbExt, PodExt, int};
 use serde_json::{Value, json};
 
 const NS: &str = "t";
@@ -14,25 +15,34 @@ fn sim() -> Sim {
     Sim::builder().namespace(NS).build()
 }
 
-async fn pod(api: &Api<Pod>, name: &str, ready: bool, phase: &str) {
-    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "ray"}},
-        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 30, "containers": [{"name": "c", "image": "x"}]}}))
-    .unwrap();
+/// Creates pod `name` (`app=ray`, on `n1`, 30 s grace, no owner), then writes its `phase` and
+/// Ready condition as its kubelet would.
+async fn create_pod(api: &Api<Pod>, name: &str, ready: bool, phase: &str) {
+    let p = core::pod(name, "n1")
+        .label("app", "ray")
+        .grace_period(30)
+        .unowned()
+        .phase(phase)
+        .condition("Ready", if ready { "True" } else { "False" });
     api.create(&PostParams::default(), &p).await.unwrap();
-    let status = json!({"status": {"phase": phase, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}});
+    let status = json!({"status": p.status});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
         .unwrap();
 }
 
-/// A PDB over `app=ray` with the status the disruption controller computes.
-async fn pdb(api: &Api<PodDisruptionBudget>, name: &str, policy: Option<&str>, status: Value) {
-    let mut spec = json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "ray"}}});
+/// Creates a PDB over `app=ray` (`maxUnavailable: 1`), then writes `status` as the disruption
+/// controller would.
+async fn create_pdb(
+    api: &Api<PodDisruptionBudget>,
+    name: &str,
+    policy: Option<&str>,
+    status: Value,
+) {
+    let mut obj = core::pdb(name, &[("app", "ray")]).max_unavailable(int(1));
     if let Some(p) = policy {
-        spec["unhealthyPodEvictionPolicy"] = json!(p);
+        obj = obj.unhealthy_pod_eviction_policy(p);
     }
-    let obj: PodDisruptionBudget =
-        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
     api.create(&PostParams::default(), &obj).await.unwrap();
     api.patch_status(
         name,
@@ -60,7 +70,7 @@ async fn evict(api: &Api<Pod>, name: &str) -> Result<(), kube::core::Status> {
 async fn without_a_pdb_a_pod_is_marked_and_deleted_gracefully() {
     let sim = sim();
     let pods: Api<Pod> = Api::namespaced(sim.client(), NS);
-    pod(&pods, "a", true, "Running").await;
+    create_pod(&pods, "a", true, "Running").await;
     evict(&pods, "a").await.unwrap();
     let a = pods.get("a").await.unwrap();
     assert_eq!(a.metadata.deletion_grace_period_seconds, Some(30));
@@ -90,9 +100,9 @@ async fn a_budget_allows_one_eviction_then_answers_429_without_retry_after() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, NS);
     for n in ["a", "b", "c"] {
-        pod(&pods, n, true, "Running").await;
+        create_pod(&pods, n, true, "Running").await;
     }
-    pdb(&pdbs, "budget", None, healthy_status(3, 2, 3)).await;
+    create_pdb(&pdbs, "budget", None, healthy_status(3, 2, 3)).await;
     evict(&pods, "a").await.unwrap();
     let st = pdbs.get_status("budget").await.unwrap().status.unwrap();
     assert_eq!(st.disruptions_allowed, Some(0));
@@ -147,8 +157,8 @@ async fn a_budget_not_yet_observed_answers_429_with_retry_after_10() {
     let client = sim.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, NS);
-    pod(&pods, "a", true, "Running").await;
-    pdb(&pdbs, "budget", None, json!({"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0, "expectedPods": 1})).await;
+    create_pod(&pods, "a", true, "Running").await;
+    create_pdb(&pdbs, "budget", None, json!({"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0, "expectedPods": 1})).await;
     let resp = raw_evict(&sim, "a");
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers().get("retry-after").unwrap(), "10");
@@ -165,9 +175,9 @@ async fn pending_pods_skip_the_budget_and_two_budgets_are_a_500_and_negative_is_
     let client = sim.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, NS);
-    pod(&pods, "pending", false, "Pending").await;
-    pod(&pods, "running", true, "Running").await;
-    pdb(&pdbs, "neg", None, json!({"observedGeneration": 1, "disruptionsAllowed": -1, "currentHealthy": 0, "desiredHealthy": 1, "expectedPods": 1})).await;
+    create_pod(&pods, "pending", false, "Pending").await;
+    create_pod(&pods, "running", true, "Running").await;
+    create_pdb(&pdbs, "neg", None, json!({"observedGeneration": 1, "disruptionsAllowed": -1, "currentHealthy": 0, "desiredHealthy": 1, "expectedPods": 1})).await;
     evict(&pods, "pending").await.unwrap();
     let e = evict(&pods, "running").await.unwrap_err();
     assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
@@ -175,7 +185,7 @@ async fn pending_pods_skip_the_budget_and_two_budgets_are_a_500_and_negative_is_
         e.message,
         "poddisruptionbudget.policy \"neg\" is forbidden: pdb disruptions allowed is negative"
     );
-    pdb(&pdbs, "second", None, healthy_status(1, 0, 1)).await;
+    create_pdb(&pdbs, "second", None, healthy_status(1, 0, 1)).await;
     let e = evict(&pods, "running").await.unwrap_err();
     assert_eq!(e.code, 500);
     assert_eq!(
@@ -190,8 +200,8 @@ async fn dry_run_evicts_nothing() {
     let client = sim.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, NS);
-    pod(&pods, "a", true, "Running").await;
-    pdb(&pdbs, "budget", None, healthy_status(1, 0, 1)).await;
+    create_pod(&pods, "a", true, "Running").await;
+    create_pdb(&pdbs, "budget", None, healthy_status(1, 0, 1)).await;
     let rv = sim.revision();
     let params = EvictParams {
         post_options: PostParams {
@@ -221,10 +231,10 @@ async fn the_disruption_e2e_vectors() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, NS);
         for n in ["a", "b", "c"] {
-            pod(&pods, n, ready, "Running").await;
+            create_pod(&pods, n, ready, "Running").await;
         }
         let current = if ready { 3 } else { 0 };
-        pdb(&pdbs, "budget", policy, healthy_status(3, 2, current)).await;
+        create_pdb(&pdbs, "budget", policy, healthy_status(3, 2, current)).await;
         let mut evicted = 0;
         for n in ["a", "b", "c"] {
             if evict(&pods, n).await.is_ok() {

@@ -10,13 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use raygate_sim::{FaultRule, Faults, Sim, Verb};
-use serde_json::json;
-
-fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "x"}]}}))
-    .unwrap()
-}
+use raygate_testing::core::{self, PodExt};
 
 fn status(e: kube::Error) -> (u16, String, String) {
     match e {
@@ -56,7 +50,7 @@ async fn injected_errors_have_the_real_shapes_and_write_nothing() {
         sim.set_faults(Faults::none().rule(FaultRule::writes().resource("pods").error(code, 1.0)));
         let before = sim.revision();
         let err = pods
-            .create(&PostParams::default(), &pod("p"))
+            .create(&PostParams::default(), &core::pod("p", "").unowned())
             .await
             .unwrap_err();
         assert_eq!(status(err), (code, reason.to_string(), message.to_string()));
@@ -66,7 +60,7 @@ async fn injected_errors_have_the_real_shapes_and_write_nothing() {
     assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 0);
     // faults change at runtime
     sim.set_faults(Faults::none());
-    pods.create(&PostParams::default(), &pod("p"))
+    pods.create(&PostParams::default(), &core::pod("p", "").unowned())
         .await
         .unwrap();
     assert_eq!(sim.fault_stats().errors.values().sum::<u64>(), 4);
@@ -83,7 +77,7 @@ async fn a_rule_singles_out_one_client_by_its_user_agent() {
     assert_eq!(
         status(
             flaky
-                .create(&PostParams::default(), &pod("a"))
+                .create(&PostParams::default(), &core::pod("a", "").unowned())
                 .await
                 .unwrap_err()
         )
@@ -91,7 +85,7 @@ async fn a_rule_singles_out_one_client_by_its_user_agent() {
         500
     );
     healthy
-        .create(&PostParams::default(), &pod("a"))
+        .create(&PostParams::default(), &core::pod("a", "").unowned())
         .await
         .unwrap();
     assert_eq!(status(flaky.get("a").await.unwrap_err()).0, 500);
@@ -120,7 +114,7 @@ async fn latency_is_cluster_time() {
         )
         .build();
     let pods: Api<Pod> = Api::namespaced(sim.client(), "t");
-    pods.create(&PostParams::default(), &pod("p"))
+    pods.create(&PostParams::default(), &core::pod("p", "").unowned())
         .await
         .unwrap();
     let (wall, t0, c0) = (
@@ -173,9 +167,12 @@ async fn watches_drop_and_kube_runtime_s_watcher_carries_on() {
     );
     for i in 0..5 {
         tokio::time::sleep(Duration::from_secs(7)).await;
-        pods.create(&PostParams::default(), &pod(&format!("p{i}")))
-            .await
-            .unwrap();
+        pods.create(
+            &PostParams::default(),
+            &core::pod(&format!("p{i}"), "").unowned(),
+        )
+        .await
+        .unwrap();
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     watch.abort();
@@ -196,7 +193,7 @@ async fn a_watch_from_a_version_can_be_answered_410_gone() {
         .faults(Faults::none().rewatch_gone(1.0))
         .build();
     let pods: Api<Pod> = Api::namespaced(sim.client(), "t");
-    pods.create(&PostParams::default(), &pod("p"))
+    pods.create(&PostParams::default(), &core::pod("p", "").unowned())
         .await
         .unwrap();
     let rv = sim.revision();
@@ -237,9 +234,12 @@ async fn the_same_seed_fails_the_same_requests() {
         let mut out = vec![];
         for i in 0..60 {
             out.push(
-                pods.create(&PostParams::default(), &pod(&format!("p{i}")))
-                    .await
-                    .is_ok(),
+                pods.create(
+                    &PostParams::default(),
+                    &core::pod(&format!("p{i}"), "").unowned(),
+                )
+                .await
+                .is_ok(),
             );
         }
         out
@@ -262,7 +262,7 @@ async fn an_in_process_observer_sees_the_list_then_every_change_without_faults()
         .faults(Faults::none().rule(FaultRule::any().user_agent("raygate").error(500, 1.0)))
         .build();
     let pods: Api<Pod> = Api::namespaced(sim.client_as("kubectl"), "t");
-    pods.create(&PostParams::default(), &pod("a"))
+    pods.create(&PostParams::default(), &core::pod("a", "").unowned())
         .await
         .unwrap();
     let mut feed = sim.observe("/api/v1/pods").unwrap();
@@ -275,7 +275,7 @@ async fn an_in_process_observer_sees_the_list_then_every_change_without_faults()
         feed.try_recv().is_err(),
         "the list is queued before observe returns"
     );
-    pods.create(&PostParams::default(), &pod("b"))
+    pods.create(&PostParams::default(), &core::pod("b", "").unowned())
         .await
         .unwrap();
     let added = feed.recv().await.unwrap();

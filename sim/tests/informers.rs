@@ -15,16 +15,16 @@ use kube::{Client, ResourceExt};
 use raygate_sim::Sim;
 use raygate_sim::world::actors::support::Caches;
 use raygate_sim::world::informers::{in_process, informer};
+use raygate_testing::core::{self, PodExt};
 use serde_json::json;
 
 const NS: &str = "t";
 
-fn pod(name: &str, app: &str, node: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS, "labels": {"app": app}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}
-    }))
-    .unwrap()
+/// Pod `t/name` labelled `app=<app>` on `node`, no owner.
+fn app_pod(name: &str, app: &str, node: &str) -> Pod {
+    core::pod(&format!("{NS}/{name}"), node)
+        .label("app", app)
+        .unowned()
 }
 
 /// A sim with pods a (app=x, on n1), b (app=y, n2) and c (app=x, n2).
@@ -33,7 +33,7 @@ async fn three_pods() -> (Sim, Client, Api<Pod>) {
     let client = sim.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for (n, app, node) in [("a", "x", "n1"), ("b", "y", "n2"), ("c", "x", "n2")] {
-        pods.create(&PostParams::default(), &pod(n, app, node))
+        pods.create(&PostParams::default(), &app_pod(n, app, node))
             .await
             .unwrap();
     }
@@ -119,7 +119,7 @@ async fn an_informer_holds_what_a_json_watch_with_the_same_selector_holds() {
     pods.delete("a", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    pods.create(&PostParams::default(), &pod("d", "x", "n2"))
+    pods.create(&PostParams::default(), &app_pod("d", "x", "n2"))
         .await
         .unwrap();
     settle().await;
@@ -187,7 +187,7 @@ async fn actors_in_one_scope_share_one_informer_per_kind_and_selector() {
             "the actor's cache is the shared one"
         );
         Api::<Pod>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &pod("a", "x", "n1"))
+            .create(&PostParams::default(), &app_pod("a", "x", "n1"))
             .await
             .unwrap();
         tokio::time::timeout(Duration::from_secs(1), caches.next())
@@ -296,7 +296,7 @@ async fn actors_sharing_an_informer_wake_in_the_order_they_subscribed() {
             settle().await;
             pods.create(
                 &PostParams::default(),
-                &pod(&format!("p{round}"), "x", "n1"),
+                &app_pod(&format!("p{round}"), "x", "n1"),
             )
             .await
             .unwrap();

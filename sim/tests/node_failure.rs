@@ -14,7 +14,8 @@ use raygate_sim::Sim;
 use raygate_sim::world::World;
 use raygate_sim::world::actors::node_lifecycle::{self, Readiness};
 use raygate_sim::world::actors::{kubelet, podgc, taint_eviction};
-use serde_json::{Value, json};
+use raygate_testing::core::{self, PodExt};
+use serde_json::json;
 
 const NS: &str = "t";
 
@@ -44,10 +45,8 @@ async fn ready_node(client: &Client, sim: &Sim, name: &str) {
         .unwrap();
 }
 
-async fn pod(client: &Client, name: &str, node: &str, tolerations: Value) -> Pod {
-    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}], "tolerations": tolerations}}))
-    .unwrap();
+/// Creates `p` in namespace `t`.
+async fn create(client: &Client, p: Pod) -> Pod {
     Api::<Pod>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &p)
         .await
@@ -90,14 +89,14 @@ async fn an_unreachable_node_s_pods_leave_after_their_toleration_seconds_default
         .taint_eviction(taint_eviction::Config::default())
         .start();
     ready_node(&client, &sim, "n1").await;
-    let unreachable = |secs: Option<i64>| {
-        let mut t = json!({"key": node_lifecycle::UNREACHABLE_TAINT, "operator": "Exists", "effect": "NoExecute"});
-        if let Some(s) = secs {
-            t["tolerationSeconds"] = json!(s);
-        }
-        t
+    let tolerating = |name: &str, secs: Option<i64>| {
+        core::pod(name, "n1").unowned().toleration(
+            node_lifecycle::UNREACHABLE_TAINT,
+            "NoExecute",
+            secs,
+        )
     };
-    let default = pod(&client, "default", "n1", json!([])).await;
+    let default = create(&client, core::pod("default", "n1").unowned()).await;
     // DefaultTolerationSeconds: both NoExecute tolerations for 300 s
     let tols: Vec<(String, Option<i64>)> = default
         .spec
@@ -116,8 +115,8 @@ async fn an_unreachable_node_s_pods_leave_after_their_toleration_seconds_default
             ("node.kubernetes.io/unreachable".to_string(), Some(300))
         ]
     );
-    pod(&client, "short", "n1", json!([unreachable(Some(30))])).await;
-    pod(&client, "forever", "n1", json!([unreachable(None)])).await;
+    create(&client, tolerating("short", Some(30))).await;
+    create(&client, tolerating("forever", None)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let t0 = tokio::time::Instant::now();
     node_lifecycle::write_ready(&client, sim.clock(), "n1", &Readiness::Unknown)
@@ -221,8 +220,8 @@ async fn mark_pods_not_ready_a_down_node_s_pods_go_not_ready_after_the_grace_per
         .start();
     ready_node(&client, &sim, "n1").await;
     ready_node(&client, &sim, "n2").await;
-    pod(&client, "down", "n1", json!([])).await;
-    pod(&client, "healthy", "n2", json!([])).await;
+    create(&client, core::pod("down", "n1").unowned()).await;
+    create(&client, core::pod("healthy", "n2").unowned()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let ready_pod = |name: &'static str| {
         let pods = pods.clone();
@@ -324,7 +323,7 @@ async fn a_node_ready_again_in_time_cancels_the_scheduled_deletion() {
         .taint_eviction(taint_eviction::Config::default())
         .start();
     ready_node(&client, &sim, "n1").await;
-    pod(&client, "p", "n1", json!([])).await;
+    create(&client, core::pod("p", "n1").unowned()).await;
     node_lifecycle::write_ready(
         &client,
         sim.clock(),
@@ -387,7 +386,7 @@ async fn podgc_collects_orphans_after_quarantine_out_of_service_terminating_pods
     let nodes: Api<Node> = Api::all(client.clone());
     // terminated: two Succeeded pods, the older goes
     for name in ["done-old", "done-new"] {
-        pod(&client, name, "n1", json!([])).await;
+        create(&client, core::pod(name, "n1").unowned()).await;
         pods.patch_status(
             name,
             &PatchParams::default(),
@@ -403,7 +402,7 @@ async fn podgc_collects_orphans_after_quarantine_out_of_service_terminating_pods
     .await;
     assert!(pods.get_opt("done-new").await.unwrap().is_some());
     // orphaned
-    pod(&client, "orphan", "n2", json!([])).await;
+    create(&client, core::pod("orphan", "n2").unowned()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let t0 = tokio::time::Instant::now();
     nodes.delete("n2", &DeleteParams::default()).await.unwrap();
@@ -420,7 +419,7 @@ async fn podgc_collects_orphans_after_quarantine_out_of_service_terminating_pods
         "quarantine 40 s, checked every 20 s: {gone:?}"
     );
     // terminating on a NotReady node: stays until the out-of-service taint
-    pod(&client, "stuck", "n1", json!([])).await;
+    create(&client, core::pod("stuck", "n1").unowned()).await;
     node_lifecycle::write_ready(&client, sim.clock(), "n1", &Readiness::Unknown)
         .await
         .unwrap();

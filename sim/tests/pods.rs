@@ -14,6 +14,7 @@ use kube::api::{
 use raygate_sim::Sim;
 use raygate_sim::world::actors::{kubelet, lws, scheduler};
 use raygate_sim::world::{Running, World};
+use raygate_testing::core::{self, NodeExt, PodExt};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -49,27 +50,26 @@ where
     raygate_sim::world::fixtures::eventually_within(WAIT, poll, what, check).await
 }
 
-fn node(name: &str, ud: usize, gpus: u32) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {UD: format!("ud-{ud}"), "kubernetes.io/hostname": name}},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }
-    }))
-    .unwrap()
-}
-
+/// Creates `per_ud` Ready nodes `node-<ud>-<i>` in each of `uds` upgrade domains `ud-<ud>`, each
+/// with 64 cpu, 512Gi, 110 pods and `gpus` GPUs allocatable.
 async fn nodes(client: &Client, uds: usize, per_ud: usize, gpus: u32) {
     let api: Api<Node> = Api::all(client.clone());
+    let gpus = gpus.to_string();
+    let room = [
+        ("cpu", "64"),
+        ("memory", "512Gi"),
+        ("pods", "110"),
+        ("nvidia.com/gpu", gpus.as_str()),
+    ];
     for ud in 0..uds {
         for i in 0..per_ud {
-            api.create(
-                &PostParams::default(),
-                &node(&format!("node-{ud}-{i}"), ud, gpus),
-            )
-            .await
-            .unwrap();
+            let name = format!("node-{ud}-{i}");
+            let node = core::node(&name, "")
+                .label(UD, &format!("ud-{ud}"))
+                .label("kubernetes.io/hostname", &name)
+                .allocatable(&room)
+                .ready();
+            api.create(&PostParams::default(), &node).await.unwrap();
         }
     }
 }
@@ -381,21 +381,18 @@ async fn gated_and_unschedulable_pods_are_reported_and_a_bound_pod_cannot_be_bou
         shutdown,
     ));
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod = |name: &str, gpus: &str, gated: bool| -> Pod {
-        let mut v = json!({"metadata": {"name": name}, "spec": {"containers": [
-            {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}});
-        if gated {
-            v["spec"]["schedulingGates"] = json!([{"name": "raygate.io/quota"}]);
-        }
-        serde_json::from_value(v).unwrap()
+    // unbound, no owner, asking for `gpus` GPUs
+    let asking = |name: &str, gpus: &str| {
+        core::pod(name, "")
+            .unowned()
+            .requests(&[("nvidia.com/gpu", gpus)])
     };
-    api.create(&PostParams::default(), &pod("gated", "1", true))
+    let gated = asking("gated", "1").scheduling_gate("raygate.io/quota");
+    api.create(&PostParams::default(), &gated).await.unwrap();
+    api.create(&PostParams::default(), &asking("huge", "9"))
         .await
         .unwrap();
-    api.create(&PostParams::default(), &pod("huge", "9", false))
-        .await
-        .unwrap();
-    api.create(&PostParams::default(), &pod("fits", "8", false))
+    api.create(&PostParams::default(), &asking("fits", "8"))
         .await
         .unwrap();
     let cond = |p: &Pod| {

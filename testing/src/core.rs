@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
-    Pod, PodCondition, PodReadinessGate, PodSchedulingGate, PodSpec, PodStatus, Probe,
-    ResourceRequirements, Taint, Volume,
+    Affinity, Container, EmptyDirVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus,
+    NodeSystemInfo, Pod, PodCondition, PodReadinessGate, PodSchedulingGate, PodSpec, PodStatus,
+    Probe, ResourceRequirements, Taint, Toleration, Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -63,6 +63,10 @@ pub trait NodeExt: Sized {
     }
     /// `status.allocatable`, from `(resource, quantity)` pairs.
     fn allocatable(self, resources: &[(&str, &str)]) -> Self;
+    /// `status.capacity`, from `(resource, quantity)` pairs.
+    fn capacity(self, resources: &[(&str, &str)]) -> Self;
+    /// Adds an annotation.
+    fn annotation(self, key: &str, value: &str) -> Self;
 }
 
 impl NodeExt for Node {
@@ -109,6 +113,17 @@ impl NodeExt for Node {
         self.status.get_or_insert_default().allocatable = Some(quantities(resources));
         self
     }
+
+    fn capacity(mut self, resources: &[(&str, &str)]) -> Self {
+        self.status.get_or_insert_default().capacity = Some(quantities(resources));
+        self
+    }
+
+    fn annotation(mut self, key: &str, value: &str) -> Self {
+        let a = self.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        a.insert(key.to_string(), value.to_string());
+        self
+    }
 }
 
 pub fn taint(key: &str, effect: &str) -> Taint {
@@ -116,6 +131,14 @@ pub fn taint(key: &str, effect: &str) -> Taint {
         key: key.to_string(),
         effect: effect.to_string(),
         ..Taint::default()
+    }
+}
+
+/// A taint `key=value:effect`.
+pub fn taint_with_value(key: &str, value: &str, effect: &str) -> Taint {
+    Taint {
+        value: Some(value.to_string()),
+        ..taint(key, effect)
     }
 }
 
@@ -161,12 +184,20 @@ pub trait PodExt: Sized {
     fn ready(self) -> Self {
         self.condition("Ready", "True")
     }
+    /// Sets condition `type_` to `status` with `reason` (`""`: none), last changed at `since`.
+    fn condition_at(self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self;
     /// The first container's requests, from `(resource, quantity)` pairs.
     fn requests(self, resources: &[(&str, &str)]) -> Self;
     /// Appends scheduling gate `name`.
     fn scheduling_gate(self, name: &str) -> Self;
     /// `spec.terminationGracePeriodSeconds`.
     fn grace_period(self, seconds: i64) -> Self;
+    /// Appends an `Exists` toleration of `key`/`effect` (`""`: any) for `seconds` (`None`: always).
+    fn toleration(self, key: &str, effect: &str, seconds: Option<i64>) -> Self;
+    /// Adds `key: value` to `spec.nodeSelector`.
+    fn node_selector(self, key: &str, value: &str) -> Self;
+    /// `spec.affinity`.
+    fn affinity(self, affinity: Affinity) -> Self;
 }
 
 impl PodExt for Pod {
@@ -255,19 +286,28 @@ impl PodExt for Pod {
         self
     }
 
-    fn condition(mut self, type_: &str, status: &str) -> Self {
-        let conditions = self
-            .status
-            .get_or_insert_default()
-            .conditions
-            .get_or_insert_default();
-        conditions.retain(|c| c.type_ != type_);
-        conditions.push(PodCondition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            ..PodCondition::default()
-        });
-        self
+    fn condition(self, type_: &str, status: &str) -> Self {
+        with_condition(
+            self,
+            PodCondition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                ..PodCondition::default()
+            },
+        )
+    }
+
+    fn condition_at(self, type_: &str, status: &str, reason: &str, since: Timestamp) -> Self {
+        with_condition(
+            self,
+            PodCondition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: (!reason.is_empty()).then(|| reason.to_string()),
+                last_transition_time: Some(Time(since)),
+                ..PodCondition::default()
+            },
+        )
     }
 
     fn requests(mut self, resources: &[(&str, &str)]) -> Self {
@@ -297,6 +337,42 @@ impl PodExt for Pod {
             .termination_grace_period_seconds = Some(seconds);
         self
     }
+
+    fn toleration(mut self, key: &str, effect: &str, seconds: Option<i64>) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        spec.tolerations.get_or_insert_default().push(Toleration {
+            key: (!key.is_empty()).then(|| key.to_string()),
+            operator: Some("Exists".to_string()),
+            effect: (!effect.is_empty()).then(|| effect.to_string()),
+            toleration_seconds: seconds,
+            value: None,
+        });
+        self
+    }
+
+    fn node_selector(mut self, key: &str, value: &str) -> Self {
+        let spec = self.spec.get_or_insert_default();
+        let selector = spec.node_selector.get_or_insert_with(BTreeMap::new);
+        selector.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn affinity(mut self, affinity: Affinity) -> Self {
+        self.spec.get_or_insert_default().affinity = Some(affinity);
+        self
+    }
+}
+
+/// `pod` with `condition` (replacing a condition of its type).
+fn with_condition(mut pod: Pod, condition: PodCondition) -> Pod {
+    let conditions = pod
+        .status
+        .get_or_insert_default()
+        .conditions
+        .get_or_insert_default();
+    conditions.retain(|c| c.type_ != condition.type_);
+    conditions.push(condition);
+    pod
 }
 
 /// A budget `ns/name` with `matchLabels` and `minAvailable: 1`.
@@ -326,6 +402,8 @@ pub trait PdbExt: Sized {
     fn selector(self, selector: Option<LabelSelector>) -> Self;
     fn observed(self, expected: i32, desired: i32) -> Self;
     fn sync_failed(self, message: &str) -> Self;
+    /// `spec.unhealthyPodEvictionPolicy` (`IfHealthyBudget` or `AlwaysAllow`).
+    fn unhealthy_pod_eviction_policy(self, policy: &str) -> Self;
 }
 
 impl PdbExt for PodDisruptionBudget {
@@ -368,6 +446,13 @@ impl PdbExt for PodDisruptionBudget {
             last_transition_time: Time(Timestamp::UNIX_EPOCH),
             observed_generation: None,
         }]);
+        self
+    }
+
+    fn unhealthy_pod_eviction_policy(mut self, policy: &str) -> Self {
+        self.spec
+            .get_or_insert_default()
+            .unhealthy_pod_eviction_policy = Some(policy.to_string());
         self
     }
 }

@@ -520,17 +520,27 @@ pub use io::{run, run_all};
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Probe;
+    use raygate_testing::core::{self, PodExt};
 
-    fn pod(name: &str, ann: Value, probe: Option<(i32, i32, i32)>) -> Arc<Pod> {
-        let mut c = json!({"name": "c", "image": "x"});
-        if let Some((period, success, failure)) = probe {
-            c["readinessProbe"] = json!({"periodSeconds": period, "successThreshold": success, "failureThreshold": failure});
-        }
-        Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns", "uid": name,
-                "labels": {"g": "1"}, "annotations": ann}, "spec": {"nodeName": "n", "containers": [c]}}))
-            .unwrap(),
-        )
+    /// Pod `ns/name` on node `n` as created (uid `name`, label `g=1`, no owner).
+    fn admitted(name: &str) -> Pod {
+        core::pod(&format!("ns/{name}"), "n")
+            .uid(name)
+            .label("g", "1")
+            .unowned()
+            .phase("Pending")
+    }
+
+    /// `p` probed for readiness every `period` s, Ready after `success`, unready after `failure`.
+    fn probed(mut p: Pod, period: i32, success: i32, failure: i32) -> Arc<Pod> {
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe {
+            period_seconds: Some(period),
+            success_threshold: Some(success),
+            failure_threshold: Some(failure),
+            ..Probe::default()
+        });
+        Arc::new(p)
     }
 
     fn t(s: i64) -> Timestamp {
@@ -571,7 +581,7 @@ mod tests {
             start_delay: Duration::from_secs(5),
             stop_after: None,
         });
-        let p = [pod("p", json!({}), Some((10, 2, 3)))];
+        let p = [probed(admitted("p"), 10, 2, 3)];
         let w = run(&mut k, &p, &BTreeMap::new(), 0, 30);
         // running (not ready) at 5; probes at 15 and 25 → Ready at 25
         assert_eq!(w, [(5, false), (25, true)]);
@@ -588,11 +598,10 @@ mod tests {
             start_delay: Duration::ZERO,
             stop_after: None,
         });
-        let rep = [pod(
-            "leader",
-            json!({READINESS_GROUP: "g", READINESS_GROUP_SIZE: "3"}),
-            Some((5, 1, 3)),
-        )];
+        let leader = admitted("leader")
+            .annotation(READINESS_GROUP, "g")
+            .annotation(READINESS_GROUP_SIZE, "3");
+        let rep = [probed(leader, 5, 1, 3)];
         let key = ("ns".to_string(), "g".to_string(), "1".to_string());
         let mut groups = BTreeMap::from([(key.clone(), (2, 2))]);
         assert_eq!(run(&mut k, &rep, &groups, 0, 10), [(0, false), (5, true)]);
@@ -614,11 +623,8 @@ mod tests {
             start_delay: Duration::ZERO,
             stop_after: None,
         });
-        let rep = [pod(
-            "leader",
-            json!({READINESS_GROUP: "g"}),
-            Some((5, 1, 3)),
-        )];
+        let leader = admitted("leader").annotation(READINESS_GROUP, "g");
+        let rep = [probed(leader, 5, 1, 3)];
         let key = ("ns".to_string(), "g".to_string(), "1".to_string());
         let mut groups = BTreeMap::from([(key.clone(), (2, 2))]);
         k.step(true, &rep, &groups, t(0));
@@ -650,13 +656,10 @@ mod tests {
             start_delay: Duration::ZERO,
             stop_after: Some(Duration::from_secs(3)),
         });
-        let p = pod("p", json!({}), None);
-        let (a, _) = k.step(true, std::slice::from_ref(&p), &BTreeMap::new(), t(0));
+        let p = admitted("p");
+        let (a, _) = k.step(true, &[Arc::new(p.clone())], &BTreeMap::new(), t(0));
         assert_eq!(ready_writes(&a), [true]);
-        let mut deleting = (*p).clone();
-        deleting.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(30)));
-        let d = [Arc::new(deleting)];
+        let d = [Arc::new(p.deleting_since(t(30)))];
         let (a, next) = k.step(true, &d, &BTreeMap::new(), t(1));
         assert_eq!(ready_writes(&a), [false], "terminating: not ready");
         assert_eq!(next, Some(t(4)));

@@ -315,30 +315,26 @@ impl Actor for PodGc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Taint;
+    use raygate_testing::core::{self, NodeExt, PodExt};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
     }
 
-    fn pod(name: &str, node: &str, phase: &str, created: i64, deleting: bool) -> Arc<Pod> {
-        let mut v = json!({"metadata": {"name": name, "namespace": "ns", "uid": name,
-            "creationTimestamp": crate::clock::seconds(t(created))},
-            "spec": {"containers": []}, "status": {"phase": phase}});
-        if !node.is_empty() {
-            v["spec"]["nodeName"] = json!(node);
-        }
-        if deleting {
-            v["metadata"]["deletionTimestamp"] = json!(crate::clock::seconds(t(created + 1)));
-        }
-        Arc::new(serde_json::from_value(v).unwrap())
+    /// Pod `ns/name` (uid `name`, no owner) in `phase` on `node` (`""`: none), created at `t(at)`.
+    fn created(name: &str, node: &str, phase: &str, at: i64) -> Pod {
+        core::pod(&format!("ns/{name}"), node)
+            .uid(name)
+            .unowned()
+            .phase(phase)
+            .created_at(t(at))
     }
 
-    fn node(name: &str, ready: bool, taints: serde_json::Value) -> Arc<Node> {
-        Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"taints": taints},
-                "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"Unknown"}}]}}))
-            .unwrap(),
-        )
+    /// Node `name`, Ready `True` (`Unknown` when not `ready`), with `taints`.
+    fn ready_node(name: &str, ready: bool, taints: &[Taint]) -> Arc<Node> {
+        let n = core::node(name, "").condition("Ready", if ready { "True" } else { "Unknown" });
+        Arc::new(taints.iter().cloned().fold(n, NodeExt::tainted))
     }
 
     fn names(c: &[Collect]) -> Vec<(&str, Reason)> {
@@ -347,21 +343,21 @@ mod tests {
 
     #[test]
     fn terminated_pods_beyond_the_threshold_go_evicted_first_then_oldest() {
-        let mut evicted = (*pod("evicted", "n", "Failed", 50, false)).clone();
+        let mut evicted = created("evicted", "n", "Failed", 50);
         evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
         let pods = vec![
-            pod("new", "n", "Succeeded", 30, false),
-            pod("old", "n", "Failed", 10, false),
-            pod("b-mid", "n", "Succeeded", 20, false),
-            pod("a-mid", "n", "Succeeded", 20, false),
+            Arc::new(created("new", "n", "Succeeded", 30)),
+            Arc::new(created("old", "n", "Failed", 10)),
+            Arc::new(created("b-mid", "n", "Succeeded", 20)),
+            Arc::new(created("a-mid", "n", "Succeeded", 20)),
             Arc::new(evicted),
-            pod("running", "n", "Running", 0, false),
+            Arc::new(created("running", "n", "Running", 0)),
         ];
         let config = Config {
             terminated_threshold: 2,
             ..Config::default()
         };
-        let nodes = [node("n", true, json!([]))];
+        let nodes = [ready_node("n", true, &[])];
         let (c, _) = plan(&pods, &nodes, &config, &mut BTreeMap::new(), t(100));
         assert_eq!(
             names(&c),
@@ -385,20 +381,25 @@ mod tests {
 
     #[test]
     fn a_terminating_pod_goes_only_from_a_not_ready_out_of_service_node() {
-        let oos =
-            json!([{"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"}]);
+        let oos = [core::taint_with_value(
+            OUT_OF_SERVICE_TAINT,
+            "nodeshutdown",
+            "NoExecute",
+        )];
         let nodes = [
-            node("down-oos", false, oos.clone()),
-            node("down", false, json!([])),
-            node("up-oos", true, oos),
+            ready_node("down-oos", false, &oos),
+            ready_node("down", false, &[]),
+            ready_node("up-oos", true, &oos),
         ];
+        let deleting = |p: Pod| p.deleting_since(t(1));
         let pods = [
-            pod("a", "down-oos", "Running", 0, true),
-            pod("b", "down", "Running", 0, true),
-            pod("c", "up-oos", "Running", 0, true),
-            pod("d", "down-oos", "Running", 0, false),
-            pod("e", "", "Pending", 0, true),
-        ];
+            deleting(created("a", "down-oos", "Running", 0)),
+            deleting(created("b", "down", "Running", 0)),
+            deleting(created("c", "up-oos", "Running", 0)),
+            created("d", "down-oos", "Running", 0),
+            deleting(created("e", "", "Pending", 0)),
+        ]
+        .map(Arc::new);
         let (c, _) = plan(
             &pods,
             &nodes,
@@ -418,7 +419,7 @@ mod tests {
 
     #[test]
     fn a_missing_node_is_quarantined_40s_before_its_pods_are_orphans() {
-        let pods = [pod("p", "gone", "Running", 0, false)];
+        let pods = [Arc::new(created("p", "gone", "Running", 0))];
         let mut q = BTreeMap::new();
         let config = Config::default();
         let (_, check) = plan(&pods, &[], &config, &mut q, t(0));
@@ -436,7 +437,7 @@ mod tests {
         // a node that came back within its quarantine is not checked
         let mut q = BTreeMap::new();
         plan(&pods, &[], &config, &mut q, t(0));
-        let back = [node("gone", true, json!([]))];
+        let back = [ready_node("gone", true, &[])];
         assert!(plan(&pods, &back, &config, &mut q, t(40)).1.is_empty());
     }
 }

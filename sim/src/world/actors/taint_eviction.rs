@@ -331,34 +331,31 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raygate_testing::core::{self, NodeExt, PodExt};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
     }
 
-    fn node(name: &str, taints: serde_json::Value) -> Arc<Node> {
-        Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"taints": taints}}))
-                .unwrap(),
-        )
+    /// Node `name` with NoExecute taints of `keys`.
+    fn tainted(name: &str, keys: &[&str]) -> Arc<Node> {
+        let n = keys.iter().fold(core::node(name, ""), |n, k| {
+            n.tainted(core::taint(k, "NoExecute"))
+        });
+        Arc::new(n)
     }
 
-    fn pod(name: &str, node: &str, tolerations: serde_json::Value) -> Arc<Pod> {
-        Arc::new(
-            serde_json::from_value(
-                json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
-                "spec": {"nodeName": node, "containers": [], "tolerations": tolerations}}),
-            )
-            .unwrap(),
-        )
+    /// Pod `ns/name` on `node`, uid `<name>-uid`, no owner.
+    fn on(name: &str, node: &str) -> Pod {
+        core::pod(&format!("ns/{name}"), node)
+            .uid(&format!("{name}-uid"))
+            .unowned()
     }
 
     /// The two tolerations the DefaultTolerationSeconds admission plugin adds.
-    fn defaults() -> serde_json::Value {
-        json!([
-            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-        ])
+    fn defaults(p: Pod) -> Pod {
+        p.toleration("node.kubernetes.io/not-ready", "NoExecute", Some(300))
+            .toleration("node.kubernetes.io/unreachable", "NoExecute", Some(300))
     }
 
     fn deletes(a: &[Action]) -> Vec<&str> {
@@ -373,18 +370,15 @@ mod tests {
     #[test]
     fn an_untolerated_noexecute_taint_deletes_at_once_and_noschedule_is_ignored() {
         let nodes = [
-            node("a", json!([{"key": "maintenance", "effect": "NoExecute"}])),
-            node("b", json!([{"key": "maintenance", "effect": "NoSchedule"}])),
+            tainted("a", &["maintenance"]),
+            Arc::new(core::node("b", "").tainted(core::taint("maintenance", "NoSchedule"))),
         ];
         let pods = [
-            pod("p", "a", json!([])),
-            pod("q", "b", json!([])),
-            pod(
-                "r",
-                "a",
-                json!([{"key": "maintenance", "operator": "Exists"}]),
-            ),
-        ];
+            on("p", "a"),
+            on("q", "b"),
+            on("r", "a").toleration("maintenance", "", None),
+        ]
+        .map(Arc::new);
         let mut s = BTreeMap::new();
         let (a, next) = plan(&mut s, &nodes, &pods, t(0));
         assert_eq!(deletes(&a), ["p"]);
@@ -393,20 +387,14 @@ mod tests {
 
     #[test]
     fn the_default_tolerations_delete_300s_after_the_controller_saw_the_unreachable_taint() {
-        let tainted = [node(
-            "a",
-            json!([{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]),
-        )];
-        let pods = [pod("p", "a", defaults())];
+        let unreachable = [tainted("a", &["node.kubernetes.io/unreachable"])];
+        let pods = [Arc::new(defaults(on("p", "a")))];
         let mut s = BTreeMap::new();
-        let (a, next) = plan(&mut s, &tainted, &pods, t(10));
+        let (a, next) = plan(&mut s, &unreachable, &pods, t(10));
         assert!(a.is_empty());
         assert_eq!(next, Some(t(310)));
         // the taint swapped for not-ready later: the deletion keeps its time
-        let swapped = [node(
-            "a",
-            json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]),
-        )];
+        let swapped = [tainted("a", &["node.kubernetes.io/not-ready"])];
         let (a, next) = plan(&mut s, &swapped, &pods, t(100));
         assert!(a.is_empty());
         assert_eq!(next, Some(t(310)));
@@ -418,21 +406,15 @@ mod tests {
 
     #[test]
     fn the_smallest_toleration_seconds_counts_and_a_removed_taint_cancels() {
-        let nodes = [node(
-            "a",
-            json!([{"key": "x", "effect": "NoExecute"}, {"key": "y", "effect": "NoExecute"}]),
-        )];
-        let pods = [pod(
-            "p",
-            "a",
-            json!([
-                {"key": "x", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60},
-                {"key": "y", "operator": "Exists", "tolerationSeconds": 30},
-            ]),
+        let nodes = [tainted("a", &["x", "y"])];
+        let pods = [Arc::new(
+            on("p", "a")
+                .toleration("x", "NoExecute", Some(60))
+                .toleration("y", "", Some(30)),
         )];
         let mut s = BTreeMap::new();
         assert_eq!(plan(&mut s, &nodes, &pods, t(0)).1, Some(t(30)));
-        let clean = [node("a", json!([]))];
+        let clean = [tainted("a", &[])];
         let (a, next) = plan(&mut s, &clean, &pods, t(20));
         assert_eq!(
             a,
@@ -443,25 +425,19 @@ mod tests {
         );
         assert_eq!(next, None);
         // a zero or negative tolerationSeconds is immediate
-        let now = [pod(
-            "p",
-            "a",
-            json!([{"operator": "Exists", "tolerationSeconds": -5}]),
-        )];
+        let now = [Arc::new(on("p", "a").toleration("", "", Some(-5)))];
         assert_eq!(deletes(&plan(&mut s, &nodes, &now, t(30)).0), ["p"]);
     }
 
     #[test]
     fn a_deleting_pod_is_left_alone_and_a_gone_pod_s_deletion_is_cancelled() {
-        let nodes = [node("a", json!([{"key": "x", "effect": "NoExecute"}]))];
-        let tol = json!([{"key": "x", "operator": "Exists", "tolerationSeconds": 60}]);
+        let nodes = [tainted("a", &["x"])];
+        let tolerating = on("p", "a").toleration("x", "", Some(60));
         let mut s = BTreeMap::new();
-        plan(&mut s, &nodes, &[pod("p", "a", tol.clone())], t(0));
+        plan(&mut s, &nodes, &[Arc::new(tolerating)], t(0));
         let (a, _) = plan(&mut s, &nodes, &[], t(1));
         assert!(matches!(&a[..], [Action::Cancelled { .. }]));
-        let mut deleting = (*pod("p", "a", json!([]))).clone();
-        deleting.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(5)));
+        let deleting = on("p", "a").deleting_since(t(5));
         assert_eq!(
             plan(&mut s, &nodes, &[Arc::new(deleting)], t(2)),
             (vec![], None)

@@ -1,7 +1,9 @@
 //! Vectors after kubernetes `pkg/controller/disruption/disruption_test.go` and
 //! `../shared/reference/eviction-pdb-drain.md` §2.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use raygate_testing::core::{self, PdbExt, PodExt, int, pct};
 
 use super::*;
 use serde_json::{Value, json};
@@ -18,14 +20,12 @@ fn owner(api_version: &str, kind: &str, name: &str) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": format!("uid-{name}"), "controller": true})
 }
 
-fn pod(name: &str, ready: bool, controller: Option<Value>) -> Pod {
-    let mut meta = json!({"name": name, "namespace": "t", "labels": {"app": "ray"}});
-    if let Some(o) = controller {
-        meta["ownerReferences"] = json!([o]);
-    }
-    serde_json::from_value(json!({"metadata": meta, "spec": {"containers": []},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}}))
-    .unwrap()
+/// Running pod `t/name` labelled `app=ray`, no owner, Ready `True` (`False` when not `ready`).
+fn member(name: &str, ready: bool) -> Pod {
+    core::pod(&format!("t/{name}"), "")
+        .label("app", "ray")
+        .unowned()
+        .condition("Ready", if ready { "True" } else { "False" })
 }
 
 fn rs(name: &str, replicas: i32, controller: Option<Value>) -> ReplicaSet {
@@ -39,25 +39,25 @@ fn rs(name: &str, replicas: i32, controller: Option<Value>) -> ReplicaSet {
     .unwrap()
 }
 
-fn pdb(spec: Value, status: Value) -> PodDisruptionBudget {
-    let mut spec = spec;
-    spec["selector"] = json!({"matchLabels": {"app": "ray"}});
-    serde_json::from_value(
-        json!({"metadata": {"name": "p", "namespace": "t", "generation": 2},
-        "spec": spec, "status": status}),
-    )
-    .unwrap()
+/// Budget `t/p` over `app=ray` at generation 2, without a status.
+fn budget() -> PodDisruptionBudget {
+    let mut b = core::pdb("t/p", &[("app", "ray")]);
+    b.metadata.generation = Some(2);
+    b
+}
+
+/// `b` with `status`.
+fn with_status(
+    mut b: PodDisruptionBudget,
+    status: PodDisruptionBudgetStatus,
+) -> PodDisruptionBudget {
+    b.status = Some(status);
+    b
 }
 
 fn rs_pods(n: usize, ready: usize) -> Vec<Pod> {
     (0..n)
-        .map(|i| {
-            pod(
-                &format!("p{i}"),
-                i < ready,
-                Some(owner("apps/v1", "ReplicaSet", "r")),
-            )
-        })
+        .map(|i| member(&format!("p{i}"), i < ready).owned_by("apps/v1", "ReplicaSet", "r"))
         .collect()
 }
 
@@ -95,7 +95,7 @@ fn workloads_with_rs(replicas: i32) -> Workloads {
 #[test]
 fn max_unavailable_one_over_three_ready_replicas_allows_one() {
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &budget().max_unavailable(int(1)),
         &rs_pods(3, 3),
         &workloads_with_rs(3),
         now(),
@@ -112,7 +112,7 @@ fn max_unavailable_one_over_three_ready_replicas_allows_one() {
 #[test]
 fn all_unready_pods_give_zero_healthy_and_insufficient_pods() {
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &budget().max_unavailable(int(1)),
         &rs_pods(3, 0),
         &workloads_with_rs(3),
         now(),
@@ -128,7 +128,7 @@ fn all_unready_pods_give_zero_healthy_and_insufficient_pods() {
 fn expected_pods_come_from_the_controller_scale_not_the_pod_count() {
     // 2 pods of a ReplicaSet scaled to 5 (3 missing): maxUnavailable 1 → desired 4 > healthy 2
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &budget().max_unavailable(int(1)),
         &rs_pods(2, 2),
         &workloads_with_rs(5),
         now(),
@@ -141,7 +141,7 @@ fn percentages_round_up_for_both_max_unavailable_and_min_available() {
     // TestMaxUnavailablePercent-like: 30% of 10 → 3 unavailable → desired 7
     let w = workloads_with_rs(10);
     let d = decide(
-        &pdb(json!({"maxUnavailable": "30%"}), json!({})),
+        &budget().max_unavailable(pct("30%")),
         &rs_pods(10, 10),
         &w,
         now(),
@@ -149,7 +149,7 @@ fn percentages_round_up_for_both_max_unavailable_and_min_available() {
     assert_eq!(counts(&d), (10, 7, 10, 3));
     // 25% of 10 → ceil(2.5) = 3 unavailable
     let d = decide(
-        &pdb(json!({"maxUnavailable": "25%"}), json!({})),
+        &budget().max_unavailable(pct("25%")),
         &rs_pods(10, 10),
         &w,
         now(),
@@ -157,7 +157,7 @@ fn percentages_round_up_for_both_max_unavailable_and_min_available() {
     assert_eq!(counts(&d), (10, 7, 10, 3));
     // minAvailable 28% of 10 → ceil(2.8) = 3
     let d = decide(
-        &pdb(json!({"minAvailable": "28%"}), json!({})),
+        &budget().min_available(pct("28%")),
         &rs_pods(10, 4),
         &w,
         now(),
@@ -173,9 +173,9 @@ fn percentages_round_up_for_both_max_unavailable_and_min_available() {
 
 #[test]
 fn an_integer_min_available_counts_the_selected_pods_and_needs_no_controller() {
-    let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("n{i}"), i > 0, None)).collect();
+    let pods: Vec<Pod> = (0..3).map(|i| member(&format!("n{i}"), i > 0)).collect();
     let d = decide(
-        &pdb(json!({"minAvailable": 1}), json!({})),
+        &budget().min_available(int(1)),
         &pods,
         &Workloads::default(),
         now(),
@@ -186,9 +186,9 @@ fn an_integer_min_available_counts_the_selected_pods_and_needs_no_controller() {
 
 #[test]
 fn unmanaged_pods_are_skipped_with_a_warning_and_zero_expected_allows_nothing() {
-    let pods: Vec<Pod> = (0..2).map(|i| pod(&format!("n{i}"), true, None)).collect();
+    let pods: Vec<Pod> = (0..2).map(|i| member(&format!("n{i}"), true)).collect();
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &budget().max_unavailable(int(1)),
         &pods,
         &Workloads::default(),
         now(),
@@ -204,9 +204,8 @@ fn unmanaged_pods_are_skipped_with_a_warning_and_zero_expected_allows_nothing() 
 
 #[test]
 fn a_raycluster_owner_without_scale_fails_safe_and_keeps_the_observed_generation() {
-    let ray = owner("ray.io/v1", "RayCluster", "rc");
     let pods: Vec<Pod> = (0..3)
-        .map(|i| pod(&format!("w{i}"), true, Some(ray.clone())))
+        .map(|i| member(&format!("w{i}"), true).owned_by("ray.io/v1", "RayCluster", "rc"))
         .collect();
     let mut w = Workloads::default();
     w.scales.insert(
@@ -218,8 +217,20 @@ fn a_raycluster_owner_without_scale_fails_safe_and_keeps_the_observed_generation
         ),
         ScaleAnswer::Error("rayclusters.ray.io does not implement the scale subresource".into()),
     );
-    let old = json!({"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2, "expectedPods": 3});
-    let d = decide(&pdb(json!({"maxUnavailable": 1}), old), &pods, &w, now());
+    let old = PodDisruptionBudgetStatus {
+        observed_generation: Some(1),
+        disruptions_allowed: Some(1),
+        current_healthy: Some(3),
+        desired_healthy: Some(2),
+        expected_pods: Some(3),
+        ..Default::default()
+    };
+    let d = decide(
+        &with_status(budget().max_unavailable(int(1)), old),
+        &pods,
+        &w,
+        now(),
+    );
     assert_eq!(
         d.failed.as_deref(),
         Some("rayclusters.ray.io does not implement the scale subresource")
@@ -244,12 +255,7 @@ fn a_raycluster_owner_without_scale_fails_safe_and_keeps_the_observed_generation
     assert!(d.notes.iter().any(|n| n.reason == "CalculateExpectedPodCountFailed"
         && n.message == "Failed to calculate the number of expected pods: rayclusters.ray.io does not implement the scale subresource"));
     // an integer minAvailable needs no scale: the same pods sync
-    let d = decide(
-        &pdb(json!({"minAvailable": 2}), json!({})),
-        &pods,
-        &w,
-        now(),
-    );
+    let d = decide(&budget().min_available(int(2)), &pods, &w, now());
     assert_eq!(counts(&d), (3, 2, 3, 1));
 }
 
@@ -265,24 +271,14 @@ fn a_replicaset_of_a_deployment_counts_the_deployment_scale() {
         deployments: vec![dep],
         ..Default::default()
     };
-    let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
-        &rs_pods(2, 2),
-        &w,
-        now(),
-    );
+    let d = decide(&budget().max_unavailable(int(1)), &rs_pods(2, 2), &w, now());
     assert_eq!(counts(&d), (4, 3, 2, 0));
     // the Deployment gone: no finder resolves the pod
     let w = Workloads {
         deployments: vec![],
         ..w
     };
-    let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
-        &rs_pods(2, 2),
-        &w,
-        now(),
-    );
+    let d = decide(&budget().max_unavailable(int(1)), &rs_pods(2, 2), &w, now());
     assert_eq!(
         d.failed.as_deref(),
         Some("found no controllers for pod \"p0\"")
@@ -293,12 +289,7 @@ fn a_replicaset_of_a_deployment_counts_the_deployment_scale() {
 fn a_controller_with_a_different_uid_is_not_the_pods_controller() {
     let mut w = workloads_with_rs(3);
     w.replicasets[0].metadata.uid = Some("another".into());
-    let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
-        &rs_pods(3, 3),
-        &w,
-        now(),
-    );
+    let d = decide(&budget().max_unavailable(int(1)), &rs_pods(3, 3), &w, now());
     assert_eq!(
         d.failed.as_deref(),
         Some("found no controllers for pod \"p0\"")
@@ -308,9 +299,17 @@ fn a_controller_with_a_different_uid_is_not_the_pods_controller() {
 #[test]
 fn disrupted_pods_stay_unhealthy_for_two_minutes_then_expire_with_a_warning() {
     let pods = rs_pods(3, 3);
-    let status = json!({"observedGeneration": 2, "disruptedPods": {"p0": ago(60), "p1": ago(180), "gone": ago(10)}});
+    let status = PodDisruptionBudgetStatus {
+        observed_generation: Some(2),
+        disrupted_pods: Some(BTreeMap::from([
+            ("p0".into(), ago(60)),
+            ("p1".into(), ago(180)),
+            ("gone".into(), ago(10)),
+        ])),
+        ..Default::default()
+    };
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), status),
+        &with_status(budget().max_unavailable(int(1)), status),
         &pods,
         &workloads_with_rs(3),
         now(),
@@ -339,9 +338,12 @@ fn disrupted_pods_stay_unhealthy_for_two_minutes_then_expire_with_a_warning() {
 fn deleting_pods_are_selected_but_never_healthy() {
     let mut pods = rs_pods(3, 3);
     pods[0].metadata.deletion_timestamp = Some(ago(1));
-    let status = json!({"disruptedPods": {"p0": ago(1)}});
+    let status = PodDisruptionBudgetStatus {
+        disrupted_pods: Some(BTreeMap::from([("p0".into(), ago(1))])),
+        ..Default::default()
+    };
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), status),
+        &with_status(budget().max_unavailable(int(1)), status),
         &pods,
         &workloads_with_rs(3),
         now(),
@@ -356,22 +358,17 @@ fn deleting_pods_are_selected_but_never_healthy() {
 #[test]
 fn an_up_to_date_status_is_not_written_again() {
     let w = workloads_with_rs(3);
-    let first = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
-        &rs_pods(3, 3),
-        &w,
-        now(),
-    );
-    let status = serde_json::to_value(first.status.unwrap()).unwrap();
+    let first = decide(&budget().max_unavailable(int(1)), &rs_pods(3, 3), &w, now());
+    let status = first.status.unwrap();
     let again = decide(
-        &pdb(json!({"maxUnavailable": 1}), status.clone()),
+        &with_status(budget().max_unavailable(int(1)), status.clone()),
         &rs_pods(3, 3),
         &w,
         now(),
     );
     assert_eq!(again.status, None);
     // a spec edit (generation 3) is a change: observedGeneration follows
-    let mut edited = pdb(json!({"maxUnavailable": 1}), status);
+    let mut edited = with_status(budget().max_unavailable(int(1)), status);
     edited.metadata.generation = Some(3);
     let d = decide(&edited, &rs_pods(3, 3), &w, now());
     assert_eq!(d.status.unwrap().observed_generation, Some(3));
@@ -380,7 +377,7 @@ fn an_up_to_date_status_is_not_written_again() {
 #[test]
 fn no_selected_pods_is_a_normal_event_and_nothing_allowed() {
     let d = decide(
-        &pdb(json!({"maxUnavailable": 1}), json!({})),
+        &budget().max_unavailable(int(1)),
         &[],
         &Workloads::default(),
         now(),
@@ -396,17 +393,16 @@ fn no_selected_pods_is_a_normal_event_and_nothing_allowed() {
 #[test]
 fn a_nil_selector_selects_nothing_and_an_empty_one_everything() {
     let pods = rs_pods(2, 2);
-    let mut p = pdb(json!({"maxUnavailable": 1}), json!({}));
-    p.spec.as_mut().unwrap().selector = None;
+    let p = budget().max_unavailable(int(1)).selector(None);
     assert!(pods_for(&p, &pods).is_empty());
-    p.spec.as_mut().unwrap().selector = Some(Default::default());
+    let p = p.selector(Some(LabelSelector::default()));
     assert_eq!(pods_for(&p, &pods).len(), 2);
 }
 
 #[test]
 fn a_pod_two_budgets_select_gets_a_warning_naming_the_first() {
     let pods = rs_pods(1, 1);
-    let mut a = pdb(json!({"maxUnavailable": 1}), json!({}));
+    let mut a = budget().max_unavailable(int(1));
     a.metadata.name = Some("b-second".into());
     let mut b = a.clone();
     b.metadata.name = Some("a-first".into());
@@ -424,7 +420,7 @@ fn the_caches_arcs_select_and_warn_as_owned_pods_do() {
     let mut pods = rs_pods(2, 2);
     pods[1].metadata.namespace = Some("elsewhere".into());
     let arcs: Vec<std::sync::Arc<Pod>> = pods.iter().cloned().map(std::sync::Arc::new).collect();
-    let mut a = pdb(json!({"maxUnavailable": 1}), json!({}));
+    let mut a = budget().max_unavailable(int(1));
     a.metadata.name = Some("b-second".into());
     let mut b = a.clone();
     b.metadata.name = Some("a-first".into());
@@ -440,31 +436,26 @@ fn the_caches_arcs_select_and_warn_as_owned_pods_do() {
 
 #[test]
 fn a_disruption_target_left_on_a_live_pod_goes_stale_after_two_minutes() {
-    let cond = |status: &str, reason: &str| {
-        json!({"status": {"conditions": [
-        {"type": "DisruptionTarget", "status": status, "reason": reason, "lastTransitionTime": ago(30)}]}})
+    // a Running pod whose only condition is DisruptionTarget, set 30 s ago
+    let with = |status: &str, reason: &str| {
+        core::pod("t/p", "")
+            .label("app", "ray")
+            .unowned()
+            .condition_at("DisruptionTarget", status, reason, ago(30).0)
     };
-    let with = |extra: Value| {
-        let mut v = serde_json::to_value(pod("p", true, None)).unwrap();
-        v["status"]["conditions"] = json!([]);
-        json_patch::merge(&mut v, &extra);
-        serde_json::from_value::<Pod>(v).unwrap()
-    };
-    let p = with(cond("True", "EvictionByEvictionAPI"));
+    let p = with("True", "EvictionByEvictionAPI");
     assert_eq!(
         stale_disruption_target(&p),
         Some(now() + SignedDuration::from_secs(90))
     );
     assert_eq!(
-        stale_disruption_target(&with(cond("True", "TerminationByKubelet"))),
+        stale_disruption_target(&with("True", "TerminationByKubelet")),
         None
     );
-    assert_eq!(stale_disruption_target(&with(cond("False", ""))), None);
-    let mut terminal = with(cond("True", "EvictionByEvictionAPI"));
-    terminal.status.as_mut().unwrap().phase = Some("Failed".into());
+    assert_eq!(stale_disruption_target(&with("False", "")), None);
+    let terminal = with("True", "EvictionByEvictionAPI").phase("Failed");
     assert_eq!(stale_disruption_target(&terminal), None);
-    let mut gone = with(cond("True", "EvictionByEvictionAPI"));
-    gone.metadata.deletion_timestamp = Some(ago(1));
+    let gone = with("True", "EvictionByEvictionAPI").deleting_since(ago(1).0);
     assert_eq!(stale_disruption_target(&gone), None);
     let mut reset = p;
     reset_disruption_target(&mut reset, now());
@@ -477,12 +468,12 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    fn budget() -> impl Strategy<Value = Value> {
+    fn budgets() -> impl Strategy<Value = PodDisruptionBudget> {
         prop_oneof![
-            (0i32..6).prop_map(|n| json!({"maxUnavailable": n})),
-            (0i32..=100).prop_map(|p| json!({"maxUnavailable": format!("{p}%")})),
-            (0i32..6).prop_map(|n| json!({"minAvailable": n})),
-            (0i32..=100).prop_map(|p| json!({"minAvailable": format!("{p}%")})),
+            (0i32..6).prop_map(|n| budget().max_unavailable(int(n))),
+            (0i32..=100).prop_map(|p| budget().max_unavailable(pct(&format!("{p}%")))),
+            (0i32..6).prop_map(|n| budget().min_available(int(n))),
+            (0i32..=100).prop_map(|p| budget().min_available(pct(&format!("{p}%")))),
         ]
     }
 
@@ -491,13 +482,13 @@ mod properties {
         /// more disruptions than healthy pods above the desired count, none without expected pods.
         #[test]
         fn the_budget_is_never_negative_nor_more_than_the_healthy_surplus(
-            spec in budget(), replicas in 0i32..8, n in 0usize..8, ready in 0usize..8, deleting in 0usize..3,
+            pdb in budgets(), replicas in 0i32..8, n in 0usize..8, ready in 0usize..8, deleting in 0usize..3,
         ) {
             let mut pods = rs_pods(n, ready.min(n));
             for p in pods.iter_mut().take(deleting) {
                 p.metadata.deletion_timestamp = Some(ago(1));
             }
-            let d = decide(&pdb(spec, json!({})), &pods, &workloads_with_rs(replicas), now());
+            let d = decide(&pdb, &pods, &workloads_with_rs(replicas), now());
             let s = d.status.unwrap();
             let (expected, desired, healthy, allowed) = (
                 s.expected_pods.unwrap(), s.desired_healthy.unwrap(), s.current_healthy.unwrap(), s.disruptions_allowed.unwrap());

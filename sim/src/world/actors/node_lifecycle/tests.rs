@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
-use serde_json::{Value, json};
+use raygate_testing::core::{self, NodeExt, PodExt};
 
 const NO_NODES: &[Node] = &[];
 const NO_PODS: &[Pod] = &[];
@@ -10,24 +10,44 @@ fn now() -> Timestamp {
     Timestamp::from_second(1_767_225_600).unwrap()
 }
 
-fn node(name: &str, annotations: Value) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations,
-            "labels": {"topology.kubernetes.io/zone": "ud-1", "kubernetes.io/hostname": name, GENERATION: "2"}},
-        "spec": {"unschedulable": true, "taints": [{"key": "gpu", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]},
-        "status": {"capacity": {"cpu": "8"}, "nodeInfo": {"kubeletVersion": "v1.35.0", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""},
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}))
-    .unwrap()
+/// 2025-01-01, when the nodes' and pods' conditions last changed.
+fn since() -> Timestamp {
+    "2025-01-01T00:00:00Z".parse().unwrap()
 }
 
-fn pod_on(node: &str, extra: Value) -> Pod {
-    let mut v = json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "containers": []}, "status": {"phase": "Running"}});
-    json_patch::merge(&mut v, &extra);
-    serde_json::from_value(v).unwrap()
+/// Node `name` of generation 2 in zone `ud-1`, cordoned, tainted `gpu:NoSchedule`, 8 cpu, kubelet
+/// v1.35.0, Ready (`KubeletReady`) since [`since`].
+fn gpu_node(name: &str) -> Node {
+    let mut n = core::node(name, "")
+        .label("topology.kubernetes.io/zone", "ud-1")
+        .label("kubernetes.io/hostname", name)
+        .label(GENERATION, "2")
+        .cordoned()
+        .tainted(core::taint("gpu", "NoSchedule"))
+        .tainted(core::taint(
+            "node.kubernetes.io/unschedulable",
+            "NoSchedule",
+        ))
+        .capacity(&[("cpu", "8")])
+        .kubelet("v1.35.0");
+    n.status.as_mut().unwrap().conditions = Some(vec![NodeCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        reason: Some("KubeletReady".into()),
+        last_transition_time: Some(Time(since())),
+        ..NodeCondition::default()
+    }]);
+    n
+}
+
+/// Running pod `p` (no namespace, no owner) on `node`.
+fn running_on(node: &str) -> Pod {
+    core::pod("p", node).unowned()
 }
 
 #[test]
 fn ready_transitions_move_last_transition_time_only_on_a_status_change() {
-    let mut status = node("n", json!({})).status.unwrap();
+    let mut status = gpu_node("n").status.unwrap();
     assert!(!set_ready(&mut status, &Readiness::Ready, now()));
     let c = &status.conditions.as_ref().unwrap()[0];
     assert_eq!(
@@ -46,26 +66,17 @@ fn ready_transitions_move_last_transition_time_only_on_a_status_change() {
 
 #[test]
 fn a_reboot_waits_for_the_drain_but_not_for_daemonset_mirror_or_finished_pods() {
-    let n = node("n", json!({LIFECYCLE: "reboot"}));
+    let n = gpu_node("n").annotation(LIFECYCLE, "reboot");
     let cfg = Config::default();
-    let busy = [pod_on("n", json!({}))];
+    let busy = [running_on("n")];
     assert_eq!(step(&n, NO_NODES, &busy, &cfg, now()), Step::Wait(None));
     let fine = [
-        pod_on(
-            "n",
-            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": true}]}}),
-        ),
-        pod_on(
-            "n",
-            json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}}),
-        ),
-        pod_on("n", json!({"status": {"phase": "Succeeded"}})),
-        pod_on("other", json!({})),
+        running_on("n").owned_by("apps/v1", "DaemonSet", "d"),
+        running_on("n").annotation("kubernetes.io/config.mirror", "x"),
+        running_on("n").phase("Succeeded"),
+        running_on("other"),
         // tolerates every taint: a cordon cannot keep its replacement off the node
-        pod_on(
-            "n",
-            json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
-        ),
+        running_on("n").toleration("", "", None),
     ];
     assert_eq!(
         step(&n, NO_NODES, &fine, &cfg, now()),
@@ -78,7 +89,9 @@ fn a_reboot_waits_for_the_drain_but_not_for_daemonset_mirror_or_finished_pods() 
 #[test]
 fn a_rebooting_node_comes_up_at_the_next_generation_when_its_time_is_over() {
     let t = now() + SignedDuration::from_secs(120);
-    let n = node("n", json!({PHASE: "rebooting", UNTIL: t.to_string()}));
+    let n = gpu_node("n")
+        .annotation(PHASE, "rebooting")
+        .annotation(UNTIL, &t.to_string());
     assert_eq!(
         step(&n, NO_NODES, NO_PODS, &Config::default(), now()),
         Step::Wait(Some(t))
@@ -91,7 +104,7 @@ fn a_rebooting_node_comes_up_at_the_next_generation_when_its_time_is_over() {
 
 #[test]
 fn a_replacement_copies_labels_and_capacity_at_the_next_generation_uncordoned() {
-    let old = node("gpu-7-g2", json!({LIFECYCLE: "replace"}));
+    let old = gpu_node("gpu-7-g2").annotation(LIFECYCLE, "replace");
     let Step::Join { node: new, until } = step(&old, NO_NODES, NO_PODS, &Config::default(), now())
     else {
         panic!()
@@ -136,18 +149,20 @@ fn a_replacement_copies_labels_and_capacity_at_the_next_generation_uncordoned() 
 
 #[test]
 fn a_replaced_node_is_removed_once_its_replacement_is_ready_and_it_is_empty() {
-    let old = node("n", json!({PHASE: "replaced", REPLACED_BY: "n-g3"}));
-    let joining = node("n-g3", json!({PHASE: "joining"}));
+    let old = gpu_node("n")
+        .annotation(PHASE, "replaced")
+        .annotation(REPLACED_BY, "n-g3");
+    let joining = gpu_node("n-g3").annotation(PHASE, "joining");
     assert_eq!(
         step(&old, &[joining], NO_PODS, &Config::default(), now()),
         Step::Wait(None)
     );
-    let joined = node("n-g3", json!({}));
+    let joined = gpu_node("n-g3");
     assert_eq!(
         step(
             &old,
             std::slice::from_ref(&joined),
-            &[pod_on("n", json!({}))],
+            &[running_on("n")],
             &Config::default(),
             now()
         ),
@@ -172,7 +187,7 @@ fn taint_keys(taints: &[Taint]) -> Vec<(&str, &str)> {
 #[test]
 fn a_not_ready_node_gets_its_noexecute_taint_unknown_after_the_grace_period() {
     let config = Config::default();
-    let mut n = node("n", json!({}));
+    let mut n = gpu_node("n");
     let mut status = n.status.take().unwrap();
     set_ready(
         &mut status,
@@ -224,9 +239,11 @@ fn a_not_ready_node_gets_its_noexecute_taint_unknown_after_the_grace_period() {
 #[test]
 fn step_reads_the_caches_arcs_as_it_reads_owned_objects() {
     // the actor's pass hands `step` the reflector's `Arc`s instead of copies
-    let old = node("n", json!({PHASE: "replaced", REPLACED_BY: "n-g3"}));
-    let joined = node("n-g3", json!({}));
-    let busy = pod_on("n", json!({}));
+    let old = gpu_node("n")
+        .annotation(PHASE, "replaced")
+        .annotation(REPLACED_BY, "n-g3");
+    let joined = gpu_node("n-g3");
+    let busy = running_on("n");
     let cfg = Config::default();
     for (nodes, pods) in [
         (vec![joined.clone()], vec![busy.clone()]),
@@ -246,19 +263,19 @@ fn step_reads_the_caches_arcs_as_it_reads_owned_objects() {
     );
 }
 
-/// A pod on `node` with `ContainersReady=True` and, when given, a `Ready` condition of that
-/// status (reason `PodReason`), both last changed at 2025-01-01.
-fn pod_with_ready(name: &str, node: &str, phase: &str, ready: Option<&str>) -> Pod {
-    let since = "2025-01-01T00:00:00Z";
-    let mut conditions =
-        vec![json!({"type": "ContainersReady", "status": "True", "lastTransitionTime": since})];
-    if let Some(r) = ready {
-        conditions.push(json!({"type": "Ready", "status": r, "reason": "PodReason", "lastTransitionTime": since}));
+/// Pod `name` (no namespace, no owner) on `node` in `phase` with `ContainersReady=True` and,
+/// when given, a `Ready` condition of that status (reason `PodReason`), both since [`since`].
+fn with_ready(name: &str, node: &str, phase: &str, ready: Option<&str>) -> Pod {
+    let p = core::pod(name, node).unowned().phase(phase).condition_at(
+        "ContainersReady",
+        "True",
+        "",
+        since(),
+    );
+    match ready {
+        Some(r) => p.condition_at("Ready", r, "PodReason", since()),
+        None => p,
     }
-    pod_on(
-        node,
-        json!({"metadata": {"name": name}, "status": {"phase": phase, "conditions": conditions}}),
-    )
 }
 
 fn condition<'a>(pod: &'a Pod, type_: &str) -> &'a k8s_openapi::api::core::v1::PodCondition {
@@ -282,15 +299,15 @@ fn names(pods: &[Pod]) -> Vec<String> {
 fn mark_pods_not_ready_a_node_unknown_for_the_grace_period_has_its_pods_ready_false() {
     let config = Config::default();
     let t0 = now();
-    let mut n = node("n", json!({}));
+    let mut n = gpu_node("n");
     set_ready(n.status.as_mut().unwrap(), &Readiness::Unknown, t0);
     let pods = [
-        pod_with_ready("ready", "n", "Running", Some("True")),
-        pod_with_ready("unknown", "n", "Running", Some("Unknown")),
-        pod_with_ready("done", "n", "Succeeded", Some("True")),
-        pod_with_ready("already", "n", "Running", Some("False")),
-        pod_with_ready("fresh", "n", "Pending", None),
-        pod_with_ready("elsewhere", "m", "Running", Some("True")),
+        with_ready("ready", "n", "Running", Some("True")),
+        with_ready("unknown", "n", "Running", Some("Unknown")),
+        with_ready("done", "n", "Succeeded", Some("True")),
+        with_ready("already", "n", "Running", Some("False")),
+        with_ready("fresh", "n", "Pending", None),
+        with_ready("elsewhere", "m", "Running", Some("True")),
     ];
     let due = t0 + SignedDuration::from_secs(50);
     assert_eq!(
@@ -333,8 +350,8 @@ fn mark_pods_not_ready_a_node_unknown_for_the_grace_period_has_its_pods_ready_fa
 #[test]
 fn mark_pods_not_ready_leaves_a_ready_a_kubelet_not_ready_and_an_unreported_node_alone() {
     let config = Config::default();
-    let pods = [pod_with_ready("ready", "n", "Running", Some("True"))];
-    let mut n = node("n", json!({}));
+    let pods = [with_ready("ready", "n", "Running", Some("True"))];
+    let mut n = gpu_node("n");
     let later = now() + SignedDuration::from_secs(3600);
     assert_eq!(pods_not_ready(&n, &pods, &config, later), (vec![], None));
     set_ready(

@@ -3,37 +3,38 @@
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde_json::{Value, json};
+use raygate_testing::core::{self, PodExt};
+use serde_json::json;
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_767_225_600).unwrap()
 }
 
+fn ago(secs: i64) -> Timestamp {
+    now() - SignedDuration::from_secs(secs)
+}
+
 fn rs(replicas: i32) -> ReplicaSet {
-    serde_json::from_value(json!({"metadata": {"name": "r", "namespace": "t", "uid": "u-r", "generation": 3},
+    serde_json::from_value(json!({"metadata": {"name": "r", "namespace": "t", "uid": "uid-r", "generation": 3},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "ray"}},
                  "template": {"metadata": {"labels": {"app": "ray", "tier": "w"}, "annotations": {"a": "b"}},
                               "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
     .unwrap()
 }
 
-fn pod(name: &str, extra: Value) -> Pod {
-    let mut v = json!({"metadata": {"name": name, "namespace": "t", "uid": format!("u-{name}"),
-            "labels": {"app": "ray", "tier": "w"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u-r", "controller": true}]},
-        "spec": {"containers": []}, "status": {"phase": "Running"}});
-    json_patch::merge(&mut v, &extra);
-    serde_json::from_value(v).unwrap()
-}
-
-fn ready(secs_ago: i64) -> Value {
-    json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-        "lastTransitionTime": Time(now() - SignedDuration::from_secs(secs_ago))}]}})
+/// Running pod `t/name` of ReplicaSet `r` (uid `u-<name>`, labels `app=ray`, `tier=w`) on `node`
+/// (`""`: unassigned).
+fn replica(name: &str, node: &str) -> Pod {
+    core::pod(&format!("t/{name}"), node)
+        .uid(&format!("u-{name}"))
+        .label("app", "ray")
+        .label("tier", "w")
+        .owned_by("apps/v1", "ReplicaSet", "r")
 }
 
 #[test]
 fn missing_replicas_are_created_from_the_template_with_a_controller_reference() {
-    let plan = decide(&rs(3), &[pod("a", json!({}))], now());
+    let plan = decide(&rs(3), &[replica("a", "")], now());
     assert_eq!(plan.create.len(), 2);
     let p = &plan.create[0];
     assert_eq!(p.metadata.generate_name.as_deref(), Some("r-"));
@@ -47,19 +48,16 @@ fn missing_replicas_are_created_from_the_template_with_a_controller_reference() 
             r.controller,
             r.block_owner_deletion
         ),
-        ("ReplicaSet", "u-r", Some(true), Some(true))
+        ("ReplicaSet", "uid-r", Some(true), Some(true))
     );
 }
 
 #[test]
 fn deleting_and_terminal_pods_are_replaced() {
     let pods = [
-        pod(
-            "a",
-            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
-        ),
-        pod("b", json!({"status": {"phase": "Failed"}})),
-        pod("c", json!({})),
+        replica("a", "").deleting_since(now()),
+        replica("b", "").phase("Failed"),
+        replica("c", ""),
     ];
     let plan = decide(&rs(3), &pods, now());
     assert_eq!(plan.create.len(), 2);
@@ -69,17 +67,10 @@ fn deleting_and_terminal_pods_are_replaced() {
 #[test]
 fn surplus_pods_go_unassigned_pending_unready_first() {
     let pods = [
-        pod("running-ready", {
-            let mut v = ready(100);
-            v["spec"] = json!({"nodeName": "n1"});
-            v
-        }),
-        pod("running-unready", json!({"spec": {"nodeName": "n2"}})),
-        pod(
-            "pending",
-            json!({"spec": {"nodeName": "n3"}, "status": {"phase": "Pending"}}),
-        ),
-        pod("unassigned", json!({"status": {"phase": "Pending"}})),
+        replica("running-ready", "n1").condition_at("Ready", "True", "", ago(100)),
+        replica("running-unready", "n2"),
+        replica("pending", "n3").phase("Pending"),
+        replica("unassigned", "").phase("Pending"),
     ];
     let plan = decide(&rs(1), &pods, now());
     assert_eq!(plan.delete, ["unassigned", "pending", "running-unready"]);
@@ -87,11 +78,12 @@ fn surplus_pods_go_unassigned_pending_unready_first() {
 
 #[test]
 fn among_equals_the_doubled_up_then_newer_pod_goes_first() {
-    let on = |n: &str, created: &str| json!({"spec": {"nodeName": n}, "metadata": {"creationTimestamp": created}});
+    let on =
+        |name: &str, n: &str, created: &str| replica(name, n).created_at(created.parse().unwrap());
     let pods = [
-        pod("old-alone", on("n1", "2025-01-01T00:00:00Z")),
-        pod("old-shared", on("n2", "2025-01-01T00:00:00Z")),
-        pod("new-shared", on("n2", "2025-06-01T00:00:00Z")),
+        on("old-alone", "n1", "2025-01-01T00:00:00Z"),
+        on("old-shared", "n2", "2025-01-01T00:00:00Z"),
+        on("new-shared", "n2", "2025-06-01T00:00:00Z"),
     ];
     assert_eq!(decide(&rs(2), &pods, now()).delete, ["new-shared"]);
     assert_eq!(
@@ -104,10 +96,12 @@ fn among_equals_the_doubled_up_then_newer_pod_goes_first() {
 fn status_counts_ready_available_and_fully_labeled_pods() {
     let mut mr = rs(3);
     mr.spec.as_mut().unwrap().min_ready_seconds = Some(30);
+    let mut c = replica("c", "");
+    c.metadata.labels.as_mut().unwrap().remove("tier");
     let pods = [
-        pod("a", ready(60)),
-        pod("b", ready(10)),
-        pod("c", json!({"metadata": {"labels": {"tier": null}}})),
+        replica("a", "").condition_at("Ready", "True", "", ago(60)),
+        replica("b", "").condition_at("Ready", "True", "", ago(10)),
+        c,
     ];
     let plan = decide(&mr, &pods, now());
     let s = plan.status.unwrap();
@@ -126,12 +120,9 @@ fn status_counts_ready_available_and_fully_labeled_pods() {
 
 #[test]
 fn matching_orphans_are_adopted_and_non_matching_owned_pods_released() {
-    let orphan = pod("o", json!({"metadata": {"ownerReferences": null}}));
-    let strayed = pod("s", json!({"metadata": {"labels": {"app": "web"}}}));
-    let foreign = pod(
-        "f",
-        json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u-x", "controller": true}]}}),
-    );
+    let orphan = replica("o", "").unowned();
+    let strayed = replica("s", "").label("app", "web");
+    let foreign = replica("f", "").owned_by("apps/v1", "ReplicaSet", "x");
     let plan = decide(&rs(1), &[orphan, strayed, foreign], now());
     assert_eq!(plan.adopt, ["o"]);
     assert_eq!(plan.release, ["s"]);
@@ -156,9 +147,9 @@ mod properties {
         fn applying_the_plan_reaches_the_desired_count(
             replicas in 0i32..10, active in 0usize..12, deleting in 0usize..3, failed in 0usize..3,
         ) {
-            let mut pods: Vec<Pod> = (0..active).map(|i| pod(&format!("a{i}"), json!({}))).collect();
-            pods.extend((0..deleting).map(|i| pod(&format!("d{i}"), json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}))));
-            pods.extend((0..failed).map(|i| pod(&format!("f{i}"), json!({"status": {"phase": "Failed"}}))));
+            let mut pods: Vec<Pod> = (0..active).map(|i| replica(&format!("a{i}"), "")).collect();
+            pods.extend((0..deleting).map(|i| replica(&format!("d{i}"), "").deleting_since(now())));
+            pods.extend((0..failed).map(|i| replica(&format!("f{i}"), "").phase("Failed")));
             let plan = decide(&rs(replicas), &pods, now());
             prop_assert!(plan.delete.iter().all(|d| d.starts_with('a')), "only active pods are deleted");
             let after = active + plan.create.len() - plan.delete.len();

@@ -1,24 +1,26 @@
 use super::*;
+use k8s_openapi::api::core::v1::Affinity;
+use raygate_testing::core::{self, NodeExt, PodExt};
 use serde_json::json;
 
-fn node(name: &str, ud: &str, extra: serde_json::Value) -> Node {
-    let mut v = json!({"metadata": {"name": name, "labels": {"ud": ud}},
-        "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "10"}}});
-    if let Some(spec) = extra.get("spec") {
-        v["spec"] = spec.clone();
-    }
-    serde_json::from_value(v).unwrap()
+/// 4 cpu, 16Gi and 10 pods.
+const ROOM: &[(&str, &str)] = &[("cpu", "4"), ("memory", "16Gi"), ("pods", "10")];
+
+/// Node `name` labelled `ud: <ud>`, with [`ROOM`] allocatable.
+fn ud_node(name: &str, ud: &str) -> Node {
+    core::node(name, "").label("ud", ud).allocatable(ROOM)
 }
 
-fn pod(name: &str, labels: serde_json::Value, spec: serde_json::Value) -> Pod {
-    let mut s = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]});
-    for (k, v) in spec.as_object().unwrap() {
-        s[k] = v.clone();
-    }
-    serde_json::from_value(
-        json!({"metadata": {"name": name, "namespace": "ns", "labels": labels}, "spec": s}),
-    )
-    .unwrap()
+/// Pod `ns/name` as created (Pending, no owner), its container requesting 1 cpu.
+fn pending(name: &str) -> Pod {
+    core::pod(&format!("ns/{name}"), "")
+        .unowned()
+        .phase("Pending")
+        .requests(&[("cpu", "1")])
+}
+
+fn affinity(v: serde_json::Value) -> Affinity {
+    serde_json::from_value(v).unwrap()
 }
 
 fn bound(mut p: Pod, node: &str) -> Pod {
@@ -30,57 +32,36 @@ fn bound(mut p: Pod, node: &str) -> Pod {
 fn requests_are_compared_exactly_and_the_fit_error_reads_as_kube_scheduler_s() {
     // framework.FitError.Error(): "0/N nodes are available: " + sorted "count reason" + "."
     let nodes = [
-        node("a", "1", json!({})),
-        node(
-            "b",
-            "1",
-            json!({"spec": {"taints": [{"key": "gpu", "value": "h100", "effect": "NoSchedule"}]}}),
-        ),
-        node("c", "2", json!({"spec": {"unschedulable": true}})),
+        ud_node("a", "1"),
+        ud_node("b", "1").tainted(core::taint_with_value("gpu", "h100", "NoSchedule")),
+        ud_node("c", "2").cordoned(),
     ];
-    let full = bound(
-        pod(
-            "x",
-            json!({}),
-            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "3001m"}}}]}),
-        ),
-        "a",
-    );
+    let full = bound(pending("x").requests(&[("cpu", "3001m")]), "a");
     let s = Snapshot::new(&nodes, [&full]);
-    let p = pod("p", json!({}), json!({}));
+    let p = pending("p");
     let err = s.place(&p).unwrap_err();
     assert_eq!(
         err.to_string(),
         "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {gpu: h100}, 1 node(s) were unschedulable."
     );
     // 999m fits in what 3001m left
-    let small = pod(
-        "q",
-        json!({}),
-        json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "999m"}}}]}),
-    );
+    let small = pending("q").requests(&[("cpu", "999m")]);
     assert_eq!(s.place(&small).unwrap(), "a");
     // tolerations open the tainted and the cordoned node
-    let tol = pod(
-        "t",
-        json!({}),
-        json!({"tolerations": [{"operator": "Exists"}]}),
-    );
+    let tol = pending("t").toleration("", "", None);
     assert_eq!(s.place(&tol).unwrap(), "b", "least allocated, then name");
 }
 
 #[test]
 fn node_selector_and_required_node_affinity_filter_nodes() {
-    let nodes = [node("a", "1", json!({})), node("b", "2", json!({}))];
+    let nodes = [ud_node("a", "1"), ud_node("b", "2")];
     let s = Snapshot::new(&nodes, []);
-    let sel = pod("p", json!({}), json!({"nodeSelector": {"ud": "2"}}));
+    let sel = pending("p").node_selector("ud", "2");
     assert_eq!(s.place(&sel).unwrap(), "b");
-    let aff = pod(
-        "p",
-        json!({}),
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "ud", "operator": "NotIn", "values": ["1", "2"]}]}]}}}}),
-    );
+    let aff = pending("p").affinity(affinity(
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "ud", "operator": "NotIn", "values": ["1", "2"]}]}]}}}),
+    ));
     assert_eq!(
         s.place(&aff).unwrap_err().to_string(),
         "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
@@ -91,58 +72,66 @@ fn node_selector_and_required_node_affinity_filter_nodes() {
 fn the_first_pod_of_a_self_affine_series_may_go_anywhere_then_the_rest_follow_it() {
     // interpodaffinity.satisfyPodAffinity: no pod matches anywhere and the pod matches its
     // own terms → allowed
-    let nodes = [node("a", "1", json!({})), node("b", "2", json!({}))];
-    let term = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "x"}}, "matchLabelKeys": ["group"], "topologyKey": "ud"}]}}});
-    let first = pod("p0", json!({"app": "x", "group": "g1"}), term.clone());
+    let nodes = [ud_node("a", "1"), ud_node("b", "2")];
+    let term = affinity(
+        json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "matchLabelKeys": ["group"], "topologyKey": "ud"}]}}),
+    );
+    let member = |name: &str, group: &str| {
+        pending(name)
+            .label("app", "x")
+            .label("group", group)
+            .affinity(term.clone())
+    };
+    let first = member("p0", "g1");
     let s = Snapshot::new(&nodes, []);
     assert!(s.place(&first).is_ok());
     let placed = bound(first, "b");
     let s = Snapshot::new(&nodes, [&placed]);
-    let second = pod("p1", json!({"app": "x", "group": "g1"}), term.clone());
+    let second = member("p1", "g1");
     assert_eq!(s.place(&second).unwrap(), "b");
     // another group: matchLabelKeys makes the selector group=g2, which matches no pod, and
     // the pod matches its own term → anywhere
-    let other = pod("q0", json!({"app": "x", "group": "g2"}), term);
+    let other = member("q0", "g2");
     assert!(s.place(&other).is_ok());
 }
 
 #[test]
 fn anti_affinity_is_checked_both_ways() {
-    let nodes = [node("a", "1", json!({})), node("b", "2", json!({}))];
-    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"role": "leader"}}, "topologyKey": "ud"}]}}});
-    let existing = bound(pod("l0", json!({"role": "leader"}), anti.clone()), "a");
+    let nodes = [ud_node("a", "1"), ud_node("b", "2")];
+    let anti = affinity(
+        json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"role": "leader"}}, "topologyKey": "ud"}]}}),
+    );
+    let leader = |name: &str| pending(name).label("role", "leader");
+    let existing = bound(leader("l0").affinity(anti.clone()), "a");
     let s = Snapshot::new(&nodes, [&existing]);
-    let plain = pod("l1", json!({"role": "leader"}), json!({}));
+    let plain = leader("l1");
     assert_eq!(
         s.place(&plain).unwrap(),
         "b",
         "the existing pod's anti-affinity keeps it out of ud 1"
     );
-    let existing_plain = bound(pod("l0", json!({"role": "leader"}), json!({})), "a");
+    let existing_plain = bound(leader("l0"), "a");
     let s = Snapshot::new(&nodes, [&existing_plain]);
-    let with_anti = pod("l1", json!({"role": "leader"}), anti);
+    let with_anti = leader("l1").affinity(anti);
     assert_eq!(s.place(&with_anti).unwrap(), "b");
 }
 
 #[test]
 fn topology_spread_do_not_schedule_bounds_the_skew() {
     // podtopologyspread Filter: matchNum + selfMatch - minMatchNum <= maxSkew
-    let nodes = [
-        node("a", "1", json!({})),
-        node("b", "2", json!({})),
-        node("c", "2", json!({})),
-    ];
-    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "ud",
-        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"role": "leader"}}}]});
-    let l0 = bound(pod("l0", json!({"role": "leader"}), json!({})), "b");
+    let nodes = [ud_node("a", "1"), ud_node("b", "2"), ud_node("c", "2")];
+    let l0 = bound(pending("l0").label("role", "leader"), "b");
     let s = Snapshot::new(&nodes, [&l0]);
-    let p = pod("l1", json!({"role": "leader"}), spread.clone());
+    let mut p = pending("l1").label("role", "leader");
+    p.spec.as_mut().unwrap().topology_spread_constraints = Some(
+        serde_json::from_value(json!([{"maxSkew": 1, "topologyKey": "ud",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"role": "leader"}}}]))
+        .unwrap(),
+    );
     assert_eq!(s.place(&p).unwrap(), "a");
-    let mut only_ud2 = p.clone();
-    only_ud2.spec.as_mut().unwrap().node_selector =
-        Some([("ud".to_string(), "2".to_string())].into());
+    let only_ud2 = p.clone().node_selector("ud", "2");
     // nodeAffinityPolicy Honor: ud 1 is not a domain for this pod, so ud 2 is the minimum
     assert!(s.place(&only_ud2).is_ok());
     // a node without the key is no domain; minDomains 2 with one domain makes the global
@@ -168,11 +157,16 @@ fn topology_spread_do_not_schedule_bounds_the_skew() {
 
 #[test]
 fn gated_bound_and_deleting_pods_are_not_queued_and_priority_goes_first() {
-    let mut gated = pod("g", json!({}), json!({"schedulingGates": [{"name": "x"}]}));
+    let mut gated = pending("g").scheduling_gate("x");
     gated.metadata.creation_timestamp = None;
-    let low = pod("b-low", json!({}), json!({"priority": 1}));
-    let high = pod("c-high", json!({}), json!({"priority": 100}));
-    let bound_pod = bound(pod("a", json!({}), json!({})), "n");
+    let with_priority = |name: &str, priority: i32| {
+        let mut p = pending(name);
+        p.spec.as_mut().unwrap().priority = Some(priority);
+        p
+    };
+    let low = with_priority("b-low", 1);
+    let high = with_priority("c-high", 100);
+    let bound_pod = bound(pending("a"), "n");
     let q = queue_order(&[
         Arc::new(gated),
         Arc::new(low),
