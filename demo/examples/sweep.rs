@@ -1,7 +1,7 @@
 //! The reliability sweep (issue #14 item 5) as a benchmark that prints its numbers:
 //!
 //! ```text
-//! cargo run --release -p raygate-demo --example sweep -- [SEEDS] [FIRST] [THREADS]
+//! cargo run --profile sweep -p raygate-demo --example sweep -- [SEEDS] [FIRST] [THREADS]
 //! ```
 //!
 //! runs seeds FIRST..FIRST+SEEDS (default 0..100) on THREADS threads (default 2), raygate and

@@ -1,7 +1,7 @@
 //! Where the reliability sweep's time goes, per variant (issue #14 item 5):
 //!
 //! ```text
-//! cargo run --release -p raygate-demo --example sweep_profile -- [SEEDS] [FIRST]
+//! cargo run --profile sweep -p raygate-demo --example sweep_profile -- [SEEDS] [FIRST]
 //! ```
 //!
 //! runs every variant of seeds FIRST..FIRST+SEEDS one after the other on one thread (each on a

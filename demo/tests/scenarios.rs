@@ -289,3 +289,41 @@ expect: {{settle: 1m}}
         "at the start the spare node takes a pod: {placed:?}"
     );
 }
+
+/// `drain run --local`'s engine (the scenario's `raygate` strategy, no NodeRollout) moves a
+/// RayService as the NodeRollout controller does: the same cluster, queue and quota story as
+/// `move-quota-short-wait.yaml`, the service moved twice without a second of lost serving.
+#[tokio::test(start_paused = true)]
+async fn the_local_drain_moves_a_rayservice_as_a_noderollout_does() {
+    let file = "move-quota-short-wait.yaml";
+    let text = std::fs::read_to_string(root().join("config/scenarios").join(file)).unwrap();
+    let rollout =
+        "{strategy: nodeRollout, name: node-generation-1, target: \"1\", taintOutdated: true}";
+    let expect = "  objects:\n    - {apiVersion: raygate.io/v1alpha1, kind: NodeRollout, name: node-generation-1, path: /status/phase, equals: Completed}\n";
+    assert!(
+        text.contains(rollout) && text.contains(expect),
+        "{file} changed"
+    );
+    let local = text
+        .replace(
+            rollout,
+            "{strategy: raygate, target: \"1\", taintOutdated: true}",
+        )
+        .replace(expect, "");
+    let checked = scenario::parse(&local, file).unwrap_or_else(|e| panic!("{e}"));
+    let report = scenario::run(sim(checked.scenario.seed), &checked)
+        .await
+        .unwrap();
+    assert!(report.passed(), "{:#?}", report.failures);
+    assert!(
+        report.rollouts.iter().all(|r| r.is_ok()),
+        "{:?}",
+        report
+            .rollouts
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .collect::<Vec<_>>()
+    );
+    let clusters = active_clusters(&report, "llm");
+    assert_eq!(clusters.len(), 3, "moved twice: {clusters:?}");
+}

@@ -21,21 +21,10 @@ use super::{Cluster, DrainError, check_domain_label, controller_of, is_finished,
 use super::{FastMap, name, namespace, node_domain};
 use crate::labels::Selector;
 
-/// LeaderWorkerSet's group label (`GroupUniqueHashLabelKey`, set by its pod webhook on the
-/// leader and copied to the workers).
-pub const LWS_GROUP_KEY: &str = "leaderworkerset.sigs.k8s.io/group-key";
-/// LeaderWorkerSet's worker index: `0` on the leader.
-pub const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
-/// LeaderWorkerSet's name label.
-pub const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
-/// KubeRay v1.7's multi-host replica label (`RayWorkerReplicaNameKey`, `numOfHosts > 1`):
-/// `<group>-<5 random chars>`, new on every recreation.
-pub const KUBERAY_REPLICA_NAME: &str = "ray.io/worker-group-replica-name";
-/// KubeRay v1.7's host index within a multi-host replica (`RayHostIndexKey`).
-pub const KUBERAY_HOST_INDEX: &str = "ray.io/replica-host-index";
-/// KubeRay's cluster and worker-group labels.
-pub const KUBERAY_CLUSTER: &str = "ray.io/cluster";
-pub const KUBERAY_GROUP: &str = "ray.io/group";
+pub use super::group_labels::{
+    KUBERAY_CLUSTER, KUBERAY_GROUP, KUBERAY_HOST_INDEX, KUBERAY_REPLICA_NAME, LWS_GROUP_KEY,
+    LWS_NAME, LWS_WORKER_INDEX,
+};
 
 /// Controller kinds `(API group, kind)` with no scale subresource: a `maxUnavailable` or
 /// percentage budget over their pods makes the disruption controller fail (`SyncFailed`).

@@ -27,7 +27,7 @@ mod start;
 
 use apply::{Apply, apply_node_actions};
 pub use read::ServiceStores;
-use read::{Copies, DrainObjects, DrainStores, Watches};
+use read::{Copies, DrainObjects, DrainStores, Services, Watches};
 
 /// Field manager of the drain's node patches (cordon, taint, upgrade label, uncordon).
 pub const DRAIN_MANAGER: &str = "raygate-drain";
@@ -163,7 +163,7 @@ pub(crate) async fn run_with<S: Sink>(
     let (stores, watches) = match run.stores.take() {
         Some(shared) => (shared, None),
         None => {
-            let mut own = Watches::start(&client, None).await;
+            let mut own = Watches::start(&client, Services::Own).await;
             own.synced().await?;
             (own.stores.clone(), Some(own))
         }

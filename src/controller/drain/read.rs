@@ -15,7 +15,7 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::DrainRunError;
-use crate::controller::stores::{Changed, Readiness, watch_store};
+use crate::controller::stores::{Changed, Driver, Readiness, watch_store};
 use crate::drain::Cluster;
 use crate::drain::engine::ServiceView;
 use crate::runtime::{SortedCopies, SortedState};
@@ -29,6 +29,16 @@ pub struct ServiceStores {
     pub services: Store<RayService>,
     pub clusters: Store<RayCluster>,
     pub workloads: Store<Workload>,
+}
+
+/// Where a running drain reads the RayServices it moves off a domain.
+pub enum Services {
+    /// The controller's stores (the gate's).
+    Shared(ServiceStores),
+    /// Watches of its own, where the server serves RayServices (`drain run --local`).
+    Own,
+    /// None: no RayService is moved.
+    Off,
 }
 
 /// A read of the cluster that failed, naming what was read.
@@ -139,8 +149,8 @@ pub struct Watches {
 
 impl Watches {
     /// Starts the watches through the controller's one watch driver (backoff, readiness per
-    /// kind, re-lists tracked); `services` are read as they are (the gate's).
-    pub async fn start(client: &Client, services: Option<ServiceStores>) -> Self {
+    /// kind, re-lists tracked); shared `services` are read as they are (the gate's).
+    pub async fn start(client: &Client, services: Services) -> Self {
         let (tx, changes) = watch::channel(0u64);
         let c = Changed::Every(Arc::new(tx));
         let ready = Arc::new(Readiness::default());
@@ -154,10 +164,19 @@ impl Watches {
             watch_store(Api::all(client.clone()), config(), r.clone(), c.clone());
         let (daemon_sets, ds_driver) = match daemon_sets_readable(client).await {
             true => {
-                let (store, driver) = watch_store(Api::all(client.clone()), config(), r, c);
+                let (store, driver) =
+                    watch_store(Api::all(client.clone()), config(), r.clone(), c.clone());
                 (Some(store), Some(("DaemonSet", driver)))
             }
             false => (None, None),
+        };
+        let (services, service_drivers) = match services {
+            Services::Shared(s) => (Some(s), Vec::new()),
+            Services::Own => match own_service_stores(client, &r, &c).await {
+                Some((s, drivers)) => (Some(s), drivers),
+                None => (None, Vec::new()),
+            },
+            Services::Off => (None, Vec::new()),
         };
         let mut drivers = tokio::task::JoinSet::new();
         let mut kinds = HashMap::new();
@@ -168,6 +187,7 @@ impl Watches {
         ]
         .into_iter()
         .chain(ds_driver)
+        .chain(service_drivers)
         {
             kinds.insert(drivers.spawn(driver).id(), kind);
         }
@@ -261,6 +281,46 @@ impl Copies {
 /// Whether the DaemonSets can be listed (and so watched). Not served or not permitted: every
 /// DaemonSet a pod names is taken to exist (as the plan's read does, [`drain_objects`]), so
 /// its pods are never evicted as orphans.
+/// Watches of RayServices, RayClusters and (where Kueue's API is served) Workloads, for a drain
+/// that runs without the controller; `None` where the server serves no RayService.
+async fn own_service_stores(
+    client: &Client,
+    ready: &Arc<Readiness>,
+    changed: &Changed,
+) -> Option<(ServiceStores, Vec<(&'static str, Driver)>)> {
+    if let Err(e) = Api::<RayService>::all(client.clone())
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+    {
+        tracing::info!(error = %e, "drain: RayServices are not readable; none is moved off a domain");
+        return None;
+    }
+    let config = watcher::Config::default;
+    let (r, c) = (ready.clone(), changed.clone());
+    let (services, s) = watch_store(Api::all(client.clone()), config(), r.clone(), c.clone());
+    let (clusters, k) = watch_store(Api::all(client.clone()), config(), r.clone(), c.clone());
+    let mut drivers = vec![("RayService", s), ("RayCluster", k)];
+    let served = Api::<Workload>::all(client.clone())
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .is_ok();
+    // without Kueue's API no slice holds a move for quota
+    let workloads = match served {
+        true => {
+            let (store, driver) = watch_store(Api::all(client.clone()), config(), r, c);
+            drivers.push(("Workload", driver));
+            store
+        }
+        false => kube::runtime::reflector::store::Writer::default().as_reader(),
+    };
+    let stores = ServiceStores {
+        services,
+        clusters,
+        workloads,
+    };
+    Some((stores, drivers))
+}
+
 async fn daemon_sets_readable(client: &Client) -> bool {
     match Api::<DaemonSet>::all(client.clone())
         .list_metadata(&ListParams::default().limit(1))

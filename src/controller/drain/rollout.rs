@@ -39,7 +39,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
 use super::DrainRunError;
-use super::read::{ReadError, ServiceStores, Watches};
+use super::read::{ReadError, ServiceStores, Services, Watches};
 use crate::controller::Metrics;
 use crate::controller::events::EventSink;
 use crate::controller::metrics::RolloutState;
@@ -167,7 +167,11 @@ impl Shared {
         if let Some(w) = held.upgrade() {
             return w;
         }
-        let w = Arc::new(Watches::start(&self.client, self.services.clone()).await);
+        let services = self
+            .services
+            .clone()
+            .map_or(Services::Off, Services::Shared);
+        let w = Arc::new(Watches::start(&self.client, services).await);
         *held = Arc::downgrade(&w);
         w
     }

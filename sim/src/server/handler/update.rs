@@ -91,25 +91,7 @@ impl State {
                 }
             }
         }
-        for f in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-            "namespace",
-            "name",
-        ] {
-            match old["metadata"].get(f) {
-                Some(v) => new["metadata"][f] = v.clone(),
-                None => {
-                    if let Some(m) = new["metadata"].as_object_mut() {
-                        m.remove(f);
-                    }
-                }
-            }
-        }
-        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        keep_system_metadata(old, &mut new);
         new["apiVersion"] = json!(route.rt.api_version(&route.version));
         new["kind"] = json!(route.rt.kind);
         self.admit_schema(route, &mut new, Some(old))?;
@@ -236,6 +218,30 @@ fn status_write(old: &Value, mut new: Value) -> Value {
         }
     }
     next
+}
+
+/// The metadata a write cannot change (the registry's `PrepareForUpdate`): the old object's uid,
+/// timestamps, generation, namespace, name and resourceVersion, and none where it had none.
+fn keep_system_metadata(old: &Value, new: &mut Value) {
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "name",
+    ] {
+        match old["metadata"].get(f) {
+            Some(v) => new["metadata"][f] = v.clone(),
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove(f);
+                }
+            }
+        }
+    }
+    new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
 }
 
 #[cfg(test)]
