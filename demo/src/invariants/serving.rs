@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::owners::{RAY_CLUSTER_LABEL, pods};
 use super::violation::{Invariant, Now, Violation, intervals};
-use crate::history::{History, Key, State};
+use crate::history::{History, Key, Kind, State};
 
 /// KubeRay's pod label: the pod is an endpoint of its cluster's serve Service.
 pub const SERVE_LABEL: &str = "ray.io/serve";
@@ -73,14 +73,25 @@ fn walk(h: &History, mut f: impl FnMut(Timestamp, Option<Timestamp>, &str, usize
 /// **A RayService that was serving never stops serving.** From the first instant a RayService
 /// had a serving pod (see the module) until it is deleted, it always has one: no instant at
 /// which its active cluster has no Ready, non-terminating pod labelled `ray.io/serve=true`.
+///
+/// A drain cannot stop a node failing: a spell that begins while a serving pod of the active
+/// cluster is on a node whose Ready condition is not True is the failure's (excused until the
+/// service serves again), as the floor invariants excuse a group down with its node.
 pub fn never_stopped_serving(h: &History) -> Vec<Violation> {
     let mut served: BTreeMap<String, ()> = BTreeMap::new();
+    // the services not serving now: whether their spell is a node failure's
+    let mut spells: BTreeMap<String, bool> = BTreeMap::new();
     intervals(h, Invariant::StoppedServing, |_, states| {
         let mut now = Now::new();
         for (svc, n) in serving_pods(states) {
             if n > 0 {
-                served.insert(svc, ());
-            } else if served.contains_key(&svc) {
+                served.insert(svc.clone(), ());
+                spells.remove(&svc);
+            } else if served.contains_key(&svc)
+                && !*spells
+                    .entry(svc.clone())
+                    .or_insert_with(|| on_a_failed_node(states, &svc))
+            {
                 let message = "no serving pod (Ready, not terminating, ray.io/serve=true) in its \
                                active cluster"
                     .to_string();
@@ -88,6 +99,26 @@ pub fn never_stopped_serving(h: &History) -> Vec<Violation> {
             }
         }
         now
+    })
+}
+
+/// Whether a serving pod (`ray.io/serve=true`, not deleted) of `svc`'s active cluster is on a
+/// node that is not Ready.
+fn on_a_failed_node(states: &BTreeMap<Key, State>, svc: &str) -> bool {
+    let (ns, name) = svc.split_once('/').unwrap_or(("", svc));
+    let Some(State::RayService(rs)) = states.get(&Key::new(Kind::RayService, ns, name)) else {
+        return false;
+    };
+    let Some(active) = &rs.active else {
+        return false;
+    };
+    pods(states).any(|(k, p)| {
+        k.namespace == ns
+            && p.labels.get(RAY_CLUSTER_LABEL) == Some(active)
+            && p.labels.get(SERVE_LABEL).map(String::as_str) == Some("true")
+            && p.node.as_ref().is_some_and(|n| {
+                matches!(states.get(&Key::new(Kind::Node, "", n)), Some(State::Node(node)) if !node.ready)
+            })
     })
 }
 
@@ -109,7 +140,7 @@ pub fn serving_seconds_lost(h: &History) -> BTreeMap<String, f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Kind, PodState, RayServiceState};
+    use crate::history::{NodeState, PodState, RayServiceState};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + s).unwrap()
@@ -200,5 +231,56 @@ mod tests {
         // a deleted RayService no longer serves, and that is not a loss
         h.record(t(80), Key::new(Kind::RayService, "ns", "llm"), None);
         assert!(never_stopped_serving(&h).is_empty());
+    }
+
+    /// A serving pod's node fails: the spell that follows is the failure's, however long; a
+    /// spell that begins with every serving pod's node Ready is not.
+    #[test]
+    fn a_spell_that_begins_with_a_serving_pod_on_a_failed_node_is_excused() {
+        let node = |h: &mut History, at: i64, ready: bool| {
+            let state = State::Node(NodeState {
+                ready,
+                ..Default::default()
+            });
+            h.record(t(at), Key::new(Kind::Node, "", "n1"), Some(state));
+        };
+        let on_n1 = |h: &mut History, at: i64, ready: bool, deleting: bool| {
+            let labels = [(RAY_CLUSTER_LABEL, "llm-a"), (SERVE_LABEL, "true")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let state = State::Pod(PodState {
+                labels,
+                node: Some("n1".into()),
+                ready,
+                deleting,
+                ..Default::default()
+            });
+            h.record(t(at), Key::new(Kind::Pod, "ns", "w0"), Some(state));
+        };
+        let mut h = History::new();
+        node(&mut h, 0, true);
+        service(&mut h, 0, Some("llm-a"));
+        on_n1(&mut h, 0, true, false);
+        // the node fails: its pod turns NotReady, is deleted later, a new one serves at 400
+        node(&mut h, 100, false);
+        on_n1(&mut h, 100, false, false);
+        on_n1(&mut h, 300, false, true);
+        gone(&mut h, 310, "w0");
+        node(&mut h, 350, true);
+        pod(&mut h, 400, "w1", "llm-a", "true", true);
+        assert!(never_stopped_serving(&h).is_empty());
+        assert_eq!(serving_seconds_lost(&h)["ns/llm"], 300.0, "still a loss");
+        // the same pod taken away on a Ready node is a violation
+        let mut h = History::new();
+        node(&mut h, 0, true);
+        service(&mut h, 0, Some("llm-a"));
+        on_n1(&mut h, 0, true, false);
+        on_n1(&mut h, 100, true, true);
+        gone(&mut h, 110, "w0");
+        node(&mut h, 120, false);
+        pod(&mut h, 400, "w1", "llm-a", "true", true);
+        let v = never_stopped_serving(&h);
+        assert_eq!((v.len(), v[0].from), (1, t(100)), "{v:?}");
     }
 }

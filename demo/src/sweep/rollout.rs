@@ -44,6 +44,9 @@ const SOFT_AFFINITY_PERCENT: u64 = 15;
 /// The share with a node agent that tolerates every taint (a ReplicaSet pinned to a rollout
 /// node: its replacement comes back onto the cordoned node).
 const TOLERATE_ALL_PERCENT: u64 = 15;
+/// The share with a RayService serving beside the groups (not opted into a queue): raygate
+/// moves it off each domain before draining it; the baselines take its pods like any other.
+const RAY_SERVICE_PERCENT: u64 = 40;
 /// How long (from the rollout's start) the timed adversities are spread over.
 const ROLLOUT_SPAN: u64 = 900;
 
@@ -154,6 +157,7 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
         .chance(SPARE_JOIN_LATE_PERCENT)
         .then(|| secs(rollout_at - 60));
     start_rollout(d, &mut adv, node_rollout, rollout_at);
+    objects.extend(ray_service(d, &mut adv));
     let joining = join_at.map_or_else(String::new, |at| format!(" joining at {} s", at.as_secs()));
     checked(
         format!(
@@ -178,6 +182,30 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
         adv.steps,
         secs(3 * 3600),
     )
+}
+
+/// `RAY_SERVICE_PERCENT` of the time: a RayService serving from a head and one or two
+/// workers (CPU only: the groups hold the GPUs), whose serving the invariants watch.
+fn ray_service(d: &mut Draw, adv: &mut Adversities) -> Option<Value> {
+    if !d.chance(RAY_SERVICE_PERCENT) {
+        return None;
+    }
+    let workers = d.int(1, 2);
+    adv.notes
+        .push(format!("a RayService of {workers} worker(s)"));
+    let container = |name: &str| {
+        json!([{"name": name, "image": "rayproject/ray:2.51.0",
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}])
+    };
+    Some(json!({"apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "chat", "namespace": "serving"},
+        "spec": {"rayClusterDeletionDelaySeconds": 30, "serveConfigV2": "applications: []",
+            "rayClusterConfig": {"rayVersion": "2.51.0",
+                "headGroupSpec": {"rayStartParams": {},
+                    "template": {"spec": {"containers": container("ray-head")}}},
+                "workerGroupSpecs": [{"groupName": "cpu", "replicas": workers,
+                    "minReplicas": workers, "maxReplicas": workers, "rayStartParams": {},
+                    "template": {"spec": {"containers": container("ray-worker")}}}]}}}))
 }
 
 /// `TOLERATE_ALL_PERCENT` of the time: an agent (a ReplicaSet of one) pinned to one rollout
