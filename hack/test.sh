@@ -11,7 +11,7 @@ hack/install-chromium.sh
 hack/install-helm.sh
 hack/install-promtool.sh
 # The image: the controller build links no simulator (cargo tree, 1 s); its daemonless OCI archive
-# from the debug build (the release build's fat-LTO link is tens of minutes: docs/decisions.md),
+# from the debug build (a release build would add about ten minutes: docs/decisions.md),
 # unpacked for tests/image_boot.rs, which boots its binary from the image's root filesystem.
 hack/check-controller-deps.sh
 image_dir=${CARGO_TARGET_DIR:-target}/image

@@ -41,22 +41,13 @@ fn sim(ns: &str, clock: raygate_sim::Clock) -> Sim {
         .build()
 }
 
-async fn eventually<T, F, Fut>(wait: Duration, what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(wait: Duration, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    raygate_sim::world::fixtures::eventually_within(wait, Duration::from_millis(50), what, check)
+        .await
 }
 
 async fn apply(client: &Client, obj: Value) {

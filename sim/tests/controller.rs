@@ -34,22 +34,13 @@ fn sim() -> Sim {
         .build()
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    raygate_sim::world::fixtures::eventually_within(WAIT, Duration::from_millis(50), what, check)
+        .await
 }
 
 async fn apply(client: &Client, api: Api<kube::api::DynamicObject>, obj: Value) {
