@@ -165,15 +165,11 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
             adv.story()
         ),
         seed,
-        crate::scenario::ClusterShape {
-            spare: Some(SpareNodes {
-                nodes: usize_of(spare),
-                domain: "spare".into(),
-                generation: TARGET.into(),
-                join_at,
-            }),
-            ..shape(domains, nodes, vec!["serving".into()])
-        },
+        with_spare(
+            shape(domains, nodes, vec!["serving".into()]),
+            spare,
+            join_at,
+        ),
         ControllerSpec {
             run: node_rollout,
             pod_gate: false,
@@ -182,6 +178,24 @@ pub(super) fn rollout(seed: u64, d: &mut Draw) -> Checked {
         adv.steps,
         secs(3 * 3600),
     )
+}
+
+/// `shape` with `spare` nodes at the target generation outside the rollout, joining at `join_at`
+/// (else from the start).
+fn with_spare(
+    shape: crate::scenario::ClusterShape,
+    spare: u64,
+    join_at: Option<std::time::Duration>,
+) -> crate::scenario::ClusterShape {
+    crate::scenario::ClusterShape {
+        spare: Some(SpareNodes {
+            nodes: usize_of(spare),
+            domain: "spare".into(),
+            generation: TARGET.into(),
+            join_at,
+        }),
+        ..shape
+    }
 }
 
 /// `RAY_SERVICE_PERCENT` of the time: a RayService serving from a head and one or two
