@@ -146,7 +146,8 @@ fn held_children(
             continue;
         }
         n += 1;
-        if let Ok(ps) = podsets::of_cluster(&c.spec, cname, "spec") {
+        if let Ok(ps) = podsets::of_cluster(&c.spec, c.metadata.annotations.as_ref(), cname, "spec")
+        {
             requests.add(&podsets::total(&ps));
         }
         if let Some(t) = c.metadata.creation_timestamp.as_ref().map(|t| t.0) {

@@ -273,7 +273,9 @@ fn child_rows(
     for c in children {
         let cname = c.metadata.name.clone().unwrap_or_default();
         let mut requests = Resources::new();
-        if let Ok(ps) = podsets::of_cluster(&c.spec, &cname, "spec") {
+        if let Ok(ps) =
+            podsets::of_cluster(&c.spec, c.metadata.annotations.as_ref(), &cname, "spec")
+        {
             requests = podsets::total(&ps);
         }
         needed.add(&requests);

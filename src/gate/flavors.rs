@@ -235,7 +235,7 @@ mod tests {
     }
 
     fn slice_for(c: &RayCluster, flavor_of: &[(&str, &str)]) -> Workload {
-        let ps = podsets::of_cluster(&c.spec, "x", "spec").unwrap();
+        let ps = podsets::of_cluster(&c.spec, None, "x", "spec").unwrap();
         let pod_sets: Vec<crate::types::kueue::PodSet> = ps
             .iter()
             .map(|p| {
@@ -365,7 +365,7 @@ mod tests {
             "the user's own is not recorded"
         );
         let done = patched(&c, &patch);
-        let raw = podsets::of_cluster(&done.spec, "x", "spec").unwrap();
+        let raw = podsets::of_cluster(&done.spec, None, "x", "spec").unwrap();
         assert_eq!(
             raw[1].placement().node_selector["pool"],
             "h100",

@@ -97,7 +97,7 @@ impl World {
         };
         w.add_pods("svc-a", "headgroup", 1, false);
         w.add_pods("svc-a", GROUP, workers, false);
-        let before = podsets::of_cluster(&w.active.spec, "a", "spec").unwrap();
+        let before = podsets::of_cluster(&w.active.spec, None, "a", "spec").unwrap();
         let plan = slices::plan(&ctx(), &before, &[]);
         w.apply(&plan.actions);
         for s in &mut w.slices {
@@ -113,7 +113,7 @@ impl World {
             self.pods.push(PodView {
                 name: format!("{cluster}-{group}-{}", self.clock),
                 group: group.to_string(),
-                requests: podsets::of_cluster(&spec(Some(1)), "t", "spec").unwrap()[1]
+                requests: podsets::of_cluster(&spec(Some(1)), None, "t", "spec").unwrap()[1]
                     .requests
                     .clone(),
                 created: at(self.clock),
@@ -293,7 +293,7 @@ fn a_pending_child_without_replicas_is_charged_its_min_replicas_as_kuberay_runs_
         let mut s = spec(replicas);
         s.worker_group_specs.as_mut().unwrap()[0].min_replicas = Some(1);
         s.worker_group_specs.as_mut().unwrap()[0].num_of_hosts = Some(2);
-        let counts: Vec<i32> = podsets::of_cluster(&s, "p", "spec")
+        let counts: Vec<i32> = podsets::of_cluster(&s, None, "p", "spec")
             .unwrap()
             .iter()
             .map(|p| p.count)

@@ -6,6 +6,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use super::{PodSet, PodSetError, dns_label_error, pod::pod_requests};
 use crate::types::ray::{RayClusterSpec, WorkerGroupSpec};
 
+/// An object's annotations.
+type Annotations = std::collections::BTreeMap<String, String>;
+
 /// Name of the head PodSet.
 pub const HEAD_PODSET: &str = "head";
 /// KubeRay's `ray.io/group` value for the head.
@@ -60,13 +63,64 @@ pub fn head_template(spec: &RayClusterSpec) -> PodTemplateSpec {
     template
 }
 
+/// KubeRay's annotation turning GCS fault tolerance on (`RayFTEnabledAnnotationKey`).
+pub const FT_ENABLED_ANNOTATION: &str = "ray.io/ft-enabled";
+
+/// What KubeRay v1.7 requests for the Redis cleanup Job it runs when a RayCluster with GCS fault
+/// tolerance is deleted (`buildRedisCleanupJob`: hard-coded 200m CPU, 256Mi).
+const REDIS_CLEANUP_REQUESTS: [(&str, &str); 2] = [("cpu", "200m"), ("memory", "256Mi")];
+
+/// KubeRay's `IsGCSFaultToleranceEnabled`: the annotation `ray.io/ft-enabled: "true"` (any case)
+/// or `spec.gcsFaultToleranceOptions` set.
+fn gcs_fault_tolerance(spec: &RayClusterSpec, annotations: Option<&Annotations>) -> bool {
+    let annotated = annotations
+        .and_then(|a| a.get(FT_ENABLED_ANNOTATION))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    annotated
+        || spec
+            .other
+            .get("gcsFaultToleranceOptions")
+            .is_some_and(|v| !v.is_null())
+}
+
+/// Kueue v0.19.2's charge for the Redis cleanup Job on the head PodSet
+/// (`accountForRedisCleanupInHeadPodSet`): the Ray container's (the first) requests raised to at
+/// least [`REDIS_CLEANUP_REQUESTS`], resource by resource (`MergeResourceListKeepMax`). The pod
+/// KubeRay runs is not changed; only what the PodSet charges.
+fn charge_redis_cleanup(template: &mut PodTemplateSpec) {
+    let Some(ray) = template
+        .spec
+        .as_mut()
+        .and_then(|p| p.containers.first_mut())
+    else {
+        return;
+    };
+    let requests = ray
+        .resources
+        .get_or_insert_with(Default::default)
+        .requests
+        .get_or_insert_with(Default::default);
+    for (name, floor) in REDIS_CLEANUP_REQUESTS {
+        let below = requests.get(name).is_none_or(|q| {
+            crate::quantity::Quantity::parse(&q.0)
+                .is_ok_and(|q| crate::quantity::Quantity::parse(floor).is_ok_and(|f| q < f))
+        });
+        if below {
+            requests.insert(name.to_string(), K8sQuantity(floor.to_string()));
+        }
+    }
+}
+
 /// The PodSets of a RayCluster spec: `head` (count 1) and one per worker group.
 ///
 /// Counts are the pods KubeRay v1.7 creates: `clamp(replicas ?? minReplicas, min, max) × numOfHosts`,
-/// 0 for a suspended group. `object` names the object and `field` the path of `spec` in it
+/// 0 for a suspended group. With GCS fault tolerance on (the spec, or the object's
+/// `annotations`), the head is charged the Redis cleanup Job as Kueue charges it
+/// ([`charge_redis_cleanup`]). `object` names the object and `field` the path of `spec` in it
 /// (`spec` for a RayCluster, `spec.rayClusterConfig` for a RayService), for error messages.
 pub fn of_cluster(
     spec: &RayClusterSpec,
+    annotations: Option<&Annotations>,
     object: &str,
     field: &str,
 ) -> Result<Vec<PodSet>, PodSetError> {
@@ -80,7 +134,10 @@ pub fn of_cluster(
         });
     }
     let mut out = Vec::with_capacity(groups.len() + 1);
-    let head = head_template(spec);
+    let mut head = head_template(spec);
+    if gcs_fault_tolerance(spec, annotations) {
+        charge_redis_cleanup(&mut head);
+    }
     let head_requests = match &head.spec {
         Some(pod) => pod_requests(pod, &format!("{field}.headGroupSpec.template.spec"), object)?,
         None => Default::default(),
@@ -210,11 +267,53 @@ mod tests {
     }
 
     fn counts(s: &RayClusterSpec) -> Vec<(String, i32)> {
-        of_cluster(s, "RayCluster ns/rc", "spec")
+        of_cluster(s, None, "RayCluster ns/rc", "spec")
             .unwrap()
             .into_iter()
             .map(|p| (p.name, p.count))
             .collect()
+    }
+
+    /// Kueue v0.19.2's `accountForRedisCleanupInHeadPodSet`: with GCS fault tolerance (the
+    /// annotation in any case, or `gcsFaultToleranceOptions`), the Ray container's requests are
+    /// raised to 200m CPU and 256Mi where below, before the pod's sum; without it, nothing.
+    #[test]
+    fn gcs_fault_tolerance_charges_the_head_the_redis_cleanup_job() {
+        let head = |s: &RayClusterSpec, annotations: Option<&Annotations>| {
+            of_cluster(s, annotations, "o", "spec").unwrap()[0]
+                .requests
+                .clone()
+        };
+        let q = |v: &str| Quantity::parse(v).unwrap();
+        let plain = spec(json!({"headGroupSpec": {"template": ray_pod("100m")}}));
+        assert_eq!(head(&plain, None).get("cpu"), q("100m"));
+        assert_eq!(head(&plain, None).get("memory"), Quantity::ZERO);
+        let ft: Annotations = [(FT_ENABLED_ANNOTATION.to_string(), "True".to_string())].into();
+        let charged = head(&plain, Some(&ft));
+        assert_eq!(charged.get("cpu"), q("200m"));
+        assert_eq!(charged.get("memory"), q("256Mi"));
+        let off: Annotations = [(FT_ENABLED_ANNOTATION.to_string(), "false".to_string())].into();
+        assert_eq!(head(&plain, Some(&off)).get("cpu"), q("100m"));
+        // by the spec, with the autoscaler: the floor is on the Ray container, then the sum
+        let options = spec(json!({"headGroupSpec": {"template": ray_pod("2")},
+            "gcsFaultToleranceOptions": {"redisAddress": "redis:6379"},
+            "enableInTreeAutoscaling": true}));
+        let charged = head(&options, None);
+        assert_eq!(charged.get("cpu"), q("2500m"), "2 + the autoscaler's 500m");
+        assert_eq!(
+            charged.get("memory"),
+            q("768Mi"),
+            "256Mi + the autoscaler's 512Mi"
+        );
+        // the pod KubeRay runs is not changed
+        assert_eq!(
+            head_template(&options).spec.unwrap().containers[0]
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .map(|r| r.len()),
+            Some(1)
+        );
     }
 
     #[test]
@@ -248,7 +347,7 @@ mod tests {
         let mut s = spec(
             json!({"enableInTreeAutoscaling": true, "headGroupSpec": {"template": ray_pod("1")}}),
         );
-        let head = &of_cluster(&s, "o", "spec").unwrap()[0];
+        let head = &of_cluster(&s, None, "o", "spec").unwrap()[0];
         assert_eq!(head.requests.get("cpu"), Quantity::parse("1500m").unwrap());
         assert_eq!(
             head.requests.get("memory"),
@@ -258,7 +357,7 @@ mod tests {
             serde_json::from_value(json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}))
                 .unwrap(),
         );
-        let head = &of_cluster(&s, "o", "spec").unwrap()[0];
+        let head = &of_cluster(&s, None, "o", "spec").unwrap()[0];
         assert_eq!(head.requests.get("cpu"), Quantity::parse("2").unwrap());
         assert_eq!(head.requests.get("memory"), Quantity::parse("1Gi").unwrap());
     }
@@ -297,7 +396,7 @@ mod tests {
             let s = spec(
                 json!({"headGroupSpec": {"template": ray_pod("1")}, "workerGroupSpecs": groups}),
             );
-            let err = of_cluster(&s, "RayCluster ns/rc", "spec")
+            let err = of_cluster(&s, None, "RayCluster ns/rc", "spec")
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -314,6 +413,6 @@ mod tests {
             .collect();
         let s =
             spec(json!({"headGroupSpec": {"template": ray_pod("1")}, "workerGroupSpecs": groups}));
-        assert_eq!(of_cluster(&s, "o", "spec").unwrap().len(), 18);
+        assert_eq!(of_cluster(&s, None, "o", "spec").unwrap().len(), 18);
     }
 }

@@ -117,7 +117,12 @@ pub fn strip(template: &mut PodTemplateSpec, injected: &Injected) {
 /// The PodSets of a child RayCluster as its user made it: [`of_cluster`] on its spec, each
 /// group's template without what raygate injected (see [`injected_record`]).
 pub fn of_child(child: &RayCluster, object: &str) -> Result<Vec<PodSet>, PodSetError> {
-    let mut podsets = of_cluster(&child.spec, object, "spec")?;
+    let mut podsets = of_cluster(
+        &child.spec,
+        child.metadata.annotations.as_ref(),
+        object,
+        "spec",
+    )?;
     let record = injected_record(child);
     if record.is_empty() {
         return Ok(podsets);

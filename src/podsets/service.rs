@@ -128,6 +128,7 @@ pub fn of_service(
     if children.is_empty() {
         let podsets = of_cluster(
             &service.spec.ray_cluster_config,
+            service.metadata.annotations.as_ref(),
             &svc,
             "spec.rayClusterConfig",
         )?;
@@ -474,7 +475,7 @@ mod tests {
     }
 
     fn exact_total(c: &RayCluster) -> Resources {
-        total(&of_cluster(&c.spec, "c", "spec").unwrap())
+        total(&of_cluster(&c.spec, None, "c", "spec").unwrap())
     }
 
     proptest! {

@@ -885,7 +885,7 @@ mod tests {
         assert_eq!(requests["cpu"].0, "500m");
         assert_eq!(requests["memory"].0, "512Mi");
         // the pod's requests are what raygate charges for the head PodSet
-        let podsets = raygate::podsets::of_cluster(&rc.spec, "rc", "spec").unwrap();
+        let podsets = raygate::podsets::of_cluster(&rc.spec, None, "rc", "spec").unwrap();
         let pod_requests =
             raygate::podsets::pod_requests(pod.spec.as_ref().unwrap(), "spec", "head").unwrap();
         assert_eq!(podsets[0].requests, pod_requests);
