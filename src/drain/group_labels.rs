@@ -112,12 +112,6 @@ impl GroupLabels {
     pub fn group<'p>(&self, pod: &'p Pod) -> Option<&'p str> {
         self.kind_of(pod.metadata.labels.as_ref()).map(|(_, g)| g)
     }
-
-    /// The labels, comma-separated (for messages).
-    pub fn describe(&self) -> String {
-        let labels: Vec<&str> = self.0.iter().map(|k| k.label.as_str()).collect();
-        labels.join(", ")
-    }
 }
 
 #[cfg(test)]
@@ -150,9 +144,5 @@ mod tests {
         );
         assert_eq!(GroupLabel::new(LWS_GROUP_KEY).workload_labels, [LWS_NAME]);
         assert!(!GroupLabel::new("group").by_workload());
-        assert_eq!(
-            GroupLabels::of_labels(&[LWS_GROUP_KEY, "group"]).describe(),
-            format!("{LWS_GROUP_KEY}, group")
-        );
     }
 }

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::owners::pods;
+use super::owners::{on_down_node, pods};
 use super::violation::{Invariant, Violation, Window};
-use crate::history::{History, Key, Kind, PodState, State};
+use crate::history::{History, Key, PodState, State};
 
 /// One group at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,11 +42,7 @@ fn groups_now(
         removed: true,
         on_down_node: false,
     };
-    let node_down = |p: &PodState| {
-        p.node.as_ref().is_some_and(|n| {
-            matches!(states.get(&Key::new(Kind::Node, "", n)), Some(State::Node(node)) if !node.ready)
-        })
-    };
+    let node_down = |p: &PodState| on_down_node(states, p);
     let mut out: BTreeMap<String, GroupNow> = sizes.keys().map(|g| (g.clone(), gone)).collect();
     for (g, ps) in members {
         let live: Vec<&&PodState> = ps.iter().filter(|p| !p.deleting).collect();

@@ -16,6 +16,13 @@ pub(super) fn pods(states: &BTreeMap<Key, State>) -> impl Iterator<Item = (&Key,
     })
 }
 
+/// Whether `pod` is bound to a node whose Ready condition is not True.
+pub(super) fn on_down_node(states: &BTreeMap<Key, State>, pod: &PodState) -> bool {
+    pod.node.as_ref().is_some_and(|n| {
+        matches!(states.get(&Key::new(Kind::Node, "", n)), Some(State::Node(node)) if !node.ready)
+    })
+}
+
 /// The RayService (namespace, name) whose child a pod belongs to.
 pub(super) fn service_of_pod(
     states: &BTreeMap<Key, State>,

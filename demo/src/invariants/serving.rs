@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::owners::{RAY_CLUSTER_LABEL, pods};
+use super::owners::{RAY_CLUSTER_LABEL, on_down_node, pods};
 use super::violation::{Invariant, Now, Violation, intervals};
 use crate::history::{History, Key, Kind, State};
 
@@ -116,9 +116,7 @@ fn on_a_failed_node(states: &BTreeMap<Key, State>, svc: &str) -> bool {
         k.namespace == ns
             && p.labels.get(RAY_CLUSTER_LABEL) == Some(active)
             && p.labels.get(SERVE_LABEL).map(String::as_str) == Some("true")
-            && p.node.as_ref().is_some_and(|n| {
-                matches!(states.get(&Key::new(Kind::Node, "", n)), Some(State::Node(node)) if !node.ready)
-            })
+            && on_down_node(states, p)
     })
 }
 
