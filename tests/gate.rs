@@ -91,6 +91,7 @@ on_both_servers!(
     a_child_with_invalid_podsets_is_still_held,
     a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts,
     a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits,
+    a_pending_child_replaced_at_once_is_not_charged_nor_released,
     a_first_child_held_past_the_initializing_timeout_is_warned_then_its_slice_finished,
     the_admitted_flavor_s_node_labels_and_tolerations_reach_the_released_child,
     a_group_moved_to_another_gpu_pool_is_charged_to_that_pool_s_flavor,
@@ -998,7 +999,19 @@ async fn a_scale_down_with_a_new_image_changes_only_the_reserved_slice_counts(ba
 async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fits(
     backend: Backend,
 ) {
-    let env = Env::new(backend, "replaced-pending").await;
+    // (KubeRay's status is written more than a clock margin after that child's creation)
+    replaced_pending_child(backend, "replaced-pending", Duration::from_millis(2500)).await;
+}
+
+/// The same with the second spec change right after the first (both children born within a
+/// clock margin of each other and of the status naming the second): still not charged, never
+/// released.
+async fn a_pending_child_replaced_at_once_is_not_charged_nor_released(backend: Backend) {
+    replaced_pending_child(backend, "replaced-at-once", Duration::ZERO).await;
+}
+
+async fn replaced_pending_child(backend: Backend, name: &str, pause: Duration) {
+    let env = Env::new(backend, name).await;
     env.queues("3", json!({})).await;
     let first_pending = env.held_upgrade().await;
     // KubeRay's default delay: the replaced child lingers far longer than this test
@@ -1007,8 +1020,7 @@ async fn a_replaced_pending_child_is_not_charged_and_the_newest_runs_when_it_fit
         json!({"spec": {"rayClusterDeletionDelaySeconds": 60}}),
     )
     .await;
-    // (KubeRay's status is written more than a clock margin after that child's creation)
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(pause).await;
     env.patch_service(
         "svc",
         json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}}),

@@ -8,10 +8,16 @@
 //! will: it is neither released nor charged.
 //!
 //! KubeRay writes a new pending name into the status *before* it creates that cluster (the next
-//! reconcile creates it), so a child is judged dangling only from a status that provably saw it:
-//! one that names a cluster created after it, or one written ([`LAST_UPDATE_TIME`]) more than
-//! [`STATUS_CLOCK_MARGIN`] after the child was created. A child newer than the status raygate
-//! sees (its watch of RayServices lagging the one of RayClusters) is never dropped.
+//! reconcile creates it from the name in its cache), so every child it will ever run as a pending
+//! cluster is named in a status write raygate sees, at the latest just after the child itself.
+//! A suspended child raygate never released is therefore charged and released only once the
+//! status raygate sees names it ([`abandoned`]): a child newer than that status (the RayService
+//! watch lagging the RayCluster watch) waits, uncharged, for the next status, and a pending child
+//! replaced by a second spec change is dropped however soon the change came — also within the
+//! second of its creation, where neither creation times (whole seconds) nor
+//! [`LAST_UPDATE_TIME`] can tell which came first. [`is_dangling`] still says when the status
+//! provably saw the child and left it out (one that names a cluster created after it, or one
+//! written more than [`STATUS_CLOCK_MARGIN`] after its creation): that names the Event.
 //!
 //! `ray.io/initializing-timeout` (a Go duration or whole seconds): KubeRay fails the RayService
 //! for good when `Ready` has been `False/Initializing` for that long
@@ -100,18 +106,22 @@ pub fn is_dangling(service: &RayService, child: &RayCluster, children: &[&RayClu
     younger_named || written_after
 }
 
-/// The children raygate ignores: dangling, suspended and never released (they have no pods and
-/// KubeRay deletes them). `released` is raygate's record of children it released.
+/// The children raygate neither releases nor charges: suspended, never released (no pods, none
+/// will come until raygate releases them), and not named by the status raygate sees as KubeRay's
+/// active or pending cluster — or every such child once KubeRay gave up
+/// ([`Initializing::TimedOut`]). `released` is raygate's record of children it released.
 pub fn abandoned<'a>(
     service: &RayService,
     children: &[&'a RayCluster],
     released: &BTreeSet<String>,
 ) -> Vec<&'a RayCluster> {
+    let timed_out = matches!(initializing(service), Initializing::TimedOut { .. });
+    let (active, pending) = (active_name(service), pending_name(service));
     children
         .iter()
         .copied()
         .filter(|c| c.spec.suspend == Some(true) && !released.contains(name(c)))
-        .filter(|c| is_dangling(service, c, children))
+        .filter(|c| timed_out || (Some(name(c)) != active && Some(name(c)) != pending))
         .collect()
 }
 
@@ -180,13 +190,21 @@ pub(super) fn without_abandoned<'a>(
 ) -> Vec<&'a RayCluster> {
     let gone = abandoned(service, children, released);
     for c in &gone {
+        let (reason, why) = if is_dangling(service, c, children) {
+            (
+                "Dangling",
+                "is neither KubeRay's active nor its pending cluster (KubeRay deletes it after rayClusterDeletionDelaySeconds)",
+            )
+        } else {
+            (
+                "NotNamed",
+                "is not named as KubeRay's active or pending cluster by the RayService's status yet",
+            )
+        };
         d.event(
             EventType::Normal,
-            "Dangling",
-            format!(
-                "{} is neither KubeRay's active nor its pending cluster (KubeRay deletes it after rayClusterDeletionDelaySeconds): not released, not charged",
-                name(c)
-            ),
+            reason,
+            format!("{} {why}: not released, not charged", name(c)),
             Some(name(c)),
         );
     }
@@ -354,24 +372,51 @@ mod tests {
     }
 
     #[test]
-    fn a_child_newer_than_the_status_seen_is_kept() {
+    fn a_child_newer_than_the_status_seen_waits_uncharged_until_it_is_named() {
         // The RayService watch lags: the status does not name the new pending child yet.
         let (a, p) = (child("svc-a", 100, false), child("svc-p", 200, true));
         for updated in [None, Some(150), Some(199), Some(200), Some(201)] {
             let s = service("svc-a", "", updated);
-            assert!(
-                abandoned(&s, &[&a, &p], &BTreeSet::new()).is_empty(),
+            assert_eq!(
+                names(&abandoned(&s, &[&a, &p], &BTreeSet::new())),
+                vec!["svc-p"],
                 "lastUpdateTime {updated:?}"
             );
+            assert!(!is_dangling(&s, &p, &[&a, &p]), "not provably dangling");
         }
         // First child, status not written at all yet.
         let s = service("", "", None);
-        assert!(abandoned(&s, &[&p], &BTreeSet::new()).is_empty());
+        assert_eq!(
+            names(&abandoned(&s, &[&p], &BTreeSet::new())),
+            vec!["svc-p"]
+        );
+        // Named: charged.
+        for s in [
+            service("svc-a", "svc-p", Some(201)),
+            service("", "svc-p", None),
+        ] {
+            assert!(abandoned(&s, &[&a, &p], &BTreeSet::new()).is_empty());
+        }
         // Status written well after the child's creation, not naming it: dangling.
         let s = service("svc-a", "", Some(202));
+        assert!(is_dangling(&s, &p, &[&a, &p]));
+    }
+
+    #[test]
+    fn a_pending_child_replaced_within_its_own_second_is_dropped() {
+        // Two spec edits within a second: svc-p1 and svc-p2 created in the same second, the
+        // status (written then too) names svc-p2. Neither creation times nor the status time
+        // prove svc-p1 dangling; it is still neither charged nor released.
+        let (a, p1, p2) = (
+            child("svc-a", 100, false),
+            child("svc-p1", 200, true),
+            child("svc-p2", 200, true),
+        );
+        let s = service("svc-a", "svc-p2", Some(200));
+        assert!(!is_dangling(&s, &p1, &[&a, &p1, &p2]));
         assert_eq!(
-            names(&abandoned(&s, &[&a, &p], &BTreeSet::new())),
-            vec!["svc-p"]
+            names(&abandoned(&s, &[&a, &p1, &p2], &BTreeSet::new())),
+            vec!["svc-p1"]
         );
     }
 
@@ -511,20 +556,37 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_child_the_status_does_not_name_yet_is_charged_and_released() {
+    fn a_pending_child_is_charged_and_released_once_the_status_names_it() {
         // The RayService watch lags: status written before svc-p was named and created.
-        let s = gated_service("svc-a", "", 150);
         let (a, p) = (
             ray_child("svc-a", 100, false),
             ray_child("svc-p", 200, true),
         );
-        let d = decide(&s, &[&a, &p], &[], &GateOptions::default());
+        let lagging = gated_service("svc-a", "", 150);
+        let d = decide(&lagging, &[&a, &p], &[], &GateOptions::default());
+        let counts: Vec<i32> = d.podsets.iter().map(|p| p.count).collect();
+        assert_eq!(counts, vec![1, 1], "svc-p waits uncharged");
+        assert!(
+            d.events
+                .iter()
+                .any(|e| e.reason == "NotNamed" && e.child.as_deref() == Some("svc-p"))
+        );
+        // The next status names it: charged, then released once its slice is admitted.
+        let named = gated_service("svc-a", "svc-p", 201);
+        let d = decide(&named, &[&a, &p], &[], &GateOptions::default());
         let counts: Vec<i32> = d.podsets.iter().map(|p| p.count).collect();
         assert_eq!(counts, vec![2, 2]);
         let mut w = created_slice(&d).expect("a slice");
         w.metadata.creation_timestamp = Some(Time(at(250)));
         admit_counts(&mut w);
-        let d = decide(&s, &[&a, &p], &[w], &GateOptions::default());
+        let d = decide(
+            &lagging,
+            &[&a, &p],
+            std::slice::from_ref(&w),
+            &GateOptions::default(),
+        );
+        assert!(released(&d).is_empty(), "never released while unnamed");
+        let d = decide(&named, &[&a, &p], &[w], &GateOptions::default());
         assert_eq!(released(&d), vec!["svc-p".to_string()]);
     }
 

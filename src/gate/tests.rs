@@ -20,6 +20,8 @@ fn service(annotations: serde_json::Value, suspend: Option<bool>) -> RayService 
                 .worker_group(worker_group("w").replicas(1).min_max(0, 5)),
         )
         .service_suspend(suspend)
+        // KubeRay names its active and pending child in the status before it creates them
+        .cluster_names("svc-a", "svc-b")
 }
 
 fn child(name: &str, second: i64, suspend: bool, replicas: i32) -> RayCluster {
