@@ -269,6 +269,26 @@ async fn growth_beyond_quota_waits_at_the_gate(env: &Env) {
         (gated == 0 && ungated == 4).then_some(())
     })
     .await;
+    // each ungated pod names the slice whose grant lifted its gate (the pod gate's policy keeps
+    // that and the labels raygate counts it by)
+    let slices: Vec<String> = env
+        .slices()
+        .await
+        .iter()
+        .filter_map(|w| w.metadata.name.clone())
+        .collect();
+    for p in env.workers().await {
+        let grant = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("raygate.io/granted-by"));
+        assert!(
+            grant.is_some_and(|g| slices.contains(g)),
+            "{:?} names a slice of {slices:?}: {grant:?}",
+            p.metadata.name
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

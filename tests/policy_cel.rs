@@ -910,6 +910,7 @@ fn after_raygate_opts_a_child_out_the_policy_no_longer_blocks_the_user() {
 // ---------------------------------------------------------------------------------------------
 
 const POD_GATE_MESSAGE: &str = "only raygate may remove the raygate.io/quota scheduling gate: raygate lifts it once an admitted workload slice grants the pod";
+const POD_LABELS_MESSAGE: &str = "the labels ray.io/cluster, ray.io/group and ray.io/node-type and the annotation raygate.io/granted-by of a Ray pod raygate holds or granted may not change: raygate counts the pod against its RayService's quota by them";
 
 fn pod_gate_policy() -> Policy {
     pod_gate_dir_policy("raygate-pod-gate")
@@ -943,9 +944,10 @@ fn ray_pod(node_type: Option<&str>, gates: Option<&[&str]>) -> Value {
 #[test]
 fn the_pod_gate_policy_compiles_and_binds() {
     let policy = pod_gate_policy();
-    assert_eq!(policy.validations.len(), 1);
-    assert_eq!(policy.validations[0].reason, "Forbidden");
+    assert_eq!(policy.validations.len(), 2);
+    assert!(policy.validations.iter().all(|v| v.reason == "Forbidden"));
     assert_eq!(policy.validations[0].message, POD_GATE_MESSAGE);
+    assert_eq!(policy.validations[1].message, POD_LABELS_MESSAGE);
     let binding = policy_docs_in("config/pod-gate")
         .into_iter()
         .find(|d| d.kind == "ValidatingAdmissionPolicyBinding")
@@ -970,9 +972,13 @@ fn nobody_but_raygate_removes_the_quota_gate_from_a_ray_pod() {
     ];
     for user in [KUBERAY, "alice"] {
         for new in &removals {
+            let mut messages = vec![POD_GATE_MESSAGE.to_string()];
+            if new["metadata"]["labels"].get("ray.io/node-type").is_none() {
+                messages.push(POD_LABELS_MESSAGE.into());
+            }
             assert_eq!(
                 policy.admit(&Request::pod_update(user, gated.clone(), new.clone())),
-                Decision::Denied(vec![POD_GATE_MESSAGE.into()]),
+                Decision::Denied(messages),
                 "{user}: {new}"
             );
         }
@@ -1014,7 +1020,7 @@ fn the_pod_gate_policy_lets_everything_else_through() {
     let ungated = ray_pod(Some("worker"), None);
     assert_eq!(
         policy.admit(&Request::pod_update("alice", ungated.clone(), ungated)),
-        Decision::ConditionFalse("gated-by-raygate".into())
+        Decision::ConditionFalse("gated-or-granted-by-raygate".into())
     );
     let foreign = ray_pod(Some("worker"), Some(&["example.com/other"]));
     assert_eq!(
@@ -1023,7 +1029,7 @@ fn the_pod_gate_policy_lets_everything_else_through() {
             foreign,
             ray_pod(Some("worker"), None)
         )),
-        Decision::ConditionFalse("gated-by-raygate".into())
+        Decision::ConditionFalse("gated-or-granted-by-raygate".into())
     );
     // not a Ray pod: not matched at all
     let plain = ray_pod(None, Some(&["raygate.io/quota"]));
@@ -1042,6 +1048,85 @@ fn the_pod_gate_policy_lets_everything_else_through() {
     let mut delete = Request::pod_update("alice", gated, Value::Null);
     delete.operation = "DELETE";
     assert_eq!(policy.admit(&delete), Decision::NotMatched);
+}
+
+/// `pod` with `key` set to `value` in `metadata.<field>` (`None`: removed).
+fn with_meta(mut pod: Value, field: &str, key: &str, value: Option<&str>) -> Value {
+    if value.is_none() && pod["metadata"].get(field).is_none() {
+        return pod;
+    }
+    let map = &mut pod["metadata"][field];
+    if !map.is_object() {
+        *map = json!({});
+    }
+    let map = map.as_object_mut().unwrap();
+    match value {
+        Some(v) => map.insert(key.into(), json!(v)),
+        None => map.remove(key),
+    };
+    pod
+}
+
+#[test]
+fn nobody_but_raygate_relabels_a_held_or_granted_ray_pod() {
+    let policy = pod_gate_policy();
+    let gated = with_meta(
+        ray_pod(Some("worker"), Some(&["raygate.io/quota"])),
+        "labels",
+        "ray.io/group",
+        Some("w"),
+    );
+    let granted = with_meta(
+        with_meta(gated.clone(), "annotations", "raygate.io/granted-by", Some("svc-x1")),
+        "labels",
+        "team",
+        Some("a"),
+    );
+    let granted = {
+        let mut p = granted;
+        p["spec"]["schedulingGates"] = json!([]);
+        p
+    };
+    let edits = |pod: &Value| {
+        vec![
+            with_meta(pod.clone(), "labels", "ray.io/group", Some("other")),
+            with_meta(pod.clone(), "labels", "ray.io/group", None),
+            with_meta(pod.clone(), "labels", "ray.io/cluster", Some("elsewhere")),
+            with_meta(pod.clone(), "labels", "ray.io/cluster", None),
+            with_meta(pod.clone(), "labels", "ray.io/node-type", Some("head")),
+            with_meta(pod.clone(), "annotations", "raygate.io/granted-by", None),
+            with_meta(pod.clone(), "annotations", "raygate.io/granted-by", Some("x")),
+        ]
+    };
+    for old in [&gated, &granted] {
+        for new in edits(old).into_iter().filter(|new| new != old) {
+            for user in [KUBERAY, "alice"] {
+                assert_eq!(
+                    policy.admit(&Request::pod_update(user, old.clone(), new.clone())),
+                    Decision::Denied(vec![POD_LABELS_MESSAGE.into()]),
+                    "{user}: {new}"
+                );
+            }
+            assert_eq!(
+                policy.admit(&Request::pod_update(RAYGATE, old.clone(), new)),
+                Decision::Allowed
+            );
+        }
+        // KubeRay's serve label, and any other label or annotation, may change
+        for new in [
+            with_meta(old.clone(), "labels", "ray.io/serve", Some("true")),
+            with_meta(old.clone(), "labels", "team", None),
+            with_meta(old.clone(), "annotations", "note", Some("hi")),
+        ] {
+            assert_eq!(
+                policy.admit(&Request::pod_update(KUBERAY, old.clone(), new)),
+                Decision::Allowed
+            );
+        }
+    }
+    // a granted pod is matched by its annotation alone (no gate left)
+    let relabelled = with_meta(granted.clone(), "labels", "ray.io/group", Some("other"));
+    assert!(policy.conditions(&Request::pod_update("alice", granted, relabelled)).is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -114,13 +114,14 @@ fn decide_opted_out(
         .collect()
 }
 
-/// The pods to ungate for one opted-in RayService: `(pod, its gates as read)`.
+/// The pods to ungate for one opted-in RayService: `(pod, its gates as read)`, and the slice
+/// that grants them.
 fn decide(
     ctx: &Context,
     service: &RayService,
     pods: &[Arc<Pod>],
     ungated_here: &UngatedHere,
-) -> Vec<(Arc<Pod>, Vec<String>)> {
+) -> (Vec<(Arc<Pod>, Vec<String>)>, Option<String>) {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
     let workloads = ctx.stores.slices_of(&ns, &uid);
@@ -131,7 +132,7 @@ fn decide(
         .collect();
     workload::sort_chain_order(&mut admitted, &workloads);
     let Some(newest) = admitted.last() else {
-        return vec![];
+        return (vec![], None);
     };
     // pods of deleted children still hold their grant until they are gone
     let mine = pods_of_service(ctx, service, pods);
@@ -149,10 +150,12 @@ fn decide(
         .filter_map(|p| view(p, ungated_here, &shapes))
         .collect();
     let picked = pod_gate::ungate(&crate::slices::grants(newest), &views);
-    mine.into_iter()
+    let picked = mine
+        .into_iter()
         .filter(|p| p.metadata.name.as_ref().is_some_and(|n| picked.contains(n)))
         .map(|p| (p.clone(), gates(p)))
-        .collect()
+        .collect();
+    (picked, newest.metadata.name.clone())
 }
 
 /// The names of the RayClusters in namespace `ns`.
@@ -199,14 +202,15 @@ pub(super) fn pods_of(
     )
 }
 
-/// Removes [`POD_GATE`] from `pod`, only if its gates are still `read`.
-pub(super) async fn lift(
-    client: &kube::Client,
-    pod: &Pod,
-    read: &[String],
-) -> Result<(), kube::Error> {
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let name = pod.metadata.name.clone().unwrap_or_default();
+/// Pod annotation (raygate): the slice whose grant lifted the pod's [`POD_GATE`]. The pod gate's
+/// admission policy then keeps the labels raygate counts the pod by (`ray.io/cluster`,
+/// `ray.io/group`, `ray.io/node-type`) and this annotation as they are.
+pub const GRANTED_BY_ANNOTATION: &str = "raygate.io/granted-by";
+
+/// The JSON patch that removes [`POD_GATE`] from a pod whose gates are still `read`, and with a
+/// `grant` records it in [`GRANTED_BY_ANNOTATION`] (a pod without annotations gets the map only
+/// if it is still the version read, so no annotation written since is replaced).
+pub(super) fn lift_patch(pod: &Pod, read: &[String], grant: Option<&str>) -> serde_json::Value {
     let as_objects = |names: &[String]| -> Vec<serde_json::Value> {
         names
             .iter()
@@ -214,11 +218,39 @@ pub(super) async fn lift(
             .collect()
     };
     let kept: Vec<String> = read.iter().filter(|g| *g != POD_GATE).cloned().collect();
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/spec/schedulingGates", "value": as_objects(read)},
-        {"op": "replace", "path": "/spec/schedulingGates", "value": as_objects(&kept)},
-    ]))
-    .map_err(kube::Error::SerdeError)?;
+    let mut ops = vec![
+        serde_json::json!({"op": "test", "path": "/spec/schedulingGates", "value": as_objects(read)}),
+        serde_json::json!({"op": "replace", "path": "/spec/schedulingGates", "value": as_objects(&kept)}),
+    ];
+    if let Some(slice) = grant {
+        if pod.metadata.annotations.is_some() {
+            ops.push(serde_json::json!({"op": "add",
+                "path": "/metadata/annotations/raygate.io~1granted-by", "value": slice}));
+        } else {
+            ops.push(
+                serde_json::json!({"op": "test", "path": "/metadata/resourceVersion",
+                "value": pod.metadata.resource_version}),
+            );
+            ops.push(
+                serde_json::json!({"op": "add", "path": "/metadata/annotations",
+                "value": {GRANTED_BY_ANNOTATION: slice}}),
+            );
+        }
+    }
+    serde_json::Value::Array(ops)
+}
+
+/// Removes [`POD_GATE`] from `pod`, only if its gates are still `read` ([`lift_patch`]).
+pub(super) async fn lift(
+    client: &kube::Client,
+    pod: &Pod,
+    read: &[String],
+    grant: Option<&str>,
+) -> Result<(), kube::Error> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let patch: json_patch::Patch =
+        serde_json::from_value(lift_patch(pod, read, grant)).map_err(kube::Error::SerdeError)?;
     let params = PatchParams {
         field_manager: Some(super::UNGATER_MANAGER.into()),
         ..Default::default()
@@ -250,39 +282,56 @@ async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut UngatedHere) 
         if !ctx.is_leader() {
             continue;
         }
-        let (picked, why) = if crate::gate::queue_name(&service).is_some() {
-            (
-                decide(ctx, &service, &all, ungated_here),
-                "the newest admitted slice grants it",
-            )
+        let (picked, grant, why) = if crate::gate::queue_name(&service).is_some() {
+            let (picked, grant) = decide(ctx, &service, &all, ungated_here);
+            (picked, grant, "the newest admitted slice grants it")
         } else {
             (
                 decide_opted_out(ctx, &service, &all, ungated_here),
+                None,
                 "the RayService is not opted in (no queue label)",
             )
         };
         for (pod, read) in picked {
-            lift_and_tell(ctx, &service, &pod, &read, why, ungated_here).await;
+            let lift = Lift {
+                pod: &pod,
+                read: &read,
+                grant: grant.as_deref(),
+                why,
+            };
+            lift_and_tell(ctx, &service, lift, ungated_here).await;
         }
     }
 }
 
-/// Lifts the gate from `pod` (gates as `read`), remembers it and tells why (`why`) in an
-/// `Ungated` Event on `service` and a log line.
+/// One pod to ungate: its gates as read, the slice that grants it, and why.
+struct Lift<'a> {
+    pod: &'a Pod,
+    read: &'a [String],
+    grant: Option<&'a str>,
+    why: &'a str,
+}
+
+/// Lifts the gate from the pod, remembers it and tells why in an `Ungated` Event on `service`
+/// and a log line.
 async fn lift_and_tell(
     ctx: &Context,
     service: &RayService,
-    pod: &Pod,
-    read: &[String],
-    why: &str,
+    l: Lift<'_>,
     ungated_here: &mut UngatedHere,
 ) {
+    let Lift {
+        pod,
+        read,
+        grant,
+        why,
+    } = l;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let key = format!(
         "{}/{name}",
         pod.metadata.namespace.as_deref().unwrap_or_default()
     );
-    match lift(&ctx.client, pod, read).await {
+    match lift(&ctx.client, pod, read, grant).await {
         Ok(()) => {
             ungated_here.assume(pod.metadata.uid.clone().unwrap_or_default(), ());
             tracing::info!(pod = %key, gate = POD_GATE, "ungated: {why}");
@@ -424,5 +473,57 @@ mod tests {
             .filter_map(|p| view(p, &none, &Shapes::new()))
             .collect();
         assert_eq!(pod_gate::ungate(&grants, &own), ["w-1"]);
+    }
+
+    #[test]
+    fn lifting_records_the_grant_and_keeps_every_other_annotation_and_gate() {
+        let read = vec!["example.com/other".to_string(), POD_GATE.to_string()];
+        let apply = |pod: &Pod, grant: Option<&str>| -> Pod {
+            let mut doc = serde_json::to_value(pod).unwrap();
+            let patch: json_patch::Patch =
+                serde_json::from_value(lift_patch(pod, &read, grant)).unwrap();
+            json_patch::patch(&mut doc, &patch).unwrap();
+            serde_json::from_value(doc).unwrap()
+        };
+        let mut bare = pod(
+            "w-1",
+            "small",
+            json!({"containers": [{"name": "ray-worker"}],
+            "schedulingGates": [{"name": "example.com/other"}]}),
+        );
+        bare.metadata.annotations = None;
+        bare.metadata.resource_version = Some("7".into());
+        let annotated = bare.clone().annotation("team", "a");
+        for (before, grant) in [
+            (&bare, Some("llm-x1")),
+            (&annotated, Some("llm-x1")),
+            (&annotated, None),
+        ] {
+            let after = apply(before, grant);
+            assert_eq!(gates(&after), vec!["example.com/other".to_string()]);
+            let annotations = after.metadata.annotations.clone().unwrap_or_default();
+            assert_eq!(
+                annotations.get(GRANTED_BY_ANNOTATION).map(String::as_str),
+                grant,
+                "{before:?}"
+            );
+            for (k, v) in before.metadata.annotations.iter().flatten() {
+                assert_eq!(annotations.get(k), Some(v), "kept");
+            }
+        }
+        // a pod that got annotations since it was read is left for the next pass
+        let mut since = bare.clone();
+        since.metadata.resource_version = Some("8".into());
+        let mut doc = serde_json::to_value(since.annotation("team", "a")).unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(lift_patch(&bare, &read, Some("llm-x1"))).unwrap();
+        assert!(json_patch::patch(&mut doc, &patch).is_err());
+        // the gates changed since they were read: refused as well
+        let mut moved = annotated.clone();
+        moved.spec.as_mut().unwrap().scheduling_gates = Some(vec![]);
+        let mut doc = serde_json::to_value(moved).unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(lift_patch(&annotated, &read, Some("llm-x1"))).unwrap();
+        assert!(json_patch::patch(&mut doc, &patch).is_err());
     }
 }

@@ -152,7 +152,7 @@ async fn remove_from_pods(
                 name: key(&p.metadata),
             });
         }
-        match ungater::lift(client, p, &read).await {
+        match ungater::lift(client, p, &read, None).await {
             Ok(()) => removed.pods += 1,
             Err(e) if is_conflict_or_gone(&e) => {}
             Err(e) if forbidden(&e) => removed.pods_forbidden = true,
