@@ -12,6 +12,7 @@ use raygate::gate::pod_gate::{POD_GATE, any_template_gated};
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::world::actors::kubelet;
+use raygate_sim::world::actors::node_lifecycle::{self, Readiness};
 use raygate_sim::{FaultRule, Faults, Verb};
 use serde_json::json;
 
@@ -385,6 +386,74 @@ impl Env {
                     .any(|c| c.type_ == "QuotaReserved" && c.status == "True")
             })
     }
+}
+
+/// Pods stuck terminating on nodes that stopped answering keep their quota (the nodes may still
+/// run them) and raise `PodsStuckTerminating` a minute after their grace period; once the nodes
+/// are declared out of service, PodGC deletes them and the quota goes to a waiting Workload.
+#[tokio::test(start_paused = true)]
+async fn pods_stuck_terminating_keep_their_quota_until_their_node_is_out_of_service() {
+    let env = Env::new().await;
+    env.queues("3").await;
+    env.create_service(2).await;
+    env.until("2 workers running", 2, || async {
+        (env.worker_counts().await == (0, 2)).then_some(())
+    })
+    .await;
+    // every node stops answering, then the workers are scaled away: their pods cannot go
+    for n in ["node-0", "node-1"] {
+        node_lifecycle::write_ready(&env.client, env.sim.clock(), n, &Readiness::Unknown)
+            .await
+            .unwrap();
+    }
+    env.scale_child(0).await;
+    env.until("2 workers terminating", 2, || async {
+        let w = env.workers().await;
+        (w.len() == 2 && w.iter().all(|p| p.metadata.deletion_timestamp.is_some())).then_some(())
+    })
+    .await;
+    env.other_workload("other", 2).await;
+    tokio::time::sleep(Duration::from_secs(180)).await;
+    assert!(
+        !env.admitted("other").await,
+        "the stuck workers keep their 2 CPU"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), NS);
+    let warned = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PodsStuckTerminating"))
+        .filter_map(|e| e.note)
+        .collect::<Vec<_>>();
+    assert!(
+        warned
+            .iter()
+            .any(|n| n.contains("node.kubernetes.io/out-of-service")),
+        "{warned:?}"
+    );
+    // the nodes are declared out of service: PodGC deletes the stuck pods, the quota frees
+    let taint = json!({"spec": {"taints": [{"key": "node.kubernetes.io/out-of-service",
+        "value": "nodeshutdown", "effect": "NoExecute"}]}});
+    for n in ["node-0", "node-1"] {
+        Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+            .patch(n, &PatchParams::default(), &Patch::Merge(&taint))
+            .await
+            .unwrap();
+    }
+    env.until("the other Workload admitted", 2, || async {
+        if !env.admitted("other").await {
+            return None;
+        }
+        assert!(
+            env.workers().await.is_empty(),
+            "admitted while the workers hold"
+        );
+        Some(())
+    })
+    .await;
 }
 
 /// Item 3 of #13: after a promotion KubeRay deletes the old cluster in the background and its

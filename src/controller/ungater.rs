@@ -65,6 +65,7 @@ pub(super) fn view(p: &Pod, ungated_here: &UngatedHere, shapes: &Shapes) -> Opti
         created: p.metadata.creation_timestamp.as_ref()?.0,
         gated: gates(p).iter().any(|g| g == POD_GATE) && ungated_here.get(uid.as_str()).is_none(),
         finished: matches!(phase, Some("Succeeded" | "Failed")),
+        deleted_at: p.metadata.deletion_timestamp.as_ref().map(|t| t.0),
         name,
     })
 }
@@ -92,6 +93,9 @@ fn pods_of_service<'a>(
         })
         .collect()
 }
+
+/// A pod to ungate, with its gates as read.
+type Picked = (Arc<Pod>, Vec<String>);
 
 /// Every gated pod of a RayService without the queue label (opted out, or never in: only raygate
 /// puts [`POD_GATE`] on, so nothing else would ever lift it), except pods being deleted.
@@ -121,7 +125,7 @@ fn decide(
     service: &RayService,
     pods: &[Arc<Pod>],
     ungated_here: &UngatedHere,
-) -> (Vec<(Arc<Pod>, Vec<String>)>, Option<String>) {
+) -> (Vec<Picked>, Option<String>) {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
     let workloads = ctx.stores.slices_of(&ns, &uid);

@@ -119,6 +119,7 @@ impl World {
                 created: at(self.clock),
                 gated,
                 finished: false,
+                deleted_at: None,
             });
         }
     }

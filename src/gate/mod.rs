@@ -192,8 +192,15 @@ fn decide_opted_in(
     if opts.pod_gate {
         gate_pods(service, &kept, &mut d);
     }
-    let podsets = desired_podsets(service, &kept, &mut d)
-        .map(|p| with_pods_held(service, p, workloads, opts.pods.as_deref(), &mut d));
+    let podsets = desired_podsets(service, &kept, &mut d).map(|p| {
+        with_pods_held(
+            service,
+            p,
+            workloads,
+            (opts.pods.as_deref(), opts.now),
+            &mut d,
+        )
+    });
     let suspended = service.spec.suspend == Some(true);
     let facts = Facts {
         service,
@@ -362,12 +369,15 @@ fn with_pods_held(
     service: &RayService,
     desired: Vec<PodSet>,
     workloads: &[Workload],
-    pods: Option<&[pod_gate::PodView]>,
+    (pods, now): (Option<&[pod_gate::PodView]>, Option<Timestamp>),
     d: &mut GateDecision,
 ) -> Vec<PodSet> {
     let Some(pods) = pods else {
         return desired;
     };
+    if let Some(now) = now {
+        warn_stuck(service, pods, now, d);
+    }
     let needed = pods_held::needed(&desired, workloads, pods);
     if !needed.held_back.is_empty() {
         let kept: Vec<String> = needed
@@ -393,6 +403,35 @@ fn with_pods_held(
     }
     d.held_back = needed.held_back;
     needed.podsets
+}
+
+/// A Warning naming the pods stuck terminating ([`pods_held::stuck`]) and how to free their quota.
+fn warn_stuck(
+    service: &RayService,
+    pods: &[pod_gate::PodView],
+    now: Timestamp,
+    d: &mut GateDecision,
+) {
+    let stuck = pods_held::stuck(pods, now);
+    if stuck.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = stuck.iter().take(5).copied().collect();
+    let more = match stuck.len() - shown.len() {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    d.event(
+        EventType::Warning,
+        "PodsStuckTerminating",
+        format!(
+            "pods {}{more} of RayService {} are still terminating over {}s after their grace period ended and keep their quota (their node may still run them); if their node is down, taint it node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (PodGC then deletes them) or delete them with --force --grace-period=0",
+            shown.join(", "),
+            meta::key(&service.metadata),
+            pods_held::STUCK_AFTER.as_secs()
+        ),
+        None,
+    );
 }
 
 /// Whether any child or any pod still holding resources remains.

@@ -148,6 +148,8 @@ pub struct PodView {
     /// Succeeded or Failed: holds nothing. (A terminating pod still holds its node until it is
     /// gone, so it counts.)
     pub finished: bool,
+    /// Its `deletionTimestamp`: when its grace period ends (`None`: not being deleted).
+    pub deleted_at: Option<Timestamp>,
 }
 
 /// The pods to ungate: per (group, per-pod requests), the granted count minus the ungated pods
@@ -249,6 +251,7 @@ mod tests {
             created: at(created),
             gated,
             finished: false,
+            deleted_at: None,
         }
     }
 
@@ -385,6 +388,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, (g, c, t, gated, finished))| PodView {
                     finished,
+                    deleted_at: None,
                     ..pod(&format!("p{i:02}"), ["headgroup", "a", "b"][g], c, t, gated)
                 })
                 .collect()

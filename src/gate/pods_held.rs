@@ -63,6 +63,28 @@ pub fn holds(p: &PodView) -> bool {
     !p.gated && !p.finished
 }
 
+/// How long past the end of its grace period a pod may take to go before it is called stuck:
+/// Kueue v0.19's `forcefulTerminationGracePeriod` default (`failurerecovery`).
+pub const STUCK_AFTER: k8s_openapi::jiff::SignedDuration =
+    k8s_openapi::jiff::SignedDuration::from_secs(60);
+
+/// The pods still holding resources more than [`STUCK_AFTER`] past the end of their grace
+/// period, by name: typically on a node that stopped answering, where the kubelet that would
+/// confirm them stopped cannot. They keep their quota — the node may still run them — until the
+/// pod object is gone: a node declared out of service (PodGC then deletes them) or a forced
+/// delete. Kueue's failure recovery does the latter for pods that opted in.
+pub fn stuck(pods: &[PodView], now: k8s_openapi::jiff::Timestamp) -> Vec<&str> {
+    pods.iter()
+        .filter(|p| holds(p))
+        .filter(|p| {
+            p.deleted_at
+                .and_then(|t| t.checked_add(STUCK_AFTER).ok())
+                .is_some_and(|t| t < now)
+        })
+        .map(|p| p.name.as_str())
+        .collect()
+}
+
 /// A desired PodSet standing for a head PodSet `h` of shape `s` (its own template: the same
 /// shape, so the slice planner matches it back to `h`).
 fn from_head(h: &kueue::PodSet, s: &Shape, count: i32) -> PodSet {
@@ -273,6 +295,7 @@ mod tests {
                 created: Timestamp::from_second(1_767_225_600).unwrap(),
                 gated,
                 finished,
+                deleted_at: None,
             })
             .collect()
     }
@@ -282,6 +305,24 @@ mod tests {
             .iter()
             .map(|p| (p.name.as_str(), p.count))
             .collect()
+    }
+
+    #[test]
+    fn a_pod_past_its_grace_period_by_more_than_a_minute_is_stuck_and_still_holds() {
+        let t = |s: i64| Timestamp::from_second(1_767_225_600 + s).unwrap();
+        let mut ps = pods("w", 1, 4, false, false);
+        ps[0].deleted_at = Some(t(0)); // grace period ended at t(0)
+        ps[1].deleted_at = Some(t(30));
+        let mut gated = pods("w", 1, 1, true, false);
+        gated[0].deleted_at = Some(t(0));
+        let mut done = pods("w", 1, 1, false, true);
+        done[0].deleted_at = Some(t(0));
+        ps.extend(gated.into_iter().chain(done));
+        assert!(stuck(&ps, t(60)).is_empty(), "a minute is not past");
+        assert_eq!(stuck(&ps, t(61)), vec![ps[0].name.as_str()]);
+        assert_eq!(stuck(&ps, t(91)).len(), 2, "gated and finished pods hold nothing");
+        // stuck pods keep their quota: they still count as holding
+        assert!(ps[..2].iter().all(holds));
     }
 
     #[test]
