@@ -83,6 +83,7 @@ on_both_servers!(
     suspending_during_an_upgrade_removes_both_children_and_resume_runs_the_new_spec,
     a_restarted_controller_converges_without_duplicates_or_early_releases,
     a_higher_priority_service_preempts_a_lower_one,
+    a_held_upgrade_follows_a_priority_raise_in_place_and_preempts,
     a_resource_changing_upgrade_with_an_added_group_is_charged_exactly,
     removing_the_queue_label_frees_the_quota_and_hands_the_service_back,
     raygate_s_own_label_holds_an_upgrade_and_its_removal_hands_the_service_back,
@@ -681,6 +682,80 @@ async fn a_higher_priority_service_preempts_a_lower_one(backend: Backend) {
                 .iter()
                 .all(|c| c.spec.suspend == Some(true))
     );
+    env.stop().await;
+}
+
+/// A held upgrade's pending replacement slice follows a priority raise in place (as Kueue
+/// updates a Workload's priority when its job's class label changes): same slice, same creation
+/// time, the new priority; now above the other service, it preempts it and the upgrade runs.
+async fn a_held_upgrade_follows_a_priority_raise_in_place_and_preempts(backend: Backend) {
+    let env = Env::new(backend, "raise").await;
+    env.queues(
+        "4",
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
+    )
+    .await;
+    for (name, value) in [("low", 10), ("mid", 100), ("high", 1000)] {
+        apply(&env.client, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": format!("{name}-{}", env.ns)}, "value": value})).await;
+    }
+    let labels = |p: &str| json!({"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/priority-class": format!("{p}-{}", env.ns)});
+    env.create_service("svc", labels("low"), json!([group("w", 1, "1")]))
+        .await;
+    let first = env.wait_running("svc").await;
+    env.create_service("other", labels("mid"), json!([group("w", 1, "1")]))
+        .await;
+    env.wait_running("other").await;
+    env.patch_service(
+        "svc",
+        json!({"spec": {"rayClusterConfig": {"rayVersion": "2.52.0"}}}),
+    )
+    .await;
+    let reserved = |w: &Workload| {
+        w.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "QuotaReserved" && c.status == "True")
+        })
+    };
+    let pending = eventually(WAIT, "a held upgrade, its replacement pending", || async {
+        (env.pending_child("svc").await?.spec.suspend == Some(true)).then_some(())?;
+        // (a class the controller has not seen yet is filled in once it has)
+        env.live_slices("svc")
+            .await
+            .into_iter()
+            .find(|w| !reserved(w) && w.spec.priority == Some(10))
+    })
+    .await;
+    env.patch_service(
+        "svc",
+        json!({"metadata": {"labels": {"kueue.x-k8s.io/priority-class": format!("high-{}", env.ns)}}}),
+    )
+    .await;
+    let name = pending.metadata.name.clone().unwrap();
+    eventually(WAIT, "the same slice at the new priority", || async {
+        let w = env
+            .live_slices("svc")
+            .await
+            .into_iter()
+            .find(|w| w.metadata.name.as_deref() == Some(name.as_str()))?;
+        assert_eq!(
+            w.metadata.creation_timestamp, pending.metadata.creation_timestamp,
+            "updated in place"
+        );
+        (w.spec.priority == Some(1000)).then_some(())
+    })
+    .await;
+    eventually(
+        WAIT,
+        "the other service stopped, the upgrade promoted",
+        || async {
+            let other = env.services().get("other").await.ok()?;
+            let svc = env.services().get("svc").await.ok()?;
+            let active = svc.status?.active_service_status?.ray_cluster_name?;
+            (other.spec.suspend == Some(true) && active != first).then_some(())
+        },
+    )
+    .await;
     env.stop().await;
 }
 

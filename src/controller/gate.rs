@@ -523,9 +523,9 @@ async fn apply_action(
     match action {
         GateAction::Slice(a) => {
             let rv = match a {
-                SliceAction::SetPodSets { name, .. } | SliceAction::Finish { name, .. } => {
-                    decided.workload_rv(name)
-                }
+                SliceAction::SetPodSets { name, .. }
+                | SliceAction::SetPriority { name, .. }
+                | SliceAction::Finish { name, .. } => decided.workload_rv(name),
                 SliceAction::Create { .. } => None,
             };
             apply::slice(&ctx.client, ns, a, rv, now).await?

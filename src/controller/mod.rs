@@ -170,6 +170,8 @@ pub enum Error {
     ApplyWorkload { name: String, source: kube::Error },
     #[error("patching Workload {name} spec.podSets: {source}")]
     PatchPodSets { name: String, source: kube::Error },
+    #[error("patching Workload {name} spec.priority: {source}")]
+    PatchPriority { name: String, source: kube::Error },
     #[error("writing Workload {name} status: {source}")]
     WorkloadStatus { name: String, source: kube::Error },
     #[error("writing Workload {name} PodsReady: {source}")]
@@ -207,6 +209,7 @@ impl Error {
             | Error::OptOutChild { source, .. }
             | Error::ApplyWorkload { source, .. }
             | Error::PatchPodSets { source, .. }
+            | Error::PatchPriority { source, .. }
             | Error::WorkloadStatus { source, .. }
             | Error::PodsReady { source, .. }
             | Error::ClusterQueueStatus { source, .. }
@@ -224,6 +227,7 @@ impl Error {
             Error::PatchChildFlavors { .. } => "patch_child_flavors",
             Error::ApplyWorkload { .. } => "apply_workload",
             Error::PatchPodSets { .. } => "patch_podsets",
+            Error::PatchPriority { .. } => "patch_priority",
             Error::WorkloadStatus { .. } => "workload_status",
             Error::PodsReady { .. } => "pods_ready",
             Error::ClusterQueueStatus { .. } => "clusterqueue_status",

@@ -178,6 +178,7 @@ impl World {
                         set_condition(w, condition::FINISHED, "True", reason, "");
                     }
                 }
+                SliceAction::SetPriority { .. } => {}
             }
         }
     }

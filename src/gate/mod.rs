@@ -496,6 +496,23 @@ fn plan_slices<'a>(f: &Facts<'a>, d: &mut GateDecision) -> Option<&'a Workload> 
                 msg,
                 None,
             );
+        } else if let SliceAction::SetPriority {
+            name,
+            priority_class_ref,
+            priority,
+        } = &a
+        {
+            let msg = format!(
+                "slice {name} now has priority class {} ({priority}), in place: a pending slice keeps its place in the queue",
+                priority_class_ref.name
+            );
+            d.announce(
+                GateAction::Slice(a),
+                EventType::Normal,
+                "SlicePriorityUpdated",
+                msg,
+                None,
+            );
         } else {
             d.actions.push(GateAction::Slice(a));
         }

@@ -320,7 +320,11 @@ mod tests {
         ps.extend(gated.into_iter().chain(done));
         assert!(stuck(&ps, t(60)).is_empty(), "a minute is not past");
         assert_eq!(stuck(&ps, t(61)), vec![ps[0].name.as_str()]);
-        assert_eq!(stuck(&ps, t(91)).len(), 2, "gated and finished pods hold nothing");
+        assert_eq!(
+            stuck(&ps, t(91)).len(),
+            2,
+            "gated and finished pods hold nothing"
+        );
         // stuck pods keep their quota: they still count as holding
         assert!(ps[..2].iter().all(holds));
     }

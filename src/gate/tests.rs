@@ -82,6 +82,7 @@ fn kinds(d: &GateDecision) -> Vec<String> {
             GateAction::Slice(SliceAction::Create { .. }) => "Create".into(),
             GateAction::Slice(SliceAction::SetPodSets { .. }) => "SetPodSets".into(),
             GateAction::Slice(SliceAction::Finish { .. }) => "Finish".into(),
+            GateAction::Slice(SliceAction::SetPriority { .. }) => "SetPriority".into(),
             GateAction::Release { child, .. } => format!("Release {child}"),
             GateAction::Hold { child } => format!("Hold {child}"),
             GateAction::RecordReleased { released } => {

@@ -89,6 +89,14 @@ pub enum SliceAction {
         pod_sets: Vec<kueue::PodSet>,
         why: &'static str,
     },
+    /// Set a live slice's `spec.priorityClassRef` and `spec.priority` in place: the owner's
+    /// priority class or its value changed (as Kueue v0.19.2's job reconciler
+    /// `UpdateWorkloadPriority` and its WorkloadPriorityClass controller update Workloads).
+    SetPriority {
+        name: String,
+        priority_class_ref: PriorityClassRef,
+        priority: i32,
+    },
     /// Mark a slice `Finished=True` with this reason.
     Finish {
         name: String,
@@ -160,20 +168,57 @@ fn build(
     w
 }
 
-/// Whether a slice carries the owner's current queue and priority class. A class that does not
-/// resolve (label removed, or the WorkloadPriorityClass missing or not yet seen) changes nothing,
-/// so a transiently missing class never recreates a slice at priority 0.
-fn same_queue_and_priority(ctx: &SliceContext, w: &Workload) -> bool {
-    let same_class = match &ctx.priority_class_ref {
-        Some(want) => w.spec.priority_class_ref.as_ref().map(|r| &r.name) == Some(&want.name),
-        None => true,
-    };
-    w.spec.queue_name.as_deref() == Some(ctx.queue_name.as_str()) && same_class
+/// Whether a slice carries the owner's current queue.
+fn same_queue(ctx: &SliceContext, w: &Workload) -> bool {
+    w.spec.queue_name.as_deref() == Some(ctx.queue_name.as_str())
 }
 
 /// Plans the owner's slices for `desired` PodSets, given its Workloads (any state; finished ones
 /// only reserve their names).
 pub fn plan(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> SlicePlan {
+    let mut p = plan_chain(ctx, desired, workloads);
+    follow_priority(ctx, workloads, &mut p.actions);
+    p
+}
+
+/// Every slice left live by `actions` carries the owner's current priority class and value,
+/// updated in place so a pending slice keeps its place in the queue. A class that does not
+/// resolve (label removed, or the WorkloadPriorityClass missing or not yet seen) changes nothing,
+/// so a transiently missing class never drops a slice to priority 0; and a slice that reserved
+/// quota without a class keeps none (Kueue's Workload CEL: `priorityClassRef is immutable while
+/// workload quota reserved`, which Kueue's `classifyWorkloadsForPriorityUpdate` respects too).
+fn follow_priority(ctx: &SliceContext, workloads: &[Workload], actions: &mut Vec<SliceAction>) {
+    let (Some(want), Some(value)) = (&ctx.priority_class_ref, ctx.priority) else {
+        return;
+    };
+    let finished: BTreeSet<String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            SliceAction::Finish { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    for w in workloads
+        .iter()
+        .filter(|w| !workload::is_finished(w.status.as_ref()))
+        .filter(|w| !finished.contains(&meta::name(&w.metadata)))
+    {
+        let current = w.spec.priority_class_ref.as_ref();
+        if current.is_none() && workload::holds_quota(w.status.as_ref()) {
+            continue;
+        }
+        if current == Some(want) && w.spec.priority == Some(value) {
+            continue;
+        }
+        actions.push(SliceAction::SetPriority {
+            name: meta::name(&w.metadata),
+            priority_class_ref: want.clone(),
+            priority: value,
+        });
+    }
+}
+
+fn plan_chain(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) -> SlicePlan {
     let taken: BTreeSet<String> = workloads.iter().map(|w| meta::name(&w.metadata)).collect();
     let mut live: Vec<&Workload> = workloads
         .iter()
@@ -327,26 +372,22 @@ fn track_without_quota(
     }
 }
 
-/// Whether pending slice `p` carries the current queue and priority; if not, it holds no quota
-/// and finishes, so a new slice (a fixed queue label typo, a raised priority class) takes effect.
+/// Whether pending slice `p` is in the current queue; if not, it holds no quota and finishes,
+/// so a new slice (a fixed queue label typo) takes effect.
 fn requeue_unless_current(
     ctx: &SliceContext,
     p: &Workload,
     actions: &mut Vec<SliceAction>,
 ) -> bool {
-    if same_queue_and_priority(ctx, p) {
+    if same_queue(ctx, p) {
         return true;
     }
     actions.push(SliceAction::Finish {
         name: meta::name(&p.metadata),
         reason: reason::OUT_OF_SYNC,
         message: format!(
-            "the RayService's queue or priority class changed (LocalQueue {}, priority class {}): a new slice replaces it",
-            ctx.queue_name,
-            ctx.priority_class_ref
-                .as_ref()
-                .map(|r| r.name.as_str())
-                .unwrap_or("none")
+            "the RayService's queue changed (LocalQueue {}): a new slice replaces it",
+            ctx.queue_name
         ),
     });
     false

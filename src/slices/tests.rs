@@ -77,6 +77,18 @@ fn apply(ws: &mut Vec<Workload>, plan: &SlicePlan, clock: &mut i64) {
                     .unwrap();
                 set(w, condition::FINISHED, reason);
             }
+            SliceAction::SetPriority {
+                name,
+                priority_class_ref,
+                priority,
+            } => {
+                let w = ws
+                    .iter_mut()
+                    .find(|w| w.metadata.name.as_deref() == Some(name))
+                    .unwrap();
+                w.spec.priority_class_ref = Some(priority_class_ref.clone());
+                w.spec.priority = Some(*priority);
+            }
         }
     }
 }
@@ -699,16 +711,21 @@ fn a_pending_slice_follows_a_queue_or_priority_class_change() {
     let target = by_name(&ws, p.target.as_deref().unwrap());
     assert_eq!(target.spec.queue_name.as_deref(), Some("team-a"));
     assert_eq!(live(&ws).len(), 1);
-    // a priority raise
-    c.priority_class_ref = Some(PriorityClassRef {
-        group: "kueue.x-k8s.io".into(),
-        kind: "WorkloadPriorityClass".into(),
-        name: "high".into(),
-    });
+    // a priority raise: the pending slice follows in place, keeping its place in the queue
+    c.priority_class_ref = Some(class("high"));
     c.priority = Some(1000);
+    let before = live(&ws)[0].metadata.creation_timestamp.clone();
     let p = step(&mut ws, &c, &[head(1)], &mut clock);
+    assert!(
+        matches!(
+            &p.actions[..],
+            [SliceAction::SetPriority { priority: 1000, .. }]
+        ),
+        "{p:?}"
+    );
     let target = by_name(&ws, p.target.as_deref().unwrap());
     assert_eq!(target.spec.priority, Some(1000));
+    assert_eq!(target.metadata.creation_timestamp, before);
     assert_eq!(live(&ws).len(), 1);
     assert_eq!(plan(&c, &[head(1)], &ws).actions, []);
     // a class that does not resolve (missing, or not seen yet) does not recreate it at priority 0
@@ -727,6 +744,66 @@ fn a_pending_slice_follows_a_queue_or_priority_class_change() {
     );
     c.queue_name = "team-b".into();
     assert_eq!(plan(&c, &[head(1)], &ws).actions, []);
+}
+
+fn class(name: &str) -> PriorityClassRef {
+    PriorityClassRef {
+        group: "kueue.x-k8s.io".into(),
+        kind: "WorkloadPriorityClass".into(),
+        name: name.into(),
+    }
+}
+
+/// A pending replacement, and the admitted head beside it, follow a priority class change and a
+/// class value change in place (Kueue v0.19.2's `UpdateWorkloadPriority` and its
+/// WorkloadPriorityClass controller); a head that reserved quota without a class keeps none.
+#[test]
+fn every_live_slice_follows_the_priority_class_and_its_value_in_place() {
+    let mut c = ctx(AdmissionMode::Builtin);
+    c.priority_class_ref = Some(class("low"));
+    c.priority = Some(10);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1)], &mut clock);
+    admit_counts(&mut ws[0]);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    assert_eq!(live(&ws).len(), 2, "head and a pending replacement");
+    let names: Vec<String> = live(&ws).iter().map(|w| meta::name(&w.metadata)).collect();
+    for (name, value) in [("high", 1000), ("high", 2000)] {
+        c.priority_class_ref = Some(class(name));
+        c.priority = Some(value);
+        let p = step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+        let set: Vec<&str> = p
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                SliceAction::SetPriority { name, priority, .. } if *priority == value => {
+                    Some(name.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(set, names, "{p:?}");
+        assert_eq!(p.actions.len(), 2, "nothing else: {p:?}");
+        for w in live(&ws) {
+            assert_eq!(w.spec.priority, Some(value));
+            assert_eq!(w.spec.priority_class_ref, Some(class(name)));
+        }
+        assert_eq!(plan(&c, &[head(1), workers(2)], &ws).actions, []);
+    }
+    // a head that reserved quota with no class cannot be given one; its pending replacement can
+    let mut plain = ctx(AdmissionMode::Builtin);
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &plain, &[head(1)], &mut clock);
+    admit_counts(&mut ws[0]);
+    step(&mut ws, &plain, &[head(1), workers(2)], &mut clock);
+    plain.priority_class_ref = Some(class("high"));
+    plain.priority = Some(1000);
+    let p = plan(&plain, &[head(1), workers(2)], &ws);
+    let pending = meta::name(&live(&ws)[1].metadata);
+    assert!(
+        matches!(&p.actions[..], [SliceAction::SetPriority { name, .. }] if *name == pending),
+        "{p:?}"
+    );
 }
 
 fn finished_at(w: &mut Workload, second: i64) {

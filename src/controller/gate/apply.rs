@@ -206,6 +206,23 @@ pub async fn slice(
                 name: format!("{ns}/{name}"),
                 source,
             }),
+        SliceAction::SetPriority {
+            name,
+            priority_class_ref,
+            priority,
+        } => api
+            .patch(
+                name,
+                &merge(SLICES_MANAGER),
+                &Patch::Merge(&json!({"metadata": precondition(rv), "spec": {
+                    "priorityClassRef": priority_class_ref, "priority": priority}})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|source| Error::PatchPriority {
+                name: format!("{ns}/{name}"),
+                source,
+            }),
         SliceAction::Finish {
             name,
             reason,
