@@ -76,12 +76,10 @@ impl Pass for Admission {
         let lapsed = keep_lapsed_coverage(ctx, observed, &mut self.coverage).await;
         let snapshot = lapsed.as_ref().map_or(observed, |(s, _)| s);
         forget_gone(&mut self.backoff, snapshot);
-        let mut result = admission::cycle(
-            snapshot,
-            &Options {
-                release_evicted_immediately: false,
-            },
-        );
+        let options = Options {
+            release_evicted_immediately: false,
+        };
+        let mut result = off_the_runtime(|| admission::cycle(snapshot, &options));
         // a stand-in is no object: nothing is written to it
         if let Some((_, stand_ins)) = &lapsed {
             result
@@ -93,6 +91,17 @@ impl Pass for Admission {
         let failed = apply(ctx, snapshot, &result, now, assumed, backoff).await;
         report(ctx, snapshot, &result, &failed);
         self.backoff.next_retry(woke)
+    }
+}
+
+/// Runs the pure, CPU-bound `f` (an admission cycle over every Workload) without holding up the
+/// other tasks of the runtime's worker: on a multi-threaded runtime the worker's queue moves to
+/// another thread meanwhile (`block_in_place`); a current-thread runtime (the simulated cluster's
+/// tests on a paused clock) runs it in place.
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

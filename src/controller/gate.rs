@@ -18,7 +18,6 @@ use super::{Context, Error, Monotonic, not_synced, resync};
 use crate::events::Event;
 use crate::gate::pods_ready::PodsReady;
 use crate::gate::{self, GateAction, GateDecision, GateOptions};
-use crate::podsets;
 use crate::runtime::SortedState;
 use crate::slices::{self, SliceAction};
 use crate::types::kueue::Workload;
@@ -97,8 +96,8 @@ fn not_now(service: &RayService, ctx: &Context) -> Option<Action> {
 fn left_behind(service: &RayService, ctx: &Context) -> bool {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
-    let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.sorted_state();
-    let children = podsets::children_of(service, clusters.iter().map(|c| c.as_ref()));
+    let children = ctx.stores.children_of(service);
+    let children: Vec<&RayCluster> = children.iter().map(|c| c.as_ref()).collect();
     gate::left_behind(service, &children, &ctx.stores.slices_of(&ns, &uid))
 }
 
@@ -125,12 +124,12 @@ fn observe(ctx: &Context, service: Arc<RayService>) -> Observed {
     let name = service.metadata.name.clone().unwrap_or_default();
     let uid = service.metadata.uid.clone().unwrap_or_default();
     let key = format!("{ns}/{name}");
-    let clusters: Vec<Arc<RayCluster>> = ctx.stores.clusters.sorted_state();
-    let children: Vec<RayCluster> =
-        podsets::children_of(&service, clusters.iter().map(|c| c.as_ref()))
-            .into_iter()
-            .cloned()
-            .collect();
+    let children: Vec<RayCluster> = ctx
+        .stores
+        .children_of(&service)
+        .iter()
+        .map(|c| c.as_ref().clone())
+        .collect();
     let live: BTreeSet<String> = children
         .iter()
         .filter_map(|c| c.metadata.name.clone())

@@ -19,7 +19,9 @@ use tokio::sync::Notify;
 use super::watch_config;
 use crate::admission::AdmissionMode;
 use crate::meta;
-use crate::runtime::SortedState;
+use crate::runtime::Index;
+
+mod selection;
 use crate::slices::MANAGED_BY;
 use crate::types::kueue::{
     ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload, WorkloadPriorityClass,
@@ -27,6 +29,9 @@ use crate::types::kueue::{
 use crate::types::ray::{
     ORIGINATED_FROM_CRD_LABEL, ORIGINATED_FROM_RAYSERVICE, RayCluster, RayService,
 };
+pub use selection::Selection;
+use selection::keep_own_managed_fields;
+use selection::slim_pod;
 
 /// Read handles on everything raygate watches.
 #[derive(Clone)]
@@ -48,7 +53,33 @@ pub struct Stores {
     /// The Ray pods ([`RAY_PODS`]) when the pod gate is on (`None` otherwise: raygate then reads
     /// no pods).
     pub pods: Option<Store<Pod>>,
+    /// The children by their RayService's name ([`meta::owning_rayservice`]).
+    pub children: Index<RayCluster>,
+    /// The Workloads by the uid of the RayService owning them.
+    pub slices: Index<Workload>,
+    /// The Ray pods by their `ray.io/cluster`.
+    pub pods_by_cluster: Option<Index<Pod>>,
     pub ready: Arc<Readiness>,
+}
+
+/// [`Stores::children`]'s key: the RayService a child belongs to.
+fn service_of(c: &RayCluster) -> Option<String> {
+    meta::owning_rayservice(&c.metadata).map(str::to_string)
+}
+
+/// [`Stores::slices`]' key: the uid of the RayService owning a Workload.
+fn owner_uid(w: &Workload) -> Option<String> {
+    w.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "RayService")
+        .map(|o| o.uid.clone())
+}
+
+/// [`Stores::pods_by_cluster`]'s key: a pod's `ray.io/cluster`.
+fn cluster_of(p: &Pod) -> Option<String> {
+    meta::label(&p.metadata, "ray.io/cluster").map(str::to_string)
 }
 
 /// The label selector of the Ray pods raygate watches with the pod gate on: KubeRay's heads and
@@ -65,19 +96,31 @@ impl Stores {
     /// The Workloads (slices) a RayService owns, from the cache: same namespace, an owner
     /// reference to the service's uid.
     pub fn slices_of(&self, namespace: &str, service_uid: &str) -> Vec<Workload> {
-        self.workloads
-            .sorted_state()
+        self.slices
+            .objects(&self.workloads, namespace, service_uid)
             .iter()
-            .filter(|w| w.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|w| {
-                w.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == service_uid && o.kind == "RayService")
-            })
             .map(|w| w.as_ref().clone())
             .collect()
+    }
+
+    /// A RayService's children from the cache, in [`crate::podsets::children_of`]'s order.
+    pub fn children_of(&self, service: &RayService) -> Vec<Arc<RayCluster>> {
+        let ns = service.metadata.namespace.as_deref().unwrap_or_default();
+        let name = service.metadata.name.as_deref().unwrap_or_default();
+        let mine = self.children.objects(&self.clusters, ns, name);
+        let order: Vec<&RayCluster> =
+            crate::podsets::children_of(service, mine.iter().map(|c| c.as_ref()));
+        order
+            .into_iter()
+            .filter_map(|c| mine.iter().find(|m| std::ptr::eq(m.as_ref(), c)).cloned())
+            .collect()
+    }
+
+    /// Whether a RayCluster of this name exists in `namespace` (among the children watched).
+    pub fn cluster_exists(&self, namespace: &str, name: &str) -> bool {
+        self.clusters
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_some()
     }
 }
 
@@ -223,7 +266,11 @@ pub type Driver = (String, BoxFuture<'static, ()>);
 /// deletions to `on_delete` (kube's shared dispatcher forwards applies only).
 fn watch<K: Watched>(
     api: Api<K>,
-    config: watcher::Config,
+    Selection {
+        config,
+        index,
+        slim,
+    }: Selection<K>,
     feed: Feed,
     notify: Option<Changed>,
     ready: Arc<Readiness>,
@@ -240,7 +287,16 @@ fn watch<K: Watched>(
     // store, as controller-runtime's `cache.TransformStripManagedFields` drops them all.
     let events = watcher(api, config)
         .default_backoff()
-        .modify(|o| keep_own_managed_fields(o.meta_mut()));
+        .modify(move |o| {
+            keep_own_managed_fields(o.meta_mut());
+            slim(o);
+        })
+        // the index first, so a reader woken by the store's change finds it current
+        .inspect(move |ev| {
+            if let (Some(index), Ok(ev)) = (&index, ev) {
+                index.apply(ev);
+            }
+        });
     let (store, stream, events) = match feed {
         Feed::Controller => {
             let (reader, writer) = reflector::store_shared(BUFFER);
@@ -284,20 +340,6 @@ fn watch<K: Watched>(
     }
 }
 
-/// Drops the `managedFields` entries of every field manager but raygate's own (`raygate-…`).
-fn keep_own_managed_fields(meta: &mut kube::api::ObjectMeta) {
-    if let Some(entries) = &mut meta.managed_fields {
-        entries.retain(|m| {
-            m.manager
-                .as_deref()
-                .is_some_and(|n| n.starts_with(super::FIELD_MANAGER_PREFIX))
-        });
-        if entries.is_empty() {
-            meta.managed_fields = None;
-        }
-    }
-}
-
 /// A store-only watch on the one driver, for a reader outside [`Stores`] (the drain loop): its
 /// store and its driving task (named `watch <Kind>`), to be spawned by the caller. The kind is
 /// tracked in `ready` (pending until its first complete list, and again while it re-lists);
@@ -305,6 +347,16 @@ fn keep_own_managed_fields(meta: &mut kube::api::ObjectMeta) {
 pub fn watch_store<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
+    ready: Arc<Readiness>,
+    changed: impl Into<Changed>,
+) -> (Store<K>, Driver) {
+    watch_store_indexed(api, Selection::of(config), ready, changed)
+}
+
+/// [`watch_store`] with an index kept from the same events.
+fn watch_store_indexed<K: Watched>(
+    api: Api<K>,
+    config: Selection<K>,
     ready: Arc<Readiness>,
     changed: impl Into<Changed>,
 ) -> (Store<K>, Driver) {
@@ -403,13 +455,18 @@ fn workload_owner(tx: Deleted) -> impl Fn(&Workload) + Send + 'static {
 }
 
 /// The RayClusters RayServices made (the gate's children); a deleted one reports its service.
-fn children_watch(client: &Client, ready: &Arc<Readiness>, deleted: Deleted) -> Watch<RayCluster> {
+fn children_watch(
+    client: &Client,
+    ready: &Arc<Readiness>,
+    deleted: Deleted,
+    index: Index<RayCluster>,
+) -> Watch<RayCluster> {
     let children = watch_config().labels(&format!(
         "{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_RAYSERVICE}"
     ));
     watch(
         Api::<RayCluster>::all(client.clone()),
-        children,
+        Selection::of(children).indexed(index),
         Feed::Controller,
         None,
         ready.clone(),
@@ -424,6 +481,7 @@ fn workloads_watch(
     trigger: &Arc<Notify>,
     ready: &Arc<Readiness>,
     deleted: Deleted,
+    index: Index<Workload>,
 ) -> Watch<Workload> {
     // Built-in admission weighs every Workload in a ClusterQueue; with Kueue raygate reads its own.
     let workload_cfg = match mode {
@@ -434,7 +492,7 @@ fn workloads_watch(
     };
     watch(
         Api::<Workload>::all(client.clone()),
-        workload_cfg,
+        Selection::of(workload_cfg).indexed(index),
         Feed::Controller,
         Some(trigger.clone().into()),
         ready.clone(),
@@ -450,14 +508,16 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
     let (deleted_tx, deleted) = futures::channel::mpsc::unbounded::<ObjectRef<RayService>>();
     let services = watch(
         Api::<RayService>::all(client.clone()),
-        watch_config(),
+        Selection::of(watch_config()),
         Feed::Controller,
         None,
         ready.clone(),
         |_: &RayService| {},
     );
-    let clusters = children_watch(&client, &ready, deleted_tx.clone());
-    let workloads = workloads_watch(&client, mode, &trigger, &ready, deleted_tx);
+    let children = Index::new(service_of);
+    let slices = Index::new(owner_uid);
+    let clusters = children_watch(&client, &ready, deleted_tx.clone(), children.clone());
+    let workloads = workloads_watch(&client, mode, &trigger, &ready, deleted_tx, slices.clone());
     // the admission loop's inputs: stores only, each change triggers a cycle
     let (cluster_queues, cq_driver) = queue_input::<ClusterQueue>(&client, &trigger, &ready);
     let (local_queues, lq_driver) = queue_input::<LocalQueue>(&client, &trigger, &ready);
@@ -487,10 +547,14 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
     } else {
         (None, None)
     };
-    let pods = pod_gate.then(|| {
-        let (store, driver) = watch_store(
+    let pods_by_cluster = pod_gate.then(|| Index::new(cluster_of));
+    let pods = pods_by_cluster.clone().map(|index| {
+        let (store, driver) = watch_store_indexed(
             Api::<Pod>::all(client.clone()),
-            watch_config().labels(RAY_PODS),
+            Selection {
+                slim: slim_pod,
+                ..Selection::of(watch_config().labels(RAY_PODS)).indexed(index)
+            },
             ready.clone(),
             pods_changed.clone(),
         );
@@ -510,6 +574,9 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
         limit_ranges,
         runtime_classes,
         pods,
+        children,
+        slices,
+        pods_by_cluster,
         ready,
     };
     let streams = Streams {

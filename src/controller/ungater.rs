@@ -23,7 +23,7 @@ use super::{Context, Monotonic};
 use crate::events::{Event, EventType};
 use crate::gate::pod_gate::{self, POD_GATE, PodView};
 use crate::gate::pods_held;
-use crate::podsets::{self, pod_requests};
+use crate::podsets::pod_requests;
 use crate::runtime::{Assumed, SortedState};
 use crate::types::ray::RayService;
 use crate::workload;
@@ -70,27 +70,40 @@ pub(super) fn view(p: &Pod, ungated_here: &UngatedHere, shapes: &Shapes) -> Opti
     })
 }
 
-/// The pods of `service`'s children, live and deleted (found by their cluster's name).
-fn pods_of_service<'a>(
-    ctx: &Context,
-    service: &RayService,
-    pods: &'a [Arc<Pod>],
-) -> Vec<&'a Arc<Pod>> {
-    let ns = service.metadata.namespace.clone().unwrap_or_default();
-    let clusters = ctx.stores.clusters.sorted_state();
-    let children: BTreeSet<String> =
-        podsets::children_of(service, clusters.iter().map(|c| c.as_ref()))
-            .into_iter()
-            .filter_map(|c| c.metadata.name.clone())
-            .collect();
-    let known = cluster_names(&clusters, &ns);
-    let name = service.metadata.name.clone().unwrap_or_default();
-    pods.iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .filter(|p| {
-            crate::meta::label(&p.metadata, CLUSTER_LABEL)
-                .is_some_and(|c| pods_held::belongs(&name, c, &children, &known))
-        })
+/// The pods of `service`'s children `live`, and of deleted ones (found by their cluster's name,
+/// [`pods_held::belongs`]), from the pods' index, in (cluster, name) order.
+fn service_pods(ctx: &Context, service: &RayService, live: &BTreeSet<String>) -> Vec<Arc<Pod>> {
+    let (Some(store), Some(index)) = (&ctx.stores.pods, &ctx.stores.pods_by_cluster) else {
+        return Vec::new();
+    };
+    let ns = service.metadata.namespace.as_deref().unwrap_or_default();
+    let name = service.metadata.name.as_deref().unwrap_or_default();
+    let candidates = index.keys_with_prefix(ns, &format!("{name}-"));
+    let known: BTreeSet<String> = candidates
+        .iter()
+        .filter(|c| ctx.stores.cluster_exists(ns, c))
+        .cloned()
+        .collect();
+    let clusters: BTreeSet<&String> = live
+        .iter()
+        .chain(
+            candidates
+                .iter()
+                .filter(|c| pods_held::belongs(name, c, live, &known)),
+        )
+        .collect();
+    clusters
+        .into_iter()
+        .flat_map(|c| index.objects(store, ns, c))
+        .collect()
+}
+
+/// The names of `service`'s live children.
+fn child_names(ctx: &Context, service: &RayService) -> BTreeSet<String> {
+    ctx.stores
+        .children_of(service)
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
         .collect()
 }
 
@@ -102,11 +115,10 @@ type Picked = (Arc<Pod>, Vec<String>);
 fn decide_opted_out(
     ctx: &Context,
     service: &RayService,
-    pods: &[Arc<Pod>],
     ungated_here: &UngatedHere,
-) -> Vec<(Arc<Pod>, Vec<String>)> {
-    pods_of_service(ctx, service, pods)
-        .into_iter()
+) -> Vec<Picked> {
+    service_pods(ctx, service, &child_names(ctx, service))
+        .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
             ungated_here
@@ -123,7 +135,6 @@ fn decide_opted_out(
 fn decide(
     ctx: &Context,
     service: &RayService,
-    pods: &[Arc<Pod>],
     ungated_here: &UngatedHere,
 ) -> (Vec<Picked>, Option<String>) {
     let ns = service.metadata.namespace.clone().unwrap_or_default();
@@ -139,12 +150,13 @@ fn decide(
         return (vec![], None);
     };
     // pods of deleted children still hold their grant until they are gone
-    let mine = pods_of_service(ctx, service, pods);
-    let clusters = ctx.stores.clusters.sorted_state();
-    let shapes = pod_gate::template_requests(podsets::children_of(
-        service,
-        clusters.iter().map(|c| c.as_ref()),
-    ));
+    let children = ctx.stores.children_of(service);
+    let live = children
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let mine = service_pods(ctx, service, &live);
+    let shapes = pod_gate::template_requests(children.iter().map(|c| c.as_ref()));
     // a gated pod being deleted holds nothing and is never ungated
     let views: Vec<PodView> = mine
         .iter()
@@ -155,23 +167,11 @@ fn decide(
         .collect();
     let picked = pod_gate::ungate(&crate::slices::grants(newest), &views);
     let picked = mine
-        .into_iter()
+        .iter()
         .filter(|p| p.metadata.name.as_ref().is_some_and(|n| picked.contains(n)))
         .map(|p| (p.clone(), gates(p)))
         .collect();
     (picked, newest.metadata.name.clone())
-}
-
-/// The names of the RayClusters in namespace `ns`.
-pub(super) fn cluster_names(
-    clusters: &[Arc<crate::types::ray::RayCluster>],
-    ns: &str,
-) -> BTreeSet<String> {
-    clusters
-        .iter()
-        .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
-        .filter_map(|c| c.metadata.name.clone())
-        .collect()
 }
 
 /// The pods of `service` (of its live children, and of deleted ones still terminating) as the
@@ -183,24 +183,15 @@ pub(super) fn pods_of(
 ) -> Option<Vec<PodView>> {
     // `Stores` tracks the pods' readiness with every other kind's: the gate decides only once
     // all of them have listed
-    let store = ctx.stores.pods.as_ref()?;
-    let ns = service.metadata.namespace.clone().unwrap_or_default();
-    let name = service.metadata.name.clone().unwrap_or_default();
+    ctx.stores.pods.as_ref()?;
     let live: BTreeSet<String> = children
         .iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect();
-    let known = cluster_names(&ctx.stores.clusters.sorted_state(), &ns);
     let shapes = pod_gate::template_requests(children);
     Some(
-        store
-            .sorted_state()
+        service_pods(ctx, service, &live)
             .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-            .filter(|p| {
-                crate::meta::label(&p.metadata, CLUSTER_LABEL)
-                    .is_some_and(|c| pods_held::belongs(&name, c, &live, &known))
-            })
             .filter_map(|p| view(p, &UngatedHere::default(), &shapes))
             .collect(),
     )
@@ -270,9 +261,9 @@ pub(super) type UngatedHere = Assumed<()>;
 
 /// One pass over every RayService (opted in or not).
 async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut UngatedHere) {
-    let all = pods.sorted_state();
     // forget what the watch now shows ungated (or gone)
     if !ungated_here.is_empty() {
+        let all = pods.state();
         let gated: HashSet<&str> = all
             .iter()
             .filter(|p| gates(p).iter().any(|g| g == POD_GATE))
@@ -287,11 +278,11 @@ async fn pass(ctx: &Context, pods: &Store<Pod>, ungated_here: &mut UngatedHere) 
             continue;
         }
         let (picked, grant, why) = if crate::gate::queue_name(&service).is_some() {
-            let (picked, grant) = decide(ctx, &service, &all, ungated_here);
+            let (picked, grant) = decide(ctx, &service, ungated_here);
             (picked, grant, "the newest admitted slice grants it")
         } else {
             (
-                decide_opted_out(ctx, &service, &all, ungated_here),
+                decide_opted_out(ctx, &service, ungated_here),
                 None,
                 "the RayService is not opted in (no queue label)",
             )
