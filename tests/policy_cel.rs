@@ -1077,7 +1077,12 @@ fn nobody_but_raygate_relabels_a_held_or_granted_ray_pod() {
         Some("w"),
     );
     let granted = with_meta(
-        with_meta(gated.clone(), "annotations", "raygate.io/granted-by", Some("svc-x1")),
+        with_meta(
+            gated.clone(),
+            "annotations",
+            "raygate.io/granted-by",
+            Some("svc-x1"),
+        ),
         "labels",
         "team",
         Some("a"),
@@ -1095,7 +1100,12 @@ fn nobody_but_raygate_relabels_a_held_or_granted_ray_pod() {
             with_meta(pod.clone(), "labels", "ray.io/cluster", None),
             with_meta(pod.clone(), "labels", "ray.io/node-type", Some("head")),
             with_meta(pod.clone(), "annotations", "raygate.io/granted-by", None),
-            with_meta(pod.clone(), "annotations", "raygate.io/granted-by", Some("x")),
+            with_meta(
+                pod.clone(),
+                "annotations",
+                "raygate.io/granted-by",
+                Some("x"),
+            ),
         ]
     };
     for old in [&gated, &granted] {
@@ -1126,7 +1136,11 @@ fn nobody_but_raygate_relabels_a_held_or_granted_ray_pod() {
     }
     // a granted pod is matched by its annotation alone (no gate left)
     let relabelled = with_meta(granted.clone(), "labels", "ray.io/group", Some("other"));
-    assert!(policy.conditions(&Request::pod_update("alice", granted, relabelled)).is_ok());
+    assert!(
+        policy
+            .conditions(&Request::pod_update("alice", granted, relabelled))
+            .is_ok()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
