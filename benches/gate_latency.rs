@@ -126,6 +126,12 @@ async fn main() {
             )
             .await
             .unwrap();
+        // KubeRay names the pending child in the status before it creates it
+        let pending = json!({"status": {"pendingServiceStatus": {"rayClusterName": format!("{name}-abcde")}}});
+        services
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&pending))
+            .await
+            .unwrap();
         let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": format!("{name}-abcde"), "namespace": ns,
                 "labels": {"ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayService"},

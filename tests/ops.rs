@@ -130,8 +130,15 @@ async fn gated_service(client: &Client, ns: &str, name: &str, priority: &str, wo
     .await;
 }
 
-/// KubeRay's part: the RayService's first child, born suspended and labelled.
+/// KubeRay's part: the RayService's first child, named in its status as the pending cluster,
+/// then created suspended and labelled.
 async fn child_of(client: &Client, ns: &str, name: &str, worker_cpu: &str) {
+    let pending =
+        json!({"status": {"pendingServiceStatus": {"rayClusterName": format!("{name}-a")}}});
+    Api::<RayService>::namespaced(client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&pending))
+        .await
+        .unwrap();
     let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": format!("{name}-a"), "namespace": ns, "labels": {
             "ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayService"}},

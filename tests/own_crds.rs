@@ -96,7 +96,17 @@ async fn the_gate_runs_on_raygates_own_crds() {
         },
     )
     .await;
-    // "KubeRay" creates the child, born suspended
+    // "KubeRay" names the pending child in the status, then creates it, born suspended
+    services
+        .patch_status(
+            "svc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"status": {"pendingServiceStatus": {"rayClusterName": "svc-abcde"}}}),
+            ),
+        )
+        .await
+        .unwrap();
     let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": "svc-abcde", "namespace": ns,
             "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"},

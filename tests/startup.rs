@@ -264,6 +264,16 @@ async fn a_rayservice_crd_without_spec_suspend_keeps_the_controller_not_ready_un
 
     // visibility: a child KubeRay created suspended is held (no slice is admitted: the
     // LocalQueue does not exist), and /metrics says so per RayService, in OpenMetrics text
+    services
+        .patch_status(
+            "svc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"status": {"pendingServiceStatus": {"rayClusterName": "svc-a"}}}),
+            ),
+        )
+        .await
+        .unwrap();
     let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": "svc-a", "namespace": ns,
             "labels": {"ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},

@@ -146,7 +146,16 @@ async fn scenario(then_run_for: Duration) {
     })
     .await;
 
-    // KubeRay creates the child from the gated template: born suspended, labelled
+    // KubeRay names the pending child in the status, then creates it from the gated template:
+    // born suspended, labelled
+    services
+        .patch_status(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"pendingServiceStatus": {"rayClusterName": "svc-a"}}})),
+        )
+        .await
+        .unwrap();
     let child = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": "svc-a", "namespace": NS, "labels": {
             "ray.io/originated-from-cr-name": "svc", "ray.io/originated-from-crd": "RayService"}},
