@@ -68,11 +68,11 @@ pub const FT_ENABLED_ANNOTATION: &str = "ray.io/ft-enabled";
 
 /// What KubeRay v1.7 requests for the Redis cleanup Job it runs when a RayCluster with GCS fault
 /// tolerance is deleted (`buildRedisCleanupJob`: hard-coded 200m CPU, 256Mi).
-const REDIS_CLEANUP_REQUESTS: [(&str, &str); 2] = [("cpu", "200m"), ("memory", "256Mi")];
+pub const REDIS_CLEANUP_REQUESTS: [(&str, &str); 2] = [("cpu", "200m"), ("memory", "256Mi")];
 
 /// KubeRay's `IsGCSFaultToleranceEnabled`: the annotation `ray.io/ft-enabled: "true"` (any case)
 /// or `spec.gcsFaultToleranceOptions` set.
-fn gcs_fault_tolerance(spec: &RayClusterSpec, annotations: Option<&Annotations>) -> bool {
+pub fn gcs_fault_tolerance(spec: &RayClusterSpec, annotations: Option<&Annotations>) -> bool {
     let annotated = annotations
         .and_then(|a| a.get(FT_ENABLED_ANNOTATION))
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));

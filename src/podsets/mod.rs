@@ -11,8 +11,8 @@ mod pod;
 mod service;
 
 pub use cluster::{
-    AUTOSCALER_CONTAINER_NAME, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS, MAX_WORKER_GROUPS,
-    head_template, of_cluster,
+    AUTOSCALER_CONTAINER_NAME, FT_ENABLED_ANNOTATION, HEAD_GROUP, HEAD_PODSET, MAX_PODSETS,
+    MAX_WORKER_GROUPS, REDIS_CLEANUP_REQUESTS, gcs_fault_tolerance, head_template, of_cluster,
 };
 pub use defaults::PodDefaults;
 pub use placement::{

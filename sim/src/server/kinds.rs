@@ -340,6 +340,27 @@ fn apps_v1() -> Vec<ResourceType> {
     types
 }
 
+/// The built-in batch/v1 Jobs, with `status` (pkg/registry/batch/job/storage).
+///
+/// Conformance: the object is Kubernetes' `batch/v1` `Job` (`k8s.io/api/batch/v1/types.go`,
+/// k8s-openapi's `api::batch::v1::Job`), stored as sent, its `generation` kept as for apps/v1.
+/// Left out of the registry's strategy (`pkg/registry/batch/job/strategy.go`): no defaulting
+/// (`backoffLimit`, `completions`, `parallelism`, `completionMode`, `podReplacementPolicy`), no
+/// generated `spec.selector` nor `batch.kubernetes.io/controller-uid` / `job-name` template
+/// labels (`generateSelector`), no validation, and no `status.successful` field selector. The
+/// simulated Job controller finds a Job's pods by their controller ownerReference.
+fn batch_v1() -> Vec<ResourceType> {
+    vec![ResourceType::builtin(
+        "batch",
+        "v1",
+        "jobs",
+        "Job",
+        true,
+        true,
+        &[],
+    )]
+}
+
 /// Every resource the sim serves. Clones share their resource types (and the CRD schemas
 /// compiled on first use), so one registry read from YAML can serve many sims.
 #[derive(Clone, Debug, Default)]
@@ -361,9 +382,10 @@ pub enum CrdError {
 impl Registry {
     /// The built-in kinds: core/v1 Pods, Nodes, Namespaces, Events; events.k8s.io/v1 Events;
     /// policy/v1 PodDisruptionBudgets; coordination.k8s.io/v1 Leases; apps/v1 ReplicaSets, Deployments and StatefulSets (with `scale`), and DaemonSets (without: a DaemonSet has no
-    /// scale subresource). No controller acts on them; `kubectl drain`'s rules read them.
+    /// scale subresource); batch/v1 Jobs ([`batch_v1`]). Only the actors a world starts act on
+    /// them; `kubectl drain`'s rules read them.
     pub fn with_builtins() -> Self {
-        let types = [core_v1(), other_builtins(), apps_v1()];
+        let types = [core_v1(), other_builtins(), apps_v1(), batch_v1()];
         Registry {
             types: types.into_iter().flatten().map(Arc::new).collect(),
         }
@@ -531,6 +553,14 @@ spec:
             ListType::Map(vec!["uid".into()])
         );
         assert!(r.find("example.io", "v2", "widgets").is_none());
+    }
+
+    #[test]
+    fn batch_v1_jobs_are_served_namespaced_with_status() {
+        let r = Registry::with_builtins();
+        let jobs = r.find("batch", "v1", "jobs").unwrap();
+        assert!(jobs.namespaced && jobs.status_subresource && !jobs.scale_subresource);
+        assert_eq!(jobs.kind, "Job");
     }
 
     #[test]

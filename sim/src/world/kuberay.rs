@@ -23,6 +23,11 @@
 //!   RayCluster whose `spec.suspend` is not true "has pods" from the first reconcile that sees it
 //!   so, and they are "ready" once [`EmulatorConfig::start_delay`] has passed.
 //!
+//! A RayCluster with GCS fault tolerance gets KubeRay's Redis cleanup finalizer and, deleted,
+//! keeps it until its pods are gone and KubeRay's Redis cleanup Job has finished (or the GCS FT
+//! deletion timeout passed): [`redis_cleanup`]. The Job runs where batch/v1 is served and a Job
+//! controller acts (the simulated world's [`job`](crate::world::actors::job) actor).
+//!
 //! A ready cluster is what KubeRay calls a cluster whose head Pod is ready and whose Serve
 //! applications run, so it is promoted and serves.
 //!
@@ -41,6 +46,7 @@ mod hash;
 mod incremental;
 mod names;
 pub mod pods;
+pub mod redis_cleanup;
 mod service;
 mod status;
 
@@ -155,6 +161,12 @@ pub enum EmulatorError {
     CreatePod { name: String, source: kube::Error },
     #[error("deleting Pod {name}: {source}")]
     DeletePod { name: String, source: kube::Error },
+    #[error("writing the finalizers of RayCluster {name}: {source}")]
+    ClusterFinalizer { name: String, source: kube::Error },
+    #[error("listing the Redis cleanup Jobs of RayCluster {name}: {source}")]
+    ListJobs { name: String, source: kube::Error },
+    #[error("creating the Redis cleanup Job of RayCluster {name}: {source}")]
+    CreateJob { name: String, source: kube::Error },
     #[error("hashing rayClusterConfig of RayService {name}: {source}")]
     Hash {
         name: String,
@@ -182,6 +194,9 @@ impl EmulatorError {
             | EmulatorError::ListPods { source, .. }
             | EmulatorError::CreatePod { source, .. }
             | EmulatorError::DeletePod { source, .. }
+            | EmulatorError::ClusterFinalizer { source, .. }
+            | EmulatorError::ListJobs { source, .. }
+            | EmulatorError::CreateJob { source, .. }
             | EmulatorError::Autoscale { source, .. } => source,
             EmulatorError::Hash { .. } | EmulatorError::Construct { .. } => return false,
         };

@@ -15,12 +15,12 @@ use tokio::task::JoinHandle;
 use crate::Sim;
 use actors::support::Shutdown;
 use actors::{
-    disruption, garbage_collector, kubelet, lws, node_lifecycle, podgc, replicaset, scheduler,
+    disruption, garbage_collector, job, kubelet, lws, node_lifecycle, podgc, replicaset, scheduler,
     taint_eviction,
 };
 use kuberay::EmulatorConfig;
 
-/// Actors: the core controllers (disruption, GC, ReplicaSet, node lifecycle), the scheduler,
+/// Actors: the core controllers (disruption, GC, ReplicaSet, Job, node lifecycle), the scheduler,
 /// kubelets and the LWS-like controller (IO loops over pure decisions).
 pub mod actors;
 /// A change signal waking several waiters in a fixed order (for reproducible runs).
@@ -40,7 +40,7 @@ pub mod kuberay;
 /// were added ([`World::start`]). Each runs as a tokio task on the sim's clock, in the caller's
 /// [`informers::in_process`] scope if there is one. The scheduler, the kubelets, the LWS
 /// controller and the KubeRay emulator share one client; each kube-controller-manager controller
-/// (disruption, node lifecycle, ReplicaSet, garbage collector, PodGC, taint eviction) has a
+/// (disruption, node lifecycle, ReplicaSet, Job, garbage collector, PodGC, taint eviction) has a
 /// client of its own.
 ///
 /// `World::on(&sim).scheduler(..).kubelets(..).disruption(..).start()`: the actors run until
@@ -59,6 +59,7 @@ enum Actor {
     Disruption(disruption::Config),
     NodeLifecycle(node_lifecycle::Config),
     ReplicaSets(replicaset::Config),
+    Jobs(job::Config),
     GarbageCollector(garbage_collector::Config),
     PodGc(podgc::Config),
     TaintEviction(taint_eviction::Config),
@@ -107,6 +108,11 @@ impl World {
     /// The ReplicaSet controller ([`replicaset::run`]).
     pub fn replicasets(self, config: replicaset::Config) -> World {
         self.with(Actor::ReplicaSets(config))
+    }
+
+    /// The Job controller ([`job::run`]).
+    pub fn jobs(self, config: job::Config) -> World {
+        self.with(Actor::Jobs(config))
     }
 
     /// The garbage collector ([`garbage_collector::run`]).
@@ -186,6 +192,10 @@ impl Start {
             Actor::ReplicaSets(c) => task(ended(
                 "replicaset",
                 replicaset::run(self.sim.client(), clock, c, shutdown),
+            )),
+            Actor::Jobs(c) => task(ended(
+                "job",
+                job::run(self.sim.client(), clock, c, shutdown),
             )),
             Actor::GarbageCollector(c) => task(ended(
                 "garbage_collector",

@@ -27,7 +27,7 @@ fn same_spec_part(a: &Value, b: &Value, drop_status: bool) -> bool {
 }
 
 pub(super) fn tracks_generation(rt: &ResourceType) -> bool {
-    !rt.builtin || matches!(rt.group.as_str(), "apps" | "policy")
+    !rt.builtin || matches!(rt.group.as_str(), "apps" | "policy" | "batch")
 }
 
 impl State {

@@ -25,6 +25,11 @@
 //!   NotReady and tainting the node is the node lifecycle controller's job; deleting pods of a
 //!   deleted node is PodGC's. When the node is Ready again every pod that had started restarts
 //!   its containers (`restartCount + 1`, not ready, running again after `start_delay`).
+//! - **Run to completion** (`exit.rs`): the containers of a Job's pod (`restartPolicy: Never`,
+//!   controlled by a batch/v1 Job) exit [`Config::job_pod_runtime`] after they started, with
+//!   the code the pod's annotation [`EXIT_CODE`] names (a test's fault; else 0): the pod turns
+//!   `Succeeded` (0) or `Failed`, as the kubelet's `getPhase` does for `Never` once every
+//!   container terminated. Every other pod runs until it is deleted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -49,6 +54,8 @@ pub struct Config {
     pub start_delay: Duration,
     /// How long containers take to stop on SIGTERM (`None`: the whole grace period).
     pub stop_after: Option<Duration>,
+    /// How long the containers of a Job's pod run before they exit (see "Run to completion").
+    pub job_pod_runtime: Duration,
 }
 
 impl Default for Config {
@@ -56,6 +63,7 @@ impl Default for Config {
         Config {
             start_delay: Duration::from_secs(5),
             stop_after: Some(Duration::from_secs(1)),
+            job_pod_runtime: Duration::from_secs(5),
         }
     }
 }
@@ -106,6 +114,8 @@ struct Runtime {
     /// Whether the last probe's result, repeated, changes nothing (probes are then skipped: the
     /// result can only change with a watch event, which wakes the kubelet).
     settled: bool,
+    /// The containers exited (a Job's pod) and their terminal status was written.
+    exited: bool,
 }
 
 impl Runtime {
@@ -123,12 +133,13 @@ impl Runtime {
             stopping: None,
             reported: None,
             settled: false,
+            exited: false,
         }
     }
 
     /// The node is back from a reboot: containers that ran (and were not stopping) start again.
     fn restart(&mut self, now: Timestamp) {
-        if self.started.is_some() && self.stopping.is_none() {
+        if self.started.is_some() && self.stopping.is_none() && !self.exited {
             self.started = None;
             self.admitted = now;
             self.restarts += 1;
@@ -296,6 +307,7 @@ fn key(pod: &Pod) -> (String, String) {
 pub struct Kubelet {
     config_start: Duration,
     config_stop: Option<Duration>,
+    config_run: Duration,
     pods: HashMap<(String, String), Runtime>,
     node_up: bool,
 }
@@ -317,6 +329,7 @@ impl Kubelet {
         Kubelet {
             config_start: config.start_delay,
             config_stop: config.stop_after,
+            config_run: config.job_pod_runtime,
             pods: HashMap::new(),
             node_up: true,
         }
@@ -397,9 +410,17 @@ impl Kubelet {
         if let Some(at) = rt.start(pod, self.config_start, now) {
             return Some(at);
         }
+        let exit_at = exit::exit_at(pod, rt, self.config_run);
+        if let Some(at) = exit_at.filter(|at| now >= *at) {
+            actions.extend(exit::report_exit(pod, rt, at));
+            return None;
+        }
         let due = rt.probe(pod, groups, now);
         actions.extend(report(pod, rt));
-        due
+        match (due, exit_at) {
+            (Some(d), Some(e)) => Some(d.min(e)),
+            (d, e) => d.or(e),
+        }
     }
 }
 
@@ -513,196 +534,11 @@ fn report(pod: &Pod, rt: &mut Runtime) -> Option<Action> {
     })
 }
 
+mod exit;
 mod io;
 
+pub use exit::EXIT_CODE;
 pub use io::{run, run_all};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::Probe;
-    use raygate_testing::core::{self, PodExt};
-
-    /// Pod `ns/name` on node `n` as created (uid `name`, label `g=1`, no owner).
-    fn admitted(name: &str) -> Pod {
-        core::pod(&format!("ns/{name}"), "n")
-            .uid(name)
-            .label("g", "1")
-            .unowned()
-            .phase("Pending")
-    }
-
-    /// `p` probed for readiness every `period` s, Ready after `success`, unready after `failure`.
-    fn probed(mut p: Pod, period: i32, success: i32, failure: i32) -> Arc<Pod> {
-        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe {
-            period_seconds: Some(period),
-            success_threshold: Some(success),
-            failure_threshold: Some(failure),
-            ..Probe::default()
-        });
-        Arc::new(p)
-    }
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_767_225_600 + s).unwrap()
-    }
-
-    fn ready_writes(actions: &[Action]) -> Vec<bool> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Status { patch, .. } => {
-                    Some(patch["status"]["conditions"][2]["status"] == "True")
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Runs the kubelet second by second, returning the seconds at which readiness was written.
-    fn run(
-        k: &mut Kubelet,
-        pods: &[Arc<Pod>],
-        groups: &BTreeMap<(String, String, String), GroupState>,
-        from: i64,
-        to: i64,
-    ) -> Vec<(i64, bool)> {
-        let mut out = vec![];
-        for s in from..=to {
-            let (a, _) = k.step(true, pods, groups, t(s));
-            out.extend(ready_writes(&a).into_iter().map(|r| (s, r)));
-        }
-        out
-    }
-
-    #[test]
-    fn a_pod_starts_after_the_delay_and_is_ready_after_period_times_success_threshold() {
-        let mut k = Kubelet::new(&Config {
-            start_delay: Duration::from_secs(5),
-            stop_after: None,
-        });
-        let p = [probed(admitted("p"), 10, 2, 3)];
-        let w = run(&mut k, &p, &BTreeMap::new(), 0, 30);
-        // running (not ready) at 5; probes at 15 and 25 → Ready at 25
-        assert_eq!(w, [(5, false), (25, true)]);
-        let (_, next) = k.step(true, &p, &BTreeMap::new(), t(31));
-        assert_eq!(
-            next, None,
-            "Ready and passing: settled, nothing to wake for"
-        );
-    }
-
-    #[test]
-    fn a_representative_goes_unready_failure_threshold_periods_after_its_group() {
-        let mut k = Kubelet::new(&Config {
-            start_delay: Duration::ZERO,
-            stop_after: None,
-        });
-        let leader = admitted("leader")
-            .annotation(READINESS_GROUP, "g")
-            .annotation(READINESS_GROUP_SIZE, "3");
-        let rep = [probed(leader, 5, 1, 3)];
-        let key = ("ns".to_string(), "g".to_string(), "1".to_string());
-        let mut groups = BTreeMap::from([(key.clone(), (2, 2))]);
-        assert_eq!(run(&mut k, &rep, &groups, 0, 10), [(0, false), (5, true)]);
-        groups.insert(key.clone(), (2, 1));
-        // failures at 15, 20, 25 → unready at 25: period × failureThreshold after 10
-        assert_eq!(run(&mut k, &rep, &groups, 11, 40), [(25, false)]);
-        groups.insert(key.clone(), (2, 2));
-        assert_eq!(run(&mut k, &rep, &groups, 41, 50), [(45, true)]);
-        // a missing member (the group has fewer than its size) also fails the probe
-        groups.insert(key, (1, 1));
-        assert_eq!(run(&mut k, &rep, &groups, 51, 70), [(65, false)]);
-    }
-
-    #[test]
-    fn a_settled_pod_is_not_woken_and_a_change_is_probed_on_its_original_grid() {
-        // the kubelet sleeps through probes whose result cannot change anything; when a watch
-        // event wakes it, the next probe is still on start + k × period
-        let mut k = Kubelet::new(&Config {
-            start_delay: Duration::ZERO,
-            stop_after: None,
-        });
-        let leader = admitted("leader").annotation(READINESS_GROUP, "g");
-        let rep = [probed(leader, 5, 1, 3)];
-        let key = ("ns".to_string(), "g".to_string(), "1".to_string());
-        let mut groups = BTreeMap::from([(key.clone(), (2, 2))]);
-        k.step(true, &rep, &groups, t(0));
-        let (a, next) = k.step(true, &rep, &groups, t(5));
-        assert_eq!(ready_writes(&a), [true]);
-        assert_eq!(next, None, "settled: nothing to wake for");
-        // an event at 52: the group lost a member's readiness
-        groups.insert(key, (2, 1));
-        let (a, next) = k.step(true, &rep, &groups, t(52));
-        assert!(a.is_empty());
-        assert_eq!(next, Some(t(55)));
-        let mut at = t(55);
-        let mut writes = vec![];
-        // only at the moments the kubelet asked for
-        loop {
-            let (a, next) = k.step(true, &rep, &groups, at);
-            writes.extend(ready_writes(&a).into_iter().map(|r| (at, r)));
-            match next {
-                Some(n) => at = n,
-                None => break,
-            }
-        }
-        assert_eq!(writes, [(t(65), false)], "failures at 55, 60, 65");
-    }
-
-    #[test]
-    fn a_deleted_pod_stops_then_is_removed_within_its_grace_period_and_a_down_node_does_nothing() {
-        let mut k = Kubelet::new(&Config {
-            start_delay: Duration::ZERO,
-            stop_after: Some(Duration::from_secs(3)),
-        });
-        let p = admitted("p");
-        let (a, _) = k.step(true, &[Arc::new(p.clone())], &BTreeMap::new(), t(0));
-        assert_eq!(ready_writes(&a), [true]);
-        let d = [Arc::new(p.deleting_since(t(30)))];
-        let (a, next) = k.step(true, &d, &BTreeMap::new(), t(1));
-        assert_eq!(ready_writes(&a), [false], "terminating: not ready");
-        assert_eq!(next, Some(t(4)));
-        // node down: nothing happens, however late
-        assert_eq!(k.step(false, &d, &BTreeMap::new(), t(100)), (vec![], None));
-        let (a, _) = k.step(true, &d, &BTreeMap::new(), t(101));
-        assert!(
-            a.iter()
-                .any(|a| matches!(a, Action::Delete { name, .. } if name == "p"))
-        );
-    }
-
-    /// Conformance with the kubelet's prober (`pkg/kubelet/prober/worker.go`, `doProbe`: "Probe
-    /// disabled for InitialDelaySeconds": a probe while the container has run less than
-    /// `initialDelaySeconds` since its `startedAt` is skipped, neither success nor failure): a
-    /// readiness probe's `initialDelaySeconds` holds a started pod unready that long (a model
-    /// server loading its weights), then probes on its period count. A restarted container (the
-    /// node back from a reboot: a new `startedAt`) waits the delay again. Here the first counted
-    /// probe is one period after the delay (upstream: the first tick of the worker's ticker at or
-    /// after it, so up to one period earlier).
-    #[test]
-    fn initial_delay_seconds_holds_a_started_pod_unready_from_each_container_start() {
-        let mut k = Kubelet::new(&Config {
-            start_delay: Duration::from_secs(5),
-            stop_after: None,
-        });
-        let p = [Arc::new(
-            serde_json::from_value::<Pod>(json!({
-                "metadata": {"name": "vllm", "namespace": "ns", "uid": "u1"},
-                "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x",
-                    "readinessProbe": {"initialDelaySeconds": 90, "periodSeconds": 10,
-                        "successThreshold": 1, "failureThreshold": 3}}]}}))
-            .unwrap(),
-        )];
-        let none = BTreeMap::new();
-        // running (not ready) at 5; probes at 5 + 90 + 10 = 105, not at 15, 25, ...
-        assert_eq!(run(&mut k, &p, &none, 0, 200), [(5, false), (105, true)]);
-        // the node reboots at 300 and is back at 400: the container starts again at 405 and
-        // waits its initial delay again
-        assert_eq!(k.step(false, &p, &none, t(300)), (vec![], None));
-        assert_eq!(
-            run(&mut k, &p, &none, 400, 600),
-            [(405, false), (505, true)]
-        );
-    }
-}
+mod tests;

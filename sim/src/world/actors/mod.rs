@@ -8,6 +8,8 @@
 pub mod disruption;
 /// The ownerReference garbage collector (pkg/controller/garbagecollector).
 pub mod garbage_collector;
+/// A minimal Job controller: one pod per Job, finished with it (pkg/controller/job).
+pub mod job;
 /// A kubelet per node: start delay, readiness probes (delegated readiness), graceful termination.
 pub mod kubelet;
 /// A LeaderWorkerSet-like controller on the real LWS CRD.

@@ -10,6 +10,9 @@
 //!   the next reconcile (a `suspend` removed altogether keeps the cluster suspended, as in v1.7).
 //! - Otherwise the pods exist from the first reconcile that sees the cluster unsuspended and turn
 //!   running and ready [`EmulatorConfig::start_delay`](super::EmulatorConfig) later.
+//!
+//! Before all of it, the Redis cleanup of GCS fault tolerance ([`super::redis_cleanup`]); then a
+//! cluster being deleted is left alone ("RayCluster is being deleted, just ignore").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +28,7 @@ use serde_json::{Value, json};
 use super::desired::{desired_resources, is_gpu, worker_replicas};
 use super::names::generate_cluster_name;
 use super::pods::{self, CLUSTER_LABEL, PodsView, SuspendStatus};
+use super::redis_cleanup;
 use super::status::merge_diff;
 use super::{EmulatorError, Shared, earlier, later, managed_externally, requeue_at};
 use raygate::conditions::{self, find, is_true};
@@ -400,6 +404,13 @@ pub(super) async fn reconcile(
     };
     if let Some(manager) = managed_externally(rc.spec.managed_by.as_deref()) {
         tracing::debug!(cluster = %full, %manager, "skipping RayCluster managed by a custom controller");
+        return Ok(Action::await_change());
+    }
+    if let Some(action) = redis_cleanup::reconcile(&rc, &ctx).await? {
+        return Ok(action);
+    }
+    if rc.metadata.deletion_timestamp.is_some() {
+        tracing::debug!(cluster = %full, "RayCluster is being deleted, just ignore");
         return Ok(Action::await_change());
     }
     let old = rc.status.clone().unwrap_or_default();

@@ -86,12 +86,21 @@ pub(crate) fn generate_name(prefix: &str, node_type: &str) -> String {
     format!("{prefix}-{node_type}-").to_lowercase()
 }
 
-/// `utils.CheckLabel`: the last 63 characters, not starting with punctuation.
-fn check_label(s: &str) -> String {
+/// `utils.CheckLabel` (also `TrimJobName`): the last 63 characters, a leading punctuation
+/// character (Go's `unicode.IsPunct`) replaced by `r`.
+pub(crate) fn check_label(s: &str) -> String {
     let skip = s.chars().count().saturating_sub(63);
-    let s: String = s.chars().skip(skip).collect();
-    s.trim_start_matches(|c: char| c.is_ascii_punctuation())
-        .to_string()
+    let mut chars = s.chars().skip(skip).peekable();
+    let symbol = |c: char| matches!(c, '$' | '+' | '<' | '=' | '>' | '^' | '`' | '|' | '~');
+    let mut out = String::with_capacity(63);
+    if chars
+        .next_if(|c| c.is_ascii_punctuation() && !symbol(*c))
+        .is_some()
+    {
+        out.push('r');
+    }
+    out.extend(chars);
+    out
 }
 
 fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
@@ -138,7 +147,8 @@ fn label_pod(
     labels
 }
 
-fn owner(rc: &RayCluster) -> OwnerReference {
+/// `SetControllerReference` to the cluster.
+pub(crate) fn owner(rc: &RayCluster) -> OwnerReference {
     OwnerReference {
         api_version: "ray.io/v1".into(),
         kind: "RayCluster".into(),
