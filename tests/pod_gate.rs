@@ -364,11 +364,16 @@ impl Env {
 
     /// A Workload of someone else's in `lq`: `count` pods of 1 CPU.
     async fn other_workload(&self, name: &str, count: i32) {
+        self.other_workload_cpu(name, count, "1").await;
+    }
+
+    /// A Workload in `lq` of `count` pods of `cpu` each.
+    async fn other_workload_cpu(&self, name: &str, count: i32, cpu: &str) {
         let w = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {"name": name, "namespace": NS},
             "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": count,
                 "template": {"spec": {"containers": [{"name": "c", "image": "busybox",
-                    "resources": {"requests": {"cpu": "1"}}}]}}}]}});
+                    "resources": {"requests": {"cpu": cpu}}}]}}}]}});
         raygate::client::dev::apply(&self.client, &w.to_string(), "test", None)
             .await
             .unwrap_or_else(|e| panic!("applying {w}: {e}"));
@@ -386,6 +391,91 @@ impl Env {
                     .any(|c| c.type_ == "QuotaReserved" && c.status == "True")
             })
     }
+}
+
+/// KubeRay v1.7 cleans a GCS fault-tolerant cluster's Redis when the cluster is deleted: once its
+/// head is gone, a Job (one pod, 200m CPU / 256Mi) runs while a finalizer keeps the RayCluster.
+/// raygate charges the head PodSet that Job (Kueue's `accountForRedisCleanupInHeadPodSet`) and a
+/// deleted child until it is gone, so after a promotion the old cluster's quota, Job included,
+/// stays charged until the cleanup has run: a Workload waiting for it is admitted only then.
+#[tokio::test(start_paused = true)]
+async fn a_fault_tolerant_cluster_s_redis_cleanup_runs_within_its_charge() {
+    let env = Env::with_kubelet(kubelet::Config {
+        job_pod_runtime: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await;
+    // head 100m (charged 200m for the cleanup Job) + 1 worker of 1 CPU = 1.2 CPU per cluster;
+    // the Job's 256Mi are charged too, so the queue covers memory
+    env.queues("2400m").await;
+    let cq = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+        "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "f",
+            "resources": [{"name": "cpu", "nominalQuota": "2400m"}, {"name": "memory", "nominalQuota": "64Gi"}]}]}]}});
+    raygate::client::dev::apply(&env.client, &cq.to_string(), "test", None)
+        .await
+        .unwrap();
+    let pod = |cpu: &str| {
+        json!({"spec": {"terminationGracePeriodSeconds": 5, "containers": [{"name": "ray",
+        "image": "rayproject/ray:2.52.0", "resources": {"requests": {"cpu": cpu}}}]}})
+    };
+    let svc = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "svc", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+            "annotations": {"ray.io/ft-enabled": "true"}},
+        "spec": {"rayClusterDeletionDelaySeconds": 1, "serveConfigV2": "applications: []",
+            "rayClusterConfig": {"rayVersion": "2.52.0", "suspend": true,
+                "headGroupSpec": {"rayStartParams": {}, "template": pod("100m")},
+                "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0,
+                    "maxReplicas": 10, "rayStartParams": {}, "template": pod("1")}]}}
+    });
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(svc).unwrap(),
+        )
+        .await
+        .unwrap();
+    let old = env
+        .until("an active cluster", 1, || async { env.active().await })
+        .await;
+    Api::<RayService>::namespaced(env.client.clone(), NS)
+        .patch(
+            "svc",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}})),
+        )
+        .await
+        .unwrap();
+    env.until("the new cluster promoted", 2, || async {
+        env.active().await.filter(|a| *a != old)
+    })
+    .await;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(env.client.clone(), NS);
+    let cleanup = format!("{old}-redis-cleanup");
+    env.until("the old cluster's Redis cleanup runs", 2, || async {
+        jobs.get_opt(&cleanup).await.unwrap()
+    })
+    .await;
+    // someone else's Workload needs the 1.2 CPU the old cluster holds
+    env.other_workload_cpu("other", 1, "1200m").await;
+    env.until("the other Workload admitted", 2, || async {
+        if !env.admitted("other").await {
+            return None;
+        }
+        let left = Api::<RayCluster>::namespaced(env.client.clone(), NS)
+            .get_opt(&old)
+            .await
+            .unwrap();
+        assert!(
+            left.is_none(),
+            "admitted while the old cluster's cleanup still runs"
+        );
+        let job = jobs.get_opt(&cleanup).await.unwrap();
+        let done = job.clone().and_then(|j| j.status?.completion_time);
+        assert!(done.is_some(), "the cleanup Job completed first: {job:?}");
+        Some(())
+    })
+    .await;
 }
 
 /// Pods stuck terminating on nodes that stopped answering keep their quota (the nodes may still

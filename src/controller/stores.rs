@@ -82,9 +82,11 @@ fn cluster_of(p: &Pod) -> Option<String> {
     meta::label(&p.metadata, "ray.io/cluster").map(str::to_string)
 }
 
-/// The label selector of the Ray pods raygate watches with the pod gate on: KubeRay's heads and
-/// workers.
-pub const RAY_PODS: &str = "ray.io/node-type in (head,worker)";
+/// The label selector of the Ray pods raygate watches with the pod gate on: KubeRay's heads,
+/// workers, and the Redis cleanup Job's pod KubeRay v1.7 builds from the head (with its
+/// `raygate.io/quota` gate and its `ray.io/group=headgroup`) once a GCS fault-tolerant cluster's
+/// head is gone: it is ungated against the head's grant, which charges it.
+pub const RAY_PODS: &str = "ray.io/node-type in (head,worker,redis-cleanup)";
 
 impl Stores {
     /// Waits until every watch has delivered its first complete list.

@@ -18,7 +18,7 @@ use raygate::gate::pod_gate::POD_GATE;
 use raygate::runtime::Clock;
 use raygate::types::kueue::Workload;
 use raygate::types::ray::{RayCluster, RayService};
-use raygate_sim::world::actors::{garbage_collector, kubelet, podgc};
+use raygate_sim::world::actors::{garbage_collector, job, kubelet, podgc};
 use raygate_sim::world::kuberay::{AutoscalerConfig, EmulatorConfig};
 use raygate_sim::world::{Running, World};
 use raygate_sim::{Faults, Sim};
@@ -88,6 +88,7 @@ impl Env {
             .scheduler(Default::default())
             .kubelets(setup.kubelet)
             .podgc(podgc::Config::default())
+            .jobs(job::Config::default())
             .garbage_collector(
                 garbage_collector::Config::default()
                     .cover(ApiResource::erase::<RayCluster>(&()))

@@ -131,7 +131,7 @@ async fn remove_from_pods(
     may_write: MayWrite<'_>,
     removed: &mut Removed,
 ) -> Result<(), Error> {
-    let lp = ListParams::default().labels("ray.io/node-type in (head,worker)");
+    let lp = ListParams::default().labels(crate::controller::stores::RAY_PODS);
     let pods = match Api::<Pod>::all(client.clone()).list(&lp).await {
         Ok(pods) => pods,
         Err(e) if forbidden(&e) => {
