@@ -1922,7 +1922,7 @@ fn every_chart_rendering_validates_against_the_kubernetes_schemas() {
         "metrics": {"port": 9090, "serviceMonitor": {"enabled": true, "interval": "15s",
                                                      "labels": {"release": "prometheus"}}},
         "logFormat": "text",
-        "finishedSlices": {"retentionSeconds": 2_592_000, "keptPerChain": 0},
+        "finishedSlices": {"retentionSeconds": 2_592_000, "kept": 0},
         "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
         "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
@@ -1965,7 +1965,7 @@ fn every_chart_rendering_validates_against_the_kubernetes_schemas() {
             "--log-format=text",
             // Not 2.592e+06, as Helm would print the float64 without int64.
             "--finished-slice-retention-seconds=2592000",
-            "--finished-slices-kept-per-chain=0",
+            "--finished-slices-kept=0",
         ]
     );
     assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 9090);
@@ -2236,7 +2236,7 @@ fn every_option() -> Value {
                                  "annotations": {"grafana_folder": "ML platform"}},
         },
         "logFormat": "text",
-        "finishedSlices": {"retentionSeconds": 600, "keptPerChain": 1},
+        "finishedSlices": {"retentionSeconds": 600, "kept": 1},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
@@ -2321,7 +2321,7 @@ fn every_option_lands_on_the_deployment() {
             "--metrics-addr=0.0.0.0:9090",
             "--log-format=text",
             "--finished-slice-retention-seconds=600",
-            "--finished-slices-kept-per-chain=1",
+            "--finished-slices-kept=1",
             "--lease-namespace=platform-leases",
         ]
     );

@@ -968,7 +968,7 @@ async fn finished_slices_are_deleted_after_the_retention(backend: Backend) {
         admission_resync: Duration::from_millis(500),
         finished_slice_retention: Some(raygate::slices::Retention {
             after_finished: Duration::ZERO,
-            keep_per_chain: 0,
+            keep_newest: 0,
         }),
         ..Default::default()
     })

@@ -156,9 +156,10 @@ struct ControllerArgs {
     /// get/list/watch/patch).
     #[arg(long)]
     pod_gate: bool,
-    /// Keep the newest this many finished slices of each chain whatever their age (for debugging).
+    /// Keep the newest this many finished slices of each RayService whatever their age (for
+    /// debugging).
     #[arg(long, default_value_t = 3)]
-    finished_slices_kept_per_chain: usize,
+    finished_slices_kept: usize,
     /// Run NodeRollouts (upgrade-domain aware drains) on the leader (needs the drain RBAC:
     /// nodes patch, pods/eviction create, noderollouts/status patch). `--node-rollouts=false`
     /// turns it off.
@@ -211,7 +212,7 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
                 after_finished: std::time::Duration::from_secs(
                     args.finished_slice_retention_seconds,
                 ),
-                keep_per_chain: args.finished_slices_kept_per_chain,
+                keep_newest: args.finished_slices_kept,
             },
         ),
         ..Default::default()

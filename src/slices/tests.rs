@@ -821,7 +821,7 @@ fn finished_at(w: &mut Workload, second: i64) {
 }
 
 #[test]
-fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain() {
+fn finished_slices_are_deleted_after_the_retention_keeping_the_newest() {
     let c = ctx(AdmissionMode::Builtin);
     let (mut ws, mut clock) = (vec![], 0);
     // a chain of six slices: five finished (replaced) at seconds 100..=500, one live
@@ -838,7 +838,7 @@ fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain(
     assert_eq!(live(&ws).len(), 1);
     let retention = Retention {
         after_finished: std::time::Duration::from_secs(1000),
-        keep_per_chain: 2,
+        keep_newest: 2,
     };
     let names: Vec<String> = ws
         .iter()
@@ -849,6 +849,36 @@ fn finished_slices_are_deleted_after_the_retention_keeping_the_newest_per_chain(
     assert_eq!(expired(&ws, at(1100), &retention), [names[0].clone()]);
     // the newest two finished (400, 500) stay however old; the live slice is never a candidate
     assert_eq!(expired(&ws, at(100_000), &retention), names[..3].to_vec());
+}
+
+/// Every eviction starts a new chain: the newest finished slices are kept per RayService, not
+/// per chain, so chains ended by evictions do not pile up.
+#[test]
+fn finished_slices_of_many_chains_are_kept_per_rayservice() {
+    let at = |s| Timestamp::from_second(s).unwrap();
+    let mut ws = Vec::new();
+    for chain in 0..10 {
+        for i in 0..3 {
+            let mut w = Workload::new(&format!("c{chain}-s{i}"), Default::default());
+            w.metadata.annotations = Some(
+                [(
+                    crate::types::kueue::WORKLOAD_SLICE_NAME_ANNOTATION.to_string(),
+                    format!("c{chain}-s0"),
+                )]
+                .into(),
+            );
+            finished_at(&mut w, 100 * chain + i);
+            ws.push(w);
+        }
+    }
+    let retention = Retention {
+        after_finished: std::time::Duration::from_secs(60),
+        keep_newest: 3,
+    };
+    let gone = expired(&ws, at(100_000), &retention);
+    assert_eq!(gone.len(), 27, "{gone:?}");
+    assert!(gone.iter().all(|n| !n.starts_with("c9-")), "the newest chain's three stay");
+    assert_eq!(gone.first().map(String::as_str), Some("c0-s0"), "oldest first");
 }
 
 /// `p` placed on GPU pool `pool`: a node selector and a toleration.
