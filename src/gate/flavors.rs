@@ -204,6 +204,49 @@ pub(super) fn before_release(
     }
 }
 
+/// For [`super::decide`], on a running child raygate placed at its release (it carries
+/// [`INJECTED_PLACEMENT_ANNOTATION`]): the covering slice's flavors kept on its pod templates, so
+/// a worker group KubeRay appended in place, a template KubeRay rewrote (a KubeRay upgrade
+/// rewrites the active cluster) and a PodSet a replacement slice admitted give new pods the
+/// placement their grant was admitted on — as Kueue v0.19's elastic-job ungater brings a
+/// scaled-up pod's admission to it. A conflict (a group already placed on another flavor) leaves
+/// the templates as they are, with a Warning: the child runs on.
+pub(super) fn keep_placement(
+    child: &RayCluster,
+    slice: &Workload,
+    flavors: &BTreeMap<String, ResourceFlavorSpec>,
+    d: &mut GateDecision,
+) {
+    if crate::meta::annotation(&child.metadata, INJECTED_PLACEMENT_ANNOTATION).is_none() {
+        return;
+    }
+    let name = child.metadata.name.clone().unwrap_or_default();
+    let slice_name = slice.metadata.name.as_deref().unwrap_or_default();
+    match child_patch(child, slice, flavors) {
+        Ok(None) => {}
+        Ok(Some(patch)) => {
+            d.event(
+                EventType::Normal,
+                "FlavorsApplied",
+                format!(
+                    "set the node selector and tolerations of slice {slice_name}'s flavors on running {name}'s pod templates that lacked them (a group added or rewritten in place)"
+                ),
+                Some(&name),
+            );
+            d.actions
+                .push(GateAction::PatchChild { child: name, patch });
+        }
+        Err(e) => d.event(
+            EventType::Warning,
+            "FlavorConflict",
+            format!(
+                "{name} runs on, but its new pods keep their placement, not slice {slice_name}'s flavors: {e}"
+            ),
+            Some(&name),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +434,43 @@ mod tests {
             .insert("zone".into(), "z2".into());
         let moved = podsets::of_child(&moved, "x").unwrap();
         assert!(!crate::slices::covers(&w, &moved));
+    }
+
+    /// A worker group KubeRay appends in place to a released child (or a template it rewrites)
+    /// gets the covering slice's flavors; a child raygate never placed is left as it is.
+    #[test]
+    fn a_running_child_s_group_added_in_place_gets_its_flavors() {
+        let c = child(&[]);
+        let w = slice_for(&c, &[("head", "default"), ("gpu", "h100")]);
+        let patch = child_patch(&c, &w, &flavors()).unwrap().expect("a patch");
+        let mut placed = patched(&c, &patch);
+        placed.spec.suspend = Some(false);
+        let mut d = GateDecision::default();
+        keep_placement(&placed, &w, &flavors(), &mut d);
+        assert!(d.actions.is_empty(), "nothing to keep: {:?}", d.actions);
+        // KubeRay appends group `gpu2` in place; the replacement slice admits it on h100
+        let mut grown = placed.clone();
+        let mut g2 = worker_group("gpu2").replicas(1).template(ray_pod("2"));
+        g2.other.clear();
+        grown.spec.worker_group_specs.as_mut().unwrap().push(g2);
+        let w2 = slice_for(
+            &grown,
+            &[("head", "default"), ("gpu", "h100"), ("gpu2", "h100")],
+        );
+        let mut d = GateDecision::default();
+        keep_placement(&grown, &w2, &flavors(), &mut d);
+        let [GateAction::PatchChild { child, patch }] = &d.actions[..] else {
+            panic!("one patch: {:?}", d.actions);
+        };
+        assert_eq!(child, "svc-a");
+        assert_eq!(
+            patch["spec"]["workerGroupSpecs"][1]["template"]["spec"]["nodeSelector"],
+            json!({"pool": "h100"})
+        );
+        // a child raygate did not place (no record) is left alone
+        let mut d = GateDecision::default();
+        keep_placement(&c, &w2, &flavors(), &mut d);
+        assert!(d.actions.is_empty());
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub(super) fn release_or_hold(
                     released: released.iter().cloned().collect(),
                 });
             }
+            (false, Some(slice)) if child.metadata.deletion_timestamp.is_none() => {
+                flavors::keep_placement(child, slice, &f.opts.flavors, d);
+            }
             // released by raygate, its record lost (a crash between the two writes)
             (false, None) if !released.contains(&name) && suspend_lifted_by_raygate(child) => {
                 released.insert(name);
