@@ -350,6 +350,23 @@ impl Env {
             .items
     }
 
+    /// An upgrade of `svc` (a `rayVersion` bump), until a cluster other than `old` is promoted
+    /// (at most `max_ungated` workers ungated meanwhile).
+    async fn upgrade_and_promote(&self, old: &str, max_ungated: usize) {
+        Api::<RayService>::namespaced(self.client.clone(), NS)
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}})),
+            )
+            .await
+            .unwrap();
+        self.until("the new cluster promoted", max_ungated, || async {
+            self.active().await.filter(|a| a != old)
+        })
+        .await;
+    }
+
     /// The active cluster's name in the RayService's status.
     async fn active(&self) -> Option<String> {
         Api::<RayService>::namespaced(self.client.clone(), NS)
@@ -438,18 +455,7 @@ async fn a_fault_tolerant_cluster_s_redis_cleanup_runs_within_its_charge() {
     let old = env
         .until("an active cluster", 1, || async { env.active().await })
         .await;
-    Api::<RayService>::namespaced(env.client.clone(), NS)
-        .patch(
-            "svc",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}})),
-        )
-        .await
-        .unwrap();
-    env.until("the new cluster promoted", 2, || async {
-        env.active().await.filter(|a| *a != old)
-    })
-    .await;
+    env.upgrade_and_promote(&old, 2).await;
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(env.client.clone(), NS);
     let cleanup = format!("{old}-redis-cleanup");
     env.until("the old cluster's Redis cleanup runs", 2, || async {
@@ -569,18 +575,7 @@ async fn a_promoted_service_s_old_pods_keep_their_quota_until_their_grace_period
         .await;
 
     // an upgrade: the pending child (3 CPU) fits the 6 CPU next to the old one, runs, is promoted
-    Api::<RayService>::namespaced(env.client.clone(), NS)
-        .patch(
-            "svc",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rayClusterConfig": {"rayVersion": "2.53.0"}}})),
-        )
-        .await
-        .unwrap();
-    env.until("the new cluster promoted", 4, || async {
-        env.active().await.filter(|a| *a != old)
-    })
-    .await;
+    env.upgrade_and_promote(&old, 4).await;
     env.until("the old cluster deleted", 4, || async {
         Api::<RayCluster>::namespaced(env.client.clone(), NS)
             .get_opt(&old)

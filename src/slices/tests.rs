@@ -877,8 +877,15 @@ fn finished_slices_of_many_chains_are_kept_per_rayservice() {
     };
     let gone = expired(&ws, at(100_000), &retention);
     assert_eq!(gone.len(), 27, "{gone:?}");
-    assert!(gone.iter().all(|n| !n.starts_with("c9-")), "the newest chain's three stay");
-    assert_eq!(gone.first().map(String::as_str), Some("c0-s0"), "oldest first");
+    assert!(
+        gone.iter().all(|n| !n.starts_with("c9-")),
+        "the newest chain's three stay"
+    );
+    assert_eq!(
+        gone.first().map(String::as_str),
+        Some("c0-s0"),
+        "oldest first"
+    );
 }
 
 /// `p` placed on GPU pool `pool`: a node selector and a toleration.
