@@ -502,6 +502,29 @@ fn workloads_watch(
     )
 }
 
+/// The Ray pods ([`RAY_PODS`]), indexed by cluster and cached slim ([`slim_pod`]); the watch's
+/// driver joins `drivers`.
+fn pods_watch(
+    client: &Client,
+    ready: &Arc<Readiness>,
+    changed: &Arc<Notify>,
+    drivers: &mut Vec<Driver>,
+) -> (Store<Pod>, Index<Pod>) {
+    let index = Index::new(cluster_of);
+    let selection = Selection {
+        slim: slim_pod,
+        ..Selection::of(watch_config().labels(RAY_PODS)).indexed(index.clone())
+    };
+    let (store, driver) = watch_store_indexed(
+        Api::<Pod>::all(client.clone()),
+        selection,
+        ready.clone(),
+        changed.clone(),
+    );
+    drivers.push(driver);
+    (store, index)
+}
+
 /// Starts every watch (the Ray pods' too with `pod_gate`).
 pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stores, Streams) {
     let trigger = Arc::new(Notify::new());
@@ -549,20 +572,9 @@ pub async fn start(client: Client, mode: AdmissionMode, pod_gate: bool) -> (Stor
     } else {
         (None, None)
     };
-    let pods_by_cluster = pod_gate.then(|| Index::new(cluster_of));
-    let pods = pods_by_cluster.clone().map(|index| {
-        let (store, driver) = watch_store_indexed(
-            Api::<Pod>::all(client.clone()),
-            Selection {
-                slim: slim_pod,
-                ..Selection::of(watch_config().labels(RAY_PODS)).indexed(index)
-            },
-            ready.clone(),
-            pods_changed.clone(),
-        );
-        drivers.push(driver);
-        store
-    });
+    let (pods, pods_by_cluster) = pod_gate
+        .then(|| pods_watch(&client, &ready, &pods_changed, &mut drivers))
+        .unzip();
     let stores = Stores {
         services: services.store,
         clusters: clusters.store,

@@ -192,37 +192,28 @@ pub async fn slice(
                 source,
             })
         }
-        SliceAction::SetPodSets { name, pod_sets, .. } => api
-            .patch(
-                name,
-                &merge(SLICES_MANAGER),
-                &Patch::Merge(
-                    &json!({"metadata": precondition(rv), "spec": {"podSets": pod_sets}}),
-                ),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|source| Error::PatchPodSets {
-                name: format!("{ns}/{name}"),
-                source,
-            }),
+        SliceAction::SetPodSets { name, pod_sets, .. } => {
+            let spec = json!({"podSets": pod_sets});
+            patch_spec(&api, name, rv, spec)
+                .await
+                .map_err(|source| Error::PatchPodSets {
+                    name: format!("{ns}/{name}"),
+                    source,
+                })
+        }
         SliceAction::SetPriority {
             name,
             priority_class_ref,
             priority,
-        } => api
-            .patch(
-                name,
-                &merge(SLICES_MANAGER),
-                &Patch::Merge(&json!({"metadata": precondition(rv), "spec": {
-                    "priorityClassRef": priority_class_ref, "priority": priority}})),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|source| Error::PatchPriority {
-                name: format!("{ns}/{name}"),
-                source,
-            }),
+        } => {
+            let spec = json!({"priorityClassRef": priority_class_ref, "priority": priority});
+            patch_spec(&api, name, rv, spec)
+                .await
+                .map_err(|source| Error::PatchPriority {
+                    name: format!("{ns}/{name}"),
+                    source,
+                })
+        }
         SliceAction::Finish {
             name,
             reason,
@@ -255,6 +246,19 @@ pub async fn slice(
             })
         }
     }
+}
+
+/// A merge patch of an existing slice's `spec`, made on version `rv`.
+async fn patch_spec(
+    api: &Api<Workload>,
+    name: &str,
+    rv: Option<&str>,
+    spec: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let body = json!({"metadata": precondition(rv), "spec": spec});
+    api.patch(name, &merge(SLICES_MANAGER), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
 }
 
 /// Opt-out of one child: drop its opt-in labels and, when `unsuspend`, release it.
