@@ -295,13 +295,7 @@ async fn growth_beyond_quota_waits_at_the_gate(env: &Env) {
 #[tokio::test(start_paused = true)]
 async fn a_controller_restarted_mid_ungating_ungates_no_more_than_admitted() {
     let mut env = Env::new().await;
-    env.queues("4").await;
-    env.create_service(2).await;
-    env.until("2 workers running", 2, || async {
-        let (gated, ungated) = env.worker_counts().await;
-        (gated == 0 && ungated == 2).then_some(())
-    })
-    .await;
+    env.two_workers_running("4", 10).await;
     env.kill_controller().await;
     env.scale_child(5).await;
     env.until("3 new workers gated", 2, || async {
@@ -490,12 +484,7 @@ async fn a_fault_tolerant_cluster_s_redis_cleanup_runs_within_its_charge() {
 #[tokio::test(start_paused = true)]
 async fn pods_stuck_terminating_keep_their_quota_until_their_node_is_out_of_service() {
     let env = Env::new().await;
-    env.queues("3").await;
-    env.create_service(2).await;
-    env.until("2 workers running", 2, || async {
-        (env.worker_counts().await == (0, 2)).then_some(())
-    })
-    .await;
+    env.two_workers_running("3", 10).await;
     // every node stops answering, then the workers are scaled away: their pods cannot go
     for n in ["node-0", "node-1"] {
         node_lifecycle::write_ready(&env.client, env.sim.clock(), n, &Readiness::Unknown)
@@ -564,12 +553,7 @@ async fn a_promoted_service_s_old_pods_keep_their_quota_until_their_grace_period
         ..Default::default()
     })
     .await;
-    env.queues("6").await;
-    env.create_service_graced(2, 120).await;
-    env.until("2 workers running", 2, || async {
-        (env.worker_counts().await == (0, 2)).then_some(())
-    })
-    .await;
+    env.two_workers_running("6", 120).await;
     let old = env
         .until("an active cluster", 2, || async { env.active().await })
         .await;
@@ -642,12 +626,7 @@ async fn a_promoted_service_s_old_pods_keep_their_quota_until_their_grace_period
 #[tokio::test(start_paused = true)]
 async fn a_worker_group_appended_in_place_stays_gated_until_a_replacement_slice_covers_it() {
     let env = Env::new().await;
-    env.queues("3").await;
-    env.create_service(2).await;
-    env.until("2 workers running", 2, || async {
-        (env.worker_counts().await == (0, 2)).then_some(())
-    })
-    .await;
+    env.two_workers_running("3", 10).await;
     let child = env.child().await.unwrap().name_any();
 
     // the user appends group g2 (1 pod of 1 CPU). On a real API server the policy
@@ -1040,14 +1019,20 @@ impl Env {
         (templates, pods.iter().filter(|p| is_gated(p)).count())
     }
 
-    /// Head + 2 workers running in 4 CPUs, then grown to 4 workers: 2 wait at the gate.
-    async fn grown_past_its_slice(&self) {
-        self.queues("4").await;
-        self.create_service(2).await;
+    /// Quota `cpu`, then the RayService with 2 workers whose pods take `grace` seconds to
+    /// terminate, until head and workers run (ungated by raygate).
+    async fn two_workers_running(&self, cpu: &str, grace: i64) {
+        self.queues(cpu).await;
+        self.create_service_graced(2, grace).await;
         self.until("2 workers running", 2, || async {
             (self.worker_counts().await == (0, 2)).then_some(())
         })
         .await;
+    }
+
+    /// Head + 2 workers running in 4 CPUs, then grown to 4 workers: 2 wait at the gate.
+    async fn grown_past_its_slice(&self) {
+        self.two_workers_running("4", 10).await;
         self.scale_child(4).await;
         self.until("2 new workers gated", 2, || async {
             (self.worker_counts().await == (2, 2)).then_some(())

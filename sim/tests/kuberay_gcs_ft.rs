@@ -153,6 +153,16 @@ async fn pods_of(env: &Env, cluster: &str, node_type: &str) -> Vec<Pod> {
     env.pods.list(&lp).await.unwrap().items
 }
 
+/// Deletes RayCluster `name` in the background; its `deletionTimestamp`.
+async fn delete(env: &Env, name: &str) -> Timestamp {
+    env.clusters
+        .delete(name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let deleting = env.clusters.get(name).await.unwrap();
+    deleting.metadata.deletion_timestamp.unwrap().0
+}
+
 /// Creates `rc` and waits until it is ready.
 async fn create_ready(env: &Env, rc: &RayCluster) -> RayCluster {
     env.clusters
@@ -217,12 +227,7 @@ async fn a_gcs_ft_cluster_is_deleted_after_its_head_is_gone_and_its_redis_cleanu
     let env = setup(Knobs::default()).await;
     let rc = create_ready(&env, &ft_cluster("rc")).await;
     assert_eq!(rc.finalizers(), [FINALIZER]);
-    env.clusters
-        .delete("rc", &DeleteParams::background())
-        .await
-        .unwrap();
-    let deleted = env.clusters.get("rc").await.unwrap();
-    let deleted = deleted.metadata.deletion_timestamp.unwrap().0;
+    let deleted = delete(&env, "rc").await;
     let job = job_after_head_gone(&env, "rc").await;
     let created = job.metadata.creation_timestamp.clone().unwrap().0;
     let waited = created.duration_since(deleted).as_secs();
@@ -311,10 +316,7 @@ async fn a_failed_redis_cleanup_job_also_releases_the_cluster_then_the_collector
     let exit = json!({kubelet::EXIT_CODE: "1"});
     let rc = raycluster("rc", json!({}), json!({"redisAddress": "redis:6379"}), exit);
     create_ready(&env, &rc).await;
-    env.clusters
-        .delete("rc", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&env, "rc").await;
     job_after_head_gone(&env, "rc").await;
     eventually("the cluster gone", || async {
         let cluster = env.clusters.get_opt("rc").await.unwrap();
@@ -359,12 +361,7 @@ async fn the_deletion_timeout_releases_a_cluster_whose_cleanup_job_never_finishe
         json!({}),
     );
     create_ready(&env, &rc).await;
-    env.clusters
-        .delete("rc", &DeleteParams::background())
-        .await
-        .unwrap();
-    let deleted = env.clusters.get("rc").await.unwrap();
-    let deleted = deleted.metadata.deletion_timestamp.unwrap().0;
+    let deleted = delete(&env, "rc").await;
     job_after_head_gone(&env, "rc").await;
     let gone_at = eventually("the cluster gone", || async {
         let gone = env.clusters.get_opt("rc").await.unwrap().is_none();
@@ -389,12 +386,7 @@ async fn with_pods_emulated_by_time_the_cleanup_takes_the_start_delay_and_no_job
     .await;
     let rc = create_ready(&env, &ft_cluster("rc")).await;
     assert_eq!(rc.finalizers(), [FINALIZER]);
-    env.clusters
-        .delete("rc", &DeleteParams::background())
-        .await
-        .unwrap();
-    let deleted = env.clusters.get("rc").await.unwrap();
-    let deleted = deleted.metadata.deletion_timestamp.unwrap().0;
+    let deleted = delete(&env, "rc").await;
     let gone_at = eventually("the cluster gone", || async {
         let gone = env.clusters.get_opt("rc").await.unwrap().is_none();
         gone.then(|| env.sim.clock().now())
