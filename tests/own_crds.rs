@@ -618,3 +618,17 @@ async fn podsets_fixed_while_reserved(api: Api<Workload>) -> Result<(), String> 
     assert_eq!(ps.count, 2);
     Ok(())
 }
+
+/// `raygate remove-pod-gate` (and the controller without `--pod-gate`) on a server that serves
+/// no Pods: nothing to remove from pods, said once, not an error retried forever (the server
+/// answers the pods path with a plain-text 404, which reaches kube without a status code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_pod_gate_on_a_server_without_pods_finds_nothing_to_do() {
+    let server = TestServer::get_with(KueueCrds::Raygate);
+    let client = server.client().await;
+    let removed = raygate::controller::remove_pod_gates(&client)
+        .await
+        .expect("no error on a server without Pods");
+    assert_eq!(removed.pods, 0);
+    assert!(!removed.pods_forbidden);
+}
