@@ -20,6 +20,12 @@ pub struct DevArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum DevCommand {
+    /// Serve a local cluster without containers until SIGTERM or Ctrl-C: the simulated cluster on
+    /// the wall clock over HTTPS on localhost, with KubeRay's, Kueue's, LeaderWorkerSet's and
+    /// raygate's CRDs, a scheduler, kubelets, the core controllers, the KubeRay v1.7 emulator
+    /// (with pods) and GPU nodes in upgrade domains. Writes a kubeconfig for kubectl and
+    /// `raygate controller`.
+    Cluster(ClusterArgs),
     /// Run the KubeRay v1.7 emulator (RayService and RayCluster controllers without pods) until
     /// SIGTERM or Ctrl-C.
     KuberayEmulator {
@@ -64,8 +70,79 @@ pub enum DevCommand {
     },
 }
 
+/// `raygate dev cluster`.
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// Address to serve on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub listen: std::net::SocketAddr,
+    /// Where to write the kubeconfig.
+    #[arg(long, default_value = "raygate-sim.kubeconfig")]
+    pub kubeconfig_out: PathBuf,
+    /// Upgrade domains.
+    #[arg(long, default_value_t = 4)]
+    pub domains: usize,
+    /// GPU nodes per upgrade domain.
+    #[arg(long, default_value_t = 4)]
+    pub nodes_per_domain: usize,
+    /// `nvidia.com/gpu` per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u32,
+    /// Serve the CRDs of every YAML file in this directory too (repeatable), beside the embedded
+    /// KubeRay, Kueue, LeaderWorkerSet and raygate CRDs; one of the same group and plural
+    /// replaces the embedded one.
+    #[arg(long = "crd-dir")]
+    pub crd_dirs: Vec<PathBuf>,
+}
+
+/// The YAML files of `dirs`, sorted by name.
+fn read_crd_dirs(dirs: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+    let mut out = vec![];
+    for dir in dirs {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading --crd-dir {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        for f in files {
+            out.push(
+                std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+async fn serve_cluster(args: ClusterArgs) -> anyhow::Result<ExitCode> {
+    crate::init_tracing(crate::LogFormat::Text);
+    let config = raygate_sim::local::Config {
+        addr: args.listen,
+        domains: args.domains,
+        nodes_per_domain: args.nodes_per_domain,
+        gpus_per_node: args.gpus_per_node,
+        extra_crds: read_crd_dirs(&args.crd_dirs)?,
+    };
+    let local = raygate_sim::local::Local::start(&config)
+        .await
+        .context("starting the local cluster")?;
+    std::fs::write(&args.kubeconfig_out, local.kubeconfig())
+        .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
+    let path =
+        std::path::absolute(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
+    println!(
+        "serving a local cluster on {} ({} nodes); Ctrl-C stops it\n\n  export KUBECONFIG={}\n  kubectl get nodes\n  raygate controller --pod-gate   # in another terminal, same KUBECONFIG",
+        local.https().url(),
+        config.domains * config.nodes_per_domain,
+        path.display()
+    );
+    crate::shutdown_signal().await;
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run_async(args: DevArgs) -> anyhow::Result<ExitCode> {
     match args.command {
+        DevCommand::Cluster(args) => serve_cluster(args).await,
         DevCommand::KuberayEmulator {
             kubeconfig,
             start_delay_ms,

@@ -15,6 +15,8 @@
 
 /// The virtual clock.
 pub mod clock;
+/// A local cluster: the sim on the wall clock with its actors and nodes, served over HTTPS.
+pub mod local;
 /// The simulated API server.
 pub mod server;
 /// What runs on the simulated API server: actors, the KubeRay emulator, shared informers.

@@ -29,6 +29,13 @@ pub struct ResourceType {
     pub field_selectors: Vec<String>,
     /// `openAPIV3Schema` per version (CRDs only).
     pub schemas: BTreeMap<String, Value>,
+    /// Short names and categories (`spec.names` of a CRD; kube-apiserver's for built-ins).
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    /// `additionalPrinterColumns` per version (CRDs only).
+    pub printer_columns: BTreeMap<String, Value>,
+    /// The CustomResourceDefinition it was read from (CRDs only).
+    pub definition: Option<Value>,
     compiled: BTreeMap<String, OnceLock<Arc<CompiledSchema>>>,
 }
 
@@ -92,6 +99,7 @@ impl ResourceType {
             fields.push("metadata.namespace".into());
         }
         fields.extend(extra_fields.iter().map(|s| s.to_string()));
+        let (short_names, categories) = builtin_names(group, plural);
         ResourceType {
             group: group.into(),
             versions: vec![version.into()],
@@ -104,6 +112,10 @@ impl ResourceType {
             builtin: true,
             field_selectors: fields,
             schemas: BTreeMap::new(),
+            short_names: short_names.iter().map(|s| s.to_string()).collect(),
+            categories: categories.iter().map(|s| s.to_string()).collect(),
+            printer_columns: BTreeMap::new(),
+            definition: None,
             compiled: BTreeMap::new(),
         }
     }
@@ -225,6 +237,33 @@ fn builtin_list_type(path: &[&str]) -> ListType {
 }
 
 /// The built-in core/v1 kinds: Pods, Nodes, Namespaces, Events.
+/// kube-apiserver's short names and categories of the built-in kinds served
+/// (`pkg/registry/*/*/storage`: `ShortNames()`, `Categories()`).
+fn builtin_names(group: &str, plural: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match (group, plural) {
+        ("", "pods") => (&["po"], &["all"]),
+        ("", "nodes") => (&["no"], &[]),
+        ("", "namespaces") => (&["ns"], &[]),
+        ("", "events") | ("events.k8s.io", "events") => (&["ev"], &[]),
+        ("", "limitranges") => (&["limits"], &[]),
+        ("policy", "poddisruptionbudgets") => (&["pdb"], &[]),
+        ("apps", "replicasets") => (&["rs"], &["all"]),
+        ("apps", "deployments") => (&["deploy"], &["all"]),
+        ("apps", "statefulsets") => (&["sts"], &["all"]),
+        ("apps", "daemonsets") => (&["ds"], &["all"]),
+        ("batch", "jobs") => (&[], &["all"]),
+        ("", "configmaps") => (&["cm"], &[]),
+        ("", "services") => (&["svc"], &["all"]),
+        ("", "serviceaccounts") => (&["sa"], &[]),
+        ("", "resourcequotas") => (&["quota"], &[]),
+        ("scheduling.k8s.io", "priorityclasses") => (&["pc"], &[]),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            (&["crd", "crds"], &["api-extensions"])
+        }
+        _ => (&[], &[]),
+    }
+}
+
 fn core_v1() -> Vec<ResourceType> {
     let b = ResourceType::builtin;
     let pods_fields = [
@@ -313,6 +352,38 @@ fn other_builtins() -> Vec<ResourceType> {
     ]
 }
 
+/// Built-in kinds served as stored objects, with no controller acting on them: what clients
+/// built elsewhere (Kueue's manager, kubectl) read or write beside the kinds above.
+fn stored_builtins() -> Vec<ResourceType> {
+    let b = ResourceType::builtin;
+    [
+        ("", "secrets", "Secret", true, false),
+        ("", "configmaps", "ConfigMap", true, false),
+        ("", "services", "Service", true, true),
+        ("", "serviceaccounts", "ServiceAccount", true, false),
+        ("", "resourcequotas", "ResourceQuota", true, true),
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            true,
+        ),
+        (
+            "scheduling.k8s.io",
+            "priorityclasses",
+            "PriorityClass",
+            false,
+            false,
+        ),
+    ]
+    .into_iter()
+    .map(|(group, plural, kind, namespaced, status)| {
+        b(group, "v1", plural, kind, namespaced, status, &[])
+    })
+    .collect()
+}
+
 /// The built-in apps/v1 workloads; all but DaemonSets serve `scale`
 /// (pkg/registry/apps/*/storage).
 fn apps_v1() -> Vec<ResourceType> {
@@ -385,7 +456,13 @@ impl Registry {
     /// scale subresource); batch/v1 Jobs ([`batch_v1`]). Only the actors a world starts act on
     /// them; `kubectl drain`'s rules read them.
     pub fn with_builtins() -> Self {
-        let types = [core_v1(), other_builtins(), apps_v1(), batch_v1()];
+        let types = [
+            core_v1(),
+            other_builtins(),
+            apps_v1(),
+            batch_v1(),
+            stored_builtins(),
+        ];
         Registry {
             types: types.into_iter().flatten().map(Arc::new).collect(),
         }
@@ -446,12 +523,23 @@ impl Registry {
                 fields.push(p.trim_start_matches('.').to_string());
             }
         }
+        let mut printer_columns = BTreeMap::new();
         for v in &served {
             if let (Some(n), Some(s)) = (v["name"].as_str(), v["schema"].get("openAPIV3Schema")) {
                 schemas.insert(n.to_string(), s.clone());
                 compiled.insert(n.to_string(), OnceLock::new());
             }
+            if let (Some(n), Some(c)) = (v["name"].as_str(), v.get("additionalPrinterColumns")) {
+                printer_columns.insert(n.to_string(), c.clone());
+            }
         }
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        };
         let rt = ResourceType {
             group: group.into(),
             versions: served
@@ -467,6 +555,10 @@ impl Registry {
             builtin: false,
             field_selectors: fields,
             schemas,
+            short_names: strings(&spec["names"]["shortNames"]),
+            categories: strings(&spec["names"]["categories"]),
+            printer_columns,
+            definition: Some(crd.clone()),
             compiled,
         };
         self.types

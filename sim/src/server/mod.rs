@@ -12,6 +12,9 @@ pub mod cel;
 /// Typed copies of stored objects without their `managedFields`, for in-process readers (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod decode;
+/// API discovery: `/version`, `/api`, `/apis`, groups and group-versions (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod discovery;
 /// Fault injection: error rates, latency, watch drops and 410s, seeded (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod faults;
@@ -21,14 +24,22 @@ pub mod fields;
 /// Routing, the verbs over the store and the Pod and `scale` subresources (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod handler;
+/// The cluster served over HTTPS on a local port, with a kubeconfig, for real clients (IO shell).
+pub mod https;
 /// Reads of the store from inside the process: watches of its own events, GETs and LISTs typed.
 pub mod in_process;
 /// Served resources: built-in kinds and CRDs (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod kinds;
+/// OpenAPI v3 documents per group-version (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod openapi;
 /// Merge, JSON and strategic merge patches (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod patch;
+/// Protobuf request bodies of built-in kinds read into JSON (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod protobuf;
 /// CRD structural schemas: pruning, defaults, validation (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod schema;
@@ -45,6 +56,9 @@ pub mod status;
 /// Objects, revisions, history and watches (pure).
 #[deny(clippy::disallowed_methods, clippy::disallowed_types)]
 pub mod store;
+/// `Table` answers for `kubectl get` (server-side printing) (pure).
+#[deny(clippy::disallowed_methods, clippy::disallowed_types)]
+pub mod table;
 /// The upstream CRDs (KubeRay, Kueue, LWS) embedded in the binary, and raygate's NodeRollout.
 pub mod upstream;
 

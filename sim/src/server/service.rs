@@ -22,6 +22,7 @@ use crate::server::faults::{Decision, RequestInfo, Verb};
 use crate::server::handler::{self, ApiRequest};
 use crate::server::status::ApiError;
 use crate::server::store::WatchEvent;
+use crate::server::{protobuf, table};
 
 pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -104,6 +105,36 @@ fn error_response(e: &ApiError) -> Response<ResponseBody> {
         resp.headers_mut().insert(http::header::RETRY_AFTER, v);
     }
     resp
+}
+
+/// A GET's reply as a `Table` of its resource (discovery and OpenAPI documents as they are).
+fn as_table(
+    state: &handler::State,
+    req: &ApiRequest,
+    body: &Value,
+    now: k8s_openapi::jiff::Timestamp,
+) -> handler::Body {
+    match handler::route(&state.registry, &req.path) {
+        Ok(route) if route.subresource.is_none() => {
+            let include = table::Include::parse(req.query.get("includeObject").map(String::as_str));
+            table::to_table(&route.rt, &route.version, body, now, include).into()
+        }
+        _ => body.clone().into(),
+    }
+}
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// A protobuf body read into JSON ([`protobuf::to_json`]); a kind it does not know is the 415 a
+/// server answers for a media type it cannot decode.
+fn protobuf_as_json(req: &mut ApiRequest) -> Result<(), ApiError> {
+    let obj = protobuf::to_json(&req.body).map_err(|e| match e {
+        protobuf::DecodeError::Unknown { .. } => ApiError::unsupported_media_type(e.to_string()),
+        _ => ApiError::bad_request(e.to_string()),
+    })?;
+    req.body = serde_json::to_vec(&obj).unwrap_or_default();
+    req.content_type = "application/json".into();
+    Ok(())
 }
 
 fn line(ev: &WatchEvent) -> Bytes {
@@ -268,6 +299,24 @@ impl Sim {
         })
     }
 
+    /// Answers one request as a client over the network sees it: the injected faults first (a
+    /// latency, an error), then [`Sim::serve`].
+    pub async fn respond(
+        &self,
+        parts: http::request::Parts,
+        body: Bytes,
+    ) -> Response<ResponseBody> {
+        let fault = self.fault(&parts, &body);
+        if !fault.latency.is_zero() {
+            tokio::time::sleep(fault.latency).await;
+        }
+        if let Some(e) = fault.error {
+            tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code, "sim: injected fault");
+            return error_response(&e);
+        }
+        self.serve(parts, body)
+    }
+
     /// Serves one request (the Service's body, also usable directly).
     pub fn serve(&self, parts: http::request::Parts, body: Bytes) -> Response<ResponseBody> {
         let query: HashMap<String, String> = parts
@@ -283,7 +332,7 @@ impl Sim {
                 .unwrap_or_default()
                 .to_string()
         };
-        let req = ApiRequest {
+        let mut req = ApiRequest {
             method: parts.method.as_str().to_string(),
             path: parts.uri.path().to_string(),
             content_type: header(http::header::CONTENT_TYPE),
@@ -291,6 +340,11 @@ impl Sim {
             body: body.to_vec(),
             query,
         };
+        if req.content_type.starts_with(PROTOBUF)
+            && let Err(e) = protobuf_as_json(&mut req)
+        {
+            return error_response(&e);
+        }
         let watch = matches!(
             req.query.get("watch").map(String::as_str),
             Some("true" | "1")
@@ -299,7 +353,17 @@ impl Sim {
             return self.watch(&req);
         }
         let now = self.clock().now();
-        let result = self.lock().handle(&req, now);
+        let accept = header(http::header::ACCEPT);
+        let result = {
+            let state = &mut *self.lock();
+            let reply = state.handle(&req, now);
+            match reply {
+                Ok((200, body)) if req.method == "GET" && table::wants_table(&accept) => {
+                    Ok((200, as_table(state, &req, body.value(), now)))
+                }
+                other => other,
+            }
+        };
         match result {
             Ok((code, body)) => json_bytes_response(code, body.json()),
             Err(e) => {
@@ -336,15 +400,7 @@ impl tower_service::Service<Request<kube::client::Body>> for SimService {
                     ))));
                 }
             };
-            let fault = sim.fault(&parts, &body);
-            if !fault.latency.is_zero() {
-                tokio::time::sleep(fault.latency).await;
-            }
-            if let Some(e) = fault.error {
-                tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code, "sim: injected fault");
-                return Ok(error_response(&e));
-            }
-            Ok(sim.serve(parts, body))
+            Ok(sim.respond(parts, body).await)
         })
     }
 }

@@ -179,6 +179,64 @@ impl Sim {
         let _ = self.lock().handle(&req, now);
     }
 
+    /// Stores every CRD the cluster serves as an `apiextensions.k8s.io/v1`
+    /// CustomResourceDefinition, `Established` and `NamesAccepted`, for clients that read them
+    /// (raygate's startup checks, `kubectl get crd`). They are a record of the registry: creating
+    /// or changing one serves nothing new.
+    pub fn publish_crds(&self) {
+        let now = self.clock.now();
+        let stamp = crate::clock::seconds(now);
+        let mut state = self.lock();
+        let definitions: Vec<serde_json::Value> = state
+            .registry
+            .types()
+            .iter()
+            .filter_map(|t| t.definition.clone())
+            .collect();
+        for mut crd in definitions {
+            let name = crd["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if let Some(m) = crd["metadata"].as_object_mut() {
+                m.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
+            }
+            let storage: Vec<serde_json::Value> = crd["spec"]["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|v| v["storage"] == serde_json::json!(true))
+                .map(|v| v["name"].clone())
+                .collect();
+            let condition = |t: &str, reason: &str| {
+                serde_json::json!({"type": t, "status": "True", "reason": reason,
+                    "message": "", "lastTransitionTime": stamp})
+            };
+            let status = serde_json::json!({"acceptedNames": crd["spec"]["names"],
+                "storedVersions": storage, "conditions": [
+                    condition("NamesAccepted", "NoConflicts"), condition("Established", "InitialNamesAccepted")]});
+            let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+            let create = handler::ApiRequest {
+                method: "POST".into(),
+                path: path.into(),
+                body: serde_json::to_vec(&crd).unwrap_or_default(),
+                user_agent: "raygate-sim".into(),
+                ..Default::default()
+            };
+            let _ = state.handle(&create, now);
+            let patch = handler::ApiRequest {
+                method: "PATCH".into(),
+                path: format!("{path}/{name}/status"),
+                content_type: "application/merge-patch+json".into(),
+                body: serde_json::to_vec(&serde_json::json!({"status": status}))
+                    .unwrap_or_default(),
+                user_agent: "raygate-sim".into(),
+                ..Default::default()
+            };
+            let _ = state.handle(&patch, now);
+        }
+    }
+
     /// The current global resourceVersion.
     pub fn revision(&self) -> u64 {
         self.lock().store.revision()

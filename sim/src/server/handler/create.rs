@@ -37,6 +37,7 @@ impl State {
         mut obj: Value,
         now: &str,
     ) -> Result<Value, ApiError> {
+        super::update::drop_empty_metadata(&mut obj);
         if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
             return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",

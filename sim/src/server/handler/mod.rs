@@ -21,7 +21,7 @@ mod read;
 mod replace;
 /// Requests, routes and replies.
 mod request;
-/// The `scale` subresource and group-version discovery.
+/// The `scale` subresource.
 pub mod scale;
 /// The state the verbs work on.
 mod state;
@@ -38,9 +38,14 @@ impl State {
     /// Handles every non-watch request.
     pub fn handle(&mut self, req: &ApiRequest, now: k8s_openapi::jiff::Timestamp) -> Reply {
         if req.method == "GET"
-            && let Some(list) = scale::discovery(&self.registry, &req.path)
+            && let Some(list) = crate::server::discovery::document(&self.registry, &req.path)
         {
             return Ok((200, list.into()));
+        }
+        if req.method == "GET"
+            && let Some(doc) = crate::server::openapi::document(&self.registry, &req.path)
+        {
+            return Ok((200, doc.into()));
         }
         let route = route(&self.registry, &req.path)?;
         if route.subresource.as_deref() == Some("scale") {

@@ -1,13 +1,11 @@
 //! The `scale` subresource (`autoscaling/v1` `Scale`) of apps/v1 workloads and of CRDs that
-//! declare `subresources.scale`, and API discovery for one group-version (`/api/v1`,
-//! `/apis/{group}/{version}`), which clients use as a RESTMapper and to ask whether a resource
-//! implements `scale` (the disruption controller's `implementsScale`).
+//! declare `subresources.scale`.
 
 use serde_json::{Value, json};
 
 use super::request::{ApiRequest, Reply, Route, dry_run, meta_str, parse_body};
 use super::state::State;
-use crate::server::kinds::{Registry, ScalePaths};
+use crate::server::kinds::ScalePaths;
 use crate::server::patch::{self, PatchType};
 use crate::server::status::{ApiError, FieldCause};
 use crate::server::store::ChangeType;
@@ -181,55 +179,6 @@ impl State {
         let stored = self.store.commit(&main.key(), ChangeType::Modified, next);
         Ok((200, scale_of(&stored, &paths).into()))
     }
-}
-
-/// `APIResourceList` for `/api/v1` or `/apis/{group}/{version}`; `None` for other paths or an
-/// unserved group-version.
-pub fn discovery(registry: &Registry, path: &str) -> Option<Value> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, version) = match segs.as_slice() {
-        ["api", v] => ("", *v),
-        ["apis", g, v] => (*g, *v),
-        _ => return None,
-    };
-    if !registry.serves_group_version(group, version) {
-        return None;
-    }
-    let mut resources = vec![];
-    for t in registry
-        .types()
-        .iter()
-        .filter(|t| t.group == group && t.serves(version))
-    {
-        let singular = t.kind.to_lowercase();
-        resources.push(json!({"name": t.plural, "singularName": singular, "namespaced": t.namespaced,
-            "kind": t.kind, "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}));
-        if t.status_subresource {
-            resources.push(
-                json!({"name": format!("{}/status", t.plural), "singularName": "",
-                "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}),
-            );
-        }
-        if t.scale.is_some() {
-            resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "",
-                "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale",
-                "verbs": ["get", "patch", "update"]}));
-        }
-        if t.builtin && t.group.is_empty() && t.kind == "Pod" {
-            resources.push(
-                json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
-                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}),
-            );
-        }
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    Some(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
 }
 
 #[cfg(test)]

@@ -92,6 +92,7 @@ impl State {
             }
         }
         keep_system_metadata(old, &mut new);
+        drop_empty_metadata(&mut new);
         new["apiVersion"] = json!(route.rt.api_version(&route.version));
         new["kind"] = json!(route.rt.kind);
         self.admit_schema(route, &mut new, Some(old))?;
@@ -220,6 +221,31 @@ fn status_write(old: &Value, mut new: Value) -> Value {
     next
 }
 
+/// `ObjectMeta`'s collections are `omitempty`: the server decodes an empty one as none and never
+/// writes it back (`labels: {}`, `ownerReferences: []` after the garbage collector orphans a
+/// dependent, `finalizers: []` after the last is removed).
+pub(super) fn drop_empty_metadata(obj: &mut Value) {
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        for f in [
+            "labels",
+            "annotations",
+            "ownerReferences",
+            "finalizers",
+            "managedFields",
+        ] {
+            let empty = match m.get(f) {
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                m.remove(f);
+            }
+        }
+    }
+}
+
 /// The metadata a write cannot change (the registry's `PrepareForUpdate`): the old object's uid,
 /// timestamps, generation, namespace, name and resourceVersion, and none where it had none.
 fn keep_system_metadata(old: &Value, new: &mut Value) {
@@ -247,6 +273,17 @@ fn keep_system_metadata(old: &Value, new: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn empty_metadata_collections_are_dropped_as_go_s_omitempty_drops_them() {
+        let mut obj = json!({"metadata": {"name": "a", "labels": {}, "annotations": {"k": "v"},
+            "ownerReferences": [], "finalizers": null}, "spec": {"list": []}});
+        drop_empty_metadata(&mut obj);
+        assert_eq!(
+            obj,
+            json!({"metadata": {"name": "a", "annotations": {"k": "v"}}, "spec": {"list": []}})
+        );
+    }
 
     #[test]
     fn a_status_write_keeps_all_but_the_status_and_managed_fields_of_the_stored_object() {
