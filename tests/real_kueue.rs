@@ -387,9 +387,8 @@ impl Env {
             .unwrap_or_default()
         {
             out += &format!(
-                "Workload {:?} conditions {:?}\n",
-                w.metadata.name,
-                w.status.map(|s| s.conditions)
+                "Workload {:?} active {:?} status {:?}\n",
+                w.metadata.name, w.spec.active, w.status
             );
         }
         out
@@ -672,5 +671,62 @@ async fn kueue_s_preemption_of_an_upgrade_holds_the_upgrade_and_the_service_keep
         assert!(cpu <= 4.0, "{cpu} CPU reserved on a 4-CPU queue");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    env.stop().await;
+}
+
+/// Kueue's `waitForPodsReady` shorter than the pods take to start (5 s; they need about 7): Kueue
+/// evicts each slice, raygate queues the next only after Kueue's requeuing backoff
+/// (`status.requeueState.requeueAt`) and carries its requeue count, so Kueue's
+/// `backoffLimitCount` (2 here) deactivates the third, as it would a job's Workload, instead of
+/// raygate replacing evicted slices without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_s_requeuing_backoff_and_limit_hold_across_raygate_s_slices() {
+    let _serial = SERIAL.lock().await;
+    let config = "waitForPodsReady:\n  timeout: 5s\n  requeuingStrategy:\n    timestamp: Eviction\n    backoffBaseSeconds: 1\n    backoffLimitCount: 2\n";
+    let env = Env::new("backoff", config).await;
+    env.queues("4", json!({})).await;
+    env.create_service("svc", json!({})).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let deactivated = loop {
+        let slices = env.slices("svc").await;
+        if let Some(w) = slices.into_iter().find(|w| w.spec.active == Some(false)) {
+            break w;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("Kueue deactivated no slice:\n{}", env.dump().await);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let evicted = condition(&deactivated, "Evicted").map(|c| c.reason.clone());
+    assert_eq!(
+        evicted.as_deref(),
+        Some("DeactivatedDueToRequeuingLimitExceeded"),
+        "{}",
+        env.dump().await
+    );
+    // the slices before it: evicted by Kueue, requeued after their backoff with their count
+    let mut counts: Vec<i32> = env
+        .slices("svc")
+        .await
+        .iter()
+        .filter(|w| raygate::workload::is_finished(w.status.as_ref()))
+        .filter_map(|w| w.status.as_ref()?.requeue_state.as_ref()?.count)
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [1, 2], "{}", env.dump().await);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let slices = env.slices("svc").await;
+    assert_eq!(
+        slices.len(),
+        3,
+        "three slices in all, no more after the deactivation:\n{}",
+        env.dump().await
+    );
+    let svc = env.services().get("svc").await.unwrap();
+    assert_eq!(
+        svc.spec.suspend,
+        Some(true),
+        "the service stays stopped, as a deactivated job does"
+    );
     env.stop().await;
 }

@@ -596,6 +596,7 @@ fn admitted_workload() -> kueue::Workload {
             name: "worker".into(),
             count: 1,
         }],
+        requeue_state: None,
     });
     wl
 }

@@ -57,13 +57,21 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     report(&ctx, &seen, &plan, &applied, start).await;
     // pods still holding quota: their going away changes the decision, and no watch of the
     // gate's says so
-    let next = if plan.decision.held_back.is_empty() {
-        resync()
-    } else {
-        Action::requeue(PODS_HELD_RESYNC)
+    // a slice Kueue evicted is requeued once its backoff ends: look again then
+    let now = ctx.clock.now();
+    let backoff = crate::slices::backoff_ends(&seen.workloads, now)
+        .map(|at| at.duration_since(now).unsigned_abs() + BACKOFF_MARGIN);
+    let held = (!plan.decision.held_back.is_empty()).then_some(PODS_HELD_RESYNC);
+    let next = match backoff.into_iter().chain(held).min() {
+        Some(wait) => Action::requeue(wait),
+        None => resync(),
     };
     applied.result.map(|()| next)
 }
+
+/// Past the end of Kueue's requeuing backoff before the gate looks again (timestamps have
+/// one-second resolution).
+const BACKOFF_MARGIN: Duration = Duration::from_millis(100);
 
 /// How soon a RayService whose slice stays charged for terminating pods is looked at again.
 const PODS_HELD_RESYNC: Duration = Duration::from_secs(2);

@@ -475,6 +475,7 @@ fn plan_slices<'a>(f: &Facts<'a>, d: &mut GateDecision) -> Option<&'a Workload> 
         mode: f.opts.mode,
         children_exist: anything_runs(f),
         serving: upgrade_evicted::cover(f),
+        now: f.opts.now,
     };
     let plan = match f.podsets {
         Some(podsets) => slices::plan(&ctx, podsets, f.workloads),

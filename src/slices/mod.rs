@@ -20,6 +20,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::admission::AdmissionMode;
 use crate::meta;
@@ -73,6 +74,9 @@ pub struct SliceContext {
     /// Set while an upgrade's slice is evicted and the serving child keeps running (see
     /// [`upgrade`]).
     pub serving: Option<ServingCover>,
+    /// The decision's time, for Kueue's requeuing backoff of an evicted slice (`None`: no
+    /// backoff is waited for).
+    pub now: Option<Timestamp>,
 }
 
 /// One change to the owner's Workloads.
@@ -231,7 +235,7 @@ fn plan_chain(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) ->
         return plan;
     }
     let mut actions = Vec::new();
-    let Some(live) = finish_evicted(ctx, live, &mut actions) else {
+    let Some((live, requeued)) = finish_evicted(ctx, live, &mut actions) else {
         return SlicePlan {
             actions,
             target: None,
@@ -243,6 +247,7 @@ fn plan_chain(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) ->
         None => track_without_quota(ctx, desired, candidate, &taken, &mut actions),
         Some(head) => follow_head(ctx, desired, head, candidate, &taken, &mut actions),
     };
+    carry_requeue_count(requeued, &mut actions);
     SlicePlan {
         actions,
         target: Some(target),
@@ -250,17 +255,28 @@ fn plan_chain(ctx: &SliceContext, desired: &[PodSet], workloads: &[Workload]) ->
 }
 
 /// Evicted slices (preempted, queue stopped) keep their quota until the owner's pods are gone,
-/// then finish; a deactivated one (`spec.active=false`) is the user's stop and stays. Returns the
-/// slices not evicted, or `None` while an eviction drains.
+/// then finish; a deactivated one (`spec.active=false`) is the user's stop and stays. One Kueue
+/// evicted for `waitForPodsReady` finishes only once its requeuing backoff
+/// (`status.requeueState.requeueAt`, Kueue's `UpdateRequeueState`) has passed. Returns the slices
+/// not evicted and the highest requeue count of those finished, or `None` while an eviction
+/// drains or backs off.
 fn finish_evicted<'a>(
     ctx: &SliceContext,
     live: Vec<&'a Workload>,
     actions: &mut Vec<SliceAction>,
-) -> Option<Vec<&'a Workload>> {
+) -> Option<(Vec<&'a Workload>, Option<i32>)> {
     let (evicted, live): (Vec<&Workload>, Vec<&Workload>) = live
         .into_iter()
         .partition(|w| workload::is_evicted(w.status.as_ref()) && w.spec.active != Some(false));
     if !evicted.is_empty() && ctx.children_exist {
+        return None;
+    }
+    let requeue = |w: &Workload| w.status.as_ref().and_then(|s| s.requeue_state.clone());
+    let backing_off = |w: &&Workload| {
+        let at = requeue(w).and_then(|r| r.requeue_at).map(|t| t.0);
+        matches!((at, ctx.now), (Some(at), Some(now)) if at > now)
+    };
+    if evicted.iter().any(backing_off) {
         return None;
     }
     for e in &evicted {
@@ -270,7 +286,47 @@ fn finish_evicted<'a>(
             message: "evicted and the RayService's pods are gone; a new slice is queued".into(),
         });
     }
-    Some(live)
+    let count = evicted.iter().filter_map(|w| requeue(w)?.count).max();
+    Some((live, count))
+}
+
+/// When the earliest requeuing backoff of the evicted live slices ends, if after `now`: nothing
+/// else wakes the gate then, so the controller looks again at that moment.
+pub fn backoff_ends(workloads: &[Workload], now: Timestamp) -> Option<Timestamp> {
+    workloads
+        .iter()
+        .filter(|w| {
+            workload::is_evicted(w.status.as_ref()) && !workload::is_finished(w.status.as_ref())
+        })
+        .filter_map(|w| {
+            w.status
+                .as_ref()?
+                .requeue_state
+                .as_ref()?
+                .requeue_at
+                .as_ref()
+        })
+        .map(|t| t.0)
+        .filter(|at| *at > now)
+        .min()
+}
+
+/// A new slice queued after an eviction carries the evicted slice's requeue count in its status,
+/// so Kueue's next `waitForPodsReady` eviction counts on from it and `backoffLimitCount`
+/// deactivates a RayService that never gets ready, as it would a job.
+fn carry_requeue_count(count: Option<i32>, actions: &mut [SliceAction]) {
+    let Some(count) = count else { return };
+    for a in actions {
+        if let SliceAction::Create { workload, .. } = a {
+            workload
+                .status
+                .get_or_insert_with(Default::default)
+                .requeue_state = Some(crate::types::kueue::RequeueState {
+                count: Some(count),
+                requeue_at: None,
+            });
+        }
+    }
 }
 
 /// At most one reserved slice: the newest (the head). Older ones were replaced (or are strays)

@@ -21,6 +21,7 @@ fn ctx(mode: AdmissionMode) -> SliceContext {
         mode,
         children_exist: true,
         serving: None,
+        now: None,
     }
 }
 
@@ -378,6 +379,58 @@ fn an_evicted_slice_keeps_its_quota_until_the_pods_are_gone() {
         ),
         "{p:?}"
     );
+}
+
+#[test]
+fn a_slice_kueue_evicted_for_pods_ready_is_requeued_after_its_backoff_with_its_count() {
+    let at = |s: i64| k8s_openapi::jiff::Timestamp::from_second(1_767_225_600 + s).unwrap();
+    let mut c = ctx(AdmissionMode::Kueue);
+    c.children_exist = false;
+    let (mut ws, mut clock) = (vec![], 0);
+    step(&mut ws, &c, &[head(1), workers(2)], &mut clock);
+    admit_counts(&mut ws[0]);
+    set(&mut ws[0], condition::EVICTED, "PodsReadyTimeout");
+    // Kueue's `UpdateRequeueState`: the second requeue, not before 120 s from now
+    ws[0].status.as_mut().unwrap().requeue_state = Some(crate::types::kueue::RequeueState {
+        count: Some(2),
+        requeue_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(
+            120,
+        ))),
+    });
+    c.now = Some(at(60));
+    let p = plan(&c, &[head(1), workers(2)], &ws);
+    assert_eq!(p, SlicePlan::default(), "nothing before the backoff ends");
+    c.now = Some(at(120));
+    let p = plan(&c, &[head(1), workers(2)], &ws);
+    let [
+        SliceAction::Finish { .. },
+        SliceAction::Create { workload, .. },
+    ] = &p.actions[..]
+    else {
+        panic!("{p:?}")
+    };
+    let carried = workload
+        .status
+        .as_ref()
+        .and_then(|s| s.requeue_state.clone());
+    assert_eq!(
+        carried,
+        Some(crate::types::kueue::RequeueState {
+            count: Some(2),
+            requeue_at: None
+        }),
+        "the new slice counts on from the evicted one"
+    );
+    // the controller looks again when the backoff ends
+    assert_eq!(super::backoff_ends(&ws, at(60)), Some(at(120)));
+    assert_eq!(super::backoff_ends(&ws, at(120)), None);
+    // a preemption sets no requeue state: the new slice carries none
+    ws[0].status.as_mut().unwrap().requeue_state = None;
+    let p = plan(&c, &[head(1), workers(2)], &ws);
+    let [_, SliceAction::Create { workload, .. }] = &p.actions[..] else {
+        panic!("{p:?}")
+    };
+    assert_eq!(workload.status, None);
 }
 
 #[test]

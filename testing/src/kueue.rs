@@ -113,6 +113,7 @@ impl WorkloadBuilder for Workload {
                 pod_set_assignments: assignments,
             }),
             reclaimable_pods: vec![],
+            requeue_state: None,
         });
         self
     }

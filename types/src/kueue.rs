@@ -392,6 +392,20 @@ pub struct WorkloadStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub reclaimable_pods: Vec<ReclaimablePod>,
+    /// Kueue's requeuing backoff: set when `waitForPodsReady` evicts the Workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_state: Option<RequeueState>,
+}
+
+/// `RequeueState`: how often the Workload was requeued after a `waitForPodsReady` eviction, and
+/// not before when it may be admitted again.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequeueState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// `Admission`: where the Workload's quota is reserved.

@@ -180,17 +180,32 @@ pub async fn slice(
     match action {
         SliceAction::Create { workload, .. } => {
             let name = workload.metadata.name.clone().unwrap_or_default();
+            let failed = |source| Error::ApplyWorkload {
+                name: format!("{ns}/{name}"),
+                source,
+            };
             api.patch(
                 &name,
                 &crate::controller::apply_params(SLICES_MANAGER),
                 &Patch::Apply(workload.as_ref()),
             )
             .await
-            .map(|_| ())
-            .map_err(|source| Error::ApplyWorkload {
-                name: format!("{ns}/{name}"),
-                source,
-            })
+            .map_err(failed)?;
+            // the requeue count carried from an evicted slice lives in the status subresource
+            match workload
+                .status
+                .as_ref()
+                .and_then(|s| s.requeue_state.as_ref())
+            {
+                Some(requeue) => {
+                    let status = json!({"status": {"requeueState": requeue}});
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                        .await
+                        .map(|_| ())
+                        .map_err(failed)
+                }
+                None => Ok(()),
+            }
         }
         SliceAction::SetPodSets { name, pod_sets, .. } => {
             let spec = json!({"podSets": pod_sets});
