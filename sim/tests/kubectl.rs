@@ -331,65 +331,48 @@ async fn label_annotate_patch_and_server_side_apply_conflicts() {
         .ok(&["get", "node", "ud0-n0", "-o", "jsonpath={.metadata.labels.m}{.metadata.labels.j}{.metadata.labels.s}{.metadata.annotations.note}"])
         .await;
     assert_eq!(labels, "123x");
-    let lq = |queue: &str| {
+    // a WorkloadPriorityClass `p` with `description`, server-side applied by `manager`
+    let wpc = |description: &str| {
         format!(
-            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\nmetadata: {{name: lq}}\nvalue: 10\ndescription: {queue}\n"
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\nmetadata: {{name: p}}\nvalue: 10\ndescription: {description}\n"
         )
     };
-    let first = k
-        .run_with(
-            &["apply", "--server-side", "--field-manager=alice", "-f", "-"],
-            Some(&lq("cq-a")),
-        )
-        .await;
+    let ssa = |manager: &'static str, description: &'static str, force: bool| {
+        let k = &k;
+        let yaml = wpc(description);
+        async move {
+            let manager = format!("--field-manager={manager}");
+            let mut args = vec!["apply", "--server-side", manager.as_str(), "-f", "-"];
+            if force {
+                args.push("--force-conflicts");
+            }
+            k.run_with(&args, Some(&yaml)).await
+        }
+    };
+    let first = ssa("alice", "a", false).await;
     assert!(first.ok, "{}", first.stderr);
     assert_eq!(
         first.stdout.trim(),
-        "workloadpriorityclass.kueue.x-k8s.io/lq serverside-applied"
+        "workloadpriorityclass.kueue.x-k8s.io/p serverside-applied"
     );
-    let conflict = k
-        .run_with(
-            &["apply", "--server-side", "--field-manager=bob", "-f", "-"],
-            Some(&lq("cq-b")),
-        )
-        .await;
+    let conflict = ssa("bob", "b", false).await;
     assert!(!conflict.ok);
-    assert!(
-        conflict.stderr.contains("conflict with \"alice\""),
-        "{}",
-        conflict.stderr
-    );
-    assert!(
-        conflict.stderr.contains(".description"),
-        "{}",
-        conflict.stderr
-    );
-    let forced = k
-        .run_with(
-            &[
-                "apply",
-                "--server-side",
-                "--field-manager=bob",
-                "--force-conflicts",
-                "-f",
-                "-",
-            ],
-            Some(&lq("cq-b")),
-        )
-        .await;
+    for part in ["conflict with \"alice\"", ".description"] {
+        assert!(conflict.stderr.contains(part), "{}", conflict.stderr);
+    }
+    let forced = ssa("bob", "b", true).await;
     assert!(forced.ok, "{}", forced.stderr);
-    assert_eq!(
-        k.ok(&["get", "wpc", "lq", "-o", "jsonpath={.description}"])
-            .await,
-        "cq-b"
-    );
-    let unchanged = k.run_with(&["apply", "-f", "-"], Some(&lq("cq-c"))).await;
-    assert!(unchanged.ok, "{}", unchanged.stderr);
-    let unchanged = k.run_with(&["apply", "-f", "-"], Some(&lq("cq-c"))).await;
-    assert_eq!(
-        unchanged.stdout.trim(),
-        "workloadpriorityclass.kueue.x-k8s.io/lq unchanged"
-    );
+    let description = ["get", "wpc", "p", "-o", "jsonpath={.description}"];
+    assert_eq!(k.ok(&description).await, "b");
+    // client-side apply twice: the second finds nothing to change
+    for want in ["configured", "unchanged"] {
+        let out = k.run_with(&["apply", "-f", "-"], Some(&wpc("c"))).await;
+        assert!(out.ok, "{}", out.stderr);
+        assert_eq!(
+            out.stdout.trim(),
+            format!("workloadpriorityclass.kueue.x-k8s.io/p {want}")
+        );
+    }
 }
 
 const REPLICASET: &str = "apiVersion: apps/v1
