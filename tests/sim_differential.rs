@@ -22,6 +22,10 @@ const KNOWN: &[(&str, &str)] = &[
         "same code, reason and message prefix; the parse error's wording is serde_json's, not Go's encoding/json",
     ),
     (
+        "schema: a merge patch's unknown field refused under fieldValidation=Strict",
+        "same code, reason, cause field and strict decoding error; the patched object the message quotes is the sim's JSON (its key order, no managedFields), and the details carry empty name/group/kind",
+    ),
+    (
         "list with a bad label selector",
         "same code and reason; the parse error's wording differs from apimachinery's label parser",
     ),
@@ -184,6 +188,20 @@ fn steps() -> Vec<Step> {
             json!({"spec": {"suspend": true}}),
         ),
         step("schema: Invalid", "POST", RC, JSON, bad),
+        step(
+            "schema: unknown fields refused under fieldValidation=Strict",
+            "POST",
+            "/apis/ray.io/v1/namespaces/{ns}/rayclusters?fieldValidation=Strict",
+            JSON,
+            unknown.clone(),
+        ),
+        step(
+            "schema: a merge patch's unknown field refused under fieldValidation=Strict",
+            "PATCH",
+            "/apis/ray.io/v1/namespaces/{ns}/rayclusters/c?fieldValidation=Strict",
+            MERGE,
+            json!({"spec": {"bogus": 1}}),
+        ),
         step("schema: unknown fields pruned", "POST", RC, JSON, unknown),
         step(
             "dry-run create",

@@ -270,6 +270,23 @@ async fn apply_get_wait_describe_and_explain_a_rayservice() {
         described.contains("Kind:         RayService"),
         "{described}"
     );
+    // kubectl asks for `fieldValidation=Strict`: a misspelt field is refused, not dropped
+    let typo = sample.replace("serveConfigV2:", "serveConfigV3:");
+    let refused = k.run_with(&["apply", "-f", "-"], Some(&typo)).await;
+    assert!(!refused.ok);
+    // (an existing object: kubectl's merge patch, refused as the real server refuses it)
+    assert!(
+        refused
+            .stderr
+            .contains("strict decoding error: unknown field \"spec.serveConfigV3\""),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("is invalid: patch: Invalid value"),
+        "{}",
+        refused.stderr
+    );
     let explained = k.ok(&["explain", "rayservice.spec.rayClusterConfig"]).await;
     assert!(explained.contains("headGroupSpec"), "{explained}");
     let explained = k.ok(&["explain", "pod.spec.schedulingGates"]).await;

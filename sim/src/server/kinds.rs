@@ -432,6 +432,15 @@ fn batch_v1() -> Vec<ResourceType> {
     )]
 }
 
+/// A JSON list of strings (a CRD's `shortNames`, `categories`).
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(String::from))
+        .collect()
+}
+
 /// Every resource the sim serves. Clones share their resource types (and the CRD schemas
 /// compiled on first use), so one registry read from YAML can serve many sims.
 #[derive(Clone, Debug, Default)]
@@ -523,23 +532,21 @@ impl Registry {
                 fields.push(p.trim_start_matches('.').to_string());
             }
         }
-        let mut printer_columns = BTreeMap::new();
         for v in &served {
             if let (Some(n), Some(s)) = (v["name"].as_str(), v["schema"].get("openAPIV3Schema")) {
                 schemas.insert(n.to_string(), s.clone());
                 compiled.insert(n.to_string(), OnceLock::new());
             }
-            if let (Some(n), Some(c)) = (v["name"].as_str(), v.get("additionalPrinterColumns")) {
-                printer_columns.insert(n.to_string(), c.clone());
-            }
         }
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        };
+        let printer_columns = served
+            .iter()
+            .filter_map(|v| {
+                Some((
+                    v["name"].as_str()?.to_string(),
+                    v.get("additionalPrinterColumns")?.clone(),
+                ))
+            })
+            .collect();
         let rt = ResourceType {
             group: group.into(),
             versions: served

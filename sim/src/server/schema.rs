@@ -89,7 +89,23 @@ fn preserves_unknown(s: &Value) -> bool {
     s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
 }
 
-fn prune_value(v: &mut Value, s: &Value, root: bool, old: Option<&Value>) {
+/// Where a field sits, as the server's strict decoding names it (`spec.items[0].name`).
+fn child_path(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// Prunes `v` by `s`; the paths of the fields dropped go to `pruned`.
+fn prune_value(
+    v: &mut Value,
+    s: &Value,
+    (root, path): (bool, &str),
+    old: Option<&Value>,
+    pruned: &mut Vec<String>,
+) {
     if old == Some(&*v) {
         return;
     }
@@ -102,34 +118,42 @@ fn prune_value(v: &mut Value, s: &Value, root: bool, old: Option<&Value>) {
             if let Some(props) = props {
                 if !preserves_unknown(s) && additional.is_none() {
                     obj.retain(|k, _| {
-                        props.contains_key(k)
+                        let keep = props.contains_key(k)
                             || (embedded
-                                && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+                                && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+                        if !keep {
+                            pruned.push(child_path(path, k));
+                        }
+                        keep
                     });
                 }
                 for (k, child) in obj.iter_mut() {
                     if let Some(cs) = props.get(k)
                         && !(root && k == "metadata")
                     {
-                        prune_value(child, cs, false, old.and_then(|o| o.get(k)));
+                        let at = child_path(path, k);
+                        prune_value(child, cs, (false, &at), old.and_then(|o| o.get(k)), pruned);
                     }
                 }
             } else if let Some(a) = additional.filter(|a| a.is_object()) {
                 for (k, child) in obj.iter_mut() {
-                    prune_value(child, a, false, old.and_then(|o| o.get(k)));
+                    let at = child_path(path, k);
+                    prune_value(child, a, (false, &at), old.and_then(|o| o.get(k)), pruned);
                 }
             } else if !preserves_unknown(s)
                 && additional.is_none()
                 && s.get("type") == Some(&Value::String("object".into()))
                 && !embedded
             {
+                pruned.extend(obj.keys().map(|k| child_path(path, k)));
                 obj.clear();
             }
         }
         Value::Array(items) => {
             if let Some(is) = s.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    prune_value(item, is, false, old.and_then(|o| o.get(i)));
+                    let at = format!("{path}[{i}]");
+                    prune_value(item, is, (false, &at), old.and_then(|o| o.get(i)), pruned);
                 }
             }
         }
@@ -236,8 +260,12 @@ impl CompiledSchema {
 
     /// Drops fields the schema does not declare (unless it preserves unknown fields). `old`, the
     /// stored object on an update: values equal to it where they sit are pruned already.
-    pub fn prune(&self, obj: &mut Value, old: Option<&Value>) {
-        prune_value(obj, &self.raw, true, old);
+    /// Drops the fields the schema does not declare; returns their paths (`spec.foo`), which a
+    /// request with `fieldValidation=Strict` is refused for.
+    pub fn prune(&self, obj: &mut Value, old: Option<&Value>) -> Vec<String> {
+        let mut pruned = vec![];
+        prune_value(obj, &self.raw, (true, ""), old, &mut pruned);
+        pruned
     }
 
     /// Fills in `default`s, parents before children (values equal to `old`'s where they sit
@@ -373,7 +401,10 @@ mod tests {
     fn unknown_fields_are_pruned_and_preserved_regions_kept() {
         let mut o = json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a", "labels": {"k": "v"}},
             "spec": {"count": 1, "bogus": 2, "free": {"anything": [1]}, "labels": {"a": "b"}}, "extra": true});
-        schema().prune(&mut o, None);
+        let mut pruned = schema().prune(&mut o, None);
+        pruned.sort();
+        // the paths `fieldValidation=Strict` names
+        assert_eq!(pruned, ["extra", "spec.bogus"]);
         assert_eq!(
             o,
             json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a", "labels": {"k": "v"}},

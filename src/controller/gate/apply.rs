@@ -168,6 +168,37 @@ pub async fn child_suspend(
         })
 }
 
+/// Creates a slice (server-side apply of its metadata and spec), then writes the requeue count it
+/// carries from an evicted slice, which lives in the status subresource.
+async fn create_slice(api: &Api<Workload>, ns: &str, workload: &Workload) -> Result<(), Error> {
+    let name = workload.metadata.name.clone().unwrap_or_default();
+    let failed = |source| Error::ApplyWorkload {
+        name: format!("{ns}/{name}"),
+        source,
+    };
+    api.patch(
+        &name,
+        &crate::controller::apply_params(SLICES_MANAGER),
+        &Patch::Apply(workload),
+    )
+    .await
+    .map_err(failed)?;
+    match workload
+        .status
+        .as_ref()
+        .and_then(|s| s.requeue_state.as_ref())
+    {
+        Some(requeue) => {
+            let status = json!({"status": {"requeueState": requeue}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                .await
+                .map(|_| ())
+                .map_err(failed)
+        }
+        None => Ok(()),
+    }
+}
+
 /// Applies one slice action; changes to an existing Workload carry `rv`, the version decided on.
 pub async fn slice(
     client: &Client,
@@ -178,35 +209,7 @@ pub async fn slice(
 ) -> Result<(), Error> {
     let api = Api::<Workload>::namespaced(client.clone(), ns);
     match action {
-        SliceAction::Create { workload, .. } => {
-            let name = workload.metadata.name.clone().unwrap_or_default();
-            let failed = |source| Error::ApplyWorkload {
-                name: format!("{ns}/{name}"),
-                source,
-            };
-            api.patch(
-                &name,
-                &crate::controller::apply_params(SLICES_MANAGER),
-                &Patch::Apply(workload.as_ref()),
-            )
-            .await
-            .map_err(failed)?;
-            // the requeue count carried from an evicted slice lives in the status subresource
-            match workload
-                .status
-                .as_ref()
-                .and_then(|s| s.requeue_state.as_ref())
-            {
-                Some(requeue) => {
-                    let status = json!({"status": {"requeueState": requeue}});
-                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
-                        .await
-                        .map(|_| ())
-                        .map_err(failed)
-                }
-                None => Ok(()),
-            }
-        }
+        SliceAction::Create { workload, .. } => create_slice(&api, ns, workload).await,
         SliceAction::SetPodSets { name, pod_sets, .. } => {
             let spec = json!({"podSets": pod_sets});
             patch_spec(&api, name, rv, spec)

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::request::{Body, Route, meta_str};
 use crate::server::kinds::Registry;
-use crate::server::status::ApiError;
+use crate::server::status::{ApiError, FieldCause};
 use crate::server::store::{Encoded, ResKey, Store};
 
 /// The mutable cluster state the handlers work on.
@@ -16,6 +16,9 @@ pub struct State {
     pub registry: Arc<Registry>,
     seed: u64,
     counter: u64,
+    /// The request being handled asked for `fieldValidation=Strict` (and is not an apply):
+    /// how the server words its refusal.
+    pub(super) strict: Option<Strict>,
 }
 
 const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -27,6 +30,7 @@ impl State {
             registry,
             seed,
             counter: 0,
+            strict: None,
         }
     }
 
@@ -108,7 +112,8 @@ impl State {
         }
     }
 
-    /// Schema pruning, defaults and validation (CRDs), CEL rules included (transition rules
+    /// Schema pruning (refusing unknown fields under `fieldValidation=Strict`), defaults and
+    /// validation (CRDs), CEL rules included (transition rules
     /// against `old`, the stored object, on an update).
     pub(super) fn admit_schema(
         &self,
@@ -117,7 +122,11 @@ impl State {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         if let Some(schema) = route.rt.schema(&route.version) {
-            schema.prune(obj, old);
+            let sent = self.strict.is_some().then(|| obj.clone());
+            let pruned = schema.prune(obj, old);
+            if let (Some(strict), Some(sent), false) = (self.strict, sent, pruned.is_empty()) {
+                return Err(strict_decoding(route, strict, &sent, &pruned));
+            }
             schema.default(obj, old);
             let errs = schema.validate(obj, old);
             if !errs.is_empty() {
@@ -197,5 +206,41 @@ impl State {
             &route.rt.plural,
             route.name.as_deref().unwrap_or_default(),
         )
+    }
+}
+
+/// Which handler refuses unknown fields under `fieldValidation=Strict`: a create or update
+/// decodes the body (`transformDecodeError`), a patch decodes the patched object.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Strict {
+    Decode,
+    Patch,
+}
+
+/// The server's answer to unknown fields under `fieldValidation=Strict`
+/// (`apiextensions-apiserver`'s strict decoding of a custom resource): a create's or update's
+/// `400 BadRequest` "cannot be handled as", a patch's `422 Invalid` on the field `patch`,
+/// quoting the patched object.
+fn strict_decoding(route: &Route, strict: Strict, sent: &Value, pruned: &[String]) -> ApiError {
+    let fields: Vec<String> = pruned
+        .iter()
+        .map(|p| format!("unknown field \"{p}\""))
+        .collect();
+    let error = format!("strict decoding error: {}", fields.join(", "));
+    match strict {
+        Strict::Decode => ApiError::bad_request(format!(
+            "{kind} in version \"{v}\" cannot be handled as a {kind}: {error}",
+            kind = route.rt.kind,
+            v = route.version
+        )),
+        Strict::Patch => {
+            let quoted = serde_json::to_string(&sent.to_string()).unwrap_or_default();
+            ApiError::invalid(
+                "",
+                "",
+                "",
+                vec![FieldCause::invalid("patch", &quoted, &error)],
+            )
+        }
     }
 }
