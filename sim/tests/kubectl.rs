@@ -116,6 +116,31 @@ impl Kubectl {
         }
     }
 
+    /// Starts `kubectl args…` (a watch), runs `during` meanwhile, then stops it; its stdout.
+    async fn watching(
+        &self,
+        args: &[&str],
+        during: impl std::future::Future<Output = ()>,
+    ) -> String {
+        let mut child = Command::new(kubectl_binary())
+            .args(args)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("KUBECACHEDIR", self.dir.path().join("cache"))
+            .env("HOME", self.dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting kubectl");
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        during.await;
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let _ = child.kill();
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     async fn run(&self, args: &[&str]) -> Out {
         self.run_with(args, None).await
     }
@@ -460,9 +485,30 @@ async fn cordon_and_drain_go_through_evictions_and_a_budget_blocks_them() {
         .await;
     assert!(drained.contains("evicted"), "{drained}");
     assert!(drained.contains("node/ud1-n0 drained"), "{drained}");
-    k.ok(&["uncordon", "ud1-n0"]).await;
-    let node = k.ok(&["get", "node", "ud1-n0"]).await;
-    assert_eq!(rows(&node)[1][1], "Ready");
+    // `kubectl get -w`: the watch's events come as Table rows, the header once
+    let watched = k
+        .watching(
+            &["get", "nodes", "ud1-n0", "-w", "--output-watch-events"],
+            async {
+                k.ok(&["uncordon", "ud1-n0"]).await;
+            },
+        )
+        .await;
+    let watched = rows(&watched);
+    assert_eq!(
+        watched[0],
+        ["EVENT", "NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    );
+    assert_eq!(
+        watched[1][..3],
+        ["ADDED", "ud1-n0", "Ready,SchedulingDisabled"]
+    );
+    assert_eq!(
+        watched[2][..3],
+        ["MODIFIED", "ud1-n0", "Ready"],
+        "{watched:?}"
+    );
+    assert_eq!(watched.len(), 3, "{watched:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,20 +151,62 @@ struct WatchStream {
     dropped_at_deadline: bool,
     api_version: String,
     kind: String,
+    /// Events as `Table` rows (`kubectl get -w`): the resource, version, what rows carry, and
+    /// whether the column definitions went out with an earlier event.
+    table: Option<TableWatch>,
+}
+
+struct TableWatch {
+    route: handler::Route,
+    include: table::Include,
+    headers_sent: bool,
+}
+
+impl TableWatch {
+    /// An event's line with its object as a one-row Table; the column definitions only in the
+    /// first (the server's `NoHeaders` on later events). BOOKMARK and ERROR events as they are.
+    fn line(&mut self, ev: &WatchEvent, now: k8s_openapi::jiff::Timestamp) -> Bytes {
+        if !matches!(ev.typ, "ADDED" | "MODIFIED" | "DELETED") {
+            return line(ev);
+        }
+        let mut t = table::to_table(
+            &self.route.rt,
+            &self.route.version,
+            &ev.object,
+            now,
+            self.include,
+        );
+        if self.headers_sent {
+            t["columnDefinitions"] = Value::Null;
+        }
+        self.headers_sent = true;
+        let mut out = serde_json::to_vec(&json!({"type": ev.typ, "object": t})).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
 }
 
 impl WatchStream {
+    fn encode(&mut self, ev: &WatchEvent) -> Bytes {
+        let now = self.sim.clock().now();
+        match &mut self.table {
+            Some(t) => t.line(ev, now),
+            None => line(ev),
+        }
+    }
+
     async fn next(&mut self) -> Option<Bytes> {
         tokio::select! {
             biased;
-            ev = self.rx.recv() => ev.map(|e| line(&e)),
+            ev = self.rx.recv() => ev.map(|e| self.encode(&e)),
             _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
                 self.next_bookmark += self.sim.bookmark_interval();
                 // under the lock no event of this watch is in flight: the bookmark never
                 // overtakes an event
                 let state = self.sim.lock();
                 if let Ok(ev) = self.rx.try_recv() {
-                    return Some(line(&ev));
+                    drop(state);
+                    return Some(self.encode(&ev));
                 }
                 let rv = state.store.revision();
                 drop(state);
@@ -183,8 +225,21 @@ impl WatchStream {
     }
 }
 
+/// A watch's response: its events as they come, newline-delimited JSON.
+fn streamed(st: WatchStream) -> Response<ResponseBody> {
+    let stream =
+        futures::stream::unfold(st, |mut st| async move { st.next().await.map(|b| (b, st)) })
+            .map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
+    let mut resp = Response::new(StreamBody::new(stream).boxed_unsync());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
 impl Sim {
-    fn watch(&self, req: &ApiRequest) -> Response<ResponseBody> {
+    fn watch(&self, req: &ApiRequest, accept: &str) -> Response<ResponseBody> {
         let (tx, rx) = unbounded_channel();
         let mut state = self.lock();
         let route = match handler::route(&state.registry, &req.path) {
@@ -193,6 +248,11 @@ impl Sim {
         };
         let api_version = route.rt.api_version(&route.version);
         let kind = route.rt.kind.clone();
+        let table = table::wants_table(accept).then(|| TableWatch {
+            route: route.clone(),
+            include: table::Include::parse(req.query.get("includeObject").map(String::as_str)),
+            headers_sent: false,
+        });
         let from = req
             .query
             .get("resourceVersion")
@@ -250,16 +310,9 @@ impl Sim {
                 .is_some_and(|d| d < std::time::Duration::from_secs(timeout)),
             api_version,
             kind,
+            table,
         };
-        let stream =
-            futures::stream::unfold(st, |mut st| async move { st.next().await.map(|b| (b, st)) })
-                .map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
-        let mut resp = Response::new(StreamBody::new(stream).boxed_unsync());
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        resp
+        streamed(st)
     }
 
     /// The injected fate of a request (nothing for a request that does not route: it fails on
@@ -349,11 +402,11 @@ impl Sim {
             req.query.get("watch").map(String::as_str),
             Some("true" | "1")
         );
+        let accept = header(http::header::ACCEPT);
         if req.method == "GET" && watch {
-            return self.watch(&req);
+            return self.watch(&req, &accept);
         }
         let now = self.clock().now();
-        let accept = header(http::header::ACCEPT);
         let result = {
             let state = &mut *self.lock();
             let reply = state.handle(&req, now);
