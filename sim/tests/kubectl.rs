@@ -167,6 +167,11 @@ impl Kubectl {
     }
 }
 
+/// Asserts that kubectl's `output` says `part`.
+fn says(output: &str, part: &str) {
+    assert!(output.contains(part), "expected {part:?} in:\n{output}");
+}
+
 fn rows(table: &str) -> Vec<Vec<String>> {
     table
         .lines()
@@ -221,12 +226,9 @@ async fn version_discovery_and_api_resources_as_on_a_real_server() {
     assert_eq!(established, "True");
     let missing = k.run(&["get", "widgets"]).await;
     assert!(!missing.ok);
-    assert!(
-        missing
-            .stderr
-            .contains("the server doesn't have a resource type \"widgets\""),
-        "{}",
-        missing.stderr
+    says(
+        &missing.stderr,
+        "the server doesn't have a resource type \"widgets\"",
     );
 }
 
@@ -287,40 +289,24 @@ async fn apply_get_wait_describe_and_explain_a_rayservice() {
         .await;
     assert_eq!(name, "rayservice-sample");
     let described = k.ok(&["describe", "rayservice", "rayservice-sample"]).await;
-    assert!(
-        described.contains("Name:         rayservice-sample"),
-        "{described}"
-    );
-    assert!(
-        described.contains("Kind:         RayService"),
-        "{described}"
-    );
+    says(&described, "Name:         rayservice-sample");
+    says(&described, "Kind:         RayService");
     // kubectl asks for `fieldValidation=Strict`: a misspelt field is refused, not dropped
     let typo = sample.replace("serveConfigV2:", "serveConfigV3:");
     let refused = k.run_with(&["apply", "-f", "-"], Some(&typo)).await;
     assert!(!refused.ok);
     // (an existing object: kubectl's merge patch, refused as the real server refuses it)
-    assert!(
-        refused
-            .stderr
-            .contains("strict decoding error: unknown field \"spec.serveConfigV3\""),
-        "{}",
-        refused.stderr
+    says(
+        &refused.stderr,
+        "strict decoding error: unknown field \"spec.serveConfigV3\"",
     );
-    assert!(
-        refused.stderr.contains("is invalid: patch: Invalid value"),
-        "{}",
-        refused.stderr
-    );
+    says(&refused.stderr, "is invalid: patch: Invalid value");
     let explained = k.ok(&["explain", "rayservice.spec.rayClusterConfig"]).await;
-    assert!(explained.contains("headGroupSpec"), "{explained}");
+    says(&explained, "headGroupSpec");
     let explained = k.ok(&["explain", "pod.spec.schedulingGates"]).await;
-    assert!(explained.contains("SchedulingGate"), "{explained}");
+    says(&explained, "SchedulingGate");
     let all = k.ok(&["get", "all"]).await;
-    assert!(
-        all.contains("raycluster.ray.io/rayservice-sample-"),
-        "{all}"
-    );
+    says(&all, "raycluster.ray.io/rayservice-sample-");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,12 +321,9 @@ async fn label_annotate_patch_and_server_side_apply_conflicts() {
     );
     let relabel = k.run(&["label", "node", "ud0-n0", "team=b"]).await;
     assert!(!relabel.ok);
-    assert!(
-        relabel
-            .stderr
-            .contains("'team' already has a value (a), and --overwrite is false"),
-        "{}",
-        relabel.stderr
+    says(
+        &relabel.stderr,
+        "'team' already has a value (a), and --overwrite is false",
     );
     k.ok(&["annotate", "node", "ud0-n0", "note=x"]).await;
     k.ok(&[
@@ -400,7 +383,7 @@ async fn label_annotate_patch_and_server_side_apply_conflicts() {
     let conflict = ssa("bob", "b", false).await;
     assert!(!conflict.ok);
     for part in ["conflict with \"alice\"", ".description"] {
-        assert!(conflict.stderr.contains(part), "{}", conflict.stderr);
+        says(&conflict.stderr, part);
     }
     let forced = ssa("bob", "b", true).await;
     assert!(forced.ok, "{}", forced.stderr);
@@ -460,31 +443,20 @@ async fn cordon_and_drain_go_through_evictions_and_a_budget_blocks_them() {
         .run(&["drain", "ud1-n0", "--ignore-daemonsets", "--timeout=3s"])
         .await;
     assert!(!drain.ok);
-    assert!(
-        drain.stdout.contains("node/ud1-n0 cordoned"),
-        "{}",
-        drain.stdout
+    says(&drain.stdout, "node/ud1-n0 cordoned");
+    says(
+        &drain.stderr,
+        "Cannot evict pod as it would violate the pod's disruption budget.",
     );
-    assert!(
-        drain
-            .stderr
-            .contains("Cannot evict pod as it would violate the pod's disruption budget."),
-        "{}",
-        drain.stderr
-    );
-    assert!(
-        drain.stderr.contains("global timeout reached: 3s"),
-        "{}",
-        drain.stderr
-    );
+    says(&drain.stderr, "global timeout reached: 3s");
     let node = k.ok(&["get", "node", "ud1-n0"]).await;
     assert_eq!(rows(&node)[1][1], "Ready,SchedulingDisabled");
     k.ok(&["delete", "pdb", "web"]).await;
     let drained = k
         .ok(&["drain", "ud1-n0", "--ignore-daemonsets", "--timeout=60s"])
         .await;
-    assert!(drained.contains("evicted"), "{drained}");
-    assert!(drained.contains("node/ud1-n0 drained"), "{drained}");
+    says(&drained, "evicted");
+    says(&drained, "node/ud1-n0 drained");
     // `kubectl get -w`: the watch's events come as Table rows, the header once
     let watched = k
         .watching(
@@ -583,11 +555,5 @@ async fn protobuf_bodies_of_typed_clients_are_read_or_refused_by_name() {
     // a kind the sim does not read from protobuf is a 415 naming it (sim/README.md lists it)
     let refused = k.run(&["create", "deployment", "d", "--image=nginx"]).await;
     assert!(!refused.ok);
-    assert!(
-        refused
-            .stderr
-            .contains("reads no protobuf Deployment (apps/v1)"),
-        "{}",
-        refused.stderr
-    );
+    says(&refused.stderr, "reads no protobuf Deployment (apps/v1)");
 }
