@@ -9,8 +9,8 @@
 //! admission webhooks, which the simulated cluster does not call (Kueue's defaulting and
 //! validation are then only the CRDs' own), the visibility server, and its internal certificate
 //! management (its webhook and metrics servers get a self-signed certificate; the metrics one at
-//! the fixed `/etc/kueue/metrics/certs`, which a private mount namespace provides, so the tests
-//! need `unshare`, as root).
+//! the fixed `/etc/kueue/metrics/certs`, which a private mount namespace provides: `unshare`, as
+//! root or, for another user, in a user namespace of its own).
 //!
 //! Needs the Kueue binary: `hack/test.sh` installs it; without it these tests fail (they are
 //! not skipped).
@@ -130,7 +130,12 @@ fn start_kueue(dir: &std::path::Path, kubeconfig: &str, extra_config: &str) -> K
         && cp \"$1\"/certs/tls.crt \"$1\"/certs/tls.key /etc/kueue/metrics/certs/ \
         && exec \"$2\" --config \"$1\"/config.yaml --feature-gates=VisibilityOnDemand=false";
     let log = std::fs::File::create(dir.join("kueue.log")).unwrap();
-    let child = Command::new("unshare")
+    let mut unshare = Command::new("unshare");
+    // as another user than root: a user namespace of its own maps it to root, which may mount
+    if !running_as_root() {
+        unshare.arg("--map-root-user");
+    }
+    let child = unshare
         .args([
             "--mount",
             "--propagation",
@@ -147,8 +152,19 @@ fn start_kueue(dir: &std::path::Path, kubeconfig: &str, extra_config: &str) -> K
         .stderr(log)
         .stdin(Stdio::null())
         .spawn()
-        .expect("starting the Kueue manager under unshare (needs root)");
+        .expect("starting the Kueue manager under unshare");
     KueueManager(child)
+}
+
+/// Whether this process's effective user is root (`/proc/self/status`, `Uid:`).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let uids = s.lines().find(|l| l.starts_with("Uid:"))?.to_string();
+            uids.split_whitespace().nth(2).map(|euid| euid == "0")
+        })
+        .unwrap_or(false)
 }
 
 struct Env {
