@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use raygate::admission::AdmissionMode;
@@ -28,7 +29,6 @@ use raygate::runtime::SystemClock;
 use raygate::types::kueue::{ClusterQueue, Workload};
 use raygate::types::ray::{RayCluster, RayService};
 use raygate_sim::local::{Config as LocalConfig, Local};
-use raygate_testing::apiserver::eventually;
 use raygate_testing::{PodTemplateBuilder, ray_pod};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -48,20 +48,6 @@ fn cache_dir() -> PathBuf {
         .join("kueue")
 }
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // keep Kueue's log of a failed test
-            eprintln!("Kueue's log and configuration: {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 /// The Kueue manager process; killed when dropped.
 struct KueueManager(Child);
 
@@ -69,6 +55,19 @@ impl Drop for KueueManager {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // keep Kueue's log and configuration of a failed test
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "Kueue's log and configuration: {}",
+                self.dir.path().display()
+            );
+        }
     }
 }
 
@@ -170,7 +169,7 @@ fn running_as_root() -> bool {
 struct Env {
     local: Local,
     client: kube::Client,
-    dir: TempDir,
+    dir: tempfile::TempDir,
     _kueue: KueueManager,
     controller: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
 }
@@ -198,12 +197,12 @@ impl Env {
         .await
         .unwrap();
         let client = kube::Client::try_from(config).unwrap();
-        let dir = TempDir(
-            std::env::temp_dir().join(format!("raygate-real-kueue-{tag}-{}", std::process::id())),
-        );
-        std::fs::create_dir_all(&dir.0).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("raygate-real-kueue-{tag}-"))
+            .tempdir()
+            .unwrap();
         local.sim.ensure_namespace("kueue-system");
-        let kueue = start_kueue(&dir.0, &kubeconfig, extra_config);
+        let kueue = start_kueue(dir.path(), &kubeconfig, extra_config);
         let mut env = Env {
             local,
             client,
@@ -240,7 +239,7 @@ impl Env {
     }
 
     fn kueue_log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("kueue.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("kueue.log")).unwrap_or_default()
     }
 
     async fn apply(&self, obj: Value) {
@@ -351,16 +350,27 @@ impl Env {
     }
 
     async fn wait_running(&self, service: &str) -> String {
+        self.until("the first child runs and is active", || async {
+            let active = self.active_child(service).await?;
+            let child = self.clusters().get(&active).await.ok()?;
+            (child.spec.suspend != Some(true)).then_some(active)
+        })
+        .await
+    }
+
+    /// Polls `f` until it gives a value; past [`WAIT`], fails with what the cluster holds.
+    async fn until<T, F, Fut>(&self, what: &str, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            if let Some(active) = self.active_child(service).await
-                && let Ok(child) = self.clusters().get(&active).await
-                && child.spec.suspend != Some(true)
-            {
-                return active;
+            if let Some(v) = f().await {
+                return v;
             }
             if tokio::time::Instant::now() > deadline {
-                panic!("{service}'s first child never ran:\n{}", self.dump().await);
+                panic!("timed out waiting for: {what}\n{}", self.dump().await);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -449,18 +459,38 @@ impl Env {
             .patch(service, &PatchParams::default(), &Patch::Merge(bad))
             .await
             .expect("RayService patched");
-        eventually(WAIT, "the upgrade is admitted and released", || async {
+        self.until("the upgrade is admitted and released", || async {
             let c = self.pending_child(service).await?;
             (c.spec.suspend != Some(true)).then(|| c.metadata.name.clone().unwrap_or_default())
         })
         .await
     }
 
-    /// Whether `service` still serves from `active`, unsuspended and not being deleted.
+    /// Whether `service` still serves from `active`: unsuspended, not being deleted, and, counted
+    /// from its members rather than KubeRay's status, its head and worker pods all Running and
+    /// Ready.
     async fn still_serving(&self, service: &str, active: &str) -> bool {
         let Ok(svc) = self.services().get(service).await else {
             return false;
         };
+        let pods = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default().labels(&format!("ray.io/cluster={active}")))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let ready = |p: &Pod| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().is_some_and(|s| {
+                    s.phase.as_deref() == Some("Running")
+                        && s.conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+        };
+        if pods.len() < 2 || !pods.iter().all(ready) {
+            return false;
+        }
         let child = self.clusters().get_opt(active).await.ok().flatten();
         svc.spec.suspend != Some(true)
             && svc
@@ -507,18 +537,18 @@ async fn a_held_upgrade_is_released_when_kueue_admits_it_then_promoted_and_the_o
     env.queues("3", json!({})).await;
     env.create_service("svc", json!({})).await;
     let first = env.wait_running("svc").await;
-    let admitted = eventually(
-        WAIT,
-        "Kueue admits the first slice and reserves 2 CPU",
-        || async {
-            let live = env.live_slices("svc").await;
-            (live.len() == 1
-                && admitted_by_kueue(&live[0])
-                && env.cq_cpu().await.as_deref() == Some("2"))
-            .then(|| live[0].metadata.name.clone().unwrap_or_default())
-        },
-    )
-    .await;
+    let admitted = env
+        .until(
+            "Kueue admits the first slice and reserves 2 CPU",
+            || async {
+                let live = env.live_slices("svc").await;
+                (live.len() == 1
+                    && admitted_by_kueue(&live[0])
+                    && env.cq_cpu().await.as_deref() == Some("2"))
+                .then(|| live[0].metadata.name.clone().unwrap_or_default())
+            },
+        )
+        .await;
 
     // an upgrade that does not fit 3 CPU: KubeRay's pending child is held, Kueue leaves the
     // replacement slice pending with its own message
@@ -530,24 +560,22 @@ async fn a_held_upgrade_is_released_when_kueue_admits_it_then_promoted_and_the_o
         )
         .await
         .unwrap();
-    let pending = eventually(WAIT, "a held pending child", || async {
-        let child = env.pending_child("svc").await?;
-        (child.spec.suspend == Some(true)).then_some(child)
-    })
-    .await;
-    let message = eventually(
-        WAIT,
-        "Kueue leaves the replacement slice pending",
-        || async {
+    let pending = env
+        .until("a held pending child", || async {
+            let child = env.pending_child("svc").await?;
+            (child.spec.suspend == Some(true)).then_some(child)
+        })
+        .await;
+    let message = env
+        .until("Kueue leaves the replacement slice pending", || async {
             let live = env.live_slices("svc").await;
             let replacement = live
                 .iter()
                 .find(|w| w.metadata.name.as_deref() != Some(admitted.as_str()))?;
             let c = condition(replacement, "QuotaReserved")?;
             (c.status == "False").then(|| c.message.clone())
-        },
-    )
-    .await;
+        })
+        .await;
     assert!(
         message.contains("insufficient unused quota for cpu"),
         "Kueue's message: {message}"
@@ -562,13 +590,11 @@ async fn a_held_upgrade_is_released_when_kueue_admits_it_then_promoted_and_the_o
 
     // a ClusterQueue edit frees quota: Kueue admits, raygate releases, KubeRay promotes
     env.set_quota("4").await;
-    eventually(
-        WAIT,
-        "the pending child is released and promoted",
-        || async { (env.active_child("svc").await? == name).then_some(()) },
-    )
+    env.until("the pending child is released and promoted", || async {
+        (env.active_child("svc").await? == name).then_some(())
+    })
     .await;
-    eventually(WAIT, "the old child is deleted", || async {
+    env.until("the old child is deleted", || async {
         env.clusters()
             .get_opt(&first)
             .await
@@ -577,8 +603,7 @@ async fn a_held_upgrade_is_released_when_kueue_admits_it_then_promoted_and_the_o
             .then_some(())
     })
     .await;
-    eventually(
-        WAIT,
+    env.until(
         "one live slice, admitted by Kueue, and 2 CPU reserved again",
         || async {
             let live = env.live_slices("svc").await;
@@ -613,7 +638,7 @@ async fn kueue_s_wait_for_pods_ready_never_evicts_the_serving_child_for_an_upgra
     env.queues("4", json!({})).await;
     env.create_service("svc", json!({})).await;
     let active = env.wait_running("svc").await;
-    eventually(WAIT, "Kueue sees the first slice's pods ready", || async {
+    env.until("Kueue sees the first slice's pods ready", || async {
         let live = env.live_slices("svc").await;
         (live.len() == 1 && condition(&live[0], "PodsReady").is_some_and(|c| c.status == "True"))
             .then_some(())
@@ -672,7 +697,7 @@ async fn kueue_s_preemption_of_an_upgrade_holds_the_upgrade_and_the_service_keep
 
     // a higher-priority service needs 2 of the 4 CPU the upgrade's slice holds
     env.create_service("high", priority("high")).await;
-    eventually(WAIT, "the upgrade is held again", || async {
+    env.until("the upgrade is held again", || async {
         let p = env.clusters().get(&pending).await.ok()?;
         (p.spec.suspend == Some(true)).then_some(())
     })
@@ -702,17 +727,15 @@ async fn kueue_s_requeuing_backoff_and_limit_hold_across_raygate_s_slices() {
     let env = Env::new("backoff", config).await;
     env.queues("4", json!({})).await;
     env.create_service("svc", json!({})).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let deactivated = loop {
-        let slices = env.slices("svc").await;
-        if let Some(w) = slices.into_iter().find(|w| w.spec.active == Some(false)) {
-            break w;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("Kueue deactivated no slice:\n{}", env.dump().await);
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let deactivated = env
+        .until(
+            "Kueue deactivates a slice past its requeue limit",
+            || async {
+                let slices = env.slices("svc").await;
+                slices.into_iter().find(|w| w.spec.active == Some(false))
+            },
+        )
+        .await;
     let evicted = condition(&deactivated, "Evicted").map(|c| c.reason.clone());
     assert_eq!(
         evicted.as_deref(),

@@ -4,7 +4,7 @@
 //! slice raygate admitted. kubectl comes from `$RAYGATE_KUBECTL` or `PATH` (the test fails
 //! without it).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,21 +18,8 @@ impl Drop for Killed {
     }
 }
 
-fn kubectl() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAYGATE_KUBECTL") {
-        return PathBuf::from(p);
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("kubectl"))
-                .find(|p| p.is_file())
-        })
-        .expect("kubectl not found: put it on PATH or set RAYGATE_KUBECTL")
-}
-
 fn run_kubectl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(kubectl())
+    Command::new(raygate_testing::tools::kubectl())
         .args(args)
         .env("KUBECONFIG", dir.join("kubeconfig"))
         .env("KUBECACHEDIR", dir.join("cache"))

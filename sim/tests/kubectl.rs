@@ -14,51 +14,7 @@ use raygate_sim::local::{Config, Local};
 
 struct Kubectl {
     _local: Local,
-    dir: tempdir::Dir,
-}
-
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    /// A directory removed when dropped.
-    pub struct Dir(PathBuf);
-
-    impl Dir {
-        pub fn new(tag: &str) -> Dir {
-            let path = std::env::temp_dir().join(format!(
-                "raygate-kubectl-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            Dir(path)
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn kubectl_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAYGATE_KUBECTL") {
-        return PathBuf::from(p);
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("kubectl"))
-            .find(|p| p.is_file())
-    });
-    found.expect(
-        "kubectl not found: put it on PATH or set RAYGATE_KUBECTL (these tests are not skipped)",
-    )
+    dir: tempfile::TempDir,
 }
 
 fn samples() -> PathBuf {
@@ -81,14 +37,17 @@ impl Kubectl {
         })
         .await
         .unwrap();
-        let dir = tempdir::Dir::new(tag);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("raygate-kubectl-{tag}-"))
+            .tempdir()
+            .unwrap();
         std::fs::write(dir.path().join("kubeconfig"), local.kubeconfig()).unwrap();
         Kubectl { _local: local, dir }
     }
 
     /// Runs `kubectl args…` (stdin `input`) off the runtime, the cluster serving meanwhile.
     async fn run_with(&self, args: &[&str], input: Option<&str>) -> Out {
-        let mut cmd = Command::new(kubectl_binary());
+        let mut cmd = Command::new(raygate_testing::tools::kubectl());
         cmd.args(args)
             .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
             .env("KUBECACHEDIR", self.dir.path().join("cache"))
@@ -122,7 +81,7 @@ impl Kubectl {
         args: &[&str],
         during: impl std::future::Future<Output = ()>,
     ) -> String {
-        let mut child = Command::new(kubectl_binary())
+        let mut child = Command::new(raygate_testing::tools::kubectl())
             .args(args)
             .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
             .env("KUBECACHEDIR", self.dir.path().join("cache"))
@@ -154,6 +113,18 @@ impl Kubectl {
             out.stdout, out.stderr
         );
         out.stdout
+    }
+
+    /// The ReplicaSet `web` applied, both its pods Ready.
+    async fn web_ready(&self) {
+        self.apply(REPLICASET).await;
+        self.ok(&[
+            "wait",
+            "--for=jsonpath={.status.readyReplicas}=2",
+            "rs/web",
+            "--timeout=60s",
+        ])
+        .await;
     }
 
     async fn apply(&self, yaml: &str) -> String {
@@ -422,15 +393,8 @@ spec: {minAvailable: 2, selector: {matchLabels: {app: web}}}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cordon_and_drain_go_through_evictions_and_a_budget_blocks_them() {
     let k = Kubectl::start("drain").await;
-    k.apply(REPLICASET).await;
+    k.web_ready().await;
     k.apply(PDB).await;
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.readyReplicas}=2",
-        "rs/web",
-        "--timeout=60s",
-    ])
-    .await;
     k.ok(&[
         "wait",
         "--for=jsonpath={.status.currentHealthy}=2",
@@ -486,14 +450,7 @@ async fn cordon_and_drain_go_through_evictions_and_a_budget_blocks_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_cascades_as_asked() {
     let k = Kubectl::start("delete").await;
-    k.apply(REPLICASET).await;
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.readyReplicas}=2",
-        "rs/web",
-        "--timeout=60s",
-    ])
-    .await;
+    k.web_ready().await;
     // orphan: the pods stay, their ownerReference gone
     k.ok(&["delete", "rs", "web", "--cascade=orphan"]).await;
     let owners = k
@@ -517,14 +474,7 @@ async fn delete_cascades_as_asked() {
     k.ok(&["delete", "pods", "-l", "app=web", "--wait", "--timeout=90s"])
         .await;
     // foreground: `--wait` returns once the ReplicaSet is gone, which is after its pods
-    k.apply(REPLICASET).await;
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.readyReplicas}=2",
-        "rs/web",
-        "--timeout=60s",
-    ])
-    .await;
+    k.web_ready().await;
     k.ok(&[
         "delete",
         "rs",

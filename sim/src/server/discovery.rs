@@ -241,22 +241,19 @@ mod tests {
     #[test]
     fn resources_carry_short_names_and_categories() {
         let r = crate::server::upstream::registry().unwrap();
-        let core = document(&r, "/api/v1").unwrap();
-        let pods = core["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["name"] == "pods")
-            .unwrap();
+        let resource = |path: &str, name: &str| {
+            let list = document(&r, path).unwrap();
+            let found = list["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == name);
+            found.cloned().unwrap()
+        };
+        let pods = resource("/api/v1", "pods");
         assert_eq!(pods["shortNames"], json!(["po"]));
         assert_eq!(pods["categories"], json!(["all"]));
-        let ray = document(&r, "/apis/ray.io/v1").unwrap();
-        let rc = ray["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["name"] == "rayclusters")
-            .unwrap();
+        let rc = resource("/apis/ray.io/v1", "rayclusters");
         assert_eq!(rc["categories"], json!(["all"]));
     }
 }

@@ -86,7 +86,7 @@ fn tls_config(certs: &Certificates) -> Result<rustls::ServerConfig, rustls::Erro
     Ok(config)
 }
 
-/// A cluster being served; dropping it (or [`Https::stop`]) closes the port and every connection.
+/// A cluster being served; dropping it closes the port and every connection.
 pub struct Https {
     addr: SocketAddr,
     ca_pem: String,
@@ -154,19 +154,9 @@ async fn connection(sim: Sim, acceptor: TlsAcceptor, tcp: tokio::net::TcpStream)
 }
 
 impl Https {
-    /// The address served (the port chosen when asked for port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `https://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>` (the port chosen when asked for port 0).
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
-    }
-
-    /// The cluster CA's certificate (PEM), which signed the serving certificate.
-    pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
     }
 
     /// A kubeconfig for this cluster: context, cluster and user all named `name`, the CA inline,
@@ -179,9 +169,6 @@ impl Https {
             url = self.url()
         )
     }
-
-    /// Stops serving: the port is closed and every connection dropped.
-    pub fn stop(self) {}
 }
 
 impl Drop for Https {

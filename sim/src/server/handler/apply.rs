@@ -101,12 +101,12 @@ impl State {
                     return Err(route.not_found(&name));
                 }
                 let merged = fields::apply(None, &applied, force, route.shape(), &w)?;
-                let obj = self.prepare_create(route, merged, now)?;
+                let obj = self.prepare_create(route, merged, now, None)?;
                 self.finish_create(route, obj, dry)
             }
             Some(old) => {
                 let merged = fields::apply(Some(&old), &applied, force, route.shape(), &w)?;
-                self.update_existing(route, &old, merged, dry)
+                self.update_existing(route, &old, merged, dry, None)
             }
         }
     }

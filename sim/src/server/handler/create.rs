@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::request::{ApiRequest, Reply, Route, dry_run, manager_of, meta_str, parse_body};
-use super::state::State;
+use super::state::{State, Strict};
 use super::update::tracks_generation;
 use crate::server::fields::{self, Writer};
 use crate::server::status::{ApiError, FieldCause};
@@ -26,7 +26,7 @@ impl State {
         if let Some(m) = obj["metadata"].as_object_mut() {
             m.remove("managedFields");
         }
-        let mut obj = self.prepare_create(route, obj, now)?;
+        let mut obj = self.prepare_create(route, obj, now, Strict::of(req))?;
         fields::record_update(None, &mut obj, route.shape(), &w);
         self.finish_create(route, obj, dry)
     }
@@ -36,6 +36,7 @@ impl State {
         route: &Route,
         mut obj: Value,
         now: &str,
+        strict: Option<Strict>,
     ) -> Result<Value, ApiError> {
         super::update::drop_empty_metadata(&mut obj);
         if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
@@ -106,7 +107,7 @@ impl State {
         if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "LimitRange") {
             crate::server::admission::default_limit_range(&mut obj);
         }
-        self.admit_schema(route, &mut obj, None)?;
+        self.admit_schema(route, &mut obj, None, strict)?;
         Ok(obj)
     }
 

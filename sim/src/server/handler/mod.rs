@@ -48,13 +48,6 @@ impl State {
             return Ok((200, doc.into()));
         }
         let route = route(&self.registry, &req.path)?;
-        // server-side apply reports undeclared fields otherwise (not modelled: pruned)
-        let strict = req.query.get("fieldValidation").map(String::as_str) == Some("Strict");
-        self.strict = match req.method.as_str() {
-            _ if !strict || req.content_type.starts_with("application/apply-patch") => None,
-            "PATCH" => Some(state::Strict::Patch),
-            _ => Some(state::Strict::Decode),
-        };
         if route.subresource.as_deref() == Some("scale") {
             return self.scale(&route, req);
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::request::{Body, Route, meta_str};
+use super::request::{ApiRequest, Body, Route, meta_str};
 use crate::server::kinds::Registry;
 use crate::server::status::{ApiError, FieldCause};
 use crate::server::store::{Encoded, ResKey, Store};
@@ -16,9 +16,6 @@ pub struct State {
     pub registry: Arc<Registry>,
     seed: u64,
     counter: u64,
-    /// The request being handled asked for `fieldValidation=Strict` (and is not an apply):
-    /// how the server words its refusal.
-    pub(super) strict: Option<Strict>,
 }
 
 const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -30,7 +27,6 @@ impl State {
             registry,
             seed,
             counter: 0,
-            strict: None,
         }
     }
 
@@ -120,11 +116,12 @@ impl State {
         route: &Route,
         obj: &mut Value,
         old: Option<&Value>,
+        strict: Option<Strict>,
     ) -> Result<(), ApiError> {
         if let Some(schema) = route.rt.schema(&route.version) {
-            let sent = self.strict.is_some().then(|| obj.clone());
+            let sent = strict.is_some().then(|| obj.clone());
             let pruned = schema.prune(obj, old);
-            if let (Some(strict), Some(sent), false) = (self.strict, sent, pruned.is_empty()) {
+            if let (Some(strict), Some(sent), false) = (strict, sent, pruned.is_empty()) {
                 return Err(strict_decoding(route, strict, &sent, &pruned));
             }
             schema.default(obj, old);
@@ -215,6 +212,19 @@ impl State {
 pub enum Strict {
     Decode,
     Patch,
+}
+
+impl Strict {
+    /// How `req` wants unknown fields refused: `None` without `fieldValidation=Strict`, and for
+    /// server-side apply (which reports undeclared fields its own way: not modelled, pruned).
+    pub(super) fn of(req: &ApiRequest) -> Option<Strict> {
+        let strict = req.query.get("fieldValidation").map(String::as_str) == Some("Strict");
+        match req.method.as_str() {
+            _ if !strict || req.content_type.starts_with("application/apply-patch") => None,
+            "PATCH" => Some(Strict::Patch),
+            _ => Some(Strict::Decode),
+        }
+    }
 }
 
 /// The server's answer to unknown fields under `fieldValidation=Strict`

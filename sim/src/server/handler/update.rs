@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::request::{ApiRequest, Reply, Route, manager_of, meta_str};
-use super::state::State;
+use super::state::{State, Strict};
 use crate::server::fields::{self, Writer};
 use crate::server::kinds::ResourceType;
 use crate::server::status::ApiError;
@@ -57,7 +57,7 @@ impl State {
             .cloned()
             .unwrap_or(Value::Null);
         fields::record_update(Some(old), &mut new, route.shape(), &w);
-        self.update_existing(route, old, new, dry)
+        self.update_existing(route, old, new, dry, Strict::of(req))
     }
 
     pub(super) fn update_existing(
@@ -66,6 +66,7 @@ impl State {
         old: &Arc<Value>,
         mut new: Value,
         dry: bool,
+        strict: Option<Strict>,
     ) -> Reply {
         if (route.rt.group.as_str(), route.rt.kind.as_str()) == ("", "LimitRange") {
             crate::server::admission::default_limit_range(&mut new);
@@ -95,7 +96,7 @@ impl State {
         drop_empty_metadata(&mut new);
         new["apiVersion"] = json!(route.rt.api_version(&route.version));
         new["kind"] = json!(route.rt.kind);
-        self.admit_schema(route, &mut new, Some(old))?;
+        self.admit_schema(route, &mut new, Some(old), strict)?;
         if tracks_generation(&route.rt) {
             let drop_status = route.rt.status_subresource;
             if !same_spec_part(&new, old, drop_status) {
