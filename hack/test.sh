@@ -7,8 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/install-test-apiserver.sh
-# the real Kueue v0.19.2 manager for tests/real_kueue.rs (built once from ../shared/third-party:
-# about 6 min on 2 cores, then cached)
+# the real Kueue v0.19.2 manager for tests/real_kueue.rs and Kueue's scheduler as a driver for
+# tests/kueue_differential (built once from ../shared/third-party: about 7 min on 2 cores, then
+# cached)
 hack/install-kueue.sh
 hack/install-chromium.sh
 hack/install-helm.sh

@@ -1,10 +1,16 @@
 //! Flavor assignment: which ResourceFlavor each PodSet's resources get in a ClusterQueue, and
 //! whether the Workload fits now, fits only if something is preempted, or cannot fit at all.
 //!
-//! Per PodSet and resource group the flavors are tried in order; a flavor whose `nodeLabels`
-//! contradict the PodSet's `nodeSelector` is skipped; the first flavor where every resource of the
-//! group fits wins (Kueue's default `whenCanBorrow: MayStopSearch`); if none fits, the first one
-//! that would fit after preemption is kept. A replacement slice is checked for its delta over the
+//! Per PodSet and resource group the flavors are tried in order, as Kueue's
+//! `findFlavorForPodSetResource` (`pkg/scheduler/flavorassigner/flavorassigner.go` v0.19.2)
+//! tries them: a flavor whose `nodeLabels` contradict the PodSet's `nodeSelector` is skipped; each
+//! other flavor gets a mode (fits, fits by preempting, does not fit) and a borrowing height (0: in
+//! the ClusterQueue's nominal quota), the worst over the group's resources; the search stops at
+//! the first flavor the ClusterQueue's `flavorFungibility` does not ask to pass over (a fit that
+//! borrows passes with `whenCanBorrow: TryNextFlavor`, a preempting one with `whenCanPreempt:
+//! TryNextFlavor`), else the best flavor seen wins (Kueue's `isPreferred` with its default
+//! `BorrowingOverPreemption`: fitting before preempting, then the lower borrowing height, then
+//! the earlier flavor). A replacement slice is checked for its delta over the
 //! slice it replaces, per (flavor, resource) over the whole Workload, and keeps that slice's
 //! flavor for every PodSet name the slice had (sticky flavors).
 
@@ -13,7 +19,8 @@ use std::ops::Range;
 
 use super::cohorts::QuotaGroup;
 use super::ids::{CqIx, FlavorIx, FrIx};
-use super::queues::Queues;
+use super::preemption::{SimulatedKind, Simulation};
+use super::queues::{Fungibility, Queues};
 use super::quota::{Charges, Usage, add_charge};
 use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
@@ -24,6 +31,88 @@ pub(crate) enum Mode {
     Fit,
     Preempt,
     NoFit,
+}
+
+/// How a flavor can take a resource group's requests: Kueue's `preemptionMode`, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fitting {
+    NoFit,
+    /// Fits only by preempting, and the simulation found no victims.
+    NoCandidates,
+    /// Fits by preempting, a victim in the Workload's own ClusterQueue.
+    Preempt,
+    /// Fits by reclaiming from other ClusterQueues of the cohort only.
+    Reclaim,
+    Fit,
+}
+
+impl Fitting {
+    fn mode(self) -> Mode {
+        match self {
+            Fitting::NoFit => Mode::NoFit,
+            Fitting::Fit => Mode::Fit,
+            _ => Mode::Preempt,
+        }
+    }
+}
+
+/// A flavor's fitting and borrowing height for one resource group: Kueue's `granularMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Granular {
+    fitting: Fitting,
+    /// Kueue's `borrowingLevel`: [`super::quota::Tree::borrowing_height`] of what the Workload
+    /// needs; for a preempting flavor, once the simulated victims are gone.
+    borrow: u8,
+}
+
+impl Granular {
+    const BEST: Granular = Granular {
+        fitting: Fitting::Fit,
+        borrow: 0,
+    };
+    const NO_FIT: Granular = Granular {
+        fitting: Fitting::NoFit,
+        borrow: u8::MAX,
+    };
+
+    /// Kueue's `isPreferred` under `BorrowingOverPreemption` (its default; raygate does not read
+    /// `flavorFungibility.preference`): a viable flavor before one without preemption
+    /// candidates, then the better fitting, then the lower borrowing height.
+    fn preferred_to(self, other: Granular) -> bool {
+        if self.fitting == Fitting::NoFit {
+            return false;
+        }
+        if other.fitting == Fitting::NoFit {
+            return true;
+        }
+        let (a_none, b_none) = (
+            self.fitting == Fitting::NoCandidates,
+            other.fitting == Fitting::NoCandidates,
+        );
+        if a_none != b_none {
+            return !a_none;
+        }
+        if self.fitting != other.fitting {
+            return self.fitting > other.fitting;
+        }
+        self.borrow < other.borrow
+    }
+
+    /// Kueue's `shouldTryNextFlavor`.
+    fn try_next(self, f: Fungibility) -> bool {
+        match self.fitting {
+            Fitting::NoFit | Fitting::NoCandidates => true,
+            Fitting::Preempt | Fitting::Reclaim if f.preempt_try_next => true,
+            _ => self.borrow > 0 && f.borrow_try_next,
+        }
+    }
+}
+
+/// Asked by the flavor assigner what preempting for `need` of one (flavor, resource) would
+/// find (Kueue's `SimulatePreemption`). Without one, a flavor that needs preemption counts as
+/// preempting in the Workload's own ClusterQueue, at its borrowing height before preemption.
+pub(crate) trait Oracle {
+    fn simulate(&self, fr: FrIx, need: Quantity) -> Simulation;
 }
 
 /// The admitted slice a replacement is charged against.
@@ -122,13 +211,15 @@ fn failure(podset: &str, reasons: Vec<Reason>) -> Failure {
     }
 }
 
-/// Assigns flavors to every PodSet of a Workload in ClusterQueue `cq` against `usage`.
-pub(crate) fn assign(
+/// Assigns flavors to every PodSet of a Workload in ClusterQueue `cq` against `usage`, asking
+/// `oracle` what preempting would find where a flavor needs it.
+pub(crate) fn assign_with(
     q: &Queues,
     usage: &Usage,
     cq: CqIx,
     podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
+    oracle: Option<&dyn Oracle>,
 ) -> Assignment {
     Assigner {
         q,
@@ -136,6 +227,7 @@ pub(crate) fn assign(
         cq,
         replacing,
         pinned: None,
+        oracle,
     }
     .assign(podsets)
 }
@@ -155,6 +247,7 @@ pub(crate) fn assign_pinned(
         cq,
         replacing: None,
         pinned: Some(pinned),
+        oracle: None,
     }
     .assign(podsets)
 }
@@ -209,6 +302,7 @@ struct Assigner<'a> {
     replacing: Option<&'a Replacing<'a>>,
     /// Per PodSet: the only flavor to try for each request ([`assign_pinned`]).
     pinned: Option<&'a [Vec<(usize, FlavorIx)>]>,
+    oracle: Option<&'a dyn Oracle>,
 }
 
 impl Assigner<'_> {
@@ -286,8 +380,8 @@ impl Assigner<'_> {
         }
     }
 
-    /// The first flavor where every request of the group fits, else the first that fits after
-    /// preemption, with the reasons the flavors tried before it did not fit.
+    /// The flavor Kueue's search settles on (the module's doc), with the reasons the flavors
+    /// tried did not fit.
     fn choose_flavor(
         &self,
         pi: usize,
@@ -296,8 +390,9 @@ impl Assigner<'_> {
         reqs: &[(usize, usize, usize)],
         totals: &[(FrIx, Quantity)],
     ) -> Result<(usize, Mode, Vec<Reason>), Failure> {
+        let fungibility = self.q.cqs[self.cq].fungibility;
         let mut reasons = Vec::new();
-        let mut preempt = None;
+        let mut best: Option<(usize, Granular)> = None;
         for fp in self.candidates(pi, ps, group, reqs)? {
             let fid = group.flavors[fp];
             if let Some((key, wanted, has)) =
@@ -311,22 +406,25 @@ impl Assigner<'_> {
                 });
                 continue;
             }
-            match self.try_flavor(ps, &group.fr[fp], reqs, totals, &mut reasons) {
-                Mode::Fit => return Ok((fp, Mode::Fit, reasons)),
-                Mode::Preempt => {
-                    preempt.get_or_insert(fp);
-                }
-                Mode::NoFit => {}
+            let g = self.try_flavor(ps, &group.fr[fp], reqs, totals, &mut reasons);
+            if g.fitting == Fitting::NoFit {
+                continue;
+            }
+            if !g.try_next(fungibility) {
+                return Ok((fp, g.fitting.mode(), reasons));
+            }
+            if best.is_none_or(|(_, b)| g.preferred_to(b)) {
+                best = Some((fp, g));
             }
         }
-        match preempt {
-            Some(fp) => Ok((fp, Mode::Preempt, reasons)),
+        match best {
+            Some((fp, g)) => Ok((fp, g.fitting.mode(), reasons)),
             None => Err(failure(&ps.name, reasons)),
         }
     }
 
-    /// How the group's requests fit in one flavor (`row`: its (flavor, resource) ids), adding
-    /// a reason per request that does not.
+    /// How the group's requests fit in one flavor (`row`: its (flavor, resource) ids), the worst
+    /// over the requests, adding a reason per request that does not fit now.
     fn try_flavor(
         &self,
         ps: &PodSetRequests,
@@ -334,9 +432,9 @@ impl Assigner<'_> {
         reqs: &[(usize, usize, usize)],
         totals: &[(FrIx, Quantity)],
         reasons: &mut Vec<Reason>,
-    ) -> Mode {
+    ) -> Granular {
         let tree = &self.q.tree;
-        let mut m = Mode::Fit;
+        let mut worst = Granular::BEST;
         for &(_, pos, ri) in reqs {
             let fr = row[pos];
             let total = get(totals, fr) + ps.requests[ri].total;
@@ -345,6 +443,10 @@ impl Assigner<'_> {
             let potential = tree.potential(self.cq, fr);
             let available = tree.available(self.usage, self.cq, fr);
             let exceeds_max = need > potential;
+            let mut g = Granular {
+                fitting: Fitting::Fit,
+                borrow: tree.borrowing_height(self.usage, self.cq, fr, need),
+            };
             if exceeds_max || need > available {
                 reasons.push(Reason::Quota {
                     fr,
@@ -363,12 +465,35 @@ impl Assigner<'_> {
                     || (need > nominal
                         && !tree.may_reclaim_in_hierarchy(self.usage, self.cq, fr, need))
                 {
-                    return Mode::NoFit;
+                    return Granular::NO_FIT;
                 }
-                m = Mode::Preempt;
+                g = self.simulate(fr, need, g.borrow);
+            }
+            if worst.preferred_to(g) {
+                worst = g;
             }
         }
-        m
+        worst
+    }
+
+    /// A flavor that needs preemption for `need` of `fr`: what the oracle finds there.
+    fn simulate(&self, fr: FrIx, need: Quantity, borrow_now: u8) -> Granular {
+        let Some(oracle) = self.oracle else {
+            return Granular {
+                fitting: Fitting::Preempt,
+                borrow: borrow_now,
+            };
+        };
+        let s = oracle.simulate(fr, need);
+        let fitting = match s.kind {
+            SimulatedKind::NoCandidates => Fitting::NoCandidates,
+            SimulatedKind::Preempt => Fitting::Preempt,
+            SimulatedKind::Reclaim => Fitting::Reclaim,
+        };
+        Granular {
+            fitting,
+            borrow: s.borrow_after,
+        }
     }
 
     /// What must fit (totals minus the replaced slice's credit) and where it is short now.

@@ -37,7 +37,7 @@
 //! `cohorts`: quotas and the cohort tree; `queues`: ClusterQueues, LocalQueues, priority classes;
 //! `workloads`: one entry per Workload with its requests and held quota); `cycle` runs a pass
 //! (`pass`: evictions without quota; `nominate`: queues and rounds; `entry`: one Workload →
-//! `flavors::assign`, `preempt` → `preemption::targets`; `hold` and `late`: Workloads held back;
+//! `flavors::assign_with`, `preempt` → `preemption::targets`; `hold` and `late`: Workloads held back;
 //! `lookahead`: what the next passes would undo; `usage`: the report) over `quota`'s
 //! resource-node arithmetic; `status` turns decisions into Kueue status values.
 

@@ -271,6 +271,64 @@ pub(crate) fn targets(
     Vec::new()
 }
 
+/// What preempting would find for a preemptor: Kueue's `PreemptionOracle.SimulatePreemption`
+/// (`pkg/scheduler/preemption/preemption_oracle.go` v0.19.2), asked by the flavor assigner for one
+/// (flavor, resource) at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Simulation {
+    pub kind: SimulatedKind,
+    /// [`super::quota::Tree::borrowing_height`] of the need once the victims are gone (with no
+    /// victims: as things are).
+    pub borrow_after: u8,
+}
+
+/// Kueue's `PreemptionPossibility`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum SimulatedKind {
+    NoCandidates,
+    /// A victim in the preemptor's own ClusterQueue.
+    Preempt,
+    /// Every victim in another ClusterQueue of the cohort.
+    Reclaim,
+}
+
+/// [`targets`] for `p`, and the borrowing height once they are gone. `usage` is restored.
+pub(crate) fn simulate(
+    ix: &Index,
+    usage: &mut Usage,
+    admitted_by_cq: &Holders,
+    p: &Preemptor,
+    ex: &Exclusions,
+) -> Simulation {
+    let victims = targets(ix, usage, admitted_by_cq, p, ex);
+    let height = |usage: &Usage| {
+        p.need
+            .iter()
+            .map(|&(fr, need)| ix.q.tree.borrowing_height(usage, p.cq, fr, need))
+            .max()
+            .unwrap_or(0)
+    };
+    if victims.is_empty() {
+        return Simulation {
+            kind: SimulatedKind::NoCandidates,
+            borrow_after: height(usage),
+        };
+    }
+    for v in &victims {
+        charge(ix, ex, usage, v.workload, false);
+    }
+    let borrow_after = height(usage);
+    for v in victims.iter().rev() {
+        charge(ix, ex, usage, v.workload, true);
+    }
+    let kind = if victims.iter().any(|v| v.same_queue) {
+        SimulatedKind::Preempt
+    } else {
+        SimulatedKind::Reclaim
+    };
+    Simulation { kind, borrow_after }
+}
+
 fn eligible(p: &Preemptor, ex: &Exclusions, w: WorkloadIx) -> bool {
     !ex.gone[w] && Some(w) != p.spare && w != p.workload
 }

@@ -33,6 +33,8 @@ pub(crate) struct ClusterQueueEntry {
     pub stop: StopPolicy,
     pub within: WithinClusterQueue,
     pub reclaim: ReclaimWithinCohort,
+    /// `spec.flavorFungibility`.
+    pub fungibility: Fungibility,
     /// `None`: every namespace. Kueue's CRD says a null selector selects *no* namespace (only
     /// `{}` selects all, [`Selector::from_optional`]); raygate is lenient here because its own
     /// manifests and tests omit it. `namespace_matches` is the one place to change to follow
@@ -44,6 +46,29 @@ pub(crate) struct ClusterQueueEntry {
     pub root: NodeIx,
     /// (flavor, resource) pairs of its quota in spec order, for usage reports.
     pub frs: Vec<FrIx>,
+}
+
+/// `spec.flavorFungibility`: whether the flavor search goes on past a flavor where the Workload
+/// fits only by borrowing (`whenCanBorrow: TryNextFlavor`; Kueue's default `MayStopSearch`), or
+/// only by preempting (`whenCanPreempt: TryNextFlavor`, Kueue's default; `MayStopSearch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fungibility {
+    pub borrow_try_next: bool,
+    pub preempt_try_next: bool,
+}
+
+impl Fungibility {
+    pub fn of(spec: Option<&crate::types::kueue::FlavorFungibility>) -> Fungibility {
+        let policy = |v: Option<&String>, default: bool| match v.map(String::as_str) {
+            Some("TryNextFlavor") => true,
+            Some("MayStopSearch") => false,
+            _ => default,
+        };
+        Fungibility {
+            borrow_try_next: policy(spec.and_then(|f| f.when_can_borrow.as_ref()), false),
+            preempt_try_next: policy(spec.and_then(|f| f.when_can_preempt.as_ref()), true),
+        }
+    }
 }
 
 /// A LocalQueue.
@@ -198,6 +223,7 @@ impl Queues {
                 stop: cq.spec.stop_policy.unwrap_or_default(),
                 within: preemption.within_cluster_queue.unwrap_or_default(),
                 reclaim: preemption.reclaim_within_cohort.unwrap_or_default(),
+                fungibility: Fungibility::of(cq.spec.flavor_fungibility.as_ref()),
                 selector,
                 inactive,
                 root: i.node(),

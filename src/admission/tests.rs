@@ -686,6 +686,127 @@ fn flavors_are_tried_in_order_and_node_selectors_narrow_them() {
     );
 }
 
+/// ClusterQueue `cq` with flavors `f0` then `f1` and `flavorFungibility` (whenCanBorrow,
+/// whenCanPreempt).
+fn two_flavors(f0: &str, f1: &str, borrow: &str, preempt: &str) -> ClusterQueue {
+    let mut c = cluster_queue("cq")
+        .flavor_quota("f0", &[("cpu", f0)])
+        .flavor_quota("f1", &[("cpu", f1)]);
+    c.spec.flavor_fungibility = Some(FlavorFungibility {
+        when_can_borrow: Some(borrow.into()),
+        when_can_preempt: Some(preempt.into()),
+    });
+    c
+}
+
+fn flavor_snap(cqs: Vec<ClusterQueue>, workloads: Vec<Workload>) -> Snapshot {
+    let mut s = snap(cqs, workloads);
+    s.flavors = vec![resource_flavor("f0"), resource_flavor("f1")];
+    s
+}
+
+fn cpu_flavor(r: &CycleResult, name: &str) -> String {
+    match decision(r, name) {
+        Some(Decision::Admit { admission, .. }) => {
+            admission.pod_set_assignments[0].flavors["cpu"].clone()
+        }
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+#[test]
+fn when_can_borrow_try_next_flavor_passes_over_a_flavor_it_would_borrow_in() {
+    // f0 has no nominal quota of its own (the cohort lends it 4), f1 has 4: MayStopSearch stops
+    // at the first flavor that fits, borrowing or not; TryNextFlavor goes on to one that fits
+    // without borrowing (Kueue's `shouldTryNextFlavor`)
+    for (policy, want) in [("MayStopSearch", "f0"), ("TryNextFlavor", "f1")] {
+        let cq = two_flavors("0", "4", policy, "TryNextFlavor").cohort("pool");
+        let lender = cluster_queue("lender")
+            .cohort("pool")
+            .flavor_quota("f0", &[("cpu", "4")]);
+        let s = flavor_snap(
+            vec![cq, lender],
+            vec![
+                workload("w")
+                    .queue("cq")
+                    .podset(podset("main").count(2).cpu("1")),
+            ],
+        );
+        assert_eq!(cpu_flavor(&cycle(&s, &RELEASE), "w"), want, "{policy}");
+    }
+}
+
+#[test]
+fn when_can_preempt_may_stop_search_preempts_in_the_first_flavor_with_victims() {
+    // f0 is full of a lower-priority Workload, f1 is free: TryNextFlavor (Kueue's default)
+    // takes f1 without preempting, MayStopSearch preempts in f0
+    for (policy, admitted) in [("TryNextFlavor", true), ("MayStopSearch", false)] {
+        let cq = with_preemption(
+            two_flavors("2", "2", "MayStopSearch", policy),
+            WithinClusterQueue::LowerPriority,
+            ReclaimWithinCohort::Never,
+        );
+        let s = flavor_snap(
+            vec![cq],
+            vec![
+                workload("low")
+                    .queue("cq")
+                    .priority(1)
+                    .podset(podset("main").count(2).cpu("1"))
+                    .admitted("cq", "f0", ts(0)),
+                workload("high")
+                    .queue("cq")
+                    .priority(100)
+                    .podset(podset("main").count(2).cpu("1"))
+                    .created(5),
+            ],
+        );
+        let r = cycle(&s, &RELEASE);
+        if admitted {
+            assert_eq!(cpu_flavor(&r, "high"), "f1");
+        } else {
+            assert!(
+                r.decisions.iter().any(|d| matches!(d,
+                    Decision::Evict { workload, .. } if workload == "default/low")),
+                "{:?}",
+                r.decisions
+            );
+        }
+    }
+}
+
+#[test]
+fn a_flavor_whose_preemption_finds_no_victim_is_passed_over() {
+    // f0 would need preemption, but the only Workload there is older and of equal priority
+    // (`LowerOrNewerEqualPriority` spares it): Kueue's oracle finds no candidates, and the
+    // search goes on to f1 even with whenCanPreempt: MayStopSearch
+    let cq = with_preemption(
+        two_flavors("3", "4", "MayStopSearch", "MayStopSearch"),
+        WithinClusterQueue::LowerOrNewerEqualPriority,
+        ReclaimWithinCohort::Never,
+    );
+    let s = flavor_snap(
+        vec![cq],
+        vec![
+            workload("older")
+                .queue("cq")
+                .podset(podset("main").count(1).cpu("1"))
+                .admitted("cq", "f0", ts(0)),
+            workload("newer")
+                .queue("cq")
+                .podset(podset("main").count(3).cpu("1"))
+                .created(5),
+        ],
+    );
+    let r = cycle(&s, &RELEASE);
+    assert_eq!(cpu_flavor(&r, "newer"), "f1");
+    assert!(
+        !r.decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Evict { .. }))
+    );
+}
+
 #[test]
 fn all_resources_of_a_group_share_one_flavor() {
     // flavor a has cpu room but no memory room: both go to b

@@ -175,7 +175,7 @@ impl<'a> Pass<'a> {
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
         let old = self.replaced(i);
         let replacing = self.replacing(old, c);
-        let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
+        let a = self.assign_on(&self.usage, (i, c), podsets, replacing.as_ref(), false);
         if a.mode == Mode::Fit {
             self.admit(i, c, podsets, a, old);
             return Outcome::Continue;

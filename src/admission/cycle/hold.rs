@@ -8,7 +8,7 @@
 use super::memo::{Memo, same_podsets};
 use super::nominate::Outcome;
 use super::pass::{Block, Pass, charge};
-use crate::admission::flavors::{self, Mode};
+use crate::admission::flavors::Mode;
 use crate::admission::ids::{CqIx, FrIx, WorkloadIx};
 use crate::admission::quota::{Charges, Usage, add_charge};
 use crate::admission::workloads::PodSetRequests;
@@ -41,7 +41,7 @@ impl<'a> Pass<'a> {
         if let Some(&b) = Memo::find(&mut self.memo.borrows[c], epoch, |r| same_podsets(ix, r, i)) {
             return b;
         }
-        let a = flavors::assign(&ix.q, &self.usage, c, podsets, None);
+        let a = self.assign_on(&self.usage, (i, c), podsets, None, false);
         let tree = &ix.q.tree;
         let b = if a.mode == Mode::NoFit {
             0
@@ -102,7 +102,7 @@ impl<'a> Pass<'a> {
         }
         let old = self.replaced(i);
         let replacing = self.replacing(old, c);
-        let a = flavors::assign(&ix.q, &self.usage, c, podsets, replacing.as_ref());
+        let a = self.assign_on(&self.usage, (i, c), podsets, replacing.as_ref(), false);
         let nominal = &ix.q.tree.node(c).subtree;
         let within = a.mode == Mode::Fit
             && a.need
@@ -250,7 +250,7 @@ impl<'a> Pass<'a> {
             reason::PENDING,
             message.into(),
         ));
-        let a = flavors::assign(&ix.q, &self.usage, c, podsets, None);
+        let a = self.assign_on(&self.usage, (i, c), podsets, None, false);
         let need = if a.mode == Mode::NoFit {
             Vec::new()
         } else {

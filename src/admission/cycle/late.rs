@@ -6,7 +6,7 @@ use super::hold::tally_held;
 use super::nominate::{Queued, rounds};
 use super::pass::{Block, Pass};
 use crate::admission::Decision;
-use crate::admission::flavors::{self, Mode};
+use crate::admission::flavors::Mode;
 use crate::admission::ids::{CqIx, NodeIx, TiVec, WorkloadIx};
 use crate::admission::quota::Charges;
 
@@ -160,7 +160,7 @@ impl Pass<'_> {
                 continue;
             };
             let replacing = self.replacing(self.replaced(i), c);
-            let a = flavors::assign(&ix.q, &usage, c, podsets, replacing.as_ref());
+            let a = self.assign_on(&usage, (i, c), podsets, replacing.as_ref(), true);
             moot[i] = a.mode == Mode::NoFit;
         }
         moot

@@ -157,7 +157,7 @@ impl Pass<'_> {
             let Some((c, podsets)) = self.next_pass_preemptor(w, &usage, &lowest, &mut seen) else {
                 continue;
             };
-            let a = flavors::assign(&ix.q, &usage, c, podsets, None);
+            let a = self.assign_on(&usage, (w, c), podsets, None, true);
             if a.mode != Mode::Preempt {
                 continue;
             }

@@ -3,16 +3,21 @@
 //! pass a preemption one cycle later would pick instead (conflicts: the pass is redone without
 //! them).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::entry::pending;
 use super::nominate::Outcome;
 use super::pass::{Block, Pass, charge};
-use crate::admission::flavors::Assignment;
-use crate::admission::ids::{CqIx, WorkloadIx};
-use crate::admission::preemption::{self, Admitted, Exclusions, Preemptor};
+use crate::admission::flavors::{self, Assignment, Oracle, Replacing};
+use crate::admission::ids::{CqIx, FrIx, TiSlice, WorkloadIx};
+use crate::admission::index::Index;
+use crate::admission::preemption::{self, Admitted, Exclusions, Holders, Preemptor, Simulation};
+use crate::admission::quota::Usage;
 use crate::admission::status::{PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT};
+use crate::admission::workloads::PodSetRequests;
 use crate::admission::{Decision, PendingMessage};
+use crate::quantity::Quantity;
 use crate::types::kueue::reason;
 
 /// What a Workload short of quota did about it.
@@ -23,7 +28,80 @@ pub(super) enum Preempted {
     Overlapping,
 }
 
+/// The flavor assigner's preemption oracle on the pass's state: the victims Workload `workload`
+/// of ClusterQueue `cq` would find among `holders`, as [`Pass::preempt`] looks for them.
+struct PassOracle<'p> {
+    ix: &'p Index,
+    usage: &'p Usage,
+    holders: &'p Holders,
+    admitted: &'p Admitted,
+    gone: &'p TiSlice<WorkloadIx, bool>,
+    evicting: &'p TiSlice<WorkloadIx, bool>,
+    workload: WorkloadIx,
+    cq: CqIx,
+    spare: Option<WorkloadIx>,
+    /// A copy of `usage` to simulate on (made at the first question).
+    scratch: RefCell<Option<Usage>>,
+}
+
+impl Oracle for PassOracle<'_> {
+    fn simulate(&self, fr: FrIx, need: Quantity) -> Simulation {
+        let mut scratch = self.scratch.borrow_mut();
+        let usage = scratch.get_or_insert_with(|| self.usage.clone());
+        let p = Preemptor {
+            workload: self.workload,
+            cq: self.cq,
+            need: &[(fr, need)],
+            short: &[fr],
+            spare: self.spare,
+        };
+        let ex = Exclusions {
+            gone: self.gone,
+            evicting: self.evicting,
+            admitted: self.admitted,
+        };
+        preemption::simulate(self.ix, usage, self.holders, &p, &ex)
+    }
+}
+
 impl<'a> Pass<'a> {
+    /// Flavors for Workload `i` in ClusterQueue `c` on `usage` ([`flavors::assign_with`]), a
+    /// flavor that needs preemption judged by the victims it would find (Kueue's preemption
+    /// oracle): among the holders at the start of the pass, or with `next_pass` among those the
+    /// next pass starts with (this pass's admissions included).
+    pub fn assign_on(
+        &self,
+        usage: &Usage,
+        (i, c): (WorkloadIx, CqIx),
+        podsets: &[PodSetRequests],
+        replacing: Option<&Replacing>,
+        next_pass: bool,
+    ) -> Assignment {
+        let ix = self.ix;
+        let spare = ix.workloads[i]
+            .replaces
+            .as_ref()
+            .and_then(|k| ix.by_key.get(k).copied());
+        let (holders, admitted): (&Holders, &Admitted) = if next_pass {
+            (&self.holders_now, &self.admitted_now)
+        } else {
+            (&self.admitted_by_cq, Admitted::from_ref(&[]))
+        };
+        let oracle = PassOracle {
+            ix,
+            usage,
+            holders,
+            admitted,
+            gone: &self.gone,
+            evicting: &self.evicting,
+            workload: i,
+            cq: c,
+            spare,
+            scratch: RefCell::new(None),
+        };
+        flavors::assign_with(&ix.q, usage, c, podsets, replacing, Some(&oracle))
+    }
+
     /// Evicts the victims that make Workload `i` fit, if there are any, and keeps what it needs
     /// for the rest of the pass (the room its victims free is its). `None` when nothing can make
     /// it fit; [`Preempted::Overlapping`] when a victim it needs is already being evicted by
