@@ -24,6 +24,7 @@ use super::queues::{Fungibility, Queues};
 use super::quota::{Charges, Usage, add_charge};
 use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
+use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue};
 
 /// How well a Workload fits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -484,6 +485,14 @@ impl Assigner<'_> {
                 borrow: borrow_now,
             };
         };
+        let info = &self.q.cqs[self.cq];
+        if info.within == WithinClusterQueue::Never && info.reclaim == ReclaimWithinCohort::Never {
+            // no policy names a candidate: the oracle's answer, without asking it
+            return Granular {
+                fitting: Fitting::NoCandidates,
+                borrow: borrow_now,
+            };
+        }
         let s = oracle.simulate(fr, need);
         let fitting = match s.kind {
             SimulatedKind::NoCandidates => Fitting::NoCandidates,
