@@ -975,10 +975,8 @@ fn static_cohorts_do_not_churn() {
 /// preemption on the next pass), so these wait for a rule of their own; the list is exact both
 /// ways: a seed that leaves it, or joins it, fails here. (Nine more seeds were in it while a
 /// reclaimer that fits only once it preempted the held-back Workload was not admitted on the
-/// flavors it would take then: `Pass::pins`.) 3570 and 5559 joined, and 850 left, when the flavor
-/// search followed Kueue's (`flavorFungibility`, and a flavor whose preemption finds no victim
-/// passed over): on 3570 Kueue's own scheduler ends with the same admissions
-/// (`tests/kueue_differential`), on 5559 it never stops changing them.
+/// flavors it would take then: `Pass::pins`.) On 3570 Kueue's own scheduler ends with the same
+/// admissions (`tests/kueue_differential`'s driver); on 5559 it never stops changing them.
 const NOT_LIVE: [u64; 4] = [759, 3570, 5559, 5837];
 
 #[test]
