@@ -96,3 +96,72 @@ fn raygate_admits_what_kueue_s_scheduler_admits_on_random_worlds() {
         report.agreement_per_mille()
     );
 }
+
+/// The driver on a world whose answer is known: Kueue's scheduler, through the driver's
+/// controllers, preempts a lower-priority Workload for a higher one and admits it (so an
+/// agreement above is not two sides that both admit nothing).
+#[test]
+fn the_driver_runs_kueue_s_preemption_to_its_end() {
+    let w = world::World {
+        flavors: vec!["f0".into()],
+        cohorts: vec![],
+        cluster_queues: vec![world::ClusterQueue {
+            name: "cq0".into(),
+            cohort: None,
+            groups: vec![world::Group {
+                resources: vec!["cpu".into()],
+                flavors: vec![(
+                    "f0".into(),
+                    vec![world::Quota {
+                        nominal: 4,
+                        borrowing: None,
+                        lending: None,
+                    }],
+                )],
+            }],
+            strategy: "BestEffortFIFO",
+            reclaim: "Never",
+            within: "LowerPriority",
+            borrow_within: None,
+            when_can_borrow: "MayStopSearch",
+            when_can_preempt: "TryNextFlavor",
+        }],
+        workloads: ["low", "high"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| world::Workload {
+                name: name.into(),
+                queue: "lq-cq0".into(),
+                priority: if i == 0 { 1 } else { 100 },
+                created_s: i as u64,
+                pod_sets: vec![world::PodSet {
+                    name: "main".into(),
+                    count: 3,
+                    requests: vec![("cpu".into(), 1)],
+                }],
+                held: (i == 0).then(|| world::Held {
+                    cluster_queue: "cq0".into(),
+                    flavors: vec![vec![("cpu".into(), "f0".into())]],
+                }),
+            })
+            .collect(),
+    };
+    let k = compare::run_kueue_text(&w.documents());
+    assert_eq!(k.error, None);
+    assert_eq!(k.settled, "quiet");
+    let row = |n: &str| {
+        k.workloads
+            .iter()
+            .find(|r| r.name == format!("default/{n}"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{n} missing: {k:?}"))
+    };
+    let (low, high) = (row("low"), row("high"));
+    assert!(
+        high.admitted && high.flavors["main"]["cpu"] == "f0",
+        "{high:?}"
+    );
+    assert!(!low.admitted && low.evictions == 1, "{low:?}");
+    let v = compare::judge(&w.documents(), &k);
+    assert_eq!(v.outcome, Outcome::Agree, "{}", v.detail);
+}
