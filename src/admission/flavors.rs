@@ -24,7 +24,6 @@ use super::queues::{Fungibility, Queues};
 use super::quota::{Charges, Usage, add_charge};
 use super::workloads::{HeldQuota, PodSetRequests};
 use crate::quantity::Quantity;
-use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue};
 
 /// How well a Workload fits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -110,8 +109,9 @@ impl Granular {
 }
 
 /// Asked by the flavor assigner what preempting for `need` of one (flavor, resource) would
-/// find (Kueue's `SimulatePreemption`). Without one, a flavor that needs preemption counts as
-/// preempting in the Workload's own ClusterQueue, at its borrowing height before preemption.
+/// find (Kueue's `SimulatePreemption`). Without one ([`assign_pinned`]), a flavor that needs
+/// preemption counts as preempting in the Workload's own ClusterQueue, at its borrowing height
+/// before preemption.
 pub(crate) trait Oracle {
     fn simulate(&self, fr: FrIx, need: Quantity) -> Simulation;
 }
@@ -220,7 +220,7 @@ pub(crate) fn assign_with(
     cq: CqIx,
     podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
-    oracle: Option<&dyn Oracle>,
+    oracle: &dyn Oracle,
 ) -> Assignment {
     Assigner {
         q,
@@ -228,7 +228,7 @@ pub(crate) fn assign_with(
         cq,
         replacing,
         pinned: None,
-        oracle,
+        oracle: Some(oracle),
     }
     .assign(podsets)
 }
@@ -485,14 +485,6 @@ impl Assigner<'_> {
                 borrow: borrow_now,
             };
         };
-        let info = &self.q.cqs[self.cq];
-        if info.within == WithinClusterQueue::Never && info.reclaim == ReclaimWithinCohort::Never {
-            // no policy names a candidate: the oracle's answer, without asking it
-            return Granular {
-                fitting: Fitting::NoCandidates,
-                borrow: borrow_now,
-            };
-        }
         let s = oracle.simulate(fr, need);
         let fitting = match s.kind {
             SimulatedKind::NoCandidates => Fitting::NoCandidates,

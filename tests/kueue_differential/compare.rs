@@ -48,6 +48,8 @@ pub struct Row {
     pub cluster_queue: Option<String>,
     pub flavors: BTreeMap<String, BTreeMap<String, String>>,
     pub evictions: u64,
+    /// raygate's side only: the ClusterQueue a pending Workload waits in.
+    pub waits_in: Option<String>,
 }
 
 fn rows(v: &Value) -> Vec<Row> {
@@ -60,6 +62,7 @@ fn rows(v: &Value) -> Vec<Row> {
             cluster_queue: w["clusterQueue"].as_str().map(str::to_string),
             flavors: serde_json::from_value(w["flavors"].clone()).unwrap_or_default(),
             evictions: w["evictions"].as_u64().unwrap_or(0),
+            waits_in: None,
         })
         .collect()
 }
@@ -115,7 +118,7 @@ pub fn run_raygate(text: &str) -> Result<Vec<Row>, String> {
         .into_iter()
         .map(|mut r| {
             if !r.admitted {
-                r.cluster_queue = None;
+                r.waits_in = r.cluster_queue.take();
             }
             r
         })
@@ -164,6 +167,12 @@ fn show(r: &Row) -> String {
     )
 }
 
+/// Both hold quota in the same ClusterQueue on the same flavors, or neither does.
+fn same_admission(r: &Row, k: &Row) -> bool {
+    r.admitted == k.admitted
+        && (!r.admitted || (r.cluster_queue == k.cluster_queue && r.flavors == k.flavors))
+}
+
 /// Compares the two sides on one world.
 pub fn judge(text: &str, kueue: &KueueRun) -> Verdict {
     let kueue_evicted = kueue.workloads.iter().any(|w| w.evictions > 0);
@@ -193,20 +202,24 @@ pub fn judge(text: &str, kueue: &KueueRun) -> Verdict {
         .map(|r| (r.name.as_str(), r))
         .collect();
     let mut diffs = Vec::new();
+    let mut starved = false;
     for r in &ours {
         let Some(k) = theirs.get(r.name.as_str()) else {
             diffs.push(format!("{}: not in Kueue's output", r.name));
             continue;
         };
-        let same = r.admitted == k.admitted
-            && (!r.admitted || (r.cluster_queue == k.cluster_queue && r.flavors == k.flavors));
-        if !same {
+        if !same_admission(r, k) {
             diffs.push(format!(
                 "{}: raygate {}, Kueue {}",
                 r.name,
                 show(r),
                 show(k)
             ));
+            // a Workload of a queue whose head Kueue retries without end
+            starved |= [&k.cluster_queue, &r.cluster_queue, &r.waits_in]
+                .into_iter()
+                .flatten()
+                .any(|q| kueue.retrying.contains(q));
         }
     }
     if ours.len() != theirs.len() {
@@ -219,42 +232,12 @@ pub fn judge(text: &str, kueue: &KueueRun) -> Verdict {
     if diffs.is_empty() {
         return verdict(Outcome::Agree, String::new());
     }
-    // where it differs, a Workload of a queue whose head Kueue retries without end
-    let starved = ours.iter().any(|r| {
-        theirs.get(r.name.as_str()).is_some_and(|k| {
-            let cq = k.cluster_queue.as_ref().or(r.cluster_queue.as_ref());
-            *k != r && cq.is_some_and(|q| kueue.retrying.contains(q))
-        })
-    }) || ours.iter().any(|r| {
-        !r.admitted
-            && theirs
-                .get(r.name.as_str())
-                .is_some_and(|k| k.admitted != r.admitted)
-            && queue_of(text, &r.name).is_some_and(|q| kueue.retrying.contains(&q))
-    });
     let outcome = if starved {
         Outcome::KueueStarves
     } else {
         Outcome::Disagree
     };
     verdict(outcome, diffs.join("; "))
-}
-
-/// The ClusterQueue Workload `name` (`namespace/name`) is queued to (its LocalQueue is named
-/// `lq-<ClusterQueue>` in these worlds).
-fn queue_of(text: &str, name: &str) -> Option<String> {
-    let short = name.rsplit('/').next()?;
-    text.split("\n---\n").find_map(|doc| {
-        let v: Value = serde_json::from_str(doc).ok()?;
-        (v["kind"] == "Workload" && v["metadata"]["name"] == short)
-            .then(|| {
-                v["spec"]["queueName"]
-                    .as_str()?
-                    .strip_prefix("lq-")
-                    .map(str::to_string)
-            })
-            .flatten()
-    })
 }
 
 /// The run's figures.

@@ -12,13 +12,15 @@ use super::pass::{Block, Pass, charge};
 use crate::admission::flavors::{self, Assignment, Oracle, Replacing};
 use crate::admission::ids::{CqIx, FrIx, TiSlice, WorkloadIx};
 use crate::admission::index::Index;
-use crate::admission::preemption::{self, Admitted, Exclusions, Holders, Preemptor, Simulation};
+use crate::admission::preemption::{
+    self, Admitted, Exclusions, Holders, Preemptor, SimulatedKind, Simulation,
+};
 use crate::admission::quota::Usage;
 use crate::admission::status::{PREEMPTED_IN_CLUSTER_QUEUE, PREEMPTED_IN_COHORT};
 use crate::admission::workloads::PodSetRequests;
 use crate::admission::{Decision, PendingMessage};
 use crate::quantity::Quantity;
-use crate::types::kueue::reason;
+use crate::types::kueue::{ReclaimWithinCohort, WithinClusterQueue, reason};
 
 /// What a Workload short of quota did about it.
 pub(super) enum Preempted {
@@ -46,6 +48,15 @@ struct PassOracle<'p> {
 
 impl Oracle for PassOracle<'_> {
     fn simulate(&self, fr: FrIx, need: Quantity) -> Simulation {
+        let ix = self.ix;
+        let info = &ix.q.cqs[self.cq];
+        if info.within == WithinClusterQueue::Never && info.reclaim == ReclaimWithinCohort::Never {
+            // no policy names a candidate: the answer, without copying the usage to search
+            return Simulation {
+                kind: SimulatedKind::NoCandidates,
+                borrow_after: ix.q.tree.borrowing_height(self.usage, self.cq, fr, need),
+            };
+        }
         let mut scratch = self.scratch.borrow_mut();
         let usage = scratch.get_or_insert_with(|| self.usage.clone());
         let p = Preemptor {
@@ -99,7 +110,7 @@ impl<'a> Pass<'a> {
             spare,
             scratch: RefCell::new(None),
         };
-        flavors::assign_with(&ix.q, usage, c, podsets, replacing, Some(&oracle))
+        flavors::assign_with(&ix.q, usage, c, podsets, replacing, &oracle)
     }
 
     /// Evicts the victims that make Workload `i` fit, if there are any, and keeps what it needs
