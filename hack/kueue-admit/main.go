@@ -365,6 +365,9 @@ func (d *driver) run(maxCycles int) (string, int, error) {
 			return "", cycle, err
 		}
 		if !d.hasHeads() {
+			if trace {
+				d.trace(cycle)
+			}
 			return "quiet", cycle, nil
 		}
 		state, err := d.fingerprint()
@@ -529,7 +532,17 @@ func (d *driver) trace(cycle int) {
 	fmt.Fprintf(os.Stderr, "cycle %d at %s: active %v inadmissible %v\n", cycle,
 		d.clock.Now().Format(time.RFC3339), d.queues.Dump(), d.queues.DumpInadmissible())
 	rows, _ := d.rows()
+	why := map[string]string{}
+	list := &kueue.WorkloadList{}
+	if err := d.cl.List(d.ctx, list); err == nil {
+		for i := range list.Items {
+			wl := &list.Items[i]
+			if c := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); c != nil && c.Status == metav1.ConditionFalse {
+				why[wl.Namespace+"/"+wl.Name] = c.Message
+			}
+		}
+	}
 	for _, r := range rows {
-		fmt.Fprintf(os.Stderr, "  %s admitted=%v %s %v evictions=%d\n", r.Name, r.Admitted, r.ClusterQueue, r.Flavors, r.Evictions)
+		fmt.Fprintf(os.Stderr, "  %s admitted=%v %s %v evictions=%d %s\n", r.Name, r.Admitted, r.ClusterQueue, r.Flavors, r.Evictions, why[r.Name])
 	}
 }

@@ -134,6 +134,11 @@ impl Replacing<'_> {
 /// Per PodSet: (request index, flavor).
 pub(crate) type PodSetFlavors = Vec<Vec<(usize, FlavorIx)>>;
 
+/// Where a flavor scan resumes: (PodSet, resource group, position of the first flavor to try),
+/// for the scans that stopped before the group's last flavor (Kueue's `LastTriedFlavorIdx` + 1,
+/// `FlavorFungibilityPreserveScanProgress`); the others start at the first flavor.
+pub(crate) type ScanFrom = Vec<(usize, usize, usize)>;
+
 /// Result of flavor assignment.
 #[derive(Debug)]
 pub(crate) struct Assignment {
@@ -148,6 +153,8 @@ pub(crate) struct Assignment {
     pub short: Vec<FrIx>,
     /// Why it does not fit (the first PodSet that does not).
     pub failure: Option<Failure>,
+    /// Where the next scan resumes, were this one cut short.
+    pub scan: ScanFrom,
 }
 
 #[derive(Debug)]
@@ -202,6 +209,7 @@ fn no_fit(failure: Failure) -> Assignment {
         need: Vec::new(),
         short: Vec::new(),
         failure: Some(failure),
+        scan: Vec::new(),
     }
 }
 
@@ -221,6 +229,7 @@ pub(crate) fn assign_with(
     podsets: &[PodSetRequests],
     replacing: Option<&Replacing>,
     oracle: &dyn Oracle,
+    resume: &[(usize, usize, usize)],
 ) -> Assignment {
     Assigner {
         q,
@@ -229,6 +238,7 @@ pub(crate) fn assign_with(
         replacing,
         pinned: None,
         oracle: Some(oracle),
+        resume,
     }
     .assign(podsets)
 }
@@ -249,6 +259,7 @@ pub(crate) fn assign_pinned(
         replacing: None,
         pinned: Some(pinned),
         oracle: None,
+        resume: &[],
     }
     .assign(podsets)
 }
@@ -260,6 +271,7 @@ impl Assigner<'_> {
         let mut flavors = Vec::with_capacity(podsets.len());
         let mut mode = Mode::Fit;
         let mut failure = None;
+        let mut scan = Vec::new();
         for (pi, ps) in podsets.iter().enumerate() {
             let mut chosen = Vec::new();
             if ps.count == 0 || ps.requests.is_empty() {
@@ -271,11 +283,15 @@ impl Assigner<'_> {
                 Err(f) => return no_fit(f),
             };
             for reqs in placed.chunk_by(|x, y| x.0 == y.0) {
-                let group = &q.cqs[cq].groups[reqs[0].0];
-                let (fp, m, reasons) = match a.choose_flavor(pi, ps, group, reqs, &totals) {
+                let gi = reqs[0].0;
+                let group = &q.cqs[cq].groups[gi];
+                let (fp, m, reasons, next) = match a.choose_flavor((pi, gi), ps, reqs, &totals) {
                     Ok(chosen) => chosen,
                     Err(f) => return no_fit(f),
                 };
+                if next > 0 {
+                    scan.push((pi, gi, next));
+                }
                 if m == Mode::Preempt && failure.is_none() {
                     failure = Some(Failure {
                         podset: ps.name.clone(),
@@ -291,7 +307,9 @@ impl Assigner<'_> {
             chosen.sort_unstable();
             flavors.push(chosen);
         }
-        a.finish(mode, flavors, totals, failure)
+        let mut out = a.finish(mode, flavors, totals, failure);
+        out.scan = scan;
+        out
     }
 }
 
@@ -304,6 +322,8 @@ struct Assigner<'a> {
     /// Per PodSet: the only flavor to try for each request ([`assign_pinned`]).
     pinned: Option<&'a [Vec<(usize, FlavorIx)>]>,
     oracle: Option<&'a dyn Oracle>,
+    /// Where each scan starts ([`ScanFrom`]).
+    resume: &'a [(usize, usize, usize)],
 }
 
 impl Assigner<'_> {
@@ -340,7 +360,7 @@ impl Assigner<'_> {
     /// (sticky), else all in order.
     fn candidates(
         &self,
-        pi: usize,
+        (pi, gi): (usize, usize),
         ps: &PodSetRequests,
         group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
@@ -367,7 +387,12 @@ impl Assigner<'_> {
                 })
             });
         let Some(f) = sticky else {
-            return Ok(0..group.flavors.len());
+            let from = self
+                .resume
+                .iter()
+                .find(|&&(p, g, _)| p == pi && g == gi)
+                .map_or(0, |&(_, _, from)| from);
+            return Ok(from.min(group.flavors.len())..group.flavors.len());
         };
         match group.flavors.iter().position(|x| *x == f) {
             Some(p) => Ok(p..p + 1),
@@ -383,18 +408,21 @@ impl Assigner<'_> {
 
     /// The flavor Kueue's search settles on (the module's doc), with the reasons the flavors
     /// tried did not fit.
+    /// The flavor for one resource group of PodSet `pi` (group `gi`), its mode, why flavors
+    /// before it did not fit, and where the next scan resumes (0: at the first flavor).
     fn choose_flavor(
         &self,
-        pi: usize,
+        (pi, gi): (usize, usize),
         ps: &PodSetRequests,
-        group: &QuotaGroup,
         reqs: &[(usize, usize, usize)],
         totals: &[(FrIx, Quantity)],
-    ) -> Result<(usize, Mode, Vec<Reason>), Failure> {
+    ) -> Result<(usize, Mode, Vec<Reason>, usize), Failure> {
         let fungibility = self.q.cqs[self.cq].fungibility;
+        let group = &self.q.cqs[self.cq].groups[gi];
+        let last = group.flavors.len().saturating_sub(1);
         let mut reasons = Vec::new();
         let mut best: Option<(usize, Granular)> = None;
-        for fp in self.candidates(pi, ps, group, reqs)? {
+        for fp in self.candidates((pi, gi), ps, group, reqs)? {
             let fid = group.flavors[fp];
             if let Some((key, wanted, has)) =
                 conflict(&self.q.catalog.flavors[fid].node_labels, &ps.node_selector)
@@ -412,14 +440,15 @@ impl Assigner<'_> {
                 continue;
             }
             if !g.try_next(fungibility) {
-                return Ok((fp, g.fitting.mode(), reasons));
+                let next = if fp < last { fp + 1 } else { 0 };
+                return Ok((fp, g.fitting.mode(), reasons, next));
             }
             if best.is_none_or(|(_, b)| g.preferred_to(b)) {
                 best = Some((fp, g));
             }
         }
         match best {
-            Some((fp, g)) => Ok((fp, g.fitting.mode(), reasons)),
+            Some((fp, g)) => Ok((fp, g.fitting.mode(), reasons, 0)),
             None => Err(failure(&ps.name, reasons)),
         }
     }
@@ -459,11 +488,14 @@ impl Assigner<'_> {
                     exceeds_max,
                 });
                 // Kueue's `fitsResourceQuota`: preemption is tried only for what fits in the
-                // ClusterQueue's nominal quota, or in a sub-cohort below the root (no
-                // `borrowWithinCohort` here); else the flavor does not fit
+                // ClusterQueue's nominal quota, or in a sub-cohort below the root, or when the
+                // ClusterQueue may preempt while borrowing (`borrowWithinCohort`,
+                // `canPreemptWhileBorrowing`); else the flavor does not fit
                 let nominal = tree.node(self.cq).quota[fr].nominal;
+                let while_borrowing = self.q.cqs[self.cq].borrow_within.is_some();
                 if exceeds_max
                     || (need > nominal
+                        && !while_borrowing
                         && !tree.may_reclaim_in_hierarchy(self.usage, self.cq, fr, need))
                 {
                     return Granular::NO_FIT;
@@ -523,6 +555,7 @@ impl Assigner<'_> {
             need,
             short,
             failure,
+            scan: Vec::new(),
         }
     }
 }

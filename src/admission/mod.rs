@@ -60,6 +60,8 @@ mod proptests;
 mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kueue_cycles;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

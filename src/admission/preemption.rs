@@ -88,6 +88,10 @@ enum Variant {
     HierarchicalReclaim,
     /// Reclaimed only if the preemptor then fits without borrowing.
     ReclaimWithoutBorrowing,
+    /// Reclaimed even if the preemptor still borrows then: `borrowWithinCohort: LowerPriority`
+    /// and a candidate of lower priority than the preemptor, at most its
+    /// `maxPriorityThreshold`.
+    ReclaimWhileBorrowing,
 }
 
 struct Candidate {
@@ -255,9 +259,10 @@ pub(crate) fn targets(
         .all(|&fr| usage.get(p.cq, fr) < ix.q.tree.node(p.cq).subtree[fr]);
     // without `borrowWithinCohort`, reclaiming by priority alone needs the preemptor to fit
     // without borrowing; which attempt goes first is Kueue's (its comment: compatibility)
-    let attempts: &[bool] = if no_other_queue || !under_nominal {
+    let forbidden = ix.q.cqs[p.cq].borrow_within.is_none();
+    let attempts: &[bool] = if no_other_queue || (forbidden && !under_nominal) {
         &[true]
-    } else if no_hierarchy {
+    } else if forbidden && no_hierarchy {
         &[false, true]
     } else {
         &[true, false]
@@ -411,15 +416,12 @@ fn in_cohort(
         let Some((lca, adv)) = found else {
             continue;
         };
-        let (variant, list) = if adv {
-            (Variant::HierarchicalReclaim, &mut hierarchy)
-        } else {
-            (Variant::ReclaimWithoutBorrowing, &mut priority)
-        };
+        let list = if adv { &mut hierarchy } else { &mut priority };
         for &w in &admitted_by_cq[other] {
             let v = &ix.workloads[w];
             let allowed = cq.reclaim == ReclaimWithinCohort::Any || v.priority < me.priority;
             if eligible(p, ex, w) && allowed && uses_any(ix, ex, w, p.short) {
+                let variant = variant(cq.borrow_within, adv, v.priority, me.priority);
                 list.push(Candidate {
                     workload: w,
                     cq: other,
@@ -432,6 +434,24 @@ fn in_cohort(
         }
     }
     (hierarchy, priority)
+}
+
+/// Kueue's `classifyPreemptionVariant` for a candidate of another ClusterQueue
+/// (`pkg/scheduler/preemption/classical/hierarchical_preemption.go` v0.19.2): hierarchical
+/// reclaim where the preemptor has the advantage; else reclaim while borrowing when the
+/// preemptor's ClusterQueue allows `borrowWithinCohort` and the candidate is below the
+/// preemptor's priority and not above the threshold (`isAboveBorrowingThreshold`); else
+/// reclaim only without borrowing.
+fn variant(borrow_within: Option<Option<i32>>, adv: bool, candidate: i32, me: i32) -> Variant {
+    if adv {
+        return Variant::HierarchicalReclaim;
+    }
+    match borrow_within {
+        Some(threshold) if candidate < me && threshold.is_none_or(|t| candidate <= t) => {
+            Variant::ReclaimWhileBorrowing
+        }
+        _ => Variant::ReclaimWithoutBorrowing,
+    }
 }
 
 /// The preemptor's ancestors from its parent to the root, each with whether the preemptor has

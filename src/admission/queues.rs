@@ -33,6 +33,9 @@ pub(crate) struct ClusterQueueEntry {
     pub stop: StopPolicy,
     pub within: WithinClusterQueue,
     pub reclaim: ReclaimWithinCohort,
+    /// `spec.preemption.borrowWithinCohort`: `None` when its policy is `Never` (the default),
+    /// else its `maxPriorityThreshold` (`Some(None)`: no threshold).
+    pub borrow_within: Option<Option<i32>>,
     /// `spec.flavorFungibility`.
     pub fungibility: Fungibility,
     /// `None`: every namespace. Kueue's CRD says a null selector selects *no* namespace (only
@@ -68,6 +71,22 @@ impl Fungibility {
             borrow_try_next: policy(spec.and_then(|f| f.when_can_borrow.as_ref()), false),
             preempt_try_next: policy(spec.and_then(|f| f.when_can_preempt.as_ref()), true),
         }
+    }
+}
+
+/// `spec.preemption.borrowWithinCohort` read: `None` for the policy `Never` (or none), else
+/// the threshold; an unknown policy is an error naming the field (Kueue's CRD allows `Never` and
+/// `LowerPriority`).
+fn borrow_within(
+    spec: Option<&crate::types::kueue::BorrowWithinCohort>,
+) -> Result<Option<Option<i32>>, String> {
+    let Some(b) = spec else { return Ok(None) };
+    match b.policy.as_deref() {
+        None | Some("Never") => Ok(None),
+        Some("LowerPriority") => Ok(Some(b.max_priority_threshold)),
+        Some(other) => Err(format!(
+            "spec.preemption.borrowWithinCohort.policy: unknown value {other:?} (Never or LowerPriority)"
+        )),
     }
 }
 
@@ -214,6 +233,14 @@ impl Queues {
                 },
             };
             let preemption = cq.spec.preemption.clone().unwrap_or_default();
+            let borrow_within = borrow_within(preemption.borrow_within_cohort.as_ref())
+                .unwrap_or_else(|e| {
+                    inactive.get_or_insert((
+                        "InvalidSpec",
+                        format!("ClusterQueue {name} is inactive: {e}"),
+                    ));
+                    None
+                });
             self.cq_ids.insert(name.to_string(), i);
             self.cqs.push(ClusterQueueEntry {
                 name: name.to_string(),
@@ -223,6 +250,7 @@ impl Queues {
                 stop: cq.spec.stop_policy.unwrap_or_default(),
                 within: preemption.within_cluster_queue.unwrap_or_default(),
                 reclaim: preemption.reclaim_within_cohort.unwrap_or_default(),
+                borrow_within,
                 fungibility: Fungibility::of(cq.spec.flavor_fungibility.as_ref()),
                 selector,
                 inactive,

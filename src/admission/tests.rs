@@ -343,8 +343,9 @@ fn a_slice_evicted_before_its_replacement_was_admitted_is_finished_not_admitted_
         assert_eq!(r.decisions, std::slice::from_ref(&finished_old));
         assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
     }
-    // the same pass: "urgent" preempts "old" while "new" waits behind it; once "urgent" is done,
-    // one pass admits "new" in full and comes to "old" next, with room for it
+    // "urgent" preempts "old" while "new" waits behind it: the next pass finishes the evicted
+    // "old" (queued again at its creation time it would go ahead of "new", with room for it), and
+    // once "urgent" is done "new" is admitted in full
     let old = workload("old")
         .queue("team-a")
         .priority(1)
@@ -372,11 +373,11 @@ fn a_slice_evicted_before_its_replacement_was_admitted_is_finished_not_admitted_
     sched.apply(&r, ts(20));
     let r = sched.cycle();
     assert_eq!(admitted_names(&r), ["urgent"]);
+    assert_eq!(decision(&r, "old"), Some(&finished_old));
     sched.apply(&r, ts(30));
     sched.finish("default/urgent", "Succeeded", "done", ts(40));
     let r = sched.cycle();
     assert_eq!(admitted_names(&r), ["new"]);
-    assert_eq!(decision(&r, "old"), Some(&finished_old));
     assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
     sched.apply(&r, ts(50));
     assert!(is_finished(status_of(sched.snapshot(), "old")));
@@ -1031,26 +1032,28 @@ fn higher_priority_goes_first_then_older() {
 }
 
 #[test]
-fn a_requeued_workload_queues_by_its_eviction_time() {
-    let mut evicted = workload("evicted")
-        .queue("cq")
-        .podset(podset("main").count(2).cpu("1"))
-        .created(1);
-    evicted.status = Some(WorkloadStatus {
-        conditions: vec![condition("Evicted", "True", "Preempted", ts(100))],
-        ..WorkloadStatus::default()
-    });
-    let s = snap(
-        vec![cluster_queue("cq").flavor_quota("default", &[("cpu", "2")])],
-        vec![
-            evicted,
-            workload("fresh")
-                .queue("cq")
-                .podset(podset("main").count(2).cpu("1"))
-                .created(50),
-        ],
-    );
-    assert_eq!(admitted_names(&cycle(&s, &RELEASE)), ["fresh"]);
+fn a_requeued_workload_queues_by_creation_time_unless_evicted_for_pods_ready() {
+    // Kueue's GetQueueOrderTimestamp: a preempted Workload goes back at its creation time, ahead
+    // of one created after it; one evicted by a waitForPodsReady timeout at its eviction time
+    let requeued = |reason: &str| {
+        let mut w = workload("requeued")
+            .queue("cq")
+            .podset(podset("main").count(2).cpu("1"))
+            .created(1);
+        w.status = Some(WorkloadStatus {
+            conditions: vec![condition("Evicted", "True", reason, ts(100))],
+            ..WorkloadStatus::default()
+        });
+        let fresh = workload("fresh")
+            .queue("cq")
+            .podset(podset("main").count(2).cpu("1"))
+            .created(50);
+        let cq = cluster_queue("cq").flavor_quota("default", &[("cpu", "2")]);
+        admitted_names(&cycle(&snap(vec![cq], vec![w, fresh]), &RELEASE))
+    };
+    assert_eq!(requeued("Preempted"), ["requeued"]);
+    assert_eq!(requeued("PodsReadyTimeout"), ["fresh"]);
+    assert_eq!(requeued("AdmissionCheck"), ["fresh"]);
 }
 
 fn fifo(strategy: QueueingStrategy) -> CycleResult {

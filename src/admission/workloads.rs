@@ -70,7 +70,8 @@ pub(crate) struct WorkloadEntry {
     pub finished: Option<String>,
     pub held: Option<HeldQuota>,
     pub evicted: bool,
-    /// Queue order time: the eviction time for a requeued Workload, else the creation time.
+    /// Queue order time: the creation time, or the eviction time of a Workload requeued after
+    /// one of [`REQUEUED_AT_EVICTION`].
     pub order_time: Timestamp,
     /// Pending, and preempted others for its quota in an earlier pass (its `QuotaReserved=False`
     /// message says so): it goes first in its round.
@@ -142,6 +143,13 @@ pub(crate) fn quantity_from_nanos(nanos: i128, like: Quantity) -> Quantity {
     };
     Quantity::parse(&text).unwrap_or(like)
 }
+
+/// Eviction reasons after which a Workload queues at its eviction time; after any other
+/// (preemption among them) it queues at its creation time. Kueue v0.19.2's
+/// `Ordering.GetQueueOrderTimestamp` (`pkg/workload/workload.go`): a `waitForPodsReady` timeout
+/// (with `requeuingStrategy.timestamp: Eviction`, the default) and an admission check; its third
+/// case, a reclaim while borrowing, only when `PrioritySortingWithinCohort` (beta, on) is off.
+pub const REQUEUED_AT_EVICTION: [&str; 2] = ["PodsReadyTimeout", "AdmissionCheck"];
 
 /// Largest request total accepted (2^100 nano-units, about 10^21 units): sums of many stay far
 /// from overflowing the 128-bit arithmetic.
@@ -248,7 +256,9 @@ impl Queues {
                 message: PendingMessage::from(c.message.as_str()),
             });
         entry.order_time = match (evicted_cond, &held) {
-            (Some(e), None) => e.last_transition_time.0,
+            (Some(e), None) if REQUEUED_AT_EVICTION.contains(&e.reason.as_str()) => {
+                e.last_transition_time.0
+            }
             _ => created,
         };
         entry.finished = finished;

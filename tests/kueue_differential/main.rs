@@ -36,7 +36,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// The share of comparable seeds (Kueue reached a fixed point) on which both agree must stay at
 /// least this (per mille). It is the floor measured on `main`; raising it is how a fixed
 /// disagreement class is kept fixed. docs/decisions.md lists the classes left.
-const AGREEMENT_FLOOR_PER_MILLE: u64 = 960;
+const AGREEMENT_FLOOR_PER_MILLE: u64 = 985;
 
 #[test]
 fn raygate_admits_what_kueue_s_scheduler_admits_on_random_worlds() {
@@ -95,6 +95,37 @@ fn raygate_admits_what_kueue_s_scheduler_admits_on_random_worlds() {
         "agreement {}‰ fell below the floor {AGREEMENT_FLOOR_PER_MILLE}‰",
         report.agreement_per_mille()
     );
+}
+
+/// Worlds the differential found, minimized, one per disagreement class fixed (their comments
+/// say what Kueue does there): both sides agree, and raygate admits the Workloads named here, so
+/// a class that comes back fails here by name.
+#[test]
+fn the_minimized_worlds_agree() {
+    let cases: [(&str, &[&str]); 4] = [
+        ("retried-first-in-the-next-cycle", &["w07", "w09"]),
+        ("nominated-flavors-no-longer-fit", &["w11", "w12", "w18"]),
+        ("borrow-within-cohort-own-queue", &["w12", "w17", "w21"]),
+        ("borrow-within-cohort-reclaim", &["w09"]),
+    ];
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kueue_differential/cases");
+    for (name, admitted) in cases {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.yaml"))).expect("case file");
+        let verdict = compare::judge(&text, &compare::run_kueue_text(&text));
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Agree,
+            "{name}: {}",
+            verdict.detail
+        );
+        let rows = compare::run_raygate(&text).expect("raygate admit");
+        let got: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.admitted)
+            .map(|r| r.name.trim_start_matches("default/"))
+            .collect();
+        assert_eq!(got, admitted, "{name}");
+    }
 }
 
 /// The driver on a world whose answer is known: Kueue's scheduler, through the driver's

@@ -15,6 +15,20 @@ use crate::admission::workloads::{PodSetRequests, WorkloadEntry};
 use crate::admission::{Decision, PendingMessage, WaitingBehind};
 use crate::types::kueue::{Admission, PodSetAssignment, QueueingStrategy, StopPolicy, reason};
 
+/// A head's assignment as Kueue nominates it ([`Pass::nominated`]).
+enum Nominated {
+    /// Its flavors at the start of the round fit now.
+    Fits(Assignment),
+    /// Its flavors at the start of the round fitted then and no longer do.
+    NoLonger,
+    /// Assigned on the usage now: the round has one head, nothing changed since it started, or
+    /// it did not fit at the start.
+    Now,
+}
+
+/// How many times a Workload is put back at the front of its queue in one pass.
+const MAX_RETRIES_PER_PASS: u8 = 64;
+
 /// A Pending decision for Workload `w`, or none when `w` already shows this very reason and
 /// message: the result leaves out what would change nothing (a status is then kept as it is),
 /// unless the index reports every Pending decision ([`Index::report_unchanged`]).
@@ -160,7 +174,8 @@ impl<'a> Pass<'a> {
             return self.hold_back(i, c, podsets, by);
         }
         let epoch = self.memo.epoch(ix, c);
-        let memo = w.replaces.is_none() && !fresh && self.pins[i].is_none();
+        let memo =
+            w.replaces.is_none() && !fresh && self.pins[i].is_none() && self.resume[i].is_none();
         if memo
             && let Some(message) = Memo::find(&mut self.memo.pending[c], epoch, |r| {
                 same_standing(ix, c, r, i)
@@ -175,7 +190,19 @@ impl<'a> Pass<'a> {
         let spare = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied());
         let old = self.replaced(i);
         let replacing = self.replacing(old, c);
-        let a = self.assign_on(&self.usage, (i, c), podsets, replacing.as_ref(), false);
+        let a = match self.nominated(i, c, podsets, replacing.as_ref()) {
+            Nominated::Fits(b) => {
+                self.resume[i] = None;
+                self.admit(i, c, podsets, b, old);
+                return Outcome::Continue;
+            }
+            Nominated::NoLonger => return Outcome::Retry,
+            Nominated::Now => {
+                let a = self.assign_on(&self.usage, (i, c), podsets, replacing.as_ref(), false);
+                self.resume[i] = None;
+                a
+            }
+        };
         if a.mode == Mode::Fit {
             self.admit(i, c, podsets, a, old);
             return Outcome::Continue;
@@ -201,6 +228,42 @@ impl<'a> Pass<'a> {
             return self.preempting(i, c, text, preempted);
         }
         self.left_pending(i, c, text, memo.then_some(epoch))
+    }
+
+    /// Kueue's nomination: the heads of a cycle are assigned flavors on the usage at its start,
+    /// and each is then admitted on those flavors if they still fit the usage the heads before
+    /// it left. One that no longer fits ("Workload no longer fits after processing another
+    /// workload", `processEntry`) is requeued at once (`RequeueReasonFailedAfterNomination`, an
+    /// immediate requeue in `ClusterQueue.RequeueIfNotPresent`,
+    /// `pkg/cache/queue/cluster_queue.go`) and is its queue's head again in the next cycle, even
+    /// where another flavor would fit now; that cycle's scan resumes after the flavor this one
+    /// stopped at (`markSkipped` keeps `LastAssignment` with
+    /// `FlavorFungibilityPreserveScanProgress`, beta and on in v0.19). A replacement slice is
+    /// assigned on the usage now.
+    fn nominated(
+        &mut self,
+        i: WorkloadIx,
+        c: CqIx,
+        podsets: &[PodSetRequests],
+        replacing: Option<&Replacing>,
+    ) -> Nominated {
+        let Some(start) = self.round_start.as_ref() else {
+            return Nominated::Now;
+        };
+        if replacing.is_some() || self.retried[i] >= MAX_RETRIES_PER_PASS || *start == self.usage {
+            return Nominated::Now;
+        }
+        let at_start = self.assign_on(start, (i, c), podsets, None, false);
+        if at_start.mode != Mode::Fit {
+            return Nominated::Now;
+        }
+        let b = flavors::assign_pinned(&self.ix.q, &self.usage, c, podsets, &at_start.flavors);
+        if b.mode == Mode::Fit {
+            return Nominated::Fits(b);
+        }
+        self.retried[i] += 1;
+        self.resume[i] = Some(at_start.scan);
+        Nominated::NoLonger
     }
 
     /// Leaves Workload `i` of ClusterQueue `c` pending with `text` (why it does not fit), the

@@ -38,7 +38,11 @@ impl<'a> Pass<'a> {
             return 0;
         };
         let epoch = self.memo.epoch(ix, c);
-        if let Some(&b) = Memo::find(&mut self.memo.borrows[c], epoch, |r| same_podsets(ix, r, i)) {
+        let memo = self.resume[i].is_none();
+        if memo
+            && let Some(&b) =
+                Memo::find(&mut self.memo.borrows[c], epoch, |r| same_podsets(ix, r, i))
+        {
             return b;
         }
         let a = self.assign_on(&self.usage, (i, c), podsets, None, false);
@@ -56,7 +60,9 @@ impl<'a> Pass<'a> {
                 .max()
                 .unwrap_or(0)
         };
-        Memo::remember(&mut self.memo.borrows[c], (i, epoch, b));
+        if memo {
+            Memo::remember(&mut self.memo.borrows[c], (i, epoch, b));
+        }
         b
     }
 

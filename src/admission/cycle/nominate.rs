@@ -52,7 +52,9 @@ pub(super) fn nominate(ix: &Index) -> (Vec<WorkloadIx>, Queued) {
 /// against the usage at the start of the round (entries that fit without borrowing first, then
 /// those whose lowest Cohort holding them is lower in the tree); then higher priority; then the
 /// older queue order time; then the key), each processed against the usage the ones before it
-/// left. A ClusterQueue stays in the next round while its head was admitted or cannot be
+/// left, on the flavors it was given on the usage at the round's start (Kueue's nomination, see
+/// [`Pass::nominated`]: a head whose flavors no longer fit is its queue's head again in the next
+/// round). A ClusterQueue stays in the next round while its head was admitted or cannot be
 /// admitted whatever is preempted (BestEffortFIFO: Kueue moves on to the next Workload in its
 /// next cycle); it leaves the pass when its head preempts (Kueue keeps that head at the front
 /// until its victims are gone) or blocks a StrictFIFO queue, and the rest of its Workloads wait
@@ -80,15 +82,26 @@ pub(super) fn rounds(pass: &mut Pass, queues: &TiSlice<CqIx, Vec<WorkloadIx>>) {
             heads.push((key, c, i));
         }
         heads.sort_unstable_by_key(|h| h.0);
+        match &mut pass.round_start {
+            _ if heads.len() < 2 => pass.round_start = None,
+            Some(start) => start.clone_from(&pass.usage),
+            None => pass.round_start = Some(pass.usage.clone()),
+        }
         let mut next = Vec::with_capacity(live.len());
         for &(_, c, i) in &heads {
             match pass.process_entry(i) {
                 Outcome::Continue if cursor[c] < queues[c].len() => next.push(c),
                 Outcome::Continue => {}
+                Outcome::Retry => {
+                    cursor[c] -= 1;
+                    next.push(c);
+                }
                 Outcome::Stop => {
+                    let start = pass.round_start.take();
                     for &rest in &queues[c][cursor[c]..] {
                         pass.process_entry(rest);
                     }
+                    pass.round_start = start;
                     cursor[c] = queues[c].len();
                 }
             }
@@ -96,6 +109,7 @@ pub(super) fn rounds(pass: &mut Pass, queues: &TiSlice<CqIx, Vec<WorkloadIx>>) {
         next.sort_unstable();
         live = next;
     }
+    pass.round_start = None;
 }
 
 /// A head's place in a round: a preemptor from an earlier pass first, then the borrowing
@@ -109,4 +123,7 @@ pub(super) enum Outcome {
     Continue,
     /// The rest wait behind this head (it preempts, or blocks a StrictFIFO queue).
     Stop,
+    /// It is its queue's head again in the next round: it fitted at the start of this round and
+    /// no longer did after the heads before it (no decision yet).
+    Retry,
 }

@@ -97,6 +97,16 @@ pub(super) struct Pass<'a> {
     pub deciding: Option<WorkloadIx>,
 
     pub memo: Memo,
+
+    // Kueue's nomination (see [`super::nominate::rounds`])
+    /// The usage at the start of the round being processed, when it has more than one head.
+    pub round_start: Option<Usage>,
+    /// How often it was put back at the front of its queue in this pass: its flavors at the
+    /// start of a round no longer fitted after the heads before it.
+    pub retried: TiVec<WorkloadIx, u8>,
+    /// Per Workload put back so: where its next flavor scan resumes (Kueue keeps a skipped
+    /// Workload's scan progress, `FlavorFungibilityPreserveScanProgress`).
+    pub resume: TiVec<WorkloadIx, Option<crate::admission::flavors::ScanFrom>>,
 }
 
 impl<'a> Pass<'a> {
@@ -151,6 +161,9 @@ impl<'a> Pass<'a> {
             reclaimer,
             deciding: None,
             memo: Memo::new(ix),
+            round_start: None,
+            retried: TiVec::from(vec![0; n]),
+            resume: TiVec::from(vec![None; n]),
         }
     }
 
@@ -183,15 +196,15 @@ impl<'a> Pass<'a> {
     }
 
     /// Finishes an old slice whose replacement already holds quota, whether the old one still
-    /// holds quota or not. Held: the pass that admitted the replacement finishes the old one, but
-    /// when that write failed (or the controller died between the two writes) no later admission
-    /// of the replacement comes to do it, and both slices would stay charged. Not held: it was
-    /// evicted and requeued before its replacement was admitted (in full, as nothing was left to
-    /// replace); admitted again, it would charge PodSets its replacement already holds. Kueue's
-    /// job reconciler finishes both: its `workloadslicing.normalizeActiveSlices` (v0.19.2) keeps
-    /// the newest reserved slice that no reserved slice replaces and that one's pending
-    /// replacement, never an evicted slice, and finishes every other one (`WorkloadSliceReplaced`
-    /// when a slice not evicted replaces it). Here as if the admitting pass had finished it.
+    /// holds quota or not, and an evicted old slice whose replacement is pending. Held: the pass
+    /// that admitted the replacement finishes the old one, but when that write failed (or the
+    /// controller died between the two writes) no later admission of the replacement comes to do
+    /// it, and both slices would stay charged. Evicted: its replacement, admitted, holds the
+    /// chain's PodSets in full (nothing is left to replace); the old one, admitted again, would
+    /// charge them twice. Kueue's job reconciler finishes both: its
+    /// `workloadslicing.normalizeActiveSlices` (v0.19.2) keeps the newest reserved slice that no
+    /// reserved slice replaces and that one's pending replacement, never an evicted slice, and
+    /// finishes every other one (`WorkloadSliceReplaced` when a slice not evicted replaces it).
     /// Returns whether it finished a pending slice, which the pass's queues then leave out
     /// ([`super::one_pass`]).
     pub fn finish_stale_replaced(&mut self) -> bool {
@@ -199,7 +212,7 @@ impl<'a> Pass<'a> {
         let mut finished_pending = false;
         for &r in &ix.sorted {
             let w = &ix.workloads[r];
-            if w.held.is_none() || w.evicted || self.evicting[r] {
+            if w.evicted || w.finished.is_some() || w.duplicate || self.evicting[r] {
                 continue;
             }
             let Some(o) = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied()) else {
@@ -207,6 +220,9 @@ impl<'a> Pass<'a> {
             };
             let ow = &ix.workloads[o];
             if ow.finished.is_some() || ow.duplicate || self.gone[o] {
+                continue;
+            }
+            if w.held.is_none() && !ow.evicted {
                 continue;
             }
             match &ow.held {

@@ -110,7 +110,12 @@ impl<'a> Pass<'a> {
             spare,
             scratch: RefCell::new(None),
         };
-        flavors::assign_with(&ix.q, usage, c, podsets, replacing, &oracle)
+        // the pass's own attempt resumes a scan cut short ([`Pass::nominated`])
+        let resume = match &self.resume[i] {
+            Some(from) if !next_pass => from.as_slice(),
+            _ => &[],
+        };
+        flavors::assign_with(&ix.q, usage, c, podsets, replacing, &oracle, resume)
     }
 
     /// Evicts the victims that make Workload `i` fit, if there are any, and keeps what it needs
