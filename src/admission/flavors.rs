@@ -75,10 +75,10 @@ impl Granular {
         borrow: u8::MAX,
     };
 
-    /// Kueue's `isPreferred` under `BorrowingOverPreemption` (its default; raygate does not read
-    /// `flavorFungibility.preference`): a viable flavor before one without preemption
-    /// candidates, then the better fitting, then the lower borrowing height.
-    fn preferred_to(self, other: Granular) -> bool {
+    /// Kueue's `isPreferred`: a viable flavor before one without preemption candidates, then,
+    /// under `BorrowingOverPreemption` (the default), the better fitting and then the lower
+    /// borrowing height; under `PreemptionOverBorrowing` the other way round.
+    fn preferred_to(self, other: Granular, f: Fungibility) -> bool {
         if self.fitting == Fitting::NoFit {
             return false;
         }
@@ -91,6 +91,9 @@ impl Granular {
         );
         if a_none != b_none {
             return !a_none;
+        }
+        if f.preemption_over_borrowing && self.borrow != other.borrow {
+            return self.borrow < other.borrow;
         }
         if self.fitting != other.fitting {
             return self.fitting > other.fitting;
@@ -443,7 +446,7 @@ impl Assigner<'_> {
                 let next = if fp < last { fp + 1 } else { 0 };
                 return Ok((fp, g.fitting.mode(), reasons, next));
             }
-            if best.is_none_or(|(_, b)| g.preferred_to(b)) {
+            if best.is_none_or(|(_, b)| g.preferred_to(b, fungibility)) {
                 best = Some((fp, g));
             }
         }
@@ -502,7 +505,7 @@ impl Assigner<'_> {
                 }
                 g = self.simulate(fr, need, g.borrow);
             }
-            if worst.preferred_to(g) {
+            if worst.preferred_to(g, self.q.cqs[self.cq].fungibility) {
                 worst = g;
             }
         }

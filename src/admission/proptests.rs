@@ -432,11 +432,15 @@ fn check_pair_capacity(
 }
 
 /// Invariants 2 and 3 for one applied cycle. A slice is finished only once its replacement
-/// holds quota (admitted earlier in the same cycle, or already holding quota when the cycle
-/// began: a replacement whose old slice is still charged after a failed finish write), or when
-/// it was evicted before the cycle began, as Kueue's `normalizeActiveSlices` finishes an
-/// evicted slice (`finish_stale_replaced`).
-fn check_slices(r: &CycleResult, before: &Before, after: &Snapshot) -> Result<(), String> {
+/// holds quota: admitted earlier in the same cycle, or already holding quota when the cycle
+/// began (a replacement whose old slice is still charged after a failed finish write, or whose
+/// old slice was evicted and requeued before the replacement was admitted:
+/// `finish_stale_replaced`, as Kueue's `normalizeActiveSlices`).
+fn check_slices(
+    r: &CycleResult,
+    holding_before: &[String],
+    after: &Snapshot,
+) -> Result<(), String> {
     for (j, d) in r.decisions.iter().enumerate() {
         let Decision::FinishReplaced {
             workload,
@@ -448,8 +452,7 @@ fn check_slices(r: &CycleResult, before: &Before, after: &Snapshot) -> Result<()
         let admitted_now = r.decisions[..j]
             .iter()
             .any(|x| matches!(x, Decision::Admit { workload: w, .. } if w == replaced_by));
-        let evicted = before.evicted.contains(workload);
-        if !admitted_now && !before.holding.contains(replaced_by) && !evicted {
+        if !admitted_now && !holding_before.contains(replaced_by) {
             return Err(format!(
                 "{workload} finished without {replaced_by} admitted before it"
             ));
@@ -463,14 +466,10 @@ fn check_slices(r: &CycleResult, before: &Before, after: &Snapshot) -> Result<()
         let (Some(old), Some(new)) = (find(workload), find(replaced_by)) else {
             return Err("missing slice".into());
         };
-        if !is_finished(old.status.as_ref()) {
-            return Err(format!("{workload} not finished"));
+        if !is_finished(old.status.as_ref()) || !holds_quota(new.status.as_ref()) {
+            return Err(format!("{workload}/{replaced_by} not finished/admitted"));
         }
-        match holds_quota(new.status.as_ref()) {
-            true => check_full_usage(new, admitted_now)?,
-            false if !evicted => return Err(format!("{replaced_by} not admitted")),
-            false => {}
-        }
+        check_full_usage(new, admitted_now)?;
     }
     check_replaced_not_admitted(r, after)
 }
@@ -620,7 +619,7 @@ fn check_pass(
     if r != cycle(sched.snapshot(), options) {
         return Err("the kept index disagrees with a fresh one".into());
     }
-    let before = Before::of(sched.snapshot());
+    let holding_before = holder_keys(sched.snapshot());
     sched.apply(&r, now);
     let rows = reported(&r);
     check_capacity(model, &rows)?;
@@ -628,29 +627,16 @@ fn check_pass(
     if rows != held {
         return Err(format!("reported usage {rows:?} != held usage {held:?}"));
     }
-    check_slices(&r, &before, sched.snapshot())
+    check_slices(&r, &holding_before, sched.snapshot())
 }
 
-/// The keys (`default/name`) of the Workloads holding quota and of those evicted, before a cycle.
-struct Before {
-    holding: Vec<String>,
-    evicted: Vec<String>,
-}
-
-impl Before {
-    fn of(s: &Snapshot) -> Self {
-        let keys = |f: &dyn Fn(&Workload) -> bool| -> Vec<String> {
-            s.workloads
-                .iter()
-                .filter(|w| f(w))
-                .map(|w| format!("default/{}", w.metadata.name.as_deref().unwrap_or("")))
-                .collect()
-        };
-        Self {
-            holding: keys(&|w| holds_quota(w.status.as_ref())),
-            evicted: keys(&|w| is_evicted(w.status.as_ref())),
-        }
-    }
+/// The keys of the Workloads holding quota (`default/name`).
+fn holder_keys(s: &Snapshot) -> Vec<String> {
+    s.workloads
+        .iter()
+        .filter(|w| holds_quota(w.status.as_ref()))
+        .map(|w| format!("default/{}", w.metadata.name.as_deref().unwrap_or("")))
+        .collect()
 }
 
 proptest! {

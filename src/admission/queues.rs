@@ -53,23 +53,29 @@ pub(crate) struct ClusterQueueEntry {
 
 /// `spec.flavorFungibility`: whether the flavor search goes on past a flavor where the Workload
 /// fits only by borrowing (`whenCanBorrow: TryNextFlavor`; Kueue's default `MayStopSearch`), or
-/// only by preempting (`whenCanPreempt: TryNextFlavor`, Kueue's default; `MayStopSearch`).
+/// only by preempting (`whenCanPreempt: TryNextFlavor`, Kueue's default; `MayStopSearch`), and
+/// which flavor wins when all need borrowing or preemption (`preference`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Fungibility {
     pub borrow_try_next: bool,
     pub preempt_try_next: bool,
+    /// `preference: PreemptionOverBorrowing` (Kueue's default is `BorrowingOverPreemption`).
+    pub preemption_over_borrowing: bool,
 }
 
 impl Fungibility {
+    /// Kueue's CRD also takes the deprecated names `Borrow` and `Preempt` for `MayStopSearch`.
     pub fn of(spec: Option<&crate::types::kueue::FlavorFungibility>) -> Fungibility {
         let policy = |v: Option<&String>, default: bool| match v.map(String::as_str) {
             Some("TryNextFlavor") => true,
-            Some("MayStopSearch") => false,
+            Some("MayStopSearch" | "Borrow" | "Preempt") => false,
             _ => default,
         };
         Fungibility {
             borrow_try_next: policy(spec.and_then(|f| f.when_can_borrow.as_ref()), false),
             preempt_try_next: policy(spec.and_then(|f| f.when_can_preempt.as_ref()), true),
+            preemption_over_borrowing: spec.and_then(|f| f.preference.as_deref())
+                == Some("PreemptionOverBorrowing"),
         }
     }
 }

@@ -343,9 +343,8 @@ fn a_slice_evicted_before_its_replacement_was_admitted_is_finished_not_admitted_
         assert_eq!(r.decisions, std::slice::from_ref(&finished_old));
         assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
     }
-    // "urgent" preempts "old" while "new" waits behind it: the next pass finishes the evicted
-    // "old" (queued again at its creation time it would go ahead of "new", with room for it), and
-    // once "urgent" is done "new" is admitted in full
+    // the same pass: "urgent" preempts "old" while "new" waits behind it; once "urgent" is done,
+    // one pass admits "new" in full and comes to "old" next, with room for it
     let old = workload("old")
         .queue("team-a")
         .priority(1)
@@ -373,13 +372,18 @@ fn a_slice_evicted_before_its_replacement_was_admitted_is_finished_not_admitted_
     sched.apply(&r, ts(20));
     let r = sched.cycle();
     assert_eq!(admitted_names(&r), ["urgent"]);
-    assert_eq!(decision(&r, "old"), Some(&finished_old));
+    assert_eq!(message(&r, "old"), "replaced by workload slice default/new");
     sched.apply(&r, ts(30));
     sched.finish("default/urgent", "Succeeded", "done", ts(40));
+    // "old" queues at its creation time, ahead of "new", but is not admitted beside it; the
+    // pass after "new" is admitted finishes it
     let r = sched.cycle();
     assert_eq!(admitted_names(&r), ["new"]);
     assert_eq!(usage(&r, "team-a", "default", "cpu").0, q("2"));
     sched.apply(&r, ts(50));
+    let r = sched.cycle();
+    assert_eq!(decision(&r, "old"), Some(&finished_old));
+    sched.apply(&r, ts(55));
     assert!(is_finished(status_of(sched.snapshot(), "old")));
     assert!(!sched.apply(&sched.cycle(), ts(60)));
 }
@@ -696,6 +700,7 @@ fn two_flavors(f0: &str, f1: &str, borrow: &str, preempt: &str) -> ClusterQueue 
     c.spec.flavor_fungibility = Some(FlavorFungibility {
         when_can_borrow: Some(borrow.into()),
         when_can_preempt: Some(preempt.into()),
+        preference: None,
     });
     c
 }

@@ -155,3 +155,71 @@ fn an_unknown_borrow_within_cohort_policy_names_the_cluster_queue_and_field() {
         "ClusterQueue bad is inactive: spec.preemption.borrowWithinCohort.policy: unknown value \"Sometimes\" (Never or LowerPriority)"
     );
 }
+
+#[test]
+fn preemption_over_borrowing_prefers_preempting_within_nominal_quota_to_borrowing() {
+    // "team" holds 4 CPU of f0 (all of it, for "low") and no f1; "lender" lends its 4 of f1.
+    // "high" fits by preempting "low" on f0 or by borrowing on f1: Kueue's default
+    // (BorrowingOverPreemption) borrows, PreemptionOverBorrowing preempts
+    let team = |preference: Option<&str>| {
+        let mut c = cluster_queue("team")
+            .cohort("pool")
+            .flavor_quota("f0", &[("cpu", "4")])
+            .flavor_quota("f1", &[("cpu", "0")]);
+        c.spec.flavor_fungibility = Some(FlavorFungibility {
+            when_can_borrow: Some("TryNextFlavor".into()),
+            when_can_preempt: Some("TryNextFlavor".into()),
+            preference: preference.map(Into::into),
+        });
+        preemption(
+            c,
+            WithinClusterQueue::LowerPriority,
+            ReclaimWithinCohort::Never,
+            None,
+        )
+    };
+    let lender = cluster_queue("lender")
+        .cohort("pool")
+        .flavor_quota("f0", &[("cpu", "0")])
+        .flavor_quota("f1", &[("cpu", "4")]);
+    let run = |preference| {
+        let s = snap(
+            &["f0", "f1"],
+            vec![team(preference), lender.clone()],
+            vec![
+                workload("low")
+                    .queue("team")
+                    .priority(0)
+                    .podset(podset("main").count(1).cpu("4"))
+                    .admitted("team", "f0", ts(0)),
+                workload("high")
+                    .queue("team")
+                    .priority(100)
+                    .podset(podset("main").count(1).cpu("4"))
+                    .created(5),
+            ],
+        );
+        let r = cycle(&s, &RELEASE);
+        (admitted_names(&r), evicted(&r))
+    };
+    let borrows = (vec!["high".to_string()], Vec::<String>::new());
+    assert_eq!(run(None), borrows);
+    assert_eq!(run(Some("BorrowingOverPreemption")), borrows);
+    assert_eq!(
+        run(Some("PreemptionOverBorrowing")),
+        (Vec::<String>::new(), vec!["low".to_string()])
+    );
+}
+
+#[test]
+fn deprecated_fungibility_names_mean_may_stop_search() {
+    // Kueue's CRD keeps `Borrow` and `Preempt` as old names of `MayStopSearch`
+    let f = super::queues::Fungibility::of(Some(&FlavorFungibility {
+        when_can_borrow: Some("Borrow".into()),
+        when_can_preempt: Some("Preempt".into()),
+        preference: None,
+    }));
+    assert!(!f.borrow_try_next && !f.preempt_try_next && !f.preemption_over_borrowing);
+    let default = super::queues::Fungibility::of(None);
+    assert!(!default.borrow_try_next && default.preempt_try_next);
+}

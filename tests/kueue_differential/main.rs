@@ -156,6 +156,7 @@ fn the_driver_runs_kueue_s_preemption_to_its_end() {
             borrow_within: None,
             when_can_borrow: "MayStopSearch",
             when_can_preempt: "TryNextFlavor",
+            preference: None,
         }],
         workloads: ["low", "high"]
             .into_iter()

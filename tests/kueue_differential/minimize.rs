@@ -56,6 +56,11 @@ fn smaller(w: &World) -> Vec<World> {
             c.cluster_queues[i].borrow_within = None;
             out.push(c);
         }
+        if cq.preference.is_some() {
+            let mut c = w.clone();
+            c.cluster_queues[i].preference = None;
+            out.push(c);
+        }
         if cq.strategy != "BestEffortFIFO" {
             let mut c = w.clone();
             c.cluster_queues[i].strategy = "BestEffortFIFO";

@@ -68,6 +68,9 @@ pub struct ClusterQueue {
     pub borrow_within: Option<(&'static str, Option<i32>)>,
     pub when_can_borrow: &'static str,
     pub when_can_preempt: &'static str,
+    /// `flavorFungibility.preference` (only with both policies `TryNextFlavor`, as Kueue's CEL
+    /// rule allows).
+    pub preference: Option<&'static str>,
 }
 
 #[derive(Clone, Debug)]
@@ -162,6 +165,9 @@ fn requests(rng: &mut Rng, resources: &[String]) -> Vec<(String, u64)> {
 /// objects (nested), 1–5 ClusterQueues, 2–25 Workloads, some already admitted.
 pub fn generate(seed: u64) -> World {
     let mut rng = Rng(seed);
+    // draws added after the first generator come from a stream of their own, so that a seed's
+    // world keeps everything it had
+    let mut later = Rng(seed ^ 0x5eed_1a7e_0000_0001);
     let flavors: Vec<String> = (0..rng.range(1, 3)).map(|i| format!("f{i}")).collect();
     let resources: Vec<String> = RESOURCES[..rng.range(1, 2) as usize]
         .iter()
@@ -206,7 +212,16 @@ pub fn generate(seed: u64) -> World {
             borrow_within,
             when_can_borrow: rng.pick(&["MayStopSearch", "MayStopSearch", "TryNextFlavor"]),
             when_can_preempt: rng.pick(&["TryNextFlavor", "TryNextFlavor", "MayStopSearch"]),
+            preference: None,
         });
+        let cq = cluster_queues.last_mut().expect("just pushed");
+        if cq.when_can_borrow == "TryNextFlavor" && cq.when_can_preempt == "TryNextFlavor" {
+            cq.preference = later.pick(&[
+                None,
+                Some("BorrowingOverPreemption"),
+                Some("PreemptionOverBorrowing"),
+            ]);
+        }
     }
     let n_wl = rng.range(2, 25) as usize;
     let mut workloads: Vec<Workload> = Vec::new();
@@ -363,6 +378,9 @@ fn cluster_queue_json(cq: &ClusterQueue) -> Value {
         "flavorFungibility": {"whenCanBorrow": cq.when_can_borrow, "whenCanPreempt": cq.when_can_preempt},
         "stopPolicy": "None",
     });
+    if let Some(p) = cq.preference {
+        spec["flavorFungibility"]["preference"] = json!(p);
+    }
     if let Some(c) = &cq.cohort {
         spec["cohortName"] = json!(c);
     }

@@ -209,6 +209,10 @@ pub struct FlavorFungibility {
     pub when_can_borrow: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_can_preempt: Option<String>,
+    /// `BorrowingOverPreemption` (Kueue's default) or `PreemptionOverBorrowing`: which flavor
+    /// wins when every candidate needs borrowing, preemption or both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference: Option<String>,
 }
 
 /// `ClusterQueueStatus`.

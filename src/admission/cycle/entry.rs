@@ -159,16 +159,8 @@ impl<'a> Pass<'a> {
                 return Outcome::Continue;
             }
         };
-        // one its held-back head could preempt (`withinClusterQueue`) waits behind it, and so
-        // does everything after it in the queue's order: admitted now, it would be that head's
-        // victim once the head is admitted
-        if let Some(x) = self.held_in[c].0
-            && self.could_preempt_own(c, x, i)
-        {
-            let message = self.block(c, x, Block::HeldBack);
-            self.decisions
-                .extend(pending(ix, w, reason::PENDING, message));
-            return Outcome::Stop;
+        if let Some(outcome) = self.waits_first(i, c) {
+            return outcome;
         }
         if let Some(by) = self.forbidden[i] {
             return self.hold_back(i, c, podsets, by);
@@ -228,6 +220,38 @@ impl<'a> Pass<'a> {
             return self.preempting(i, c, text, preempted);
         }
         self.left_pending(i, c, text, memo.then_some(epoch))
+    }
+
+    /// Workload `i` of ClusterQueue `c` left pending before its flavors are looked at: an
+    /// evicted slice that a live slice replaces (admitted first, as it queues at its creation
+    /// time before its replacement, it would charge the chain's PodSets twice; its replacement's
+    /// admission finishes it), or one that the queue's held-back head could preempt
+    /// (`withinClusterQueue`): admitted now, it would be that head's victim once the head is
+    /// admitted, and everything after it in the queue waits too.
+    fn waits_first(&mut self, i: WorkloadIx, c: CqIx) -> Option<Outcome> {
+        let ix = self.ix;
+        let w = &ix.workloads[i];
+        if w.evicted
+            && w.held.is_none()
+            && let Some(r) = self.replacer[i]
+        {
+            let message = format!("replaced by workload slice {}", ix.workloads[r].key);
+            self.decisions.extend(pending(
+                ix,
+                w,
+                reason::PENDING,
+                PendingMessage::from(message),
+            ));
+            return Some(Outcome::Continue);
+        }
+        let x = self.held_in[c].0?;
+        if !self.could_preempt_own(c, x, i) {
+            return None;
+        }
+        let message = self.block(c, x, Block::HeldBack);
+        self.decisions
+            .extend(pending(ix, w, reason::PENDING, message));
+        Some(Outcome::Stop)
     }
 
     /// Kueue's nomination: the heads of a cycle are assigned flavors on the usage at its start,

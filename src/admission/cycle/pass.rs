@@ -56,6 +56,8 @@ pub(super) struct Pass<'a> {
     pub gone: TiVec<WorkloadIx, bool>,
     /// Per slice that holds nothing: its replacement, admitted in this pass (in full).
     pub replaced_now: TiVec<WorkloadIx, Option<WorkloadIx>>,
+    /// Per slice: a slice that replaces it and is neither finished nor evicted.
+    pub replacer: TiVec<WorkloadIx, Option<WorkloadIx>>,
     /// Being evicted (by its status, or by a decision of this pass).
     pub evicting: TiVec<WorkloadIx, bool>,
     /// Evicted by a decision of this pass.
@@ -141,6 +143,7 @@ impl<'a> Pass<'a> {
             newly: Vec::new(),
             gone: TiVec::from(vec![false; n]),
             replaced_now: TiVec::from(vec![None; n]),
+            replacer: replacers(ix),
             evicting: ix
                 .workloads
                 .iter()
@@ -196,15 +199,15 @@ impl<'a> Pass<'a> {
     }
 
     /// Finishes an old slice whose replacement already holds quota, whether the old one still
-    /// holds quota or not, and an evicted old slice whose replacement is pending. Held: the pass
-    /// that admitted the replacement finishes the old one, but when that write failed (or the
-    /// controller died between the two writes) no later admission of the replacement comes to do
-    /// it, and both slices would stay charged. Evicted: its replacement, admitted, holds the
-    /// chain's PodSets in full (nothing is left to replace); the old one, admitted again, would
-    /// charge them twice. Kueue's job reconciler finishes both: its
-    /// `workloadslicing.normalizeActiveSlices` (v0.19.2) keeps the newest reserved slice that no
-    /// reserved slice replaces and that one's pending replacement, never an evicted slice, and
-    /// finishes every other one (`WorkloadSliceReplaced` when a slice not evicted replaces it).
+    /// holds quota or not. Held: the pass that admitted the replacement finishes the old one, but
+    /// when that write failed (or the controller died between the two writes) no later admission
+    /// of the replacement comes to do it, and both slices would stay charged. Not held: it was
+    /// evicted and requeued before its replacement was admitted (in full, as nothing was left to
+    /// replace); admitted again, it would charge PodSets its replacement already holds. Kueue's
+    /// job reconciler finishes both: its `workloadslicing.normalizeActiveSlices` (v0.19.2) keeps
+    /// the newest reserved slice that no reserved slice replaces and that one's pending
+    /// replacement, never an evicted slice, and finishes every other one (`WorkloadSliceReplaced`
+    /// when a slice not evicted replaces it). Here as if the admitting pass had finished it.
     /// Returns whether it finished a pending slice, which the pass's queues then leave out
     /// ([`super::one_pass`]).
     pub fn finish_stale_replaced(&mut self) -> bool {
@@ -212,7 +215,7 @@ impl<'a> Pass<'a> {
         let mut finished_pending = false;
         for &r in &ix.sorted {
             let w = &ix.workloads[r];
-            if w.evicted || w.finished.is_some() || w.duplicate || self.evicting[r] {
+            if w.held.is_none() || w.evicted || self.evicting[r] {
                 continue;
             }
             let Some(o) = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied()) else {
@@ -220,9 +223,6 @@ impl<'a> Pass<'a> {
             };
             let ow = &ix.workloads[o];
             if ow.finished.is_some() || ow.duplicate || self.gone[o] {
-                continue;
-            }
-            if w.held.is_none() && !ow.evicted {
                 continue;
             }
             match &ow.held {
@@ -247,6 +247,21 @@ impl<'a> Pass<'a> {
             replaced_by: ix.workloads[r].key.clone(),
         });
     }
+}
+
+/// Per slice, a live slice that replaces it (not finished, not evicted, not a duplicate).
+fn replacers(ix: &Index) -> TiVec<WorkloadIx, Option<WorkloadIx>> {
+    let mut out = TiVec::from(vec![None; ix.workloads.len()]);
+    for &r in &ix.sorted {
+        let w = &ix.workloads[r];
+        if w.finished.is_some() || w.evicted || w.duplicate {
+            continue;
+        }
+        if let Some(o) = w.replaces.as_ref().and_then(|k| ix.by_key.get(k).copied()) {
+            out[o] = Some(r);
+        }
+    }
+    out
 }
 
 /// Why a holder is evicted whatever the quota, if it is.
