@@ -10,7 +10,14 @@
 //!
 //!   cargo bench --bench admission            # both shapes
 //!   cargo bench --bench admission -- small   # only the 30-ClusterQueue shape
+//!
+//! Beside each shape it runs Kueue v0.19.2's own scheduler on the same objects when
+//! `raygate-kueue-admit` is built (`hack/install-kueue.sh`; `$RAYGATE_KUEUE_ADMIT` overrides where
+//! it is): the driver's `-bench` runs the whole workload the same way (one cycle, then the
+//! Workloads admitted a cycle before finish) and the bench prints its figures and the ratios.
+//! `$RAYGATE_BENCH_WORLDS=DIR` keeps the files written for it.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -130,7 +137,7 @@ fn machine() -> String {
     format!("{cpus} CPUs ({model}); one thread used")
 }
 
-fn run(shape: &Shape) {
+fn run(shape: &Shape) -> Figures {
     let peak_reset = reset_peak();
     let build = Instant::now();
     let s = snapshot(shape);
@@ -253,6 +260,168 @@ fn run(shape: &Shape) {
         ),
         None => println!("  peak memory              unavailable"),
     }
+    Figures {
+        cycle_secs: in_cycle.as_secs_f64(),
+        peak_mib: peak_mib().filter(|_| peak_reset),
+    }
+}
+
+/// raygate's figures for one shape, to set beside Kueue's.
+struct Figures {
+    cycle_secs: f64,
+    peak_mib: Option<f64>,
+}
+
+/// `raygate-kueue-admit` (Kueue v0.19.2's own scheduler; `hack/install-kueue.sh` builds it):
+/// `$RAYGATE_KUEUE_ADMIT`, else its place in raygate's cache directory.
+fn kueue_driver() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("RAYGATE_KUEUE_ADMIT") {
+        return Some(PathBuf::from(p));
+    }
+    let cache = std::env::var_os("RAYGATE_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/raygate")))?;
+    Some(cache.join("kueue/bin/raygate-kueue-admit")).filter(|p| p.is_file())
+}
+
+/// The shape as the file `raygate admit` and the driver read: one JSON document per object,
+/// with the fields Kueue's API server would default written out (the driver's fake client
+/// defaults nothing).
+fn world_file(s: &Snapshot) -> String {
+    let mut docs = vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+    ];
+    docs.extend(s.flavors.iter().map(value));
+    for cq in &s.cluster_queues {
+        let mut v = value(cq);
+        let spec = &mut v["spec"];
+        spec["queueingStrategy"] = "BestEffortFIFO".into();
+        spec["stopPolicy"] = "None".into();
+        spec["flavorFungibility"] = serde_json::json!({"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"});
+        spec["preemption"]["borrowWithinCohort"] = serde_json::json!({"policy": "Never"});
+        docs.push(v);
+    }
+    docs.extend(s.local_queues.iter().map(value));
+    for w in &s.workloads {
+        let mut v = value(w);
+        v["spec"]["active"] = true.into();
+        docs.push(v);
+    }
+    let text: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
+    text.join("\n---\n")
+}
+
+/// A Kubernetes object as the JSON the API would return.
+fn value<T: serde::Serialize>(o: &T) -> serde_json::Value {
+    serde_json::to_value(o).unwrap_or_default()
+}
+
+/// Runs the same shape through Kueue's scheduler (the driver's `-bench`) and prints its figures
+/// and the ratios to raygate's.
+fn kueue_side(shape: &Shape, ours: &Figures) {
+    let Some(driver) = kueue_driver() else {
+        println!(
+            "  Kueue v0.19.2 side       not run: raygate-kueue-admit is not built (hack/install-kueue.sh)"
+        );
+        return;
+    };
+    // $RAYGATE_BENCH_WORLDS keeps the file (`raygate admit -f`, or the driver with -cpuprofile)
+    let keep = std::env::var_os("RAYGATE_BENCH_WORLDS").map(PathBuf::from);
+    let short = shape.name.split(':').next().unwrap_or("shape");
+    let file = match &keep {
+        Some(dir) => dir.join(format!("admission-{short}.yaml")),
+        None => std::env::temp_dir().join(format!(
+            "raygate-admission-{short}-{}.yaml",
+            std::process::id()
+        )),
+    };
+    if let Err(e) = std::fs::write(&file, world_file(&snapshot(shape))) {
+        println!(
+            "  Kueue v0.19.2 side       not run: {}: {e}",
+            file.display()
+        );
+        return;
+    }
+    let out = std::process::Command::new(&driver)
+        .args(["-bench", "-max-cycles", "1000000"])
+        .arg(&file)
+        .output();
+    if keep.is_none() {
+        let _ = std::fs::remove_file(&file);
+    }
+    let v: serde_json::Value = match out {
+        Ok(o) if o.status.success() => serde_json::from_slice(&o.stdout).unwrap_or_default(),
+        Ok(o) => {
+            println!(
+                "  Kueue v0.19.2 side       failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!(
+                "  Kueue v0.19.2 side       not run: {}: {e}",
+                driver.display()
+            );
+            return;
+        }
+    };
+    if let Some(e) = v["error"].as_str() {
+        println!("  Kueue v0.19.2 side       failed: {e}");
+        return;
+    }
+    print_kueue(&v, ours);
+}
+
+fn print_kueue(v: &serde_json::Value, ours: &Figures) {
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    println!("  Kueue v0.19.2's scheduler on the same objects (raygate-kueue-admit -bench):");
+    println!(
+        "    load (parse, client, caches) {:>8.3} s",
+        f("loadSeconds")
+    );
+    println!(
+        "    time in its cycles       {:>10.3} s wall, without their status writes through the fake client ({:.3} s)",
+        f("scheduleSeconds"),
+        f("scheduleWriteSeconds"),
+    );
+    println!(
+        "    the admissions' writes   {:>10.3} s; the controllers between cycles {:.3} s; CPU in the cycles, writes and GC included, {:.3} s",
+        f("admissionWriteSeconds"),
+        f("reactSeconds"),
+        f("scheduleCpuSeconds"),
+    );
+    println!(
+        "    cycles                   {:>10}  (p50 {:.3} ms, p99 {:.3} ms)",
+        n("cycles"),
+        f("cycleP50Ms"),
+        f("cycleP99Ms")
+    );
+    println!(
+        "    admissions / preemptions {:>10} / {}; completed {} / {}",
+        n("admissions"),
+        n("preemptions"),
+        n("finished"),
+        n("workloads")
+    );
+    println!(
+        "    peak memory (VmHWM)      {:>10.1} MiB  ({:.1} MiB resident once loaded)",
+        f("peakMiB"),
+        f("loadedMiB")
+    );
+    let ratio = |kueue: f64, ours: f64| if ours > 0.0 { kueue / ours } else { f64::NAN };
+    print!(
+        "  Kueue / raygate          time in cycles {:.1}x (wall, neither side's writes)",
+        ratio(f("scheduleSeconds"), ours.cycle_secs)
+    );
+    if let Some(mib) = ours.peak_mib.filter(|_| f("peakMiB") > 0.0) {
+        print!(
+            "; raygate's peak memory {:.2} of Kueue's",
+            mib / f("peakMiB")
+        );
+    }
+    println!();
 }
 
 fn main() {
@@ -264,7 +433,8 @@ fn main() {
     println!("raygate admission benchmark on {}", machine());
     for shape in &SHAPES {
         if filters.is_empty() || filters.iter().any(|f| shape.name.contains(f.as_str())) {
-            run(shape);
+            let ours = run(shape);
+            kueue_side(shape, &ours);
         }
     }
 }

@@ -73,7 +73,7 @@ mkdir -p "$work/src"
 tar -xJf "$ARCHIVE" -C "$work/src"
 
 mkdir -p "$work/src/cmd/raygate-kueue-admit"
-cp "$REPO/hack/kueue-admit/main.go" "$work/src/cmd/raygate-kueue-admit/main.go"
+cp "$REPO/hack/kueue-admit/main.go" "$REPO/hack/kueue-admit/bench.go" "$work/src/cmd/raygate-kueue-admit/"
 cp "$REPO/hack/kueue-admit/export.go" "$work/src/pkg/scheduler/zz_raygate_export.go"
 
 log "go build ./cmd/kueue ./cmd/raygate-kueue-admit (vendored, no network)"

@@ -3,8 +3,8 @@
 // changes, and prints what became of every Workload as one JSON line per file. It is the reference
 // side of raygate's admission differential (tests/kueue_differential.rs).
 //
-// hack/install-kueue.sh copies it into Kueue's source tree as cmd/raygate-kueue-admit (with
-// export.go into pkg/scheduler) and builds it from the vendored modules, offline.
+// hack/install-kueue.sh copies it (with bench.go, the -bench mode) into Kueue's source tree as
+// cmd/raygate-kueue-admit (with export.go into pkg/scheduler) and builds it from the vendored modules, offline.
 //
 // What runs is Kueue's code: scheduler.New with the manager's options, schdcache.New,
 // qcache.NewManager (with the exported requeuer Kueue's scheduler tests use, drained after every
@@ -26,7 +26,7 @@
 // ClusterQueue has a head), at a steady state (admissions unchanged while heads are retried), or
 // after -max-cycles cycles (Kueue loops); "settled" in the output says which (driver.run).
 //
-// Usage: raygate-kueue-admit [-max-cycles N] FILE...
+// Usage: raygate-kueue-admit [-max-cycles N] [-trace] [-bench] [-cpuprofile FILE] FILE...
 package main
 
 import (
@@ -40,8 +40,10 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -54,11 +56,13 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clienttesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	kueuev1beta1 "sigs.k8s.io/kueue/apis/kueue/v1beta1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	qcache "sigs.k8s.io/kueue/pkg/cache/queue"
 	schdcache "sigs.k8s.io/kueue/pkg/cache/scheduler"
@@ -94,15 +98,33 @@ type WorkloadRow struct {
 }
 
 func main() {
-	maxCycles := flag.Int("max-cycles", 500, "cycles before a run counts as looping")
+	maxCycles := flag.Int("max-cycles", 500, "cycles before a run counts as looping (with -bench: before it gives up)")
 	flag.BoolVar(&trace, "trace", false, "print the queues and the Workloads' states before every cycle to stderr")
+	bench := flag.Bool("bench", false, "run the whole workload as raygate's admission benchmark does and print its figures (bench.go)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
 	enc := json.NewEncoder(out)
 	for _, file := range flag.Args() {
-		r := runFile(file, *maxCycles)
+		var r any
+		if *bench {
+			r = benchFile(file, *maxCycles)
+		} else {
+			r = runFile(file, *maxCycles)
+		}
 		if err := enc.Encode(r); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -122,7 +144,7 @@ func runFile(file string, maxCycles int) (r Result) {
 		r.Error = err.Error()
 		return r
 	}
-	d, err := newDriver(w)
+	d, err := newDriver(w, false)
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -239,16 +261,30 @@ type driver struct {
 	wg        *sync.WaitGroup
 	seen      map[workload.Reference]*kueue.Workload
 	evictions map[workload.Reference]int
+	// dirty: the Workloads written since the controllers last looked (all of them when allDirty),
+	// so react reads only what changed, as the controllers' watches would.
+	dirtyMu  sync.Mutex
+	dirty    map[types.NamespacedName]bool
+	allDirty bool
+	// writing: the time spent in the client's writes (-bench tells it apart from the cycles').
+	writing atomic.Int64
+	// admitted: the Workloads that got quota in the last react.
+	admitted []workload.Reference
 	// steadyCycles: cycles without a change of admissions after which retries count as steady
 	// (three times the Workloads, at least 30: more than a full round of every queue's heads).
 	steadyCycles int
 }
 
-func newDriver(w *world) (*driver, error) {
+// newDriver builds the world's Kueue. plain: the fake client keeps its objects in client-go's
+// plain object tracker instead of the field-managed one Kueue's tests use (which builds a REST
+// mapper on every write: most of a cycle's time on large worlds); -bench uses it, since its
+// patches are strategic merges either way.
+func newDriver(w *world, plain bool) (*driver, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &driver{ctx: ctx, cancel: cancel, log: logr.Discard(), wg: &sync.WaitGroup{},
 		clock: testingclock.NewFakeClock(w.now), seen: map[workload.Reference]*kueue.Workload{},
-		evictions: map[workload.Reference]int{}, steadyCycles: max(30, 3*len(w.workloads))}
+		evictions: map[workload.Reference]int{}, steadyCycles: max(30, 3*len(w.workloads)),
+		dirty: map[types.NamespacedName]bool{}, allDirty: true}
 	objs := []client.Object{}
 	for i := range w.namespaces {
 		objs = append(objs, &w.namespaces[i])
@@ -266,9 +302,15 @@ func newDriver(w *world) (*driver, error) {
 		}
 		objs = append(objs, &w.workloads[i])
 	}
-	d.cl = utiltesting.NewClientBuilder().WithObjects(objs...).
+	b := utiltesting.NewClientBuilder()
+	if plain {
+		s := newScheme()
+		utilruntime.Must(kueuev1beta1.AddToScheme(s))
+		b = b.WithScheme(s).WithObjectTracker(clienttesting.NewObjectTracker(s, serializer.NewCodecFactory(s).UniversalDecoder()))
+	}
+	d.cl = b.WithObjects(objs...).
 		WithStatusSubresource(&kueue.Workload{}, &kueue.ClusterQueue{}, &kueue.LocalQueue{}).
-		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: utiltesting.TreatSSAAsStrategicMerge}).
+		WithInterceptorFuncs(d.writes()).
 		Build()
 	d.cache = schdcache.New(d.cl)
 	expectations := preemptexpectations.New()
@@ -425,16 +467,106 @@ func (d *driver) hasHeads() bool {
 	return false
 }
 
+// writes marks every Workload the scheduler or the driver writes as dirty; a write whose object
+// it cannot name marks them all. Status patches are SSA patches applied as strategic merges, as
+// in Kueue's scheduler tests.
+func (d *driver) writes() interceptor.Funcs {
+	mark := func(obj client.Object, start time.Time) {
+		d.writing.Add(int64(time.Since(start)))
+		d.dirtyMu.Lock()
+		defer d.dirtyMu.Unlock()
+		if _, ok := obj.(*kueue.Workload); ok {
+			d.dirty[client.ObjectKeyFromObject(obj)] = true
+		} else {
+			d.allDirty = true
+		}
+	}
+	all := func(start time.Time) {
+		d.writing.Add(int64(time.Since(start)))
+		d.dirtyMu.Lock()
+		defer d.dirtyMu.Unlock()
+		d.allDirty = true
+	}
+	return interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			defer mark(obj, time.Now())
+			return utiltesting.TreatSSAAsStrategicMerge(ctx, c, sub, obj, p, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			defer mark(obj, time.Now())
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			defer all(time.Now())
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			defer mark(obj, time.Now())
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			defer mark(obj, time.Now())
+			return c.Patch(ctx, obj, p, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			defer all(time.Now())
+			return c.Apply(ctx, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			defer mark(obj, time.Now())
+			return c.Create(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			defer all(time.Now())
+			return c.Delete(ctx, obj, opts...)
+		},
+	}
+}
+
+// changed is the Workloads written since the last call, in the order a List returns them
+// (namespace, name); everything when a write could not be traced to one Workload.
+func (d *driver) changed() ([]kueue.Workload, error) {
+	d.dirtyMu.Lock()
+	keys, all := d.dirty, d.allDirty
+	d.dirty, d.allDirty = map[types.NamespacedName]bool{}, false
+	d.dirtyMu.Unlock()
+	if all {
+		list := &kueue.WorkloadList{}
+		err := d.cl.List(d.ctx, list)
+		return list.Items, err
+	}
+	names := make([]types.NamespacedName, 0, len(keys))
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if names[i].Namespace != names[j].Namespace {
+			return names[i].Namespace < names[j].Namespace
+		}
+		return names[i].Name < names[j].Name
+	})
+	out := make([]kueue.Workload, 0, len(names))
+	for _, k := range names {
+		wl := kueue.Workload{}
+		if err := d.cl.Get(d.ctx, k, &wl); err != nil {
+			return nil, fmt.Errorf("workload %s: %w", k, err)
+		}
+		out = append(out, wl)
+	}
+	return out, nil
+}
+
 // react delivers the Workloads' changes to the controllers until none is left.
 func (d *driver) react() error {
+	d.admitted = d.admitted[:0]
 	for round := 0; round < 100; round++ {
-		list := &kueue.WorkloadList{}
-		if err := d.cl.List(d.ctx, list); err != nil {
+		items, err := d.changed()
+		if err != nil {
 			return err
 		}
 		changed := false
-		for i := range list.Items {
-			wl := &list.Items[i]
+		for i := range items {
+			wl := &items[i]
 			key := workload.Key(wl)
 			old := d.seen[key]
 			if old != nil && old.ResourceVersion == wl.ResourceVersion {
@@ -465,9 +597,15 @@ func (d *driver) workloadUpdated(old, wl *kueue.Workload) {
 	switch {
 	case prev == workload.StatusPending && now == workload.StatusPending:
 		_ = d.queues.AddOrUpdateWorkload(d.log, wl)
+	case now == workload.StatusFinished:
+		d.queues.DeleteWorkload(d.log, key)
+		d.queues.QueueAssociatedInadmissibleWorkloadsAfter(d.ctx, key, func() {
+			_ = d.cache.DeleteWorkload(d.log, key)
+		})
 	case prev == workload.StatusPending && (now == workload.StatusQuotaReserved || now == workload.StatusAdmitted):
 		d.queues.DeleteWorkload(d.log, key)
 		d.cache.AddOrUpdateWorkload(d.log, wl)
+		d.admitted = append(d.admitted, key)
 	case workload.FromQuotaReservedOrAdmittedToPending(prev, now):
 		immediate := wl.Status.RequeueState == nil || wl.Status.RequeueState.RequeueAt == nil ||
 			!wl.Status.RequeueState.RequeueAt.Time.After(d.clock.Now())

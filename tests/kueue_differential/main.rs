@@ -134,30 +134,6 @@ fn the_minimized_worlds_agree() {
 #[test]
 fn the_driver_runs_kueue_s_preemption_to_its_end() {
     let w = world::World {
-        flavors: vec!["f0".into()],
-        cohorts: vec![],
-        cluster_queues: vec![world::ClusterQueue {
-            name: "cq0".into(),
-            cohort: None,
-            groups: vec![world::Group {
-                resources: vec!["cpu".into()],
-                flavors: vec![(
-                    "f0".into(),
-                    vec![world::Quota {
-                        nominal: 4,
-                        borrowing: None,
-                        lending: None,
-                    }],
-                )],
-            }],
-            strategy: "BestEffortFIFO",
-            reclaim: "Never",
-            within: "LowerPriority",
-            borrow_within: None,
-            when_can_borrow: "MayStopSearch",
-            when_can_preempt: "TryNextFlavor",
-            preference: None,
-        }],
         workloads: ["low", "high"]
             .into_iter()
             .enumerate()
@@ -177,6 +153,7 @@ fn the_driver_runs_kueue_s_preemption_to_its_end() {
                 }),
             })
             .collect(),
+        ..one_queue(4)
     };
     let k = compare::run_kueue_text(&w.documents());
     assert_eq!(k.error, None);
@@ -196,4 +173,87 @@ fn the_driver_runs_kueue_s_preemption_to_its_end() {
     assert!(!low.admitted && low.evictions == 1, "{low:?}");
     let v = compare::judge(&w.documents(), &k);
     assert_eq!(v.outcome, Outcome::Agree, "{}", v.detail);
+}
+
+/// One ClusterQueue `cq0` with `nominal` CPU of flavor `f0`, preempting lower priorities within
+/// itself, and no Workload.
+fn one_queue(nominal: u64) -> world::World {
+    world::World {
+        flavors: vec!["f0".into()],
+        cohorts: vec![],
+        cluster_queues: vec![world::ClusterQueue {
+            name: "cq0".into(),
+            cohort: None,
+            groups: vec![world::Group {
+                resources: vec!["cpu".into()],
+                flavors: vec![(
+                    "f0".into(),
+                    vec![world::Quota {
+                        nominal,
+                        borrowing: None,
+                        lending: None,
+                    }],
+                )],
+            }],
+            strategy: "BestEffortFIFO",
+            reclaim: "Never",
+            within: "LowerPriority",
+            borrow_within: None,
+            when_can_borrow: "MayStopSearch",
+            when_can_preempt: "TryNextFlavor",
+            preference: None,
+        }],
+        workloads: vec![],
+    }
+}
+
+/// The driver's `-bench` (the Kueue side of `benches/admission.rs`) runs a workload to its end:
+/// six Workloads of 2 CPU on 4 CPU, each finishing a cycle after its admission, so every one is
+/// admitted once and finishes, one head per cycle, never two running beyond the quota.
+#[test]
+fn the_driver_s_bench_runs_every_workload_to_its_end() {
+    let mut w = one_queue(4);
+    w.workloads = (0..6)
+        .map(|i| world::Workload {
+            name: format!("w{i}"),
+            queue: "lq-cq0".into(),
+            priority: 10,
+            created_s: i,
+            pod_sets: vec![world::PodSet {
+                name: "main".into(),
+                count: 1,
+                requests: vec![("cpu".into(), 2)],
+            }],
+            held: None,
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("world.yaml");
+    std::fs::write(&file, w.documents()).expect("write");
+    let out = std::process::Command::new(compare::driver())
+        .arg("-bench")
+        .arg(&file)
+        .output()
+        .expect("run raygate-kueue-admit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(v["error"], serde_json::Value::Null, "{v}");
+    for (k, want) in [
+        ("workloads", 6),
+        ("admissions", 6),
+        ("finished", 6),
+        ("preemptions", 0),
+    ] {
+        assert_eq!(v[k], want, "{k}: {v}");
+    }
+    // one head per ClusterQueue per cycle: at least one cycle per Workload
+    assert!(v["cycles"].as_u64().is_some_and(|c| c >= 6), "{v}");
+    assert!(
+        v["scheduleSeconds"].as_f64().is_some_and(|t| t > 0.0),
+        "{v}"
+    );
 }
