@@ -272,18 +272,6 @@ struct Figures {
     peak_mib: Option<f64>,
 }
 
-/// `raygate-kueue-admit` (Kueue v0.19.2's own scheduler; `hack/install-kueue.sh` builds it):
-/// `$RAYGATE_KUEUE_ADMIT`, else its place in raygate's cache directory.
-fn kueue_driver() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("RAYGATE_KUEUE_ADMIT") {
-        return Some(PathBuf::from(p));
-    }
-    let cache = std::env::var_os("RAYGATE_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/raygate")))?;
-    Some(cache.join("kueue/bin/raygate-kueue-admit")).filter(|p| p.is_file())
-}
-
 /// The shape as the file `raygate admit` and the driver read: one JSON document per object,
 /// with the fields Kueue's API server would default written out (the driver's fake client
 /// defaults nothing).
@@ -319,12 +307,13 @@ fn value<T: serde::Serialize>(o: &T) -> serde_json::Value {
 /// Runs the same shape through Kueue's scheduler (the driver's `-bench`) and prints its figures
 /// and the ratios to raygate's.
 fn kueue_side(shape: &Shape, ours: &Figures) {
-    let Some(driver) = kueue_driver() else {
+    let driver = raygate_testing::tools::kueue_admit();
+    if !driver.is_file() {
         println!(
             "  Kueue v0.19.2 side       not run: raygate-kueue-admit is not built (hack/install-kueue.sh)"
         );
         return;
-    };
+    }
     // $RAYGATE_BENCH_WORLDS keeps the file (`raygate admit -f`, or the driver with -cpuprofile)
     let keep = std::env::var_os("RAYGATE_BENCH_WORLDS").map(PathBuf::from);
     let short = shape.name.split(':').next().unwrap_or("shape");

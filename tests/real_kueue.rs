@@ -40,12 +40,7 @@ const WAIT: Duration = Duration::from_secs(120);
 const RAY_IMAGE: &str = "rayproject/ray:2.51.0";
 
 fn cache_dir() -> PathBuf {
-    std::env::var_os("RAYGATE_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/raygate")
-        })
-        .join("kueue")
+    raygate_testing::tools::cache_dir().join("kueue")
 }
 
 /// The Kueue manager process; killed when dropped.

@@ -44,13 +44,7 @@ static TMP: Mutex<Option<PathBuf>> = Mutex::new(None);
 static NAMESPACE: AtomicUsize = AtomicUsize::new(0);
 
 fn bin_dir() -> PathBuf {
-    let cache = std::env::var_os("RAYGATE_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".cache/raygate")
-        });
-    cache.join("test-apiserver/bin")
+    crate::tools::cache_dir().join("test-apiserver/bin")
 }
 
 fn free_port() -> u16 {

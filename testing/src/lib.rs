@@ -29,7 +29,7 @@ pub mod apiserver;
 /// Where an integration scenario runs: the real test API server or the simulated cluster.
 #[cfg(feature = "integration")]
 pub mod backend;
-/// Outside programs the integration tests run (kubectl).
+/// Outside programs the integration tests and benches run (kubectl, the cache of built tools).
 #[cfg(feature = "integration")]
 pub mod tools;
 /// The upstream CRDs and samples in `../shared` (KubeRay v1.7.0, Kueue v0.19.2).

@@ -16,3 +16,23 @@ pub fn kubectl() -> PathBuf {
         })
         .expect("kubectl not found: put it on PATH or set RAYGATE_KUBECTL (these tests are not skipped)")
 }
+
+/// raygate's cache of built tools (`hack/install-*.sh` put them there): `$RAYGATE_CACHE_DIR`,
+/// else `~/.cache/raygate`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("RAYGATE_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/raygate")
+        })
+}
+
+/// `raygate-kueue-admit`, Kueue v0.19.2's own scheduler driven one cycle at a time
+/// (`hack/kueue-admit/`): `$RAYGATE_KUEUE_ADMIT`, else where `hack/install-kueue.sh` puts it.
+/// The path is returned whether or not the file exists.
+pub fn kueue_admit() -> PathBuf {
+    std::env::var_os("RAYGATE_KUEUE_ADMIT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("kueue/bin/raygate-kueue-admit"))
+}

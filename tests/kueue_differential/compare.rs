@@ -12,15 +12,7 @@ use crate::world::World;
 /// `raygate-kueue-admit`: `$RAYGATE_KUEUE_ADMIT`, else where `hack/install-kueue.sh` puts it.
 /// The test fails without it (it is not skipped).
 pub fn driver() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAYGATE_KUEUE_ADMIT") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("RAYGATE_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/raygate")
-        });
-    let p = cache.join("kueue/bin/raygate-kueue-admit");
+    let p = raygate_testing::tools::kueue_admit();
     assert!(
         p.is_file(),
         "{} is missing: run hack/install-kueue.sh (hack/test.sh does)",
